@@ -1,0 +1,228 @@
+// A synchronous AF_NETLINK/NETLINK_ROUTE socket over libc via koffi.
+//
+// Why synchronous: each request is one datagram and one short reply from the
+// kernel; there is nothing to overlap with. Why still bounded: SO_RCVTIMEO plus
+// an overall deadline, so a lost reply turns into an error instead of a hang.
+// Netlink acts on the calling process's network namespace.
+// Typed-array views below rely on Buffer.alloc never returning a pooled
+// (unaligned) slice.
+
+import koffi, { type LibraryHandle } from 'koffi';
+import { NetlinkError, describeErrno } from './netlink-error.js';
+import {
+  NLMSG_DONE,
+  NLMSG_ERROR,
+  type NlMessage,
+  parseErrorPayload,
+  parseMessages,
+  readI32,
+} from './rtnetlink.js';
+
+const AF_NETLINK = 16;
+const SOCK_RAW = 3;
+const SOCK_CLOEXEC = 0o2000000;
+const NETLINK_ROUTE = 0;
+const SOL_SOCKET = 1;
+const SO_RCVTIMEO = 20;
+const SOL_NETLINK = 270;
+const NETLINK_CAP_ACK = 10;
+const NETLINK_EXT_ACK = 11;
+const MSG_TRUNC = 0x20;
+const EINTR = 4;
+const EAGAIN = 11;
+
+const RECV_BUFFER_BYTES = 64 * 1024; // larger than any single dump datagram the kernel builds
+export const DEFAULT_TIMEOUT_MS = 5000;
+
+interface Libc {
+  socket(domain: number, type: number, protocol: number): number;
+  bind(fd: number, addr: Buffer, addrlen: number): number;
+  setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
+  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
+  recv(fd: number, buf: Buffer, len: number, flags: number): number;
+  close(fd: number): number;
+  if_nametoindex(name: string): number;
+}
+
+let libc: Libc | undefined;
+
+/** Load libc on first use, so importing this module never fails on its own. */
+function getLibc(): Libc {
+  if (libc) return libc;
+  let lib: LibraryHandle;
+  try {
+    lib = koffi.load('libc.so.6');
+  } catch {
+    // musl and other libcs: the symbols are already in the node process.
+    lib = koffi.load(null);
+  }
+  libc = {
+    socket: lib.func('int socket(int, int, int)') as Libc['socket'],
+    bind: lib.func('int bind(int, const void *, uint32_t)') as Libc['bind'],
+    setsockopt: lib.func('int setsockopt(int, int, int, const void *, uint32_t)') as Libc['setsockopt'],
+    sendto: lib.func('intptr_t sendto(int, const void *, size_t, int, const void *, uint32_t)') as Libc['sendto'],
+    recv: lib.func('intptr_t recv(int, void *, size_t, int)') as Libc['recv'],
+    close: lib.func('int close(int)') as Libc['close'],
+    if_nametoindex: lib.func('unsigned int if_nametoindex(const char *)') as Libc['if_nametoindex'],
+  };
+  return libc;
+}
+
+/** ifindex of `name` in this namespace, or 0 when there is no such link. */
+export function interfaceIndex(name: string): number {
+  return Number(getLibc().if_nametoindex(name));
+}
+
+function sysError(operation: string, call: string): NetlinkError {
+  const errno = koffi.errno();
+  return new NetlinkError(operation, errno, `${operation}: ${call} failed (${describeErrno(errno)})`);
+}
+
+/** struct sockaddr_nl { u16 family; u16 pad; u32 pid; u32 groups } — pid 0 is the kernel / "assign me". */
+function sockaddrNl(): Buffer {
+  const sa = Buffer.alloc(12);
+  // Host-endian u16: a Uint16Array view lets the platform decide the byte order.
+  new Uint16Array(sa.buffer, sa.byteOffset, 1)[0] = AF_NETLINK;
+  return sa;
+}
+
+/** struct timeval { long tv_sec; long tv_usec } with the platform's `long`. */
+function timeval(ms: number): Buffer {
+  const longSize = koffi.sizeof('long');
+  const tv = Buffer.alloc(longSize * 2);
+  const sec = Math.floor(ms / 1000);
+  const usec = (ms % 1000) * 1000;
+  if (longSize === 8) {
+    const v = new BigInt64Array(tv.buffer, tv.byteOffset, 2);
+    v[0] = BigInt(sec);
+    v[1] = BigInt(usec);
+  } else {
+    const v = new Int32Array(tv.buffer, tv.byteOffset, 2);
+    v[0] = sec;
+    v[1] = usec;
+  }
+  return tv;
+}
+
+function intOpt(value: number): Buffer {
+  const b = Buffer.alloc(4);
+  new Int32Array(b.buffer, b.byteOffset, 1)[0] = value;
+  return b;
+}
+
+export interface NetlinkSocketOptions {
+  /** Bound on waiting for the complete answer to one request. */
+  timeoutMs?: number;
+}
+
+export class NetlinkSocket {
+  private fd: number;
+  private seq: number;
+  private readonly timeoutMs: number;
+  private readonly buf = Buffer.alloc(RECV_BUFFER_BYTES);
+
+  private constructor(fd: number, timeoutMs: number) {
+    this.fd = fd;
+    this.timeoutMs = timeoutMs;
+    // Start from the clock like iproute2 does, so replies to a previous socket cannot match.
+    this.seq = Math.floor(Date.now() / 1000) >>> 0;
+  }
+
+  static open(options: NetlinkSocketOptions = {}): NetlinkSocket {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const c = getLibc();
+    const op = 'open netlink socket';
+    const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) throw sysError(op, 'socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE)');
+    try {
+      const tv = timeval(timeoutMs);
+      if (c.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, tv, tv.length) < 0) throw sysError(op, 'setsockopt(SO_RCVTIMEO)');
+      // Best effort: extended ACK gives kernel error text; CAP_ACK keeps error replies small.
+      c.setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, intOpt(1), 4);
+      c.setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, intOpt(1), 4);
+      const sa = sockaddrNl();
+      if (c.bind(fd, sa, sa.length) < 0) throw sysError(op, 'bind');
+    } catch (err) {
+      c.close(fd);
+      throw err;
+    }
+    return new NetlinkSocket(fd, timeoutMs);
+  }
+
+  close(): void {
+    if (this.fd >= 0) {
+      getLibc().close(this.fd);
+      this.fd = -1;
+    }
+  }
+
+  /**
+   * Send one request built for a fresh sequence number and collect every reply
+   * message for it until the terminating ACK / NLMSG_DONE. A non-zero error
+   * becomes a NetlinkError carrying the errno and the kernel's extack text.
+   * Requests must carry NLM_F_ACK (or be dumps) so that a terminator exists.
+   */
+  request(operation: string, build: (seq: number) => Buffer): NlMessage[] {
+    if (this.fd < 0) throw new NetlinkError(operation, 0, `${operation}: netlink socket is closed`);
+    const c = getLibc();
+    this.seq = (this.seq + 1) >>> 0;
+    const seq = this.seq;
+    const msg = build(seq);
+    const dest = sockaddrNl();
+    for (;;) {
+      const sent = Number(c.sendto(this.fd, msg, msg.length, 0, dest, dest.length));
+      if (sent >= 0) break;
+      if (koffi.errno() !== EINTR) throw sysError(operation, 'sendto');
+    }
+
+    const deadline = Date.now() + this.timeoutMs;
+    const replies: NlMessage[] = [];
+    for (;;) {
+      if (Date.now() > deadline) {
+        throw new NetlinkError(operation, 0, `${operation}: no complete reply from the kernel within ${this.timeoutMs} ms`);
+      }
+      const n = Number(c.recv(this.fd, this.buf, this.buf.length, MSG_TRUNC));
+      if (n < 0) {
+        const errno = koffi.errno();
+        if (errno === EINTR) continue;
+        if (errno === EAGAIN) {
+          throw new NetlinkError(operation, 0, `${operation}: no reply from the kernel within ${this.timeoutMs} ms`);
+        }
+        throw sysError(operation, 'recv');
+      }
+      if (n > this.buf.length) {
+        throw new NetlinkError(operation, 0, `${operation}: netlink reply of ${n} bytes exceeds the ${this.buf.length}-byte buffer`);
+      }
+      // Copy: the receive buffer is reused for the next datagram.
+      for (const m of parseMessages(Buffer.from(this.buf.subarray(0, n)))) {
+        if (m.seq !== seq) continue; // stale reply to an earlier (timed-out) request
+        if (m.type === NLMSG_ERROR) {
+          const e = parseErrorPayload(m);
+          if (e.errno === 0) return replies;
+          throw kernelError(operation, e.errno, e.extackMessage);
+        }
+        if (m.type === NLMSG_DONE) {
+          const errno = m.payload.length >= 4 ? -readI32(m.payload, 0) : 0;
+          if (errno > 0) throw kernelError(operation, errno, undefined);
+          return replies;
+        }
+        replies.push(m);
+      }
+    }
+  }
+}
+
+function kernelError(operation: string, errno: number, extack: string | undefined): NetlinkError {
+  const detail = extack ? `: ${extack}` : '';
+  return new NetlinkError(operation, errno, `${operation} failed (${describeErrno(errno)})${detail}`, extack);
+}
+
+/** Open a socket, run `fn`, always close. */
+export function withNetlinkSocket<T>(fn: (sock: NetlinkSocket) => T, options?: NetlinkSocketOptions): T {
+  const sock = NetlinkSocket.open(options);
+  try {
+    return fn(sock);
+  } finally {
+    sock.close();
+  }
+}

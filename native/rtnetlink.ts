@@ -1,0 +1,410 @@
+// rtnetlink message encoding and decoding (pure: no sockets, no kernel).
+//
+// Netlink headers and attributes are in host byte order and padded to 4 bytes
+// (NLMSG_ALIGN / RTA_ALIGN); addresses inside attributes are in network order.
+// Keeping this module free of I/O lets the byte layout be unit-tested without root.
+
+import { endianness } from 'node:os';
+import { isIP } from 'node:net';
+
+// <linux/netlink.h>
+export const NLMSG_ERROR = 2;
+export const NLMSG_DONE = 3;
+export const NLM_F_REQUEST = 0x1;
+export const NLM_F_MULTI = 0x2;
+export const NLM_F_ACK = 0x4;
+export const NLM_F_ROOT = 0x100;
+export const NLM_F_MATCH = 0x200;
+export const NLM_F_DUMP = NLM_F_ROOT | NLM_F_MATCH;
+export const NLM_F_EXCL = 0x200;
+export const NLM_F_CREATE = 0x400;
+// Flags the kernel sets on NLMSG_ERROR replies (NETLINK_CAP_ACK / NETLINK_EXT_ACK).
+export const NLM_F_CAPPED = 0x100;
+export const NLM_F_ACK_TLVS = 0x200;
+export const NLMSGERR_ATTR_MSG = 1;
+
+// <linux/rtnetlink.h>
+export const RTM_NEWLINK = 16;
+export const RTM_DELLINK = 17;
+export const RTM_GETLINK = 18;
+export const RTM_NEWADDR = 20;
+export const RTM_DELADDR = 21;
+export const RTM_GETADDR = 22;
+export const RT_SCOPE_UNIVERSE = 0;
+export const RT_SCOPE_HOST = 254;
+
+// <linux/if_link.h>
+export const IFLA_IFNAME = 3;
+export const IFLA_LINKINFO = 18;
+export const IFLA_INFO_KIND = 1;
+
+// <linux/if_addr.h>
+export const IFA_ADDRESS = 1;
+export const IFA_LOCAL = 2;
+export const IFA_LABEL = 3;
+export const IFA_FLAGS = 8;
+// Skip duplicate address detection: an IPv6 address stays "tentative" (and
+// cannot be bound) until DAD finishes, which never happens on a link without
+// carrier. A host-scoped address has nobody to collide with.
+export const IFA_F_NODAD = 0x02;
+
+// <linux/if.h>
+export const IFF_UP = 0x1;
+
+// <sys/socket.h>
+export const AF_UNSPEC = 0;
+export const AF_INET = 2;
+export const AF_INET6 = 10;
+
+export const NLMSG_HDRLEN = 16;
+export const IFINFOMSG_LEN = 16;
+export const IFADDRMSG_LEN = 8;
+const RTA_HDRLEN = 4;
+
+const LE = endianness() === 'LE';
+
+export function align4(n: number): number {
+  return (n + 3) & ~3;
+}
+
+// Host-order integer helpers: netlink is native-endian, not network-endian.
+function writeU16(buf: Buffer, value: number, offset: number): void {
+  if (LE) buf.writeUInt16LE(value, offset);
+  else buf.writeUInt16BE(value, offset);
+}
+function writeU32(buf: Buffer, value: number, offset: number): void {
+  if (LE) buf.writeUInt32LE(value >>> 0, offset);
+  else buf.writeUInt32BE(value >>> 0, offset);
+}
+function writeI32(buf: Buffer, value: number, offset: number): void {
+  if (LE) buf.writeInt32LE(value, offset);
+  else buf.writeInt32BE(value, offset);
+}
+export function readU16(buf: Buffer, offset: number): number {
+  return LE ? buf.readUInt16LE(offset) : buf.readUInt16BE(offset);
+}
+export function readU32(buf: Buffer, offset: number): number {
+  return LE ? buf.readUInt32LE(offset) : buf.readUInt32BE(offset);
+}
+export function readI32(buf: Buffer, offset: number): number {
+  return LE ? buf.readInt32LE(offset) : buf.readInt32BE(offset);
+}
+
+// ---------------------------------------------------------------- rtattr TLVs
+
+export interface RtAttr {
+  type: number;
+  value: Buffer;
+}
+
+/** One rtattr: u16 len (header + value, unpadded), u16 type, value, pad to 4. */
+export function encodeAttr(type: number, value: Buffer): Buffer {
+  const len = RTA_HDRLEN + value.length;
+  const out = Buffer.alloc(align4(len));
+  writeU16(out, len, 0);
+  writeU16(out, type, 2);
+  value.copy(out, RTA_HDRLEN);
+  return out;
+}
+
+/** NUL-terminated string attribute (IFLA_IFNAME, IFLA_INFO_KIND). */
+export function encodeStringAttr(type: number, value: string): Buffer {
+  return encodeAttr(type, Buffer.concat([Buffer.from(value, 'utf8'), Buffer.alloc(1)]));
+}
+
+export function encodeU32Attr(type: number, value: number): Buffer {
+  const v = Buffer.alloc(4);
+  writeU32(v, value, 0);
+  return encodeAttr(type, v);
+}
+
+/** Nested attribute: the value is a sequence of already-encoded attributes. */
+export function encodeNestedAttr(type: number, children: Buffer[]): Buffer {
+  return encodeAttr(type, Buffer.concat(children));
+}
+
+export function parseAttrs(buf: Buffer, start = 0, end = buf.length): RtAttr[] {
+  const attrs: RtAttr[] = [];
+  let off = start;
+  while (off + RTA_HDRLEN <= end) {
+    const len = readU16(buf, off);
+    const type = readU16(buf, off + 2);
+    if (len < RTA_HDRLEN || off + len > end) break; // malformed: stop, do not throw on kernel data
+    // Mask NLA_F_NESTED / NLA_F_NET_BYTEORDER so callers can match on the plain type.
+    attrs.push({ type: type & 0x3fff, value: buf.subarray(off + RTA_HDRLEN, off + len) });
+    off += align4(len);
+  }
+  return attrs;
+}
+
+export function attrString(value: Buffer): string {
+  const nul = value.indexOf(0);
+  return value.subarray(0, nul === -1 ? value.length : nul).toString('utf8');
+}
+
+// ---------------------------------------------------------------- nlmsghdr
+
+export interface NlMessage {
+  type: number;
+  flags: number;
+  seq: number;
+  pid: number;
+  /** Bytes after the 16-byte header, up to nlmsg_len. */
+  payload: Buffer;
+}
+
+/** nlmsghdr: u32 len, u16 type, u16 flags, u32 seq, u32 pid (0: let the kernel fill it). */
+export function encodeMessage(type: number, flags: number, seq: number, payload: Buffer): Buffer {
+  const len = NLMSG_HDRLEN + payload.length;
+  const out = Buffer.alloc(align4(len));
+  writeU32(out, len, 0);
+  writeU16(out, type, 4);
+  writeU16(out, flags, 6);
+  writeU32(out, seq, 8);
+  writeU32(out, 0, 12);
+  payload.copy(out, NLMSG_HDRLEN);
+  return out;
+}
+
+/** Split one datagram into its netlink messages. */
+export function parseMessages(buf: Buffer): NlMessage[] {
+  const msgs: NlMessage[] = [];
+  let off = 0;
+  while (off + NLMSG_HDRLEN <= buf.length) {
+    const len = readU32(buf, off);
+    if (len < NLMSG_HDRLEN || off + len > buf.length) {
+      throw new Error(`malformed netlink message at offset ${off}: nlmsg_len ${len}, datagram ${buf.length} bytes`);
+    }
+    msgs.push({
+      type: readU16(buf, off + 4),
+      flags: readU16(buf, off + 6),
+      seq: readU32(buf, off + 8),
+      pid: readU32(buf, off + 12),
+      payload: buf.subarray(off + NLMSG_HDRLEN, off + len),
+    });
+    off += align4(len);
+  }
+  return msgs;
+}
+
+export interface NlError {
+  /** Positive errno; 0 means this NLMSG_ERROR is a plain ACK. */
+  errno: number;
+  /** Kernel's extended-ACK text (NLMSGERR_ATTR_MSG), when it sent one. */
+  extackMessage?: string;
+}
+
+/**
+ * nlmsgerr: s32 error (negative errno), then the offending request's header
+ * (only the header when NLM_F_CAPPED), then extack TLVs when NLM_F_ACK_TLVS.
+ */
+export function parseErrorPayload(msg: NlMessage): NlError {
+  const p = msg.payload;
+  if (p.length < 4) return { errno: 0 };
+  const errno = -readI32(p, 0);
+  const result: NlError = { errno };
+  if ((msg.flags & NLM_F_ACK_TLVS) !== 0 && p.length >= 4 + NLMSG_HDRLEN) {
+    const origLen = readU32(p, 4);
+    const tlvStart = 4 + ((msg.flags & NLM_F_CAPPED) !== 0 ? NLMSG_HDRLEN : align4(origLen));
+    if (tlvStart <= p.length) {
+      for (const a of parseAttrs(p, tlvStart)) {
+        if (a.type === NLMSGERR_ATTR_MSG) result.extackMessage = attrString(a.value);
+      }
+    }
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------- ifinfomsg (links)
+
+/** ifinfomsg: u8 family, u8 pad, u16 type, s32 index, u32 flags, u32 change. */
+export function encodeIfinfomsg(index: number, flags = 0, change = 0): Buffer {
+  const out = Buffer.alloc(IFINFOMSG_LEN);
+  out.writeUInt8(AF_UNSPEC, 0);
+  writeI32(out, index, 4);
+  writeU32(out, flags, 8);
+  writeU32(out, change, 12);
+  return out;
+}
+
+/** RTM_NEWLINK creating `name` of `kind`; EXCL so an existing link is reported, not modified. */
+export function buildNewLink(seq: number, name: string, kind: string): Buffer {
+  return encodeMessage(
+    RTM_NEWLINK,
+    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+    seq,
+    Buffer.concat([
+      encodeIfinfomsg(0),
+      encodeStringAttr(IFLA_IFNAME, name),
+      encodeNestedAttr(IFLA_LINKINFO, [encodeStringAttr(IFLA_INFO_KIND, kind)]),
+    ]),
+  );
+}
+
+export function buildDelLink(seq: number, ifindex: number): Buffer {
+  return encodeMessage(RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, seq, encodeIfinfomsg(ifindex));
+}
+
+/** Set IFF_UP only: ifi_change masks which flag bits the kernel should touch. */
+export function buildSetLinkUp(seq: number, ifindex: number): Buffer {
+  return encodeMessage(RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, seq, encodeIfinfomsg(ifindex, IFF_UP, IFF_UP));
+}
+
+/**
+ * RTM_GETLINK for one link by name; the answer is one RTM_NEWLINK (or ENODEV).
+ * NLM_F_ACK adds a trailing ACK so every request ends the same way.
+ */
+export function buildGetLinkByName(seq: number, name: string): Buffer {
+  return encodeMessage(
+    RTM_GETLINK,
+    NLM_F_REQUEST | NLM_F_ACK,
+    seq,
+    Buffer.concat([encodeIfinfomsg(0), encodeStringAttr(IFLA_IFNAME, name)]),
+  );
+}
+
+export interface LinkInfo {
+  ifindex: number;
+  flags: number;
+  name?: string;
+  /** IFLA_INFO_KIND; absent for links without a driver kind (e.g. physical NICs, lo). */
+  kind?: string;
+}
+
+export function parseLink(msg: NlMessage): LinkInfo {
+  const p = msg.payload;
+  if (p.length < IFINFOMSG_LEN) throw new Error(`short ifinfomsg (${p.length} bytes)`);
+  const info: LinkInfo = { ifindex: readI32(p, 4), flags: readU32(p, 8) };
+  for (const a of parseAttrs(p, IFINFOMSG_LEN)) {
+    if (a.type === IFLA_IFNAME) info.name = attrString(a.value);
+    else if (a.type === IFLA_LINKINFO) {
+      for (const n of parseAttrs(a.value)) {
+        if (n.type === IFLA_INFO_KIND) info.kind = attrString(n.value);
+      }
+    }
+  }
+  return info;
+}
+
+// ---------------------------------------------------------------- ifaddrmsg (addresses)
+
+/** Parse an IPv4 or IPv6 literal into its network-order bytes. Throws on anything else. */
+export function addressBytes(address: string): { family: number; bytes: Buffer } {
+  const v = isIP(address);
+  if (v === 4) return { family: AF_INET, bytes: Buffer.from(address.split('.').map(Number)) };
+  if (v === 6 && !address.includes('%')) return { family: AF_INET6, bytes: ipv6Bytes(address) };
+  throw new Error(`not an IPv4 or IPv6 literal: ${JSON.stringify(address)}`);
+}
+
+function ipv6Bytes(address: string): Buffer {
+  // Expand an embedded dotted IPv4 tail (::ffff:1.2.3.4) into two hex groups first.
+  let text = address;
+  const lastColon = text.lastIndexOf(':');
+  const tail = text.slice(lastColon + 1);
+  if (tail.includes('.')) {
+    const o = tail.split('.').map(Number);
+    text = `${text.slice(0, lastColon + 1)}${((o[0]! << 8) | o[1]!).toString(16)}:${((o[2]! << 8) | o[3]!).toString(16)}`;
+  }
+  const [head, rest] = text.split('::') as [string, string | undefined];
+  const headGroups = head === '' ? [] : head.split(':');
+  const tailGroups = rest === undefined || rest === '' ? [] : rest.split(':');
+  const fill = rest === undefined ? 0 : 8 - headGroups.length - tailGroups.length;
+  const groups = [...headGroups, ...new Array<string>(fill).fill('0'), ...tailGroups];
+  const out = Buffer.alloc(16);
+  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
+  return out;
+}
+
+/** Format network-order address bytes back to text (for parsed dumps). */
+export function formatAddress(family: number, bytes: Buffer): string {
+  if (family === AF_INET) return Array.from(bytes.subarray(0, 4)).join('.');
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(bytes.readUInt16BE(i).toString(16));
+  // Compress the longest run of zero groups, as inet_ntop does.
+  let best = -1;
+  let bestLen = 0;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== '0') { i++; continue; }
+    let j = i;
+    while (j < 8 && groups[j] === '0') j++;
+    if (j - i > bestLen && j - i > 1) { best = i; bestLen = j - i; }
+    i = j;
+  }
+  if (best === -1) return groups.join(':');
+  return `${groups.slice(0, best).join(':')}::${groups.slice(best + bestLen).join(':')}`;
+}
+
+/** ifaddrmsg: u8 family, u8 prefixlen, u8 flags, u8 scope, u32 index. */
+export function encodeIfaddrmsg(family: number, prefixlen: number, flags: number, scope: number, index: number): Buffer {
+  const out = Buffer.alloc(IFADDRMSG_LEN);
+  out.writeUInt8(family, 0);
+  out.writeUInt8(prefixlen, 1);
+  out.writeUInt8(flags, 2);
+  out.writeUInt8(scope, 3);
+  writeU32(out, index, 4);
+  return out;
+}
+
+/** Full-length prefix: /32 for IPv4, /128 for IPv6 (a single host address, no subnet route). */
+export function hostPrefixLen(family: number): number {
+  return family === AF_INET ? 32 : 128;
+}
+
+function addrPayload(ifindex: number, address: string, scope: number): Buffer {
+  const { family, bytes } = addressBytes(address);
+  const flags = family === AF_INET6 ? IFA_F_NODAD : 0;
+  return Buffer.concat([
+    encodeIfaddrmsg(family, hostPrefixLen(family), flags, scope, ifindex),
+    encodeAttr(IFA_LOCAL, bytes),
+    encodeAttr(IFA_ADDRESS, bytes),
+  ]);
+}
+
+/**
+ * RTM_NEWADDR address/32|/128 with scope host. EXCL makes an existing address
+ * answer EEXIST instead of silently replacing its flags.
+ */
+export function buildNewAddr(seq: number, ifindex: number, address: string, scope = RT_SCOPE_HOST): Buffer {
+  return encodeMessage(
+    RTM_NEWADDR,
+    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+    seq,
+    addrPayload(ifindex, address, scope),
+  );
+}
+
+export function buildDelAddr(seq: number, ifindex: number, address: string): Buffer {
+  return encodeMessage(RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK, seq, addrPayload(ifindex, address, RT_SCOPE_UNIVERSE));
+}
+
+/** Dump all addresses of one family; the kernel may ignore the index, so callers filter. */
+export function buildGetAddrDump(seq: number, family: number, ifindex = 0): Buffer {
+  return encodeMessage(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, encodeIfaddrmsg(family, 0, 0, 0, ifindex));
+}
+
+export interface AddrInfo {
+  family: number;
+  prefixlen: number;
+  flags: number;
+  scope: number;
+  ifindex: number;
+  local?: string;
+  address?: string;
+}
+
+export function parseAddr(msg: NlMessage): AddrInfo {
+  const p = msg.payload;
+  if (p.length < IFADDRMSG_LEN) throw new Error(`short ifaddrmsg (${p.length} bytes)`);
+  const info: AddrInfo = {
+    family: p.readUInt8(0),
+    prefixlen: p.readUInt8(1),
+    flags: p.readUInt8(2),
+    scope: p.readUInt8(3),
+    ifindex: readU32(p, 4),
+  };
+  for (const a of parseAttrs(p, IFADDRMSG_LEN)) {
+    if (a.type === IFA_LOCAL) info.local = formatAddress(info.family, a.value);
+    else if (a.type === IFA_ADDRESS) info.address = formatAddress(info.family, a.value);
+  }
+  return info;
+}

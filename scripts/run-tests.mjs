@@ -1,0 +1,80 @@
+#!/usr/bin/env node
+// Runs the ava suite with the TAP reporter, streams its output, and ends with exactly one
+// summary line: `N passed, M failed` (`, K skipped` appended when K > 0; todo counts as skipped).
+// Extra arguments go to ava: `npm test -- dist/test/pki.test.js`.
+// Exit status is non-zero when a test failed or ava itself failed (crash, no tests, bad args).
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const avaCli = join(root, 'node_modules', 'ava', 'entrypoints', 'cli.mjs');
+
+let passed = 0;
+let failed = 0;
+let skipped = 0;
+let bailedOut = false;
+
+function summarize(extraFailure) {
+  if (extraFailure) {
+    process.stdout.write(`# ${extraFailure}\n`);
+    if (failed === 0) failed = 1; // keep the summary consistent with the exit status
+  }
+  process.stdout.write(`${passed} passed, ${failed} failed${skipped > 0 ? `, ${skipped} skipped` : ''}\n`);
+}
+
+if (!existsSync(avaCli)) {
+  summarize(`ava not found at ${avaCli} (run npm ci)`);
+  process.exit(1);
+}
+
+// TAP test point: `ok 12 - name # SKIP reason`, `not ok 3 - name # TODO`.
+const TEST_POINT = /^(not ok|ok)\b(?:\s+\d+)?(?:\s*-)?\s*(.*)$/;
+const DIRECTIVE = /#\s*(SKIP|TODO)\b[^#]*$/i;
+// eslint-disable-next-line no-control-regex
+const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
+
+function parseLine(rawLine) {
+  const line = rawLine.replace(ANSI, '');
+  if (/^Bail out!/i.test(line)) {
+    bailedOut = true;
+    return;
+  }
+  const m = TEST_POINT.exec(line); // column 0 only: YAML diagnostics and t.log lines are indented / commented
+  if (!m) return;
+  const directive = DIRECTIVE.exec(m[2])?.[1]?.toUpperCase();
+  if (directive === 'SKIP' || directive === 'TODO') skipped++;
+  else if (m[1] === 'ok') passed++;
+  else failed++;
+}
+
+const child = spawn(process.execPath, [avaCli, '--tap', ...process.argv.slice(2)], {
+  cwd: root,
+  stdio: ['inherit', 'pipe', 'inherit'],
+});
+
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.on(signal, () => child.kill(signal));
+}
+
+const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
+lines.on('line', (line) => {
+  process.stdout.write(`${line}\n`);
+  parseLine(line);
+});
+
+const [code, signal] = await Promise.all([
+  new Promise((resolve) => child.on('close', (c, s) => resolve([c, s]))),
+  new Promise((resolve) => lines.on('close', resolve)),
+]).then(([exit]) => exit);
+
+let problem;
+if (signal) problem = `ava was killed by ${signal}`;
+else if (bailedOut) problem = 'ava bailed out';
+else if (code !== 0 && failed === 0) problem = `ava exited with code ${code} without a failing test point`;
+else if (code === 0 && passed + failed + skipped === 0) problem = 'no tests ran';
+
+summarize(problem);
+process.exitCode = problem !== undefined || failed > 0 || code !== 0 ? 1 : 0;

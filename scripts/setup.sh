@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kanal's tests and tools use, only those that are missing.
+# Run as root (or with sudo available) on Debian/Ubuntu: bash scripts/setup.sh
+set -euo pipefail
+
+missing=()
+need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }  # command, package
+
+need_cmd ip iproute2
+need_cmd curl curl
+need_cmd openssl openssl
+need_cmd systemd-analyze systemd
+need_cmd kubectl kubernetes-client
+
+if ((${#missing[@]} > 0)); then
+  sudo=()
+  ((EUID == 0)) || sudo=(sudo)
+  echo "setup: installing ${missing[*]}" >&2
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,177 @@
+/**
+ * Kanal proxy agent: keeps one tunnel to every proxy server behind the
+ * configured address (HA: servers announce serverCount), performs dials the
+ * servers ask for, and drains gracefully on shutdown.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import type { ClientTlsOptions, Transport } from '../transport/transport.js';
+import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
+import type { TunnelLimits } from '../tunnel/limits.js';
+import type { InboundDial, Tunnel } from '../tunnel/tunnel.js';
+import { DialError } from '../tunnel/errors.js';
+import { Backoff } from '../common/backoff.js';
+import { dialTcp } from '../common/tcp-dial.js';
+import { formatHostPort } from '../common/host-port.js';
+import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
+import { connectToServer, type ServerConnection } from './server-connection.js';
+
+export interface AgentOptions {
+  agentID: string;
+  agentIdentifiers: string;
+  server: { host: string; port: number; tls: ClientTlsOptions };
+  token?: () => string | undefined;
+  dialTimeoutMs: number;
+  connectTimeoutMs: number;
+  reconnect: { initialMs: number; maxMs: number };
+  health?: { host: string; port: number };
+  transport: Transport;
+  limits?: Partial<TunnelLimits>;
+  features?: FeatureSet;
+  log: Logger;
+}
+
+export interface AgentStats {
+  tunnels: { serverID: string; connections: number; pendingDials: number; inboundDials: number; features: string }[];
+}
+
+const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+
+export class KanalAgent {
+  private readonly connections = new Map<string, ServerConnection>();
+  private expectedServers = 1;
+  private running = false;
+  private draining = false;
+  private readonly stopping = new AbortController();
+  private loop: Promise<void> | undefined;
+  private health: HealthServer | undefined;
+  private lastError = '';
+  private readonly listeners = new Set<(tunnel: Tunnel, change: 'up' | 'down') => void>();
+
+  constructor(private readonly opts: AgentOptions) {}
+
+  get healthPort(): number {
+    return this.health?.port ?? 0;
+  }
+
+  /** Tunnels currently up, one per server. */
+  tunnels(): Tunnel[] {
+    return [...this.connections.values()].map((c) => c.tunnel);
+  }
+
+  onTunnelChange(listener: (tunnel: Tunnel, change: 'up' | 'down') => void): void {
+    this.listeners.add(listener);
+  }
+
+  readiness(): Readiness {
+    const n = this.connections.size;
+    if (n === 0) return { ready: false, detail: `no tunnel to a proxy server${this.lastError ? ` (last error: ${this.lastError})` : ''}` };
+    return { ready: true, detail: `${n}/${this.expectedServers} server tunnel(s) up: ${[...this.connections.keys()].join(', ')}` };
+  }
+
+  stats(): AgentStats {
+    return {
+      tunnels: [...this.connections.values()].map((c) => ({ serverID: c.serverID, features: formatFeatures(c.tunnel.features), ...c.tunnel.stats() })),
+    };
+  }
+
+  async start(): Promise<void> {
+    if (this.opts.health) {
+      this.health = await startHealthServer({ ...this.opts.health, readiness: () => this.readiness(), log: this.opts.log });
+    }
+    this.running = true;
+    this.loop = this.maintain();
+    this.opts.log.info({ agentID: this.opts.agentID, server: `${this.opts.server.host}:${this.opts.server.port}` }, 'kanal agent started');
+  }
+
+  /**
+   * Graceful stop: DRAIN to every server, refuse new dials, wait for open
+   * connections to finish (at most graceMs), then close everything.
+   */
+  async stop(graceMs: number): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    this.draining = true;
+    this.stopping.abort();
+    for (const c of this.connections.values()) c.tunnel.sendDrain();
+    const deadline = Date.now() + graceMs;
+    while (Date.now() < deadline && this.openConnections() > 0) await sleep(50);
+    const left = this.openConnections();
+    if (left > 0) this.opts.log.warn({ connections: left }, 'grace period over; closing remaining connections');
+    for (const c of this.connections.values()) c.close();
+    await this.loop;
+    await this.health?.close();
+    this.opts.log.info('kanal agent stopped');
+  }
+
+  private openConnections(): number {
+    let n = 0;
+    for (const c of this.connections.values()) n += c.tunnel.stats().connections;
+    return n;
+  }
+
+  /** Performs a control plane -> node dial. */
+  private dialForServer = (dial: InboundDial): Promise<Duplex> => {
+    if (this.draining) return Promise.reject(new DialError('refused', 'agent is draining'));
+    return dialTcp(dial.address, { timeoutMs: this.opts.dialTimeoutMs, signal: dial.signal });
+  };
+
+  private async maintain(): Promise<void> {
+    const backoff = new Backoff(this.opts.reconnect.initialMs, this.opts.reconnect.maxMs);
+    const target = formatHostPort(this.opts.server);
+    while (this.running) {
+      if (this.connections.size >= this.expectedServers) {
+        // Re-check occasionally: a load balancer may route us to a new server.
+        await sleep(1000, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        continue;
+      }
+      try {
+        const conn = await connectToServer({
+          target,
+          tls: this.opts.server.tls,
+          agentID: this.opts.agentID,
+          agentIdentifiers: this.opts.agentIdentifiers,
+          token: this.opts.token,
+          features: this.opts.features ?? AGENT_FEATURES,
+          transport: this.opts.transport,
+          dialHandler: this.dialForServer,
+          limits: this.opts.limits,
+          connectTimeoutMs: this.opts.connectTimeoutMs,
+          log: this.opts.log,
+        });
+        this.expectedServers = conn.serverCount;
+        if (!this.running || this.connections.has(conn.serverID)) {
+          // Landed on a server we already hold (HA behind one address): retry later.
+          conn.close();
+          if (this.running) this.opts.log.debug({ serverID: conn.serverID }, 'already connected to this server; will retry for the others');
+          await sleep(backoff.next(), undefined, { signal: this.stopping.signal }).catch(() => undefined);
+          continue;
+        }
+        this.adopt(conn);
+        backoff.reset();
+        this.lastError = '';
+      } catch (err) {
+        this.lastError = (err as Error).message;
+        const wait = backoff.next();
+        this.opts.log.warn({ server: target, err: this.lastError, retryInMs: wait }, 'cannot connect to proxy server');
+        await sleep(wait, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+      }
+    }
+  }
+
+  private adopt(conn: ServerConnection): void {
+    this.connections.set(conn.serverID, conn);
+    const features = formatFeatures(conn.tunnel.features);
+    this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, features: features || 'none (upstream server)' }, 'tunnel up');
+    if (!conn.tunnel.features.has(Feature.NodeDial)) {
+      this.opts.log.warn({ serverID: conn.serverID }, 'server does not support node -> control plane dials (upstream Konnectivity?); that direction is unavailable through it');
+    }
+    for (const l of this.listeners) l(conn.tunnel, 'up');
+    conn.tunnel.once('close', (err) => {
+      if (this.connections.get(conn.serverID) === conn) this.connections.delete(conn.serverID);
+      this.opts.log.warn({ serverID: conn.serverID, reason: err?.message ?? 'stream ended' }, 'tunnel down');
+      for (const l of this.listeners) l(conn.tunnel, 'down');
+    });
+  }
+}

@@ -1,0 +1,151 @@
+/**
+ * Node -> control plane (KEP-2025): listens on the advertise address for
+ * each --target and carries every accepted connection to the server over a
+ * tunnel that negotiated the direction. A connection that finds no usable
+ * tunnel waits a bounded time, then is closed; with only upstream servers
+ * it is refused at once, since they would silently drop the dial.
+ */
+import net from 'node:net';
+import type { Logger } from 'pino';
+import { Feature } from '../wire/features.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
+import { splice } from '../tunnel/splice.js';
+import { formatHostPort } from '../common/host-port.js';
+import type { Target } from './target.js';
+import type { KanalAgent } from './agent.js';
+
+export interface NodeListenersOptions {
+  bindAddress: string;
+  targets: readonly Target[];
+  tunnelWaitMs: number;
+  dialTimeoutMs: number;
+  agent: KanalAgent;
+  log: Logger;
+}
+
+export interface NodeListenerStats {
+  listeners: number;
+  waiting: number;
+  active: number;
+}
+
+export class NodeListeners {
+  private readonly servers: net.Server[] = [];
+  private readonly sockets = new Set<net.Socket>();
+  private waiting = 0;
+  private nextTunnel = 0;
+  private readonly tunnelWaiters = new Set<() => void>();
+
+  constructor(private readonly opts: NodeListenersOptions) {
+    opts.agent.onTunnelChange((_t, change) => {
+      if (change !== 'up') return;
+      for (const wake of [...this.tunnelWaiters]) wake();
+    });
+  }
+
+  stats(): NodeListenerStats {
+    return { listeners: this.servers.length, waiting: this.waiting, active: this.sockets.size - this.waiting };
+  }
+
+  /** Binds every target; fails as a whole (closing what was bound) if one cannot bind. */
+  async start(): Promise<void> {
+    for (const target of this.opts.targets) {
+      const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.accept(socket, target));
+      try {
+        await new Promise<void>((resolve, reject) => {
+          server.once('error', reject);
+          server.listen({ host: this.opts.bindAddress, port: target.localPort }, () => {
+            server.off('error', reject);
+            resolve();
+          });
+        });
+      } catch (err) {
+        await this.stopAccepting();
+        const e = err as NodeJS.ErrnoException;
+        throw new Error(`cannot listen on ${formatHostPort({ host: this.opts.bindAddress, port: target.localPort })}: ${e.code ?? e.message}`);
+      }
+      server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
+      this.servers.push(server);
+      this.opts.log.info({ listen: formatHostPort({ host: this.opts.bindAddress, port: target.localPort }), destination: target.destination }, 'node listener ready');
+    }
+  }
+
+  /** Closes the listening sockets; accepted connections continue. */
+  async stopAccepting(): Promise<void> {
+    const servers = this.servers.splice(0);
+    await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+  }
+
+  /** Closes everything, listeners and connections. */
+  async close(): Promise<void> {
+    await this.stopAccepting();
+    for (const s of this.sockets) s.destroy();
+    for (const wake of [...this.tunnelWaiters]) wake();
+  }
+
+  private usableTunnels(): Tunnel[] {
+    return this.opts.agent.tunnels().filter((t) => !t.closed && t.features.has(Feature.NodeDial));
+  }
+
+  private pickTunnel(): Tunnel | undefined {
+    const usable = this.usableTunnels();
+    if (usable.length === 0) return undefined;
+    return usable[this.nextTunnel++ % usable.length];
+  }
+
+  private waitForTunnel(socket: net.Socket): Promise<Tunnel | undefined> {
+    const now = this.pickTunnel();
+    if (now || this.opts.agent.tunnels().length > 0) return Promise.resolve(now);
+    this.waiting++;
+    return new Promise<Tunnel | undefined>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.tunnelWaiters.delete(wake);
+        socket.off('close', done);
+        this.waiting--;
+        resolve(this.pickTunnel());
+      };
+      const wake = (): void => done();
+      const timer = setTimeout(done, this.opts.tunnelWaitMs);
+      this.tunnelWaiters.add(wake);
+      socket.once('close', done);
+    });
+  }
+
+  private accept(socket: net.Socket, target: Target): void {
+    const peer = `${socket.remoteAddress}:${socket.remotePort}`;
+    const log = this.opts.log.child({ peer, destination: target.destination });
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => undefined);
+    const abort = new AbortController();
+    socket.once('close', () => abort.abort());
+    this.waitForTunnel(socket)
+      .then((tunnel) => {
+        if (socket.destroyed) return undefined;
+        if (!tunnel) {
+          const haveTunnels = this.opts.agent.tunnels().length > 0;
+          log.warn(
+            haveTunnels
+              ? 'refused node connection: no connected server supports node -> control plane dials (upstream Konnectivity server?)'
+              : `refused node connection: no tunnel to a proxy server within ${this.opts.tunnelWaitMs} ms`,
+          );
+          socket.destroy();
+          return undefined;
+        }
+        return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort.signal }).then((conn) => {
+          if (socket.destroyed) {
+            conn.destroy();
+            return;
+          }
+          log.debug({ connectID: conn.connectID, dialID: String(conn.dialID) }, 'node connection tunnelled');
+          splice(socket, conn);
+          socket.resume();
+        });
+      })
+      .catch((err: Error) => {
+        log.warn({ err: err.message }, 'node connection refused by the server');
+        socket.destroy();
+      });
+  }
+}

@@ -1,0 +1,222 @@
+/** `kanal agent`: flags (upstream names where the meaning matches), validation, start. */
+import os from 'node:os';
+import fs from 'node:fs';
+import { isIP } from 'node:net';
+import type { Argv, InferredOptionTypes } from 'yargs';
+import type { LevelWithSilent } from 'pino';
+import { createLogger, LOG_LEVELS } from '../common/logger.js';
+import { parseAgentIdentifiers } from '../server/agent-identifiers.js';
+import { KanalAgent, type AgentOptions } from '../agent/agent.js';
+import { parseTarget, type Target } from '../agent/target.js';
+import { NodeListeners } from '../agent/node-listeners.js';
+import { parseDuration } from './duration.js';
+import { readFlagFile } from './files.js';
+import { UsageError } from './usage-error.js';
+import { runUntilSignalled } from './lifecycle.js';
+import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
+import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
+
+export const agentFlags = {
+  'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
+  'proxy-server-port': { type: 'number', default: 8091, describe: 'Agent port of the proxy server' },
+  'ca-cert': { type: 'string', describe: 'CA that signed the proxy server certificate' },
+  'agent-cert': { type: 'string', describe: 'Client certificate presented to the server (mTLS)' },
+  'agent-key': { type: 'string', describe: 'Key for --agent-cert' },
+  'service-account-token-path': { type: 'string', describe: 'File with a bearer token sent to the server (re-read on every connect)' },
+  'tls-server-name': { type: 'string', describe: 'Name to verify the server certificate against (default: --proxy-server-host)' },
+  'agent-id': { type: 'string', describe: 'ID announced to the server (default: this host name)' },
+  'agent-identifiers': { type: 'string', default: '', describe: 'URL query of identifiers, e.g. host=node1&ipv4=10.0.0.5' },
+  'dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials the server asks for' },
+  'sync-interval': { type: 'string', default: '1s', describe: 'First reconnect delay (doubles with jitter)' },
+  'sync-interval-cap': { type: 'string', default: '30s', describe: 'Longest reconnect delay' },
+  'connect-timeout': { type: 'string', default: '10s', describe: 'Timeout for opening a tunnel to a server' },
+  'shutdown-grace-period': { type: 'string', default: '30s', describe: 'On SIGTERM: how long open connections may finish after DRAIN' },
+  'health-server-port': { type: 'number', default: 8093, describe: 'Port for /healthz, /readyz and /metrics (0 disables)' },
+  'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
+  'bind-address': { type: 'string', describe: 'Node -> control plane: the kube-apiserver advertise address to serve locally' },
+  target: { type: 'string', array: true, default: [] as string[], describe: 'local_port:dst_host:dst_port forwarded to the control plane (repeatable)' },
+  'bind-interface': { type: 'string', default: 'kanal0', describe: 'Host-scoped interface that carries --bind-address' },
+  'bind-interface-type': { type: 'string', choices: INTERFACE_TYPES, default: 'dummy', describe: 'Kind of --bind-interface to create; "none" uses an existing address' },
+  'tunnel-wait-timeout': { type: 'string', default: '10s', describe: 'How long a node connection waits for a tunnel before it is closed' },
+  transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
+  'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
+  'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
+} as const;
+
+export type AgentArgs = InferredOptionTypes<typeof agentFlags>;
+
+export interface AgentConfig {
+  agentID: string;
+  agentIdentifiers: string;
+  server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string };
+  tokenFile?: string;
+  dialTimeoutMs: number;
+  connectTimeoutMs: number;
+  reconnect: { initialMs: number; maxMs: number };
+  shutdownGraceMs: number;
+  health?: { host: string; port: number };
+  node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
+  transport: string;
+  logLevel: LevelWithSilent;
+}
+
+function duration(flag: string, value: string): number {
+  try {
+    const ms = parseDuration(value);
+    if (ms <= 0) throw new Error('must be positive');
+    return ms;
+  } catch (err) {
+    throw new UsageError(`--${flag}: ${(err as Error).message}`);
+  }
+}
+
+function port(flag: string, value: number, allowZero: boolean): number {
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > 65535) {
+    throw new UsageError(`--${flag} must be a port number ${allowZero ? '0' : '1'}-65535, got ${value}`);
+  }
+  return value;
+}
+
+/** Default agent ID: the host name, which is stable across restarts and readable in server logs. */
+export function defaultAgentID(): string {
+  return os.hostname().toLowerCase();
+}
+
+export function validateAgentArgs(a: AgentArgs): AgentConfig {
+  const host = a['proxy-server-host'];
+  if (!host) throw new UsageError('--proxy-server-host is required');
+  if (!a['ca-cert']) throw new UsageError('--ca-cert is required: the agent always verifies the proxy server');
+  if (!!a['agent-cert'] !== !!a['agent-key']) throw new UsageError('--agent-cert and --agent-key go together');
+  try {
+    parseAgentIdentifiers(a['agent-identifiers']);
+  } catch (err) {
+    throw new UsageError(`--agent-identifiers: ${(err as Error).message}`);
+  }
+  const agentID = a['agent-id'] ?? defaultAgentID();
+  if (!agentID || /\s/.test(agentID)) throw new UsageError(`--agent-id must be non-empty without spaces, got ${JSON.stringify(agentID)}`);
+  let node: AgentConfig['node'];
+  const targets = a.target.map((t) => {
+    try {
+      return parseTarget(t);
+    } catch (err) {
+      throw new UsageError(`--target: ${(err as Error).message}`);
+    }
+  });
+  if (targets.length > 0 || a['bind-address']) {
+    const bind = a['bind-address'];
+    if (!bind) throw new UsageError('--target needs --bind-address (the kube-apiserver advertise address)');
+    if (isIP(bind) === 0) throw new UsageError(`--bind-address ${JSON.stringify(bind)} is not an IP address`);
+    if (targets.length === 0) throw new UsageError('--bind-address needs at least one --target local_port:dst_host:dst_port');
+    const ports = new Set<number>();
+    for (const t of targets) {
+      if (ports.has(t.localPort)) throw new UsageError(`--target: local port ${t.localPort} is used twice`);
+      ports.add(t.localPort);
+    }
+    const name = a['bind-interface'];
+    if (!/^[A-Za-z0-9_.-]{1,15}$/.test(name)) throw new UsageError(`--bind-interface ${JSON.stringify(name)}: 1-15 letters, digits, '.', '_' or '-'`);
+    node = {
+      bindAddress: bind,
+      targets,
+      interfaceName: name,
+      interfaceType: a['bind-interface-type'] as InterfaceType,
+      tunnelWaitMs: duration('tunnel-wait-timeout', a['tunnel-wait-timeout']),
+    };
+  }
+  const healthPort = port('health-server-port', a['health-server-port'], true);
+  const initialMs = duration('sync-interval', a['sync-interval']);
+  const maxMs = duration('sync-interval-cap', a['sync-interval-cap']);
+  if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
+  return {
+    agentID,
+    agentIdentifiers: a['agent-identifiers'],
+    server: {
+      host,
+      port: port('proxy-server-port', a['proxy-server-port'], false),
+      caFile: a['ca-cert'],
+      certFile: a['agent-cert'],
+      keyFile: a['agent-key'],
+      serverName: a['tls-server-name'],
+    },
+    tokenFile: a['service-account-token-path'],
+    dialTimeoutMs: duration('dial-timeout', a['dial-timeout']),
+    connectTimeoutMs: duration('connect-timeout', a['connect-timeout']),
+    reconnect: { initialMs, maxMs },
+    shutdownGraceMs: duration('shutdown-grace-period', a['shutdown-grace-period']),
+    health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
+    node,
+    transport: a.transport,
+    logLevel: a['log-level'] as LevelWithSilent,
+  };
+}
+
+export function buildAgentOptions(config: AgentConfig): AgentOptions {
+  const log = createLogger(config.logLevel, 'agent');
+  const s = config.server;
+  const tokenFile = config.tokenFile;
+  return {
+    agentID: config.agentID,
+    agentIdentifiers: config.agentIdentifiers,
+    server: {
+      host: s.host,
+      port: s.port,
+      tls: {
+        ca: readFlagFile('ca-cert', s.caFile ?? ''),
+        cert: s.certFile ? readFlagFile('agent-cert', s.certFile) : undefined,
+        key: s.keyFile ? readFlagFile('agent-key', s.keyFile) : undefined,
+        serverName: s.serverName,
+      },
+    },
+    token: tokenFile ? () => fs.readFileSync(tokenFile, 'utf8').trim() : undefined,
+    dialTimeoutMs: config.dialTimeoutMs,
+    connectTimeoutMs: config.connectTimeoutMs,
+    reconnect: config.reconnect,
+    health: config.health,
+    transport: selectTransport(config.transport),
+    log,
+  };
+}
+
+export function agentBuilder(y: Argv): Argv<AgentArgs> {
+  return y
+    .options(agentFlags)
+    .example('$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key', 'Control plane -> node only')
+    .example('$0 agent ... --bind-address 10.96.0.1 --target 6443:kube-apiserver:6443', 'Also serve the kube-apiserver on the node (KEP-2025)');
+}
+
+export async function runAgent(args: AgentArgs): Promise<void> {
+  const config = validateAgentArgs(args);
+  if (args['dry-run']) {
+    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    return;
+  }
+  const options = buildAgentOptions(config);
+  const log = options.log;
+  let hostInterface: HostInterfaceManager | undefined;
+  let nodeListeners: NodeListeners | undefined;
+  const agent = new KanalAgent(options);
+  if (config.node) {
+    hostInterface = new HostInterfaceManager(config.node.interfaceName, config.node.interfaceType, config.node.bindAddress, log);
+    hostInterface.setUp();
+    nodeListeners = new NodeListeners({
+      bindAddress: config.node.bindAddress,
+      targets: config.node.targets,
+      tunnelWaitMs: config.node.tunnelWaitMs,
+      dialTimeoutMs: config.dialTimeoutMs,
+      agent,
+      log: log.child({ part: 'node-listeners' }),
+    });
+    try {
+      await nodeListeners.start();
+    } catch (err) {
+      hostInterface.tearDown();
+      throw err;
+    }
+  }
+  await agent.start();
+  runUntilSignalled(log, async () => {
+    await nodeListeners?.stopAccepting();
+    await agent.stop(config.shutdownGraceMs);
+    await nodeListeners?.close();
+    hostInterface?.tearDown();
+  });
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env node
+/** The `kanal` command: yargs parses, the command modules validate and run. */
+import yargs from 'yargs';
+import { hideBin } from 'yargs/helpers';
+import { serverBuilder, runServer, type ServerArgs } from './server-command.js';
+import { agentBuilder, runAgent, type AgentArgs } from './agent-command.js';
+import { UsageError } from './usage-error.js';
+
+const EXIT_USAGE = 2;
+
+function fail(err: unknown): never {
+  const message = err instanceof Error ? err.message : String(err);
+  process.stderr.write(`kanal: ${message}\n`);
+  process.exit(err instanceof UsageError ? EXIT_USAGE : 1);
+}
+
+async function main(argv: string[]): Promise<void> {
+  await yargs(argv)
+    .scriptName('kanal')
+    .usage('$0 <command> [flags]\n\nBidirectional Kubernetes apiserver network proxy (Konnectivity-compatible).')
+    .command<ServerArgs>('server', 'Run the proxy server beside the kube-apiserver', serverBuilder, (args) => runServer(args).catch(fail))
+    .command<AgentArgs>('agent', 'Run the proxy agent on a node', agentBuilder, (args) => runAgent(args).catch(fail))
+    .demandCommand(1, 'name a command: server or agent')
+    .strict()
+    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
+    .wrap(Math.min(110, process.stdout.columns || 110))
+    .fail((message, err) => {
+      if (err) fail(err);
+      process.stderr.write(`kanal: ${message}\nRun "kanal --help" or "kanal <command> --help" for usage.\n`);
+      process.exit(EXIT_USAGE);
+    })
+    .help()
+    .version()
+    .parseAsync();
+}
+
+main(hideBin(process.argv)).catch(fail);

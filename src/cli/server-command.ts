@@ -1,0 +1,190 @@
+/** `kanal server`: flags (upstream names where the meaning matches), validation, start. */
+import os from 'node:os';
+import { randomUUID } from 'node:crypto';
+import type { Argv, InferredOptionTypes } from 'yargs';
+import type { LevelWithSilent } from 'pino';
+import { createLogger, LOG_LEVELS } from '../common/logger.js';
+import { parseHostPort } from '../common/host-port.js';
+import { KanalServer, type ServerOptions } from '../server/server.js';
+import type { FrontendMode, TlsFiles } from '../server/listeners.js';
+import { parseDuration } from './duration.js';
+import { readFlagFile } from './files.js';
+import { UsageError } from './usage-error.js';
+import { runUntilSignalled } from './lifecycle.js';
+import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
+
+export const serverFlags = {
+  'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: host name + random suffix)' },
+  'server-count': { type: 'number', default: 1, describe: 'Number of proxy servers behind the agent address (HA); agents keep a tunnel to each' },
+  'agent-port': { type: 'number', default: 8091, describe: 'Port agents connect to (mTLS gRPC)' },
+  'agent-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the agent port listens on' },
+  'cluster-cert': { type: 'string', describe: 'Certificate the agent port presents (default: --server-cert)' },
+  'cluster-key': { type: 'string', describe: 'Key for --cluster-cert (default: --server-key)' },
+  'cluster-ca-cert': { type: 'string', describe: 'CA that signs agent client certificates; agents without a valid one are refused' },
+  'allow-unauthenticated-agents': { type: 'boolean', default: false, describe: 'Accept agents without a valid client certificate (insecure; upstream default)' },
+  mode: { type: 'string', choices: ['both', 'grpc', 'http-connect'], default: 'both', describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
+  'uds-name': { type: 'string', describe: 'Serve the frontend on this Unix socket instead of TCP' },
+  'delete-existing-uds-file': { type: 'boolean', default: false, describe: 'Remove a stale --uds-name file before listening' },
+  'server-port': { type: 'number', default: 8090, describe: 'Frontend TCP port (mTLS); ignored with --uds-name' },
+  'server-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the frontend TCP port listens on' },
+  'server-cert': { type: 'string', describe: 'Frontend TLS certificate' },
+  'server-key': { type: 'string', describe: 'Frontend TLS key' },
+  'server-ca-cert': { type: 'string', describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)' },
+  'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504)' },
+  'allowed-destination': { type: 'string', array: true, default: [] as string[], describe: 'host:port agents may reach through this server (repeatable; none = deny all)' },
+  'destination-dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials to allowed destinations' },
+  'health-port': { type: 'number', default: 8092, describe: 'Port for /healthz, /readyz and /metrics (0 disables)' },
+  'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
+  'max-message-size': { type: 'number', default: 4 * 1024 * 1024, describe: 'Largest gRPC message accepted, bytes' },
+  transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
+  'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
+  'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
+} as const;
+
+export type ServerArgs = InferredOptionTypes<typeof serverFlags>;
+
+/** Flag values after validation, before any file is read. */
+export interface ServerConfig {
+  serverID: string;
+  serverCount: number;
+  agent: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; allowUnauthenticated: boolean };
+  frontend: {
+    mode: FrontendMode;
+    uds?: { path: string; deleteExisting: boolean };
+    tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string };
+  };
+  health?: { host: string; port: number };
+  backendDialTimeoutMs: number;
+  allowedDestinations: string[];
+  destinationDialTimeoutMs: number;
+  maxReceiveMessageBytes: number;
+  transport: string;
+  logLevel: LevelWithSilent;
+}
+
+function port(flag: string, value: number, allowZero: boolean): number {
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > 65535) {
+    throw new UsageError(`--${flag} must be a port number ${allowZero ? '0' : '1'}-65535, got ${value}`);
+  }
+  return value;
+}
+
+function duration(flag: string, value: string): number {
+  try {
+    const ms = parseDuration(value);
+    if (ms <= 0) throw new Error('must be positive');
+    return ms;
+  } catch (err) {
+    throw new UsageError(`--${flag}: ${(err as Error).message}`);
+  }
+}
+
+export function validateServerArgs(a: ServerArgs): ServerConfig {
+  const certFile = a['cluster-cert'] ?? a['server-cert'];
+  const keyFile = a['cluster-key'] ?? a['server-key'];
+  if (!certFile || !keyFile) throw new UsageError('the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)');
+  if (!a['cluster-ca-cert'] && !a['allow-unauthenticated-agents']) {
+    throw new UsageError('--cluster-ca-cert is required to authenticate agents (or pass --allow-unauthenticated-agents to accept any agent, which is insecure)');
+  }
+  const serverCount = a['server-count'];
+  if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError(`--server-count must be a positive integer, got ${serverCount}`);
+  const frontend: ServerConfig['frontend'] = { mode: a.mode as FrontendMode };
+  if (a['uds-name']) {
+    frontend.uds = { path: a['uds-name'], deleteExisting: a['delete-existing-uds-file'] };
+  } else {
+    if (!a['server-cert'] || !a['server-key']) throw new UsageError('the frontend needs --uds-name, or --server-cert and --server-key for mTLS TCP');
+    if (!a['server-ca-cert']) throw new UsageError('--server-ca-cert is required for the TCP frontend so only the kube-apiserver can use it');
+    frontend.tcp = {
+      host: a['server-bind-address'],
+      port: port('server-port', a['server-port'], true),
+      certFile: a['server-cert'],
+      keyFile: a['server-key'],
+      caFile: a['server-ca-cert'],
+    };
+  }
+  const allowedDestinations = a['allowed-destination'].map((d) => {
+    try {
+      parseHostPort(d);
+      return d;
+    } catch (err) {
+      throw new UsageError(`--allowed-destination: ${(err as Error).message}`);
+    }
+  });
+  const healthPort = port('health-port', a['health-port'], true);
+  const maxMessage = a['max-message-size'];
+  if (!Number.isInteger(maxMessage) || maxMessage < 64 * 1024) throw new UsageError('--max-message-size must be at least 65536 bytes');
+  return {
+    serverID: a['server-id'] || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
+    serverCount,
+    agent: {
+      host: a['agent-bind-address'],
+      port: port('agent-port', a['agent-port'], true),
+      certFile,
+      keyFile,
+      caFile: a['cluster-ca-cert'],
+      allowUnauthenticated: a['allow-unauthenticated-agents'],
+    },
+    frontend,
+    health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
+    backendDialTimeoutMs: duration('backend-dial-timeout', a['backend-dial-timeout']),
+    allowedDestinations,
+    destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
+    maxReceiveMessageBytes: maxMessage,
+    transport: a.transport,
+    logLevel: a['log-level'] as LevelWithSilent,
+  };
+}
+
+function loadTls(certFlag: string, certFile: string, keyFlag: string, keyFile: string, caFlag: string, caFile?: string): TlsFiles {
+  return {
+    cert: readFlagFile(certFlag, certFile),
+    key: readFlagFile(keyFlag, keyFile),
+    ca: caFile ? readFlagFile(caFlag, caFile) : undefined,
+  };
+}
+
+export function buildServerOptions(config: ServerConfig): ServerOptions {
+  const log = createLogger(config.logLevel, 'server');
+  return {
+    serverID: config.serverID,
+    serverCount: config.serverCount,
+    agent: {
+      host: config.agent.host,
+      port: config.agent.port,
+      tls: loadTls('cluster-cert', config.agent.certFile, 'cluster-key', config.agent.keyFile, 'cluster-ca-cert', config.agent.caFile),
+      allowUnauthenticated: config.agent.allowUnauthenticated,
+    },
+    frontend: {
+      mode: config.frontend.mode,
+      uds: config.frontend.uds,
+      tcp: config.frontend.tcp && {
+        host: config.frontend.tcp.host,
+        port: config.frontend.tcp.port,
+        tls: loadTls('server-cert', config.frontend.tcp.certFile, 'server-key', config.frontend.tcp.keyFile, 'server-ca-cert', config.frontend.tcp.caFile),
+      },
+    },
+    health: config.health,
+    backendDialTimeoutMs: config.backendDialTimeoutMs,
+    allowedDestinations: config.allowedDestinations,
+    destinationDialTimeoutMs: config.destinationDialTimeoutMs,
+    maxReceiveMessageBytes: config.maxReceiveMessageBytes,
+    transport: selectTransport(config.transport),
+    log,
+  };
+}
+
+export function serverBuilder(y: Argv): Argv<ServerArgs> {
+  return y.options(serverFlags).example('$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt', 'Frontend on a Unix socket, agents with mTLS');
+}
+
+export async function runServer(args: ServerArgs): Promise<void> {
+  const config = validateServerArgs(args);
+  if (args['dry-run']) {
+    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    return;
+  }
+  const options = buildServerOptions(config);
+  const server = new KanalServer(options);
+  await server.start();
+  runUntilSignalled(options.log, () => server.stop());
+}

@@ -1,0 +1,170 @@
+/**
+ * `npm run demo`: both directions on loopback, no root. Starts a Kanal
+ * server and agent (the real CLI, throwaway certificates), a node-side HTTP
+ * backend and a kube-apiserver stand-in, sends traffic through every
+ * frontend and direction, prints what went through, and cleans up.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import type { Duplex } from 'node:stream';
+import { writeThrowawayPki } from '../pki/throwaway-pki.js';
+import { grpcJsTransport } from '../transport/grpc-js/index.js';
+import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
+import { freePort, startKanal, waitReady, type Child } from './processes.js';
+
+const ADVERTISE = '127.0.0.2';
+
+interface Row {
+  what: string;
+  result: string;
+  bytes: number;
+  ms: number;
+}
+
+/** Sends an HTTP/1.1 GET over an established stream and returns the raw response. */
+function httpOver(conn: Duplex, host: string, pathName: string): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    conn.on('data', (c: Buffer) => chunks.push(c));
+    conn.once('end', () => resolve(Buffer.concat(chunks)));
+    conn.once('error', reject);
+    conn.write(`GET ${pathName} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    conn.resume();
+  });
+}
+
+function statusOf(raw: Buffer): string {
+  return raw.subarray(0, raw.indexOf('\r\n')).toString('latin1');
+}
+
+async function main(): Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-demo-'));
+  const children: Child[] = [];
+  const servers: net.Server[] = [];
+  const rows: Row[] = [];
+  const time = async (what: string, fn: () => Promise<{ result: string; bytes: number }>): Promise<void> => {
+    const t0 = performance.now();
+    try {
+      const r = await fn();
+      rows.push({ what, ...r, ms: performance.now() - t0 });
+    } catch (err) {
+      rows.push({ what, result: `ERROR ${(err as Error).message}`, bytes: 0, ms: performance.now() - t0 });
+    }
+  };
+  try {
+    console.log(`kanal demo: working in ${dir}`);
+    const pki = await writeThrowawayPki(dir, { serverIps: [ADVERTISE] });
+
+    // A service on the "node" side and a kube-apiserver stand-in on the "control plane" side.
+    const payload = Buffer.alloc(256 * 1024, 'k');
+    const backend = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(payload));
+    const kas = https.createServer({ cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey) }, (req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0-kas-stand-in', path: req.url }));
+    });
+    servers.push(backend, kas);
+    await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))));
+    const backendAddr = `127.0.0.1:${(backend.address() as net.AddressInfo).port}`;
+    const kasPort = (kas.address() as net.AddressInfo).port;
+    const [agentPort, serverHealth, agentHealth, kasLocal, refusedLocal] = await Promise.all([freePort(), freePort(), freePort(), freePort(ADVERTISE), freePort(ADVERTISE)]);
+    const uds = path.join(dir, 'konnectivity.sock');
+
+    const server = startKanal(
+      [
+        'server', '--uds-name', uds, '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
+        '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
+        '--health-bind-address', '127.0.0.1', '--health-port', String(serverHealth),
+        '--allowed-destination', `127.0.0.1:${kasPort}`, '--log-level', 'info',
+      ],
+      path.join(dir, 'server.log'),
+    );
+    children.push(server);
+    const agent = startKanal(
+      [
+        'agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
+        '--ca-cert', pki.caCert, '--agent-cert', pki.agentCert, '--agent-key', pki.agentKey, '--agent-id', 'demo-node',
+        '--health-bind-address', '127.0.0.1', '--health-server-port', String(agentHealth),
+        '--bind-address', ADVERTISE, '--bind-interface-type', 'none',
+        '--target', `${kasLocal}:127.0.0.1:${kasPort}`, '--target', `${refusedLocal}:${backendAddr}`, '--log-level', 'info',
+      ],
+      path.join(dir, 'agent.log'),
+    );
+    children.push(agent);
+    await waitReady(`http://127.0.0.1:${serverHealth}/readyz`, 20_000, server);
+    await waitReady(`http://127.0.0.1:${agentHealth}/readyz`, 20_000, agent);
+    console.log(`server and agent up (agent port ${agentPort}, frontend ${uds})\n`);
+
+    await time('CP -> node  HTTP CONNECT over UDS', async () => {
+      const s = await httpConnect(await connectUnix(uds), backendAddr);
+      const raw = await httpOver(s, backendAddr, '/');
+      return { result: statusOf(raw), bytes: raw.length };
+    });
+    await time('CP -> node  gRPC ProxyService over UDS (upstream client style)', async () => {
+      const { conn } = await grpcDial(grpcJsTransport, `unix://${uds}`, backendAddr, { kanal: false });
+      const raw = await httpOver(conn, backendAddr, '/');
+      return { result: statusOf(raw), bytes: raw.length };
+    });
+    await time('CP -> node  gRPC ProxyService over UDS (Kanal extensions)', async () => {
+      const { conn } = await grpcDial(grpcJsTransport, `unix://${uds}`, backendAddr, { kanal: true });
+      const raw = await httpOver(conn, backendAddr, '/');
+      return { result: statusOf(raw), bytes: raw.length };
+    });
+    await time('CP -> node  CONNECT to a closed port', async () => {
+      const closed = await freePort();
+      try {
+        await httpConnect(await connectUnix(uds), `127.0.0.1:${closed}`);
+        return { result: 'unexpectedly connected', bytes: 0 };
+      } catch (err) {
+        return { result: `refused as expected: ${(err as Error).message.split('\n')[0]}`, bytes: 0 };
+      }
+    });
+    await time(`node -> CP  https://${ADVERTISE}:${kasLocal}/version (TLS passes through)`, async () => {
+      const body = await new Promise<string>((resolve, reject) => {
+        const req = https.get({ host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000 }, (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => resolve(`${res.statusCode} ${text}`));
+        });
+        req.on('error', reject);
+      });
+      return { result: body.slice(0, 60), bytes: body.length };
+    });
+    await time(`node -> CP  ${ADVERTISE}:${refusedLocal} -> ${backendAddr} (not allow-listed)`, async () => {
+      const s = net.connect({ host: ADVERTISE, port: refusedLocal });
+      const closed = await new Promise<string>((resolve) => {
+        s.on('data', () => undefined);
+        s.once('close', () => resolve('closed by the agent: server refused the destination'));
+        s.once('error', () => undefined);
+      });
+      return { result: closed, bytes: 0 };
+    });
+
+    const width = Math.max(...rows.map((r) => r.what.length));
+    for (const r of rows) console.log(`${r.what.padEnd(width)}  ${r.ms.toFixed(1).padStart(7)} ms  ${String(r.bytes).padStart(7)} B  ${r.result}`);
+    const refusal = fs
+      .readFileSync(server.logFile, 'utf8')
+      .split('\n')
+      .find((l) => l.includes('refused node dial'));
+    if (refusal) console.log(`\nserver log for the refused destination:\n  ${refusal}`);
+    const failed = rows.filter((r) => r.result.startsWith('ERROR') || r.result.startsWith('unexpectedly'));
+    if (failed.length > 0) {
+      console.log(`\n${failed.length} step(s) failed; logs: ${server.logFile}, ${agent.logFile}`);
+      process.exitCode = 1;
+    } else {
+      console.log('\nall demo steps behaved as expected');
+    }
+  } finally {
+    for (const c of children) await c.stop();
+    for (const s of servers) s.close();
+    if (process.exitCode !== 1) fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: Error) => {
+  console.error(`demo failed: ${err.stack ?? err.message}`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,69 @@
+/**
+ * Accepts AgentService/Connect streams: checks the agent's metadata,
+ * negotiates Kanal features, answers with serverID/serverCount and registers
+ * the tunnel so frontends can dial through it.
+ */
+import type { Logger } from 'pino';
+import type { IncomingStream } from '../transport/transport.js';
+import { GrpcStatus } from '../transport/transport.js';
+import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../wire/metadata.js';
+import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
+import { Tunnel } from '../tunnel/tunnel.js';
+import type { TunnelLimits } from '../tunnel/limits.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifiers.js';
+import type { AgentRegistry, AgentBackend } from './agent-registry.js';
+import type { DestinationDialer } from './destination-dialer.js';
+
+export interface AgentServiceOptions {
+  serverID: string;
+  serverCount: number;
+  registry: AgentRegistry;
+  destinations: DestinationDialer;
+  features: FeatureSet;
+  limits?: Partial<TunnelLimits>;
+  log: Logger;
+}
+
+export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream) => void {
+  return (incoming) => {
+    const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
+    if (agentIDs.length !== 1 || !agentIDs[0]) {
+      opts.log.warn({ peer: incoming.peer, got: agentIDs.length }, 'refused agent stream: expected exactly one agentID');
+      incoming.reject(GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
+      return;
+    }
+    const agentID = agentIDs[0];
+    let identifiers: AgentIdentifiers;
+    try {
+      identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
+    } catch (err) {
+      opts.log.warn({ peer: incoming.peer, agentID, err: (err as Error).message }, 'refused agent stream: bad agentIdentifiers');
+      incoming.reject(GrpcStatus.INVALID_ARGUMENT, (err as Error).message);
+      return;
+    }
+    const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), opts.features);
+    const headers: Record<string, string> = {
+      [MD_SERVER_ID]: opts.serverID,
+      [MD_SERVER_COUNT]: String(opts.serverCount),
+    };
+    if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
+    const stream = incoming.accept(headers);
+    const log = opts.log.child({ agentID });
+    const nodeDial = features.has(Feature.NodeDial);
+    const tunnel = new Tunnel(stream, {
+      side: 'server',
+      features,
+      log,
+      limits: opts.limits,
+      dialHandler: nodeDial ? (dial) => opts.destinations.dial(agentID, dial) : undefined,
+      refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
+    });
+    const backend: AgentBackend = { agentID, identifiers, tunnel, peer: incoming.peer, connectedAt: new Date() };
+    opts.registry.add(backend);
+    log.info({ peer: incoming.peer, features: formatFeatures(features) || 'none', agents: opts.registry.size }, 'agent connected');
+    tunnel.once('close', (err) => {
+      opts.registry.remove(backend);
+      log.info({ peer: incoming.peer, reason: err?.message ?? 'stream ended', agents: opts.registry.size }, 'agent disconnected');
+    });
+  };
+}

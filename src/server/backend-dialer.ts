@@ -1,0 +1,35 @@
+/**
+ * Dials through some agent on behalf of a frontend (the KAS). Shared by the
+ * HTTP CONNECT and gRPC frontends so both route and fail the same way.
+ */
+import type { Logger } from 'pino';
+import { DialError } from '../tunnel/errors.js';
+import type { TunnelConnection } from '../tunnel/connection.js';
+import type { AgentRegistry } from './agent-registry.js';
+
+export class BackendDialer {
+  constructor(
+    private readonly registry: AgentRegistry,
+    private readonly timeoutMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  async dial(address: string, signal?: AbortSignal): Promise<TunnelConnection> {
+    const backend = this.registry.pick();
+    if (!backend) {
+      this.log.warn({ address }, 'no agent available for dial');
+      throw new DialError('no-backend', 'no agent is connected to this proxy server');
+    }
+    const started = Date.now();
+    try {
+      const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
+      this.log.debug({ agentID: backend.agentID, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      return conn;
+    } catch (err) {
+      const failure = err instanceof DialError ? err.failure : 'refused';
+      const level = failure === 'cancelled' ? 'debug' : 'warn';
+      this.log[level]({ agentID: backend.agentID, address, failure, err: (err as Error).message, ms: Date.now() - started }, 'dial failed');
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * Performs agent-initiated dials (node -> control plane) for the server,
+ * strictly within the allow-list. A refusal dials nothing.
+ */
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { dialTcp } from '../common/tcp-dial.js';
+import { DialError } from '../tunnel/errors.js';
+import type { InboundDial } from '../tunnel/tunnel.js';
+import type { AllowList } from './allow-list.js';
+
+export class DestinationDialer {
+  constructor(
+    private readonly allowList: AllowList,
+    private readonly timeoutMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  async dial(agentID: string, dial: InboundDial): Promise<Duplex> {
+    if (!this.allowList.allows(dial.address)) {
+      this.log.warn(
+        { agentID, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
+        this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
+      );
+      throw new DialError('forbidden', `destination ${dial.address} is not allowed by the proxy server`);
+    }
+    const socket = await dialTcp(dial.address, { timeoutMs: this.timeoutMs, signal: dial.signal });
+    this.log.debug({ agentID, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
+    return socket;
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * The server's sockets: the agent port (mTLS, gRPC only) and the frontend
+ * (Unix socket or mTLS TCP, gRPC and/or HTTP CONNECT on one listener).
+ * Refusals are decided and logged here, before any protocol library sees
+ * the bytes.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import tls from 'node:tls';
+import type http from 'node:http';
+import type { Logger } from 'pino';
+import type { GrpcServerTransport } from '../transport/transport.js';
+import { sniffProtocol } from './protocol-sniffer.js';
+import { verifyClientCertificate } from './tls-policy.js';
+
+export interface TlsFiles {
+  cert: Buffer;
+  key: Buffer;
+  /** CA for client certificates; absent means clients cannot be verified. */
+  ca?: Buffer;
+}
+
+export interface Listener {
+  readonly address: string;
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+const SNIFF_TIMEOUT_MS = 30_000;
+const HANDSHAKE_TIMEOUT_MS = 15_000;
+
+function closeServer(server: net.Server, sockets: Set<net.Socket>): Promise<void> {
+  return new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    for (const s of sockets) s.destroy();
+  });
+}
+
+function track(server: net.Server, sockets: Set<net.Socket>): void {
+  server.on('connection', (s: net.Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+  });
+}
+
+function listen(server: net.Server, opts: net.ListenOptions): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+export interface AgentListenerOptions {
+  host: string;
+  port: number;
+  tls: TlsFiles;
+  allowUnauthenticated: boolean;
+  grpc: GrpcServerTransport;
+  log: Logger;
+}
+
+export async function listenForAgents(opts: AgentListenerOptions): Promise<Listener> {
+  const sockets = new Set<net.Socket>();
+  const server = tls.createServer({
+    cert: opts.tls.cert,
+    key: opts.tls.key,
+    ca: opts.tls.ca,
+    requestCert: true,
+    // Verified below so the refusal can be logged with its reason.
+    rejectUnauthorized: false,
+    ALPNProtocols: ['h2'],
+    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    allowHalfOpen: false,
+  });
+  track(server, sockets);
+  server.on('secureConnection', (socket: tls.TLSSocket) => {
+    const verdict = verifyClientCertificate(socket, opts.allowUnauthenticated);
+    const peer = `${socket.remoteAddress}:${socket.remotePort}`;
+    if (!verdict.ok) {
+      opts.log.warn({ peer, reason: verdict.detail }, 'refused agent connection: no valid client certificate');
+      socket.destroy();
+      return;
+    }
+    opts.log.debug({ peer, identity: verdict.detail }, 'agent TLS connection accepted');
+    opts.grpc.injectConnection(socket);
+  });
+  server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
+    opts.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, 'refused agent connection: TLS handshake failed');
+  });
+  await listen(server, { host: opts.host, port: opts.port });
+  const port = (server.address() as net.AddressInfo).port;
+  opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
+  return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
+}
+
+export type FrontendMode = 'both' | 'grpc' | 'http-connect';
+
+export interface FrontendListenerOptions {
+  mode: FrontendMode;
+  uds?: { path: string; deleteExisting: boolean };
+  tcp?: { host: string; port: number; tls: TlsFiles };
+  grpc: GrpcServerTransport;
+  httpConnect: http.Server;
+  log: Logger;
+}
+
+function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string): void {
+  sniffProtocol(socket, SNIFF_TIMEOUT_MS).then((proto) => {
+    if (proto === 'closed' || proto === 'timeout') {
+      if (proto === 'timeout') opts.log.warn({ peer }, 'closed frontend connection: no request in time');
+      socket.destroy();
+      return;
+    }
+    if (proto === 'h2' && opts.mode !== 'http-connect') {
+      opts.grpc.injectConnection(socket);
+      socket.resume();
+    } else if (proto === 'http1' && opts.mode !== 'grpc') {
+      opts.httpConnect.emit('connection', socket);
+      socket.resume();
+    } else {
+      opts.log.warn({ peer, protocol: proto, mode: opts.mode }, 'refused frontend connection: protocol not served in this --mode');
+      socket.destroy();
+    }
+  });
+}
+
+export async function listenForFrontends(opts: FrontendListenerOptions): Promise<Listener> {
+  const sockets = new Set<net.Socket>();
+  let server: net.Server;
+  if (opts.uds) {
+    const path = opts.uds.path;
+    if (fs.existsSync(path)) {
+      if (!opts.uds.deleteExisting) throw new Error(`${path} already exists; pass --delete-existing-uds-file to replace it`);
+      fs.rmSync(path);
+    }
+    server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, `unix:${path}`));
+    track(server, sockets);
+    await listen(server, { path });
+    // The KAS runs as another user in some setups; the directory guards access.
+    fs.chmodSync(path, 0o660);
+    opts.log.info({ uds: path, mode: opts.mode }, 'frontend listener ready');
+    return { address: `unix://${path}`, port: 0, close: () => closeServer(server, sockets) };
+  }
+  const tcp = opts.tcp;
+  if (!tcp) throw new Error('frontend needs --uds-name or --server-port');
+  const tlsServer = tls.createServer({
+    cert: tcp.tls.cert,
+    key: tcp.tls.key,
+    ca: tcp.tls.ca,
+    requestCert: !!tcp.tls.ca,
+    rejectUnauthorized: false,
+    ALPNProtocols: ['h2', 'http/1.1'],
+    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    allowHalfOpen: true,
+  });
+  server = tlsServer;
+  track(server, sockets);
+  tlsServer.on('secureConnection', (socket: tls.TLSSocket) => {
+    const peer = `${socket.remoteAddress}:${socket.remotePort}`;
+    if (tcp.tls.ca) {
+      const verdict = verifyClientCertificate(socket, false);
+      if (!verdict.ok) {
+        opts.log.warn({ peer, reason: verdict.detail }, 'refused frontend connection: no valid client certificate');
+        socket.destroy();
+        return;
+      }
+    }
+    dispatch(socket, opts, peer);
+  });
+  tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
+    opts.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, 'refused frontend connection: TLS handshake failed');
+  });
+  await listen(server, { host: tcp.host, port: tcp.port });
+  const port = (server.address() as net.AddressInfo).port;
+  opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
+  return { address: `${tcp.host}:${port}`, port, close: () => closeServer(server, sockets) };
+}

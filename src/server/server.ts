@@ -1,0 +1,155 @@
+/**
+ * Kanal proxy server: wires the agent listener, the frontends, routing,
+ * the allow-list and health together, and takes them down in order.
+ */
+import type { Logger } from 'pino';
+import type { Transport } from '../transport/transport.js';
+import type { TunnelLimits } from '../tunnel/limits.js';
+import { Tunnel } from '../tunnel/tunnel.js';
+import { Feature, type FeatureSet } from '../wire/features.js';
+import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
+import { AgentRegistry } from './agent-registry.js';
+import { AllowList } from './allow-list.js';
+import { createAgentService } from './agent-service.js';
+import { BackendDialer } from './backend-dialer.js';
+import { DestinationDialer } from './destination-dialer.js';
+import { createGrpcFrontend } from './grpc-frontend.js';
+import { createHttpConnectFrontend } from './http-connect-frontend.js';
+import { listenForAgents, listenForFrontends, type FrontendMode, type Listener, type TlsFiles } from './listeners.js';
+
+export interface ServerOptions {
+  serverID: string;
+  serverCount: number;
+  agent: { host: string; port: number; tls: TlsFiles; allowUnauthenticated: boolean };
+  frontend: {
+    mode: FrontendMode;
+    uds?: { path: string; deleteExisting: boolean };
+    tcp?: { host: string; port: number; tls: TlsFiles };
+  };
+  health?: { host: string; port: number };
+  backendDialTimeoutMs: number;
+  allowedDestinations: readonly string[];
+  destinationDialTimeoutMs: number;
+  maxReceiveMessageBytes: number;
+  transport: Transport;
+  limits?: Partial<TunnelLimits>;
+  log: Logger;
+}
+
+export interface ServerStats {
+  agents: number;
+  frontendStreams: number;
+  agentTunnels: { agentID: string; connections: number; pendingDials: number; inboundDials: number }[];
+  frontendTunnels: { connections: number; pendingDials: number; inboundDials: number }[];
+}
+
+const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+
+export class KanalServer {
+  readonly registry = new AgentRegistry();
+  private readonly frontendTunnels = new Set<Tunnel>();
+  private agentListener: Listener | undefined;
+  private frontendListener: Listener | undefined;
+  private health: HealthServer | undefined;
+  private closers: (() => Promise<void>)[] = [];
+
+  constructor(private readonly opts: ServerOptions) {}
+
+  get agentPort(): number {
+    return this.agentListener?.port ?? 0;
+  }
+
+  get frontendPort(): number {
+    return this.frontendListener?.port ?? 0;
+  }
+
+  get healthPort(): number {
+    return this.health?.port ?? 0;
+  }
+
+  readiness(): Readiness {
+    const n = this.registry.size;
+    return n > 0 ? { ready: true, detail: `${n} agent(s) connected` } : { ready: false, detail: 'no agent connected' };
+  }
+
+  stats(): ServerStats {
+    return {
+      agents: this.registry.size,
+      frontendStreams: this.frontendTunnels.size,
+      agentTunnels: this.registry.list().map((b) => ({ agentID: b.agentID, ...b.tunnel.stats() })),
+      frontendTunnels: [...this.frontendTunnels].map((t) => t.stats()),
+    };
+  }
+
+  async start(): Promise<void> {
+    const { opts } = this;
+    const log = opts.log;
+    const allowList = new AllowList(opts.allowedDestinations);
+    if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
+    else log.info({ allowed: allowList.list() }, 'node -> control plane destinations allowed');
+
+    const agentGrpc = opts.transport.createServer(
+      {
+        agentConnect: createAgentService({
+          serverID: opts.serverID,
+          serverCount: opts.serverCount,
+          registry: this.registry,
+          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, log.child({ part: 'node-dial' })),
+          features: SERVER_FEATURES,
+          limits: opts.limits,
+          log: log.child({ part: 'agents' }),
+        }),
+      },
+      { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
+    );
+    this.closers.push(() => agentGrpc.close(1000));
+
+    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, log.child({ part: 'frontend' }));
+    const frontendGrpc = opts.transport.createServer(
+      {
+        proxy: createGrpcFrontend(backendDialer, log.child({ part: 'frontend' }), (t) => this.trackFrontend(t), opts.limits),
+      },
+      { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
+    );
+    this.closers.push(() => frontendGrpc.close(1000));
+    const httpConnect = createHttpConnectFrontend(backendDialer, log.child({ part: 'frontend', frontend: 'http-connect' }));
+
+    this.frontendListener = await listenForFrontends({
+      mode: opts.frontend.mode,
+      uds: opts.frontend.uds,
+      tcp: opts.frontend.tcp,
+      grpc: frontendGrpc,
+      httpConnect,
+      log: log.child({ part: 'frontend' }),
+    });
+    this.agentListener = await listenForAgents({
+      host: opts.agent.host,
+      port: opts.agent.port,
+      tls: opts.agent.tls,
+      allowUnauthenticated: opts.agent.allowUnauthenticated,
+      grpc: agentGrpc,
+      log: log.child({ part: 'agents' }),
+    });
+    if (opts.health) {
+      this.health = await startHealthServer({ ...opts.health, readiness: () => this.readiness(), log });
+    }
+    log.info({ serverID: opts.serverID, serverCount: opts.serverCount }, 'kanal server started');
+  }
+
+  /** Stops listening, closes every tunnel and connection. */
+  async stop(): Promise<void> {
+    await this.frontendListener?.close();
+    await this.agentListener?.close();
+    for (const t of this.frontendTunnels) t.close();
+    for (const b of this.registry.list()) b.tunnel.close();
+    await Promise.all(this.closers.map((c) => c()));
+    this.closers = [];
+    await this.health?.close();
+    this.opts.log.info('kanal server stopped');
+  }
+
+  private trackFrontend(tunnel: Tunnel): void {
+    this.frontendTunnels.add(tunnel);
+    tunnel.once('close', () => this.frontendTunnels.delete(tunnel));
+  }
+}

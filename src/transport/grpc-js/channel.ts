@@ -1,0 +1,66 @@
+import * as grpc from '@grpc/grpc-js';
+import type { Packet } from '../../wire/packet.js';
+import { encodePacket } from '../../wire/codec.js';
+import type { ChannelOptions, GrpcChannel } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import type { PacketStream } from '../packet-stream.js';
+import { decodeOrExplain, type Decoded } from '../decoded.js';
+import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
+import { GrpcJsPacketCall } from './packet-call.js';
+
+export function createGrpcJsChannel(opts: ChannelOptions): GrpcChannel {
+  const credentials = opts.tls
+    ? grpc.credentials.createSsl(opts.tls.ca, opts.tls.key ?? null, opts.tls.cert ?? null)
+    : grpc.credentials.createInsecure();
+  const options: grpc.ChannelOptions = {
+    'grpc.max_receive_message_length': opts.maxReceiveMessageBytes ?? 4 * 1024 * 1024,
+    'grpc.keepalive_time_ms': 60_000,
+    'grpc.keepalive_timeout_ms': 20_000,
+    // One connection per channel: the agent needs one tunnel per server.
+    'grpc.use_local_subchannel_pool': 1,
+  };
+  if (opts.tls?.serverName) options['grpc.ssl_target_name_override'] = opts.tls.serverName;
+  const client = new grpc.Client(opts.target, credentials, options);
+
+  return {
+    openStream(path: string, metadata: Record<string, string>, timeoutMs: number): Promise<PacketStream> {
+      return new Promise<PacketStream>((resolve, reject) => {
+        const call = client.makeBidiStreamRequest<Packet, Decoded>(
+          path,
+          encodePacket,
+          decodeOrExplain,
+          toGrpcMetadata(metadata),
+          { deadline: Infinity },
+        ) as grpc.ClientDuplexStream<Packet, Decoded>;
+        let settled = false;
+        const timer = setTimeout(() => {
+          settle(new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, `no response headers within ${timeoutMs} ms`));
+          call.cancel();
+        }, timeoutMs);
+        const onError = (err: Error & { code?: number; details?: string }): void =>
+          settle(new GrpcStatusError((err.code ?? GrpcStatus.UNKNOWN) as GrpcStatus, err.details ?? err.message));
+        const settle = (result: Error | PacketStream): void => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          call.off('error', onError);
+          if (result instanceof Error) reject(result);
+          else resolve(result);
+        };
+        call.on('error', onError);
+        call.once('metadata', (md: grpc.Metadata) => {
+          // A Trailers-Only refusal may surface as metadata followed at once by
+          // an error status; give that a turn to arrive before accepting.
+          setImmediate(() => {
+            if (settled) return;
+            const stream = new GrpcJsPacketCall(call, 'client', fromGrpcMetadata(md), opts.target);
+            settle(stream);
+          });
+        });
+      });
+    },
+    close(): void {
+      client.close();
+    },
+  };
+}

@@ -1,0 +1,19 @@
+import * as grpc from '@grpc/grpc-js';
+import type { MetadataMap } from '../../wire/metadata.js';
+
+export function fromGrpcMetadata(md: grpc.Metadata): MetadataMap {
+  const out = new Map<string, string[]>();
+  for (const [key, values] of Object.entries(md.toJSON())) {
+    out.set(
+      key.toLowerCase(),
+      values.map((v) => (typeof v === 'string' ? v : v.toString('base64'))),
+    );
+  }
+  return out;
+}
+
+export function toGrpcMetadata(entries: Record<string, string>): grpc.Metadata {
+  const md = new grpc.Metadata();
+  for (const [key, value] of Object.entries(entries)) md.set(key, value);
+  return md;
+}

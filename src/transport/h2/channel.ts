@@ -1,0 +1,324 @@
+/**
+ * gRPC client half on node:http2: one HTTP/2 connection (made when the first
+ * stream is opened, and again on the next openStream after it was lost), on
+ * which bidirectional streams are opened. Reconnecting and backoff are the
+ * caller's business.
+ */
+import http2, {
+  constants as h2c,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+} from 'node:http2';
+import net from 'node:net';
+import tls from 'node:tls';
+import type { Duplex } from 'node:stream';
+import type { PacketStream } from '../packet-stream.js';
+import { GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
+import {
+  addMetadataHeaders,
+  decodeGrpcMessage,
+  GRPC_CONTENT_TYPE,
+  grpcStatusFromHttp,
+  grpcStatusFromRstCode,
+  isGrpcContentType,
+  metadataFromRawHeaders,
+  parseGrpcStatus,
+} from './grpc-headers.js';
+import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
+
+export interface H2ChannelOptions extends ChannelOptions {
+  /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
+  streamWindowBytes?: number;
+  /** Connection receive window. */
+  sessionWindowBytes?: number;
+  /** send() returns false past this many queued bytes per stream. */
+  sendBufferBytes?: number;
+  /**
+   * HTTP/2 PING interval while at least one stream is open (no pings on an
+   * idle connection). Default 60 s, never below 10 s. Upstream's agent
+   * server permits one ping per 30 s; grpc-go's default policy is 5 min
+   * unless the server sends data in between, so keep it ≥ 30 s.
+   */
+  keepaliveIntervalMs?: number;
+  /** A PING unanswered for this long kills the connection. Default 20 s. */
+  keepaliveTimeoutMs?: number;
+  /** user-agent header (grpc-go puts it into metadata). */
+  userAgent?: string;
+}
+
+const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
+const MIN_KEEPALIVE_MS = 10_000;
+const USER_AGENT = 'kanal-h2/0.1';
+
+interface Target {
+  /** What createConnection dials. */
+  connect: () => Duplex;
+  /** :authority / URL used by http2.connect. */
+  authority: string;
+  peer: string;
+}
+
+function parseTarget(opts: ChannelOptions): Target {
+  let target = opts.target;
+  const tlsOpts = opts.tls;
+  const wrap = (socket: net.Socket | undefined, host: string | undefined, port: number | undefined): Duplex => {
+    if (!tlsOpts) return socket ?? net.connect({ host: host!, port: port! });
+    const servername = tlsOpts.serverName ?? (host !== undefined && net.isIP(host) === 0 ? host : undefined);
+    const options: tls.ConnectionOptions = {
+      ca: tlsOpts.ca,
+      cert: tlsOpts.cert,
+      key: tlsOpts.key,
+      ALPNProtocols: ['h2'],
+      ...(servername !== undefined ? { servername } : {}),
+      ...(socket ? { socket } : { host: host!, port: port! }),
+    };
+    if (tlsOpts.serverName !== undefined) {
+      const name = tlsOpts.serverName;
+      options.checkServerIdentity = (_host, cert) => tls.checkServerIdentity(name, cert);
+    }
+    const s = tls.connect(options);
+    s.once('secureConnect', () => {
+      if (s.alpnProtocol !== 'h2') {
+        s.destroy(new Error(`server did not negotiate HTTP/2 via ALPN (got ${String(s.alpnProtocol)})`));
+      }
+    });
+    return s;
+  };
+  if (target.startsWith('unix:')) {
+    // unix:///abs/path, unix:/abs/path, unix:relative
+    const path = target.startsWith('unix://') ? target.slice('unix://'.length) : target.slice('unix:'.length);
+    return {
+      connect: () => wrap(net.connect(path), undefined, undefined),
+      authority: 'localhost',
+      peer: `unix:${path}`,
+    };
+  }
+  if (target.startsWith('dns:///')) target = target.slice('dns:///'.length);
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(target) ?? /^([^:]+):(\d+)$/.exec(target);
+  if (!m) throw new TypeError(`invalid gRPC target "${opts.target}" (want host:port or unix:///path)`);
+  const host = m[1]!;
+  const port = Number(m[2]);
+  return {
+    connect: () => wrap(undefined, host, port),
+    authority: net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`,
+    peer: target,
+  };
+}
+
+export class H2Channel implements GrpcChannel {
+  private readonly target: Target;
+  private readonly maxReceiveMessageBytes: number;
+  private readonly streamWindow: number;
+  private readonly sessionWindow: number;
+  private readonly sendBufferBytes: number;
+  private readonly keepaliveMs: number;
+  private readonly keepaliveTimeoutMs: number;
+  private readonly userAgent: string;
+  private session: ClientHttp2Session | undefined;
+  private closed = false;
+  /** Streams open on any of this channel's sessions (pending or established). */
+  private readonly open = new Map<ClientHttp2Session, Set<ClientHttp2Stream>>();
+
+  constructor(private readonly opts: H2ChannelOptions) {
+    this.target = parseTarget(opts);
+    this.maxReceiveMessageBytes = opts.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_MESSAGE_BYTES;
+    this.streamWindow = opts.streamWindowBytes ?? DEFAULT_STREAM_WINDOW_BYTES;
+    this.sessionWindow = opts.sessionWindowBytes ?? DEFAULT_SESSION_WINDOW_BYTES;
+    this.sendBufferBytes = opts.sendBufferBytes ?? DEFAULT_SEND_BUFFER_BYTES;
+    this.keepaliveMs = Math.max(MIN_KEEPALIVE_MS, opts.keepaliveIntervalMs ?? 60_000);
+    this.keepaliveTimeoutMs = opts.keepaliveTimeoutMs ?? 20_000;
+    this.userAgent = opts.userAgent ?? USER_AGENT;
+  }
+
+  openStream(path: string, metadata: Record<string, string>, timeoutMs: number): Promise<PacketStream> {
+    return new Promise<PacketStream>((resolve, reject) => {
+      if (this.closed) {
+        reject(new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'channel closed'));
+        return;
+      }
+      const session = this.getSession();
+      const headers: OutgoingHttpHeaders & Record<string, string> = {};
+      addMetadataHeaders(headers, metadata);
+      Object.assign(headers, {
+        ':method': 'POST',
+        ':path': path,
+        'content-type': GRPC_CONTENT_TYPE,
+        te: 'trailers',
+        'user-agent': this.userAgent,
+        'grpc-accept-encoding': 'identity',
+      });
+      let req: ClientHttp2Stream;
+      try {
+        req = session.request(headers, { endStream: false });
+      } catch (err) {
+        reject(new GrpcStatusError(GrpcStatus.UNAVAILABLE, `cannot open stream: ${(err as Error).message}`));
+        return;
+      }
+      this.trackStream(session, req);
+
+      let settled = false;
+      let lastError: Error | undefined;
+      const settle = (result: GrpcStatusError | PacketStream): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        req.off('response', onResponse);
+        req.off('close', onClose);
+        if (result instanceof GrpcStatusError) {
+          if (!req.closed && !req.destroyed) req.close(h2c.NGHTTP2_CANCEL);
+          reject(result);
+        } else {
+          resolve(result);
+        }
+      };
+      const timer = setTimeout(
+        () => settle(new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, `no response headers within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      const onError = (err: Error): void => {
+        lastError ??= err;
+      };
+      const onClose = (): void => {
+        const sessionError = this.sessionErrors.get(session);
+        if (session.destroyed || req.rstCode === undefined) {
+          const why = sessionError ?? lastError;
+          settle(new GrpcStatusError(GrpcStatus.UNAVAILABLE, `connection to ${this.target.peer} failed${why ? `: ${why.message}` : ''}`));
+        } else {
+          settle(new GrpcStatusError(grpcStatusFromRstCode(req.rstCode), `stream reset by the server (code ${req.rstCode})`));
+        }
+      };
+      const onResponse = (h: IncomingHttpHeaders, flags: number, raw: string[]): void => {
+        const status = Number(h[':status']);
+        const grpcStatus = parseGrpcStatus(h['grpc-status']);
+        const rawMessage = h['grpc-message'];
+        const message = typeof rawMessage === 'string' ? decodeGrpcMessage(rawMessage) : '';
+        if (status !== 200) {
+          settle(
+            grpcStatus !== undefined && grpcStatus !== GrpcStatus.OK
+              ? new GrpcStatusError(grpcStatus, message)
+              : new GrpcStatusError(grpcStatusFromHttp(status), `unexpected HTTP status ${status}${message ? `: ${message}` : ''}`),
+          );
+          return;
+        }
+        if (!isGrpcContentType(h['content-type'])) {
+          settle(new GrpcStatusError(GrpcStatus.UNKNOWN, `unexpected content-type "${String(h['content-type'] ?? '')}"`));
+          return;
+        }
+        const endStream = (flags & h2c.NGHTTP2_FLAG_END_STREAM) !== 0;
+        if (endStream || grpcStatus !== undefined) {
+          // Trailers-Only.
+          const err = statusFromTrailers(h);
+          if (err) {
+            settle(err);
+            return;
+          }
+        }
+        const stream = new H2PacketStream(req, {
+          role: 'client',
+          metadata: metadataFromRawHeaders(raw),
+          peer: this.target.peer,
+          maxReceiveMessageBytes: this.maxReceiveMessageBytes,
+          sendBufferBytes: this.sendBufferBytes,
+        });
+        settle(stream);
+        if (endStream) {
+          // OK without a single message: the call is already over.
+          setImmediate(() => stream.finish(undefined));
+        }
+      };
+      req.on('error', onError);
+      req.on('response', onResponse);
+      req.on('close', onClose);
+    });
+  }
+
+  /** Stops opening streams; the connection goes once its streams are done. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.session?.close();
+  }
+
+  /** Closes the connection now; open streams end with UNAVAILABLE. */
+  destroy(): void {
+    this.closed = true;
+    for (const session of this.open.keys()) session.destroy();
+    this.session?.destroy();
+  }
+
+  private readonly sessionErrors = new WeakMap<ClientHttp2Session, Error>();
+
+  private getSession(): ClientHttp2Session {
+    const current = this.session;
+    if (current && !current.closed && !current.destroyed) return current;
+    const target = this.target;
+    const session = http2.connect(`${this.opts.tls ? 'https' : 'http'}://${target.authority}`, {
+      settings: {
+        enablePush: false,
+        initialWindowSize: this.streamWindow,
+        maxFrameSize: MAX_FRAME_BYTES,
+      },
+      maxSessionMemory: 64,
+      createConnection: () => target.connect(),
+    });
+    this.session = session;
+    this.open.set(session, new Set());
+    session.on('error', (err: Error) => {
+      if (!this.sessionErrors.has(session)) this.sessionErrors.set(session, err);
+    });
+    session.once('connect', () => {
+      try {
+        session.setLocalWindowSize(this.sessionWindow);
+      } catch {
+        // session already gone
+      }
+    });
+    const stopKeepalive = this.startKeepalive(session);
+    session.once('close', () => {
+      stopKeepalive();
+      this.open.delete(session);
+      if (this.session === session) this.session = undefined;
+    });
+    return session;
+  }
+
+  private trackStream(session: ClientHttp2Session, req: ClientHttp2Stream): void {
+    const set = this.open.get(session);
+    if (!set) return;
+    set.add(req);
+    req.once('close', () => set.delete(req));
+  }
+
+  /** Pings only while streams are open; an unanswered ping kills the connection. */
+  private startKeepalive(session: ClientHttp2Session): () => void {
+    let pending: NodeJS.Timeout | undefined;
+    const timer = setInterval(() => {
+      if (session.destroyed || pending !== undefined) return;
+      if ((this.open.get(session)?.size ?? 0) === 0) return;
+      pending = setTimeout(() => {
+        this.sessionErrors.set(session, new Error('keepalive ping not answered'));
+        session.destroy();
+      }, this.keepaliveTimeoutMs);
+      const sent = session.ping(() => {
+        clearTimeout(pending);
+        pending = undefined;
+      });
+      if (!sent) {
+        clearTimeout(pending);
+        pending = undefined;
+      }
+    }, this.keepaliveMs);
+    timer.unref();
+    return () => {
+      clearInterval(timer);
+      clearTimeout(pending);
+    };
+  }
+}
+
+export function createH2Channel(opts: H2ChannelOptions): H2Channel {
+  return new H2Channel(opts);
+}

@@ -1,0 +1,191 @@
+/**
+ * gRPC length-prefixed messages (PROTOCOL-HTTP2.md, "Length-Prefixed-Message"):
+ * a 1-byte compressed flag, a 4-byte big-endian length, then the message.
+ *
+ * Sending: a DATA packet is framed as two buffers — the 5-byte prefix plus
+ * the protobuf bytes that precede the payload, then the payload itself — so
+ * bulk bytes are never copied into a new buffer on their way to the socket.
+ *
+ * Receiving: a streaming parser that hands out a view into the received chunk
+ * when a message lies inside one chunk, and otherwise assembles it into one
+ * buffer of the announced size (after checking the size against the limit, so
+ * an oversized message is refused before any of it is buffered).
+ */
+import { encodePacket } from '../../wire/codec.js';
+import { PacketType, type Packet } from '../../wire/packet.js';
+import { GrpcStatus } from '../transport.js';
+
+/** DATA payloads at least this large are written as a separate buffer. */
+const SEPARATE_PAYLOAD_BYTES = 1024;
+
+export const MESSAGE_PREFIX_BYTES = 5;
+
+function varintSize(v: number): number {
+  let n = 1;
+  while (v >= 0x80) {
+    v = Math.floor(v / 128);
+    n++;
+  }
+  return n;
+}
+
+function writeVarint(buf: Buffer, pos: number, v: number): number {
+  while (v >= 0x80) {
+    buf[pos++] = (v % 128) | 0x80;
+    v = Math.floor(v / 128);
+  }
+  buf[pos++] = v;
+  return pos;
+}
+
+function writePrefix(buf: Buffer, messageLength: number): void {
+  buf[0] = 0;
+  buf.writeUInt32BE(messageLength, 1);
+}
+
+/**
+ * Frames a packet as one gRPC message. Returns one buffer, or two (header and
+ * payload) for DATA packets with a large payload. The concatenation of the
+ * parts minus the first five bytes is exactly `encodePacket(packet)`.
+ */
+export function framePacket(packet: Packet): [Buffer] | [Buffer, Uint8Array] {
+  if (
+    packet.type === PacketType.DATA &&
+    packet.data.length >= SEPARATE_PAYLOAD_BYTES &&
+    Number.isSafeInteger(packet.connectID) &&
+    packet.connectID >= 0
+  ) {
+    return frameData(packet.connectID, packet.error, packet.data);
+  }
+  const body = encodePacket(packet);
+  const out = Buffer.allocUnsafe(MESSAGE_PREFIX_BYTES + body.length);
+  writePrefix(out, body.length);
+  out.set(body, MESSAGE_PREFIX_BYTES);
+  return [out];
+}
+
+// Packet{type=1 (varint), data=4 (len)} and Data{connectID=1, error=2, data=3}.
+const TAG_TYPE = (1 << 3) | 0;
+const TAG_PAYLOAD_DATA = (4 << 3) | 2;
+const TAG_CONNECT_ID = (1 << 3) | 0;
+const TAG_ERROR = (2 << 3) | 2;
+const TAG_DATA = (3 << 3) | 2;
+
+function frameData(connectID: number, error: string, data: Uint8Array): [Buffer, Uint8Array] {
+  const errorBytes = error.length === 0 ? 0 : Buffer.byteLength(error, 'utf8');
+  let inner = 1 + varintSize(data.length) + data.length;
+  if (connectID !== 0) inner += 1 + varintSize(connectID);
+  if (errorBytes !== 0) inner += 1 + varintSize(errorBytes) + errorBytes;
+  const messageLength = 2 + 1 + varintSize(inner) + inner;
+  const headerLength = MESSAGE_PREFIX_BYTES + messageLength - data.length;
+  const h = Buffer.allocUnsafe(headerLength);
+  writePrefix(h, messageLength);
+  let p = MESSAGE_PREFIX_BYTES;
+  h[p++] = TAG_TYPE;
+  h[p++] = PacketType.DATA;
+  h[p++] = TAG_PAYLOAD_DATA;
+  p = writeVarint(h, p, inner);
+  if (connectID !== 0) {
+    h[p++] = TAG_CONNECT_ID;
+    p = writeVarint(h, p, connectID);
+  }
+  if (errorBytes !== 0) {
+    h[p++] = TAG_ERROR;
+    p = writeVarint(h, p, errorBytes);
+    p += h.write(error, p, errorBytes, 'utf8');
+  }
+  h[p++] = TAG_DATA;
+  writeVarint(h, p, data.length);
+  return [h, data];
+}
+
+/** Why the parser stopped: the stream must end with this status. */
+export interface FramingError {
+  readonly code: GrpcStatus;
+  readonly message: string;
+}
+
+/**
+ * Incremental parser of length-prefixed messages. `push` calls `onMessage` for
+ * every complete message; if `onMessage` returns false parsing stops (the
+ * stream was closed by a listener). After an error the parser is dead.
+ */
+export class MessageParser {
+  private readonly prefix = Buffer.alloc(MESSAGE_PREFIX_BYTES);
+  private prefixFill = 0;
+  /** Message being assembled across chunks, or null between messages. */
+  private body: Buffer | null = null;
+  private bodyFill = 0;
+  private failed: FramingError | null = null;
+
+  constructor(private readonly maxMessageBytes: number) {}
+
+  push(chunk: Buffer, onMessage: (message: Uint8Array) => boolean): FramingError | null {
+    if (this.failed) return this.failed;
+    const n = chunk.length;
+    let off = 0;
+    while (off < n) {
+      let body = this.body;
+      if (body === null) {
+        let flags: number;
+        let length: number;
+        if (this.prefixFill === 0 && n - off >= MESSAGE_PREFIX_BYTES) {
+          flags = chunk[off]!;
+          length = chunk.readUInt32BE(off + 1);
+          off += MESSAGE_PREFIX_BYTES;
+        } else {
+          const take = Math.min(MESSAGE_PREFIX_BYTES - this.prefixFill, n - off);
+          chunk.copy(this.prefix, this.prefixFill, off, off + take);
+          this.prefixFill += take;
+          off += take;
+          if (this.prefixFill < MESSAGE_PREFIX_BYTES) break;
+          this.prefixFill = 0;
+          flags = this.prefix[0]!;
+          length = this.prefix.readUInt32BE(1);
+        }
+        if (flags !== 0) {
+          return this.fail(
+            flags === 1
+              ? { code: GrpcStatus.INTERNAL, message: 'compressed message received, but no grpc-encoding was negotiated' }
+              : { code: GrpcStatus.INTERNAL, message: `invalid message flags 0x${flags.toString(16)}` },
+          );
+        }
+        if (length > this.maxMessageBytes) {
+          return this.fail({
+            code: GrpcStatus.RESOURCE_EXHAUSTED,
+            message: `received message larger than max (${length} vs. ${this.maxMessageBytes})`,
+          });
+        }
+        if (n - off >= length) {
+          // Whole message inside this chunk: hand out a view, no copy.
+          const message = chunk.subarray(off, off + length);
+          off += length;
+          if (!onMessage(message)) return null;
+          continue;
+        }
+        body = this.body = Buffer.allocUnsafe(length);
+        this.bodyFill = 0;
+      }
+      const take = Math.min(body.length - this.bodyFill, n - off);
+      chunk.copy(body, this.bodyFill, off, off + take);
+      this.bodyFill += take;
+      off += take;
+      if (this.bodyFill === body.length) {
+        this.body = null;
+        if (!onMessage(body)) return null;
+      }
+    }
+    return null;
+  }
+
+  /** True when a message or prefix is partially received. */
+  get midMessage(): boolean {
+    return this.body !== null || this.prefixFill !== 0;
+  }
+
+  private fail(err: FramingError): FramingError {
+    this.failed = err;
+    this.body = null;
+    return err;
+  }
+}

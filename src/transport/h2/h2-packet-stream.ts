@@ -1,0 +1,267 @@
+/**
+ * PacketStream over one node:http2 stream, for either side of the call.
+ *
+ * Sending: packets are framed by framing.ts and written while the stream is
+ * corked until the next tick, so everything sent in one turn of the event
+ * loop reaches nghttp2 as one writev without being concatenated. send()
+ * returns false once the stream's write buffer holds `sendBufferBytes`, and
+ * 'drain' is emitted when it has fallen to half of that.
+ *
+ * Receiving: DATA chunks go through MessageParser; every message is decoded
+ * and emitted as 'packet' (or 'invalid'). Oversized or compressed messages end
+ * the stream with RESOURCE_EXHAUSTED / INTERNAL.
+ *
+ * Ending: the server side ends with trailers (grpc-status, grpc-message); the
+ * client side half-closes and learns the status from the trailers.
+ */
+import { EventEmitter } from 'node:events';
+import { constants as h2c, type Http2Stream, type IncomingHttpHeaders } from 'node:http2';
+import type { Packet } from '../../wire/packet.js';
+import type { MetadataMap } from '../../wire/metadata.js';
+import type { PacketStream } from '../packet-stream.js';
+import { decodeOrExplain, isInvalid } from '../decoded.js';
+import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import { framePacket, MessageParser } from './framing.js';
+import { decodeGrpcMessage, encodeGrpcMessage, grpcStatusFromRstCode, parseGrpcStatus } from './grpc-headers.js';
+
+export type StreamRole = 'client' | 'server';
+
+export interface H2PacketStreamOptions {
+  role: StreamRole;
+  metadata: MetadataMap;
+  peer: string;
+  maxReceiveMessageBytes: number;
+  /** send() returns false once this many bytes wait in the stream's write buffer. */
+  sendBufferBytes: number;
+}
+
+export const DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024;
+
+/** Trailers for a server-side status. */
+export function statusTrailers(code: GrpcStatus, message: string): Record<string, string> {
+  const t: Record<string, string> = { 'grpc-status': String(code) };
+  if (message !== '') t['grpc-message'] = encodeGrpcMessage(message);
+  return t;
+}
+
+/** Reads grpc-status / grpc-message from trailers (or a Trailers-Only response). */
+export function statusFromTrailers(headers: IncomingHttpHeaders): GrpcStatusError | undefined {
+  const code = parseGrpcStatus(headers['grpc-status']);
+  const raw = headers['grpc-message'];
+  const message = typeof raw === 'string' ? decodeGrpcMessage(raw) : '';
+  if (code === undefined) return new GrpcStatusError(GrpcStatus.UNKNOWN, 'stream ended without a valid grpc-status');
+  if (code === GrpcStatus.OK) return undefined;
+  return new GrpcStatusError(code, message);
+}
+
+function noop(): void {}
+
+export class H2PacketStream extends EventEmitter implements PacketStream {
+  readonly metadata: MetadataMap;
+  readonly peer: string;
+  closed = false;
+
+  private readonly role: StreamRole;
+  private readonly parser: MessageParser;
+  private readonly highWater: number;
+  private readonly lowWater: number;
+  /** No more packets from this side (end() called or status being sent). */
+  private ended = false;
+  private wantDrain = false;
+  private corked = false;
+  /** Server: the status the trailers carry. */
+  private trailerStatus: { code: GrpcStatus; message: string } | null = null;
+  private trailersSent = false;
+
+  constructor(
+    private readonly h2: Http2Stream,
+    opts: H2PacketStreamOptions,
+  ) {
+    super();
+    this.role = opts.role;
+    this.metadata = opts.metadata;
+    this.peer = opts.peer;
+    this.parser = new MessageParser(opts.maxReceiveMessageBytes);
+    this.highWater = opts.sendBufferBytes;
+    this.lowWater = Math.floor(opts.sendBufferBytes / 2);
+
+    h2.on('error', noop); // reported through 'close'
+    h2.on('data', this.onData);
+    h2.on('drain', this.onWritten);
+    h2.on('end', this.onEnd);
+    h2.on('close', this.onH2Close);
+    if (this.role === 'server') {
+      h2.on('wantTrailers', this.onWantTrailers);
+    } else {
+      h2.on('trailers', this.onTrailers);
+    }
+  }
+
+  // ---------- sending ----------
+
+  send(packet: Packet): boolean {
+    if (this.closed || this.ended) return true; // dropped: 'close' tells the caller
+    const h2 = this.h2;
+    if (!this.corked) {
+      this.corked = true;
+      h2.cork();
+      process.nextTick(this.uncork);
+    }
+    const parts = framePacket(packet);
+    if (parts.length === 1) {
+      h2.write(parts[0], this.onWritten);
+    } else {
+      h2.write(parts[0]);
+      h2.write(parts[1], this.onWritten);
+    }
+    if (h2.writableLength >= this.highWater) {
+      this.wantDrain = true;
+      return false;
+    }
+    return true;
+  }
+
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.h2.uncork();
+  };
+
+  private readonly onWritten = (): void => {
+    if (this.wantDrain && this.h2.writableLength <= this.lowWater) {
+      this.wantDrain = false;
+      if (!this.closed) this.emit('drain');
+    }
+  };
+
+  end(): void {
+    if (this.closed || this.ended) return;
+    if (this.role === 'client') {
+      this.ended = true;
+      this.h2.end();
+    } else {
+      this.endWithStatus(GrpcStatus.OK, '');
+    }
+  }
+
+  destroy(error?: Error): void {
+    if (this.closed) return;
+    if (error instanceof GrpcStatusError) this.stop(error.code, error.message);
+    else this.stop(this.role === 'server' ? GrpcStatus.UNAVAILABLE : GrpcStatus.CANCELLED, error?.message ?? 'stream destroyed');
+    this.finish(error);
+  }
+
+  /**
+   * Ends the call with a non-OK status because of something this side
+   * detected (deadline, oversized message, …); 'close' carries the status.
+   */
+  abort(code: GrpcStatus, message: string): void {
+    if (this.closed) return;
+    this.stop(code, message);
+    this.finish(new GrpcStatusError(code, message));
+  }
+
+  /** Server: trailers with the status if nothing is queued; otherwise (and on the client) RST_STREAM. */
+  private stop(code: GrpcStatus, message: string): void {
+    const h2 = this.h2;
+    if (h2.destroyed || h2.closed) return;
+    if (this.role === 'server' && !this.ended && h2.writableLength === 0) {
+      this.endWithStatus(code, message);
+    } else {
+      this.ended = true;
+      h2.close(h2c.NGHTTP2_CANCEL);
+    }
+  }
+
+  /** Server: ends the response with trailers once queued packets are written. */
+  private endWithStatus(code: GrpcStatus, message: string): void {
+    this.ended = true;
+    this.trailerStatus = { code, message };
+    this.h2.end();
+  }
+
+  private readonly onWantTrailers = (): void => {
+    const h2 = this.h2;
+    const status = this.trailerStatus ?? { code: GrpcStatus.OK, message: '' };
+    h2.sendTrailers(statusTrailers(status.code, status.message));
+    this.trailersSent = true;
+    // The call is over once the status is out; if the client has not
+    // half-closed, release the stream after the trailers (RST_STREAM
+    // NO_ERROR, as RFC 7540 §8.1 and grpc-go do).
+    if (!h2.readableEnded) h2.close(h2c.NGHTTP2_NO_ERROR);
+  };
+
+  // ---------- receiving ----------
+
+  /**
+   * Stops reading (not part of PacketStream): incoming DATA stays in the
+   * stream's receive window, so the peer is flow-controlled.
+   */
+  pause(): void {
+    this.h2.pause();
+  }
+
+  resume(): void {
+    this.h2.resume();
+  }
+
+  private readonly onMessage = (message: Uint8Array): boolean => {
+    const d = decodeOrExplain(message);
+    if (isInvalid(d)) this.emit('invalid', d.invalid);
+    else this.emit('packet', d);
+    return !this.closed;
+  };
+
+  private readonly onData = (chunk: Buffer): void => {
+    if (this.closed) return;
+    const err = this.parser.push(chunk, this.onMessage);
+    if (err !== null) this.abort(err.code, err.message);
+  };
+
+  private readonly onEnd = (): void => {
+    if (this.closed) return;
+    if (this.parser.midMessage) {
+      this.abort(GrpcStatus.INTERNAL, 'stream ended in the middle of a message');
+      return;
+    }
+    if (this.role === 'server') {
+      // The client half-closed: answer with OK, which ends the call.
+      this.end();
+      this.finish(undefined);
+    }
+    // Client: the status comes with the trailers (or 'close' without them).
+  };
+
+  private readonly onTrailers = (headers: IncomingHttpHeaders): void => {
+    if (this.closed) return;
+    const err = statusFromTrailers(headers);
+    // The server is done; stop our half too (grpc-go sends RST_STREAM NO_ERROR).
+    this.ended = true;
+    if (!this.h2.writableEnded) this.h2.close(h2c.NGHTTP2_NO_ERROR);
+    this.finish(err);
+  };
+
+  private readonly onH2Close = (): void => {
+    if (this.closed) return;
+    const h2 = this.h2;
+    const session = h2.session;
+    if (session === undefined || session.destroyed) {
+      this.finish(new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
+    } else if (this.role === 'server' && this.trailersSent) {
+      const status = this.trailerStatus;
+      this.finish(status && status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
+    } else if (this.role === 'server') {
+      this.finish(new GrpcStatusError(GrpcStatus.CANCELLED, `stream reset by the client (code ${h2.rstCode})`));
+    } else if (h2.rstCode !== undefined && h2.rstCode !== h2c.NGHTTP2_NO_ERROR) {
+      this.finish(new GrpcStatusError(grpcStatusFromRstCode(h2.rstCode), `stream reset by the server (code ${h2.rstCode})`));
+    } else {
+      this.finish(new GrpcStatusError(GrpcStatus.INTERNAL, 'stream closed without a grpc-status'));
+    }
+  };
+
+  /** Emits 'close' once. */
+  finish(error: Error | undefined): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.emit('close', error);
+  }
+}

@@ -1,0 +1,344 @@
+/**
+ * gRPC server half on node:http2. Connections are accepted (and, for TCP,
+ * TLS-terminated with ALPN h2) by Kanal and handed in with injectConnection;
+ * bytes a protocol sniffer read and unshift()ed back are fed to the session
+ * by node:http2 itself.
+ */
+import http2, {
+  constants as h2c,
+  type Http2Session,
+  type IncomingHttpHeaders,
+  type ServerHttp2Session,
+  type ServerHttp2Stream,
+} from 'node:http2';
+import type { Duplex } from 'node:stream';
+import { AGENT_SERVICE_CONNECT, PROXY_SERVICE_PROXY, type MetadataMap } from '../../wire/metadata.js';
+import type { PacketStream } from '../packet-stream.js';
+import {
+  GrpcStatus,
+  GrpcStatusError,
+  type GrpcServerTransport,
+  type IncomingStream,
+  type StreamHandlers,
+} from '../transport.js';
+import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusTrailers } from './h2-packet-stream.js';
+import {
+  addMetadataHeaders,
+  encodeGrpcMessage,
+  GRPC_CONTENT_TYPE,
+  isGrpcContentType,
+  metadataFromRawHeaders,
+  parseGrpcTimeout,
+} from './grpc-headers.js';
+import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
+
+export interface H2ServerOptions {
+  maxReceiveMessageBytes: number;
+  /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
+  streamWindowBytes?: number;
+  /** Connection receive window. */
+  sessionWindowBytes?: number;
+  /** send() returns false past this many queued bytes per stream. */
+  sendBufferBytes?: number;
+  /** A connection that has not sent its HTTP/2 preface + SETTINGS by then is dropped. */
+  handshakeTimeoutMs?: number;
+  /** Server keepalive pings (0 = off, the default; clients ping). Clamped to ≥ 10 s. */
+  keepaliveIntervalMs?: number;
+  keepaliveTimeoutMs?: number;
+}
+
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function noop(): void {}
+
+function peerOf(connection: Duplex): string {
+  const s = connection as Duplex & { remoteAddress?: string; remotePort?: number };
+  if (typeof s.remoteAddress === 'string') {
+    return s.remoteAddress.includes(':') ? `[${s.remoteAddress}]:${s.remotePort}` : `${s.remoteAddress}:${s.remotePort}`;
+  }
+  return 'unix';
+}
+
+/** Refuses a call with a Trailers-Only response (one HEADERS frame with END_STREAM). */
+function trailersOnly(h2: ServerHttp2Stream, code: GrpcStatus, message: string, extra: Record<string, string> = {}): void {
+  if (h2.destroyed || h2.closed || h2.headersSent) return;
+  h2.respond(
+    { ':status': 200, 'content-type': GRPC_CONTENT_TYPE, ...extra, ...statusTrailers(code, message) },
+    { endStream: true },
+  );
+  releaseAfterResponse(h2);
+}
+
+/** Once the response is out, a request half still open is reset with NO_ERROR (RFC 7540 §8.1). */
+function releaseAfterResponse(h2: ServerHttp2Stream): void {
+  h2.resume(); // discard whatever the client still sends
+  if (!h2.readableEnded) h2.close(h2c.NGHTTP2_NO_ERROR);
+}
+
+class H2IncomingStream implements IncomingStream {
+  /** Set once accepted, rejected, expired or gone. */
+  private settled = false;
+  private stream: H2PacketStream | null = null;
+  private deadline: NodeJS.Timeout | undefined;
+  private expired = false;
+
+  constructor(
+    private readonly h2: ServerHttp2Stream,
+    readonly metadata: MetadataMap,
+    readonly peer: string,
+    private readonly opts: Required<Pick<H2ServerOptions, 'maxReceiveMessageBytes' | 'sendBufferBytes'>>,
+    timeoutMs: number | undefined,
+    private readonly track: (s: H2PacketStream) => void,
+  ) {
+    if (timeoutMs !== undefined && timeoutMs <= MAX_TIMER_MS) {
+      this.deadline = setTimeout(this.onDeadline, timeoutMs);
+    }
+    h2.once('close', () => {
+      clearTimeout(this.deadline);
+      this.settled = true;
+    });
+  }
+
+  private readonly onDeadline = (): void => {
+    this.expired = true;
+    if (this.stream) this.stream.abort(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+    else this.reject(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+  };
+
+  accept(headers: Record<string, string>): PacketStream {
+    const h2 = this.h2;
+    const stream = new H2PacketStream(h2, {
+      role: 'server',
+      metadata: this.metadata,
+      peer: this.peer,
+      maxReceiveMessageBytes: this.opts.maxReceiveMessageBytes,
+      sendBufferBytes: this.opts.sendBufferBytes,
+    });
+    if (this.settled || h2.destroyed || h2.closed || h2.headersSent) {
+      // Too late (expired, rejected, or the client went away): a stream that is already over.
+      const err = this.expired
+        ? new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded')
+        : new GrpcStatusError(GrpcStatus.CANCELLED, 'stream closed before it was accepted');
+      setImmediate(() => stream.finish(err));
+      return stream;
+    }
+    this.settled = true;
+    this.stream = stream;
+    const response: Record<string, string> = {};
+    addMetadataHeaders(response, headers);
+    h2.respond(
+      { ...response, ':status': 200, 'content-type': GRPC_CONTENT_TYPE, 'grpc-accept-encoding': 'identity' },
+      { waitForTrailers: true, sendDate: false } as http2.ServerStreamResponseOptions,
+    );
+    this.track(stream);
+    return stream;
+  }
+
+  reject(code: GrpcStatus, message: string): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearTimeout(this.deadline);
+    trailersOnly(this.h2, code, message);
+  }
+}
+
+export class H2ServerTransport implements GrpcServerTransport {
+  private readonly server: http2.Http2Server;
+  private readonly sessions = new Set<ServerHttp2Session>();
+  private readonly streams = new Set<H2PacketStream>();
+  private readonly opts: Required<H2ServerOptions>;
+  private closing: Promise<void> | null = null;
+  /** Peer of the connection being injected (the 'session' event is synchronous). */
+  private injectingPeer = 'unknown';
+
+  constructor(
+    private readonly handlers: StreamHandlers,
+    options: H2ServerOptions,
+  ) {
+    this.opts = {
+      maxReceiveMessageBytes: options.maxReceiveMessageBytes,
+      streamWindowBytes: options.streamWindowBytes ?? DEFAULT_STREAM_WINDOW_BYTES,
+      sessionWindowBytes: options.sessionWindowBytes ?? DEFAULT_SESSION_WINDOW_BYTES,
+      sendBufferBytes: options.sendBufferBytes ?? DEFAULT_SEND_BUFFER_BYTES,
+      handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
+      keepaliveIntervalMs: options.keepaliveIntervalMs ?? 0,
+      keepaliveTimeoutMs: options.keepaliveTimeoutMs ?? 20_000,
+    };
+    this.server = http2.createServer({
+      settings: {
+        initialWindowSize: this.opts.streamWindowBytes,
+        maxFrameSize: MAX_FRAME_BYTES,
+      },
+      // Received data is consumed at once; outbound queues are bounded per stream.
+      maxSessionMemory: 64,
+    });
+    this.server.on('session', this.onSession);
+    this.server.on('stream', this.onStream);
+    this.server.on('sessionError', noop);
+    this.server.on('unknownProtocol', (socket: Duplex) => socket.destroy());
+  }
+
+  injectConnection(connection: Duplex): void {
+    if (this.closing) {
+      connection.destroy();
+      return;
+    }
+    connection.on('error', noop); // the session reports it; never crash on a reset
+    this.injectingPeer = peerOf(connection);
+    try {
+      this.server.emit('connection', connection);
+    } finally {
+      this.injectingPeer = 'unknown';
+    }
+  }
+
+  private readonly onSession = (session: ServerHttp2Session): void => {
+    const peer = this.injectingPeer;
+    sessionPeers.set(session, peer);
+    this.sessions.add(session);
+    session.on('error', noop);
+    session.on('frameError', noop);
+
+    const handshake = setTimeout(() => session.destroy(), this.opts.handshakeTimeoutMs);
+    session.once('remoteSettings', () => clearTimeout(handshake));
+    const stopKeepalive = this.opts.keepaliveIntervalMs > 0 ? startKeepalive(session, this.opts) : noop;
+    session.once('close', () => {
+      clearTimeout(handshake);
+      stopKeepalive();
+      this.sessions.delete(session);
+    });
+    if (!session.destroyed) {
+      try {
+        session.setLocalWindowSize(this.opts.sessionWindowBytes);
+      } catch {
+        // session already gone
+      }
+    }
+  };
+
+  private readonly onStream = (
+    h2: ServerHttp2Stream,
+    headers: IncomingHttpHeaders,
+    _flags: number,
+    rawHeaders: string[],
+  ): void => {
+    h2.on('error', noop);
+    if (this.closing) {
+      h2.close(h2c.NGHTTP2_REFUSED_STREAM);
+      return;
+    }
+    if (headers[':method'] !== 'POST') {
+      h2.respond({ ':status': 405, allow: 'POST' }, { endStream: true });
+      releaseAfterResponse(h2);
+      return;
+    }
+    const contentType = headers['content-type'];
+    if (!isGrpcContentType(contentType)) {
+      h2.respond(
+        {
+          ':status': 415,
+          'grpc-status': String(GrpcStatus.INTERNAL),
+          'grpc-message': encodeGrpcMessage(`invalid gRPC request content-type "${String(contentType ?? '')}"`),
+        },
+        { endStream: true },
+      );
+      releaseAfterResponse(h2);
+      return;
+    }
+    const encoding = headers['grpc-encoding'];
+    if (encoding !== undefined && encoding !== 'identity') {
+      trailersOnly(h2, GrpcStatus.UNIMPLEMENTED, `grpc-encoding "${String(encoding)}" is not supported`, {
+        'grpc-accept-encoding': 'identity',
+      });
+      return;
+    }
+    let timeoutMs: number | undefined;
+    const timeout = headers['grpc-timeout'];
+    if (timeout !== undefined) {
+      timeoutMs = typeof timeout === 'string' ? parseGrpcTimeout(timeout) : undefined;
+      if (timeoutMs === undefined) {
+        trailersOnly(h2, GrpcStatus.INTERNAL, `malformed grpc-timeout "${String(timeout)}"`);
+        return;
+      }
+    }
+    const path = headers[':path'];
+    const handler =
+      path === AGENT_SERVICE_CONNECT ? this.handlers.agentConnect : path === PROXY_SERVICE_PROXY ? this.handlers.proxy : undefined;
+    if (handler === undefined) {
+      trailersOnly(h2, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`);
+      return;
+    }
+    const incoming = new H2IncomingStream(
+      h2,
+      metadataFromRawHeaders(rawHeaders),
+      (h2.session && sessionPeers.get(h2.session)) ?? 'unknown',
+      this.opts,
+      timeoutMs,
+      this.track,
+    );
+    handler(incoming);
+  };
+
+  private readonly track = (stream: H2PacketStream): void => {
+    this.streams.add(stream);
+    stream.once('close', () => this.streams.delete(stream));
+  };
+
+  close(graceMs: number): Promise<void> {
+    if (this.closing) return this.closing;
+    this.closing = new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(grace);
+        clearTimeout(hard);
+        resolve();
+      };
+      const check = (): void => {
+        if (this.sessions.size === 0) done();
+      };
+      // GOAWAY now; sessions close by themselves once their streams are done.
+      for (const session of this.sessions) {
+        session.once('close', () => setImmediate(check));
+        session.close();
+      }
+      let hard: NodeJS.Timeout | undefined;
+      const grace = setTimeout(() => {
+        const shutdown = new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'server shutting down');
+        for (const stream of [...this.streams]) stream.destroy(shutdown);
+        // Give the trailers a moment to leave, then cut what remains.
+        hard = setTimeout(() => {
+          for (const session of this.sessions) session.destroy();
+        }, 100);
+      }, graceMs);
+      check();
+    });
+    return this.closing;
+  }
+}
+
+const sessionPeers = new WeakMap<Http2Session, string>();
+
+function startKeepalive(session: Http2Session, opts: Required<H2ServerOptions>): () => void {
+  const interval = Math.max(10_000, opts.keepaliveIntervalMs);
+  let timeout: NodeJS.Timeout | undefined;
+  const timer = setInterval(() => {
+    if (session.destroyed || timeout !== undefined) return;
+    timeout = setTimeout(() => session.destroy(), opts.keepaliveTimeoutMs);
+    const sent = session.ping(() => {
+      clearTimeout(timeout);
+      timeout = undefined;
+    });
+    if (!sent) {
+      clearTimeout(timeout);
+      timeout = undefined;
+    }
+  }, interval);
+  timer.unref();
+  return () => {
+    clearInterval(timer);
+    clearTimeout(timeout);
+  };
+}
+
+export function createH2Server(handlers: StreamHandlers, opts: H2ServerOptions): H2ServerTransport {
+  return new H2ServerTransport(handlers, opts);
+}

@@ -1,0 +1,39 @@
+/**
+ * The one interface between the tunnel multiplexer and whatever carries
+ * packets (grpc-js today; a node:http2 gRPC implementation can replace it).
+ * A PacketStream is one bidirectional gRPC stream, already past its headers.
+ */
+import type { Packet } from '../wire/packet.js';
+import type { MetadataMap } from '../wire/metadata.js';
+
+export interface PacketStreamEvents {
+  /** A well-formed packet arrived. */
+  packet: [packet: Packet];
+  /** Bytes arrived that do not decode as a Packet; the stream stays open. */
+  invalid: [reason: string];
+  /** send() returned false earlier and the stream can take more now. */
+  drain: [];
+  /** The stream is finished (peer ended, error, or destroy()); emitted once. */
+  close: [error: Error | undefined];
+}
+
+export interface PacketStream {
+  /** Request metadata (server side) or response headers (client side). */
+  readonly metadata: MetadataMap;
+  /** Human-readable peer address for logs. */
+  readonly peer: string;
+  /**
+   * Queues a packet. Returns false once the stream's send buffer is full:
+   * the caller should wait for 'drain' before sending more bulk data.
+   */
+  send(packet: Packet): boolean;
+  /** Graceful end: no more packets from this side (gRPC half-close / OK status). */
+  end(): void;
+  /** Tears the stream down now; pending packets are dropped. */
+  destroy(error?: Error): void;
+  readonly closed: boolean;
+
+  on<K extends keyof PacketStreamEvents>(event: K, listener: (...args: PacketStreamEvents[K]) => void): this;
+  once<K extends keyof PacketStreamEvents>(event: K, listener: (...args: PacketStreamEvents[K]) => void): this;
+  off<K extends keyof PacketStreamEvents>(event: K, listener: (...args: PacketStreamEvents[K]) => void): this;
+}

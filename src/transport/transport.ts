@@ -1,0 +1,95 @@
+/**
+ * How streams are opened and accepted. Both gRPC implementations (grpc-js and
+ * the node:http2 one) provide these two shapes; nothing above src/transport
+ * imports an implementation directly except through src/transport/index.ts.
+ */
+import type { Duplex } from 'node:stream';
+import type { PacketStream } from './packet-stream.js';
+import type { MetadataMap } from '../wire/metadata.js';
+
+/** gRPC status codes used by Kanal (subset of grpc's codes). */
+export enum GrpcStatus {
+  OK = 0,
+  CANCELLED = 1,
+  UNKNOWN = 2,
+  INVALID_ARGUMENT = 3,
+  DEADLINE_EXCEEDED = 4,
+  RESOURCE_EXHAUSTED = 8,
+  FAILED_PRECONDITION = 9,
+  UNIMPLEMENTED = 12,
+  INTERNAL = 13,
+  UNAVAILABLE = 14,
+  UNAUTHENTICATED = 16,
+}
+
+/** A stream the server side has accepted but not yet answered. */
+export interface IncomingStream {
+  /** Request metadata sent by the client. */
+  readonly metadata: MetadataMap;
+  readonly peer: string;
+  /** Sends the response headers and returns the stream to exchange packets. */
+  accept(headers: Record<string, string>): PacketStream;
+  /** Answers with a non-OK status (Trailers-Only) and ends the call. */
+  reject(code: GrpcStatus, message: string): void;
+}
+
+export interface StreamHandlers {
+  /** /AgentService/Connect */
+  agentConnect?: (stream: IncomingStream) => void;
+  /** /ProxyService/Proxy */
+  proxy?: (stream: IncomingStream) => void;
+}
+
+/**
+ * Server half: serves gRPC on connections the caller has already accepted,
+ * TLS-terminated and authenticated (so one listener can carry several
+ * protocols and refusals are logged by Kanal, not buried in a library).
+ */
+export interface GrpcServerTransport {
+  injectConnection(connection: Duplex): void;
+  /** Stops taking streams; resolves once existing ones are finished or destroyed. */
+  close(graceMs: number): Promise<void>;
+}
+
+export interface ClientTlsOptions {
+  ca: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+  /** Name to verify the server certificate against (defaults to the host). */
+  serverName?: string;
+}
+
+export interface ChannelOptions {
+  /** "host:port" or "unix:///path". */
+  target: string;
+  /** Absent means plaintext (Unix sockets in tests). */
+  tls?: ClientTlsOptions;
+  /** Largest message accepted from the peer, bytes. */
+  maxReceiveMessageBytes?: number;
+}
+
+/** Error carrying the gRPC status a stream ended with. */
+export class GrpcStatusError extends Error {
+  override name = 'GrpcStatusError';
+  constructor(
+    readonly code: GrpcStatus,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Client half: one HTTP/2 connection to a server, on which streams are opened. */
+export interface GrpcChannel {
+  /**
+   * Opens a stream and resolves once the response headers arrived (they are
+   * the PacketStream's metadata). Rejects with GrpcStatusError on refusal.
+   */
+  openStream(path: string, metadata: Record<string, string>, timeoutMs: number): Promise<PacketStream>;
+  close(): void;
+}
+
+export interface Transport {
+  createServer(handlers: StreamHandlers, opts: { maxReceiveMessageBytes: number }): GrpcServerTransport;
+  createChannel(opts: ChannelOptions): GrpcChannel;
+}

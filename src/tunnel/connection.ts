@@ -1,0 +1,240 @@
+/**
+ * One tunnelled TCP connection as a Node Duplex: writes become DATA packets,
+ * DATA packets from the peer become readable bytes. Each connection has its
+ * own bounded buffer, so a slow local reader never stalls its neighbours:
+ * with the window extension the peer stops sending when our window is
+ * spent; without it, overflowing the buffer closes just this connection.
+ */
+import { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import type { TunnelLimits } from './limits.js';
+
+/** What a connection needs from its tunnel. */
+export interface ConnectionHost {
+  /** True while the transport accepts more bulk data. */
+  readonly writable: boolean;
+  sendData(connectID: number, data: Uint8Array): void;
+  sendWindow(connectID: number, increment: number): void;
+  sendHalfClose(connectID: number): void;
+  /** Tells the peer the connection is gone (CLOSE_REQ or CLOSE_RSP by role). */
+  sendClose(connectID: number, role: ConnectionRole, reason: string): void;
+  /** Calls `resume` once when the transport drains. */
+  whenWritable(resume: () => void): void;
+  forget(connectID: number): void;
+}
+
+/** Whether we asked for this connection (dialer) or performed the dial (performer). */
+export type ConnectionRole = 'dialer' | 'performer';
+
+export interface ConnectionOptions {
+  connectID: number;
+  dialID: bigint;
+  address: string;
+  role: ConnectionRole;
+  flowControl: boolean;
+  halfClose: boolean;
+  limits: TunnelLimits;
+  log: Logger;
+}
+
+interface PendingWrite {
+  chunk: Buffer;
+  offset: number;
+  callback: (error?: Error | null) => void;
+}
+
+export class TunnelConnection extends Duplex {
+  readonly connectID: number;
+  readonly dialID: bigint;
+  readonly address: string;
+  readonly role: ConnectionRole;
+  readonly log: Logger;
+  bytesIn = 0;
+  bytesOut = 0;
+
+  private sendWindow: number;
+  private pushedBytes = 0;
+  private grantedBytes = 0;
+  private pendingWrite: PendingWrite | null = null;
+  private halfCloseSent = false;
+  private halfCloseReceived = false;
+  /** Set when the peer already forgot the connection: send nothing more. */
+  private peerGone = false;
+  private lingerTimer: NodeJS.Timeout | null = null;
+  private readonly resumeSend = (): void => this.pump();
+
+  constructor(
+    private readonly host: ConnectionHost,
+    private readonly opts: ConnectionOptions,
+  ) {
+    super({
+      allowHalfOpen: true,
+      // Below windowBytes/2 so _read runs (and grants credit) before the
+      // window is exhausted.
+      readableHighWaterMark: Math.min(64 * 1024, opts.limits.windowBytes / 4),
+      writableHighWaterMark: 64 * 1024,
+    });
+    this.connectID = opts.connectID;
+    this.dialID = opts.dialID;
+    this.address = opts.address;
+    this.role = opts.role;
+    this.log = opts.log;
+    this.sendWindow = opts.flowControl ? opts.limits.windowBytes : Number.POSITIVE_INFINITY;
+  }
+
+  // ---------- packets from the peer (called by the tunnel) ----------
+
+  receiveData(data: Uint8Array): void {
+    if (this.destroyed) return;
+    if (this.halfCloseReceived || this.peerGone) {
+      this.destroy(new Error('peer sent DATA after closing its side'));
+      return;
+    }
+    this.bytesIn += data.length;
+    this.pushedBytes += data.length;
+    const buffered = this.pushedBytes - this.grantedBytes;
+    if (this.opts.flowControl) {
+      if (buffered > this.opts.limits.windowBytes) {
+        this.destroy(new Error(`peer overran the flow-control window (${buffered} > ${this.opts.limits.windowBytes} bytes)`));
+        return;
+      }
+    } else if (this.readableLength + data.length > this.opts.limits.unflowedBufferBytes) {
+      this.destroy(
+        new Error(
+          `local reader too slow: ${this.readableLength} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`,
+        ),
+      );
+      return;
+    }
+    this.push(Buffer.from(data.buffer, data.byteOffset, data.length));
+  }
+
+  receiveWindow(increment: number): void {
+    if (!this.opts.flowControl || this.destroyed) return;
+    this.sendWindow += increment;
+    this.pump();
+  }
+
+  receiveHalfClose(): void {
+    if (this.halfCloseReceived || this.destroyed) return;
+    this.halfCloseReceived = true;
+    this.push(null);
+  }
+
+  /**
+   * The peer closed the connection (CLOSE_REQ/CLOSE_RSP/DIAL_CLS). What it
+   * sent before is still delivered; nothing more goes out.
+   */
+  receiveClose(error: string): void {
+    if (this.destroyed) return;
+    this.peerGone = true;
+    if (error) {
+      this.destroy(new Error(`closed by peer: ${error}`));
+      return;
+    }
+    if (this.pendingWrite) {
+      const w = this.pendingWrite;
+      this.pendingWrite = null;
+      w.callback();
+    }
+    if (!this.halfCloseReceived) {
+      this.halfCloseReceived = true;
+      this.push(null);
+    }
+    if (this.readableEnded) {
+      this.destroy();
+      return;
+    }
+    this.once('end', () => this.destroy());
+    // A reader that never drains must not pin the connection forever.
+    this.lingerTimer = setTimeout(() => this.destroy(), 30_000);
+    this.lingerTimer.unref();
+  }
+
+  /** The tunnel died: nothing can be sent or received any more. */
+  abandon(error: Error): void {
+    this.peerGone = true;
+    this.destroy(error);
+  }
+
+  // ---------- Duplex implementation ----------
+
+  override _read(): void {
+    if (!this.opts.flowControl || this.peerGone) return;
+    const consumed = this.pushedBytes - this.readableLength;
+    const grant = consumed - this.grantedBytes;
+    // Batching credit keeps WINDOW packets rare; it cannot deadlock because
+    // a blocked sender means window-sized credit is owed, well over a quarter.
+    if (grant >= this.opts.limits.windowBytes / 4) {
+      this.grantedBytes = consumed;
+      this.host.sendWindow(this.connectID, grant);
+    }
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    if (this.peerGone) {
+      // The peer forgot this connection; drop quietly, the close is under way.
+      callback();
+      return;
+    }
+    this.pendingWrite = { chunk, offset: 0, callback };
+    this.pump();
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    if (this.peerGone) {
+      callback();
+      return;
+    }
+    if (this.opts.halfClose) {
+      this.halfCloseSent = true;
+      this.host.sendHalfClose(this.connectID);
+      callback();
+      return;
+    }
+    // Plain Konnectivity has no half-close: a FIN closes the whole connection.
+    callback();
+    this.destroy();
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    if (this.lingerTimer) clearTimeout(this.lingerTimer);
+    const completed = this.halfCloseSent && this.halfCloseReceived;
+    if (!this.peerGone && !completed) {
+      this.host.sendClose(this.connectID, this.role, error?.message ?? '');
+    }
+    this.host.forget(this.connectID);
+    const w = this.pendingWrite;
+    this.pendingWrite = null;
+    if (w) w.callback(error ?? new Error('connection closed'));
+    if (error) this.log.debug({ connectID: this.connectID, dialID: String(this.dialID), err: error.message }, 'connection closed with error');
+    callback(error);
+  }
+
+  /** Sends as much of the pending write as window and transport allow. */
+  private pump(): void {
+    const w = this.pendingWrite;
+    if (!w || this.destroyed) return;
+    const max = this.opts.limits.maxDataBytes;
+    while (w.offset < w.chunk.length) {
+      if (!this.host.writable) {
+        this.host.whenWritable(this.resumeSend);
+        return;
+      }
+      const n = Math.min(w.chunk.length - w.offset, max, this.sendWindow);
+      if (n <= 0) return; // wait for KANAL_WINDOW
+      const slice = w.chunk.subarray(w.offset, w.offset + n);
+      w.offset += n;
+      this.sendWindow -= n;
+      this.bytesOut += n;
+      this.host.sendData(this.connectID, slice);
+    }
+    if (!this.host.writable) {
+      // Hold the write callback until the transport drains: back-pressure.
+      this.host.whenWritable(this.resumeSend);
+      return;
+    }
+    this.pendingWrite = null;
+    w.callback();
+  }
+}

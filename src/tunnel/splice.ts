@@ -1,0 +1,41 @@
+/**
+ * Joins two byte streams (a local socket and a tunnelled connection, or two
+ * tunnelled connections) in both directions. pipe() carries back-pressure
+ * and turns one side's end into the other's end (half-close); the rest here
+ * makes sure an error or close on either side releases both.
+ */
+import type { Duplex } from 'node:stream';
+
+/** How long a side may take to flush after its partner is gone. */
+const FLUSH_GRACE_MS = 10_000;
+
+export function splice(a: Duplex, b: Duplex): void {
+  a.pipe(b);
+  b.pipe(a);
+  const failures = new Map<Duplex, Error>();
+  a.on('error', (err: Error) => failures.set(a, err));
+  b.on('error', (err: Error) => failures.set(b, err));
+  const follow = (gone: Duplex, other: Duplex): void => {
+    gone.once('close', () => {
+      if (other.destroyed) return;
+      const err = failures.get(gone);
+      if (err || !gone.readableEnded) {
+        // Abrupt: the partner cannot be finished cleanly.
+        other.destroy(err);
+        return;
+      }
+      // Clean: let what is queued flush, then release the partner.
+      if (other.writableFinished) {
+        other.destroy();
+        return;
+      }
+      const timer = setTimeout(() => other.destroy(), FLUSH_GRACE_MS);
+      timer.unref();
+      other.once('finish', () => other.destroy());
+      other.once('close', () => clearTimeout(timer));
+      other.end();
+    });
+  };
+  follow(a, b);
+  follow(b, a);
+}

@@ -1,0 +1,21 @@
+/**
+ * gRPC metadata keys of the Konnectivity protocol. gRPC lower-cases metadata
+ * keys on the wire, so upstream's "agentID" travels as "agentid".
+ */
+export const MD_AGENT_ID = 'agentid';
+export const MD_AGENT_IDENTIFIERS = 'agentidentifiers';
+export const MD_AUTHORIZATION = 'authorization';
+export const MD_SERVER_ID = 'serverid';
+export const MD_SERVER_COUNT = 'servercount';
+/** Kanal extension: comma-separated feature names (see features.ts). */
+export const MD_KANAL_FEATURES = 'kanal-features';
+
+export const AGENT_SERVICE_CONNECT = '/AgentService/Connect';
+export const PROXY_SERVICE_PROXY = '/ProxyService/Proxy';
+
+/** Flat, lower-cased view of gRPC metadata: every key maps to its values. */
+export type MetadataMap = ReadonlyMap<string, readonly string[]>;
+
+export function firstValue(md: MetadataMap, key: string): string | undefined {
+  return md.get(key)?.[0];
+}
