@@ -16,6 +16,7 @@ import { dialTcp } from '../common/tcp-dial.js';
 import { formatHostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
+import { KanalMetrics } from '../common/metrics.js';
 
 export interface AgentOptions {
   agentID: string;
@@ -49,7 +50,13 @@ export class KanalAgent {
   private lastError = '';
   private readonly listeners = new Set<(tunnel: Tunnel, change: 'up' | 'down') => void>();
 
-  constructor(private readonly opts: AgentOptions) {}
+  readonly metrics = new KanalMetrics('agent');
+
+  constructor(private readonly opts: AgentOptions) {
+    this.metrics.gauge('kanal_agent_tunnels', 'Tunnels up to proxy servers', () => this.connections.size);
+    this.metrics.gauge('kanal_agent_expected_servers', 'Proxy servers announced by serverCount', () => this.expectedServers);
+    this.metrics.gauge('kanal_agent_connections_open', 'Tunnelled connections open', () => this.openConnections());
+  }
 
   get healthPort(): number {
     return this.health?.port ?? 0;
@@ -78,7 +85,7 @@ export class KanalAgent {
 
   async start(): Promise<void> {
     if (this.opts.health) {
-      this.health = await startHealthServer({ ...this.opts.health, readiness: () => this.readiness(), log: this.opts.log });
+      this.health = await startHealthServer({ ...this.opts.health, readiness: () => this.readiness(), registry: this.metrics.registry, log: this.opts.log });
     }
     this.running = true;
     this.loop = this.maintain();
@@ -113,8 +120,21 @@ export class KanalAgent {
 
   /** Performs a control plane -> node dial. */
   private dialForServer = (dial: InboundDial): Promise<Duplex> => {
-    if (this.draining) return Promise.reject(new DialError('refused', 'agent is draining'));
-    return dialTcp(dial.address, { timeoutMs: this.opts.dialTimeoutMs, signal: dial.signal });
+    const t0 = performance.now();
+    if (this.draining) {
+      this.metrics.dialDone('cp_to_node', 'draining', t0);
+      return Promise.reject(new DialError('refused', 'agent is draining'));
+    }
+    return dialTcp(dial.address, { timeoutMs: this.opts.dialTimeoutMs, signal: dial.signal }).then(
+      (socket) => {
+        this.metrics.dialDone('cp_to_node', 'ok', t0);
+        return socket;
+      },
+      (err: Error) => {
+        this.metrics.dialDone('cp_to_node', err instanceof DialError ? err.failure : 'refused', t0);
+        throw err;
+      },
+    );
   };
 
   private async maintain(): Promise<void> {
@@ -139,6 +159,8 @@ export class KanalAgent {
           limits: this.opts.limits,
           connectTimeoutMs: this.opts.connectTimeoutMs,
           log: this.opts.log,
+          // The agent performs control plane -> node dials and requests node -> control plane ones.
+          onConnectionClosed: (c) => this.metrics.connectionClosed(c.role === 'performer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
         });
         this.expectedServers = conn.serverCount;
         if (!this.running || this.connections.has(conn.serverID)) {

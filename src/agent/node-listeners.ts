@@ -11,6 +11,7 @@ import { Feature } from '../wire/features.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { splice } from '../tunnel/splice.js';
 import { formatHostPort } from '../common/host-port.js';
+import { DialError } from '../tunnel/errors.js';
 import type { Target } from './target.js';
 import type { KanalAgent } from './agent.js';
 
@@ -125,6 +126,7 @@ export class NodeListeners {
         if (socket.destroyed) return undefined;
         if (!tunnel) {
           const haveTunnels = this.opts.agent.tunnels().length > 0;
+          this.opts.agent.metrics.dialDone('node_to_cp', haveTunnels ? 'unsupported-by-server' : 'no-tunnel', performance.now());
           log.warn(
             haveTunnels
               ? 'refused node connection: no connected server supports node -> control plane dials (upstream Konnectivity server?)'
@@ -133,7 +135,9 @@ export class NodeListeners {
           socket.destroy();
           return undefined;
         }
+        const t0 = performance.now();
         return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort.signal }).then((conn) => {
+          this.opts.agent.metrics.dialDone('node_to_cp', 'ok', t0);
           if (socket.destroyed) {
             conn.destroy();
             return;
@@ -144,6 +148,7 @@ export class NodeListeners {
         });
       })
       .catch((err: Error) => {
+        this.opts.agent.metrics.dials.inc({ direction: 'node_to_cp', result: err instanceof DialError ? err.failure : 'refused' });
         log.warn({ err: err.message }, 'node connection refused by the server');
         socket.destroy();
       });

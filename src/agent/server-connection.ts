@@ -18,6 +18,7 @@ import {
 import { formatFeatures, parseFeatures, intersectFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel, type DialHandler } from '../tunnel/tunnel.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
+import type { TunnelConnection } from '../tunnel/connection.js';
 
 export interface ServerConnectionOptions {
   target: string;
@@ -32,6 +33,7 @@ export interface ServerConnectionOptions {
   limits?: Partial<TunnelLimits>;
   connectTimeoutMs: number;
   log: Logger;
+  onConnectionClosed?: (conn: TunnelConnection) => void;
 }
 
 export interface ServerConnection {
@@ -68,7 +70,14 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
   // A server that does not answer with kanal-features is upstream Konnectivity.
   const features = intersectFeatures(parseFeatures(firstValue(stream.metadata, MD_KANAL_FEATURES)), opts.features);
   const log = opts.log.child({ serverID });
-  const tunnel = new Tunnel(stream, { side: 'agent', features, log, limits: opts.limits, dialHandler: opts.dialHandler });
+  const tunnel = new Tunnel(stream, {
+    side: 'agent',
+    features,
+    log,
+    limits: opts.limits,
+    dialHandler: opts.dialHandler,
+    onConnectionClosed: opts.onConnectionClosed,
+  });
   tunnel.once('close', () => channel.close());
   return {
     serverID,

@@ -13,6 +13,7 @@ import type { TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifiers.js';
 import type { AgentRegistry, AgentBackend } from './agent-registry.js';
 import type { DestinationDialer } from './destination-dialer.js';
+import type { KanalMetrics } from '../common/metrics.js';
 
 export interface AgentServiceOptions {
   serverID: string;
@@ -22,6 +23,7 @@ export interface AgentServiceOptions {
   features: FeatureSet;
   limits?: Partial<TunnelLimits>;
   log: Logger;
+  metrics?: KanalMetrics;
 }
 
 export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream) => void {
@@ -29,6 +31,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
     const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
     if (agentIDs.length !== 1 || !agentIDs[0]) {
       opts.log.warn({ peer: incoming.peer, got: agentIDs.length }, 'refused agent stream: expected exactly one agentID');
+      opts.metrics?.refusals.inc({ reason: 'agent_metadata' });
       incoming.reject(GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
       return;
     }
@@ -38,6 +41,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
     } catch (err) {
       opts.log.warn({ peer: incoming.peer, agentID, err: (err as Error).message }, 'refused agent stream: bad agentIdentifiers');
+      opts.metrics?.refusals.inc({ reason: 'agent_metadata' });
       incoming.reject(GrpcStatus.INVALID_ARGUMENT, (err as Error).message);
       return;
     }
@@ -57,6 +61,8 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       limits: opts.limits,
       dialHandler: nodeDial ? (dial) => opts.destinations.dial(agentID, dial) : undefined,
       refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
+      // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
+      onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
     });
     const backend: AgentBackend = { agentID, identifiers, tunnel, peer: incoming.peer, connectedAt: new Date() };
     opts.registry.add(backend);

@@ -8,23 +8,35 @@ import { dialTcp } from '../common/tcp-dial.js';
 import { DialError } from '../tunnel/errors.js';
 import type { InboundDial } from '../tunnel/tunnel.js';
 import type { AllowList } from './allow-list.js';
+import type { KanalMetrics } from '../common/metrics.js';
 
 export class DestinationDialer {
   constructor(
     private readonly allowList: AllowList,
     private readonly timeoutMs: number,
     private readonly log: Logger,
+    private readonly metrics?: KanalMetrics,
   ) {}
 
   async dial(agentID: string, dial: InboundDial): Promise<Duplex> {
+    const t0 = performance.now();
     if (!this.allowList.allows(dial.address)) {
+      this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
+      this.metrics?.refusals.inc({ reason: 'destination_not_allowed' });
       this.log.warn(
         { agentID, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
         this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
       );
       throw new DialError('forbidden', `destination ${dial.address} is not allowed by the proxy server`);
     }
-    const socket = await dialTcp(dial.address, { timeoutMs: this.timeoutMs, signal: dial.signal });
+    let socket;
+    try {
+      socket = await dialTcp(dial.address, { timeoutMs: this.timeoutMs, signal: dial.signal });
+    } catch (err) {
+      this.metrics?.dialDone('node_to_cp', err instanceof DialError ? err.failure : 'refused', t0);
+      throw err;
+    }
+    this.metrics?.dialDone('node_to_cp', 'ok', t0);
     this.log.debug({ agentID, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
     return socket;
   }

@@ -60,6 +60,7 @@ export interface AgentListenerOptions {
   allowUnauthenticated: boolean;
   grpc: GrpcServerTransport;
   log: Logger;
+  refused?: (reason: string) => void;
 }
 
 export async function listenForAgents(opts: AgentListenerOptions): Promise<Listener> {
@@ -81,6 +82,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     const peer = `${socket.remoteAddress}:${socket.remotePort}`;
     if (!verdict.ok) {
       opts.log.warn({ peer, reason: verdict.detail }, 'refused agent connection: no valid client certificate');
+      opts.refused?.('agent_certificate');
       socket.destroy();
       return;
     }
@@ -89,6 +91,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   });
   server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
     opts.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, 'refused agent connection: TLS handshake failed');
+    opts.refused?.('agent_tls_handshake');
   });
   await listen(server, { host: opts.host, port: opts.port });
   const port = (server.address() as net.AddressInfo).port;
@@ -105,6 +108,7 @@ export interface FrontendListenerOptions {
   grpc: GrpcServerTransport;
   httpConnect: http.Server;
   log: Logger;
+  refused?: (reason: string) => void;
 }
 
 function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string): void {
@@ -122,6 +126,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       socket.resume();
     } else {
       opts.log.warn({ peer, protocol: proto, mode: opts.mode }, 'refused frontend connection: protocol not served in this --mode');
+      opts.refused?.('frontend_protocol');
       socket.destroy();
     }
   });
@@ -164,6 +169,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       const verdict = verifyClientCertificate(socket, false);
       if (!verdict.ok) {
         opts.log.warn({ peer, reason: verdict.detail }, 'refused frontend connection: no valid client certificate');
+        opts.refused?.('frontend_certificate');
         socket.destroy();
         return;
       }
@@ -172,6 +178,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   });
   tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
     opts.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, 'refused frontend connection: TLS handshake failed');
+    opts.refused?.('frontend_tls_handshake');
   });
   await listen(server, { host: tcp.host, port: tcp.port });
   const port = (server.address() as net.AddressInfo).port;

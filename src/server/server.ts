@@ -8,6 +8,7 @@ import type { TunnelLimits } from '../tunnel/limits.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
+import { KanalMetrics } from '../common/metrics.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AllowList } from './allow-list.js';
 import { createAgentService } from './agent-service.js';
@@ -47,6 +48,7 @@ const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, 
 
 export class KanalServer {
   readonly registry = new AgentRegistry();
+  readonly metrics = new KanalMetrics('server');
   private readonly frontendTunnels = new Set<Tunnel>();
   private agentListener: Listener | undefined;
   private frontendListener: Listener | undefined;
@@ -84,6 +86,16 @@ export class KanalServer {
   async start(): Promise<void> {
     const { opts } = this;
     const log = opts.log;
+    const metrics = this.metrics;
+    metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
+    metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
+    metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
+      this.registry.list().reduce((n, b) => n + b.tunnel.stats().connections, 0),
+    );
+    metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
+      this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
+    );
+    const refused = (reason: string): void => metrics.refusals.inc({ reason });
     const allowList = new AllowList(opts.allowedDestinations);
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
     else log.info({ allowed: allowList.list() }, 'node -> control plane destinations allowed');
@@ -94,17 +106,18 @@ export class KanalServer {
           serverID: opts.serverID,
           serverCount: opts.serverCount,
           registry: this.registry,
-          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, log.child({ part: 'node-dial' })),
+          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, log.child({ part: 'node-dial' }), metrics),
           features: SERVER_FEATURES,
           limits: opts.limits,
           log: log.child({ part: 'agents' }),
+          metrics,
         }),
       },
       { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
     );
     this.closers.push(() => agentGrpc.close(1000));
 
-    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, log.child({ part: 'frontend' }));
+    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, log.child({ part: 'frontend' }), metrics);
     const frontendGrpc = opts.transport.createServer(
       {
         proxy: createGrpcFrontend(backendDialer, log.child({ part: 'frontend' }), (t) => this.trackFrontend(t), opts.limits),
@@ -121,6 +134,7 @@ export class KanalServer {
       grpc: frontendGrpc,
       httpConnect,
       log: log.child({ part: 'frontend' }),
+      refused,
     });
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
@@ -129,9 +143,10 @@ export class KanalServer {
       allowUnauthenticated: opts.agent.allowUnauthenticated,
       grpc: agentGrpc,
       log: log.child({ part: 'agents' }),
+      refused,
     });
     if (opts.health) {
-      this.health = await startHealthServer({ ...opts.health, readiness: () => this.readiness(), log });
+      this.health = await startHealthServer({ ...opts.health, readiness: () => this.readiness(), registry: metrics.registry, log });
     }
     log.info({ serverID: opts.serverID, serverCount: opts.serverCount }, 'kanal server started');
   }

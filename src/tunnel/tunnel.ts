@@ -40,6 +40,8 @@ export interface TunnelOptions {
   dialHandler?: DialHandler;
   /** Text of the refusal when there is no dial handler. */
   refuseDialsReason?: string;
+  /** Called once per connection when it leaves the table (for metrics). */
+  onConnectionClosed?: (conn: TunnelConnection) => void;
 }
 
 export interface DialOptions {
@@ -189,6 +191,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     const conn = this.connections.get(connectID);
     if (conn && conn.destroyed) {
       this.connections.delete(connectID);
+      this.opts.onConnectionClosed?.(conn);
       this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
     }
   }
@@ -379,6 +382,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       abort.abort();
     }
     for (const conn of [...this.connections.values()]) conn.abandon(new TunnelClosedError(`tunnel closed: ${reason.message}`));
+    for (const conn of this.connections.values()) this.opts.onConnectionClosed?.(conn);
     this.connections.clear();
     this.drainWaiters.clear();
     this.emit('close', error);

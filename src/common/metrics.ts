@@ -1,0 +1,68 @@
+/**
+ * Prometheus metrics, one registry per process, served on /metrics of the
+ * health port. Gauges are read from live tables at scrape time so they can
+ * never drift from the truth; counters are bumped where things happen.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export type Direction = 'cp_to_node' | 'node_to_cp';
+
+export class KanalMetrics {
+  readonly registry = new Registry();
+  readonly dials: Counter<'direction' | 'result'>;
+  readonly dialSeconds: Histogram<'direction'>;
+  readonly bytes: Counter<'direction' | 'flow'>;
+  readonly refusals: Counter<'reason'>;
+
+  constructor(component: 'server' | 'agent') {
+    collectDefaultMetrics({ register: this.registry, prefix: `kanal_${component}_process_` });
+    this.dials = new Counter({
+      name: 'kanal_dials_total',
+      help: 'Dials through the tunnel by direction and result',
+      labelNames: ['direction', 'result'],
+      registers: [this.registry],
+    });
+    this.dialSeconds = new Histogram({
+      name: 'kanal_dial_duration_seconds',
+      help: 'Time from dial request to established connection',
+      labelNames: ['direction'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [this.registry],
+    });
+    this.bytes = new Counter({
+      name: 'kanal_connection_bytes_total',
+      help: 'Bytes carried by closed tunnelled connections (flow: to_peer or from_peer)',
+      labelNames: ['direction', 'flow'],
+      registers: [this.registry],
+    });
+    this.refusals = new Counter({
+      name: 'kanal_refusals_total',
+      help: 'Refused connections, streams and dials by reason',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+  }
+
+  /** A gauge whose value is computed at scrape time. */
+  gauge(name: string, help: string, read: () => number): void {
+    new Gauge({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
+
+  /** Records a finished dial; `started` is a performance.now() timestamp. */
+  dialDone(direction: Direction, result: string, started: number): void {
+    this.dials.inc({ direction, result });
+    if (result === 'ok') this.dialSeconds.observe({ direction }, (performance.now() - started) / 1000);
+  }
+
+  connectionClosed(direction: Direction, toPeer: number, fromPeer: number): void {
+    this.bytes.inc({ direction, flow: 'to_peer' }, toPeer);
+    this.bytes.inc({ direction, flow: 'from_peer' }, fromPeer);
+  }
+}
