@@ -74,7 +74,16 @@ export class KanalAgent {
   readiness(): Readiness {
     const n = this.connections.size;
     if (n === 0) return { ready: false, detail: `no tunnel to a proxy server${this.lastError ? ` (last error: ${this.lastError})` : ''}` };
-    return { ready: true, detail: `${n}/${this.expectedServers} server tunnel(s) up: ${[...this.connections.keys()].join(', ')}` };
+    const detail = `${n}/${this.expectedServers} server tunnel(s) up: ${[...this.connections.keys()].join(', ')}`;
+    // Still ready (control plane -> node works), but say when the node -> control plane direction is not.
+    if (!(this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial)) return { ready: true, detail };
+    const without = [...this.connections.values()].filter((c) => !c.tunnel.features.has(Feature.NodeDial)).map((c) => c.serverID);
+    if (without.length === 0) return { ready: true, detail };
+    const note =
+      without.length === n
+        ? 'node -> control plane dials unavailable: no connected server supports them (upstream Konnectivity?)'
+        : `node -> control plane dials unavailable through ${without.join(', ')} (server does not support them)`;
+    return { ready: true, detail: `${detail}; ${note}` };
   }
 
   stats(): AgentStats {
@@ -106,7 +115,10 @@ export class KanalAgent {
     while (Date.now() < deadline && this.openConnections() > 0) await sleep(50);
     const left = this.openConnections();
     if (left > 0) this.opts.log.warn({ connections: left }, 'grace period over; closing remaining connections');
-    for (const c of this.connections.values()) c.close();
+    const closing = [...this.connections.values()];
+    for (const c of closing) c.close();
+    // Let DRAIN and the end of each stream reach the server before the process exits (bounded).
+    await Promise.race([Promise.all(closing.map((c) => c.finished)), sleep(2000, undefined, { ref: false })]);
     await this.loop;
     await this.health?.close();
     this.opts.log.info('kanal agent stopped');

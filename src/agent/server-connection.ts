@@ -41,6 +41,8 @@ export interface ServerConnection {
   serverCount: number;
   tunnel: Tunnel;
   close(): void;
+  /** Resolves once the underlying stream is finished (after close(): when the server has seen our end). */
+  readonly finished: Promise<void>;
 }
 
 export async function connectToServer(opts: ServerConnectionOptions): Promise<ServerConnection> {
@@ -79,10 +81,12 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
     onConnectionClosed: opts.onConnectionClosed,
   });
   tunnel.once('close', () => channel.close());
+  const finished = stream.closed ? Promise.resolve() : new Promise<void>((resolve) => stream.once('close', () => resolve()));
   return {
     serverID,
     serverCount: Number.isInteger(serverCount) && serverCount > 0 ? serverCount : 1,
     tunnel,
     close: () => tunnel.close(),
+    finished,
   };
 }

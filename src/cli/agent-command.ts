@@ -12,9 +12,12 @@ import { NodeListeners } from '../agent/node-listeners.js';
 import { parseDuration } from './duration.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
+import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
+import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
+import { SystemdNotifier } from '../../native/sd-notify.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -41,6 +44,7 @@ export const agentFlags = {
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
   'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
+  check: { type: 'boolean', default: false, describe: 'Preflight: check credentials, the server (TLS + agent stream + targets) and netlink, print a pass/fail list, exit 0 or 1' },
 } as const;
 
 export type AgentArgs = InferredOptionTypes<typeof agentFlags>;
@@ -179,14 +183,39 @@ export function buildAgentOptions(config: AgentConfig): AgentOptions {
 export function agentBuilder(y: Argv): Argv<AgentArgs> {
   return y
     .options(agentFlags)
+    .middleware(lastValueWins(agentFlags), true)
     .example('$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key', 'Control plane -> node only')
     .example('$0 agent ... --bind-address 10.96.0.1 --target 6443:kube-apiserver:6443', 'Also serve the kube-apiserver on the node (KEP-2025)');
 }
 
+/** `--check`: runs the preflight checks, prints the list, sets the exit code (0 all passed, 1 otherwise). */
+async function runAgentCheck(config: AgentConfig): Promise<void> {
+  const s = config.server;
+  const results = await runPreflight({
+    agentID: config.agentID,
+    agentIdentifiers: config.agentIdentifiers,
+    server: s,
+    tokenFile: config.tokenFile,
+    connectTimeoutMs: config.connectTimeoutMs,
+    dialTimeoutMs: config.dialTimeoutMs,
+    node: config.node,
+    healthPort: config.health?.port,
+    transport: selectTransport(config.transport),
+    log: createLogger('silent', 'agent-check'),
+  });
+  process.stdout.write(formatPreflight(results, `kanal agent --check (agent ID ${config.agentID}, server ${s.host}:${s.port})`));
+  process.exitCode = preflightPassed(results) ? 0 : 1;
+}
+
 export async function runAgent(args: AgentArgs): Promise<void> {
   const config = validateAgentArgs(args);
+  if (args['dry-run'] && args.check) throw new UsageError('--dry-run and --check exclude each other');
   if (args['dry-run']) {
     process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    return;
+  }
+  if (args.check) {
+    await runAgentCheck(config);
     return;
   }
   const options = buildAgentOptions(config);
@@ -213,7 +242,15 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     }
   }
   await agent.start();
+  // systemd (Type=notify): READY=1 once the listeners are bound and the first
+  // tunnel is up, or after --connect-timeout at the latest so an unreachable
+  // control plane never blocks the kubelet (ordered after us) for good.
+  const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
+  const status = (): string => agent.readiness().detail;
+  agent.onTunnelChange(() => (notifier.isReady ? notifier.status(status()) : notifier.ready(status())));
+  setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
   runUntilSignalled(log, async () => {
+    notifier.stopping('draining');
     await nodeListeners?.stopAccepting();
     await agent.stop(config.shutdownGraceMs);
     await nodeListeners?.close();

@@ -10,8 +10,10 @@ import type { FrontendMode, TlsFiles } from '../server/listeners.js';
 import { parseDuration } from './duration.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
+import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
+import { SystemdNotifier } from '../../native/sd-notify.js';
 
 export const serverFlags = {
   'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: host name + random suffix)' },
@@ -174,7 +176,7 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
 }
 
 export function serverBuilder(y: Argv): Argv<ServerArgs> {
-  return y.options(serverFlags).example('$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt', 'Frontend on a Unix socket, agents with mTLS');
+  return y.options(serverFlags).middleware(lastValueWins(serverFlags), true).example('$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt', 'Frontend on a Unix socket, agents with mTLS');
 }
 
 export async function runServer(args: ServerArgs): Promise<void> {
@@ -186,5 +188,11 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const options = buildServerOptions(config);
   const server = new KanalServer(options);
   await server.start();
-  runUntilSignalled(options.log, () => server.stop());
+  // systemd (Type=notify): every listener is bound now.
+  const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
+  notifier.ready(`serving agents on port ${server.agentPort}`);
+  runUntilSignalled(options.log, () => {
+    notifier.stopping();
+    return server.stop();
+  });
 }

@@ -205,14 +205,18 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   private onTransportDrain(): void {
     this.writeBlocked = false;
-    const waiters = this.drainWaiters;
+    const waiters = [...this.drainWaiters];
     this.drainWaiters = new Set();
-    for (const resume of waiters) {
-      resume();
+    for (let i = 0; i < waiters.length; i++) {
+      waiters[i]!();
       if (this.writeBlocked) {
-        // Re-queue whoever did not get a turn, keeping their order.
-        for (const w of waiters) if (w !== resume) this.drainWaiters.add(w);
-        break;
+        // Round robin: whoever did not get a turn goes first next time, ahead
+        // of the ones that just sent and queued again (else one bulk sender
+        // that refills the transport on every drain starves the rest).
+        const again = this.drainWaiters;
+        this.drainWaiters = new Set(waiters.slice(i + 1));
+        for (const w of again) this.drainWaiters.add(w);
+        return;
       }
     }
   }
