@@ -1,0 +1,66 @@
+/**
+ * Bench worker: many agents in one process. Each is a real agent tunnel
+ * (src/agent/server-connection.ts connectToServer: its own channel, TLS
+ * connection, Connect stream and Tunnel) with a distinct agentID; starting
+ * one `kanal agent` process per agent would measure Node, not Kanal.
+ */
+import fs from 'node:fs';
+import { pino } from 'pino';
+import { serveCommands } from './rpc.js';
+import { connectToServer, type ServerConnection } from '../src/agent/server-connection.js';
+import { selectTransport } from '../src/cli/transport-choice.js';
+import { ALL_FEATURES } from '../src/wire/features.js';
+import { DialError } from '../src/tunnel/errors.js';
+
+export type SwarmCommands = {
+  connect: {
+    args: { target: string; caFile: string; certFile: string; keyFile: string; transport: string; idPrefix: string; from: number; count: number; concurrency: number };
+    result: { connected: number; errors: number; firstError?: string; ms: number };
+  };
+  closeAll: { args: null; result: null };
+};
+
+const connections: ServerConnection[] = [];
+const log = pino({ level: 'silent' });
+
+serveCommands<SwarmCommands>({
+  async connect(a) {
+    const transport = selectTransport(a.transport);
+    const tls = { ca: fs.readFileSync(a.caFile), cert: fs.readFileSync(a.certFile), key: fs.readFileSync(a.keyFile), serverName: 'localhost' };
+    let next = a.from;
+    const end = a.from + a.count;
+    let errors = 0;
+    let firstError: string | undefined;
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: Math.min(a.concurrency, a.count) }, async () => {
+        while (next < end) {
+          const id = next++;
+          try {
+            const conn = await connectToServer({
+              target: a.target,
+              tls,
+              agentID: `${a.idPrefix}-${id}`,
+              agentIdentifiers: `host=${a.idPrefix}-${id}`,
+              features: ALL_FEATURES,
+              transport,
+              dialHandler: () => Promise.reject(new DialError('refused', 'bench agent performs no dials')),
+              connectTimeoutMs: 30_000,
+              log,
+            });
+            connections.push(conn);
+          } catch (err) {
+            errors++;
+            firstError ??= (err as Error).message;
+          }
+        }
+      }),
+    );
+    return { connected: connections.length, errors, firstError, ms: performance.now() - t0 };
+  },
+  closeAll() {
+    for (const c of connections) c.close();
+    connections.length = 0;
+    return null;
+  },
+});

@@ -1,0 +1,138 @@
+/** Starting the real `kanal` CLI (server and agent) and the bench workers as child processes. */
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CLI, freePort } from '../src/demo/processes.js';
+import type { ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { spawnChild, type Child } from './children.js';
+import { Worker } from './rpc.js';
+import type { BackendPorts, LoadgenCommands } from './loadgen-protocol.js';
+import type { SwarmCommands } from './agent-swarm.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+export const LOADGEN_SCRIPT = path.join(HERE, 'loadgen.js');
+export const SWARM_SCRIPT = path.join(HERE, 'agent-swarm.js');
+
+export const BACKEND_HOST = '127.0.0.1';
+export const NODE_HOST = '127.0.0.2';
+
+function httpStatus(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve) => {
+    const req = http.get(url, { timeout: 1000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', () => resolve({ status: 0, body: '' }));
+    req.on('timeout', () => req.destroy());
+  });
+}
+
+/** Polls `url` until it answers 200; fails early if the child exits. */
+export async function waitHttpOk(url: string, timeoutMs: number, child: Child): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (!child.running) throw new Error(`${child.name} exited; log:\n${child.tail()}`);
+    const r = await httpStatus(url);
+    if (r.status === 200) return r.body;
+    await sleep(50);
+  }
+  throw new Error(`${url} not ready after ${timeoutMs} ms; ${child.name} log:\n${child.tail()}`);
+}
+
+export async function readyDetail(url: string): Promise<string> {
+  return (await httpStatus(url)).body.trim();
+}
+
+export interface KanalServerProc {
+  child: Child;
+  uds: string;
+  agentPort: number;
+  healthUrl: string;
+}
+
+export interface KanalPair {
+  server: KanalServerProc;
+  agent: Child;
+  /** Agent's node-side listeners on NODE_HOST, one per backend service. */
+  node: { bulk: number; banner: number; http: number };
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  dir: string;
+  tag: string;
+  pki: ThrowawayPki;
+  transport: string;
+  /** Destinations the server lets agents reach (node -> control plane). */
+  allowed?: string[];
+  /** Extra node flags, e.g. --cpu-prof. */
+  nodeArgs?: string[];
+  logLevel?: string;
+}
+
+export async function startServer(o: StartOptions): Promise<KanalServerProc> {
+  const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
+  const uds = path.join(o.dir, `${o.tag}.sock`);
+  const args = [
+    'server', '--uds-name', uds, '--delete-existing-uds-file',
+    '--cluster-cert', o.pki.serverCert, '--cluster-key', o.pki.serverKey, '--cluster-ca-cert', o.pki.caCert,
+    '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
+    '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
+    '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
+  ];
+  for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
+  const child = spawnChild({ name: `${o.tag}-server`, script: CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
+  const healthUrl = `http://127.0.0.1:${healthPort}`;
+  await waitHttpOk(`${healthUrl}/healthz`, 20_000, child);
+  return { child, uds, agentPort, healthUrl };
+}
+
+/** A server and one `kanal agent` with node-side listeners for the three backend services. */
+export async function startPair(o: StartOptions & { backend: BackendPorts }): Promise<KanalPair> {
+  const b = o.backend;
+  const server = await startServer({ ...o, allowed: [b.bulkTcp, b.bannerTcp, b.httpTcp].map((p) => `${BACKEND_HOST}:${p}`) });
+  const [agentHealth, bulk, banner, httpPort] = await Promise.all([freePort(), freePort(NODE_HOST), freePort(NODE_HOST), freePort(NODE_HOST)]);
+  const agent = spawnChild({
+    name: `${o.tag}-agent`,
+    script: CLI,
+    nodeArgs: o.nodeArgs,
+    logFile: path.join(o.dir, `${o.tag}-agent.log`),
+    args: [
+      'agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort),
+      '--ca-cert', o.pki.caCert, '--agent-cert', o.pki.agentCert, '--agent-key', o.pki.agentKey, '--agent-id', `${o.tag}-node`,
+      '--health-bind-address', '127.0.0.1', '--health-server-port', String(agentHealth),
+      '--bind-address', NODE_HOST, '--bind-interface-type', 'none',
+      '--target', `${bulk}:${BACKEND_HOST}:${b.bulkTcp}`,
+      '--target', `${banner}:${BACKEND_HOST}:${b.bannerTcp}`,
+      '--target', `${httpPort}:${BACKEND_HOST}:${b.httpTcp}`,
+      '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
+    ],
+  });
+  await waitHttpOk(`http://127.0.0.1:${agentHealth}/readyz`, 20_000, agent);
+  await waitHttpOk(`${server.healthUrl}/readyz`, 20_000, server.child);
+  return {
+    server,
+    agent,
+    node: { bulk, banner, http: httpPort },
+    async stop() {
+      await agent.stop();
+      await server.child.stop();
+    },
+  };
+}
+
+export function startLoadgen(dir: string, name: string): Worker<LoadgenCommands> {
+  return new Worker<LoadgenCommands>(spawnChild({ name, script: LOADGEN_SCRIPT, logFile: path.join(dir, `${name}.log`), ipc: true }));
+}
+
+export function startSwarm(dir: string, name: string): Worker<SwarmCommands> {
+  return new Worker<SwarmCommands>(spawnChild({ name, script: SWARM_SCRIPT, logFile: path.join(dir, `${name}.log`), ipc: true }));
+}
+
+export function readPem(file: string): string {
+  return fs.readFileSync(file, 'utf8');
+}

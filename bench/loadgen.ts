@@ -1,0 +1,424 @@
+/**
+ * Bench worker: load generator (client role) or backend (server role),
+ * started by the driver as a separate process so the driver never
+ * bottlenecks the traffic. Writes are large and back-pressure aware; every
+ * flow is bounded in bytes, and the driver bounds it in time.
+ */
+import net from 'node:net';
+import tls from 'node:tls';
+import http from 'node:http';
+import https from 'node:https';
+import type { Duplex } from 'node:stream';
+import { serveCommands } from './rpc.js';
+import {
+  BANNER,
+  BULK_HEADER_BYTES,
+  BULK_MODE,
+  type BackendPorts,
+  type ClientConfig,
+  type Counters,
+  type FlowMode,
+  type LoadgenCommands,
+  type Path,
+  type Service,
+} from './loadgen-protocol.js';
+
+const counters: Counters = { rx: 0, tx: 0, t: 0, lastRxAt: 0, open: 0 };
+let chunk = Buffer.alloc(256 * 1024, 0x6b);
+
+function track(sock: Duplex): void {
+  counters.open++;
+  sock.on('error', () => undefined);
+  sock.once('close', () => counters.open--);
+}
+
+function sink(sock: Duplex): void {
+  sock.on('data', (c: Buffer) => {
+    counters.rx += c.length;
+    counters.lastRxAt = performance.now();
+  });
+  sock.resume();
+}
+
+/** Writes `limit` bytes in large chunks, waiting for 'drain' whenever the socket is full, then ends. */
+function source(sock: Duplex, limit: number): void {
+  let sent = 0;
+  const go = (): void => {
+    while (!sock.destroyed && sent < limit) {
+      const n = Math.min(chunk.length, limit - sent);
+      sent += n;
+      counters.tx += n;
+      if (!sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+        sock.once('drain', go);
+        return;
+      }
+    }
+    if (!sock.destroyed && sent >= limit) sock.end();
+  };
+  go();
+}
+
+// ---------------------------------------------------------------- backend role
+
+const stalled = new Set<Duplex>();
+
+function onBulk(sock: Duplex): void {
+  track(sock);
+  let head: Buffer = Buffer.alloc(0);
+  const onHead = (c: Buffer): void => {
+    head = head.length === 0 ? c : Buffer.concat([head, c]);
+    if (head.length < BULK_HEADER_BYTES) return;
+    sock.off('data', onHead);
+    const mode = head[0];
+    const limit = Number(head.readBigUInt64BE(1));
+    const rest = head.subarray(BULK_HEADER_BYTES);
+    if (mode === BULK_MODE.sink) {
+      counters.rx += rest.length;
+      sink(sock);
+    } else if (mode === BULK_MODE.source) {
+      sock.on('data', () => undefined); // ignore anything the client sends
+      source(sock, limit);
+    } else {
+      sock.pause(); // stalled reader: never reads again
+      stalled.add(sock);
+      sock.once('close', () => stalled.delete(sock));
+    }
+  };
+  sock.on('data', onHead);
+}
+
+function onBanner(sock: Duplex): void {
+  track(sock);
+  sock.on('data', () => undefined);
+  sock.write(BANNER);
+}
+
+function listen(server: net.Server, host: string): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ port: 0, host, backlog: 4096 }, () => resolve((server.address() as net.AddressInfo).port));
+  });
+}
+
+async function serve(args: { host: string; certPem: string; keyPem: string; chunkBytes: number }): Promise<BackendPorts> {
+  chunk = Buffer.alloc(args.chunkBytes, 0x6b);
+  const tlsOpts = { cert: args.certPem, key: args.keyPem };
+  const bulkTcp = net.createServer({ allowHalfOpen: false, noDelay: true }, onBulk);
+  const bulkTls = tls.createServer(tlsOpts, onBulk);
+  const bannerTcp = net.createServer({ noDelay: true }, onBanner);
+  const bannerTls = tls.createServer(tlsOpts, onBanner);
+  const answer = (_req: http.IncomingMessage, res: http.ServerResponse): void => {
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '3' }).end('ok\n');
+  };
+  const httpTcp = http.createServer({ keepAlive: false }, answer);
+  const httpTls = https.createServer({ ...tlsOpts, keepAlive: false }, answer);
+  for (const s of [bulkTls, bannerTls, httpTls]) s.on('tlsClientError', () => undefined);
+  const [a, b, c, d, e, f] = await Promise.all([bulkTcp, bulkTls, bannerTcp, bannerTls, httpTcp, httpTls].map((s) => listen(s, args.host)));
+  return { bulkTcp: a!, bulkTls: b!, bannerTcp: c!, bannerTls: d!, httpTcp: e!, httpTls: f! };
+}
+
+// ----------------------------------------------------------------- client role
+
+let config: ClientConfig | undefined;
+const groups = new Map<string, Duplex[]>();
+let held: Duplex[] = [];
+
+function cfg(): ClientConfig {
+  if (!config) throw new Error('client not configured');
+  return config;
+}
+
+function once<T>(emitter: Duplex, ok: string, timeoutMs: number, what: string, value: () => T): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => done(new Error(`${what}: timed out after ${timeoutMs} ms`)), timeoutMs);
+    const onOk = (): void => done(null);
+    const onErr = (err: Error): void => done(err);
+    const onClose = (): void => done(new Error(`${what}: closed early`));
+    const done = (err: Error | null): void => {
+      clearTimeout(timer);
+      emitter.off(ok, onOk);
+      emitter.off('error', onErr);
+      emitter.off('close', onClose);
+      if (err) {
+        emitter.destroy();
+        reject(err);
+      } else resolve(value());
+    };
+    emitter.once(ok, onOk);
+    emitter.once('error', onErr);
+    emitter.once('close', onClose);
+  });
+}
+
+/** CONNECT handshake; leaves the socket paused with any early tunnel bytes unshifted. */
+function httpConnect(sock: net.Socket, authority: string, timeoutMs: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let head: Buffer = Buffer.alloc(0);
+    const timer = setTimeout(() => fail(new Error('CONNECT timed out')), timeoutMs);
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      sock.off('data', onData);
+      sock.off('error', fail);
+      sock.off('close', onClose);
+    };
+    const fail = (err: Error): void => {
+      cleanup();
+      sock.destroy();
+      reject(err);
+    };
+    const onClose = (): void => fail(new Error(`CONNECT ${authority}: closed before an answer`));
+    const onData = (c: Buffer): void => {
+      head = head.length === 0 ? c : Buffer.concat([head, c]);
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (head.length > 16_384) fail(new Error('CONNECT answer too long'));
+        return;
+      }
+      cleanup();
+      sock.pause();
+      const statusLine = head.subarray(0, head.indexOf('\r\n')).toString('latin1');
+      if (statusLine.split(' ')[1] !== '200') {
+        sock.destroy();
+        reject(new Error(`CONNECT ${authority}: ${statusLine} ${head.subarray(end + 4).toString('utf8').trim()}`));
+        return;
+      }
+      const rest = head.subarray(end + 4);
+      if (rest.length > 0) sock.unshift(rest);
+      resolve();
+    };
+    sock.on('data', onData);
+    sock.once('error', fail);
+    sock.once('close', onClose);
+    sock.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
+  });
+}
+
+const TLS_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTls', banner: 'bannerTls', http: 'httpTls' };
+const TCP_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTcp', banner: 'bannerTcp', http: 'httpTcp' };
+const OPEN_TIMEOUT_MS = 15_000;
+
+/** Opens a connection to `service` along `path`; resolves once bytes can flow (paused for Kanal CONNECT). */
+async function open(path: Path, service: Service): Promise<Duplex> {
+  const c = cfg();
+  switch (path) {
+    case 'direct-tcp': {
+      const s = net.connect({ host: c.backendHost, port: c.backend[TCP_PORT[service]], noDelay: true });
+      return once(s, 'connect', OPEN_TIMEOUT_MS, 'tcp connect', () => s);
+    }
+    case 'direct-tls': {
+      const s = tls.connect({ host: c.backendHost, port: c.backend[TLS_PORT[service]], ca: c.caPem, servername: 'localhost' });
+      return once(s, 'secureConnect', OPEN_TIMEOUT_MS, 'tls connect', () => s);
+    }
+    case 'kanal-node': {
+      const s = net.connect({ host: c.nodeHost, port: c.node[service], noDelay: true });
+      return once(s, 'connect', OPEN_TIMEOUT_MS, 'node listener connect', () => s);
+    }
+    case 'kanal-cp':
+    case 'kanal-cp-tls': {
+      const s = net.connect({ path: c.uds });
+      await once(s, 'connect', OPEN_TIMEOUT_MS, 'uds connect', () => s);
+      const port = path === 'kanal-cp' ? c.backend[TCP_PORT[service]] : c.backend[TLS_PORT[service]];
+      await httpConnect(s, `${c.backendHost}:${port}`, OPEN_TIMEOUT_MS);
+      if (path === 'kanal-cp') return s;
+      const t = tls.connect({ socket: s, ca: c.caPem, servername: 'localhost' });
+      return once(t, 'secureConnect', OPEN_TIMEOUT_MS, 'tls through the tunnel', () => t);
+    }
+  }
+}
+
+function header(mode: number, limit: number): Buffer {
+  const h = Buffer.alloc(BULK_HEADER_BYTES);
+  h[0] = mode;
+  h.writeBigUInt64BE(BigInt(limit), 1);
+  return h;
+}
+
+async function openFlow(path: Path, mode: FlowMode, limit: number): Promise<Duplex> {
+  const s = await open(path, 'bulk');
+  track(s);
+  switch (mode) {
+    case 'up':
+      s.write(header(BULK_MODE.sink, 0));
+      s.on('data', () => undefined);
+      s.resume();
+      source(s, limit);
+      break;
+    case 'down':
+      s.write(header(BULK_MODE.source, limit));
+      sink(s);
+      break;
+    case 'stall-client':
+      s.write(header(BULK_MODE.source, limit));
+      s.pause(); // never reads: the backend's bytes pile up in the tunnel
+      break;
+    case 'stall-backend':
+      s.write(header(BULK_MODE.stall, 0));
+      s.on('data', () => undefined);
+      s.resume();
+      source(s, limit);
+      break;
+  }
+  return s;
+}
+
+/** Runs `task` n times with at most `concurrency` at once. */
+async function pool(n: number, concurrency: number, task: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  const lanes = Array.from({ length: Math.min(n, concurrency) }, async () => {
+    while (next < n) await task(next++);
+  });
+  await Promise.all(lanes);
+}
+
+/** Time from starting to open a connection to the first byte of the backend's banner. */
+async function dialOnce(path: Path): Promise<number> {
+  const t0 = performance.now();
+  const s = await open(path, 'banner');
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no banner within 15 s')), OPEN_TIMEOUT_MS);
+      s.once('data', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      s.once('close', () => reject(new Error('closed before the banner')));
+      s.resume();
+    });
+    return performance.now() - t0;
+  } finally {
+    s.destroy();
+  }
+}
+
+/** One HTTP/1.1 GET on a new connection with Connection: close. */
+async function requestOnce(path: Path): Promise<void> {
+  const c = cfg();
+  const s = await open(path, 'http');
+  try {
+    const raw = await new Promise<Buffer>((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const timer = setTimeout(() => reject(new Error('no answer within 15 s')), OPEN_TIMEOUT_MS);
+      const finish = (): void => {
+        clearTimeout(timer);
+        resolve(Buffer.concat(parts));
+      };
+      s.on('data', (d: Buffer) => parts.push(d));
+      s.once('end', finish);
+      s.once('close', finish);
+      s.once('error', (err: Error) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      s.resume();
+      s.write(`GET /healthz HTTP/1.1\r\nHost: ${c.backendHost}\r\nConnection: close\r\n\r\n`);
+    });
+    if (!raw.subarray(0, 15).toString('latin1').startsWith('HTTP/1.1 200')) {
+      throw new Error(`unexpected answer: ${JSON.stringify(raw.subarray(0, 60).toString('latin1'))}`);
+    }
+  } finally {
+    s.destroy();
+  }
+}
+
+function failures(): { errors: number; firstError?: string; note(err: unknown): void } {
+  const f = {
+    errors: 0,
+    firstError: undefined as string | undefined,
+    note(err: unknown) {
+      f.errors++;
+      f.firstError ??= (err as Error).message;
+    },
+  };
+  return f;
+}
+
+serveCommands<LoadgenCommands>({
+  serve,
+  configure(args) {
+    config = args;
+    chunk = Buffer.alloc(args.chunkBytes, 0x6b);
+    return null;
+  },
+  counters() {
+    return { ...counters, t: performance.now() };
+  },
+  async openFlows({ group, path, mode, count, maxBytesPerFlow }) {
+    const results = await Promise.allSettled(Array.from({ length: count }, () => openFlow(path, mode, maxBytesPerFlow)));
+    const flows = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      for (const s of flows) s.destroy();
+      throw new Error(`${count - flows.length} of ${count} flows failed to open: ${(failed.reason as Error).message}`);
+    }
+    groups.set(group, [...(groups.get(group) ?? []), ...flows]);
+    return { opened: flows.length };
+  },
+  stopFlows({ group }) {
+    for (const s of groups.get(group) ?? []) s.destroy();
+    groups.delete(group);
+    return null;
+  },
+  async dials({ path, n }) {
+    const latenciesMs: number[] = [];
+    const f = failures();
+    for (let i = 0; i < n; i++) {
+      try {
+        latenciesMs.push(await dialOnce(path));
+      } catch (err) {
+        f.note(err);
+      }
+    }
+    return { latenciesMs, errors: f.errors, firstError: f.firstError };
+  },
+  async requests({ path, concurrency, durationMs, maxRequests }) {
+    const f = failures();
+    let completed = 0;
+    let started = 0;
+    const t0 = performance.now();
+    const deadline = t0 + durationMs;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (performance.now() < deadline && started < maxRequests && f.errors < 50) {
+          started++;
+          try {
+            await requestOnce(path);
+            completed++;
+          } catch (err) {
+            f.note(err);
+          }
+        }
+      }),
+    );
+    return { completed, elapsedMs: performance.now() - t0, errors: f.errors, firstError: f.firstError };
+  },
+  async hold({ path, n, concurrency }) {
+    const f = failures();
+    await pool(n, concurrency, async () => {
+      try {
+        const s = await open(path, 'banner');
+        track(s);
+        await new Promise<void>((resolve, reject) => {
+          s.once('data', () => resolve());
+          s.once('close', () => reject(new Error('closed before the banner')));
+          s.resume();
+        });
+        s.on('data', () => undefined);
+        held.push(s);
+      } catch (err) {
+        f.note(err);
+      }
+    });
+    return { held: held.length, errors: f.errors, firstError: f.firstError };
+  },
+  release() {
+    for (const s of held) s.destroy();
+    held = [];
+    return null;
+  },
+  unstall() {
+    const destroyed = stalled.size;
+    for (const s of stalled) s.destroy();
+    stalled.clear();
+    return { destroyed };
+  },
+});

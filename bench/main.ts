@@ -1,0 +1,237 @@
+/**
+ * `npm run bench [-- --full | --smoke] [--json] [--transport NAME] [--only LIST] [--profile]`
+ *
+ * Starts a Kanal server and agent (the real CLI, throwaway PKI), a backend
+ * and a load generator (separate worker processes), and measures Kanal
+ * against the same endpoints without Kanal, in the same run: bulk
+ * throughput, dial latency, short requests, memory, isolation. Prints one
+ * report (or JSON with --json). Every child process and temp dir is removed
+ * on the way out, also on failure and SIGINT.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { TRANSPORT_NAMES } from '../src/cli/transport-choice.js';
+import { cleanUp, makeTempDir } from './children.js';
+import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair } from './cluster.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { aimClient, measureReceive, openFlows, waitIdle, withFreshPair, type Env } from './env.js';
+import { PARAMS, type Mode, type Params } from './params.js';
+import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from './proc.js';
+import { renderText, SECTION_ORDER, type Report, type Row, type Section } from './report.js';
+import { summariseProfile, type ProfileSummary } from './profile.js';
+import { runThroughput } from './suite-throughput.js';
+import { runLatency, runRequests } from './suite-dials.js';
+import { runAgents, runIdleConnections } from './suite-memory.js';
+import { runIsolation } from './suite-isolation.js';
+
+const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N]
+  (default)      quick mode, under 2 minutes
+  --full         longer runs, 10,000 idle connections, 1,000 agents
+  --smoke        seconds, tiny sizes: checks that every measurement still works
+  --json         print the results as JSON instead of the table
+  --transport    gRPC implementation for server, agent and bench agents (default grpc-js)
+  --only         comma-separated: ${SECTION_ORDER.join(',')}
+  --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
+                 (upload unless =down) and summarise their top self-time functions
+  --reps N       override the number of interleaved repetitions`;
+
+/** Run order: the long-lived pair first, memory and the separate agents server last. */
+const RUN_ORDER: Section[] = ['throughput', 'latency', 'requests', 'isolation', 'memory', 'agents'];
+
+interface Options {
+  mode: Mode;
+  json: boolean;
+  transport: string;
+  sections: Section[];
+  profile?: 'up' | 'down';
+  params: Params;
+}
+
+function parseOptions(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      full: { type: 'boolean', default: false },
+      smoke: { type: 'boolean', default: false },
+      quick: { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+      transport: { type: 'string', default: 'grpc-js' },
+      only: { type: 'string' },
+      profile: { type: 'string' },
+      reps: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
+  if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
+  const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
+  const sections = values.only
+    ? values.only.split(',').map((s) => {
+        const name = s.trim() as Section;
+        if (!SECTION_ORDER.includes(name)) throw new Error(`--only: unknown section ${s} (known: ${SECTION_ORDER.join(', ')})`);
+        return name;
+      })
+    : SECTION_ORDER;
+  const params = { ...PARAMS[mode] };
+  if (values.reps !== undefined) {
+    const reps = Number(values.reps);
+    if (!Number.isInteger(reps) || reps < 1) throw new Error('--reps must be a positive integer');
+    params.reps = reps;
+  }
+  let profile: Options['profile'];
+  if (values.profile !== undefined) {
+    if (values.profile !== '' && values.profile !== 'up' && values.profile !== 'down') throw new Error('--profile takes up or down');
+    profile = values.profile === 'down' ? 'down' : 'up';
+  }
+  if (!(TRANSPORT_NAMES as readonly string[]).includes(values.transport)) {
+    throw new Error(`--transport ${values.transport}: the kanal CLI knows ${TRANSPORT_NAMES.join(', ')} (src/cli/transport-choice.ts)`);
+  }
+  return { mode, json: values.json, transport: values.transport, sections: RUN_ORDER.filter((s) => sections.includes(s)), profile, params };
+}
+
+/** `--profile` alone is parsed by parseArgs as needing a value; accept it bare. */
+function normaliseArgv(argv: string[]): string[] {
+  return argv.map((a, i) => (a === '--profile' && (argv[i + 1] === undefined || argv[i + 1]!.startsWith('--')) ? '--profile=' : a));
+}
+
+function progressPrinter(): (text: string) => void {
+  const tty = process.stderr.isTTY;
+  const t0 = Date.now();
+  return (text: string) => {
+    const line = `[${((Date.now() - t0) / 1000).toFixed(0).padStart(3)} s] ${text}`;
+    if (tty) process.stderr.write(`\r\x1b[K${line}`);
+    else process.stderr.write(`${line}\n`);
+  };
+}
+
+async function profileRun(env: Env, mode: 'up' | 'down'): Promise<ProfileSummary[]> {
+  const profDir = path.join(env.dir, 'profiles');
+  fs.mkdirSync(profDir);
+  const scenario = `CP->node ${mode === 'up' ? 'upload' : 'download'}, 1 flow, ${(env.params.profileMs / 1000).toFixed(0)} s`;
+  const window: [number, number] = [0, 0];
+  const nowUs = (): number => Number(process.hrtime.bigint() / 1000n);
+  const pids = await withFreshPair(
+    env,
+    'profiled',
+    async (penv) => {
+      penv.params = { ...env.params, reps: 1, warmupMs: 500, measureMs: env.params.profileMs };
+      env.progress(`profile: ${scenario} under --cpu-prof`);
+      const run = await openFlows(penv, 'kanal-cp', mode, 1);
+      try {
+        await measureReceive(penv, mode === 'up', async () => {
+          window[0] = nowUs();
+          await sleep(penv.params.measureMs);
+          window[1] = nowUs();
+        });
+      } finally {
+        await run.stop();
+        await waitIdle(penv);
+      }
+      return { server: penv.pair.server.child.pid, agent: penv.pair.agent.pid };
+    },
+    ['--cpu-prof', '--cpu-prof-dir', profDir],
+  ); // the pair is stopped with SIGTERM: a clean exit writes the profiles
+  const out: ProfileSummary[] = [];
+  for (const [name, pid] of Object.entries(pids)) {
+    const file = fs.readdirSync(profDir).find((f) => f.includes(`.${pid}.`) && f.endsWith('.cpuprofile'));
+    if (!file) {
+      env.warnings.push(`profile: no .cpuprofile written by the ${name} (pid ${pid})`);
+      continue;
+    }
+    out.push(summariseProfile(path.join(profDir, file), `kanal ${name}`, scenario, window));
+  }
+  return out;
+}
+
+async function main(): Promise<void> {
+  let opts: Options;
+  try {
+    opts = parseOptions(normaliseArgv(process.argv.slice(2)));
+  } catch (err) {
+    process.stderr.write(`bench: ${(err as Error).message}\n${USAGE}\n`);
+    process.exitCode = 2;
+    return;
+  }
+  const started = new Date();
+  const t0 = performance.now();
+  const busy0 = machineBusySeconds();
+  const own0 = selfAndReapedChildrenCpuSeconds();
+  const progress = progressPrinter();
+  const warnings: string[] = [];
+  const rows: Row[] = [];
+  let profile: ProfileSummary[] | undefined;
+  let failed = false;
+  try {
+    const dir = makeTempDir('kanal-bench-');
+    progress(`setting up in ${dir} (mode ${opts.mode}, transport ${opts.transport})`);
+    const pki = await writeThrowawayPki(path.join(dir, 'pki'), { serverIps: [NODE_HOST] });
+    const backend = startLoadgen(dir, 'backend');
+    const client = startLoadgen(dir, 'client');
+    const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: opts.params.chunkBytes });
+    const pair = await startPair({ dir, tag: 'bench', pki, transport: opts.transport, backend: ports });
+    const env: Env = { dir, pki, transport: opts.transport, params: opts.params, pair, ports, client, backend, warnings, progress };
+    await aimClient(env, pair);
+
+    const suites: Record<Section, () => Promise<Row[]>> = {
+      throughput: () => runThroughput(env),
+      latency: () => runLatency(env),
+      requests: () => runRequests(env),
+      isolation: () => runIsolation(env),
+      memory: () => withFreshPair(env, 'memory', runIdleConnections),
+      agents: () => runAgents(env),
+    };
+    for (const s of opts.sections) {
+      try {
+        rows.push(...(await suites[s]()));
+      } catch (err) {
+        failed = true;
+        warnings.push(`${s} failed: ${(err as Error).message}`);
+        progress(`${s} FAILED: ${(err as Error).message}`);
+      }
+    }
+    if (opts.profile) {
+      try {
+        profile = await profileRun(env, opts.profile);
+      } catch (err) {
+        failed = true;
+        warnings.push(`profile failed: ${(err as Error).message}`);
+      }
+    }
+    progress('stopping');
+    await pair.stop();
+  } finally {
+    await cleanUp();
+    if (process.stderr.isTTY) process.stderr.write('\n');
+  }
+  // Everything the machine did that was not this bench: other people's work on a shared box.
+  const wallS = (performance.now() - t0) / 1000;
+  const backgroundCores = Math.max(0, (machineBusySeconds() - busy0 - (selfAndReapedChildrenCpuSeconds() - own0)) / wallS);
+  const report: Report = {
+    tool: 'kanal-bench',
+    mode: opts.mode,
+    transport: opts.transport,
+    startedAt: started.toISOString(),
+    durationS: wallS,
+    machine: machineInfo(),
+    backgroundCores,
+    params: { ...opts.params },
+    rows,
+    profile,
+    warnings,
+  };
+  process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${renderText(report)}\n`);
+  if (failed) process.exitCode = 1;
+}
+
+main().catch(async (err: Error) => {
+  process.stderr.write(`bench failed: ${err.stack ?? err.message}\n`);
+  await cleanUp(1000);
+  process.exitCode = 1;
+});

@@ -1,0 +1,71 @@
+/** Run sizes of the three modes. */
+export type Mode = 'smoke' | 'quick' | 'full';
+
+export interface Params {
+  /** Interleaved repetitions of every measurement. */
+  reps: number;
+  warmupMs: number;
+  measureMs: number;
+  chunkBytes: number;
+  /** Safety bound on bytes a flow may send: this rate times the run's length. */
+  capBytesPerSecond: number;
+  /** Dials per path (pooled over reps). */
+  dials: number;
+  requestMs: number;
+  requestConcurrency: number;
+  idleConnections: number;
+  agents: number;
+  /** Agents per helper process. */
+  agentsPerSwarm: number;
+  /** Isolation: time for the stalled connection to fill the tunnel before measuring. */
+  stallFillMs: number;
+  profileMs: number;
+}
+
+export const PARAMS: Record<Mode, Params> = {
+  smoke: {
+    reps: 1,
+    warmupMs: 100,
+    measureMs: 300,
+    chunkBytes: 256 * 1024,
+    capBytesPerSecond: 3e9,
+    dials: 10,
+    requestMs: 200,
+    requestConcurrency: 16,
+    idleConnections: 40,
+    agents: 6,
+    agentsPerSwarm: 500,
+    stallFillMs: 100,
+    profileMs: 1000,
+  },
+  quick: {
+    reps: 3,
+    warmupMs: 200,
+    measureMs: 700,
+    chunkBytes: 256 * 1024,
+    capBytesPerSecond: 3e9,
+    dials: 300,
+    requestMs: 400,
+    requestConcurrency: 16,
+    idleConnections: 2000,
+    agents: 100,
+    agentsPerSwarm: 500,
+    stallFillMs: 300,
+    profileMs: 3000,
+  },
+  full: {
+    reps: 5,
+    warmupMs: 500,
+    measureMs: 3000,
+    chunkBytes: 256 * 1024,
+    capBytesPerSecond: 3e9,
+    dials: 2000,
+    requestMs: 2000,
+    requestConcurrency: 16,
+    idleConnections: 10_000,
+    agents: 1000,
+    agentsPerSwarm: 250,
+    stallFillMs: 500,
+    profileMs: 5000,
+  },
+};

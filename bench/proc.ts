@@ -1,0 +1,108 @@
+/** Reading a process's CPU time and memory from /proc, and describing the machine. */
+import fs from 'node:fs';
+import os from 'node:os';
+import { execFileSync } from 'node:child_process';
+
+let clockTicks = 0;
+
+/** Clock ticks per second (`getconf CLK_TCK`), the unit of utime/stime in /proc/<pid>/stat. */
+function ticksPerSecond(): number {
+  if (clockTicks === 0) {
+    try {
+      clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clockTicks = 100;
+    }
+  }
+  return clockTicks;
+}
+
+/** User + system CPU seconds consumed so far by `pid` (0 once the process is gone). */
+export function cpuSeconds(pid: number): number {
+  let text: string;
+  try {
+    text = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return 0;
+  }
+  // The command name (field 2) may contain spaces; fields after it are fixed.
+  const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  // rest[0] is field 3 (state); utime is field 14, stime field 15.
+  const utime = Number(rest[11]);
+  const stime = Number(rest[12]);
+  return (utime + stime) / ticksPerSecond();
+}
+
+/** Sum of cpuSeconds over several processes. */
+export function cpuSecondsOf(pids: readonly number[]): number {
+  return pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+}
+
+/** Resident set size of `pid` in bytes (VmRSS), 0 once the process is gone. */
+export function rssBytes(pid: number): number {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+    const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Open file descriptors of `pid` (0 when unreadable). */
+export function fdCount(pid: number): number {
+  try {
+    return fs.readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return 0;
+  }
+}
+
+export interface MachineInfo {
+  nproc: number;
+  cpuModel: string;
+  node: string;
+  kernel: string;
+  memTotalGiB: number;
+}
+
+export function machineInfo(): MachineInfo {
+  let cpuModel = os.cpus()[0]?.model ?? 'unknown';
+  try {
+    const m = /^model name\s*:\s*(.+)$/m.exec(fs.readFileSync('/proc/cpuinfo', 'utf8'));
+    if (m?.[1]) cpuModel = m[1].trim();
+  } catch {
+    // keep os.cpus()'s answer
+  }
+  return {
+    nproc: os.availableParallelism(),
+    cpuModel,
+    node: process.version,
+    kernel: os.release(),
+    memTotalGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+  };
+}
+
+/** CPU seconds the whole machine has spent busy (all cores), from /proc/stat. */
+export function machineBusySeconds(): number {
+  try {
+    const line = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
+    const f = line.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal ...
+    const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0);
+    return busy / ticksPerSecond();
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU seconds of this process plus its children that have exited (cutime, cstime). */
+export function selfAndReapedChildrenCpuSeconds(): number {
+  try {
+    const text = fs.readFileSync('/proc/self/stat', 'utf8');
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12]) + Number(rest[13]) + Number(rest[14])) / ticksPerSecond();
+  } catch {
+    return 0;
+  }
+}

@@ -1,0 +1,95 @@
+/** 2. Dial latency and short requests per second, Kanal vs the backend directly. */
+import type { Path } from './loadgen-protocol.js';
+import { waitIdle, type Env } from './env.js';
+import type { Row } from './report.js';
+import { median, percentile, spread } from './stats.js';
+
+interface PathSpec {
+  path: Path;
+  key: string;
+  label: string;
+  baseline?: Path;
+}
+
+const PATHS: PathSpec[] = [
+  { path: 'direct-tcp', key: 'direct-tcp', label: 'direct TCP' },
+  { path: 'direct-tls', key: 'direct-tls', label: 'direct TLS' },
+  { path: 'kanal-cp', key: 'cp-node', label: 'Kanal CP->node', baseline: 'direct-tcp' },
+  { path: 'kanal-cp-tls', key: 'cp-node-tls', label: 'Kanal CP->node, TLS inside', baseline: 'direct-tls' },
+  { path: 'kanal-node', key: 'node-cp', label: 'Kanal node->CP', baseline: 'direct-tcp' },
+];
+
+const labelOf = (path: Path): string => PATHS.find((p) => p.path === path)!.label;
+
+function failuresWarning(env: Env, what: string, r: { errors: number; firstError?: string }): void {
+  if (r.errors > 0) env.warnings.push(`${what}: ${r.errors} failure(s), first: ${r.firstError ?? '?'}`);
+}
+
+export async function runLatency(env: Env): Promise<Row[]> {
+  const { reps, dials } = env.params;
+  const perRep = Math.max(1, Math.ceil(dials / reps));
+  const samples = new Map<Path, number[]>(PATHS.map((p) => [p.path, []]));
+  for (const p of PATHS) await env.client.call('dials', { path: p.path, n: 5 }, 60_000); // warm-up, discarded
+  for (let rep = 0; rep < reps; rep++) {
+    for (const p of rep % 2 === 0 ? PATHS : [...PATHS].reverse()) {
+      env.progress(`dial latency ${p.label}, run ${rep + 1}/${reps}`);
+      const r = await env.client.call('dials', { path: p.path, n: perRep }, 300_000);
+      failuresWarning(env, `dials ${p.label}`, r);
+      samples.get(p.path)!.push(...r.latenciesMs);
+    }
+  }
+  await waitIdle(env);
+  return PATHS.map((p) => {
+    const s = samples.get(p.path)!;
+    const values: Record<string, number> = { p50Ms: percentile(s, 50), p99Ms: percentile(s, 99), samples: s.length };
+    if (p.baseline) {
+      const b = samples.get(p.baseline)!;
+      values.ratioP50 = values.p50Ms! / percentile(b, 50);
+      values.ratioP99 = values.p99Ms! / percentile(b, 99);
+    }
+    return { id: `latency.${p.key}`, section: 'latency' as const, label: p.label, values, baseline: p.baseline && labelOf(p.baseline) };
+  });
+}
+
+export async function runRequests(env: Env): Promise<Row[]> {
+  const { reps, requestMs, requestConcurrency } = env.params;
+  const concurrencies = [1, requestConcurrency];
+  const rps = new Map<string, number[]>();
+  const counts = new Map<string, number>();
+  const key = (path: Path, c: number): string => `${path}/${c}`;
+  for (let rep = 0; rep < reps; rep++) {
+    for (const c of concurrencies) {
+      for (const p of rep % 2 === 0 ? PATHS : [...PATHS].reverse()) {
+        env.progress(`requests ${p.label} concurrency ${c}, run ${rep + 1}/${reps}`);
+        const r = await env.client.call('requests', { path: p.path, concurrency: c, durationMs: requestMs, maxRequests: Math.ceil(requestMs * 30) }, 120_000);
+        failuresWarning(env, `requests ${p.label} c=${c}`, r);
+        if (r.completed === 0) throw new Error(`requests ${p.label}: none completed (${r.firstError ?? 'no error'})`);
+        const k = key(p.path, c);
+        rps.set(k, [...(rps.get(k) ?? []), (r.completed * 1000) / r.elapsedMs]);
+        counts.set(k, (counts.get(k) ?? 0) + r.completed);
+        await waitIdle(env);
+      }
+    }
+  }
+  const rows: Row[] = [];
+  for (const c of concurrencies) {
+    for (const p of PATHS) {
+      const s = rps.get(key(p.path, c))!;
+      const values: Record<string, number> = { rps: median(s), spread: spread(s), requests: counts.get(key(p.path, c))! };
+      if (p.baseline) {
+        const b = rps.get(key(p.baseline, c))!;
+        values.ratio = median(s.map((x, i) => x / b[i]!));
+      }
+      rows.push({
+        id: `requests.${p.key}.c${c}`,
+        section: 'requests',
+        label: `${p.label.padEnd(26)} ${c === 1 ? 'sequential' : `concurrency ${c}`}`,
+        values,
+        signed: ['spread'],
+        baseline: p.baseline && labelOf(p.baseline),
+        runs: s.map((x) => Math.round(x)),
+      });
+    }
+  }
+  return rows;
+}

@@ -1,0 +1,67 @@
+/** 1. Bulk throughput, both directions of a tunnelled connection, 1 and 8 flows, upload and download. */
+import type { Path } from './loadgen-protocol.js';
+import { bulkRun, type Env, type FlowSample } from './env.js';
+import type { Row } from './report.js';
+import { median, spread } from './stats.js';
+
+const PATHS: { path: Path; key: string; label: string }[] = [
+  { path: 'direct-tls', key: 'direct-tls', label: 'direct TLS' },
+  { path: 'kanal-cp', key: 'cp-node', label: 'Kanal CP->node' },
+  { path: 'kanal-node', key: 'node-cp', label: 'Kanal node->CP' },
+];
+
+export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Promise<Row[]> {
+  const cases: { mode: 'up' | 'down'; flows: number }[] = [];
+  for (const mode of ['up', 'down'] as const) for (const flows of flowCounts) cases.push({ mode, flows });
+  // samples[case][path] = one sample per rep
+  const samples = cases.map(() => PATHS.map(() => [] as FlowSample[]));
+  // Untimed warm-up of every Kanal path and direction, so JIT compilation lands in no run.
+  const warm: Env = { ...env, params: { ...env.params, warmupMs: 100, measureMs: Math.min(300, env.params.measureMs) } };
+  for (const p of PATHS.slice(1)) {
+    for (const mode of ['up', 'down'] as const) {
+      env.progress(`throughput warm-up ${p.label} ${mode}`);
+      await bulkRun(warm, p.path, mode, 1);
+    }
+  }
+  for (let rep = 0; rep < env.params.reps; rep++) {
+    for (const [ci, c] of cases.entries()) {
+      // Alternate the order so no path always runs first after a pause.
+      const order = PATHS.map((_, i) => i);
+      if (rep % 2 === 1) order.reverse();
+      for (const pi of order) {
+        const p = PATHS[pi]!;
+        env.progress(`throughput ${p.label} ${c.mode} ${c.flows} flow(s), run ${rep + 1}/${env.params.reps}`);
+        samples[ci]![pi]!.push(await bulkRun(env, p.path, c.mode, c.flows));
+      }
+    }
+  }
+  const rows: Row[] = [];
+  for (const [ci, c] of cases.entries()) {
+    const direct = samples[ci]![0]!;
+    for (const [pi, p] of PATHS.entries()) {
+      const s = samples[ci]![pi]!;
+      const rates = s.map((x) => x.bytesPerSec);
+      const isDirect = pi === 0;
+      const values: Record<string, number> = {
+        mbps: median(rates) / 1e6,
+        gbps: (median(rates) * 8) / 1e9,
+        spread: spread(rates),
+        endpointCpuSPerGB: median(s.map((x) => x.endpointCpuSPerGB)),
+      };
+      if (!isDirect) {
+        values.ratio = median(s.map((x, i) => x.bytesPerSec / direct[i]!.bytesPerSec));
+        values.proxyCpuSPerGB = median(s.map((x) => x.proxyCpuSPerGB));
+      }
+      rows.push({
+        id: `throughput.${p.key}.${c.mode}.${c.flows}`,
+        section: 'throughput',
+        label: `${p.label.padEnd(14)} ${c.mode === 'up' ? 'upload  ' : 'download'} ${c.flows} flow${c.flows > 1 ? 's' : ''}`,
+        values,
+        signed: ['spread'],
+        baseline: isDirect ? undefined : 'direct TLS',
+        runs: rates.map((r) => Math.round(r / 1e5) / 10),
+      });
+    }
+  }
+  return rows;
+}
