@@ -4,7 +4,14 @@
 //
 // Everything goes over rtnetlink in this process (no `ip` binary), in the
 // caller's network namespace. ensure/remove are idempotent and remove only
-// what ensure created, so adopting an operator-made interface is safe.
+// what Kanal created, so adopting an operator-made interface is safe.
+//
+// Ownership is recorded in the kernel, not only in process memory: a link
+// Kanal creates gets the alias KANAL_LINK_ALIAS (IFLA_IFALIAS, visible as
+// `ip -d link show` "alias ..." and /sys/class/net/<dev>/ifalias). After a
+// crash the next ensure finds the marker and reclaims the link as its own, so
+// the following clean stop removes it. A link without the marker is the
+// operator's and is never deleted.
 
 import { isIP } from 'node:net';
 import { readFileSync } from 'node:fs';
@@ -22,6 +29,7 @@ import {
   buildGetLinkByName,
   buildNewAddr,
   buildNewLink,
+  buildSetLinkAlias,
   buildSetLinkUp,
   formatAddress,
   hostPrefixLen,
@@ -44,10 +52,22 @@ export interface HostInterfaceSpec {
 export interface HostInterfaceState {
   name: string;
   address: string;
-  /** True when ensure created the link (remove will delete it). */
+  /**
+   * True when Kanal created the link (remove will delete it): either this
+   * ensure created it, or it was reclaimed (see `reclaimed`).
+   */
   createdLink: boolean;
-  /** True when ensure added the address (remove will delete it). */
+  /**
+   * True when Kanal added the address (remove will delete it). Always true on
+   * a Kanal-created link: such a link only ever gets its address from Kanal.
+   */
   addedAddress: boolean;
+  /**
+   * True when the link already existed and carried the Kanal ownership marker
+   * (KANAL_LINK_ALIAS): a leftover of an earlier run that did not stop cleanly
+   * (crash, SIGKILL). It is treated as created by Kanal.
+   */
+  reclaimed: boolean;
   ifindex: number;
   /**
    * Kind of the link as the kernel reports it (IFLA_INFO_KIND). May differ from
@@ -74,6 +94,14 @@ const EACCES = 13;
 const EADDRNOTAVAIL = 99;
 const EOPNOTSUPP = 95;
 const IFNAMSIZ = 16; // including the trailing NUL
+
+/**
+ * The alias (IFLA_IFALIAS) Kanal puts on every link it creates: the kernel's
+ * record that the link is Kanal's to delete. Compared byte for byte; an
+ * operator can hand a link over to Kanal by setting exactly this alias, or
+ * keep a Kanal-made link by changing or clearing it.
+ */
+export const KANAL_LINK_ALIAS = 'kanal-agent: created by kanal, removed on clean stop';
 
 // ---------------------------------------------------------------- validation
 
@@ -177,6 +205,14 @@ function createLink(sock: NetlinkSocket, name: string, kind: InterfaceKind): voi
   }
 }
 
+function setLinkAlias(sock: NetlinkSocket, name: string, ifindex: number, alias: string): void {
+  try {
+    sock.request(`RTM_NEWLINK ${name} alias`, (seq) => buildSetLinkAlias(seq, ifindex, alias));
+  } catch (err) {
+    throw explain(err, `mark interface ${name} as created by Kanal (set its alias)`);
+  }
+}
+
 function hasAddress(sock: NetlinkSocket, ifindex: number, address: string): boolean {
   const { family, bytes } = addressBytes(address);
   const wanted = formatAddress(family, bytes);
@@ -229,18 +265,21 @@ function deleteAddress(sock: NetlinkSocket, name: string, ifindex: number, addre
 
 /**
  * Create (or adopt) the link, add address/32|/128 scope host unless present,
- * and bring the link up. Idempotent. If a step fails, whatever this call
- * created is rolled back before the error is thrown.
+ * and bring the link up. Idempotent. A link this call creates is marked with
+ * KANAL_LINK_ALIAS; an existing link that carries the marker is reclaimed
+ * (createdLink and addedAddress true, so remove deletes it). If a step fails,
+ * whatever this call created is rolled back before the error is thrown; a
+ * reclaimed link is left for the next attempt to reclaim again.
  */
 export function ensureHostInterface(spec: HostInterfaceSpec, options?: NetlinkSocketOptions): HostInterfaceState {
   const { name, kind, address } = validateHostInterfaceSpec(spec);
   return withNetlinkSocket((sock) => {
     let link = getLink(sock, name);
-    let createdLink = false;
+    let createdNow = false;
     if (!link) {
       try {
         createLink(sock, name, kind);
-        createdLink = true;
+        createdNow = true;
       } catch (err) {
         if (errnoOf(err) !== EEXIST) throw err;
         // Created concurrently by someone else: adopt it like any existing link.
@@ -249,9 +288,12 @@ export function ensureHostInterface(spec: HostInterfaceSpec, options?: NetlinkSo
       if (!link) throw new NetlinkError(`RTM_GETLINK ${name}`, ENODEV, `interface ${name} disappeared right after it was created`);
     }
     const ifindex = link.ifindex;
-    let addedAddress = false;
+    const reclaimed = !createdNow && link.alias === KANAL_LINK_ALIAS;
+    let addedNow = false;
     try {
-      addedAddress = addAddress(sock, name, ifindex, address);
+      // Mark first: a crash after this point leaves a link the next run reclaims.
+      if (createdNow) setLinkAlias(sock, name, ifindex, KANAL_LINK_ALIAS);
+      addedNow = addAddress(sock, name, ifindex, address);
       if ((link.flags & IFF_UP) === 0) {
         try {
           sock.request(`RTM_NEWLINK ${name} up`, (seq) => buildSetLinkUp(seq, ifindex));
@@ -261,20 +303,28 @@ export function ensureHostInterface(spec: HostInterfaceSpec, options?: NetlinkSo
       }
     } catch (err) {
       try {
-        if (createdLink) deleteLink(sock, name, ifindex);
-        else if (addedAddress) deleteAddress(sock, name, ifindex, address);
+        if (createdNow) deleteLink(sock, name, ifindex);
+        else if (addedNow) deleteAddress(sock, name, ifindex, address);
       } catch {
         // Keep the original error; the rollback failure is secondary.
       }
       throw err;
     }
-    return { name, address, createdLink, addedAddress, ifindex, kind: link.kind ?? null };
+    return {
+      name,
+      address,
+      createdLink: createdNow || reclaimed,
+      addedAddress: addedNow || reclaimed,
+      reclaimed,
+      ifindex,
+      kind: link.kind ?? null,
+    };
   }, options);
 }
 
 /**
- * Undo ensureHostInterface: delete the link if it created it (which also drops
- * the address), else delete the address if it added it. Missing pieces are
+ * Undo ensureHostInterface: delete the link if Kanal created it (which also
+ * drops the address), else delete the address if Kanal added it. Missing pieces are
  * fine. If the name now belongs to a different link (other ifindex), that link
  * is not ours and is left alone.
  */

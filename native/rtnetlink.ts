@@ -36,7 +36,10 @@ export const RT_SCOPE_HOST = 254;
 // <linux/if_link.h>
 export const IFLA_IFNAME = 3;
 export const IFLA_LINKINFO = 18;
+export const IFLA_IFALIAS = 20;
 export const IFLA_INFO_KIND = 1;
+// <linux/if.h>: an alias is at most IFALIASZ - 1 bytes (the kernel adds the NUL).
+export const IFALIASZ = 256;
 
 // <linux/if_addr.h>
 export const IFA_ADDRESS = 1;
@@ -251,6 +254,27 @@ export function buildSetLinkUp(seq: number, ifindex: number): Buffer {
 }
 
 /**
+ * Set the link's alias (IFLA_IFALIAS, `ip link set <dev> alias ...`). Sent as a
+ * separate request because the kernel ignores IFLA_IFALIAS when it creates a
+ * link (rtnl_create_link does not apply it; only do_setlink does). Like
+ * iproute2 the value is sent without a trailing NUL; the kernel stores
+ * exactly these bytes and reports them back NUL-terminated. An empty alias
+ * would delete the alias, so it is refused here.
+ */
+export function buildSetLinkAlias(seq: number, ifindex: number, alias: string): Buffer {
+  const value = Buffer.from(alias, 'utf8');
+  if (value.length === 0 || value.length > IFALIASZ - 1 || value.includes(0)) {
+    throw new Error(`interface alias must be 1..${IFALIASZ - 1} bytes without NUL, got ${value.length} bytes`);
+  }
+  return encodeMessage(
+    RTM_NEWLINK,
+    NLM_F_REQUEST | NLM_F_ACK,
+    seq,
+    Buffer.concat([encodeIfinfomsg(ifindex), encodeAttr(IFLA_IFALIAS, value)]),
+  );
+}
+
+/**
  * RTM_GETLINK for one link by name; the answer is one RTM_NEWLINK (or ENODEV).
  * NLM_F_ACK adds a trailing ACK so every request ends the same way.
  */
@@ -269,6 +293,8 @@ export interface LinkInfo {
   name?: string;
   /** IFLA_INFO_KIND; absent for links without a driver kind (e.g. physical NICs, lo). */
   kind?: string;
+  /** IFLA_IFALIAS; the kernel omits the attribute when the link has no alias. */
+  alias?: string;
 }
 
 export function parseLink(msg: NlMessage): LinkInfo {
@@ -277,6 +303,7 @@ export function parseLink(msg: NlMessage): LinkInfo {
   const info: LinkInfo = { ifindex: readI32(p, 4), flags: readU32(p, 8) };
   for (const a of parseAttrs(p, IFINFOMSG_LEN)) {
     if (a.type === IFLA_IFNAME) info.name = attrString(a.value);
+    else if (a.type === IFLA_IFALIAS) info.alias = attrString(a.value);
     else if (a.type === IFLA_LINKINFO) {
       for (const n of parseAttrs(a.value)) {
         if (n.type === IFLA_INFO_KIND) info.kind = attrString(n.value);

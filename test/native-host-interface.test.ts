@@ -7,7 +7,7 @@
 import test, { type ExecutionContext } from 'ava';
 import { fileURLToPath } from 'node:url';
 import { createNetns, destroyAllNetns, netnsUnavailableReason, type Netns } from './helpers/netns.js';
-import type { HostInterfaceSpec, HostInterfaceState } from '../native/host-interface.js';
+import { KANAL_LINK_ALIAS, type HostInterfaceSpec, type HostInterfaceState } from '../native/host-interface.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/netlink-fixture.js', import.meta.url));
 
@@ -42,6 +42,7 @@ interface IpLink {
   ifindex: number;
   ifname: string;
   flags: string[];
+  ifalias?: string;
   linkinfo?: { info_kind?: string };
   addr_info?: IpAddrInfo[];
 }
@@ -84,6 +85,18 @@ async function link(ns: Netns, name: string): Promise<IpLink | undefined> {
   return (await links(ns)).find((l) => l.ifname === name);
 }
 
+/** The link as `ip -d -j link show` reports it, or undefined when absent. */
+async function linkShow(ns: Netns, name: string): Promise<IpLink | undefined> {
+  const r = await ns.ip(['-j', '-d', 'link', 'show']);
+  if (r.code !== 0) throw new Error(`ip link show failed: ${r.stderr}`);
+  return (JSON.parse(r.stdout) as IpLink[]).find((l) => l.ifname === name);
+}
+
+/** Every local address in the namespace (all links, both families). */
+async function allAddresses(ns: Netns): Promise<string[]> {
+  return (await links(ns)).flatMap((l) => (l.addr_info ?? []).map((a) => a.local));
+}
+
 async function sh(ns: Netns, args: string[]): Promise<void> {
   const r = await ns.ip(args);
   if (r.code !== 0) throw new Error(`ip ${args.join(' ')} failed: ${r.stderr}`);
@@ -120,7 +133,7 @@ kernelTest('kind bridge IPv4: create, idempotent re-ensure, /32 scope host, up, 
   const ns = await netns(t);
   const spec = { name: 'kanal0', kind: 'bridge', address: '192.0.2.10' } as const;
   const first = await ensure(t, ns, spec);
-  t.like(first, { name: 'kanal0', address: '192.0.2.10', createdLink: true, addedAddress: true, kind: 'bridge' });
+  t.like(first, { name: 'kanal0', address: '192.0.2.10', createdLink: true, addedAddress: true, reclaimed: false, kind: 'bridge' });
   t.true(first.ifindex > 1);
 
   const l = await link(ns, 'kanal0');
@@ -131,17 +144,17 @@ kernelTest('kind bridge IPv4: create, idempotent re-ensure, /32 scope host, up, 
   const a = l?.addr_info?.filter((x) => x.family === 'inet') ?? [];
   t.deepEqual(a.map((x) => [x.local, x.prefixlen, x.scope]), [['192.0.2.10', 32, 'host']]);
 
-  const second = await ensure(t, ns, spec);
-  t.like(second, { createdLink: false, addedAddress: false, ifindex: first.ifindex, kind: 'bridge' });
-  t.is((await link(ns, 'kanal0'))?.addr_info?.filter((x) => x.family === 'inet').length, 1, 'no duplicate address');
+  t.is(l?.ifalias, KANAL_LINK_ALIAS, 'ownership marker set');
 
-  // Removing with the second (adopting) state must not remove anything.
-  await remove(t, ns, second);
-  t.truthy(await link(ns, 'kanal0'));
+  // The link carries our marker, so a second ensure reclaims it as Kanal's own.
+  const second = await ensure(t, ns, spec);
+  t.like(second, { createdLink: true, addedAddress: true, reclaimed: true, ifindex: first.ifindex, kind: 'bridge' });
+  t.is((await link(ns, 'kanal0'))?.addr_info?.filter((x) => x.family === 'inet').length, 1, 'no duplicate address');
 
   await remove(t, ns, first);
   t.is(await link(ns, 'kanal0'), undefined);
   await remove(t, ns, first); // idempotent
+  await remove(t, ns, second); // the reclaiming state is a no-op once the link is gone
 });
 
 kernelTest('kind bridge IPv6: /128 without DAD, remove', async (t) => {
@@ -166,7 +179,7 @@ kernelTest('kind bridge IPv6: /128 without DAD, remove', async (t) => {
   t.log(`IPv6 address scope as reported by the kernel: ${a?.scope}`);
 
   const again = await ensure(t, ns, { name: 'kanal6', kind: 'bridge', address: '2001:db8::10' });
-  t.like(again, { createdLink: false, addedAddress: false });
+  t.like(again, { createdLink: true, addedAddress: true, reclaimed: true, ifindex: state.ifindex });
 
   await remove(t, ns, state);
   t.is(await link(ns, 'kanal6'), undefined);
@@ -176,7 +189,7 @@ kernelTest('adopted link: remove drops only the address we added, keeps the link
   const ns = await netns(t);
   await sh(ns, ['link', 'add', 'x', 'type', 'bridge']);
   const state = await ensure(t, ns, { name: 'x', kind: 'bridge', address: '198.51.100.7' });
-  t.like(state, { createdLink: false, addedAddress: true, kind: 'bridge' });
+  t.like(state, { createdLink: false, addedAddress: true, reclaimed: false, kind: 'bridge' });
   t.true((await link(ns, 'x'))?.flags.includes('UP'));
   t.true((await link(ns, 'x'))?.addr_info?.some((a) => a.local === '198.51.100.7'));
 
@@ -191,9 +204,89 @@ kernelTest('adopted link and address: remove leaves both', async (t) => {
   await sh(ns, ['link', 'add', 'x', 'type', 'bridge']);
   await sh(ns, ['addr', 'add', '198.51.100.7/32', 'dev', 'x', 'scope', 'host']);
   const state = await ensure(t, ns, { name: 'x', kind: 'bridge', address: '198.51.100.7' });
-  t.like(state, { createdLink: false, addedAddress: false });
+  t.like(state, { createdLink: false, addedAddress: false, reclaimed: false });
   await remove(t, ns, state);
   t.true((await link(ns, 'x'))?.addr_info?.some((a) => a.local === '198.51.100.7'));
+});
+
+kernelTest('after a crash the next ensure reclaims the marked link and address; remove deletes both', async (t) => {
+  const ns = await netns(t);
+  const spec = { name: 'kanal0', kind: 'bridge', address: '192.0.2.10' } as const;
+
+  // First "agent": ensure, then SIGKILL itself without removing anything.
+  const crash = await ns.exec([process.execPath, FIXTURE, JSON.stringify({ op: 'crash', spec })], 20_000);
+  const crashed = JSON.parse(crash.stdout.trim().split('\n').pop() ?? '') as FixtureResult<HostInterfaceState>;
+  t.true(crashed.ok, crash.stdout);
+  t.not(crash.code, 0, 'the fixture died instead of exiting');
+  const lost = (crashed as { result: HostInterfaceState }).result;
+  t.like(lost, { createdLink: true, addedAddress: true, reclaimed: false });
+
+  // The kernel keeps the link, its address and the marker.
+  const left = await linkShow(ns, 'kanal0');
+  t.is(left?.ifindex, lost.ifindex);
+  t.is(left?.ifalias, KANAL_LINK_ALIAS, 'marker visible as ifalias in ip -d -j link show');
+  t.true((await allAddresses(ns)).includes('192.0.2.10'));
+
+  // Second "agent": knows nothing of the first, but the marker says the link is Kanal's.
+  const next = await ensure(t, ns, spec);
+  t.like(next, { createdLink: true, addedAddress: true, reclaimed: true, ifindex: lost.ifindex, kind: 'bridge' });
+  t.is((await link(ns, 'kanal0'))?.addr_info?.filter((a) => a.local === '192.0.2.10').length, 1, 'no duplicate address');
+
+  // Its clean stop removes what the crashed agent left behind.
+  await remove(t, ns, next);
+  t.is(await linkShow(ns, 'kanal0'), undefined, 'link removed');
+  t.false((await allAddresses(ns)).includes('192.0.2.10'), 'address removed');
+});
+
+kernelTest('a reclaimed link that lost its address gets it back, and remove still deletes the link', async (t) => {
+  const ns = await netns(t);
+  const spec = { name: 'kanal0', kind: 'bridge', address: '192.0.2.10' } as const;
+  const first = await ensure(t, ns, spec);
+  // As if the previous agent died between marking the link and adding the address.
+  await sh(ns, ['addr', 'del', '192.0.2.10/32', 'dev', 'kanal0']);
+  const next = await ensure(t, ns, spec);
+  t.like(next, { createdLink: true, addedAddress: true, reclaimed: true, ifindex: first.ifindex });
+  t.true((await allAddresses(ns)).includes('192.0.2.10'));
+  await remove(t, ns, next);
+  t.is(await linkShow(ns, 'kanal0'), undefined);
+});
+
+kernelTest('an operator-created link without alias is adopted, never marked and never removed', async (t) => {
+  const ns = await netns(t);
+  await sh(ns, ['link', 'add', 'kanal0', 'type', 'bridge']);
+  const before = await linkShow(ns, 'kanal0');
+  t.is(before?.ifalias, undefined);
+
+  const first = await ensure(t, ns, { name: 'kanal0', kind: 'bridge', address: '192.0.2.10' });
+  t.like(first, { createdLink: false, addedAddress: true, reclaimed: false, ifindex: before?.ifindex });
+  t.is((await linkShow(ns, 'kanal0'))?.ifalias, undefined, 'Kanal does not stamp a link it did not create');
+
+  // Simulated restart after a crash: the operator's link is still not Kanal's; neither is the address now.
+  const second = await ensure(t, ns, { name: 'kanal0', kind: 'bridge', address: '192.0.2.10' });
+  t.like(second, { createdLink: false, addedAddress: false, reclaimed: false });
+  await remove(t, ns, second);
+  t.is((await linkShow(ns, 'kanal0'))?.ifindex, before?.ifindex, 'operator link kept');
+  t.true((await allAddresses(ns)).includes('192.0.2.10'), 'address kept: this run did not add it');
+
+  await remove(t, ns, first);
+  t.is((await linkShow(ns, 'kanal0'))?.ifindex, before?.ifindex, 'operator link kept');
+  t.false((await allAddresses(ns)).includes('192.0.2.10'), 'the address the first run added is removed');
+});
+
+kernelTest('an operator-created link with some other alias is not reclaimed', async (t) => {
+  const ns = await netns(t);
+  await sh(ns, ['link', 'add', 'kanal0', 'type', 'bridge']);
+  for (const alias of ['uplink for the lab', `${KANAL_LINK_ALIAS} (kept by ops)`, 'kanal-agent']) {
+    await sh(ns, ['link', 'set', 'kanal0', 'alias', alias]);
+    t.is((await linkShow(ns, 'kanal0'))?.ifalias, alias);
+    const state = await ensure(t, ns, { name: 'kanal0', kind: 'bridge', address: '192.0.2.10' });
+    t.like(state, { createdLink: false, addedAddress: true, reclaimed: false }, alias);
+    await remove(t, ns, state);
+    const after = await linkShow(ns, 'kanal0');
+    t.truthy(after, `link with alias ${JSON.stringify(alias)} kept`);
+    t.is(after?.ifalias, alias, 'alias untouched');
+    t.false((await allAddresses(ns)).includes('192.0.2.10'), 'only our address removed');
+  }
 });
 
 kernelTest('adopting a link of another kind is accepted and reported', async (t) => {

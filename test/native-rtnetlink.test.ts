@@ -12,8 +12,12 @@ import {
   buildGetLinkByName,
   buildNewAddr,
   buildNewLink,
+  buildSetLinkAlias,
   buildSetLinkUp,
   encodeAttr,
+  encodeIfinfomsg,
+  encodeNestedAttr,
+  encodeStringAttr,
   encodeMessage,
   formatAddress,
   parseAddr,
@@ -22,7 +26,7 @@ import {
   parseMessages,
   readU32,
 } from '../native/rtnetlink.js';
-import { HostInterfaceSpecError, validateHostInterfaceSpec } from '../native/host-interface.js';
+import { HostInterfaceSpecError, KANAL_LINK_ALIAS, validateHostInterfaceSpec } from '../native/host-interface.js';
 import { NetlinkError } from '../native/netlink-error.js';
 
 const LE = endianness() === 'LE';
@@ -67,6 +71,55 @@ test('RTM_NEWLINK nests IFLA_INFO_KIND inside IFLA_LINKINFO with 4-byte padding'
       1000 1200 0b00 0100 627269646765 00 00`),
   );
   t.is(msg.length % 4, 0);
+});
+
+test('set-alias: RTM_NEWLINK on the ifindex with IFLA_IFALIAS (20), no NUL, padded to 4', (t) => {
+  if (!LE) return t.pass('expected bytes are written for little-endian hosts');
+  const msg = buildSetLinkAlias(3, 7, 'kanal');
+  t.deepEqual(
+    msg,
+    hex(`
+      2c000000 1000 0500 03000000 00000000
+      00 00 0000 07000000 00000000 00000000
+      0900 1400 6b616e616c 000000`),
+  );
+  t.is(msg.length % 4, 0);
+});
+
+test('set-alias with the Kanal ownership marker encodes byte for byte', (t) => {
+  if (!LE) return t.pass('expected bytes are written for little-endian hosts');
+  t.is(KANAL_LINK_ALIAS, 'kanal-agent: created by kanal, removed on clean stop');
+  const msg = buildSetLinkAlias(0x0a0b0c0d, 12, KANAL_LINK_ALIAS);
+  // 52 alias bytes: rta_len 56 (0x38), already 4-aligned; nlmsg_len 16 + 16 + 56 = 88 (0x58).
+  t.deepEqual(
+    msg,
+    hex(`
+      58000000 1000 0500 0d0c0b0a 00000000
+      00 00 0000 0c000000 00000000 00000000
+      3800 1400
+      6b616e616c2d6167656e743a20 63726561746564206279206b616e616c2c20
+      72656d6f766564206f6e20636c65616e2073746f70`),
+  );
+});
+
+test('set-alias refuses an empty, overlong or NUL-containing alias', (t) => {
+  t.throws(() => buildSetLinkAlias(1, 2, ''), { message: /1\.\.255 bytes/ });
+  t.throws(() => buildSetLinkAlias(1, 2, 'a'.repeat(256)), { message: /1\.\.255 bytes/ });
+  t.throws(() => buildSetLinkAlias(1, 2, 'a\0b'), { message: /without NUL/ });
+  t.is(buildSetLinkAlias(1, 2, 'a'.repeat(255)).length, 16 + 16 + 260);
+});
+
+test('parseLink reads IFLA_IFALIAS as the kernel sends it (NUL-terminated) and omits it when absent', (t) => {
+  const reply = (attrs: Buffer[]): Buffer => encodeMessage(16, 0, 1, Buffer.concat([encodeIfinfomsg(5, 1), ...attrs]));
+  const name = encodeStringAttr(3, 'kanal0');
+  const kind = encodeNestedAttr(18, [encodeStringAttr(1, 'bridge')]);
+  const [withAlias] = parseMessages(reply([name, encodeStringAttr(20, KANAL_LINK_ALIAS), kind]));
+  t.deepEqual(parseLink(withAlias!), { ifindex: 5, flags: 1, name: 'kanal0', alias: KANAL_LINK_ALIAS, kind: 'bridge' });
+  const [without] = parseMessages(reply([name, kind]));
+  t.deepEqual(parseLink(without!), { ifindex: 5, flags: 1, name: 'kanal0', kind: 'bridge' });
+  // What we send (no NUL) reads back the same.
+  const [sent] = parseMessages(buildSetLinkAlias(1, 5, KANAL_LINK_ALIAS));
+  t.is(parseLink(sent!).alias, KANAL_LINK_ALIAS);
 });
 
 test('set-up sets IFF_UP in both ifi_flags and ifi_change', (t) => {

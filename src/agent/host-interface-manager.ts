@@ -1,7 +1,8 @@
 /**
  * Owns the host-scoped interface carrying the advertise address: created
  * (or adopted) before the listeners bind, removed after they closed, and
- * only what this process created is removed.
+ * only what Kanal created is removed (a link Kanal made carries a marker
+ * alias, so an agent restarted after a crash reclaims it).
  */
 import type { Logger } from 'pino';
 import { ensureHostInterface, removeHostInterface, type HostInterfaceState, type InterfaceKind } from '../../native/host-interface.js';
@@ -27,7 +28,7 @@ export class HostInterfaceManager {
     }
     this.state = ensureHostInterface({ name: this.name, kind: this.type as InterfaceKind, address: this.address });
     this.log.info(
-      { interface: this.name, kind: this.state.kind, address: this.address, createdLink: this.state.createdLink, addedAddress: this.state.addedAddress },
+      { interface: this.name, kind: this.state.kind, address: this.address, createdLink: this.state.createdLink, addedAddress: this.state.addedAddress, reclaimed: this.state.reclaimed },
       'host interface ready',
     );
   }
