@@ -11,6 +11,8 @@ need_cmd curl curl
 need_cmd openssl openssl
 need_cmd systemd-analyze systemd
 need_cmd kubectl kubernetes-client
+need_cmd python3 python3    # test/packaging-*: an independent NOTIFY_SOCKET listener
+need_cmd setpriv util-linux # test/packaging-*: run the agent as non-root with only CAP_NET_ADMIN
 
 if ((${#missing[@]} > 0)); then
   sudo=()

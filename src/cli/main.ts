@@ -4,6 +4,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { serverBuilder, runServer, type ServerArgs } from './server-command.js';
 import { agentBuilder, runAgent, type AgentArgs } from './agent-command.js';
+import { installNodeBuilder, runInstallNode, type InstallNodeArgs } from './install-node-command.js';
 import { UsageError } from './usage-error.js';
 
 const EXIT_USAGE = 2;
@@ -20,7 +21,8 @@ async function main(argv: string[]): Promise<void> {
     .usage('$0 <command> [flags]\n\nBidirectional Kubernetes apiserver network proxy (Konnectivity-compatible).')
     .command<ServerArgs>('server', 'Run the proxy server beside the kube-apiserver', serverBuilder, (args) => runServer(args).catch(fail))
     .command<AgentArgs>('agent', 'Run the proxy agent on a node', agentBuilder, (args) => runAgent(args).catch(fail))
-    .demandCommand(1, 'name a command: server or agent')
+    .command<InstallNodeArgs>('install-node', 'Install the agent as a systemd unit that starts before the kubelet', installNodeBuilder, (args) => runInstallNode(args).catch(fail))
+    .demandCommand(1, 'name a command: server, agent or install-node')
     .strict()
     .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
     .wrap(Math.min(110, process.stdout.columns || 110))

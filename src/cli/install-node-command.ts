@@ -1,0 +1,101 @@
+/**
+ * `kanal install-node [--root DIR] [--uninstall] -- <agent flags>`: installs
+ * the kanal-agent unit, its drop-in, the kubelet drop-in and
+ * /etc/kanal/agent.env, idempotently. The agent flags are validated exactly
+ * as `kanal agent` validates them before anything is written.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Argv, InferredOptionTypes } from 'yargs';
+import { parseAgentFlags, FILE_FLAGS } from '../install/agent-flags.js';
+import { planNodeInstall, PATHS, RESTART_BACKOFF_SYSTEMD } from '../install/node-plan.js';
+import { applyPlan, uninstall, underRoot, type Change } from '../install/apply.js';
+import { detectSystemdVersion, systemctl, systemdRunning } from '../install/systemd.js';
+import { UsageError } from './usage-error.js';
+
+export const installNodeFlags = {
+  root: { type: 'string', default: '/', describe: 'Install into this directory as if it were / (image builds, tests)' },
+  uninstall: { type: 'boolean', default: false, describe: 'Remove everything install-node installed (credentials in /etc/kanal stay)' },
+  'systemd-version': { type: 'number', describe: `systemd major version of the node (default: from systemctl --version); >= ${RESTART_BACKOFF_SYSTEMD} enables the restart back-off` },
+  'dry-run': { type: 'boolean', default: false, describe: 'Validate and show what would change, write nothing' },
+} as const;
+
+export type InstallNodeArgs = InferredOptionTypes<typeof installNodeFlags> & { '--'?: (string | number)[] };
+
+/** Binary the unit's ExecStart names. */
+export const KANAL_BINARY = '/usr/local/bin/kanal';
+
+export function installNodeBuilder(y: Argv): Argv<InstallNodeArgs> {
+  return y
+    .options(installNodeFlags)
+    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true, 'populate--': true })
+    .example(
+      '$0 install-node -- --proxy-server-host cp.example --ca-cert /etc/kanal/ca.crt --agent-cert /etc/kanal/agent.crt --agent-key /etc/kanal/agent.key --bind-address 10.200.0.1 --target 6443:127.0.0.1:6443',
+      'Install the agent unit with these flags',
+    )
+    .example('$0 install-node --uninstall', 'Remove it again') as Argv<InstallNodeArgs>;
+}
+
+function report(out: string[], changes: readonly Change[], dryRun: boolean): number {
+  const changed = changes.filter((c) => c.kind !== 'unchanged');
+  for (const c of changes) out.push(`  ${(dryRun && c.kind !== 'unchanged' ? `would be ${c.kind}` : c.kind).padEnd(18)} ${c.path}`);
+  return changed.length;
+}
+
+export async function runInstallNode(args: InstallNodeArgs): Promise<void> {
+  const root = path.resolve(args.root);
+  if (!fs.existsSync(root) || !fs.statSync(root).isDirectory()) throw new UsageError(`--root ${args.root}: not a directory`);
+  const words = (args['--'] ?? []).map(String);
+  const dryRun = args['dry-run'];
+  const realRoot = root === '/';
+  const manageSystemd = realRoot && !dryRun && systemdRunning();
+  const out: string[] = [];
+
+  if (args.uninstall) {
+    if (words.length > 0) throw new UsageError('--uninstall takes no agent flags');
+    if (manageSystemd) systemctl(['stop', 'kanal-agent.service']); // tears the interface down before the files go
+    out.push(`kanal install-node --uninstall: ${dryRun ? 'would remove' : 'removing'} from ${root}`);
+    const changes = uninstall(root, dryRun);
+    const n = report(out, changes, dryRun);
+    out.push(n === 0 ? 'nothing to remove: kanal-agent is not installed here' : `${n} path(s) ${dryRun ? 'would be ' : ''}removed; anything else under /etc/kanal (credentials) is left in place`);
+    if (manageSystemd && n > 0) {
+      const err = systemctl(['daemon-reload']);
+      out.push(err ? `warning: systemctl daemon-reload failed: ${err}` : 'systemd reloaded');
+    }
+    process.stdout.write(`${out.join('\n')}\n`);
+    return;
+  }
+
+  // Everything is validated before the first write.
+  const flags = parseAgentFlags(words);
+  if (args['systemd-version'] !== undefined && (!Number.isInteger(args['systemd-version']) || args['systemd-version'] < 1)) {
+    throw new UsageError(`--systemd-version must be a positive integer, got ${args['systemd-version']}`);
+  }
+  const detected = args['systemd-version'] ?? detectSystemdVersion();
+  const systemdVersion = detected ?? 0;
+  const plan = planNodeInstall({ flags, systemdVersion });
+
+  out.push(`kanal install-node: ${dryRun ? 'checking' : 'installing into'} ${root} (systemd ${detected ?? 'unknown: assuming no restart back-off support'})`);
+  const changes = applyPlan(root, plan, dryRun);
+  const n = report(out, changes, dryRun);
+
+  for (const flag of FILE_FLAGS) {
+    const file = flags.args[flag];
+    if (file && !fs.existsSync(underRoot(root, file))) out.push(`  note: --${flag} ${file} does not exist yet; put it there before starting the agent`);
+  }
+  if (!fs.existsSync(underRoot(root, KANAL_BINARY))) out.push(`  note: ${KANAL_BINARY} does not exist; the unit runs it (npm install --global --prefix /usr/local kanal-<version>.tgz)`);
+
+  if (n === 0) {
+    out.push('nothing changed: already installed with these flags');
+  } else {
+    out.push(`${n} path(s) ${dryRun ? 'would change' : 'changed'}`);
+    if (manageSystemd) {
+      const err = systemctl(['daemon-reload']);
+      out.push(err ? `warning: systemctl daemon-reload failed: ${err}` : 'systemd reloaded; apply with: systemctl restart kanal-agent.service');
+    } else if (realRoot && !dryRun) {
+      out.push('systemd is not running here; the unit is enabled and starts at the next boot');
+    }
+  }
+  if (!dryRun) out.push(`check the node with: . ${PATHS.envFile} && kanal agent --check $KANAL_AGENT_FLAGS`);
+  process.stdout.write(`${out.join('\n')}\n`);
+}

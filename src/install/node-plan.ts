@@ -1,0 +1,129 @@
+/**
+ * What `kanal install-node` puts on a node, as data: every path it manages,
+ * with the exact bytes and mode each should have. Applying the plan (and
+ * removing it) is apply.ts; nothing here touches the file system except
+ * reading the unit templates shipped in the package.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { AgentFlagSet } from './agent-flags.js';
+
+export const UNIT_DIR = '/etc/systemd/system';
+export const AGENT_UNIT = 'kanal-agent.service';
+export const PATHS = {
+  unit: `${UNIT_DIR}/${AGENT_UNIT}`,
+  unitDropIn: `${UNIT_DIR}/${AGENT_UNIT}.d/50-install.conf`,
+  kubeletDropIn: `${UNIT_DIR}/kubelet.service.d/10-kanal.conf`,
+  wantsLink: `${UNIT_DIR}/multi-user.target.wants/${AGENT_UNIT}`,
+  envFile: '/etc/kanal/agent.env',
+  modulesLoad: '/etc/modules-load.d/kanal.conf',
+} as const;
+
+/** Every path install-node may create, in removal order (links and drop-ins first). */
+export const MANAGED_PATHS: readonly string[] = [PATHS.wantsLink, PATHS.kubeletDropIn, PATHS.unitDropIn, PATHS.unit, PATHS.envFile, PATHS.modulesLoad];
+
+/**
+ * Directories removed on uninstall when they are empty afterwards. System
+ * directories (multi-user.target.wants, modules-load.d) stay; /etc/kanal stays
+ * while credentials are in it.
+ */
+export const MANAGED_DIRS: readonly string[] = [`${UNIT_DIR}/${AGENT_UNIT}.d`, `${UNIT_DIR}/kubelet.service.d`, '/etc/kanal'];
+
+/** Directory modes for directories install-node has to create. */
+export const DIR_MODES: Readonly<Record<string, number>> = { '/etc/kanal': 0o750 };
+
+/** systemd gained RestartSteps= and RestartMaxDelaySec= (restart back-off) in v254. */
+export const RESTART_BACKOFF_SYSTEMD = 254;
+
+export type PlannedEntry = { path: string; kind: 'file'; content: Buffer; mode: number } | { path: string; kind: 'symlink'; target: string };
+
+export interface PlanOptions {
+  flags: AgentFlagSet;
+  /** Major version of the node's systemd; decides whether the restart back-off keys are written. */
+  systemdVersion: number;
+  /** Package root holding systemd/ (default: this package). */
+  packageDir?: string;
+}
+
+const HEADER = '# Managed by `kanal install-node`: re-run it to change this file (manual edits are overwritten).\n';
+
+/** The package root: dist/src/install/ -> ../../.. (the same in the repo and in an installed package). */
+export function packageRoot(): string {
+  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+}
+
+function seconds(ms: number): number {
+  return Math.ceil(ms / 1000);
+}
+
+/** Ports the agent will bind below the host's unprivileged port start (1024 unless lowered). */
+export function privilegedPorts(flags: AgentFlagSet): number[] {
+  const ports = flags.config.node?.targets.map((t) => t.localPort) ?? [];
+  const health = flags.config.health?.port;
+  if (health) ports.push(health);
+  return ports.filter((p) => p > 0 && p < 1024);
+}
+
+/** The capabilities the agent needs with these flags (least privilege). */
+export function neededCapabilities(flags: AgentFlagSet): string[] {
+  const caps: string[] = [];
+  const node = flags.config.node;
+  if (node && node.interfaceType !== 'none') caps.push('CAP_NET_ADMIN');
+  if (privilegedPorts(flags).length > 0) caps.push('CAP_NET_BIND_SERVICE');
+  return caps;
+}
+
+/** 50-install.conf: the unit settings that follow from the flags. */
+export function unitDropIn(flags: AgentFlagSet, systemdVersion: number): string {
+  const c = flags.config;
+  const caps = neededCapabilities(flags);
+  const lines = [
+    HEADER.trimEnd(),
+    '# Values derived from the flags in /etc/kanal/agent.env.',
+    '[Service]',
+    `# --connect-timeout ${seconds(c.connectTimeoutMs)}s: READY=1 comes at the latest then, plus start-up time.`,
+    `TimeoutStartSec=${seconds(c.connectTimeoutMs) + 30}s`,
+    `# --shutdown-grace-period ${seconds(c.shutdownGraceMs)}s plus time to close connections and remove the interface.`,
+    `TimeoutStopSec=${seconds(c.shutdownGraceMs) + 15}s`,
+    `# Capabilities these flags need: ${caps.length > 0 ? caps.join(', ') : 'none'}${privilegedPorts(flags).length > 0 ? ` (ports ${privilegedPorts(flags).join(', ')} < 1024)` : ''}.`,
+    'CapabilityBoundingSet=',
+    'AmbientCapabilities=',
+  ];
+  if (caps.length > 0) lines.push(`CapabilityBoundingSet=${caps.join(' ')}`, `AmbientCapabilities=${caps.join(' ')}`);
+  if (systemdVersion >= RESTART_BACKOFF_SYSTEMD) {
+    lines.push(`# systemd ${systemdVersion} >= ${RESTART_BACKOFF_SYSTEMD}: back off from RestartSec=2s to 1 minute over 10 restarts.`, 'RestartSteps=10', 'RestartMaxDelaySec=60s');
+  } else {
+    lines.push(`# systemd ${systemdVersion} < ${RESTART_BACKOFF_SYSTEMD} has no RestartSteps=: restarts stay RestartSec=2s apart (the agent backs off reconnects itself).`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** /etc/kanal/agent.env: one variable, the words as given. */
+export function envFile(flags: AgentFlagSet): string {
+  return (
+    HEADER +
+    '# kanal-agent.service runs: kanal agent $KANAL_AGENT_FLAGS\n' +
+    '# Check them with: . /etc/kanal/agent.env && kanal agent --check $KANAL_AGENT_FLAGS\n' +
+    `KANAL_AGENT_FLAGS="${flags.words.join(' ')}"\n`
+  );
+}
+
+export function planNodeInstall(opts: PlanOptions): PlannedEntry[] {
+  const dir = path.join(opts.packageDir ?? packageRoot(), 'systemd');
+  const read = (name: string): Buffer => fs.readFileSync(path.join(dir, name));
+  const entries: PlannedEntry[] = [
+    { path: PATHS.unit, kind: 'file', content: read(AGENT_UNIT), mode: 0o644 },
+    { path: PATHS.unitDropIn, kind: 'file', content: Buffer.from(unitDropIn(opts.flags, opts.systemdVersion)), mode: 0o644 },
+    { path: PATHS.kubeletDropIn, kind: 'file', content: read('kubelet.service.d/10-kanal.conf'), mode: 0o644 },
+    { path: PATHS.envFile, kind: 'file', content: Buffer.from(envFile(opts.flags)), mode: 0o640 },
+    // What `systemctl enable` does for WantedBy=multi-user.target.
+    { path: PATHS.wantsLink, kind: 'symlink', target: PATHS.unit },
+  ];
+  const node = opts.flags.config.node;
+  if (node && node.interfaceType === 'dummy') {
+    // Load the dummy module at boot rather than rely on autoloading from the hardened unit.
+    entries.push({ path: PATHS.modulesLoad, kind: 'file', content: Buffer.from(`${HEADER}# kanal-agent creates a dummy interface (--bind-interface-type dummy).\ndummy\n`), mode: 0o644 });
+  }
+  return entries;
+}
