@@ -198,7 +198,7 @@ export class KanalAgent {
     this.connections.set(conn.serverID, conn);
     const features = formatFeatures(conn.tunnel.features);
     this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, features: features || 'none (upstream server)' }, 'tunnel up');
-    if (!conn.tunnel.features.has(Feature.NodeDial)) {
+    if ((this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial) && !conn.tunnel.features.has(Feature.NodeDial)) {
       this.opts.log.warn({ serverID: conn.serverID }, 'server does not support node -> control plane dials (upstream Konnectivity?); that direction is unavailable through it');
     }
     for (const l of this.listeners) l(conn.tunnel, 'up');

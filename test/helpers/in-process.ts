@@ -1,0 +1,276 @@
+/**
+ * KanalServer and KanalAgent in the test process: throwaway PKI in a temp
+ * dir, agent port on 127.0.0.1:0 with mTLS, frontend on a Unix socket,
+ * health on 127.0.0.1:0, logs captured into arrays. Options are assembled
+ * the way src/cli/server-command.ts and agent-command.ts assemble them.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { ExecutionContext } from 'ava';
+import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { KanalServer, type ServerOptions } from '../../src/server/server.js';
+import { KanalAgent, type AgentOptions } from '../../src/agent/agent.js';
+import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
+import { Tunnel } from '../../src/tunnel/tunnel.js';
+import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
+import { formatFeatures, parseFeatures, type FeatureSet } from '../../src/wire/features.js';
+import { captureLogger, type CapturedLogger } from './memory-stream.js';
+
+export { captureLogger, waitFor, type CapturedLogger } from './memory-stream.js';
+
+export interface TestEnv {
+  dir: string;
+  pki: ThrowawayPki;
+  udsPath: string;
+}
+
+let sharedPki: Promise<ThrowawayPki> | undefined;
+
+/** One throwaway PKI per test process (key generation is the slow part), removed at exit. */
+function pkiOnce(): Promise<ThrowawayPki> {
+  if (!sharedPki) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-pki-'));
+    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+    sharedPki = writeThrowawayPki(dir);
+  }
+  return sharedPki;
+}
+
+/** A temp dir (for Unix sockets) and the throwaway certificates; the dir is removed at teardown. */
+export async function makeEnv(t: ExecutionContext): Promise<TestEnv> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-inproc-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pki = await pkiOnce();
+  return { dir, pki, udsPath: path.join(dir, 'frontend.sock') };
+}
+
+export interface StartedServer {
+  server: KanalServer;
+  logs: CapturedLogger;
+  options: ServerOptions;
+}
+
+export async function startServer(
+  t: ExecutionContext,
+  env: TestEnv,
+  opts: { serverID?: string; allowedDestinations?: string[]; allowUnauthenticated?: boolean; health?: boolean; udsPath?: string; agentPort?: number } = {},
+): Promise<StartedServer> {
+  const logs = captureLogger('debug');
+  const read = (f: string): Buffer => fs.readFileSync(f);
+  const options: ServerOptions = {
+    serverID: opts.serverID ?? 'test-server',
+    serverCount: 1,
+    agent: {
+      host: '127.0.0.1',
+      port: opts.agentPort ?? 0,
+      tls: { cert: read(env.pki.serverCert), key: read(env.pki.serverKey), ca: read(env.pki.caCert) },
+      allowUnauthenticated: opts.allowUnauthenticated ?? false,
+    },
+    frontend: { mode: 'both', uds: { path: opts.udsPath ?? env.udsPath, deleteExisting: true } },
+    health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
+    backendDialTimeoutMs: 5000,
+    allowedDestinations: opts.allowedDestinations ?? [],
+    destinationDialTimeoutMs: 5000,
+    maxReceiveMessageBytes: 4 * 1024 * 1024,
+    transport: grpcJsTransport,
+    log: logs.log,
+  };
+  const server = new KanalServer(options);
+  await server.start();
+  t.teardown(() => server.stop());
+  return { server, logs, options };
+}
+
+export interface StartedAgent {
+  agent: KanalAgent;
+  logs: CapturedLogger;
+  stopped: boolean;
+  stop(graceMs?: number): Promise<void>;
+}
+
+export async function startAgent(
+  t: ExecutionContext,
+  env: TestEnv,
+  port: number,
+  opts: { agentID?: string; features?: FeatureSet; clientCert?: 'valid' | 'none' | 'rogue'; identifiers?: string; health?: boolean } = {},
+): Promise<StartedAgent> {
+  const logs = captureLogger('debug');
+  const read = (f: string): Buffer => fs.readFileSync(f);
+  const cert = opts.clientCert ?? 'valid';
+  const options: AgentOptions = {
+    agentID: opts.agentID ?? 'node-1',
+    agentIdentifiers: opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
+    server: {
+      host: '127.0.0.1',
+      port,
+      tls: {
+        ca: read(env.pki.caCert),
+        cert: cert === 'valid' ? read(env.pki.agentCert) : cert === 'rogue' ? read(env.pki.rogueAgentCert) : undefined,
+        key: cert === 'valid' ? read(env.pki.agentKey) : cert === 'rogue' ? read(env.pki.rogueAgentKey) : undefined,
+      },
+    },
+    dialTimeoutMs: 5000,
+    connectTimeoutMs: 5000,
+    reconnect: { initialMs: 100, maxMs: 500 },
+    health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
+    transport: grpcJsTransport,
+    features: opts.features,
+    log: logs.log,
+  };
+  const agent = new KanalAgent(options);
+  await agent.start();
+  const started: StartedAgent = {
+    agent,
+    logs,
+    stopped: false,
+    async stop(graceMs = 1000) {
+      if (started.stopped) return;
+      started.stopped = true;
+      await agent.stop(graceMs);
+    },
+  };
+  t.teardown(() => started.stop(0));
+  return started;
+}
+
+// ---------- destinations ----------
+
+export interface EchoServer {
+  port: number;
+  address: string;
+  /** Sockets currently open on the echo server. */
+  readonly open: number;
+  readonly accepted: number;
+  close(): Promise<void>;
+}
+
+/** A TCP echo server on 127.0.0.1:0 (half-close aware: ends after the client ends). */
+export async function startEchoServer(t: ExecutionContext): Promise<EchoServer> {
+  const sockets = new Set<net.Socket>();
+  let accepted = 0;
+  const server = net.createServer({ allowHalfOpen: true }, (s) => {
+    accepted++;
+    sockets.add(s);
+    s.on('error', () => undefined);
+    s.once('close', () => sockets.delete(s));
+    s.pipe(s);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  const close = (): Promise<void> =>
+    new Promise<void>((resolve) => {
+      for (const s of sockets) s.destroy();
+      server.close(() => resolve());
+    });
+  t.teardown(close);
+  return {
+    port,
+    address: `127.0.0.1:${port}`,
+    get open() {
+      return sockets.size;
+    },
+    get accepted() {
+      return accepted;
+    },
+    close,
+  } as EchoServer;
+}
+
+/** A port on 127.0.0.1 where nothing listens (connection refused). */
+export async function closedPort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise<void>((resolve) => s.close(() => resolve()));
+  return port;
+}
+
+// ---------- frontend clients ----------
+
+export interface ConnectReply {
+  status: number;
+  head: string;
+  socket: net.Socket;
+}
+
+/** Sends `CONNECT target` (or another request line) on the frontend socket and reads the response head. */
+export function httpConnect(udsPath: string, target: string, method = 'CONNECT'): Promise<ConnectReply> {
+  return new Promise<ConnectReply>((resolve, reject) => {
+    const socket = net.connect({ path: udsPath, allowHalfOpen: true });
+    let buf = Buffer.alloc(0);
+    const onData = (chunk: Buffer): void => {
+      buf = Buffer.concat([buf, chunk]);
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      socket.off('data', onData);
+      socket.off('error', reject);
+      socket.pause();
+      const head = buf.subarray(0, end).toString('latin1');
+      const rest = buf.subarray(end + 4);
+      if (rest.length > 0) socket.unshift(rest);
+      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0);
+      resolve({ status, head, socket });
+    };
+    socket.on('data', onData);
+    socket.once('error', reject);
+    socket.once('connect', () => socket.write(`${method} ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+  });
+}
+
+/** Writes `text` and reads back exactly as many bytes. */
+export function echoRoundTrip(socket: Duplex, text: string): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    let got = '';
+    const onData = (c: Buffer): void => {
+      got += c.toString();
+      if (got.length >= text.length) {
+        socket.off('data', onData);
+        socket.off('error', reject);
+        resolve(got);
+      }
+    };
+    socket.on('data', onData);
+    socket.once('error', reject);
+    socket.resume();
+    socket.write(text);
+  });
+}
+
+export interface GrpcFrontendClient {
+  tunnel: Tunnel;
+  close(): void;
+}
+
+/** Opens a ProxyService/Proxy stream on the frontend (the KAS's konnectivity-client, in-process). */
+export async function grpcFrontendClient(t: ExecutionContext, udsPath: string, features: FeatureSet): Promise<GrpcFrontendClient> {
+  const channel = grpcJsTransport.createChannel({ target: `unix://${udsPath}` });
+  const md: Record<string, string> = {};
+  if (features.size > 0) md[MD_KANAL_FEATURES] = formatFeatures(features);
+  const stream = await channel.openStream(PROXY_SERVICE_PROXY, md, 5000);
+  const negotiated = parseFeatures(stream.metadata.get(MD_KANAL_FEATURES)?.[0]);
+  // The client never performs dials; 'agent' parity is irrelevant here.
+  const tunnel = new Tunnel(stream, { side: 'agent', features: negotiated, log: captureLogger('silent').log });
+  const close = (): void => {
+    tunnel.close();
+    channel.close();
+  };
+  t.teardown(close);
+  return { tunnel, close };
+}
+
+/** GET on the health port; resolves with status and body. */
+export function httpGet(port: number, urlPath: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: urlPath, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+  });
+}

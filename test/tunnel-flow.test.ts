@@ -1,0 +1,328 @@
+/**
+ * Per-connection flow control. With the window extension a stalled reader
+ * stops its own sender after about one window and costs bounded memory,
+ * while its neighbours on the same tunnel keep moving; without it the
+ * stalled connection alone is closed once its buffer limit is exceeded.
+ * Transport back-pressure (send() false / 'drain') holds write callbacks.
+ */
+import test from 'ava';
+import { createHash } from 'node:crypto';
+import type { Duplex } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Tunnel } from '../src/tunnel/tunnel.js';
+import type { TunnelConnection } from '../src/tunnel/connection.js';
+import { Feature, type FeatureSet } from '../src/wire/features.js';
+import { PacketType, type Packet } from '../src/wire/packet.js';
+import { captureLogger, createMemoryLink, nextPacket, sinkEndpoint, tunnelPair, waitFor, type Sink } from './helpers/memory-stream.js';
+
+const MiB = 1024 * 1024;
+const KiB = 1024;
+
+/** Deterministic bytes: chunk i of a stream is a function of (seed, i). */
+function chunkOf(seed: number, i: number, size: number): Buffer {
+  const b = Buffer.allocUnsafe(size);
+  let x = (seed * 2654435761 + i * 40503) >>> 0;
+  for (let j = 0; j < size; j += 4) {
+    x = (x * 1664525 + 1013904223) >>> 0;
+    b.writeUInt32LE(x, j);
+  }
+  return b;
+}
+
+interface WriteProgress {
+  /** Bytes whose write callback ran. */
+  completed: number;
+  /** Bytes handed to write(). */
+  written: number;
+  digest: string;
+  done: Promise<void>;
+}
+
+/**
+ * Writes `total` bytes in `chunk`-sized pieces, respecting write() === false,
+ * then ends (if `end`). Counts completed write callbacks.
+ */
+function writeStream(s: Duplex, seed: number, total: number, chunk: number, end: boolean): WriteProgress {
+  const hash = createHash('sha256');
+  const progress: WriteProgress = { completed: 0, written: 0, digest: '', done: Promise.resolve() };
+  progress.done = (async () => {
+    for (let i = 0; progress.written < total; i++) {
+      if (s.destroyed) return;
+      const c = chunkOf(seed, i, Math.min(chunk, total - progress.written));
+      hash.update(c);
+      progress.written += c.length;
+      const ok = s.write(c, (err) => {
+        if (!err) progress.completed += c.length;
+      });
+      if (!ok) {
+        await new Promise<void>((resolve) => {
+          const go = (): void => {
+            s.off('drain', go);
+            s.off('close', go);
+            resolve();
+          };
+          s.on('drain', go);
+          s.on('close', go);
+        });
+      }
+    }
+    progress.digest = hash.digest('hex');
+    if (end) s.end();
+  })();
+  return progress;
+}
+
+function finished(s: Duplex): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (s.writableFinished) return resolve();
+    s.once('finish', () => resolve());
+    s.once('close', () => (s.writableFinished ? resolve() : reject(new Error('closed before finishing'))));
+  });
+}
+
+function closed(s: Duplex): Promise<void> {
+  return new Promise((resolve) => (s.closed ? resolve() : s.once('close', () => resolve())));
+}
+
+const WINDOW: FeatureSet = new Set([Feature.Window, Feature.HalfClose]);
+const NO_WINDOW: FeatureSet = new Set([Feature.HalfClose]);
+
+/** Performer-side handler: "stalled:*" gets a stalled sink, anything else a reading sink. */
+function sinks(out: Map<string, Sink>) {
+  return async (dial: { address: string }): Promise<Duplex> => {
+    const sink = sinkEndpoint({ stalled: dial.address.startsWith('stalled') });
+    out.set(dial.address, sink);
+    return sink;
+  };
+}
+
+/** Tracks, on the sender's stream, DATA bytes sent minus window granted, per connection; records the maximum. */
+function windowAccounting(sender: ReturnType<typeof createMemoryLink>['a']) {
+  const sent = new Map<number, number>();
+  const granted = new Map<number, number>();
+  let maxOutstanding = 0;
+  sender.tap((p: Packet) => {
+    if (p.type !== PacketType.DATA) return;
+    const s = (sent.get(p.connectID) ?? 0) + p.data.length;
+    sent.set(p.connectID, s);
+    maxOutstanding = Math.max(maxOutstanding, s - (granted.get(p.connectID) ?? 0));
+  });
+  // Before the tunnel's own listener, so a grant is counted before the sends it allows.
+  sender.prependListener('packet', (p: Packet) => {
+    if (p.type === PacketType.KANAL_WINDOW) granted.set(p.connectID, (granted.get(p.connectID) ?? 0) + p.increment);
+  });
+  return { maxOutstanding: () => maxOutstanding, sent: (id: number) => sent.get(id) ?? 0 };
+}
+
+test('window: a stalled reader stops its sender after one window; a neighbour moves 32 MiB; memory stays bounded', async (t) => {
+  const windowBytes = 256 * KiB;
+  const maxDataBytes = 16 * KiB;
+  const endpoints = new Map<string, Sink>();
+  const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxDataBytes }, serverDialHandler: sinks(endpoints) });
+  t.teardown(() => pair.close());
+  const accounting = windowAccounting(pair.link.a);
+
+  const stalledConn = await pair.agent.dial('stalled:1', { timeoutMs: 5000 });
+  const fastConn = await pair.agent.dial('fast:2', { timeoutMs: 5000 });
+  for (const c of [stalledConn, fastConn]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+  const stalledSink = endpoints.get('stalled:1')!;
+  const fastSink = endpoints.get('fast:2')!;
+
+  const stalledWrite = writeStream(stalledConn, 1, 8 * MiB, 64 * KiB, true);
+  const fastWrite = writeStream(fastConn, 2, 32 * MiB, 64 * KiB, true);
+  await fastWrite.done;
+  await finished(fastSink);
+  t.is(fastSink.accepted, 32 * MiB, 'the neighbour moved all 32 MiB');
+  t.is(fastSink.digest(), fastWrite.digest, 'intact');
+
+  // The stalled connection: the sender's writes stopped completing after about one window.
+  await sleep(50);
+  const receiver = stalledSink.source as TunnelConnection;
+  t.truthy(receiver, 'performer-side connection found');
+  const completed = stalledWrite.completed;
+  const receivedBytes = receiver.bytesIn;
+  t.log(`stalled: sender completed ${completed} B, receiver holds ${receivedBytes} B, window ${windowBytes} B`);
+  t.true(completed <= windowBytes + 64 * KiB, `sender completed ${completed} B`);
+  t.true(completed >= windowBytes / 2, 'the sender did use its window');
+  // Memory bound: nothing was read by the application, so all of it is buffered.
+  const bound = windowBytes + receiver.readableHighWaterMark + stalledSink.writableHighWaterMark;
+  t.true(receivedBytes <= bound, `receiver buffered ${receivedBytes} B, bound ${bound} B`);
+  t.true(accounting.maxOutstanding() <= windowBytes, `sender never exceeded the window (max outstanding ${accounting.maxOutstanding()} B)`);
+  t.false(stalledConn.destroyed, 'a stalled connection with flow control stays open');
+
+  // Still stalled: nothing more moves.
+  await sleep(100);
+  t.is(stalledWrite.completed, completed);
+  t.is(receiver.bytesIn, receivedBytes);
+
+  // Unstall: everything arrives, in order, and the connection closes cleanly.
+  stalledSink.release();
+  await stalledWrite.done;
+  await finished(stalledSink);
+  t.is(stalledSink.accepted, 8 * MiB);
+  t.is(stalledSink.digest(), stalledWrite.digest);
+  await Promise.all([closed(stalledConn), closed(fastConn)]);
+  await waitFor(() => pair.agent.stats().connections === 0 && pair.server.stats().connections === 0, 'tables empty');
+});
+
+test('window: the receiver grants credit as it reads; a single connection moves 16 MiB through a 64 KiB window', async (t) => {
+  const windowBytes = 64 * KiB;
+  const endpoints = new Map<string, Sink>();
+  const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
+  t.teardown(() => pair.close());
+  const accounting = windowAccounting(pair.link.b);
+  const conn = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  conn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+  const w = writeStream(conn, 3, 16 * MiB, 100_000, true);
+  await w.done;
+  const sink = endpoints.get('pod:80')!;
+  await finished(sink);
+  t.is(sink.accepted, 16 * MiB);
+  t.is(sink.digest(), w.digest);
+  t.true(accounting.maxOutstanding() <= windowBytes, `max outstanding ${accounting.maxOutstanding()} B`);
+  const grants = pair.link.a.sent.filter((p) => p.type === PacketType.KANAL_WINDOW);
+  t.true(grants.length > 0);
+  // Credit is batched: no grant smaller than a quarter window.
+  t.true(grants.every((p) => p.type === PacketType.KANAL_WINDOW && p.increment >= windowBytes / 4));
+});
+
+test('no window (upstream peer): the stalled connection is closed past unflowedBufferBytes; the other is unaffected', async (t) => {
+  const unflowedBufferBytes = 1 * MiB;
+  const maxDataBytes = 16 * KiB;
+  const endpoints = new Map<string, Sink>();
+  const pair = tunnelPair({ features: NO_WINDOW, limits: { unflowedBufferBytes, maxDataBytes }, serverDialHandler: sinks(endpoints) });
+  t.teardown(() => pair.close());
+  const stalledConn = await pair.agent.dial('stalled:1', { timeoutMs: 5000 });
+  const fastConn = await pair.agent.dial('fast:2', { timeoutMs: 5000 });
+  const stalledSink = endpoints.get('stalled:1')!;
+  const fastSink = endpoints.get('fast:2')!;
+  const errors: Error[] = [];
+  stalledConn.on('error', (e: Error) => errors.push(e));
+  fastConn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+  let receiver: TunnelConnection | undefined;
+
+  const stalledWrite = writeStream(stalledConn, 1, 16 * MiB, 64 * KiB, true);
+  const fastWrite = writeStream(fastConn, 2, 32 * MiB, 64 * KiB, true);
+  await waitFor(() => (receiver = stalledSink.source as TunnelConnection | undefined) !== undefined, 'receiver');
+  await closed(stalledConn);
+  t.is(errors.length, 1);
+  t.regex(errors[0]!.message, /local reader too slow.*no flow control/);
+  t.true(receiver!.destroyed);
+  const bound = unflowedBufferBytes + stalledSink.writableHighWaterMark + maxDataBytes;
+  t.true(receiver!.bytesIn <= bound, `receiver took ${receiver!.bytesIn} B before closing, bound ${bound}`);
+  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === stalledConn.connectID && /too slow/.test(p.error)));
+
+  await fastWrite.done;
+  await stalledWrite.done;
+  await finished(fastSink);
+  t.is(fastSink.accepted, 32 * MiB, 'the neighbour moved all 32 MiB');
+  t.is(fastSink.digest(), fastWrite.digest);
+  await closed(fastConn);
+  t.true(pair.serverLog.matching('connection closed with error').length >= 1);
+  await waitFor(() => pair.agent.stats().connections === 0 && pair.server.stats().connections === 0, 'tables empty');
+  t.false(pair.agent.closed || pair.server.closed, 'the tunnel survives');
+});
+
+test('a peer that overruns the window gets its connection closed (exactly at window + credit)', async (t) => {
+  const windowBytes = 64 * KiB;
+  const link = createMemoryLink();
+  const logs = captureLogger();
+  const endpoints = new Map<string, Sink>();
+  const tunnel = new Tunnel(link.a, { side: 'agent', features: WINDOW, limits: { windowBytes }, log: logs.log, dialHandler: sinks(endpoints) });
+  t.teardown(() => tunnel.close());
+  const peer = link.b;
+  let credit = 0;
+  peer.on('packet', (p) => {
+    if (p.type === PacketType.KANAL_WINDOW) credit += p.increment;
+  });
+  const rspP = nextPacket(peer, PacketType.DIAL_RSP);
+  peer.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'stalled:1', random: 11n });
+  const { connectID } = await rspP;
+  let sent = 0;
+  const sendData = (n: number): void => {
+    while (n > 0) {
+      const size = Math.min(n, 16 * KiB);
+      peer.send({ type: PacketType.DATA, connectID, error: '', data: Buffer.alloc(size, 0x61) });
+      sent += size;
+      n -= size;
+    }
+  };
+  // Up to the window plus whatever credit was granted: allowed.
+  for (let i = 0; i < 10; i++) {
+    const allowed = windowBytes + credit;
+    if (sent === allowed && i > 0) break;
+    sendData(allowed - sent);
+    await sleep(20);
+  }
+  t.is(sent, windowBytes + credit);
+  t.is(tunnel.stats().connections, 1, 'a polite peer keeps its connection');
+  t.false(peer.other.sent.some((p) => p.type === PacketType.CLOSE_RSP));
+  // One byte more: overrun.
+  const closeP = nextPacket(peer, PacketType.CLOSE_RSP, (p) => p.connectID === connectID);
+  sendData(1);
+  const close = await closeP;
+  t.regex(close.error, /overran the flow-control window/);
+  await waitFor(() => tunnel.stats().connections === 0, 'table empty');
+  t.false(tunnel.closed, 'only the connection is closed, not the tunnel');
+});
+
+test('transport back-pressure: write callbacks wait for drain; the tunnel queues at most one buffer', async (t) => {
+  const sendBufferBytes = 64 * KiB;
+  const maxDataBytes = 16 * KiB;
+  const endpoints = new Map<string, Sink>();
+  const pair = tunnelPair({
+    features: NO_WINDOW,
+    limits: { maxDataBytes },
+    link: { sendBufferBytes, batchBytes: 32 * KiB },
+    serverDialHandler: sinks(endpoints),
+  });
+  t.teardown(() => pair.close());
+  const conn = await pair.agent.dial('pod:1', { timeoutMs: 5000 });
+  conn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+  pair.link.a.pauseDelivery(); // the transport stops taking bytes
+  let done = false;
+  conn.write(chunkOf(9, 0, MiB), () => (done = true));
+  await sleep(50);
+  t.false(done, 'the write does not complete while the transport is blocked');
+  t.true(pair.link.a.queued <= sendBufferBytes + maxDataBytes + 64, `queued ${pair.link.a.queued} B`);
+  t.true(pair.link.a.blockedCount >= 1);
+  t.false(pair.agent.writable);
+  pair.link.a.resumeDelivery();
+  await waitFor(() => done, 'write completed after drain');
+  const w = writeStream(conn, 10, 8 * MiB, 64 * KiB, true);
+  await w.done;
+  const sink = endpoints.get('pod:1')!;
+  await finished(sink);
+  t.is(sink.accepted, MiB + 8 * MiB);
+  t.true(pair.link.a.blockedCount > 1, 'send() returned false more than once');
+  await closed(conn);
+});
+
+for (const [name, features] of [
+  ['window', WINDOW],
+  ['no window', NO_WINDOW],
+] as const) {
+  test(`fair sharing (${name}): bulk senders on one tunnel take turns when the transport drains`, async (t) => {
+    // Each turn after a drain refills the transport; a sender must not get
+    // every turn just because it re-queued first.
+    const endpoints = new Map<string, Sink>();
+    const pair = tunnelPair({ features, link: { sendBufferBytes: 256 * KiB, batchBytes: 64 * KiB }, serverDialHandler: sinks(endpoints) });
+    t.teardown(() => pair.close());
+    const n = 4;
+    const total = 8 * MiB;
+    const conns = await Promise.all(Array.from({ length: n }, (_, i) => pair.agent.dial(`bulk:${i + 1}`, { timeoutMs: 5000 })));
+    for (const c of conns) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+    const writes = conns.map((c, i) => writeStream(c, 20 + i, total, 64 * KiB, true));
+    await Promise.race(writes.map((w) => w.done));
+    const shares = conns.map((_, i) => endpoints.get(`bulk:${i + 1}`)!.accepted / total);
+    t.log(`progress when the first sender finished: ${shares.map((s) => s.toFixed(2)).join(' ')}`);
+    for (const [i, s] of shares.entries()) t.true(s >= 0.5, `connection ${i + 1} had moved only ${(s * 100).toFixed(0)}%`);
+    await Promise.all(writes.map((w) => w.done));
+    for (const [i, w] of writes.entries()) {
+      const sink = endpoints.get(`bulk:${i + 1}`)!;
+      await finished(sink);
+      t.is(sink.digest(), w.digest);
+    }
+    t.true(pair.link.a.blockedCount > 10, 'the transport really pushed back');
+  });
+}
