@@ -47,7 +47,15 @@ export async function startHealthServer(opts: HealthServerOptions): Promise<Heal
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
     }
   });
-  server.on('clientError', (_err, socket) => socket.destroy());
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // A peer that just went away is not worth a warning; anything else is bad input.
+    if (err.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    opts.log.warn({ err: err.message, code: err.code, peer: (socket as { remoteAddress?: string }).remoteAddress }, 'refused malformed request on health port');
+    socket.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nbad request\n');
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port, opts.host, () => {

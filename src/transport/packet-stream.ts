@@ -29,6 +29,13 @@ export interface PacketStream {
   send(packet: Packet): boolean;
   /** Graceful end: no more packets from this side (gRPC half-close / OK status). */
   end(): void;
+  /**
+   * Stops reading from the peer (HTTP/2 flow control then holds it back);
+   * for peers without Kanal's per-connection windows, whose streams carry one
+   * connection each (the KAS's konnectivity-client).
+   */
+  pause(): void;
+  resume(): void;
   /** Tears the stream down now; pending packets are dropped. */
   destroy(error?: Error): void;
   readonly closed: boolean;

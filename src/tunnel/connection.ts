@@ -18,6 +18,11 @@ export interface ConnectionHost {
   sendHalfClose(connectID: number): void;
   /** Tells the peer the connection is gone (CLOSE_REQ or CLOSE_RSP by role). */
   sendClose(connectID: number, role: ConnectionRole, reason: string): void;
+  /**
+   * Asks the tunnel to stop (true) or resume (false) reading its stream on
+   * behalf of this connection, for peers without per-connection windows.
+   */
+  holdInbound(connectID: number, hold: boolean): void;
   /** Calls `resume` once when the transport drains. */
   whenWritable(resume: () => void): void;
   forget(connectID: number): void;
@@ -33,6 +38,12 @@ export interface ConnectionOptions {
   role: ConnectionRole;
   flowControl: boolean;
   halfClose: boolean;
+  /**
+   * Without flow control: hold the whole stream back when this connection's
+   * reader is slow (right for a stream that carries one connection, like
+   * the KAS's), instead of closing the connection once its buffer overflows.
+   */
+  holdStreamWhenSlow: boolean;
   limits: TunnelLimits;
   log: Logger;
 }
@@ -61,6 +72,8 @@ export class TunnelConnection extends Duplex {
   /** Set when the peer already forgot the connection: send nothing more. */
   private peerGone = false;
   private lingerTimer: NodeJS.Timeout | null = null;
+  /** True while this connection holds its tunnel's stream paused. */
+  private holding = false;
   private readonly resumeSend = (): void => this.pump();
 
   constructor(
@@ -95,16 +108,23 @@ export class TunnelConnection extends Duplex {
     const buffered = this.pushedBytes - this.grantedBytes;
     if (this.opts.flowControl) {
       if (buffered > this.opts.limits.windowBytes) {
-        this.destroy(new Error(`peer overran the flow-control window (${buffered} > ${this.opts.limits.windowBytes} bytes)`));
+        const reason = `peer overran the flow-control window (${buffered} > ${this.opts.limits.windowBytes} bytes)`;
+        this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
+        this.destroy(new Error(reason));
         return;
       }
-    } else if (this.readableLength + data.length > this.opts.limits.unflowedBufferBytes) {
-      this.destroy(
-        new Error(
-          `local reader too slow: ${this.readableLength} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`,
-        ),
-      );
-      return;
+    } else {
+      const queued = this.readableLength + data.length;
+      if (queued > this.opts.limits.unflowedBufferBytes) {
+        const reason = `local reader too slow: ${this.readableLength} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
+        this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
+        this.destroy(new Error(reason));
+        return;
+      }
+      if (this.opts.holdStreamWhenSlow && !this.holding && queued >= this.holdThreshold()) {
+        this.holding = true;
+        this.host.holdInbound(this.connectID, true);
+      }
     }
     this.push(Buffer.from(data.buffer, data.byteOffset, data.length));
   }
@@ -159,7 +179,15 @@ export class TunnelConnection extends Duplex {
 
   // ---------- Duplex implementation ----------
 
+  private holdThreshold(): number {
+    return Math.min(1024 * 1024, this.opts.limits.unflowedBufferBytes / 4);
+  }
+
   override _read(): void {
+    if (this.holding && this.readableLength < this.holdThreshold() / 2) {
+      this.holding = false;
+      this.host.holdInbound(this.connectID, false);
+    }
     if (!this.opts.flowControl || this.peerGone) return;
     const consumed = this.pushedBytes - this.readableLength;
     const grant = consumed - this.grantedBytes;
@@ -199,6 +227,10 @@ export class TunnelConnection extends Duplex {
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
+    if (this.holding) {
+      this.holding = false;
+      this.host.holdInbound(this.connectID, false);
+    }
     const completed = this.halfCloseSent && this.halfCloseReceived;
     if (!this.peerGone && !completed) {
       this.host.sendClose(this.connectID, this.role, error?.message ?? '');

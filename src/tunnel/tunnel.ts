@@ -17,6 +17,11 @@ import { DEFAULT_LIMITS, type TunnelLimits } from './limits.js';
 import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
+import { RecentIds } from './recent-ids.js';
+import { GrpcStatus, GrpcStatusError } from '../transport/transport.js';
+
+/** Stream endings that mean the peer sent something it must not. */
+const PEER_FAULTS = new Set([GrpcStatus.RESOURCE_EXHAUSTED, GrpcStatus.INTERNAL, GrpcStatus.INVALID_ARGUMENT, GrpcStatus.UNIMPLEMENTED]);
 
 /** A dial the peer asked us to perform. */
 export interface InboundDial {
@@ -40,6 +45,12 @@ export interface TunnelOptions {
   dialHandler?: DialHandler;
   /** Text of the refusal when there is no dial handler. */
   refuseDialsReason?: string;
+  /**
+   * For a stream without the window feature that carries one connection at a
+   * time (gRPC frontend): pause the stream for a slow reader instead of
+   * closing the connection when its buffer overflows.
+   */
+  holdStreamWhenSlow?: boolean;
   /** Called once per connection when it leaves the table (for metrics). */
   onConnectionClosed?: (conn: TunnelConnection) => void;
 }
@@ -84,6 +95,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private drainWaiters = new Set<() => void>();
   private dialHandler: DialHandler | undefined;
   private readonly noise: RateLimitedLog;
+  /** Connections holding the stream paused (slow readers, no flow control). */
+  private readonly holders = new Set<number>();
+  /** connectIDs recently closed or answered as unknown: late packets for them are dropped quietly. */
+  private readonly recentlyGone = new RecentIds(1024);
 
   constructor(
     readonly stream: PacketStream,
@@ -182,6 +197,14 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     else this.send({ type: PacketType.CLOSE_RSP, connectID, error: reason });
   }
 
+  holdInbound(connectID: number, hold: boolean): void {
+    const before = this.holders.size;
+    if (hold) this.holders.add(connectID);
+    else this.holders.delete(connectID);
+    if (before === 0 && this.holders.size > 0) this.stream.pause();
+    else if (before > 0 && this.holders.size === 0) this.stream.resume();
+  }
+
   whenWritable(resume: () => void): void {
     if (this.closed) return;
     this.drainWaiters.add(resume);
@@ -191,6 +214,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     const conn = this.connections.get(connectID);
     if (conn && conn.destroyed) {
       this.connections.delete(connectID);
+      this.recentlyGone.add(connectID);
       this.opts.onConnectionClosed?.(conn);
       this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
     }
@@ -271,6 +295,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   private unknownConnection(connectID: number, what: string): void {
+    // Answer each unknown connectID once: a peer still streaming DATA into a
+    // connection that just closed must not get one close packet per DATA.
+    if (this.recentlyGone.has(connectID)) return;
+    this.recentlyGone.add(connectID);
     this.noise.warn('unknown-connect-id', { connectID, packet: what }, 'packet for unknown connectID; telling the peer to close it');
     if (this.opts.side === 'server') this.send({ type: PacketType.CLOSE_REQ, connectID });
     else this.send({ type: PacketType.CLOSE_RSP, connectID, error: 'unknown connectID' });
@@ -364,6 +392,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       role,
       flowControl: this.features.has(Feature.Window),
       halfClose: this.features.has(Feature.HalfClose),
+      holdStreamWhenSlow: this.opts.holdStreamWhenSlow ?? false,
       limits: this.limits,
       log: this.log,
     });
@@ -376,6 +405,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     if (this.closed) return;
     this.closed = true;
     const reason = error ?? new TunnelClosedError('tunnel closed by peer');
+    if (error instanceof GrpcStatusError && PEER_FAULTS.has(error.code)) {
+      // The peer broke the protocol (oversized or compressed message, ...): say so.
+      this.log.warn({ grpcStatus: GrpcStatus[error.code], reason: error.message }, 'stream closed: peer violated the protocol');
+    }
     for (const [id, pending] of this.pendingDials) {
       this.pendingDials.delete(id);
       pending.cleanup();

@@ -364,14 +364,32 @@ export function activeResources(): string[] {
   return process.getActiveResourcesInfo().sort();
 }
 
-/** Waits until the active resources are back to `baseline` (or returns what is left after `ms`). */
+function counts(list: string[]): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const r of list) m.set(r, (m.get(r) ?? 0) + 1);
+  return m;
+}
+
+/** Resources present now beyond `baseline` (transient ones in the baseline are ignored). */
+export function extraResources(baseline: string[]): string[] {
+  const base = counts(baseline);
+  const extra: string[] = [];
+  for (const [r, n] of counts(activeResources())) {
+    const over = n - (base.get(r) ?? 0);
+    for (let i = 0; i < over; i++) extra.push(r);
+  }
+  return extra;
+}
+
+/**
+ * Waits until no resources exist beyond `baseline`; returns the extra ones
+ * left after `ms` (an empty list means everything was released).
+ */
 export async function resourcesBackTo(baseline: string[], ms = 3000): Promise<string[]> {
-  const want = [...baseline].sort().join(',');
   const deadline = Date.now() + ms;
   for (;;) {
-    const now = activeResources();
-    if (now.join(',') === want) return now;
-    if (Date.now() > deadline) return now;
+    const extra = extraResources(baseline);
+    if (extra.length === 0 || Date.now() > deadline) return extra;
     await new Promise((r) => setTimeout(r, 20));
   }
 }

@@ -117,6 +117,15 @@ export class MemoryPacketStream extends EventEmitter implements PacketStream {
     });
   }
 
+  /** PacketStream.pause(): stop taking the peer's packets (flow control holds it back). */
+  pause(): void {
+    this.other.pauseDelivery();
+  }
+
+  resume(): void {
+    this.other.resumeDelivery();
+  }
+
   /** Stops delivering this end's packets to the peer (a stuck transport). */
   pauseDelivery(): void {
     this.paused = true;

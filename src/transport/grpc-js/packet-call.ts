@@ -53,6 +53,14 @@ export class GrpcJsPacketCall extends EventEmitter implements PacketStream {
     return this.call.write(packet);
   }
 
+  pause(): void {
+    this.call.pause();
+  }
+
+  resume(): void {
+    this.call.resume();
+  }
+
   end(): void {
     if (this.ended) return;
     this.ended = true;

@@ -154,7 +154,10 @@ export class H2Channel implements GrpcChannel {
       try {
         req = session.request(headers, { endStream: false });
       } catch (err) {
-        reject(new GrpcStatusError(GrpcStatus.UNAVAILABLE, `cannot open stream: ${(err as Error).message}`));
+        // A session that is going away, or headers node:http2 refuses (bad metadata).
+        const code = (err as { code?: string }).code ?? '';
+        const status = /SESSION|GOAWAY|DESTROYED|CLOSED/.test(code) ? GrpcStatus.UNAVAILABLE : GrpcStatus.INTERNAL;
+        reject(new GrpcStatusError(status, `cannot open stream: ${(err as Error).message}`));
         return;
       }
       this.trackStream(session, req);

@@ -15,7 +15,7 @@
  * client side half-closes and learns the status from the trailers.
  */
 import { EventEmitter } from 'node:events';
-import { constants as h2c, type Http2Stream, type IncomingHttpHeaders } from 'node:http2';
+import { constants as h2c, type Http2Session, type Http2Stream, type IncomingHttpHeaders } from 'node:http2';
 import type { Packet } from '../../wire/packet.js';
 import type { MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
@@ -56,6 +56,25 @@ export function statusFromTrailers(headers: IncomingHttpHeaders): GrpcStatusErro
 
 function noop(): void {}
 
+/** How long a client may keep its half open after the status was sent. */
+const RELEASE_AFTER_STATUS_MS = 2000;
+
+/**
+ * The call is over once the status is out. Clients answer the status by
+ * closing their half (END_STREAM or RST_STREAM); one that does not is reset
+ * with NO_ERROR (RFC 7540 §8.1) a little later — not at once: nghttp2 drops
+ * HEADERS still queued for a stream once an RST_STREAM is submitted for it.
+ */
+export function releaseAfterStatus(h2: Http2Stream): void {
+  h2.resume(); // discard whatever the client still sends
+  if (h2.closed || h2.destroyed) return;
+  const timer = setTimeout(() => {
+    if (!h2.closed && !h2.destroyed) h2.close(h2c.NGHTTP2_NO_ERROR);
+  }, RELEASE_AFTER_STATUS_MS);
+  timer.unref();
+  h2.once('close', () => clearTimeout(timer));
+}
+
 export class H2PacketStream extends EventEmitter implements PacketStream {
   readonly metadata: MetadataMap;
   readonly peer: string;
@@ -72,6 +91,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   /** Server: the status the trailers carry. */
   private trailerStatus: { code: GrpcStatus; message: string } | null = null;
   private trailersSent = false;
+  private readonly session: Http2Session | undefined;
 
   constructor(
     private readonly h2: Http2Stream,
@@ -84,9 +104,15 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     this.parser = new MessageParser(opts.maxReceiveMessageBytes);
     this.highWater = opts.sendBufferBytes;
     this.lowWater = Math.floor(opts.sendBufferBytes / 2);
+    this.session = h2.session;
 
     h2.on('error', noop); // reported through 'close'
-    h2.on('data', this.onData);
+    // Reading starts when the first 'packet'/'invalid' listener is attached
+    // (or on the next turn of the event loop): packets that arrived with the
+    // response headers must not be emitted before the caller of an awaited
+    // openStream() had a chance to listen.
+    this.on('newListener', this.onNewListener);
+    setImmediate(this.startReading);
     h2.on('drain', this.onWritten);
     h2.on('end', this.onEnd);
     h2.on('close', this.onH2Close);
@@ -184,13 +210,25 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     const status = this.trailerStatus ?? { code: GrpcStatus.OK, message: '' };
     h2.sendTrailers(statusTrailers(status.code, status.message));
     this.trailersSent = true;
-    // The call is over once the status is out; if the client has not
-    // half-closed, release the stream after the trailers (RST_STREAM
-    // NO_ERROR, as RFC 7540 §8.1 and grpc-go do).
-    if (!h2.readableEnded) h2.close(h2c.NGHTTP2_NO_ERROR);
+    releaseAfterStatus(h2);
   };
 
   // ---------- receiving ----------
+
+  private reading = false;
+
+  private readonly onNewListener = (event: string | symbol): void => {
+    if (event === 'packet' || event === 'invalid') this.startReading();
+  };
+
+  private readonly startReading = (): void => {
+    if (this.reading) return;
+    this.reading = true;
+    this.off('newListener', this.onNewListener);
+    const paused = this.h2.isPaused();
+    this.h2.on('data', this.onData);
+    if (paused) this.h2.pause();
+  };
 
   /**
    * Stops reading (not part of PacketStream): incoming DATA stays in the
@@ -201,6 +239,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   }
 
   resume(): void {
+    this.startReading();
     this.h2.resume();
   }
 
@@ -224,35 +263,47 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
       return;
     }
     if (this.role === 'server') {
-      // The client half-closed: answer with OK, which ends the call.
+      // The client half-closed: answer with OK, which ends the call. 'close'
+      // follows when the stream is gone — a client that cancels sends
+      // END_STREAM and then RST_STREAM(CANCEL), and must be seen as cancelled.
       this.end();
-      this.finish(undefined);
+    } else if (this.receivedStatus) {
+      // Client: every packet sent before the trailers has been emitted; now the status.
+      this.finish(this.receivedStatus.error);
     }
-    // Client: the status comes with the trailers (or 'close' without them).
   };
+
+  /** Client: the status from the trailers, delivered once every packet before it was. */
+  private receivedStatus: { error: GrpcStatusError | undefined } | null = null;
 
   private readonly onTrailers = (headers: IncomingHttpHeaders): void => {
     if (this.closed) return;
-    const err = statusFromTrailers(headers);
+    this.receivedStatus = { error: statusFromTrailers(headers) };
     // The server is done; stop our half too (grpc-go sends RST_STREAM NO_ERROR).
     this.ended = true;
     if (!this.h2.writableEnded) this.h2.close(h2c.NGHTTP2_NO_ERROR);
-    this.finish(err);
+    // Messages still buffered in the readable side come first: 'end' (or
+    // 'close') delivers the status after them.
+    if (this.h2.readableEnded) this.finish(this.receivedStatus.error);
   };
 
   private readonly onH2Close = (): void => {
     if (this.closed) return;
     const h2 = this.h2;
-    const session = h2.session;
-    if (session === undefined || session.destroyed) {
-      this.finish(new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
-    } else if (this.role === 'server' && this.trailersSent) {
+    const rst = h2.rstCode;
+    const connectionGone = this.session === undefined || this.session.destroyed;
+    if (this.receivedStatus) {
+      this.finish(this.receivedStatus.error);
+    } else if (this.role === 'server' && this.trailersSent && (rst === undefined || rst === h2c.NGHTTP2_NO_ERROR)) {
+      // The status went out; the call is complete whatever happens to the connection now.
       const status = this.trailerStatus;
       this.finish(status && status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
+    } else if (connectionGone) {
+      this.finish(new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
     } else if (this.role === 'server') {
-      this.finish(new GrpcStatusError(GrpcStatus.CANCELLED, `stream reset by the client (code ${h2.rstCode})`));
-    } else if (h2.rstCode !== undefined && h2.rstCode !== h2c.NGHTTP2_NO_ERROR) {
-      this.finish(new GrpcStatusError(grpcStatusFromRstCode(h2.rstCode), `stream reset by the server (code ${h2.rstCode})`));
+      this.finish(new GrpcStatusError(GrpcStatus.CANCELLED, `stream reset by the client (code ${rst})`));
+    } else if (rst !== undefined && rst !== h2c.NGHTTP2_NO_ERROR) {
+      this.finish(new GrpcStatusError(grpcStatusFromRstCode(rst), `stream reset by the server (code ${rst})`));
     } else {
       this.finish(new GrpcStatusError(GrpcStatus.INTERNAL, 'stream closed without a grpc-status'));
     }

@@ -11,6 +11,7 @@ import http2, {
   type ServerHttp2Session,
   type ServerHttp2Stream,
 } from 'node:http2';
+import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { AGENT_SERVICE_CONNECT, PROXY_SERVICE_PROXY, type MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
@@ -21,7 +22,7 @@ import {
   type IncomingStream,
   type StreamHandlers,
 } from '../transport.js';
-import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusTrailers } from './h2-packet-stream.js';
+import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, releaseAfterStatus, statusTrailers } from './h2-packet-stream.js';
 import {
   addMetadataHeaders,
   encodeGrpcMessage,
@@ -66,13 +67,27 @@ function trailersOnly(h2: ServerHttp2Stream, code: GrpcStatus, message: string, 
     { ':status': 200, 'content-type': GRPC_CONTENT_TYPE, ...extra, ...statusTrailers(code, message) },
     { endStream: true },
   );
-  releaseAfterResponse(h2);
+  releaseAfterStatus(h2);
 }
 
-/** Once the response is out, a request half still open is reset with NO_ERROR (RFC 7540 §8.1). */
-function releaseAfterResponse(h2: ServerHttp2Stream): void {
-  h2.resume(); // discard whatever the client still sends
-  if (!h2.readableEnded) h2.close(h2c.NGHTTP2_NO_ERROR);
+/** What accept() returns when the call is already over: emits 'close' once, soon. */
+class ClosedPacketStream extends EventEmitter implements PacketStream {
+  readonly closed = true;
+  constructor(
+    readonly metadata: MetadataMap,
+    readonly peer: string,
+    error: Error,
+  ) {
+    super();
+    setImmediate(() => this.emit('close', error));
+  }
+  send(): boolean {
+    return true;
+  }
+  end(): void {}
+  pause(): void {}
+  resume(): void {}
+  destroy(): void {}
 }
 
 class H2IncomingStream implements IncomingStream {
@@ -107,6 +122,16 @@ class H2IncomingStream implements IncomingStream {
 
   accept(headers: Record<string, string>): PacketStream {
     const h2 = this.h2;
+    if (this.settled || h2.destroyed || h2.closed || h2.headersSent) {
+      // Too late (expired, rejected, or the client went away): a stream that is already over.
+      return new ClosedPacketStream(
+        this.metadata,
+        this.peer,
+        this.expired
+          ? new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded')
+          : new GrpcStatusError(GrpcStatus.CANCELLED, 'stream closed before it was accepted'),
+      );
+    }
     const stream = new H2PacketStream(h2, {
       role: 'server',
       metadata: this.metadata,
@@ -114,14 +139,6 @@ class H2IncomingStream implements IncomingStream {
       maxReceiveMessageBytes: this.opts.maxReceiveMessageBytes,
       sendBufferBytes: this.opts.sendBufferBytes,
     });
-    if (this.settled || h2.destroyed || h2.closed || h2.headersSent) {
-      // Too late (expired, rejected, or the client went away): a stream that is already over.
-      const err = this.expired
-        ? new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded')
-        : new GrpcStatusError(GrpcStatus.CANCELLED, 'stream closed before it was accepted');
-      setImmediate(() => stream.finish(err));
-      return stream;
-    }
     this.settled = true;
     this.stream = stream;
     const response: Record<string, string> = {};
@@ -229,7 +246,7 @@ export class H2ServerTransport implements GrpcServerTransport {
     }
     if (headers[':method'] !== 'POST') {
       h2.respond({ ':status': 405, allow: 'POST' }, { endStream: true });
-      releaseAfterResponse(h2);
+      releaseAfterStatus(h2);
       return;
     }
     const contentType = headers['content-type'];
@@ -242,7 +259,7 @@ export class H2ServerTransport implements GrpcServerTransport {
         },
         { endStream: true },
       );
-      releaseAfterResponse(h2);
+      releaseAfterStatus(h2);
       return;
     }
     const encoding = headers['grpc-encoding'];

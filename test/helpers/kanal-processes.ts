@@ -1,0 +1,765 @@
+/**
+ * End-to-end fixtures: the real `kanal` CLI as child processes (server and
+ * agents) with throwaway PKI in a temp dir, free loopback ports, readiness
+ * waits, JSON log capture, and cleanup by pid. Plus small loopback backends
+ * (echo, sink, source) and raw clients for the frontends.
+ *
+ * Every wait is bounded in time; every resource is released through a
+ * {@link Scope}: an ava test context (`t.teardown`) or a {@link CleanupStack}
+ * for fixtures shared by a whole file (run it in `test.after.always`).
+ */
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { CLI, freePort, startKanal, waitReady, type Child } from '../../src/demo/processes.js';
+import { connectUnix, httpConnect } from '../../src/demo/proxy-client.js';
+
+export { CLI, freePort, connectUnix, httpConnect };
+
+// ---------- cleanup ----------
+
+/** Anything that runs cleanup functions later, in reverse order (ava's `t` is one). */
+export interface Scope {
+  teardown(fn: () => void | Promise<void>): void;
+}
+
+/** A Scope for fixtures shared by several tests: call run() from `test.after.always`. */
+export class CleanupStack implements Scope {
+  private readonly fns: (() => void | Promise<void>)[] = [];
+
+  teardown(fn: () => void | Promise<void>): void {
+    this.fns.push(fn);
+  }
+
+  async run(): Promise<void> {
+    while (this.fns.length > 0) {
+      const fn = this.fns.pop()!;
+      try {
+        await fn();
+      } catch {
+        // Keep cleaning up; a failed cleanup step must not leak the rest.
+      }
+    }
+  }
+}
+
+// Last resort if the test worker exits without running its teardowns
+// (ava timeout, uncaught exception): no child and no temp dir may outlive it.
+const liveChildren = new Set<number>();
+const liveDirs = new Set<string>();
+process.once('exit', () => {
+  for (const pid of liveChildren) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  for (const dir of liveDirs) {
+    try {
+      fs.rmSync(dir, { recursive: true, force: true, maxRetries: 2 });
+    } catch {
+      // a dying child may still be writing its log; nothing more to do here
+    }
+  }
+});
+
+// ---------- workspace: temp dir + PKI ----------
+
+export interface Workspace {
+  dir: string;
+  pki: ThrowawayPki;
+}
+
+export async function makeWorkspace(scope: Scope, prefix = 'kanal-e2e-'): Promise<Workspace> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  liveDirs.add(dir);
+  scope.teardown(() => {
+    fs.rmSync(dir, { recursive: true, force: true });
+    liveDirs.delete(dir);
+  });
+  const pki = await writeThrowawayPki(path.join(dir, 'pki'));
+  return { dir, pki };
+}
+
+// ---------- JSON logs ----------
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [field: string]: unknown;
+}
+
+export const WARN = 40;
+
+export function readLog(file: string): LogLine[] {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch {
+    return [];
+  }
+  const out: LogLine[] = [];
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      const parsed = JSON.parse(line) as unknown;
+      if (parsed && typeof parsed === 'object' && typeof (parsed as LogLine).msg === 'string') out.push(parsed as LogLine);
+    } catch {
+      // a line being written right now
+    }
+  }
+  return out;
+}
+
+/** Polls a JSON log file until a line matches; throws with the log's tail after timeoutMs. */
+export async function waitForLog(file: string, match: (l: LogLine) => boolean, timeoutMs: number, what: string): Promise<LogLine> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = readLog(file).find(match);
+    if (found) return found;
+    if (Date.now() >= deadline) {
+      const tail = fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').slice(-15).join('\n') : '(no log file)';
+      throw new Error(`no log line "${what}" in ${file} after ${timeoutMs} ms; tail:\n${tail}`);
+    }
+    await sleep(50);
+  }
+}
+
+/** A warn (or worse) line whose msg contains `text`. */
+export const warnLine =
+  (text: string, extra: (l: LogLine) => boolean = () => true) =>
+  (l: LogLine): boolean =>
+    l.level >= WARN && l.msg.includes(text) && extra(l);
+
+// ---------- kanal processes ----------
+
+export interface KanalProcess {
+  readonly name: string;
+  readonly logFile: string;
+  readonly child: Child;
+  readonly pid: number;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  running(): boolean;
+  logLines(): LogLine[];
+  waitForLog(match: (l: LogLine) => boolean, timeoutMs: number, what: string): Promise<LogLine>;
+  /** SIGCONT (in case it was paused), then `signal`; SIGKILL if it does not exit within 10 s. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** SIGSTOP: the process stops answering anything. */
+  pause(): void;
+  /** SIGCONT. */
+  resume(): void;
+  /** SIGKILL, and wait for the exit. */
+  kill(): Promise<void>;
+}
+
+function spawnKanal(scope: Scope, name: string, args: string[], logFile: string): KanalProcess {
+  const child = startKanal(args, logFile);
+  const pid = child.proc.pid;
+  if (pid === undefined) throw new Error(`could not start ${name}`);
+  liveChildren.add(pid);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.proc.once('exit', (code, signal) => {
+      liveChildren.delete(pid);
+      resolve({ code, signal });
+    }),
+  );
+  const running = (): boolean => child.proc.exitCode === null && child.proc.signalCode === null;
+  const signal = (s: NodeJS.Signals): void => {
+    if (!running()) return;
+    try {
+      process.kill(pid, s);
+    } catch {
+      // exited meanwhile
+    }
+  };
+  const proc: KanalProcess = {
+    name,
+    logFile,
+    child,
+    pid,
+    exited,
+    running,
+    logLines: () => readLog(logFile),
+    waitForLog: (match, timeoutMs, what) => waitForLog(logFile, match, timeoutMs, `${name}: ${what}`),
+    async stop(s: NodeJS.Signals = 'SIGTERM') {
+      signal('SIGCONT');
+      return child.stop(s);
+    },
+    pause: () => signal('SIGSTOP'),
+    resume: () => signal('SIGCONT'),
+    async kill() {
+      signal('SIGKILL');
+      await exited;
+    },
+  };
+  scope.teardown(async () => {
+    await proc.stop();
+  });
+  return proc;
+}
+
+/** Waits for a process's health URL to answer 200, failing early if it exits. */
+async function waitHealthy(proc: KanalProcess, url: string, timeoutMs: number): Promise<void> {
+  try {
+    await waitReady(url, timeoutMs, proc.child);
+  } catch (err) {
+    const tail = fs.existsSync(proc.logFile) ? fs.readFileSync(proc.logFile, 'utf8').split('\n').slice(-15).join('\n') : '';
+    throw new Error(`${proc.name}: ${(err as Error).message}\n${tail}`);
+  }
+}
+
+/**
+ * freePort() only finds a port that was free a moment ago; other test files
+ * run at the same time. Retries `start` (with fresh ports) when the process
+ * died of EADDRINUSE, a bounded number of times.
+ */
+async function withPortRetry<T>(start: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+    }
+  }
+}
+
+export interface ServerSpec {
+  /** Frontend: a Unix socket in the workspace (default) or mTLS TCP on 127.0.0.1. */
+  frontend?: 'uds' | 'tcp';
+  /** More flags, e.g. ['--backend-dial-timeout', '500ms']. */
+  extraArgs?: string[];
+  name?: string;
+}
+
+export interface KanalServerProcess extends KanalProcess {
+  readonly agentPort: number;
+  readonly healthPort: number;
+  /** TCP frontend port (0 with a Unix socket). */
+  readonly frontendPort: number;
+  /** Unix socket path ('' with a TCP frontend). */
+  readonly uds: string;
+  readonly args: readonly string[];
+  readyzUrl(): string;
+}
+
+export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec = {}): Promise<KanalServerProcess> {
+  const name = spec.name ?? 'server';
+  const { pki } = ws;
+  return withPortRetry(async () => {
+    const [agentPort, healthPort] = [await freePort(), await freePort()];
+    const args = [
+      'server',
+      '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
+      '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
+      '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
+      '--server-id', name,
+      '--log-level', 'debug',
+    ];
+    let uds = '';
+    let frontendPort = 0;
+    if ((spec.frontend ?? 'uds') === 'uds') {
+      uds = path.join(ws.dir, `${name}.sock`);
+      args.push('--uds-name', uds, '--delete-existing-uds-file');
+    } else {
+      frontendPort = await freePort();
+      args.push(
+        '--server-bind-address', '127.0.0.1', '--server-port', String(frontendPort),
+        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.caCert,
+      );
+    }
+    args.push(...(spec.extraArgs ?? []));
+    const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`));
+    // /healthz answers once every listener is up (the health port opens last).
+    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
+    return { ...proc, agentPort, healthPort, frontendPort, uds, args, readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz` };
+  });
+}
+
+/** Starts the same server again (same flags, ports and log file) after it stopped. */
+export async function restartServer(scope: Scope, old: KanalServerProcess): Promise<KanalServerProcess> {
+  if (old.running()) throw new Error(`${old.name} is still running`);
+  const proc = spawnKanal(scope, old.name, [...old.args], old.logFile);
+  // The agent port may still be held for a moment by the old process's sockets.
+  await waitHealthy(proc, `http://127.0.0.1:${old.healthPort}/healthz`, 20_000);
+  return { ...old, ...proc };
+}
+
+export interface AgentSpec {
+  agentID?: string;
+  /** Client certificate: ours (default), one from another CA, or none at all. */
+  cert?: 'good' | 'rogue' | 'none';
+  extraArgs?: string[];
+  /** Wait for the agent's /readyz (a tunnel is up). Default true. */
+  waitReady?: boolean;
+}
+
+export interface KanalAgentProcess extends KanalProcess {
+  readonly agentID: string;
+  readonly healthPort: number;
+  readyzUrl(): string;
+}
+
+export async function startAgent(scope: Scope, ws: Workspace, server: KanalServerProcess, spec: AgentSpec = {}): Promise<KanalAgentProcess> {
+  const agentID = spec.agentID ?? 'agent-1';
+  const { pki } = ws;
+  return withPortRetry(async () => {
+    const healthPort = await freePort();
+    const args = [
+      'agent',
+      '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort),
+      '--ca-cert', pki.caCert,
+      '--agent-id', agentID,
+      '--health-bind-address', '127.0.0.1', '--health-server-port', String(healthPort),
+      '--sync-interval', '200ms', '--sync-interval-cap', '1s',
+      '--shutdown-grace-period', '1s',
+      '--log-level', 'debug',
+    ];
+    const cert = spec.cert ?? 'good';
+    if (cert === 'good') args.push('--agent-cert', pki.agentCert, '--agent-key', pki.agentKey);
+    if (cert === 'rogue') args.push('--agent-cert', pki.rogueAgentCert, '--agent-key', pki.rogueAgentKey);
+    args.push(...(spec.extraArgs ?? []));
+    const proc = spawnKanal(scope, agentID, args, path.join(ws.dir, `${agentID}.log`));
+    const readyzUrl = (): string => `http://127.0.0.1:${healthPort}/readyz`;
+    // Up first (health port open), then ready (a tunnel is up) if asked.
+    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
+    if (spec.waitReady ?? true) await waitHealthy(proc, readyzUrl(), 20_000);
+    return { ...proc, agentID, healthPort, readyzUrl };
+  });
+}
+
+/** Server plus one connected agent, both ready. */
+export async function startPair(
+  scope: Scope,
+  ws: Workspace,
+  spec: { server?: ServerSpec; agent?: AgentSpec } = {},
+): Promise<{ server: KanalServerProcess; agent: KanalAgentProcess }> {
+  const server = await startServer(scope, ws, spec.server);
+  const agent = await startAgent(scope, ws, server, spec.agent);
+  await waitStatus(server.readyzUrl(), 200, 10_000);
+  return { server, agent };
+}
+
+// ---------- HTTP probes ----------
+
+export function httpGet(url: string, timeoutMs = 2000): Promise<{ status: number; body: string }> {
+  return new Promise((resolve) => {
+    const req = http.get(url, { timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', () => resolve({ status: 0, body }));
+    });
+    req.on('error', () => resolve({ status: 0, body: '' }));
+    req.on('timeout', () => req.destroy());
+  });
+}
+
+/** Polls `url` until it answers `status`; throws after timeoutMs with the last answer. */
+export async function waitStatus(url: string, status: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = { status: 0, body: '' };
+  while (Date.now() < deadline) {
+    last = await httpGet(url);
+    if (last.status === status) return;
+    await sleep(100);
+  }
+  throw new Error(`${url}: wanted ${status}, last answer ${last.status} ${last.body.trim()} after ${timeoutMs} ms`);
+}
+
+/**
+ * Scrapes /metrics and returns every sample as `name{labels}` -> value
+ * (labels exactly as exposed, so unlabelled gauges are just `name`).
+ */
+export async function scrapeMetrics(healthPort: number): Promise<Map<string, number>> {
+  const res = await httpGet(`http://127.0.0.1:${healthPort}/metrics`, 5000);
+  if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
+  const out = new Map<string, number>();
+  for (const line of res.body.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const cut = line.lastIndexOf(' ');
+    out.set(line.slice(0, cut), Number(line.slice(cut + 1)));
+  }
+  return out;
+}
+
+/** Polls /metrics until every named sample has the wanted value; returns the last scrape. */
+export async function waitMetrics(healthPort: number, want: Record<string, number>, timeoutMs: number): Promise<Map<string, number>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const m = await scrapeMetrics(healthPort);
+    const wrong = Object.entries(want).filter(([k, v]) => m.get(k) !== v);
+    if (wrong.length === 0) return m;
+    if (Date.now() >= deadline) {
+      throw new Error(`metrics not as wanted after ${timeoutMs} ms: ${wrong.map(([k, v]) => `${k}=${m.get(k)} (want ${v})`).join(', ')}`);
+    }
+    await sleep(100);
+  }
+}
+
+// ---------- loopback backends ----------
+
+export interface Backend {
+  port: number;
+  address: string;
+  /** Sockets accepted so far. */
+  accepted(): number;
+  /** Sockets currently open. */
+  open(): number;
+}
+
+async function listenBackend(scope: Scope, onSocket: (s: net.Socket) => void): Promise<Backend> {
+  const sockets = new Set<net.Socket>();
+  let accepted = 0;
+  const server = net.createServer({ allowHalfOpen: true }, (s) => {
+    accepted++;
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+    s.on('error', () => s.destroy());
+    onSocket(s);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  scope.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  );
+  const port = (server.address() as net.AddressInfo).port;
+  return { port, address: `127.0.0.1:${port}`, accepted: () => accepted, open: () => sockets.size };
+}
+
+/** Echoes every byte; ends its side when the client ends. */
+export function startEchoBackend(scope: Scope): Promise<Backend> {
+  return listenBackend(scope, (s) => s.pipe(s));
+}
+
+/**
+ * Reads exactly `size` bytes, then answers with their sha256 (hex) and ends.
+ * With `stallUntil`, reads nothing before that promise settles (a node-side
+ * reader that is slower than the sender).
+ */
+export function startSinkBackend(scope: Scope, size: number, opts: { stallUntil?: Promise<unknown> } = {}): Promise<Backend> {
+  return listenBackend(scope, (s) => {
+    const hash = createHash('sha256');
+    let got = 0;
+    if (opts.stallUntil) {
+      s.pause();
+      const go = (): void => void (s.destroyed || s.resume());
+      opts.stallUntil.then(go, go);
+    }
+    s.on('data', (c: Buffer) => {
+      if (got >= size) return;
+      const take = c.subarray(0, size - got);
+      hash.update(take);
+      got += take.length;
+      if (got === size) s.end(hash.digest('hex'));
+    });
+  });
+}
+
+/** Writes `payload` (with back-pressure), then ends. */
+export function startSourceBackend(scope: Scope, payload: Buffer): Promise<Backend> {
+  return listenBackend(scope, (s) => {
+    s.resume();
+    writeAll(s, payload).then(
+      () => s.end(),
+      () => s.destroy(),
+    );
+  });
+}
+
+/** Writes 64 KiB chunks (with back-pressure) until the connection goes away. */
+export function startFirehoseBackend(scope: Scope): Promise<Backend> {
+  const chunk = Buffer.alloc(64 * 1024, 'f');
+  return listenBackend(scope, (s) => {
+    s.resume();
+    const pump = (): void => {
+      while (!s.destroyed && s.writable) {
+        if (!s.write(chunk)) {
+          s.once('drain', pump);
+          return;
+        }
+      }
+    };
+    pump();
+  });
+}
+
+/** Answers one HTTP request with `body`, like any web server on a node. */
+export async function startHttpBackend(scope: Scope, body: string): Promise<Backend> {
+  const server = http.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body), 'x-path': req.url ?? '' }).end(body);
+  });
+  let accepted = 0;
+  let open = 0;
+  server.on('connection', (s: net.Socket) => {
+    accepted++;
+    open++;
+    s.once('close', () => open--);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  scope.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+  const port = (server.address() as net.AddressInfo).port;
+  return { port, address: `127.0.0.1:${port}`, accepted: () => accepted, open: () => open };
+}
+
+// ---------- byte streams ----------
+
+export function sha256(b: Uint8Array): string {
+  return createHash('sha256').update(b).digest('hex');
+}
+
+/** Writes `data` in 256 KiB chunks, honouring back-pressure. */
+export async function writeAll(s: NodeJS.WritableStream & { destroyed?: boolean }, data: Buffer): Promise<void> {
+  const CHUNK = 256 * 1024;
+  for (let off = 0; off < data.length; off += CHUNK) {
+    if (s.destroyed) throw new Error('stream destroyed while writing');
+    if (!s.write(data.subarray(off, off + CHUNK))) {
+      await new Promise<void>((resolve, reject) => {
+        const onDrain = (): void => {
+          s.off('close', onClose);
+          resolve();
+        };
+        const onClose = (): void => {
+          s.off('drain', onDrain);
+          reject(new Error('stream closed while writing'));
+        };
+        s.once('drain', onDrain);
+        s.once('close', onClose);
+      });
+    }
+  }
+}
+
+/** Reads until `n` bytes arrived; rejects on close/error/timeout first. */
+export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, timeoutMs: number): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let got = 0;
+    const timer = setTimeout(() => finish(new Error(`read ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
+    const finish = (err: Error | null): void => {
+      clearTimeout(timer);
+      s.off('data', onData);
+      s.off('end', onEnd);
+      s.off('close', onEnd);
+      s.off('error', onError);
+      if (err) reject(err);
+      else resolve(Buffer.concat(chunks));
+    };
+    const onData = (c: Buffer): void => {
+      chunks.push(c);
+      got += c.length;
+      if (got >= n) {
+        (s as net.Socket).pause?.();
+        const all = Buffer.concat(chunks);
+        // Put back what belongs to a later read.
+        if (all.length > n) (s as net.Socket).unshift(all.subarray(n));
+        chunks.length = 0;
+        chunks.push(all.subarray(0, n));
+        finish(null);
+      }
+    };
+    const onEnd = (): void => finish(new Error(`stream ended after ${got}/${n} bytes`));
+    const onError = (err: Error): void => finish(err);
+    s.on('data', onData);
+    s.once('end', onEnd);
+    s.once('close', onEnd);
+    s.once('error', onError);
+    s.resume();
+  });
+}
+
+/** Reads until the stream ends; rejects on error/timeout. */
+export function readToEnd(s: net.Socket | NodeJS.ReadableStream, timeoutMs: number): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => finish(new Error(`no end within ${timeoutMs} ms (${Buffer.concat(chunks).length} bytes read)`)), timeoutMs);
+    const finish = (err: Error | null): void => {
+      clearTimeout(timer);
+      s.off('data', onData);
+      s.off('end', onEnd);
+      s.off('error', onError);
+      if (err) reject(err);
+      else resolve(Buffer.concat(chunks));
+    };
+    const onData = (c: Buffer): void => void chunks.push(c);
+    const onEnd = (): void => finish(null);
+    const onError = (err: Error): void => finish(err);
+    s.on('data', onData);
+    s.once('end', onEnd);
+    s.once('error', onError);
+    s.resume();
+  });
+}
+
+/**
+ * Resolves when the peer has closed the connection (EOF, reset or close),
+ * discarding any data still arriving; rejects after timeoutMs. The socket is
+ * destroyed either way.
+ */
+export function waitClosed(s: net.Socket, timeoutMs: number): Promise<void> {
+  if (s.destroyed || s.readableEnded) {
+    s.destroy();
+    return Promise.resolve();
+  }
+  return new Promise<void>((resolve, reject) => {
+    const done = (err: Error | null): void => {
+      clearTimeout(timer);
+      s.off('end', onClosed);
+      s.off('close', onClosed);
+      s.destroy();
+      if (err) reject(err);
+      else resolve();
+    };
+    const onClosed = (): void => done(null);
+    const timer = setTimeout(() => done(new Error(`socket still open after ${timeoutMs} ms`)), timeoutMs);
+    s.once('end', onClosed);
+    s.once('close', onClosed);
+    s.on('error', () => undefined);
+    s.on('data', () => undefined);
+    s.resume();
+  });
+}
+
+/** Writes `data` and expects the same bytes back (through an echo backend). */
+export async function echoRoundTrip(s: net.Socket, data: Buffer, timeoutMs = 10_000): Promise<boolean> {
+  const reading = readExactly(s, data.length, timeoutMs);
+  await writeAll(s, data);
+  return (await reading).equals(data);
+}
+
+// ---------- frontend clients ----------
+
+/** CONNECT through a server's Unix-socket frontend; resolves with the tunnelled socket. */
+export async function connectThrough(server: KanalServerProcess, address: string, timeoutMs = 15_000): Promise<net.Socket> {
+  const s = await connectUnix(server.uds);
+  return httpConnect(s, address, timeoutMs);
+}
+
+/** Opens an mTLS connection to the TCP frontend (HTTP/1.1 via ALPN). */
+export function tlsToFrontend(server: KanalServerProcess, ws: Workspace, opts: { clientCert?: boolean } = {}): Promise<tls.TLSSocket> {
+  const { pki } = ws;
+  return new Promise<tls.TLSSocket>((resolve, reject) => {
+    const s = tls.connect({
+      host: '127.0.0.1',
+      port: server.frontendPort,
+      ca: fs.readFileSync(pki.caCert),
+      cert: opts.clientCert === false ? undefined : fs.readFileSync(pki.frontendClientCert),
+      key: opts.clientCert === false ? undefined : fs.readFileSync(pki.frontendClientKey),
+      ALPNProtocols: ['http/1.1'],
+    });
+    s.once('secureConnect', () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+export interface RawAnswer {
+  status: number;
+  statusLine: string;
+  body: string;
+  raw: string;
+}
+
+/**
+ * Sends `request` as-is on a fresh Unix-socket connection and reads the
+ * answer until the server closes (bounded). For refusals (4xx/5xx).
+ */
+export async function rawRequest(uds: string, request: string | Buffer, timeoutMs = 10_000): Promise<RawAnswer> {
+  const s = await connectUnix(uds);
+  s.on('error', () => undefined);
+  const reading = readToEnd(s, timeoutMs);
+  s.write(request);
+  let buf: Buffer;
+  try {
+    buf = await reading;
+  } finally {
+    s.destroy();
+  }
+  const raw = buf.toString('utf8');
+  const statusLine = raw.split('\r\n', 1)[0] ?? '';
+  const end = raw.indexOf('\r\n\r\n');
+  return { status: Number(statusLine.split(' ')[1] ?? 0), statusLine, body: end >= 0 ? raw.slice(end + 4) : '', raw };
+}
+
+/** Connects to a TCP port, writes `bytes`, and waits (bounded) for the peer to close. */
+export async function sendGarbage(port: number, bytes: Buffer, timeoutMs = 10_000): Promise<Buffer> {
+  const s = net.connect({ host: '127.0.0.1', port });
+  s.on('error', () => undefined);
+  await new Promise<void>((resolve, reject) => {
+    s.once('connect', () => resolve());
+    s.once('error', reject);
+  });
+  const chunks: Buffer[] = [];
+  s.on('data', (c: Buffer) => chunks.push(c));
+  s.write(bytes);
+  try {
+    await waitClosed(s, timeoutMs);
+  } finally {
+    s.destroy();
+  }
+  return Buffer.concat(chunks);
+}
+
+/** Same as sendGarbage for a Unix socket. */
+export async function sendGarbageUnix(uds: string, bytes: Buffer, timeoutMs = 10_000): Promise<Buffer> {
+  const s = await connectUnix(uds);
+  s.on('error', () => undefined);
+  const chunks: Buffer[] = [];
+  s.on('data', (c: Buffer) => chunks.push(c));
+  s.write(bytes);
+  try {
+    await waitClosed(s, timeoutMs);
+  } finally {
+    s.destroy();
+  }
+  return Buffer.concat(chunks);
+}
+
+// ---------- the real CLI, one-shot ----------
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `kanal ...args` to completion (bounded by timeoutMs). */
+export function runCli(args: string[], timeoutMs = 20_000): Promise<CliResult> {
+  return new Promise<CliResult>((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : null) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Runs /usr/bin/curl with a clean proxy environment (bounded by timeoutMs). */
+export function runCurl(args: string[], timeoutMs = 30_000): Promise<CliResult> {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!/proxy/i.test(k)) env[k] = v;
+  return new Promise<CliResult>((resolve) => {
+    execFile('/usr/bin/curl', args, { timeout: timeoutMs, killSignal: 'SIGKILL', env, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : null) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
