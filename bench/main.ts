@@ -31,7 +31,7 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --full         longer runs, 10,000 idle connections, 1,000 agents
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
-  --transport    gRPC implementation for server, agent and bench agents (default grpc-js)
+  --transport    gRPC implementation for server, agent and bench agents (default h2)
   --only         comma-separated: ${SECTION_ORDER.join(',')}
   --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
                  (upload unless =down) and summarise their top self-time functions
@@ -57,7 +57,7 @@ function parseOptions(argv: string[]): Options {
       smoke: { type: 'boolean', default: false },
       quick: { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
-      transport: { type: 'string', default: 'grpc-js' },
+      transport: { type: 'string', default: 'h2' },
       only: { type: 'string' },
       profile: { type: 'string' },
       reps: { type: 'string' },
