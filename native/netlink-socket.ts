@@ -7,7 +7,8 @@
 // Typed-array views below rely on Buffer.alloc never returning a pooled
 // (unaligned) slice.
 
-import koffi, { type LibraryHandle } from 'koffi';
+import koffi from 'koffi';
+import { getLibc } from './libc.js';
 import { NetlinkError, describeErrno } from './netlink-error.js';
 import {
   NLMSG_DONE,
@@ -33,40 +34,6 @@ const EAGAIN = 11;
 
 const RECV_BUFFER_BYTES = 64 * 1024; // larger than any single dump datagram the kernel builds
 export const DEFAULT_TIMEOUT_MS = 5000;
-
-interface Libc {
-  socket(domain: number, type: number, protocol: number): number;
-  bind(fd: number, addr: Buffer, addrlen: number): number;
-  setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
-  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
-  recv(fd: number, buf: Buffer, len: number, flags: number): number;
-  close(fd: number): number;
-  if_nametoindex(name: string): number;
-}
-
-let libc: Libc | undefined;
-
-/** Load libc on first use, so importing this module never fails on its own. */
-function getLibc(): Libc {
-  if (libc) return libc;
-  let lib: LibraryHandle;
-  try {
-    lib = koffi.load('libc.so.6');
-  } catch {
-    // musl and other libcs: the symbols are already in the node process.
-    lib = koffi.load(null);
-  }
-  libc = {
-    socket: lib.func('int socket(int, int, int)') as Libc['socket'],
-    bind: lib.func('int bind(int, const void *, uint32_t)') as Libc['bind'],
-    setsockopt: lib.func('int setsockopt(int, int, int, const void *, uint32_t)') as Libc['setsockopt'],
-    sendto: lib.func('intptr_t sendto(int, const void *, size_t, int, const void *, uint32_t)') as Libc['sendto'],
-    recv: lib.func('intptr_t recv(int, void *, size_t, int)') as Libc['recv'],
-    close: lib.func('int close(int)') as Libc['close'],
-    if_nametoindex: lib.func('unsigned int if_nametoindex(const char *)') as Libc['if_nametoindex'],
-  };
-  return libc;
-}
 
 /** ifindex of `name` in this namespace, or 0 when there is no such link. */
 export function interfaceIndex(name: string): number {

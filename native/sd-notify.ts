@@ -11,7 +11,8 @@
 // unsupported. Credentials (SCM_CREDENTIALS) are attached by the kernel, which
 // is what NotifyAccess=main checks.
 
-import koffi, { type LibraryHandle } from 'koffi';
+import koffi from 'koffi';
+import { getLibc, type Libc } from './libc.js';
 import { errnoName } from './netlink-error.js';
 
 const AF_UNIX = 1;
@@ -21,31 +22,6 @@ const MSG_DONTWAIT = 0x40;
 const MSG_NOSIGNAL = 0x4000;
 const EINTR = 4;
 const SUN_PATH_BYTES = 108; // sizeof(sockaddr_un.sun_path) on Linux
-
-interface Libc {
-  socket(domain: number, type: number, protocol: number): number;
-  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
-  close(fd: number): number;
-}
-
-let libc: Libc | undefined;
-
-/** Load libc on first use, so importing this module never fails on its own. */
-function getLibc(): Libc {
-  if (libc) return libc;
-  let lib: LibraryHandle;
-  try {
-    lib = koffi.load('libc.so.6');
-  } catch {
-    lib = koffi.load(null); // musl and other libcs: the symbols are in the process
-  }
-  libc = {
-    socket: lib.func('int socket(int, int, int)') as Libc['socket'],
-    sendto: lib.func('intptr_t sendto(int, const void *, size_t, int, const void *, uint32_t)') as Libc['sendto'],
-    close: lib.func('int close(int)') as Libc['close'],
-  };
-  return libc;
-}
 
 export interface SdNotifyResult {
   /** True when the datagram was handed to the kernel. */

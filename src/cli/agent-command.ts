@@ -9,7 +9,7 @@ import { parseAgentIdentifiers } from '../server/agent-identifiers.js';
 import { KanalAgent, type AgentOptions } from '../agent/agent.js';
 import { parseTarget, type Target } from '../agent/target.js';
 import { NodeListeners } from '../agent/node-listeners.js';
-import { parseDuration } from './duration.js';
+import { durationFlag as duration, portFlag as port } from './flag-values.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -62,23 +62,6 @@ export interface AgentConfig {
   node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
   transport: string;
   logLevel: LevelWithSilent;
-}
-
-function duration(flag: string, value: string): number {
-  try {
-    const ms = parseDuration(value);
-    if (ms <= 0) throw new Error('must be positive');
-    return ms;
-  } catch (err) {
-    throw new UsageError(`--${flag}: ${(err as Error).message}`);
-  }
-}
-
-function port(flag: string, value: number, allowZero: boolean): number {
-  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > 65535) {
-    throw new UsageError(`--${flag} must be a port number ${allowZero ? '0' : '1'}-65535, got ${value}`);
-  }
-  return value;
 }
 
 /** Default agent ID: the host name, which is stable across restarts and readable in server logs. */

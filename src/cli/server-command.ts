@@ -7,7 +7,7 @@ import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseHostPort } from '../common/host-port.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { FrontendMode, TlsFiles } from '../server/listeners.js';
-import { parseDuration } from './duration.js';
+import { durationFlag as duration, portFlag as port } from './flag-values.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -62,23 +62,6 @@ export interface ServerConfig {
   maxReceiveMessageBytes: number;
   transport: string;
   logLevel: LevelWithSilent;
-}
-
-function port(flag: string, value: number, allowZero: boolean): number {
-  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > 65535) {
-    throw new UsageError(`--${flag} must be a port number ${allowZero ? '0' : '1'}-65535, got ${value}`);
-  }
-  return value;
-}
-
-function duration(flag: string, value: string): number {
-  try {
-    const ms = parseDuration(value);
-    if (ms <= 0) throw new Error('must be positive');
-    return ms;
-  } catch (err) {
-    throw new UsageError(`--${flag}: ${(err as Error).message}`);
-  }
 }
 
 export function validateServerArgs(a: ServerArgs): ServerConfig {
