@@ -14,6 +14,7 @@ export function fromGrpcMetadata(md: grpc.Metadata): MetadataMap {
 
 export function toGrpcMetadata(entries: Record<string, string>): grpc.Metadata {
   const md = new grpc.Metadata();
-  for (const [key, value] of Object.entries(entries)) md.set(key, value);
+  // gRPC carries "-bin" values as bytes; ours are base64 text, as they arrive.
+  for (const [key, value] of Object.entries(entries)) md.set(key, key.endsWith('-bin') ? Buffer.from(value, 'base64') : value);
   return md;
 }
