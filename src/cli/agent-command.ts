@@ -137,7 +137,7 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
 }
 
 export function buildAgentOptions(config: AgentConfig): AgentOptions {
-  const log = createLogger(config.logLevel, 'agent');
+  const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
   const tokenFile = config.tokenFile;
   return {
