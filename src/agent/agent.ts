@@ -98,7 +98,7 @@ export class KanalAgent {
     }
     this.running = true;
     this.loop = this.maintain();
-    this.opts.log.info({ agentID: this.opts.agentID, server: `${this.opts.server.host}:${this.opts.server.port}` }, 'kanal agent started');
+    this.opts.log.info({ server: `${this.opts.server.host}:${this.opts.server.port}` }, 'kanal agent started');
   }
 
   /**
