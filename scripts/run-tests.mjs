@@ -50,17 +50,41 @@ function parseLine(rawLine) {
   else failed++;
 }
 
+// ava in its own process group, so a stuck run can be stopped with everything it started.
 const child = spawn(process.execPath, [avaCli, '--tap', ...process.argv.slice(2)], {
   cwd: root,
   stdio: ['inherit', 'pipe', 'inherit'],
+  detached: true,
 });
+const killGroup = (signal) => {
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // already gone
+  }
+};
 
 for (const signal of ['SIGINT', 'SIGTERM']) {
-  process.on(signal, () => child.kill(signal));
+  process.on(signal, () => killGroup(signal));
 }
+
+// A worker kept alive by a handle a failed test never closed makes ava wait
+// forever after its last result; stop the run after this much silence.
+const IDLE_LIMIT_MS = Number(process.env.KANAL_TEST_IDLE_SECONDS ?? 300) * 1000;
+let lastOutput = Date.now();
+let stalled = false;
+const watchdog = setInterval(() => {
+  if (Date.now() - lastOutput < IDLE_LIMIT_MS) return;
+  stalled = true;
+  clearInterval(watchdog);
+  process.stdout.write(`# no test output for ${IDLE_LIMIT_MS / 1000} s: stopping ava and every process it started\n`);
+  killGroup('SIGTERM');
+  setTimeout(() => killGroup('SIGKILL'), 10_000).unref();
+}, 5_000);
 
 const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
 lines.on('line', (line) => {
+  lastOutput = Date.now();
   process.stdout.write(`${line}\n`);
   parseLine(line);
 });
@@ -70,8 +94,10 @@ const [code, signal] = await Promise.all([
   new Promise((resolve) => lines.on('close', resolve)),
 ]).then(([exit]) => exit);
 
+clearInterval(watchdog);
 let problem;
-if (signal) problem = `ava was killed by ${signal}`;
+if (stalled) problem = `the run stalled (no output for ${IDLE_LIMIT_MS / 1000} s) and was stopped`;
+else if (signal) problem = `ava was killed by ${signal}`;
 else if (bailedOut) problem = 'ava bailed out';
 else if (code !== 0 && failed === 0) problem = `ava exited with code ${code} without a failing test point`;
 else if (code === 0 && passed + failed + skipped === 0) problem = 'no tests ran';

@@ -3,6 +3,7 @@
  * (seconds, tiny sizes) and checks that every row is there with sensible
  * numbers. Nothing here depends on speed: any positive figure passes.
  */
+import { TRANSPORT_NAMES } from '../src/cli/transport-choice.js';
 import test from 'ava';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -48,7 +49,7 @@ test('bench --smoke --json reports every row with positive numbers', async (t) =
   const report = JSON.parse(r.stdout) as Report;
   t.is(report.tool, 'kanal-bench');
   t.is(report.mode, 'smoke');
-  t.is(report.transport, 'grpc-js');
+  t.is(report.transport, TRANSPORT_NAMES[0]);
   t.true(report.machine.nproc > 0 && report.machine.cpuModel.length > 0 && report.machine.node.startsWith('v'));
   const byId = new Map(report.rows.map((row) => [row.id, row]));
   t.deepEqual(EXPECTED_ROWS.filter((id) => !byId.has(id)), [], 'rows missing from the report');

@@ -80,18 +80,32 @@ async function setup(
   }
   if (opts.clientMax !== undefined) channelOpts.maxReceiveMessageBytes = opts.clientMax;
   const channel = p.client.createChannel(channelOpts);
-  return {
+  let done: Promise<void> | undefined;
+  const setupEntry: Setup = {
     server,
     channel,
     listener,
-    async teardown() {
-      channel.close();
-      await server.close(200);
-      await listener.close();
-      fs.rmSync(dir, { recursive: true, force: true });
+    teardown() {
+      // Idempotent: tests call it to check handles, afterEach calls it when an assertion cut a test short.
+      done ??= (async () => {
+        live.delete(setupEntry);
+        channel.close();
+        await server.close(200);
+        await listener.close();
+        fs.rmSync(dir, { recursive: true, force: true });
+      })();
+      return done;
     },
   };
+  live.add(setupEntry);
+  return setupEntry;
 }
+
+/** Setups not torn down yet: a failed assertion must not leave servers keeping the worker alive. */
+const live = new Set<Setup>();
+test.afterEach.always(async () => {
+  for (const s of [...live]) await s.teardown();
+});
 
 /** Counts 'close' events; `result` resolves with the first one's error. */
 function watch(stream: PacketStream): { closes: () => number; result: Promise<Error | undefined> } {
@@ -490,12 +504,19 @@ test.serial('h2 server honours a grpc-js client deadline (grpc-timeout): both si
   const s = await setup(p, { agentConnect: (inc) => (serverSide = watch(inc.accept({})).result) });
   const files = await throwawayTls();
   const ch = createGrpcJsChannel({ target: s.listener.target, tls: { ca: files.ca, cert: files.clientCert, key: files.clientKey } });
+  t.teardown(() => ch.close());
   const started = Date.now();
   const st = await openGrpcJsStream(ch.client, AGENT_SERVICE_CONNECT, {}, 5000, Date.now() + 400);
   const clientErr = await watch(st).result;
   const serverErr = await serverSide!;
   t.is((clientErr as GrpcStatusError).code, GrpcStatus.DEADLINE_EXCEEDED);
-  t.is((serverErr as GrpcStatusError).code, GrpcStatus.DEADLINE_EXCEEDED);
+  // Both ends time the same deadline: on a loaded machine grpc-js's own timer
+  // may fire first and cancel, which the server then sees as CANCELLED.
+  // (transport-h2.test.ts pins the server-side expiry with a peer that never cancels.)
+  t.true(
+    [GrpcStatus.DEADLINE_EXCEEDED, GrpcStatus.CANCELLED].includes((serverErr as GrpcStatusError).code),
+    `server saw ${GrpcStatus[(serverErr as GrpcStatusError).code]}`,
+  );
   t.true(Date.now() - started < 3000);
   ch.close();
   await s.teardown();
