@@ -22,7 +22,7 @@ import {
 } from '../src/transport/h2/grpc-headers.js';
 import type { PacketStream } from '../src/transport/packet-stream.js';
 import { GrpcStatus, GrpcStatusError, type GrpcServerTransport, type StreamHandlers } from '../src/transport/transport.js';
-import { encodePacket } from '../src/wire/codec.js';
+import { decodePacket, encodePacket, matchDataHeader } from '../src/wire/codec.js';
 import { PacketType, type Packet } from '../src/wire/packet.js';
 import { AGENT_SERVICE_CONNECT } from '../src/wire/metadata.js';
 import { activeResources, listenTls, listenUnix, resourcesBackTo, tempDir, throwawayTls, type Listener } from './helpers/grpc-js-peer.js';
@@ -87,6 +87,76 @@ test('MessageParser: any chunking yields the same messages; whole messages are v
   const views: Uint8Array[] = [];
   parser.push(wire, (m) => (views.push(m), true));
   t.true(views.every((v) => v.buffer === wire.buffer));
+});
+
+test('MessageParser: DATA spread over chunks is streamed as payload slices, other messages assembled', (t) => {
+  const packets: Packet[] = [];
+  for (const size of [0, 10, 1024, 16384, 65536, 70000]) {
+    for (const connectID of [0, 1, 300, 2 ** 40]) {
+      for (const error of ['', 'boom']) packets.push({ type: PacketType.DATA, connectID, error, data: crypto.randomBytes(size) });
+    }
+  }
+  packets.push({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'x'.repeat(40000), random: 7n });
+  const wire = Buffer.concat(packets.flatMap((p) => framePacket(p)));
+  const expected = new Map<number, Buffer>();
+  for (const p of packets) if (p.type === PacketType.DATA) expected.set(p.connectID, Buffer.concat([expected.get(p.connectID) ?? Buffer.alloc(0), p.data]));
+  for (let round = 0; round < 100; round++) {
+    const parser = new MessageParser(1 << 20);
+    // Each connection's bytes, from whole messages and slices in arrival order.
+    const joined = new Map<number, Buffer[]>();
+    const add = (id: number, b: Uint8Array): void => void (joined.get(id) ?? joined.set(id, []).get(id)!).push(Buffer.from(b));
+    let other: Packet | undefined;
+    let slices = 0;
+    let off = 0;
+    while (off < wire.length) {
+      const n = round === 0 ? wire.length : 1 + Math.floor(Math.random() * (round < 20 ? 40 : 30000));
+      const err = parser.push(
+        wire.subarray(off, off + n),
+        (m) => {
+          const p = decodePacket(m);
+          if (p.type === PacketType.DATA) add(p.connectID, p.data);
+          else other = p;
+          return true;
+        },
+        (connectID, slice) => {
+          t.true(slice.buffer === wire.buffer, 'slices are views');
+          slices++;
+          add(connectID, slice);
+          return true;
+        },
+      );
+      t.is(err, null);
+      off += n;
+    }
+    t.false(parser.midMessage);
+    t.is(other?.type, PacketType.DIAL_REQ);
+    if (round > 0) t.true(slices > 0);
+    for (const [id, b] of expected) t.true(Buffer.concat(joined.get(id) ?? []).equals(b), `payload of connectID ${id}, round ${round}`);
+  }
+});
+
+test('matchDataHeader agrees with decodePacket', (t) => {
+  let matched = 0;
+  for (let i = 0; i < 3000; i++) {
+    const size = Math.floor(Math.random() * 300);
+    const p: Packet =
+      i % 3 === 0
+        ? { type: PacketType.DATA, connectID: Math.floor(Math.random() * 2 ** (i % 53)), error: i % 7 === 0 ? 'e' : '', data: crypto.randomBytes(size) }
+        : { type: PacketType.KANAL_WINDOW, connectID: i, increment: size };
+    const body = encodePacket(p);
+    // Random corruption of a header byte now and then.
+    if (i % 5 === 1) body[Math.floor(Math.random() * Math.min(body.length, 12))] ^= 1 << Math.floor(Math.random() * 8);
+    const h = matchDataHeader(body, 0, body.length, body.length);
+    if (h === null) continue;
+    matched++;
+    const d = decodePacket(body);
+    t.is(d.type, PacketType.DATA);
+    if (d.type !== PacketType.DATA) continue;
+    t.is(d.connectID, h.connectID);
+    t.is(d.error, '');
+    t.true(Buffer.from(d.data).equals(body.subarray(h.headerBytes)));
+  }
+  t.true(matched > 500);
 });
 
 test('MessageParser: oversized refused at the prefix, compressed refused', (t) => {

@@ -36,6 +36,13 @@ export interface PacketStream {
    */
   pause(): void;
   resume(): void;
+  /**
+   * Declares that the listener treats DATA as a byte stream, so a large DATA
+   * packet may be emitted as several DATA packets (same connectID, payload in
+   * order) as its bytes arrive, instead of being reassembled first. Optional:
+   * a transport without it always emits whole packets.
+   */
+  acceptDataInPieces?(): void;
   /** Tears the stream down now; pending packets are dropped. */
   destroy(error?: Error): void;
   readonly closed: boolean;

@@ -5,7 +5,7 @@
  * with the window extension the peer stops sending when our window is
  * spent; without it, overflowing the buffer closes just this connection.
  */
-import { Duplex } from 'node:stream';
+import { Duplex, type Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
 
@@ -75,6 +75,9 @@ export class TunnelConnection extends Duplex {
   /** True while this connection holds its tunnel's stream paused. */
   private holding = false;
   private readonly resumeSend = (): void => this.pump();
+  /** Where inbound bytes go when delivered directly (deliverTo), else null. */
+  private sink: Writable | null = null;
+  private sinkCorked = false;
 
   constructor(
     private readonly host: ConnectionHost,
@@ -113,7 +116,7 @@ export class TunnelConnection extends Duplex {
         this.destroy(new Error(reason));
         return;
       }
-    } else {
+    } else if (!this.sink) {
       const queued = this.readableLength + data.length;
       if (queued > this.opts.limits.unflowedBufferBytes) {
         const reason = `local reader too slow: ${this.readableLength} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
@@ -126,7 +129,81 @@ export class TunnelConnection extends Duplex {
         this.host.holdInbound(this.connectID, true);
       }
     }
-    this.push(Buffer.from(data.buffer, data.byteOffset, data.length));
+    const chunk = Buffer.from(data.buffer, data.byteOffset, data.length);
+    if (this.sink) this.writeToSink(this.sink, chunk);
+    else this.push(chunk);
+  }
+
+  /**
+   * Delivers inbound bytes straight into `sink` (the local socket this
+   * connection is spliced to) instead of through the readable side and
+   * pipe(): the readable side then only carries the end of the stream.
+   * Writes made in one turn of the event loop (a TLS read holds several
+   * HTTP/2 frames) reach the socket as one writev, and credit is granted as
+   * the socket's own buffer empties, so the window bounds what the socket
+   * holds just as it bounded our readable buffer.
+   */
+  deliverTo(sink: Writable): void {
+    // Bytes that arrived before the splice go first.
+    for (let c = this.read() as Buffer | null; c !== null; c = this.read() as Buffer | null) sink.write(c);
+    this.sink = sink;
+    this.once('end', () => sink.end());
+    this.resume(); // flowing, so 'end' is emitted once the peer's end is pushed
+  }
+
+  private writeToSink(sink: Writable, chunk: Buffer): void {
+    if (sink.destroyed) return; // the splice is closing this connection
+    if (!this.sinkCorked) {
+      this.sinkCorked = true;
+      sink.cork();
+      setImmediate(this.uncorkSink);
+    }
+    sink.write(chunk, this.onSinkWritten);
+    if (!this.opts.flowControl) this.checkUnflowedSink(sink);
+  }
+
+  private readonly uncorkSink = (): void => {
+    this.sinkCorked = false;
+    this.sink?.uncork();
+  };
+
+  /** A write to the sink completed: what left its buffer is consumed. */
+  private readonly onSinkWritten = (): void => {
+    const sink = this.sink;
+    if (!sink || this.destroyed) return;
+    if (this.holding && sink.writableLength < this.holdThreshold() / 2) {
+      this.holding = false;
+      this.host.holdInbound(this.connectID, false);
+    }
+    if (this.opts.flowControl && !this.peerGone) this.grantCredit(this.pushedBytes - sink.writableLength);
+  };
+
+  /** Without flow control the sink's buffer is bounded as the readable buffer is. */
+  private checkUnflowedSink(sink: Writable): void {
+    const queued = sink.writableLength;
+    if (queued > this.opts.limits.unflowedBufferBytes) {
+      const reason = `local reader too slow: ${queued} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
+      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
+      this.destroy(new Error(reason));
+      return;
+    }
+    if (this.opts.holdStreamWhenSlow && !this.holding && queued >= this.holdThreshold()) {
+      this.holding = true;
+      this.host.holdInbound(this.connectID, true);
+    }
+  }
+
+  /**
+   * Grants the peer credit for bytes consumed so far. Batching credit keeps
+   * WINDOW packets rare; it cannot deadlock because a blocked sender means
+   * window-sized credit is owed, well over a quarter.
+   */
+  private grantCredit(consumed: number): void {
+    const grant = consumed - this.grantedBytes;
+    if (grant >= this.opts.limits.windowBytes / 4) {
+      this.grantedBytes = consumed;
+      this.host.sendWindow(this.connectID, grant);
+    }
   }
 
   receiveWindow(increment: number): void {
@@ -184,19 +261,13 @@ export class TunnelConnection extends Duplex {
   }
 
   override _read(): void {
+    if (this.sink) return; // consumption is tracked by onSinkWritten
     if (this.holding && this.readableLength < this.holdThreshold() / 2) {
       this.holding = false;
       this.host.holdInbound(this.connectID, false);
     }
     if (!this.opts.flowControl || this.peerGone) return;
-    const consumed = this.pushedBytes - this.readableLength;
-    const grant = consumed - this.grantedBytes;
-    // Batching credit keeps WINDOW packets rare; it cannot deadlock because
-    // a blocked sender means window-sized credit is owed, well over a quarter.
-    if (grant >= this.opts.limits.windowBytes / 4) {
-      this.grantedBytes = consumed;
-      this.host.sendWindow(this.connectID, grant);
-    }
+    this.grantCredit(this.pushedBytes - this.readableLength);
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {

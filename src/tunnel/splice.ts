@@ -2,16 +2,20 @@
  * Joins two byte streams (a local socket and a tunnelled connection, or two
  * tunnelled connections) in both directions. pipe() carries back-pressure
  * and turns one side's end into the other's end (half-close); the rest here
- * makes sure an error or close on either side releases both.
+ * makes sure an error or close on either side releases both. Bytes from a
+ * tunnelled connection into a local socket skip pipe() (see deliverTo): that
+ * is the bulk receive path.
  */
+import net from 'node:net';
 import type { Duplex } from 'node:stream';
+import { TunnelConnection } from './connection.js';
 
 /** How long a side may take to flush after its partner is gone. */
 const FLUSH_GRACE_MS = 10_000;
 
 export function splice(a: Duplex, b: Duplex): void {
-  a.pipe(b);
-  b.pipe(a);
+  forward(a, b);
+  forward(b, a);
   const failures = new Map<Duplex, Error>();
   a.on('error', (err: Error) => failures.set(a, err));
   b.on('error', (err: Error) => failures.set(b, err));
@@ -38,4 +42,9 @@ export function splice(a: Duplex, b: Duplex): void {
   };
   follow(a, b);
   follow(b, a);
+}
+
+function forward(from: Duplex, to: Duplex): void {
+  if (from instanceof TunnelConnection && to instanceof net.Socket) from.deliverTo(to);
+  else from.pipe(to);
 }

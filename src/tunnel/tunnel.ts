@@ -111,6 +111,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.nextConnectID = opts.side === 'agent' ? 1 : 2;
     this.dialHandler = opts.dialHandler;
     this.noise = new RateLimitedLog(this.log, 10_000);
+    // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
+    stream.acceptDataInPieces?.();
     stream.on('packet', (p) => this.onPacket(p));
     stream.on('invalid', (reason) => this.noise.warn('invalid', { reason }, 'ignoring malformed packet from peer'));
     stream.on('drain', () => this.onTransportDrain());

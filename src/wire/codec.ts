@@ -301,6 +301,98 @@ function decodePayload(type: PacketType, buf: Uint8Array, start: number, end: nu
 }
 
 /**
+ * decodePayload for DATA, the packet on the bulk path: the same checks,
+ * without building maps for every packet.
+ */
+function decodeDataPayload(buf: Uint8Array, start: number, end: number): Packet {
+  let connectID = 0;
+  let error = '';
+  let data: Uint8Array = EMPTY;
+  const r = new Reader(buf, start, end);
+  while (r.pos < end) {
+    const tag = r.varint();
+    const num = Math.floor(tag / 8);
+    const wt = tag & 7;
+    if (num < 1 || num > 3) {
+      r.skip(wt);
+      continue;
+    }
+    const want = num === 1 ? WIRE_VARINT : WIRE_LEN;
+    if (wt !== want) throw new PacketDecodeError(`field ${num} of DATA has wire type ${wt}`);
+    if (num === 1) {
+      const v = r.bigVarint();
+      if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) throw new PacketDecodeError('field 1 of DATA out of range');
+      connectID = Number(v);
+    } else {
+      const [s, e] = r.lengthDelimited();
+      if (num === 3) {
+        data = buf.subarray(s, e);
+      } else {
+        try {
+          error = utf8.decode(buf.subarray(s, e));
+        } catch {
+          throw new PacketDecodeError('field 2 of DATA is not valid UTF-8');
+        }
+      }
+    }
+  }
+  return { type: PacketType.DATA, connectID, error, data };
+}
+
+const EMPTY = new Uint8Array(0);
+
+/** Where the payload of a DATA message starts, as found by matchDataHeader. */
+export interface DataHeader {
+  connectID: number;
+  /** Bytes before the payload; the payload runs from there to the end of the message. */
+  headerBytes: number;
+}
+
+/** Reads a varint of at most `maxBytes` bytes at buf[pos..end), or gives null. */
+function peekVarint(buf: Uint8Array, pos: number, end: number, maxBytes: number): [value: number, next: number] | null {
+  let value = 0;
+  let mul = 1;
+  for (let i = 0; i < maxBytes && pos < end; i++) {
+    const b = buf[pos++]!;
+    value += (b & 0x7f) * mul;
+    if (b < 0x80) return [value, pos];
+    mul *= 128;
+  }
+  return null;
+}
+
+/**
+ * Recognises the start of a DATA message laid out the way every encoder
+ * writes it — Packet{type=DATA, data=Data{connectID?, data}} with the payload
+ * as the last field — from its first bytes `buf[start..end)`, when the
+ * message is `messageLength` bytes long. Such a message decodes (decodePacket)
+ * to exactly {connectID, error: '', data: <the rest of the message>}, so its
+ * payload can be passed on piece by piece as it arrives. Anything else, or a
+ * header not wholly inside `buf[start..end)`, gives null.
+ */
+export function matchDataHeader(buf: Uint8Array, start: number, end: number, messageLength: number): DataHeader | null {
+  const messageEnd = start + messageLength;
+  if (end > messageEnd) end = messageEnd;
+  // 0x08 0x04: type = DATA; 0x22: field 4 (data), length-delimited.
+  if (end - start < 5 || buf[start] !== 0x08 || buf[start + 1] !== PacketType.DATA || buf[start + 2] !== 0x22) return null;
+  const inner = peekVarint(buf, start + 3, end, 5);
+  if (inner === null || inner[1] + inner[0] !== messageEnd) return null;
+  let pos = inner[1];
+  let connectID = 0;
+  if (buf[pos] === 0x08) {
+    // At most 7 bytes (< 2^49): the decoder refuses connectIDs beyond 2^53.
+    const id = peekVarint(buf, pos + 1, end, 7);
+    if (id === null) return null;
+    connectID = id[0];
+    pos = id[1];
+  }
+  if (pos >= end || buf[pos] !== 0x1a) return null;
+  const len = peekVarint(buf, pos + 1, end, 5);
+  if (len === null || len[1] + len[0] !== messageEnd) return null;
+  return { connectID, headerBytes: len[1] - start };
+}
+
+/**
  * Decodes protobuf bytes into a Packet. Throws PacketDecodeError on malformed
  * input and on packet types this implementation does not know (the caller
  * decides whether that is fatal).
@@ -330,6 +422,7 @@ export function decodePacket(buf: Uint8Array): Packet {
   if (payload !== null && payloadField !== expected) {
     throw new PacketDecodeError(`packet type ${PacketType[ptype]} carries payload field ${payloadField}`);
   }
+  if (ptype === PacketType.DATA) return payload ? decodeDataPayload(buf, payload[0], payload[1]) : decodeDataPayload(buf, 0, 0);
   const f = payload ? decodePayload(ptype, buf, payload[0], payload[1]) : decodePayload(ptype, buf, 0, 0);
   const int = (n: number): number => f.ints.get(n) ?? 0;
   const big = (n: number): bigint => f.bigs.get(n) ?? 0n;
@@ -343,8 +436,6 @@ export function decodePacket(buf: Uint8Array): Packet {
       return { type: ptype, connectID: int(1) };
     case PacketType.CLOSE_RSP:
       return { type: ptype, error: str(1), connectID: int(2) };
-    case PacketType.DATA:
-      return { type: ptype, connectID: int(1), error: str(2), data: f.bytes.get(3) ?? new Uint8Array(0) };
     case PacketType.DIAL_CLS:
       return { type: ptype, random: big(1) };
     case PacketType.DRAIN:

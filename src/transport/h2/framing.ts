@@ -7,11 +7,16 @@
  * bulk bytes are never copied into a new buffer on their way to the socket.
  *
  * Receiving: a streaming parser that hands out a view into the received chunk
- * when a message lies inside one chunk, and otherwise assembles it into one
- * buffer of the announced size (after checking the size against the limit, so
- * an oversized message is refused before any of it is buffered).
+ * when a message lies inside one chunk. A DATA packet spread over several
+ * chunks (HTTP/2 frames are usually 16 KiB, DATA messages up to 64 KiB) is
+ * passed on as a run of payload slices, each a view into its chunk: copying
+ * it into a fresh 64 KiB buffer cost a memcpy and, worse, an external
+ * allocation per message that drove V8 into frequent major GCs. Any other
+ * message is assembled into one buffer of the announced size (after checking
+ * the size against the limit, so an oversized message is refused before any
+ * of it is buffered).
  */
-import { encodePacket } from '../../wire/codec.js';
+import { encodePacket, matchDataHeader } from '../../wire/codec.js';
 import { PacketType, type Packet } from '../../wire/packet.js';
 import { GrpcStatus } from '../transport.js';
 
@@ -105,10 +110,16 @@ export interface FramingError {
   readonly message: string;
 }
 
+/** Receives the payload of a DATA packet streamed in pieces; false stops parsing. */
+export type DataSliceHandler = (connectID: number, slice: Buffer) => boolean;
+
 /**
  * Incremental parser of length-prefixed messages. `push` calls `onMessage` for
  * every complete message; if `onMessage` returns false parsing stops (the
- * stream was closed by a listener). After an error the parser is dead.
+ * stream was closed by a listener). With `onDataSlice`, a DATA packet that
+ * does not lie inside one chunk is delivered as payload slices instead (the
+ * same bytes `onMessage` would have carried, in order). After an error the
+ * parser is dead.
  */
 export class MessageParser {
   private readonly prefix = Buffer.alloc(MESSAGE_PREFIX_BYTES);
@@ -116,15 +127,25 @@ export class MessageParser {
   /** Message being assembled across chunks, or null between messages. */
   private body: Buffer | null = null;
   private bodyFill = 0;
+  /** DATA payload bytes still to stream for `streamID`, 0 when not streaming. */
+  private streamLeft = 0;
+  private streamID = 0;
   private failed: FramingError | null = null;
 
   constructor(private readonly maxMessageBytes: number) {}
 
-  push(chunk: Buffer, onMessage: (message: Uint8Array) => boolean): FramingError | null {
+  push(chunk: Buffer, onMessage: (message: Uint8Array) => boolean, onDataSlice?: DataSliceHandler): FramingError | null {
     if (this.failed) return this.failed;
     const n = chunk.length;
     let off = 0;
     while (off < n) {
+      if (this.streamLeft > 0) {
+        const take = Math.min(this.streamLeft, n - off);
+        this.streamLeft -= take;
+        off += take;
+        if (!onDataSlice!(this.streamID, chunk.subarray(off - take, off))) return null;
+        continue;
+      }
       let body = this.body;
       if (body === null) {
         let flags: number;
@@ -163,6 +184,16 @@ export class MessageParser {
           if (!onMessage(message)) return null;
           continue;
         }
+        if (onDataSlice !== undefined) {
+          // Only when the DATA header itself is in this chunk (nearly always).
+          const h = matchDataHeader(chunk, off, n, length);
+          if (h !== null) {
+            off += h.headerBytes;
+            this.streamID = h.connectID;
+            this.streamLeft = length - h.headerBytes;
+            continue;
+          }
+        }
         body = this.body = Buffer.allocUnsafe(length);
         this.bodyFill = 0;
       }
@@ -180,12 +211,13 @@ export class MessageParser {
 
   /** True when a message or prefix is partially received. */
   get midMessage(): boolean {
-    return this.body !== null || this.prefixFill !== 0;
+    return this.body !== null || this.prefixFill !== 0 || this.streamLeft !== 0;
   }
 
   private fail(err: FramingError): FramingError {
     this.failed = err;
     this.body = null;
+    this.streamLeft = 0;
     return err;
   }
 }

@@ -8,7 +8,9 @@
  * 'drain' is emitted when it has fallen to half of that.
  *
  * Receiving: DATA chunks go through MessageParser; every message is decoded
- * and emitted as 'packet' (or 'invalid'). Oversized or compressed messages end
+ * and emitted as 'packet' (or 'invalid'); after acceptDataInPieces(), a DATA
+ * packet spread over several HTTP/2 frames is emitted as one DATA packet per
+ * piece instead of being copied together first. Oversized or compressed messages end
  * the stream with RESOURCE_EXHAUSTED / INTERNAL.
  *
  * Ending: the server side ends with trailers (grpc-status, grpc-message); the
@@ -16,7 +18,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { constants as h2c, type Http2Session, type Http2Stream, type IncomingHttpHeaders } from 'node:http2';
-import type { Packet } from '../../wire/packet.js';
+import { PacketType, type Packet } from '../../wire/packet.js';
 import type { MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
 import { decodeOrExplain, isInvalid } from '../decoded.js';
@@ -250,9 +252,22 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     return !this.closed;
   };
 
+  private dataInPieces = false;
+
+  acceptDataInPieces(): void {
+    this.dataInPieces = true;
+  }
+
+  /** A piece of a DATA packet's payload: emitted as a DATA packet of its own. */
+  private readonly onDataSlice = (connectID: number, data: Buffer): boolean => {
+    const packet: Packet = { type: PacketType.DATA, connectID, error: '', data };
+    this.emit('packet', packet);
+    return !this.closed;
+  };
+
   private readonly onData = (chunk: Buffer): void => {
     if (this.closed) return;
-    const err = this.parser.push(chunk, this.onMessage);
+    const err = this.parser.push(chunk, this.onMessage, this.dataInPieces ? this.onDataSlice : undefined);
     if (err !== null) this.abort(err.code, err.message);
   };
 
