@@ -3,12 +3,58 @@ import type { Packet } from '../../wire/packet.js';
 import { encodePacket } from '../../wire/codec.js';
 import type { ChannelOptions, GrpcChannel } from '../transport.js';
 import { GrpcStatus, GrpcStatusError } from '../transport.js';
-import type { PacketStream } from '../packet-stream.js';
 import { decodeOrExplain, type Decoded } from '../decoded.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
 import { GrpcJsPacketCall } from './packet-call.js';
 
-export function createGrpcJsChannel(opts: ChannelOptions): GrpcChannel {
+export interface GrpcJsChannel extends GrpcChannel {
+  /** The underlying grpc-js client (tests open calls with deadlines on it). */
+  readonly client: grpc.Client;
+}
+
+/**
+ * Opens a bidirectional call and resolves once the response headers arrived.
+ * `deadline` is sent as grpc-timeout; `timeoutMs` bounds the wait for headers.
+ */
+export function openGrpcJsStream(
+  client: grpc.Client,
+  path: string,
+  metadata: Record<string, string>,
+  timeoutMs: number,
+  deadline: grpc.Deadline = Infinity,
+  peer = path,
+): Promise<GrpcJsPacketCall> {
+  return new Promise<GrpcJsPacketCall>((resolve, reject) => {
+    const call = client.makeBidiStreamRequest<Packet, Decoded>(path, encodePacket, decodeOrExplain, toGrpcMetadata(metadata), {
+      deadline,
+    }) as grpc.ClientDuplexStream<Packet, Decoded>;
+    let settled = false;
+    const timer = setTimeout(() => {
+      settle(new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, `no response headers within ${timeoutMs} ms`));
+      call.cancel();
+    }, timeoutMs);
+    const onError = (err: Error & { code?: number; details?: string }): void =>
+      settle(new GrpcStatusError((err.code ?? GrpcStatus.UNKNOWN) as GrpcStatus, err.details ?? err.message));
+    const settle = (result: Error | GrpcJsPacketCall): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      call.off('error', onError);
+      if (result instanceof Error) reject(result);
+      else resolve(result);
+    };
+    call.on('error', onError);
+    call.once('metadata', (md: grpc.Metadata) => {
+      // A Trailers-Only refusal may surface as metadata followed at once by
+      // an error status; give that a turn to arrive before accepting.
+      setImmediate(() => {
+        if (!settled) settle(new GrpcJsPacketCall(call, 'client', fromGrpcMetadata(md), peer));
+      });
+    });
+  });
+}
+
+export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOptions = {}): GrpcJsChannel {
   const credentials = opts.tls
     ? grpc.credentials.createSsl(opts.tls.ca, opts.tls.key ?? null, opts.tls.cert ?? null)
     : grpc.credentials.createInsecure();
@@ -18,49 +64,13 @@ export function createGrpcJsChannel(opts: ChannelOptions): GrpcChannel {
     'grpc.keepalive_timeout_ms': 20_000,
     // One connection per channel: the agent needs one tunnel per server.
     'grpc.use_local_subchannel_pool': 1,
+    ...extra,
   };
   if (opts.tls?.serverName) options['grpc.ssl_target_name_override'] = opts.tls.serverName;
   const client = new grpc.Client(opts.target, credentials, options);
-
   return {
-    openStream(path: string, metadata: Record<string, string>, timeoutMs: number): Promise<PacketStream> {
-      return new Promise<PacketStream>((resolve, reject) => {
-        const call = client.makeBidiStreamRequest<Packet, Decoded>(
-          path,
-          encodePacket,
-          decodeOrExplain,
-          toGrpcMetadata(metadata),
-          { deadline: Infinity },
-        ) as grpc.ClientDuplexStream<Packet, Decoded>;
-        let settled = false;
-        const timer = setTimeout(() => {
-          settle(new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, `no response headers within ${timeoutMs} ms`));
-          call.cancel();
-        }, timeoutMs);
-        const onError = (err: Error & { code?: number; details?: string }): void =>
-          settle(new GrpcStatusError((err.code ?? GrpcStatus.UNKNOWN) as GrpcStatus, err.details ?? err.message));
-        const settle = (result: Error | PacketStream): void => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          call.off('error', onError);
-          if (result instanceof Error) reject(result);
-          else resolve(result);
-        };
-        call.on('error', onError);
-        call.once('metadata', (md: grpc.Metadata) => {
-          // A Trailers-Only refusal may surface as metadata followed at once by
-          // an error status; give that a turn to arrive before accepting.
-          setImmediate(() => {
-            if (settled) return;
-            const stream = new GrpcJsPacketCall(call, 'client', fromGrpcMetadata(md), opts.target);
-            settle(stream);
-          });
-        });
-      });
-    },
-    close(): void {
-      client.close();
-    },
+    client,
+    openStream: (path, metadata, timeoutMs) => openGrpcJsStream(client, path, metadata, timeoutMs, Infinity, opts.target),
+    close: () => client.close(),
   };
 }

@@ -6,3 +6,8 @@ export const grpcJsTransport: Transport = {
   createServer: createGrpcJsServer,
   createChannel: createGrpcJsChannel,
 };
+
+export { createGrpcJsServer } from './server.js';
+export { createGrpcJsChannel, openGrpcJsStream, type GrpcJsChannel } from './channel.js';
+export { GrpcJsPacketCall } from './packet-call.js';
+export { agentServiceDefinition, proxyServiceDefinition } from './service-definition.js';

@@ -73,7 +73,7 @@ export class GrpcJsPacketCall extends EventEmitter implements PacketStream {
       (this.call as ClientCall).cancel();
     } else {
       const status = Object.assign(new Error(error?.message ?? 'stream closed'), {
-        code: GrpcStatus.UNAVAILABLE,
+        code: error instanceof GrpcStatusError ? error.code : GrpcStatus.UNAVAILABLE,
         details: error?.message ?? 'stream closed',
       });
       this.ended = true;
