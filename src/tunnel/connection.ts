@@ -8,6 +8,7 @@
 import { Duplex, type Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
+import { noteBytesMoved } from './gc-pacer.js';
 
 /** What a connection needs from its tunnel. */
 export interface ConnectionHost {
@@ -107,6 +108,7 @@ export class TunnelConnection extends Duplex {
       return;
     }
     this.bytesIn += data.length;
+    noteBytesMoved(data.length);
     this.pushedBytes += data.length;
     const buffered = this.pushedBytes - this.grantedBytes;
     if (this.opts.flowControl) {
@@ -276,6 +278,7 @@ export class TunnelConnection extends Duplex {
       callback();
       return;
     }
+    noteBytesMoved(chunk.length);
     this.pendingWrite = { chunk, offset: 0, callback };
     this.pump();
   }

@@ -258,6 +258,7 @@ export class H2Channel implements GrpcChannel {
     const current = this.session;
     if (current && !current.closed && !current.destroyed) return current;
     const target = this.target;
+    let created: ClientHttp2Session | undefined;
     const session = http2.connect(`${this.opts.tls ? 'https' : 'http'}://${target.authority}`, {
       settings: {
         enablePush: false,
@@ -265,8 +266,14 @@ export class H2Channel implements GrpcChannel {
         maxFrameSize: MAX_FRAME_BYTES,
       },
       maxSessionMemory: 64,
-      createConnection: () => target.connect(),
+      createConnection: () => {
+        const socket = target.connect();
+        // As on the server: a dead connection ends every stream at once.
+        socket.once('close', () => setImmediate(() => created?.destroy()));
+        return socket;
+      },
     });
+    created = session;
     this.session = session;
     this.open.set(session, new Set());
     session.on('error', (err: Error) => {

@@ -202,14 +202,27 @@ export class H2ServerTransport implements GrpcServerTransport {
     }
     connection.on('error', noop); // the session reports it; never crash on a reset
     this.injectingPeer = peerOf(connection);
+    this.injectedSession = undefined;
     try {
       this.server.emit('connection', connection);
     } finally {
       this.injectingPeer = 'unknown';
     }
+    // Set by onSession during the emit above (TypeScript cannot see that).
+    const session = this.injectedSession as ServerHttp2Session | undefined;
+    this.injectedSession = undefined;
+    // Node destroys a session whose socket closed only once its streams are
+    // gone, and a stream with a write in flight may then wait forever for
+    // nghttp2. A dead peer (an agent killed with SIGKILL) must end every
+    // stream on the connection at once.
+    if (session) connection.once('close', () => setImmediate(() => session.destroy()));
   }
 
+  /** The session created while injectConnection emits 'connection' (synchronously). */
+  private injectedSession: ServerHttp2Session | undefined;
+
   private readonly onSession = (session: ServerHttp2Session): void => {
+    this.injectedSession = session;
     const peer = this.injectingPeer;
     sessionPeers.set(session, peer);
     this.sessions.add(session);
