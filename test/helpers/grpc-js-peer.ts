@@ -67,8 +67,16 @@ export interface Listener {
   close(): Promise<void>;
 }
 
+const tempDirs = new Set<string>();
+// Whatever a test did not remove (an assertion cut it short) goes when the worker exits.
+process.once('exit', () => {
+  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
 export function tempDir(): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-h2-'));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-h2-'));
+  tempDirs.add(dir);
+  return dir;
 }
 
 /** A Unix-socket listener whose connections go to `onConnection`. */
