@@ -118,27 +118,51 @@ export class TunnelConnection extends Duplex {
         this.destroy(new Error(reason));
         return;
       }
-    } else if (!this.sink) {
-      const queued = this.readableLength + data.length;
-      if (queued > this.opts.limits.unflowedBufferBytes) {
-        const reason = `local reader too slow: ${this.readableLength} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
-        this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
-        this.destroy(new Error(reason));
-        return;
-      }
-      if (this.opts.holdStreamWhenSlow && !this.holding && queued >= this.holdThreshold()) {
-        this.holding = true;
-        this.host.holdInbound(this.connectID, true);
-      }
+    } else if (!this.boundUnflowed(this.queuedBytes() + data.length)) {
+      return;
     }
     const chunk = Buffer.from(data.buffer, data.byteOffset, data.length);
     if (this.sink) this.writeToSink(this.sink, chunk);
     else this.push(chunk);
   }
 
+  /** Received bytes the local reader has not taken yet: our readable buffer, or the sink's write buffer. */
+  private queuedBytes(): number {
+    return this.sink ? this.sink.writableLength : this.readableLength;
+  }
+
   /**
-   * Delivers inbound bytes straight into `sink` (the local socket this
-   * connection is spliced to) instead of through the readable side and
+   * Without flow control nothing stops the peer, so `queued` is bounded here:
+   * hold the stream back (single-connection frontend streams) or, past the
+   * limit, close this connection only. Returns false when it closed it.
+   */
+  private boundUnflowed(queued: number): boolean {
+    if (queued > this.opts.limits.unflowedBufferBytes) {
+      const reason = `local reader too slow: ${queued} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
+      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
+      this.destroy(new Error(reason));
+      return false;
+    }
+    if (this.opts.holdStreamWhenSlow && !this.holding && queued >= this.holdThreshold()) {
+      this.holding = true;
+      this.host.holdInbound(this.connectID, true);
+    }
+    return true;
+  }
+
+  /** The local reader took bytes: release a hold, return credit to the peer. */
+  private consumed(): void {
+    const queued = this.queuedBytes();
+    if (this.holding && queued < this.holdThreshold() / 2) {
+      this.holding = false;
+      this.host.holdInbound(this.connectID, false);
+    }
+    if (this.opts.flowControl && !this.peerGone) this.grantCredit(this.pushedBytes - queued);
+  }
+
+  /**
+   * Delivers inbound bytes straight into `sink` (the socket or tunnelled
+   * connection this one is spliced to) instead of through the readable side and
    * pipe(): the readable side then only carries the end of the stream.
    * Writes made in one turn of the event loop (a TLS read holds several
    * HTTP/2 frames) reach the socket as one writev, and credit is granted as
@@ -149,6 +173,8 @@ export class TunnelConnection extends Duplex {
     // Bytes that arrived before the splice go first.
     for (let c = this.read() as Buffer | null; c !== null; c = this.read() as Buffer | null) sink.write(c);
     this.sink = sink;
+    // A pipe in all but name: tell the sink who feeds it, as pipe() does.
+    sink.emit('pipe', this);
     this.once('end', () => sink.end());
     this.resume(); // flowing, so 'end' is emitted once the peer's end is pushed
   }
@@ -161,7 +187,6 @@ export class TunnelConnection extends Duplex {
       setImmediate(this.uncorkSink);
     }
     sink.write(chunk, this.onSinkWritten);
-    if (!this.opts.flowControl) this.checkUnflowedSink(sink);
   }
 
   private readonly uncorkSink = (): void => {
@@ -171,29 +196,8 @@ export class TunnelConnection extends Duplex {
 
   /** A write to the sink completed: what left its buffer is consumed. */
   private readonly onSinkWritten = (): void => {
-    const sink = this.sink;
-    if (!sink || this.destroyed) return;
-    if (this.holding && sink.writableLength < this.holdThreshold() / 2) {
-      this.holding = false;
-      this.host.holdInbound(this.connectID, false);
-    }
-    if (this.opts.flowControl && !this.peerGone) this.grantCredit(this.pushedBytes - sink.writableLength);
+    if (this.sink && !this.destroyed) this.consumed();
   };
-
-  /** Without flow control the sink's buffer is bounded as the readable buffer is. */
-  private checkUnflowedSink(sink: Writable): void {
-    const queued = sink.writableLength;
-    if (queued > this.opts.limits.unflowedBufferBytes) {
-      const reason = `local reader too slow: ${queued} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
-      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
-      this.destroy(new Error(reason));
-      return;
-    }
-    if (this.opts.holdStreamWhenSlow && !this.holding && queued >= this.holdThreshold()) {
-      this.holding = true;
-      this.host.holdInbound(this.connectID, true);
-    }
-  }
 
   /**
    * Grants the peer credit for bytes consumed so far. Batching credit keeps
@@ -263,13 +267,8 @@ export class TunnelConnection extends Duplex {
   }
 
   override _read(): void {
-    if (this.sink) return; // consumption is tracked by onSinkWritten
-    if (this.holding && this.readableLength < this.holdThreshold() / 2) {
-      this.holding = false;
-      this.host.holdInbound(this.connectID, false);
-    }
-    if (!this.opts.flowControl || this.peerGone) return;
-    this.grantCredit(this.pushedBytes - this.readableLength);
+    // With a sink, consumption is tracked by onSinkWritten.
+    if (!this.sink) this.consumed();
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {

@@ -2,11 +2,10 @@
  * Joins two byte streams (a local socket and a tunnelled connection, or two
  * tunnelled connections) in both directions. pipe() carries back-pressure
  * and turns one side's end into the other's end (half-close); the rest here
- * makes sure an error or close on either side releases both. Bytes from a
- * tunnelled connection into a local socket skip pipe() (see deliverTo): that
- * is the bulk receive path.
+ * makes sure an error or close on either side releases both. Bytes coming
+ * out of a tunnelled connection skip pipe() (see deliverTo): that is the
+ * bulk receive path.
  */
-import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { TunnelConnection } from './connection.js';
 
@@ -45,6 +44,6 @@ export function splice(a: Duplex, b: Duplex): void {
 }
 
 function forward(from: Duplex, to: Duplex): void {
-  if (from instanceof TunnelConnection && to instanceof net.Socket) from.deliverTo(to);
+  if (from instanceof TunnelConnection) from.deliverTo(to);
   else from.pipe(to);
 }

@@ -420,9 +420,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       this.inboundDials.delete(id);
       abort.abort();
     }
+    // Each abandoned connection leaves the table through forget().
     for (const conn of [...this.connections.values()]) conn.abandon(new TunnelClosedError(`tunnel closed: ${reason.message}`));
-    for (const conn of this.connections.values()) this.opts.onConnectionClosed?.(conn);
-    this.connections.clear();
     this.drainWaiters.clear();
     this.emit('close', error);
   }
