@@ -154,8 +154,7 @@ export class KanalAgent {
     const target = formatHostPort(this.opts.server);
     while (this.running) {
       if (this.connections.size >= this.expectedServers) {
-        // Re-check occasionally: a load balancer may route us to a new server.
-        await sleep(1000, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        await this.tunnelLostOrStopping();
         continue;
       }
       try {
@@ -194,6 +193,21 @@ export class KanalAgent {
     }
   }
 
+  /** Set while maintain() waits for a tunnel to go down. */
+  private wakeMaintain: (() => void) | undefined;
+
+  private tunnelLostOrStopping(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = (): void => {
+        this.stopping.signal.removeEventListener('abort', wake);
+        this.wakeMaintain = undefined;
+        resolve();
+      };
+      this.wakeMaintain = wake;
+      this.stopping.signal.addEventListener('abort', wake, { once: true });
+    });
+  }
+
   private adopt(conn: ServerConnection): void {
     this.connections.set(conn.serverID, conn);
     const features = formatFeatures(conn.tunnel.features);
@@ -204,6 +218,7 @@ export class KanalAgent {
     for (const l of this.listeners) l(conn.tunnel, 'up');
     conn.tunnel.once('close', (err) => {
       if (this.connections.get(conn.serverID) === conn) this.connections.delete(conn.serverID);
+      this.wakeMaintain?.();
       this.opts.log.warn({ serverID: conn.serverID, reason: err?.message ?? 'stream ended' }, 'tunnel down');
       for (const l of this.listeners) l(conn.tunnel, 'down');
     });
