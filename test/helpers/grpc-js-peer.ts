@@ -10,6 +10,7 @@ import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import type { Transport } from '../../src/transport/transport.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
+import { removeOnExit } from './exit-cleanup.js';
 import { writeThrowawayPki } from '../../src/pki/throwaway-pki.js';
 
 // ---------- grpc-js Transport ----------
@@ -67,15 +68,9 @@ export interface Listener {
   close(): Promise<void>;
 }
 
-const tempDirs = new Set<string>();
-// Whatever a test did not remove (an assertion cut it short) goes when the worker exits.
-process.once('exit', () => {
-  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-});
-
 export function tempDir(): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-h2-'));
-  tempDirs.add(dir);
+  removeOnExit.add(dir); // if an assertion cut the test short before it removed dir
   return dir;
 }
 

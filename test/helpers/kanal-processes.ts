@@ -19,6 +19,7 @@ import tls from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
 import { CLI, freePort, startKanal, waitReady, type Child } from '../../src/demo/processes.js';
+import { killOnExit, removeOnExit } from './exit-cleanup.js';
 import { connectUnix, httpConnect } from '../../src/demo/proxy-client.js';
 
 export { CLI, freePort, connectUnix, httpConnect };
@@ -50,27 +51,6 @@ export class CleanupStack implements Scope {
   }
 }
 
-// Last resort if the test worker exits without running its teardowns
-// (ava timeout, uncaught exception): no child and no temp dir may outlive it.
-const liveChildren = new Set<number>();
-const liveDirs = new Set<string>();
-process.once('exit', () => {
-  for (const pid of liveChildren) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-  for (const dir of liveDirs) {
-    try {
-      fs.rmSync(dir, { recursive: true, force: true, maxRetries: 2 });
-    } catch {
-      // a dying child may still be writing its log; nothing more to do here
-    }
-  }
-});
-
 // ---------- workspace: temp dir + PKI ----------
 
 export interface Workspace {
@@ -80,10 +60,10 @@ export interface Workspace {
 
 export async function makeWorkspace(scope: Scope, prefix = 'kanal-e2e-'): Promise<Workspace> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  liveDirs.add(dir);
+  removeOnExit.add(dir);
   scope.teardown(() => {
     fs.rmSync(dir, { recursive: true, force: true });
-    liveDirs.delete(dir);
+    removeOnExit.delete(dir);
   });
   const pki = await writeThrowawayPki(path.join(dir, 'pki'));
   return { dir, pki };
@@ -164,10 +144,10 @@ function spawnKanal(scope: Scope, name: string, args: string[], logFile: string)
   const child = startKanal(args, logFile);
   const pid = child.proc.pid;
   if (pid === undefined) throw new Error(`could not start ${name}`);
-  liveChildren.add(pid);
+  killOnExit.add(pid);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.proc.once('exit', (code, signal) => {
-      liveChildren.delete(pid);
+      killOnExit.delete(pid);
       resolve({ code, signal });
     }),
   );

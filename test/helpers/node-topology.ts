@@ -14,7 +14,7 @@
 // echo servers, connection counters and byte relays between a TCP address in
 // the namespace and a Unix socket the test process can reach.
 
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -23,6 +23,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createNetns, destroyAllNetns, type ExecResult, type Netns } from './netns.js';
+import { deleteNetnsOnExit, killOnExit } from './exit-cleanup.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
 
 /** The kube-apiserver advertise address the agent serves on the node. */
@@ -178,28 +179,8 @@ export interface Topology {
   destroy(keepDir?: boolean): Promise<void>;
 }
 
-// Topologies not yet destroyed, and what a last-resort exit hook must clean up
-// when the test process ends without running its teardown (e.g. a timeout).
+// Topologies not yet destroyed (their pids and namespaces are also in exit-cleanup).
 const liveTopologies = new Set<Topology>();
-const livePids = new Set<number>();
-const liveNamespaces = new Set<string>();
-
-process.once('exit', () => {
-  for (const pid of livePids) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-  for (const name of liveNamespaces) {
-    try {
-      execFileSync('ip', ['netns', 'del', name], { stdio: 'ignore', timeout: 5000 });
-    } catch {
-      // best effort
-    }
-  }
-});
 
 /** Destroys every topology still alive (processes first), then any namespace left; for test.after.always. */
 export async function destroyAllTopologies(): Promise<void> {
@@ -235,12 +216,12 @@ export async function createTopology(): Promise<Topology> {
     const all = [...procs];
     await Promise.all(all.filter((p) => p.label.startsWith('agent')).map((p) => p.stop('SIGTERM', 8000)));
     await Promise.all(all.map((p) => p.stop('SIGTERM', 5000)));
-    for (const p of all) livePids.delete(p.pid);
+    for (const p of all) killOnExit.delete(p.pid);
     for (const ns of created) {
       // Deleting one end of the pair deletes both; the namespaces go next.
       if (ns === created[0]) await ns.ip(['link', 'del', 'kv-cp'], 5000);
       await ns.destroy();
-      liveNamespaces.delete(ns.name);
+      deleteNetnsOnExit.delete(ns.name);
     }
     if (topoRef) liveTopologies.delete(topoRef);
     if (!keepDir) fs.rmSync(dir, { recursive: true, force: true });
@@ -249,10 +230,10 @@ export async function createTopology(): Promise<Topology> {
   try {
     const cp = await createNetns('kanal-cp');
     created.push(cp);
-    liveNamespaces.add(cp.name);
+    deleteNetnsOnExit.add(cp.name);
     const node = await createNetns('kanal-node');
     created.push(node);
-    liveNamespaces.add(node.name);
+    deleteNetnsOnExit.add(node.name);
     await must('veth pair', cp.ip(['link', 'add', 'kv-cp', 'type', 'veth', 'peer', 'name', 'kv-node', 'netns', node.name]));
     for (const [ns, dev, addr] of [
       [cp, 'kv-cp', cpAddr],
@@ -268,8 +249,8 @@ export async function createTopology(): Promise<Topology> {
       if (destroyed) throw new Error('topology already destroyed');
       const p = startProcess(ns, label, argv, path.join(dir, `${label}.log`), env);
       procs.add(p);
-      livePids.add(p.pid);
-      void p.exited.then(() => livePids.delete(p.pid));
+      killOnExit.add(p.pid);
+      void p.exited.then(() => killOnExit.delete(p.pid));
       return p;
     };
 
