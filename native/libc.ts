@@ -4,6 +4,11 @@
  */
 import koffi, { type LibraryHandle } from 'koffi';
 
+/** Linux values shared by the callers (x86_64 and arm64 agree on these). */
+export const SOCK_CLOEXEC = 0o2000000;
+export const EINTR = 4;
+export const EAGAIN = 11;
+
 export interface Libc {
   socket(domain: number, type: number, protocol: number): number;
   bind(fd: number, addr: Buffer, addrlen: number): number;

@@ -8,7 +8,7 @@
 // (unaligned) slice.
 
 import koffi from 'koffi';
-import { getLibc } from './libc.js';
+import { EAGAIN, EINTR, SOCK_CLOEXEC, getLibc } from './libc.js';
 import { NetlinkError, describeErrno } from './netlink-error.js';
 import {
   NLMSG_DONE,
@@ -21,7 +21,6 @@ import {
 
 const AF_NETLINK = 16;
 const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
 const NETLINK_ROUTE = 0;
 const SOL_SOCKET = 1;
 const SO_RCVTIMEO = 20;
@@ -29,8 +28,6 @@ const SOL_NETLINK = 270;
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
 const MSG_TRUNC = 0x20;
-const EINTR = 4;
-const EAGAIN = 11;
 
 const RECV_BUFFER_BYTES = 64 * 1024; // larger than any single dump datagram the kernel builds
 export const DEFAULT_TIMEOUT_MS = 5000;

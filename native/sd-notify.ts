@@ -12,15 +12,13 @@
 // is what NotifyAccess=main checks.
 
 import koffi from 'koffi';
-import { getLibc, type Libc } from './libc.js';
+import { EINTR, SOCK_CLOEXEC, getLibc, type Libc } from './libc.js';
 import { errnoName } from './netlink-error.js';
 
 const AF_UNIX = 1;
 const SOCK_DGRAM = 2;
-const SOCK_CLOEXEC = 0o2000000;
 const MSG_DONTWAIT = 0x40;
 const MSG_NOSIGNAL = 0x4000;
-const EINTR = 4;
 const SUN_PATH_BYTES = 108; // sizeof(sockaddr_un.sun_path) on Linux
 
 export interface SdNotifyResult {
