@@ -5,6 +5,7 @@
 
 import test, { type ExecutionContext } from 'ava';
 import net from 'node:net';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { chmod, chown, copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
@@ -12,13 +13,26 @@ import { runPreflight, formatPreflight, preflightPassed, type CheckResult } from
 import { grpcJsTransport } from '../src/transport/grpc-js/index.js';
 import { createLogger } from '../src/common/logger.js';
 import { createNetns, destroyAllNetns, netnsUnavailableReason } from './helpers/netns.js';
-import { NotifyListener, kanal, logField, portOf, startKanal, tempDir, type RunResult, type Started } from './packaging-helpers.js';
+import { CLI, NotifyListener, kanal, logField, portOf, startKanal, tempDir, type RunResult, type Started } from './packaging-helpers.js';
 
 const NOBODY = 65534;
 const isRoot = process.getuid?.() === 0;
-const rootTest = isRoot ? test.serial : test.skip;
 const netnsUnavailable = await netnsUnavailableReason();
-const netnsTest = netnsUnavailable ? test.skip : test.serial;
+
+/**
+ * The non-root runs need the checkout to be reachable by that user; a clone
+ * under a 0700 directory (mktemp -d) is not, and nothing here may change
+ * permissions outside the checkout. Those tests then skip, saying why.
+ */
+function nobodyCannotRunCli(): string | undefined {
+  if (!isRoot) return 'not root';
+  const r = spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, CLI, '--version'], { encoding: 'utf8', timeout: 20_000 });
+  return r.status === 0 ? undefined : `uid ${NOBODY} cannot run ${CLI} (${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split('\n')[0]})`;
+}
+const nobodyBlocked = nobodyCannotRunCli();
+if (nobodyBlocked && isRoot) console.error(`packaging-preflight: non-root tests skipped: ${nobodyBlocked}`);
+const nobodyTest = nobodyBlocked ? test.skip : test.serial;
+const nobodyNetnsTest = nobodyBlocked || netnsUnavailable ? test.skip : test.serial;
 test.after.always('destroy any namespace a test left behind', destroyAllNetns);
 
 interface Fixture {
@@ -151,7 +165,7 @@ test.serial('fails when the CA file holds no certificate', async (t) => {
   assertFails(t, await kanal(checkArgs(f, { 'ca-cert': bogus })), 'ca-cert', /no PEM certificate in the file/);
 });
 
-rootTest('fails when the key is not readable by the agent user (EACCES)', async (t) => {
+nobodyTest('fails when the key is not readable by the agent user (EACCES)', async (t) => {
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'unreadable');
   await chown(creds.key, 0, 0); // root's 0600 key, the agent runs as nobody
@@ -201,7 +215,7 @@ test.serial('fails for a --target the server is not allowed to dial', async (t) 
   assertFails(t, r, 'target 6443', /could not dial 127\.0\.0\.1:9: .*not allowed/);
 });
 
-rootTest('fails when netlink cannot create the interface: no CAP_NET_ADMIN (non-root)', async (t) => {
+nobodyTest('fails when netlink cannot create the interface: no CAP_NET_ADMIN (non-root)', async (t) => {
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'nobody');
   const r = await kanal(checkArgs(f, { 'ca-cert': creds.ca, 'agent-cert': creds.cert, 'agent-key': creds.key, 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', `6443:127.0.0.1:${f.allowedPort}`]), { wrapper: asNobody });
@@ -253,7 +267,7 @@ test.serial('--check and --dry-run exclude each other; bad flags are usage error
 
 // ---------------------------------------------------------------- the unit's privileges
 
-rootTest('passes as a non-root user holding only CAP_NET_ADMIN (what the unit grants)', async (t) => {
+nobodyTest('passes as a non-root user holding only CAP_NET_ADMIN (what the unit grants)', async (t) => {
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'netadmin');
   const r = await kanal(checkArgs(f, { 'ca-cert': creds.ca, 'agent-cert': creds.cert, 'agent-key': creds.key, 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', `6443:127.0.0.1:${f.allowedPort}`]), { wrapper: asNobodyWithNetAdmin });
@@ -261,7 +275,7 @@ rootTest('passes as a non-root user holding only CAP_NET_ADMIN (what the unit gr
   t.is(line(r, 'CAP_NET_ADMIN')?.status, 'PASS');
 });
 
-netnsTest('the agent runs with only CAP_NET_ADMIN as a non-root user: interface, READY=1, traffic, clean stop', async (t) => {
+nobodyNetnsTest('the agent runs with only CAP_NET_ADMIN as a non-root user: interface, READY=1, traffic, clean stop', async (t) => {
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'netns');
   const ns = await createNetns('kanal-unit');

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 /** The `kanal` command: yargs parses, the command modules validate and run. */
+import fs from 'node:fs';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { serverBuilder, runServer, type ServerArgs } from './server-command.js';
@@ -8,6 +9,19 @@ import { installNodeBuilder, runInstallNode, type InstallNodeArgs } from './inst
 import { UsageError } from './usage-error.js';
 
 const EXIT_USAGE = 2;
+
+/**
+ * The version from our own package.json (dist/src/cli/ is three levels down).
+ * yargs' own lookup walks up from guesses that fail under some install paths.
+ */
+function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
+    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
 
 function fail(err: unknown): never {
   const message = err instanceof Error ? err.message : String(err);
@@ -32,7 +46,7 @@ async function main(argv: string[]): Promise<void> {
       process.exit(EXIT_USAGE);
     })
     .help()
-    .version()
+    .version(packageVersion())
     .parseAsync();
 }
 
