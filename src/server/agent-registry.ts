@@ -38,9 +38,20 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
     return [...this.backends];
   }
 
-  /** A random usable agent, preferring ones that are not draining. */
+  /**
+   * A random agent, preferring ones that are not draining, and of that agent
+   * its oldest tunnel. An agent behind a load balancer briefly opens a second
+   * stream to a server it already holds before closing it; choosing per agent
+   * (as upstream does) keeps dials off that doomed stream and gives every
+   * agent the same share whatever its number of streams.
+   */
   pick(): AgentBackend | undefined {
-    const live = this.list().filter((b) => !b.tunnel.closed);
+    const oldestPerAgent = new Map<string, AgentBackend>();
+    // Insertion order is age: the first live backend seen per agent is its oldest.
+    for (const b of this.backends) {
+      if (!b.tunnel.closed && !oldestPerAgent.has(b.agentID)) oldestPerAgent.set(b.agentID, b);
+    }
+    const live = [...oldestPerAgent.values()];
     const fresh = live.filter((b) => !b.tunnel.drainRequested);
     const pool = fresh.length > 0 ? fresh : live;
     return pool[Math.floor(Math.random() * pool.length)];
