@@ -186,6 +186,53 @@ test('window: the receiver grants credit as it reads; a single connection moves 
   t.true(grants.every((p) => p.type === PacketType.KANAL_WINDOW && p.increment >= windowBytes / 4));
 });
 
+test('window growth: a connection whose reader keeps up grows its window to maxWindowBytes; a stalled one keeps the first window', async (t) => {
+  const windowBytes = 64 * KiB;
+  const maxWindowBytes = 256 * KiB;
+  const endpoints = new Map<string, Sink>();
+  const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxWindowBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
+  t.teardown(() => pair.close());
+  const accounting = windowAccounting(pair.link.b);
+  const bulk = await pair.server.dial('bulk:1', { timeoutMs: 5000 });
+  const stalled = await pair.server.dial('stalled:2', { timeoutMs: 5000 });
+  for (const c of [bulk, stalled]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+  const bulkSink = endpoints.get('bulk:1')!;
+  const stalledSink = endpoints.get('stalled:2')!;
+
+  const stalledWrite = writeStream(stalled, 4, 2 * MiB, 64 * KiB, false);
+  const first = writeStream(bulk, 5, 16 * MiB, 64 * KiB, false);
+  await first.done;
+  await waitFor(() => bulkSink.accepted === 16 * MiB, 'the bulk reader took all 16 MiB');
+  // Now the bulk reader stops: what its sender still gets through is the window it grew to.
+  bulkSink.stall();
+  const second = writeStream(bulk, 6, 2 * MiB, 64 * KiB, false);
+  await sleep(100);
+  const inFlight = second.completed;
+  t.log(`after the stall the bulk sender completed ${inFlight} B; the stalled-from-start sender ${stalledWrite.completed} B`);
+  t.true(inFlight > 2 * windowBytes, `the window grew (${inFlight} B moved into a stalled reader)`);
+  t.true(inFlight <= maxWindowBytes + 64 * KiB, `and stayed within maxWindowBytes (${inFlight} B)`);
+  t.true(stalledWrite.completed <= windowBytes + 64 * KiB, `a reader stalled from the start keeps the first window (${stalledWrite.completed} B)`);
+  // Sender-side invariant: never more in flight than the credit it was given.
+  t.true(accounting.maxOutstanding() <= windowBytes, `max outstanding ${accounting.maxOutstanding()} B`);
+  t.false(bulk.destroyed, 'no overrun: the receiver accepted what the grown window allowed');
+
+  // Both drain completely and intact.
+  bulkSink.release();
+  stalledSink.release();
+  await Promise.all([second.done, stalledWrite.done]);
+  bulk.end();
+  stalled.end();
+  await Promise.all([finished(bulkSink), finished(stalledSink)]);
+  t.is(bulkSink.accepted, 18 * MiB);
+  t.is(stalledSink.accepted, 2 * MiB);
+});
+
+test('limits: a maximum window below the first window is refused with a clear error', (t) => {
+  const link = createMemoryLink();
+  const err = t.throws(() => new Tunnel(link.a, { side: 'agent', features: WINDOW, limits: { windowBytes: 2 * MiB, maxWindowBytes: MiB }, log: captureLogger().log }));
+  t.regex(err?.message ?? '', /maxWindowBytes \(1048576\) is below windowBytes \(2097152\)/);
+});
+
 test('no window (upstream peer): the stalled connection is closed past unflowedBufferBytes; the other is unaffected', async (t) => {
   const unflowedBufferBytes = 1 * MiB;
   const maxDataBytes = 16 * KiB;

@@ -10,6 +10,9 @@ import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
 import { noteBytesMoved } from './gc-pacer.js';
 
+/** A window consumed within this long counts as bulk traffic (see growWindow). */
+const GROW_WITHIN_MS = 250;
+
 /** What a connection needs from its tunnel. */
 export interface ConnectionHost {
   /** True while the transport accepts more bulk data. */
@@ -65,8 +68,13 @@ export class TunnelConnection extends Duplex {
   bytesOut = 0;
 
   private sendWindow: number;
+  /** Receive window granted to the peer; grows from windowBytes to maxWindowBytes. */
+  private recvWindow: number;
   private pushedBytes = 0;
   private grantedBytes = 0;
+  /** Start of the current growth measurement: bytes consumed and when. */
+  private epochConsumed = 0;
+  private epochStartedAt = performance.now();
   private pendingWrite: PendingWrite | null = null;
   private halfCloseSent = false;
   private halfCloseReceived = false;
@@ -97,6 +105,7 @@ export class TunnelConnection extends Duplex {
     this.role = opts.role;
     this.log = opts.log;
     this.sendWindow = opts.flowControl ? opts.limits.windowBytes : Number.POSITIVE_INFINITY;
+    this.recvWindow = opts.limits.windowBytes;
   }
 
   // ---------- packets from the peer (called by the tunnel) ----------
@@ -112,8 +121,8 @@ export class TunnelConnection extends Duplex {
     this.pushedBytes += data.length;
     const buffered = this.pushedBytes - this.grantedBytes;
     if (this.opts.flowControl) {
-      if (buffered > this.opts.limits.windowBytes) {
-        const reason = `peer overran the flow-control window (${buffered} > ${this.opts.limits.windowBytes} bytes)`;
+      if (buffered > this.recvWindow) {
+        const reason = `peer overran the flow-control window (${buffered} > ${this.recvWindow} bytes)`;
         this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
         this.destroy(new Error(reason));
         return;
@@ -206,10 +215,32 @@ export class TunnelConnection extends Duplex {
    */
   private grantCredit(consumed: number): void {
     const grant = consumed - this.grantedBytes;
-    if (grant >= this.opts.limits.windowBytes / 4) {
+    if (grant >= this.recvWindow / 4) {
       this.grantedBytes = consumed;
-      this.host.sendWindow(this.connectID, grant);
+      this.host.sendWindow(this.connectID, grant + this.growWindow(consumed));
     }
+  }
+
+  /**
+   * Receive-window auto-tuning, as TCP does it, within a bound: a connection
+   * that consumed a whole window within GROW_WITHIN_MS while its reader kept
+   * up (little queued here) is held back by credit round trips, not by its
+   * reader, so its window doubles, up to maxWindowBytes. Returns the extra
+   * credit to grant. Memory stays bounded by maxWindowBytes per connection,
+   * and a connection whose reader stalls keeps the window it has.
+   */
+  private growWindow(consumed: number): number {
+    if (consumed - this.epochConsumed < this.recvWindow) return 0;
+    const now = performance.now();
+    const bulk = now - this.epochStartedAt <= GROW_WITHIN_MS;
+    this.epochConsumed = consumed;
+    this.epochStartedAt = now;
+    const max = this.opts.limits.maxWindowBytes;
+    const readerKeepsUp = this.pushedBytes - consumed <= this.recvWindow / 4;
+    if (!bulk || !readerKeepsUp || this.recvWindow >= max) return 0;
+    const extra = Math.min(this.recvWindow, max - this.recvWindow);
+    this.recvWindow += extra;
+    return extra;
   }
 
   receiveWindow(increment: number): void {

@@ -1,7 +1,13 @@
 /** Sizes that bound memory per tunnel and per connection. */
 export interface TunnelLimits {
-  /** Per-connection receive window granted to a peer that speaks the window extension. */
+  /** Per-connection receive window first granted to a peer that speaks the window extension. */
   windowBytes: number;
+  /**
+   * What that window may grow to for a connection whose reader keeps up at a
+   * high rate, so credit round trips do not limit bulk transfers (see
+   * TunnelConnection.grantCredit). A stalled reader never grows its window.
+   */
+  maxWindowBytes: number;
   /**
    * With a peer without flow control, bytes buffered for one connection whose
    * local reader is slower than the peer's sender before that connection (and
@@ -16,7 +22,19 @@ export interface TunnelLimits {
 
 export const DEFAULT_LIMITS: TunnelLimits = {
   windowBytes: 1024 * 1024,
+  maxWindowBytes: 4 * 1024 * 1024,
   unflowedBufferBytes: 8 * 1024 * 1024,
   maxDataBytes: 64 * 1024,
   maxPendingDials: 4096,
 };
+
+/**
+ * Fills what `partial` leaves out from the defaults. A window set without a
+ * maximum stays fixed: the default growth is for the default window.
+ */
+export function resolveLimits(partial: Partial<TunnelLimits> = {}): TunnelLimits {
+  const limits = { ...DEFAULT_LIMITS, ...partial };
+  if (partial.windowBytes !== undefined && partial.maxWindowBytes === undefined) limits.maxWindowBytes = partial.windowBytes;
+  if (limits.maxWindowBytes < limits.windowBytes) throw new Error(`maxWindowBytes (${limits.maxWindowBytes}) is below windowBytes (${limits.windowBytes})`);
+  return limits;
+}

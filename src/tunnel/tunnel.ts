@@ -13,7 +13,7 @@ import { PacketType, type Packet } from '../wire/packet.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import { DialError, TunnelClosedError } from './errors.js';
-import { DEFAULT_LIMITS, type TunnelLimits } from './limits.js';
+import { resolveLimits, type TunnelLimits } from './limits.js';
 import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
@@ -106,7 +106,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   ) {
     super();
     this.features = opts.features;
-    this.limits = { ...DEFAULT_LIMITS, ...opts.limits };
+    this.limits = resolveLimits(opts.limits);
     this.log = opts.log;
     this.nextConnectID = opts.side === 'agent' ? 1 : 2;
     this.dialHandler = opts.dialHandler;

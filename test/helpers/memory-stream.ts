@@ -323,13 +323,16 @@ export interface Sink extends Duplex {
   readonly source: Duplex | undefined;
   /** Starts accepting bytes (completes the held write). */
   release(): void;
+  /** Stops accepting: the next write is held until release(). */
+  stall(): void;
 }
 
 /**
  * An endpoint that reads and hashes everything written to it and sends
  * nothing back; it ends its readable side when its writable side finishes
  * (a server that closes after EOF). A stalled sink holds its first write
- * forever (a reader that never reads) until release().
+ * forever (a reader that never reads) until release(); stall() makes a
+ * reading sink stop.
  */
 export function sinkEndpoint(opts: { stalled?: boolean; highWaterMark?: number } = {}): Sink {
   let stalled = opts.stalled ?? false;
@@ -373,6 +376,11 @@ export function sinkEndpoint(opts: { stalled?: boolean; highWaterMark?: number }
           accept(h.chunk);
           h.callback();
         }
+      },
+    },
+    stall: {
+      value: (): void => {
+        stalled = true;
       },
     },
   });

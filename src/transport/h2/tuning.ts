@@ -4,8 +4,13 @@
  * values let a single tunnel stream run at close to raw TLS speed.
  */
 
-/** SETTINGS_INITIAL_WINDOW_SIZE we advertise: receive window per stream. */
-export const DEFAULT_STREAM_WINDOW_BYTES = 1024 * 1024;
+/**
+ * SETTINGS_INITIAL_WINDOW_SIZE we advertise: receive window per stream. A
+ * tunnel stream carries many connections, each with its own window of up to
+ * 4 MiB, so 1 MiB here held bulk transfers back (measured: ≈ 15% less with 8
+ * flows); a paused frontend stream buffers at most this much.
+ */
+export const DEFAULT_STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 
 /** Connection-level receive window (WINDOW_UPDATE on stream 0). */
 export const DEFAULT_SESSION_WINDOW_BYTES = 16 * 1024 * 1024;
