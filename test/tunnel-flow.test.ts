@@ -227,6 +227,57 @@ test('window growth: a connection whose reader keeps up grows its window to maxW
   t.is(stalledSink.accepted, 2 * MiB);
 });
 
+test('window growth budget: once a tunnel spent it, other connections keep the first window; closing returns it', async (t) => {
+  const windowBytes = 64 * KiB;
+  const maxWindowBytes = 256 * KiB;
+  // Room for one connection's growth (64 -> 128 -> 256 KiB), not two.
+  const windowGrowthBudgetBytes = 192 * KiB;
+  const endpoints = new Map<string, Sink>();
+  const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxWindowBytes, windowGrowthBudgetBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
+  t.teardown(() => pair.close());
+  const receiverSide = pair.agent; // the performer receives what the server-side dialer writes
+
+  /** Moves 8 MiB through `conn`, stalls its reader, reports what the sender got through after the stall. */
+  async function inFlightAfterStall(conn: TunnelConnection, sink: Sink, seed: number, before: number): Promise<{ inFlight: number; w: WriteProgress }> {
+    const bulk = writeStream(conn, seed, 8 * MiB, 64 * KiB, false);
+    await bulk.done;
+    await waitFor(() => sink.accepted === before + 8 * MiB, 'the reader took the bulk');
+    sink.stall();
+    const w = writeStream(conn, seed + 1, 1 * MiB, 64 * KiB, false);
+    await sleep(100);
+    return { inFlight: w.completed, w };
+  }
+
+  const first = await pair.server.dial('first:1', { timeoutMs: 5000 });
+  const second = await pair.server.dial('second:2', { timeoutMs: 5000 });
+  for (const c of [first, second]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+  const firstSink = endpoints.get('first:1')!;
+  const secondSink = endpoints.get('second:2')!;
+
+  const a = await inFlightAfterStall(first, firstSink, 10, 0);
+  t.true(a.inFlight > 2 * windowBytes, `the first connection grew its window (${a.inFlight} B in flight)`);
+  t.is(receiverSide.stats().windowGrowthBytes, maxWindowBytes - windowBytes, 'it holds the whole budget');
+
+  const b = await inFlightAfterStall(second, secondSink, 20, 0);
+  t.true(b.inFlight <= windowBytes + 64 * KiB, `the second kept the first window: budget spent (${b.inFlight} B in flight)`);
+  t.is(receiverSide.stats().windowGrowthBytes, maxWindowBytes - windowBytes);
+
+  // The first connection closes: its growth goes back to the budget ...
+  firstSink.release();
+  await a.w.done;
+  first.destroy();
+  await waitFor(() => receiverSide.stats().windowGrowthBytes === 0, 'growth returned when the connection closed');
+  // ... and the second can now grow.
+  secondSink.release();
+  await b.w.done;
+  const c = await inFlightAfterStall(second, secondSink, 30, secondSink.accepted);
+  t.true(c.inFlight > 2 * windowBytes, `with the budget back, the second grew (${c.inFlight} B in flight)`);
+  secondSink.release();
+  await c.w.done;
+  second.destroy();
+  await waitFor(() => receiverSide.stats().windowGrowthBytes === 0 && receiverSide.stats().connections === 0, 'all returned');
+});
+
 test('limits: a maximum window below the first window is refused with a clear error', (t) => {
   const link = createMemoryLink();
   const err = t.throws(() => new Tunnel(link.a, { side: 'agent', features: WINDOW, limits: { windowBytes: 2 * MiB, maxWindowBytes: MiB }, log: captureLogger().log }));

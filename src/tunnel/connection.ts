@@ -19,6 +19,10 @@ export interface ConnectionHost {
   readonly writable: boolean;
   sendData(connectID: number, data: Uint8Array): void;
   sendWindow(connectID: number, increment: number): void;
+  /** Takes `bytes` of window growth from the tunnel's budget; false when it is spent. */
+  reserveWindowGrowth(bytes: number): boolean;
+  /** Returns window growth to the budget (the connection closed). */
+  releaseWindowGrowth(bytes: number): void;
   sendHalfClose(connectID: number): void;
   /** Tells the peer the connection is gone (CLOSE_REQ or CLOSE_RSP by role). */
   sendClose(connectID: number, role: ConnectionRole, reason: string): void;
@@ -239,6 +243,7 @@ export class TunnelConnection extends Duplex {
     const readerKeepsUp = this.pushedBytes - consumed <= this.recvWindow / 4;
     if (!bulk || !readerKeepsUp || this.recvWindow >= max) return 0;
     const extra = Math.min(this.recvWindow, max - this.recvWindow);
+    if (!this.host.reserveWindowGrowth(extra)) return 0;
     this.recvWindow += extra;
     return extra;
   }
@@ -331,6 +336,8 @@ export class TunnelConnection extends Duplex {
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
+    const grown = this.recvWindow - this.opts.limits.windowBytes;
+    if (grown > 0) this.host.releaseWindowGrowth(grown);
     if (this.holding) {
       this.holding = false;
       this.host.holdInbound(this.connectID, false);

@@ -9,6 +9,12 @@ export interface TunnelLimits {
    */
   maxWindowBytes: number;
   /**
+   * Window growth (beyond windowBytes) all connections of one tunnel may hold
+   * together, so memory per tunnel stays bounded however many connections
+   * moved bulk data: once it is spent, further connections keep windowBytes.
+   */
+  windowGrowthBudgetBytes: number;
+  /**
    * With a peer without flow control, bytes buffered for one connection whose
    * local reader is slower than the peer's sender before that connection (and
    * only that one) is closed.
@@ -23,6 +29,7 @@ export interface TunnelLimits {
 export const DEFAULT_LIMITS: TunnelLimits = {
   windowBytes: 1024 * 1024,
   maxWindowBytes: 4 * 1024 * 1024,
+  windowGrowthBudgetBytes: 32 * 1024 * 1024,
   unflowedBufferBytes: 8 * 1024 * 1024,
   maxDataBytes: 64 * 1024,
   maxPendingDials: 4096,

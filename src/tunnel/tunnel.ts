@@ -65,6 +65,8 @@ export interface TunnelStats {
   connections: number;
   pendingDials: number;
   inboundDials: number;
+  /** Window growth its connections hold now (see TunnelLimits.windowGrowthBudgetBytes). */
+  windowGrowthBytes: number;
 }
 
 interface PendingDial {
@@ -99,6 +101,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private readonly holders = new Set<number>();
   /** connectIDs recently closed or answered as unknown: late packets for them are dropped quietly. */
   private readonly recentlyGone = new RecentIds(1024);
+  private windowGrowth = 0;
 
   constructor(
     readonly stream: PacketStream,
@@ -128,7 +131,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   stats(): TunnelStats {
-    return { connections: this.connections.size, pendingDials: this.pendingDials.size, inboundDials: this.inboundDials.size };
+    return { connections: this.connections.size, pendingDials: this.pendingDials.size, inboundDials: this.inboundDials.size, windowGrowthBytes: this.windowGrowth };
   }
 
   /** Opens a connection to `address` on the far side of the tunnel. */
@@ -197,6 +200,16 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     // CLOSE_REQ, the side that dialled reports a closed endpoint with CLOSE_RSP.
     if (role === 'dialer') this.send({ type: PacketType.CLOSE_REQ, connectID });
     else this.send({ type: PacketType.CLOSE_RSP, connectID, error: reason });
+  }
+
+  reserveWindowGrowth(bytes: number): boolean {
+    if (this.windowGrowth + bytes > this.limits.windowGrowthBudgetBytes) return false;
+    this.windowGrowth += bytes;
+    return true;
+  }
+
+  releaseWindowGrowth(bytes: number): void {
+    this.windowGrowth -= bytes;
   }
 
   holdInbound(connectID: number, hold: boolean): void {
