@@ -230,8 +230,9 @@ export class TunnelConnection extends Duplex {
    * that consumed a whole window within GROW_WITHIN_MS while its reader kept
    * up (little queued here) is held back by credit round trips, not by its
    * reader, so its window doubles, up to maxWindowBytes. Returns the extra
-   * credit to grant. Memory stays bounded by maxWindowBytes per connection,
-   * and a connection whose reader stalls keeps the window it has.
+   * credit to grant. Memory stays bounded by maxWindowBytes per connection and
+   * by the tunnel's growth budget; a connection whose reader stalls keeps the
+   * window it has.
    */
   private growWindow(consumed: number): number {
     if (consumed - this.epochConsumed < this.recvWindow) return 0;
