@@ -4,7 +4,8 @@
  * Starts a Kanal server and agent (the real CLI, throwaway PKI), a backend
  * and a load generator (separate worker processes), and measures Kanal
  * against the same endpoints without Kanal, in the same run: bulk
- * throughput, dial latency, short requests, memory, isolation. Prints one
+ * throughput, dial latency (idle and next to a bulk flow), short requests,
+ * memory, isolation. Prints one
  * report (or JSON with --json). Every child process and temp dir is removed
  * on the way out, also on failure and SIGINT.
  */
@@ -22,7 +23,7 @@ import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from
 import { renderText, SECTION_ORDER, type Report, type Row, type Section } from './report.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { runThroughput } from './suite-throughput.js';
-import { runLatency, runRequests } from './suite-dials.js';
+import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
 import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 
@@ -38,7 +39,7 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --reps N       override the number of interleaved repetitions`;
 
 /** Run order: the long-lived pair first, memory and the separate agents server last. */
-const RUN_ORDER: Section[] = ['throughput', 'latency', 'requests', 'isolation', 'memory', 'agents'];
+const RUN_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'isolation', 'memory', 'agents'];
 
 interface Options {
   mode: Mode;
@@ -182,6 +183,7 @@ async function main(): Promise<void> {
     const suites: Record<Section, () => Promise<Row[]>> = {
       throughput: () => runThroughput(env),
       latency: () => runLatency(env),
+      loaded: () => runLoadedLatency(env),
       requests: () => runRequests(env),
       isolation: () => runIsolation(env),
       memory: () => withFreshPair(env, 'memory', runIdleConnections),

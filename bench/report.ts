@@ -2,7 +2,7 @@
 import type { MachineInfo } from './proc.js';
 import type { ProfileSummary } from './profile.js';
 
-export type Section = 'throughput' | 'latency' | 'requests' | 'memory' | 'agents' | 'isolation';
+export type Section = 'throughput' | 'latency' | 'loaded' | 'requests' | 'memory' | 'agents' | 'isolation';
 
 export interface Row {
   /** Stable identifier, e.g. "throughput.cp-node.up.1.kanal". */
@@ -63,8 +63,19 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       { key: 'samples', title: 'dials', digits: 0 },
     ],
   },
+  loaded: {
+    title: '2b. Dial latency while one bulk download runs (Kanal: CP->node, on the same tunnel; direct TCP: next to a direct TLS one)',
+    columns: [
+      { key: 'p50Ms', title: 'p50 ms', digits: 2 },
+      { key: 'p99Ms', title: 'p99 ms', digits: 2 },
+      { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
+      { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
+      { key: 'bulkMbps', title: 'bulk MB/s', digits: 0 },
+      { key: 'samples', title: 'dials', digits: 0 },
+    ],
+  },
   requests: {
-    title: '2b. Short requests: new connection per HTTP/1.1 GET, Connection: close',
+    title: '2c. Short requests: new connection per HTTP/1.1 GET, Connection: close',
     columns: [
       { key: 'rps', title: 'req/s', digits: 0 },
       { key: 'ratio', title: 'ratio', digits: 2 },
@@ -105,7 +116,7 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
   },
 };
 
-export const SECTION_ORDER: Section[] = ['throughput', 'latency', 'requests', 'memory', 'agents', 'isolation'];
+export const SECTION_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'memory', 'agents', 'isolation'];
 
 function fmt(v: number | undefined, c: Column): string {
   if (v === undefined || !Number.isFinite(v)) return '—';

@@ -1,6 +1,7 @@
 /** 2. Dial latency and short requests per second, Kanal vs the backend directly. */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Path } from './loadgen-protocol.js';
-import { waitIdle, type Env } from './env.js';
+import { openFlows, waitIdle, type Env } from './env.js';
 import type { Row } from './report.js';
 import { median, percentile, spread } from './stats.js';
 
@@ -48,6 +49,53 @@ export async function runLatency(env: Env): Promise<Row[]> {
       values.ratioP99 = values.p99Ms! / percentile(b, 99);
     }
     return { id: `latency.${p.key}`, section: 'latency' as const, label: p.label, values, baseline: p.baseline && labelOf(p.baseline) };
+  });
+}
+
+const LOADED: { path: Path; key: string; label: string; load: Path; baseline?: string }[] = [
+  { path: 'direct-tcp', key: 'direct-tcp', label: 'direct TCP', load: 'direct-tls' },
+  { path: 'kanal-cp', key: 'cp-node', label: 'Kanal CP->node', load: 'kanal-cp', baseline: 'direct TCP' },
+  { path: 'kanal-node', key: 'node-cp', label: 'Kanal node->CP', load: 'kanal-cp', baseline: 'direct TCP' },
+];
+
+/**
+ * Dial latency while one bulk download runs: for Kanal through the same
+ * tunnel, so every DIAL_REQ/DIAL_RSP and first byte queues behind that
+ * flow's data in flight (what its window lets it have); the baseline dials
+ * direct TCP while a direct TLS flow keeps the same cores busy.
+ */
+export async function runLoadedLatency(env: Env): Promise<Row[]> {
+  const { reps, dials, warmupMs } = env.params;
+  const perRep = Math.max(1, Math.ceil(dials / reps));
+  const samples = new Map<string, number[]>(LOADED.map((c) => [c.key, []]));
+  const bulk = new Map<string, number[]>(LOADED.map((c) => [c.key, []]));
+  for (let rep = 0; rep < reps; rep++) {
+    for (const c of rep % 2 === 0 ? LOADED : [...LOADED].reverse()) {
+      env.progress(`dial latency next to a bulk flow: ${c.label}, run ${rep + 1}/${reps}`);
+      const flow = await openFlows(env, c.load, 'down', 1);
+      try {
+        await sleep(warmupMs); // the flow's window has grown
+        const rx0 = await env.client.call('counters', null);
+        const r = await env.client.call('dials', { path: c.path, n: perRep }, 300_000);
+        const rx1 = await env.client.call('counters', null);
+        failuresWarning(env, `dials next to a bulk flow ${c.label}`, r);
+        samples.get(c.key)!.push(...r.latenciesMs);
+        bulk.get(c.key)!.push(((rx1.rx - rx0.rx) * 1000) / Math.max(1, rx1.t - rx0.t));
+      } finally {
+        await flow.stop();
+        await waitIdle(env);
+      }
+    }
+  }
+  const direct = samples.get('direct-tcp')!;
+  return LOADED.map((c) => {
+    const s = samples.get(c.key)!;
+    const values: Record<string, number> = { p50Ms: percentile(s, 50), p99Ms: percentile(s, 99), samples: s.length, bulkMbps: median(bulk.get(c.key)!) / 1e6 };
+    if (c.baseline) {
+      values.ratioP50 = values.p50Ms! / percentile(direct, 50);
+      values.ratioP99 = values.p99Ms! / percentile(direct, 99);
+    }
+    return { id: `loaded.${c.key}`, section: 'loaded' as const, label: c.label, values, baseline: c.baseline };
   });
 }
 

@@ -16,6 +16,7 @@ const BENCH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../ben
 const EXPECTED_ROWS: string[] = [
   ...['direct-tls', 'cp-node', 'node-cp'].flatMap((p) => ['up', 'down'].flatMap((m) => [1, 8].map((f) => `throughput.${p}.${m}.${f}`))),
   ...['direct-tcp', 'direct-tls', 'cp-node', 'cp-node-tls', 'node-cp'].map((p) => `latency.${p}`),
+  ...['direct-tcp', 'cp-node', 'node-cp'].map((p) => `loaded.${p}`),
   ...['direct-tcp', 'direct-tls', 'cp-node', 'cp-node-tls', 'node-cp'].flatMap((p) => [`requests.${p}.c1`, `requests.${p}.c16`]),
   'memory.idle-connections',
   'agents.per-agent',
@@ -27,6 +28,7 @@ const EXPECTED_ROWS: string[] = [
 const REQUIRED_VALUES: Record<Row['section'], string[]> = {
   throughput: ['mbps', 'gbps', 'endpointCpuSPerGB'],
   latency: ['p50Ms', 'p99Ms', 'samples'],
+  loaded: ['p50Ms', 'p99Ms', 'samples', 'bulkMbps'],
   requests: ['rps', 'requests'],
   memory: ['connections', 'serverKiBPerConn', 'agentKiBPerConn', 'serverRssMiB', 'agentRssMiB'],
   agents: ['agents', 'serverKiBPerAgent', 'agentSideKiBPerAgent', 'serverRssMiB'],

@@ -9,8 +9,10 @@ import path from 'node:path';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import yargs, { type Argv } from 'yargs';
-import { serverBuilder, validateServerArgs, type ServerArgs } from '../src/cli/server-command.js';
-import { agentBuilder, validateAgentArgs, defaultAgentID, type AgentArgs } from '../src/cli/agent-command.js';
+import fs from 'node:fs';
+import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../src/cli/server-command.js';
+import { agentBuilder, buildAgentOptions, validateAgentArgs, defaultAgentID, type AgentArgs } from '../src/cli/agent-command.js';
+import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { UsageError } from '../src/cli/usage-error.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -104,6 +106,9 @@ const serverRefusals: [string, string[], RegExp][] = [
   ['allowed destination with bare IPv6', [...SERVER_OK, '--allowed-destination', 'fd00::1:443'], /--allowed-destination: .*IPv6 hosts must be in brackets/],
   ['allowed destination port 0', [...SERVER_OK, '--allowed-destination', '10.0.0.1:0'], /--allowed-destination: .*out of range/],
   ['tiny max message size', [...SERVER_OK, '--max-message-size', '100'], /--max-message-size must be at least 65536/],
+  ['connection window below the first window', [...SERVER_OK, '--max-connection-window', '65536'], /--max-connection-window must be a whole number of bytes from 1048576 .* to 67108864, got 65536/],
+  ['connection window above the ceiling', [...SERVER_OK, '--max-connection-window', String(128 * 1024 * 1024)], /--max-connection-window .*got 134217728/],
+  ['connection window not a number', [...SERVER_OK, '--max-connection-window', '4MiB'], /--max-connection-window .*got a value that is not a number/],
 ];
 
 for (const [name, argv, message] of serverRefusals) {
@@ -112,6 +117,25 @@ for (const [name, argv, message] of serverRefusals) {
     t.regex(err?.message ?? '', message);
   });
 }
+
+test('--max-connection-window: 4 MiB unless set; accepted from 1 MiB (no growth) on both commands', (t) => {
+  t.is(validateServerArgs(parseServer(SERVER_OK)).maxConnectionWindowBytes, 4 * 1024 * 1024);
+  t.is(validateAgentArgs(parseAgent(AGENT_OK)).maxConnectionWindowBytes, 4 * 1024 * 1024);
+  t.is(validateServerArgs(parseServer([...SERVER_OK, '--max-connection-window', '1048576'])).maxConnectionWindowBytes, 1024 * 1024);
+  t.is(validateAgentArgs(parseAgent([...AGENT_OK, '--max-connection-window', '8388608'])).maxConnectionWindowBytes, 8 * 1024 * 1024);
+});
+
+test('--max-connection-window reaches the options the server and agent build their tunnels from', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-window-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
+  const server = buildServerOptions(
+    validateServerArgs(parseServer(['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock'), '--max-connection-window', '2097152'])),
+  );
+  t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024 });
+  const agent = buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
+  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024 });
+});
 
 test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA requirement', (t) => {
   const c = validateServerArgs(parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']));
@@ -173,6 +197,7 @@ const agentRefusals: [string, string[], RegExp][] = [
   ['negative duration', [...AGENT_OK, '--connect-timeout=-5s'], /--connect-timeout: invalid duration/],
   ['cap shorter than interval', [...AGENT_OK, '--sync-interval', '5s', '--sync-interval-cap', '1s'], /--sync-interval-cap must not be shorter than --sync-interval/],
   ['tunnel wait without unit', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--tunnel-wait-timeout', '3'], /--tunnel-wait-timeout: duration "3" needs a unit/],
+  ['fractional connection window', [...AGENT_OK, '--max-connection-window', '2000000.5'], /--max-connection-window must be a whole number of bytes/],
 ];
 
 for (const [name, argv, message] of agentRefusals) {

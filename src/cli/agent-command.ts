@@ -9,7 +9,7 @@ import { parseAgentIdentifiers } from '../server/agent-identifiers.js';
 import { KanalAgent, type AgentOptions } from '../agent/agent.js';
 import { parseTarget, type Target } from '../agent/target.js';
 import { NodeListeners } from '../agent/node-listeners.js';
-import { durationFlag as duration, portFlag as port } from './flag-values.js';
+import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, portFlag as port } from './flag-values.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -41,6 +41,7 @@ export const agentFlags = {
   'bind-interface': { type: 'string', default: 'kanal0', describe: 'Host-scoped interface that carries --bind-address' },
   'bind-interface-type': { type: 'string', choices: INTERFACE_TYPES, default: 'dummy', describe: 'Kind of --bind-interface to create; "none" uses an existing address' },
   'tunnel-wait-timeout': { type: 'string', default: '10s', describe: 'How long a node connection waits for a tunnel before it is closed' },
+  'max-connection-window': maxConnectionWindowOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
   'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
@@ -60,6 +61,7 @@ export interface AgentConfig {
   shutdownGraceMs: number;
   health?: { host: string; port: number };
   node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
+  maxConnectionWindowBytes: number;
   transport: string;
   logLevel: LevelWithSilent;
 }
@@ -131,6 +133,7 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
     shutdownGraceMs: duration('shutdown-grace-period', a['shutdown-grace-period']),
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
     node,
+    maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
     transport: a.transport,
     logLevel: a['log-level'] as LevelWithSilent,
   };
@@ -158,6 +161,7 @@ export function buildAgentOptions(config: AgentConfig): AgentOptions {
     connectTimeoutMs: config.connectTimeoutMs,
     reconnect: config.reconnect,
     health: config.health,
+    limits: { maxWindowBytes: config.maxConnectionWindowBytes },
     transport: selectTransport(config.transport),
     log,
   };
