@@ -5,9 +5,8 @@
  * and a load generator (separate worker processes), and measures Kanal
  * against the same endpoints without Kanal, in the same run: bulk
  * throughput, dial latency (idle and next to a bulk flow), short requests,
- * memory, isolation. Prints one
- * report (or JSON with --json). Every child process and temp dir is removed
- * on the way out, also on failure and SIGINT.
+ * memory, isolation. Prints one report (or JSON with --json). Every child
+ * process and temp dir is removed on the way out, also on failure and SIGINT.
  */
 import fs from 'node:fs';
 import path from 'node:path';

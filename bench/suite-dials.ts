@@ -1,4 +1,4 @@
-/** 2. Dial latency and short requests per second, Kanal vs the backend directly. */
+/** 2. Dial latency (idle, and next to a bulk flow) and short requests per second, Kanal vs the backend directly. */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Path } from './loadgen-protocol.js';
 import { openFlows, waitIdle, type Env } from './env.js';
@@ -74,7 +74,7 @@ export async function runLoadedLatency(env: Env): Promise<Row[]> {
       env.progress(`dial latency next to a bulk flow: ${c.label}, run ${rep + 1}/${reps}`);
       const flow = await openFlows(env, c.load, 'down', 1);
       try {
-        await sleep(warmupMs); // the flow's window has grown
+        await sleep(warmupMs); // the flow is up to speed and its window has grown
         const rx0 = await env.client.call('counters', null);
         const r = await env.client.call('dials', { path: c.path, n: perRep }, 300_000);
         const rx1 = await env.client.call('counters', null);
