@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import type { ClientTlsOptions, Transport } from '../transport/transport.js';
 import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
-import type { InboundDial, Tunnel } from '../tunnel/tunnel.js';
+import type { InboundDial, Tunnel, TunnelStats } from '../tunnel/tunnel.js';
 import { DialError } from '../tunnel/errors.js';
 import { Backoff } from '../common/backoff.js';
 import { dialTcp } from '../common/tcp-dial.js';
@@ -34,7 +34,7 @@ export interface AgentOptions {
 }
 
 export interface AgentStats {
-  tunnels: { serverID: string; connections: number; pendingDials: number; inboundDials: number; features: string }[];
+  tunnels: (TunnelStats & { serverID: string; features: string })[];
 }
 
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
@@ -56,6 +56,11 @@ export class KanalAgent {
     this.metrics.gauge('kanal_agent_tunnels', 'Tunnels up to proxy servers', () => this.connections.size);
     this.metrics.gauge('kanal_agent_expected_servers', 'Proxy servers announced by serverCount', () => this.expectedServers);
     this.metrics.gauge('kanal_agent_connections_open', 'Tunnelled connections open', () => this.openConnections());
+    this.metrics.gauge('kanal_agent_window_growth_bytes', 'Receive-window growth (beyond the first window) held by tunnelled connections', () => {
+      let n = 0;
+      for (const c of this.connections.values()) n += c.tunnel.stats().windowGrowthBytes;
+      return n;
+    });
   }
 
   get healthPort(): number {

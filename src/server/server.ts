@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
-import { Tunnel } from '../tunnel/tunnel.js';
+import { Tunnel, type TunnelStats } from '../tunnel/tunnel.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { KanalMetrics } from '../common/metrics.js';
@@ -40,8 +40,8 @@ export interface ServerOptions {
 export interface ServerStats {
   agents: number;
   frontendStreams: number;
-  agentTunnels: { agentID: string; connections: number; pendingDials: number; inboundDials: number }[];
-  frontendTunnels: { connections: number; pendingDials: number; inboundDials: number }[];
+  agentTunnels: (TunnelStats & { agentID: string })[];
+  frontendTunnels: TunnelStats[];
 }
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
@@ -94,6 +94,9 @@ export class KanalServer {
     );
     metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
       this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
+    );
+    metrics.gauge('kanal_server_window_growth_bytes', 'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams', () =>
+      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
     );
     const refused = (reason: string): void => metrics.refusals.inc({ reason });
     const allowList = new AllowList(opts.allowedDestinations);
