@@ -13,6 +13,7 @@ export interface Libc {
   socket(domain: number, type: number, protocol: number): number;
   bind(fd: number, addr: Buffer, addrlen: number): number;
   setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
+  getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
   sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
   recv(fd: number, buf: Buffer, len: number, flags: number): number;
   close(fd: number): number;
@@ -34,6 +35,7 @@ export function getLibc(): Libc {
     socket: lib.func('int socket(int, int, int)') as Libc['socket'],
     bind: lib.func('int bind(int, const void *, uint32_t)') as Libc['bind'],
     setsockopt: lib.func('int setsockopt(int, int, int, const void *, uint32_t)') as Libc['setsockopt'],
+    getsockopt: lib.func('int getsockopt(int, int, int, void *, void *)') as Libc['getsockopt'],
     sendto: lib.func('intptr_t sendto(int, const void *, size_t, int, const void *, uint32_t)') as Libc['sendto'],
     recv: lib.func('intptr_t recv(int, void *, size_t, int)') as Libc['recv'],
     close: lib.func('int close(int)') as Libc['close'],

@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { sniffProtocol } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './tls-policy.js';
+import { sizeTunnelSendBuffer } from '../transport/socket-send-buffer.js';
 
 export interface TlsFiles {
   cert: Buffer;
@@ -77,6 +78,17 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     allowHalfOpen: false,
   });
   track(server, sockets);
+  let reportedShortBuffer = false;
+  server.on('connection', (s: net.Socket) => {
+    const { have, want } = sizeTunnelSendBuffer(s);
+    if (have >= 0 && have < want && !reportedShortBuffer) {
+      reportedShortBuffer = true;
+      opts.log.info(
+        { have, want },
+        'agent sockets get a smaller send buffer than the tunnel windows need (raise net.core.wmem_max or grant CAP_NET_ADMIN); agents that can size their own side still rule out stalls',
+      );
+    }
+  });
   server.on('secureConnection', (socket: tls.TLSSocket) => {
     const verdict = verifyClientCertificate(socket, opts.allowUnauthenticated);
     const peer = `${socket.remoteAddress}:${socket.remotePort}`;

@@ -13,7 +13,6 @@ import http2, {
 } from 'node:http2';
 import net from 'node:net';
 import tls from 'node:tls';
-import type { Duplex } from 'node:stream';
 import type { PacketStream } from '../packet-stream.js';
 import { GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
@@ -28,6 +27,7 @@ import {
   parseGrpcStatus,
 } from './grpc-headers.js';
 import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
+import { sizeTunnelSendBuffer } from '../socket-send-buffer.js';
 
 export interface H2ChannelOptions extends ChannelOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
@@ -55,7 +55,7 @@ const USER_AGENT = 'kanal-h2/0.1';
 
 interface Target {
   /** What createConnection dials. */
-  connect: () => Duplex;
+  connect: () => net.Socket;
   /** :authority / URL used by http2.connect. */
   authority: string;
   peer: string;
@@ -64,7 +64,7 @@ interface Target {
 function parseTarget(opts: ChannelOptions): Target {
   let target = opts.target;
   const tlsOpts = opts.tls;
-  const wrap = (socket: net.Socket | undefined, host: string | undefined, port: number | undefined): Duplex => {
+  const wrap = (socket: net.Socket | undefined, host: string | undefined, port: number | undefined): net.Socket => {
     if (!tlsOpts) return socket ?? net.connect({ host: host!, port: port! });
     const servername = tlsOpts.serverName ?? (host !== undefined && net.isIP(host) === 0 ? host : undefined);
     const options: tls.ConnectionOptions = {
@@ -268,6 +268,7 @@ export class H2Channel implements GrpcChannel {
       maxSessionMemory: 64,
       createConnection: () => {
         const socket = target.connect();
+        socket.once('connect', () => sizeTunnelSendBuffer(socket));
         // As on the server: a dead connection ends every stream at once.
         socket.once('close', () => setImmediate(() => created?.destroy()));
         return socket;

@@ -5,17 +5,13 @@
  */
 
 /**
- * SETTINGS_INITIAL_WINDOW_SIZE we advertise: receive window per stream. It
- * bounds what one tunnel has in flight per direction at the HTTP/2 level,
- * and must stay small: Node's HTTP/2 stops reading its socket while one of
- * its writes is pending (a CVE-2019-9511/9517 mitigation), so two Node peers
- * sending bulk data both ways can each wait for the other to read once both
- * directions hold more than the kernel's socket buffers, and the tunnel
- * stalls until keepalive closes it. At 4 MiB that happened in about one run
- * of ten of the 64 MiB echo test under load; 1 MiB costs ≈ 15% with 8 bulk
- * flows and none with one (the per-connection windows above it still grow).
+ * SETTINGS_INITIAL_WINDOW_SIZE we advertise: receive window per stream. A
+ * tunnel stream carries many connections, each with its own window of up to
+ * 4 MiB; 1 MiB here cost ≈ 15% with 8 bulk flows. It is also what a peer may
+ * have in flight towards us, which the tunnel sockets' send buffers are
+ * sized to hold (see ../socket-send-buffer.ts).
  */
-export const DEFAULT_STREAM_WINDOW_BYTES = 1024 * 1024;
+export const DEFAULT_STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 
 /** Connection-level receive window (WINDOW_UPDATE on stream 0). */
 export const DEFAULT_SESSION_WINDOW_BYTES = 16 * 1024 * 1024;
