@@ -41,6 +41,15 @@ interface Column {
   suffix?: string;
 }
 
+/** The dial-latency sections share these. */
+const PERCENTILE_COLUMNS: Column[] = [
+  { key: 'p50Ms', title: 'p50 ms', digits: 2 },
+  { key: 'p99Ms', title: 'p99 ms', digits: 2 },
+  { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
+  { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
+];
+const DIALS_COLUMN: Column = { key: 'samples', title: 'dials', digits: 0 };
+
 const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
   throughput: {
     title: '1. Bulk throughput (one TCP connection per flow; ratio: Kanal / direct TLS measured in the same run)',
@@ -55,24 +64,11 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
   },
   latency: {
     title: '2a. Dial latency: connect (+ CONNECT) -> first byte from the backend',
-    columns: [
-      { key: 'p50Ms', title: 'p50 ms', digits: 2 },
-      { key: 'p99Ms', title: 'p99 ms', digits: 2 },
-      { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
-      { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
-      { key: 'samples', title: 'dials', digits: 0 },
-    ],
+    columns: [...PERCENTILE_COLUMNS, DIALS_COLUMN],
   },
   loaded: {
     title: '2b. Dial latency while one bulk download runs (Kanal: CP->node, on the same tunnel; direct TCP: next to a direct TLS one)',
-    columns: [
-      { key: 'p50Ms', title: 'p50 ms', digits: 2 },
-      { key: 'p99Ms', title: 'p99 ms', digits: 2 },
-      { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
-      { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
-      { key: 'bulkMbps', title: 'bulk MB/s', digits: 0 },
-      { key: 'samples', title: 'dials', digits: 0 },
-    ],
+    columns: [...PERCENTILE_COLUMNS, { key: 'bulkMbps', title: 'bulk MB/s', digits: 0 }, DIALS_COLUMN],
   },
   requests: {
     title: '2c. Short requests: new connection per HTTP/1.1 GET, Connection: close',

@@ -5,7 +5,6 @@
  */
 import test from 'ava';
 import { randomBytes } from 'node:crypto';
-import type net from 'node:net';
 import { PacketType } from '../src/wire/packet.js';
 import { ConnectRefused } from '../src/demo/proxy-client.js';
 import {
@@ -13,6 +12,7 @@ import {
   echoRoundTrip,
   httpGet,
   makeWorkspace,
+  receiveAtLeast,
   restartServer,
   startAgent,
   startEchoBackend,
@@ -24,23 +24,6 @@ import {
 } from './helpers/kanal-processes.js';
 import { ProxyStream } from './helpers/e2e-grpc-client.js';
 
-/** Resolves once `s` has received at least `n` bytes (bounded). */
-function received(s: net.Socket, n: number, timeoutMs: number): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    let got = 0;
-    const timer = setTimeout(() => reject(new Error(`only ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
-    s.on('data', (c: Buffer) => {
-      got += c.length;
-      if (got >= n) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    s.on('error', () => undefined);
-    s.resume();
-  });
-}
-
 test('agent SIGKILLed mid-transfer: client connections close promptly and the server tables empty', async (t) => {
   const ws = await makeWorkspace(t);
   const { server, agent } = await startPair(t, ws, { agent: { agentID: 'doomed' } });
@@ -49,7 +32,7 @@ test('agent SIGKILLed mid-transfer: client connections close promptly and the se
   // One CONNECT and one gRPC connection, both streaming node -> control plane.
   const s = await connectThrough(server, firehose.address);
   t.teardown(() => void s.destroy());
-  const flowing = received(s, 2 * 1024 * 1024, 15_000);
+  const flowing = receiveAtLeast(s, 2 * 1024 * 1024, 15_000);
   const stream = new ProxyStream(`unix://${server.uds}`);
   t.teardown(() => stream.cancel());
   const dial = await stream.dial(firehose.address);

@@ -6,11 +6,11 @@
  */
 import test, { type ExecutionContext } from 'ava';
 import { createHash, randomBytes } from 'node:crypto';
-import type net from 'node:net';
 import {
   connectThrough,
   makeWorkspace,
   readExactly,
+  receiveAtLeast,
   scrapeMetrics,
   startFirehoseBackend,
   startPair,
@@ -24,32 +24,12 @@ const MiB = 1024 * 1024;
 const FIRST_WINDOW = MiB;
 const DEFAULT_MAX_WINDOW = 4 * MiB;
 
-/** Takes `n` bytes from `s` as they come (bounded), without keeping them. */
-function drain(s: net.Socket, n: number, timeoutMs: number): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    let got = 0;
-    const timer = setTimeout(() => reject(new Error(`only ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
-    s.on('data', (c: Buffer) => {
-      got += c.length;
-      if (got >= n) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    s.once('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    s.resume();
-  });
-}
-
 /** Downloads 32 MiB from a node-side firehose; returns the server's window growth while the connection is still open. */
 async function growthDuringDownload(t: ExecutionContext, server: KanalServerProcess): Promise<number> {
   const firehose = await startFirehoseBackend(t);
   const s = await connectThrough(server, firehose.address);
   t.teardown(() => void s.destroy());
-  await drain(s, 32 * MiB, 60_000);
+  await receiveAtLeast(s, 32 * MiB, 60_000);
   const growth = (await scrapeMetrics(server.healthPort)).get('kanal_server_window_growth_bytes');
   s.destroy();
   await waitMetrics(server.healthPort, { kanal_server_connections_open: 0, kanal_server_window_growth_bytes: 0 }, 10_000);

@@ -531,6 +531,37 @@ export async function writeAll(s: NodeJS.WritableStream & { destroyed?: boolean 
 }
 
 /** Reads until `n` bytes arrived; rejects on close/error/timeout first. */
+/**
+ * Resolves once `s` has delivered at least `n` bytes (bounded by timeoutMs),
+ * keeping none of them; it goes on reading (and discarding) afterwards, and
+ * errors after that point are ignored.
+ */
+export function receiveAtLeast(s: net.Socket, n: number, timeoutMs: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let got = 0;
+    let done = false;
+    const timer = setTimeout(() => {
+      done = true;
+      reject(new Error(`only ${got}/${n} bytes in ${timeoutMs} ms`));
+    }, timeoutMs);
+    s.on('data', (c: Buffer) => {
+      got += c.length;
+      if (!done && got >= n) {
+        done = true;
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    s.on('error', (err: Error) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      reject(err);
+    });
+    s.resume();
+  });
+}
+
 export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, timeoutMs: number): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
