@@ -36,6 +36,7 @@ import {
   throwawayTls,
   type Listener,
 } from './helpers/grpc-js-peer.js';
+import { drainOrClose } from './helpers/memory-stream.js';
 
 interface Pairing {
   name: string;
@@ -119,18 +120,6 @@ function watch(stream: PacketStream): { closes: () => number; result: Promise<Er
   return { closes: () => n, result };
 }
 
-function waitDrainOrClose(stream: PacketStream): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = (): void => {
-      stream.off('drain', done);
-      stream.off('close', done);
-      resolve();
-    };
-    stream.on('drain', done);
-    stream.on('close', done);
-  });
-}
-
 interface Pausable {
   pause?: () => void;
   resume?: () => void;
@@ -155,6 +144,21 @@ function everyPacket(): Packet[] {
     { type: PacketType.KANAL_WINDOW, connectID: 7, increment: 65536 },
     { type: PacketType.KANAL_HALF_CLOSE, connectID: 7 },
   ];
+}
+
+/** Sends every packet type over `stream` (whose peer echoes) and collects as many packets back. */
+async function echoEveryPacket(stream: PacketStream): Promise<{ sent: Packet[]; got: Packet[] }> {
+  const sent = everyPacket();
+  const got: Packet[] = [];
+  const allBack = new Promise<void>((resolve) =>
+    stream.on('packet', (pkt) => {
+      got.push(pkt);
+      if (got.length === sent.length) resolve();
+    }),
+  );
+  for (const pkt of sent) stream.send(pkt);
+  await allBack;
+  return { sent, got };
 }
 
 const BIN = Buffer.from([0, 1, 2, 0xfe, 0xff]);
@@ -187,16 +191,7 @@ for (const p of pairings) {
     t.deepEqual(seenMetadata?.get('x-trace-bin'), [BIN.toString('base64')]);
     t.is(seenMetadata?.get('content-type'), undefined);
 
-    const sent = everyPacket();
-    const got: Packet[] = [];
-    const allBack = new Promise<void>((resolve) =>
-      stream.on('packet', (pkt) => {
-        got.push(pkt);
-        if (got.length === sent.length) resolve();
-      }),
-    );
-    for (const pkt of sent) stream.send(pkt);
-    await allBack;
+    const { sent, got } = await echoEveryPacket(stream);
     t.deepEqual(got.map(norm), sent.map(norm));
 
     stream.end();
@@ -250,7 +245,7 @@ for (const p of tlsPairings) {
     for (let off = 0; off < TOTAL; off += CHUNK) {
       const data = crypto.randomFillSync(Buffer.allocUnsafe(CHUNK));
       sentHash.update(data);
-      if (!stream.send({ type: PacketType.DATA, connectID: 1, error: '', data })) await waitDrainOrClose(stream);
+      if (!stream.send({ type: PacketType.DATA, connectID: 1, error: '', data })) await drainOrClose(stream);
       t.false(stream.closed);
     }
     await allBack;
@@ -427,7 +422,7 @@ async function backPressure(t: ExecutionContext, p: Pairing, direction: 'client-
   t.false(drained);
   await new Promise((r) => setTimeout(r, 300));
   t.false(drained, 'no drain while the peer does not read');
-  const drainP = waitDrainOrClose(sender);
+  const drainP = drainOrClose(sender);
   (receiver as Pausable).resume!();
   await drainP;
   t.true(drained);
@@ -478,16 +473,7 @@ test.serial('grpc-js server with its own TLS (bindAsync, ALPN by grpc-js) ⇄ h2
   t.deepEqual(stream.metadata.get('x-reply-bin'), [BIN.toString('base64')]);
   t.deepEqual(seen?.get('x-trace-bin'), [BIN]);
   t.deepEqual(seen?.get('agentid'), ['a']);
-  const sent = everyPacket();
-  const got: Packet[] = [];
-  const allBack = new Promise<void>((resolve) =>
-    stream.on('packet', (pkt) => {
-      got.push(pkt);
-      if (got.length === sent.length) resolve();
-    }),
-  );
-  for (const pkt of sent) stream.send(pkt);
-  await allBack;
+  const { sent, got } = await echoEveryPacket(stream);
   t.deepEqual(got.map(norm), sent.map(norm));
   const w = watch(stream);
   stream.end();

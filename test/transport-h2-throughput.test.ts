@@ -8,11 +8,11 @@ import test, { type ExecutionContext } from 'ava';
 import { Worker } from 'node:worker_threads';
 import { createH2Channel } from '../src/transport/h2/index.js';
 import type { GrpcChannel } from '../src/transport/transport.js';
-import type { PacketStream } from '../src/transport/packet-stream.js';
 import { PacketType } from '../src/wire/packet.js';
 import { AGENT_SERVICE_CONNECT } from '../src/wire/metadata.js';
 import { createGrpcJsChannel, throwawayTls, type TlsFiles } from './helpers/grpc-js-peer.js';
 import tls from 'node:tls';
+import { drainOrClose } from './helpers/memory-stream.js';
 
 const TOTAL = 256 * 1024 * 1024;
 const CHUNK = 32 * 1024;
@@ -84,18 +84,6 @@ async function startServer(kind: Kind, files: TlsFiles): Promise<{ target: strin
   };
 }
 
-function waitDrain(stream: PacketStream): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = (): void => {
-      stream.off('drain', done);
-      stream.off('close', done);
-      resolve();
-    };
-    stream.on('drain', done);
-    stream.on('close', done);
-  });
-}
-
 interface Run {
   mbps: number;
   cpuMsPerGB: number;
@@ -108,7 +96,7 @@ async function grpcRun(channel: GrpcChannel): Promise<Run> {
   const cpu0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
   for (let sent = 0; sent < TOTAL; sent += CHUNK) {
-    if (!stream.send({ type: PacketType.DATA, connectID: 1, error: '', data })) await waitDrain(stream);
+    if (!stream.send({ type: PacketType.DATA, connectID: 1, error: '', data })) await drainOrClose(stream);
   }
   const got = await reply;
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;

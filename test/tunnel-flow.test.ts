@@ -13,7 +13,7 @@ import { Tunnel } from '../src/tunnel/tunnel.js';
 import type { TunnelConnection } from '../src/tunnel/connection.js';
 import { Feature, type FeatureSet } from '../src/wire/features.js';
 import { PacketType, type Packet } from '../src/wire/packet.js';
-import { captureLogger, createMemoryLink, nextPacket, sinkEndpoint, tunnelPair, waitFor, type Sink } from './helpers/memory-stream.js';
+import { captureLogger, createMemoryLink, drainOrClose, nextPacket, sinkEndpoint, tunnelPair, waitFor, type Sink } from './helpers/memory-stream.js';
 
 const MiB = 1024 * 1024;
 const KiB = 1024;
@@ -54,17 +54,7 @@ function writeStream(s: Duplex, seed: number, total: number, chunk: number, end:
       const ok = s.write(c, (err) => {
         if (!err) progress.completed += c.length;
       });
-      if (!ok) {
-        await new Promise<void>((resolve) => {
-          const go = (): void => {
-            s.off('drain', go);
-            s.off('close', go);
-            resolve();
-          };
-          s.on('drain', go);
-          s.on('close', go);
-        });
-      }
+      if (!ok) await drainOrClose(s);
     }
     progress.digest = hash.digest('hex');
     if (end) s.end();

@@ -3,7 +3,7 @@
  * as KANAL_HALF_CLOSE and the other direction keeps flowing; without it
  * (plain Konnectivity) a FIN closes the whole connection, as upstream does.
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { createHash } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -41,6 +41,24 @@ function pattern(n: number, seed: number): Buffer {
 }
 
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+/**
+ * A tunnel (agent side, half-close on) driven packet by packet from a raw
+ * peer that dialled one connection through it; the far endpoint is reading.
+ */
+async function performedByTunnel(t: ExecutionContext) {
+  const link = createMemoryLink();
+  const far: Duplex[] = [];
+  const tunnel = new Tunnel(link.a, { side: 'agent', features: HALF_CLOSE, log: captureLogger().log, dialHandler: farEndHandler(far) });
+  t.teardown(() => tunnel.close());
+  const peer = link.b;
+  const rspP = nextPacket(peer, PacketType.DIAL_RSP);
+  peer.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'pod:80', random: 3n });
+  const { connectID } = await rspP;
+  const endpoint = far[0]!;
+  endpoint.resume();
+  return { tunnel, peer, connectID, endpoint };
+}
 
 test('half-close: the dialer ends its side, the other direction keeps flowing, then both close', async (t) => {
   const far: Duplex[] = [];
@@ -153,16 +171,7 @@ test('without the half-close feature: a FIN from the far endpoint closes the con
 });
 
 test('DATA after the peer half-closed destroys the connection', async (t) => {
-  const link = createMemoryLink();
-  const far: Duplex[] = [];
-  const tunnel = new Tunnel(link.a, { side: 'agent', features: HALF_CLOSE, log: captureLogger().log, dialHandler: farEndHandler(far) });
-  t.teardown(() => tunnel.close());
-  const peer = link.b;
-  const rspP = nextPacket(peer, PacketType.DIAL_RSP);
-  peer.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'pod:80', random: 3n });
-  const { connectID } = await rspP;
-  const endpoint = far[0]!;
-  endpoint.resume();
+  const { tunnel, peer, connectID } = await performedByTunnel(t);
   peer.send({ type: PacketType.KANAL_HALF_CLOSE, connectID });
   await sleep(10);
   t.is(tunnel.stats().connections, 1, 'half-closed connection is still open');
@@ -174,16 +183,7 @@ test('DATA after the peer half-closed destroys the connection', async (t) => {
 });
 
 test('DATA with an error string closes the connection with that error', async (t) => {
-  const link = createMemoryLink();
-  const far: Duplex[] = [];
-  const tunnel = new Tunnel(link.a, { side: 'agent', features: HALF_CLOSE, log: captureLogger().log, dialHandler: farEndHandler(far) });
-  t.teardown(() => tunnel.close());
-  const peer = link.b;
-  const rspP = nextPacket(peer, PacketType.DIAL_RSP);
-  peer.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'pod:80', random: 3n });
-  const { connectID } = await rspP;
-  const endpoint = far[0]!;
-  endpoint.resume();
+  const { tunnel, peer, connectID, endpoint } = await performedByTunnel(t);
   peer.send({ type: PacketType.DATA, connectID, error: 'read: connection reset by peer', data: new Uint8Array(0) });
   await closed(endpoint);
   await waitFor(() => statsZero(tunnel), 'table empty');

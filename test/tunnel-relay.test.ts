@@ -19,7 +19,7 @@ import { GrpcStatus, type IncomingStream } from '../src/transport/transport.js';
 import { Feature, formatFeatures, parseFeatures, type FeatureSet } from '../src/wire/features.js';
 import { MD_KANAL_FEATURES } from '../src/wire/metadata.js';
 import { PacketType } from '../src/wire/packet.js';
-import { captureLogger, createMemoryLink, sinkEndpoint, waitFor, type MemoryLink, type Sink } from './helpers/memory-stream.js';
+import { captureLogger, createMemoryLink, drainOrClose, sinkEndpoint, waitFor, type MemoryLink, type Sink } from './helpers/memory-stream.js';
 
 const KiB = 1024;
 const MiB = 1024 * 1024;
@@ -218,17 +218,7 @@ test('back-pressure across the relay: a KAS that stops reading one connection st
     const done = (async () => {
       while (written < total && !pod.destroyed && !stopped) {
         written += chunk.length;
-        if (!pod.write(chunk)) {
-          await new Promise<void>((resolve) => {
-            const go = (): void => {
-              pod.off('drain', go);
-              pod.off('close', go);
-              resolve();
-            };
-            pod.on('drain', go);
-            pod.on('close', go);
-          });
-        }
+        if (!pod.write(chunk)) await drainOrClose(pod);
       }
     })();
     return { written: () => written, stop: () => (stopped = true), done };

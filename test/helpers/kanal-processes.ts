@@ -719,21 +719,18 @@ export async function sendGarbage(port: number, bytes: Buffer, timeoutMs = 10_00
     s.once('connect', () => resolve());
     s.once('error', reject);
   });
-  const chunks: Buffer[] = [];
-  s.on('data', (c: Buffer) => chunks.push(c));
-  s.write(bytes);
-  try {
-    await waitClosed(s, timeoutMs);
-  } finally {
-    s.destroy();
-  }
-  return Buffer.concat(chunks);
+  return sendAndCollect(s, bytes, timeoutMs);
 }
 
 /** Same as sendGarbage for a Unix socket. */
 export async function sendGarbageUnix(uds: string, bytes: Buffer, timeoutMs = 10_000): Promise<Buffer> {
   const s = await connectUnix(uds);
   s.on('error', () => undefined);
+  return sendAndCollect(s, bytes, timeoutMs);
+}
+
+/** Writes `bytes`, then collects whatever comes back until the peer closes (bounded). */
+async function sendAndCollect(s: net.Socket, bytes: Buffer, timeoutMs: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   s.on('data', (c: Buffer) => chunks.push(c));
   s.write(bytes);
