@@ -11,6 +11,7 @@ import {
   connectThrough,
   echoRoundTrip,
   httpGet,
+  logTail,
   makeWorkspace,
   receiveAtLeast,
   restartServer,
@@ -46,7 +47,10 @@ test('agent SIGKILLed mid-transfer: client connections close promptly and the se
   t.is((await agent.exited).signal, 'SIGKILL');
 
   // Both clients learn at once (bounded wait), not after some idle timeout.
-  await waitClosed(s, 10_000);
+  await waitClosed(s, 10_000).catch((err: Error) => {
+    // Seen once in many runs and never reproduced: keep what the server knew.
+    throw new Error(`${err.message}\nserver log tail:\n${logTail(server.logFile, 30)}\nagent log tail:\n${logTail(agent.logFile, 10)}`);
+  });
   const closed = await stream.take(PacketType.CLOSE_RSP, (p) => p.connectID === dial.connectID, 10_000);
   t.regex(closed.error, /tunnel closed/);
   t.log(`clients saw the close ${Date.now() - killedAt} ms after SIGKILL`);

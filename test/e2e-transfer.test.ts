@@ -5,6 +5,8 @@
  */
 import anyTest, { type TestFn } from 'ava';
 import { randomBytes } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type net from 'node:net';
 import { grpcJsTransport } from '../src/transport/grpc-js/index.js';
@@ -25,6 +27,7 @@ import {
   type KanalServerProcess,
 } from './helpers/kanal-processes.js';
 import { ProxyStream } from './helpers/e2e-grpc-client.js';
+import { UNIX_FRONTEND_SEND_BUFFER_BYTES } from '../src/transport/socket-send-buffer.js';
 import { PacketType } from '../src/wire/packet.js';
 
 interface Ctx {
@@ -53,6 +56,36 @@ async function eventually(cond: () => boolean, timeoutMs: number): Promise<boole
   }
   return true;
 }
+
+/** Send buffers (skmem tb) of the server's ends of connections on its Unix socket, as `ss` reports them. */
+function serverUnixSendBuffers(uds: string): number[] {
+  const out = execFileSync('ss', ['-x', '-m', '-n', 'state', 'established'], { encoding: 'utf8' });
+  const sizes: number[] = [];
+  for (const line of out.split('\n')) {
+    // The accepting end has the socket's path as its local address; the client's end shows '*'.
+    const fields = line.trim().split(/\s+/);
+    if (!fields.includes(uds)) continue;
+    const tb = /\btb(\d+)/.exec(line);
+    if (tb) sizes.push(Number(tb[1]));
+  }
+  return sizes;
+}
+
+test.serial('the server gives its end of a frontend Unix socket a 2 MiB send buffer (a default one stalls downloads)', async (t) => {
+  const { server } = t.context;
+  const echo = await startEchoBackend(t);
+  const s = await connectThrough(server, echo.address);
+  t.teardown(() => void s.destroy());
+  t.true(await echoRoundTrip(s, randomBytes(1000)));
+  const sizes = serverUnixSendBuffers(server.uds);
+  t.log(`ss: server ends of ${server.uds}: tb ${sizes.join(', ')} B`);
+  t.is(sizes.length, 1, 'one established connection on the socket');
+  const wmemMax = Number(fs.readFileSync('/proc/sys/net/core/wmem_max', 'utf8').trim());
+  const privileged = process.getuid?.() === 0;
+  // Unprivileged, the kernel caps the request at net.core.wmem_max (it accounts twice that).
+  const expected = privileged ? UNIX_FRONTEND_SEND_BUFFER_BYTES : Math.min(UNIX_FRONTEND_SEND_BUFFER_BYTES, 2 * wmemMax);
+  t.true(sizes[0]! >= expected, `tb ${sizes[0]} B, expected at least ${expected} B`);
+});
 
 test.serial('CONNECT: 64 MiB control plane -> node arrives intact (sha256)', async (t) => {
   const { server, payload } = t.context;

@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { sniffProtocol } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './tls-policy.js';
-import { sizeTunnelSendBuffer } from '../transport/socket-send-buffer.js';
+import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 
 export interface TlsFiles {
   cert: Buffer;
@@ -42,6 +42,22 @@ function track(server: net.Server, sockets: Set<net.Socket>): void {
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
   });
+}
+
+/**
+ * Sizes each accepted socket's send buffer with `size`; says once, at info,
+ * when the kernel grants less (an unprivileged server under a low
+ * net.core.wmem_max): it still works, only less well.
+ */
+function sendBufferSizer(size: (s: net.Socket) => SendBufferResult, log: Logger, what: string): (s: net.Socket) => void {
+  let reported = false;
+  return (s) => {
+    const { have, want } = size(s);
+    if (have >= 0 && have < want && !reported) {
+      reported = true;
+      log.info({ have, want }, `${what} get a smaller send buffer than asked for (raise net.core.wmem_max or grant CAP_NET_ADMIN)`);
+    }
+  };
 }
 
 function listen(server: net.Server, opts: net.ListenOptions): Promise<void> {
@@ -78,17 +94,8 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     allowHalfOpen: false,
   });
   track(server, sockets);
-  let reportedShortBuffer = false;
-  server.on('connection', (s: net.Socket) => {
-    const { have, want } = sizeTunnelSendBuffer(s);
-    if (have >= 0 && have < want && !reportedShortBuffer) {
-      reportedShortBuffer = true;
-      opts.log.info(
-        { have, want },
-        'agent sockets get a smaller send buffer than the tunnel windows need (raise net.core.wmem_max or grant CAP_NET_ADMIN); agents that can size their own side still rule out stalls',
-      );
-    }
-  });
+  // Agents that size their own side rule the HTTP/2 stall out even when this one is short.
+  server.on('connection', sendBufferSizer(sizeTunnelSendBuffer, opts.log, 'agent sockets'));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
     const verdict = verifyClientCertificate(socket, opts.allowUnauthenticated);
     const peer = `${socket.remoteAddress}:${socket.remotePort}`;
@@ -155,6 +162,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     }
     server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, `unix:${path}`));
     track(server, sockets);
+    server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
     await listen(server, { path });
     // The KAS runs as another user in some setups; the directory guards access.
     fs.chmodSync(path, 0o660);

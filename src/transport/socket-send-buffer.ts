@@ -1,5 +1,8 @@
 /**
- * Node's HTTP/2 stops reading its socket while one of its own writes is
+ * Kernel send buffers of the sockets Kanal accepts or dials, where the
+ * defaults cost a stall or throughput.
+ *
+ * Tunnel sockets: Node's HTTP/2 stops reading its socket while one of its own writes is
  * pending (a CVE-2019-9511/9517 mitigation). Two Node peers that both send
  * bulk data through one connection can then each wait for the other to read:
  * once both directions hold more than the kernel's buffers, the tunnel stalls
@@ -24,12 +27,30 @@ export interface SendBufferResult {
 
 /** Asks for TUNNEL_SEND_BUFFER_BYTES on a connected tunnel socket (TCP, or TLS over TCP). */
 export function sizeTunnelSendBuffer(socket: net.Socket): SendBufferResult {
-  const want = TUNNEL_SEND_BUFFER_BYTES;
+  return sizeSendBuffer(socket, TUNNEL_SEND_BUFFER_BYTES);
+}
+
+/**
+ * A Unix socket's send buffer never autotunes: it stays at
+ * net.core.wmem_default (208 KiB) where a loopback TCP one grows to
+ * net.ipv4.tcp_wmem's maximum (4 MiB). A frontend client on the Unix socket
+ * (the KAS) then has to be scheduled for every 208 KiB of a download, and the
+ * server sits idle in between: one CP->node download moved 15% more, at less
+ * CPU per byte, with 1 to 8 MiB here (bench notes in README).
+ */
+export const UNIX_FRONTEND_SEND_BUFFER_BYTES = 2 * 1024 * 1024;
+
+/** Asks for UNIX_FRONTEND_SEND_BUFFER_BYTES on an accepted frontend Unix socket. */
+export function sizeUnixFrontendSendBuffer(socket: net.Socket): SendBufferResult {
+  return sizeSendBuffer(socket, UNIX_FRONTEND_SEND_BUFFER_BYTES);
+}
+
+function sizeSendBuffer(socket: net.Socket, want: number): SendBufferResult {
   let have = -1;
   try {
     have = growSendBuffer(socketFd(socket), want);
   } catch {
-    // no libc through koffi: leave the kernel's autotuning alone
+    // no libc through koffi: leave the kernel's defaults alone
   }
   return { have, want };
 }

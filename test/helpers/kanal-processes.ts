@@ -99,6 +99,11 @@ export function readLog(file: string): LogLine[] {
   return out;
 }
 
+/** The last lines of a log file, for failure messages. */
+export function logTail(file: string, lines = 15): string {
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n') : '(no log file)';
+}
+
 /** Polls a JSON log file until a line matches; throws with the log's tail after timeoutMs. */
 export async function waitForLog(file: string, match: (l: LogLine) => boolean, timeoutMs: number, what: string): Promise<LogLine> {
   const deadline = Date.now() + timeoutMs;
@@ -106,8 +111,7 @@ export async function waitForLog(file: string, match: (l: LogLine) => boolean, t
     const found = readLog(file).find(match);
     if (found) return found;
     if (Date.now() >= deadline) {
-      const tail = fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').slice(-15).join('\n') : '(no log file)';
-      throw new Error(`no log line "${what}" in ${file} after ${timeoutMs} ms; tail:\n${tail}`);
+      throw new Error(`no log line "${what}" in ${file} after ${timeoutMs} ms; tail:\n${logTail(file)}`);
     }
     await sleep(50);
   }
@@ -191,8 +195,7 @@ async function waitHealthy(proc: KanalProcess, url: string, timeoutMs: number): 
   try {
     await waitReady(url, timeoutMs, proc.child);
   } catch (err) {
-    const tail = fs.existsSync(proc.logFile) ? fs.readFileSync(proc.logFile, 'utf8').split('\n').slice(-15).join('\n') : '';
-    throw new Error(`${proc.name}: ${(err as Error).message}\n${tail}`);
+    throw new Error(`${proc.name}: ${(err as Error).message}\n${logTail(proc.logFile)}`);
   }
 }
 
