@@ -1,16 +1,17 @@
 /**
- * Kernel send buffers of the sockets Kanal accepts or dials, where the
- * defaults cost a stall or throughput.
+ * Kernel send buffers of sockets whose defaults cost a stall or throughput:
+ * tunnel sockets, and the server's end of frontend Unix sockets (below).
  *
- * Tunnel sockets: Node's HTTP/2 stops reading its socket while one of its own writes is
- * pending (a CVE-2019-9511/9517 mitigation). Two Node peers that both send
- * bulk data through one connection can then each wait for the other to read:
- * once both directions hold more than the kernel's buffers, the tunnel stalls
- * until keepalive closes it (seen about once in ten runs of a 64 MiB echo
- * test with 4 MiB stream windows and autotuned buffers). A write never stays
- * pending while the socket's send buffer can hold everything the peer's
- * stream window lets this side have in flight, so both ends of a tunnel ask
- * for such a buffer; one end getting it is enough to rule the stall out.
+ * Tunnel sockets: Node's HTTP/2 stops reading its socket while one of its
+ * own writes is pending (a CVE-2019-9511/9517 mitigation). Two Node peers
+ * that both send bulk data through one connection can then each wait for
+ * the other to read: once both directions hold more than the kernel's
+ * buffers, the tunnel stalls until keepalive closes it (seen about once in
+ * ten runs of a 64 MiB echo test with 4 MiB stream windows and autotuned
+ * buffers). A write never stays pending while the socket's send buffer can
+ * hold everything the peer's stream window lets this side have in flight,
+ * so both ends of a tunnel ask for such a buffer; one end getting it is
+ * enough to rule the stall out.
  */
 import type net from 'node:net';
 import { growSendBuffer, socketFd } from '../../native/socket-buffers.js';
