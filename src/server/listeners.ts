@@ -13,6 +13,7 @@ import type { GrpcServerTransport } from '../transport/transport.js';
 import { sniffProtocol } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './tls-policy.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
+import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
 
 export interface TlsFiles {
   cert: Buffer;
@@ -106,6 +107,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
       return;
     }
     opts.log.debug({ peer, identity: verdict.detail }, 'agent TLS connection accepted');
+    closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'));
     opts.grpc.injectConnection(socket);
   });
   server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {

@@ -28,6 +28,7 @@ import {
 } from './grpc-headers.js';
 import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
 import { sizeTunnelSendBuffer } from '../socket-send-buffer.js';
+import { closeWhenPeerGone } from '../peer-gone-watch.js';
 
 export interface H2ChannelOptions extends ChannelOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
@@ -268,7 +269,11 @@ export class H2Channel implements GrpcChannel {
       maxSessionMemory: 64,
       createConnection: () => {
         const socket = target.connect();
-        socket.once('connect', () => sizeTunnelSendBuffer(socket));
+        socket.once('connect', () => {
+          sizeTunnelSendBuffer(socket);
+          // The error it closes the socket with reaches the streams as UNAVAILABLE.
+          closeWhenPeerGone(socket, () => undefined);
+        });
         // As on the server: a dead connection ends every stream at once.
         socket.once('close', () => setImmediate(() => created?.destroy()));
         return socket;
