@@ -1,14 +1,15 @@
 /**
  * Closes a tunnel socket whose peer is gone when Node's HTTP/2 has not
- * noticed. Node's HTTP/2 can leave a socket that nothing polls: reading
- * stopped while one of its writes counts as in progress, and that write
- * never reaches the socket. A peer that dies then (an agent killed with
- * SIGKILL) resets the connection and nothing sees it: the session, its
- * streams and every tunnelled connection stay open until something else
- * closes them (seen in about one run in five of the failover test with the
- * machine under load). The kernel knows, so its TCP state is checked once
- * a second: closed (reset, or both sides done), or the peer's FIN still
- * unanswered a second later, means the connection is over.
+ * noticed. Node can leave an HTTP/2-over-TLS socket that nothing polls: in
+ * the case caught here, 82 bytes waited in the TLS layer's write queue, the
+ * kernel had the connection reset, and for as long as the test watched (10
+ * s) neither a read nor a write reached the socket, so no 'error', 'end' or
+ * 'close' came. A peer that dies then (an agent killed with SIGKILL) leaves
+ * the session, its streams and every tunnelled connection open (about one
+ * run in five of the failover test with the machine under load). The kernel
+ * knows, so its TCP state is read once a second: closed (reset, or both
+ * sides done), or the peer's FIN still unanswered a second later, means the
+ * connection is over.
  */
 import type net from 'node:net';
 import { socketFd } from '../../native/socket-buffers.js';
