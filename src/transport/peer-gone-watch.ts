@@ -1,12 +1,14 @@
 /**
  * Closes a tunnel socket whose peer is gone when Node's HTTP/2 has not
- * noticed. Node can leave an HTTP/2-over-TLS socket that nothing polls: in
- * the case caught here, 82 bytes waited in the TLS layer's write queue, the
- * kernel had the connection reset, and for as long as the test watched (10
- * s) neither a read nor a write reached the socket, so no 'error', 'end' or
- * 'close' came. A peer that dies then (an agent killed with SIGKILL) leaves
- * the session, its streams and every tunnelled connection open (about one
- * run in five of the failover test with the machine under load). The kernel
+ * noticed. When a write to a dead peer fails, Node's TLS layer keeps its
+ * write-in-progress mark (tls_wrap.cc: OnStreamAfterWrite returns on an
+ * error before clearing write_size_), so every later write waits in its
+ * queue, and HTTP/2, which stops reading while a write is in progress,
+ * never reads again: no 'error', 'end' or 'close' ever comes. Caught here
+ * with 82 bytes waiting in that queue and the connection reset in the
+ * kernel for the 10 s the test watched; an agent killed with SIGKILL left
+ * the session, its streams and every tunnelled connection open in about one
+ * run in five of the failover test with the machine under load. The kernel
  * knows, so its TCP state is read once a second: closed (reset, or both
  * sides done), or the peer's FIN still unanswered a second later, means the
  * connection is over.
