@@ -196,6 +196,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
         return;
       }
     }
+    closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'));
     dispatch(socket, opts, peer);
   });
   tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
