@@ -1,10 +1,12 @@
 /**
  * Processes dying and coming back, through the real CLI: an agent killed
  * mid-transfer releases every connection it carried and leaves the server's
- * tables empty; a restarted server gets its agent back and traffic resumes.
+ * tables empty; a server killed mid-transfer has the agent release what it
+ * carried; a restarted server gets its agent back and traffic resumes.
  */
 import test from 'ava';
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { PacketType } from '../src/wire/packet.js';
 import { ConnectRefused } from '../src/demo/proxy-client.js';
 import {
@@ -71,6 +73,34 @@ test('agent SIGKILLed mid-transfer: client connections close promptly and the se
   await waitStatus(server.readyzUrl(), 200, 10_000);
   const echo = await startEchoBackend(t);
   const e = await connectThrough(server, echo.address);
+  t.teardown(() => void e.destroy());
+  t.true(await echoRoundTrip(e, randomBytes(10_000)));
+});
+
+test('server SIGKILLed mid-transfer: the agent closes what it carried at once and reconnects to the restarted server', async (t) => {
+  const ws = await makeWorkspace(t);
+  const { server, agent } = await startPair(t, ws);
+  const firehose = await startFirehoseBackend(t);
+  const s = await connectThrough(server, firehose.address);
+  t.teardown(() => void s.destroy());
+  // The agent is mid-send (firehose -> agent -> server) when the server dies.
+  await receiveAtLeast(s, 2 * 1024 * 1024, 15_000);
+  t.is(firehose.open(), 1);
+
+  const killedAt = Date.now();
+  await server.kill();
+  // Bounded: not after some keepalive timeout (60 s + 20 s by default).
+  for (let i = 0; i < 200 && firehose.open() > 0; i++) await sleep(50);
+  t.is(firehose.open(), 0, `the backend connection the agent carried is still open ${Date.now() - killedAt} ms after SIGKILL`);
+  t.log(`agent closed the backend connection ${Date.now() - killedAt} ms after SIGKILL`);
+  await agent.waitForLog((l) => l.msg === 'tunnel down', 10_000, 'tunnel down');
+  await waitStatus(agent.readyzUrl(), 503, 10_000);
+
+  const restarted = await restartServer(t, server);
+  await waitStatus(agent.readyzUrl(), 200, 15_000);
+  await waitStatus(restarted.readyzUrl(), 200, 10_000);
+  const echo = await startEchoBackend(t);
+  const e = await connectThrough(restarted, echo.address);
   t.teardown(() => void e.destroy());
   t.true(await echoRoundTrip(e, randomBytes(10_000)));
 });
