@@ -117,10 +117,12 @@ export class NodeListeners {
     const peer = `${socket.remoteAddress}:${socket.remotePort}`;
     const log = this.opts.log.child({ peer, destination: target.destination });
     this.sockets.add(socket);
-    socket.once('close', () => this.sockets.delete(socket));
     socket.on('error', () => undefined);
     const abort = new AbortController();
-    socket.once('close', () => abort.abort());
+    socket.on('close', () => {
+      this.sockets.delete(socket);
+      abort.abort();
+    });
     this.waitForTunnel(socket)
       .then((tunnel) => {
         if (socket.destroyed) return undefined;

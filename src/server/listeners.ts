@@ -41,7 +41,7 @@ function closeServer(server: net.Server, sockets: Set<net.Socket>): Promise<void
 function track(server: net.Server, sockets: Set<net.Socket>): void {
   server.on('connection', (s: net.Socket) => {
     sockets.add(s);
-    s.once('close', () => sockets.delete(s));
+    s.on('close', () => sockets.delete(s));
   });
 }
 

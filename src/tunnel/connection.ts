@@ -188,7 +188,7 @@ export class TunnelConnection extends Duplex {
     this.sink = sink;
     // A pipe in all but name: tell the sink who feeds it, as pipe() does.
     sink.emit('pipe', this);
-    this.once('end', () => sink.end());
+    this.on('end', () => sink.end()); // 'end' comes once; on() is lighter than once()
     this.resume(); // flowing, so 'end' is emitted once the peer's end is pushed
   }
 
