@@ -6,6 +6,7 @@ import koffi, { type LibraryHandle } from 'koffi';
 
 /** Linux values shared by the callers (x86_64 and arm64 agree on these). */
 export const SOCK_CLOEXEC = 0o2000000;
+export const SOL_SOCKET = 1;
 export const EINTR = 4;
 export const EAGAIN = 11;
 

@@ -8,7 +8,7 @@
 // (unaligned) slice.
 
 import koffi from 'koffi';
-import { EAGAIN, EINTR, SOCK_CLOEXEC, getLibc } from './libc.js';
+import { EAGAIN, EINTR, SOCK_CLOEXEC, SOL_SOCKET, getLibc } from './libc.js';
 import { NetlinkError, describeErrno } from './netlink-error.js';
 import {
   NLMSG_DONE,
@@ -22,7 +22,6 @@ import {
 const AF_NETLINK = 16;
 const SOCK_RAW = 3;
 const NETLINK_ROUTE = 0;
-const SOL_SOCKET = 1;
 const SO_RCVTIMEO = 20;
 const SOL_NETLINK = 270;
 const NETLINK_CAP_ACK = 10;

@@ -3,9 +3,8 @@
  * through libc: Node has no API for it on TCP sockets.
  */
 import type net from 'node:net';
-import { getLibc } from './libc.js';
+import { SOL_SOCKET, getLibc } from './libc.js';
 
-const SOL_SOCKET = 1;
 const SO_SNDBUF = 7;
 const SO_SNDBUFFORCE = 32;
 
@@ -17,10 +16,12 @@ export function socketFd(socket: net.Socket): number {
   return typeof fd === 'number' ? fd : -1;
 }
 
+// Reused: sizing runs on every accepted frontend Unix socket (a dial), one call at a time.
+const value = Buffer.alloc(4);
+const len = Buffer.alloc(4);
+
 /** The kernel's send-buffer size for `fd` (what it accounts, about twice what was asked for), or -1. */
 export function sendBufferBytes(fd: number): number {
-  const value = Buffer.alloc(4);
-  const len = Buffer.alloc(4);
   len.writeUInt32LE(4);
   if (getLibc().getsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, len) !== 0) return -1;
   return value.readInt32LE(0);
@@ -36,7 +37,6 @@ export function growSendBuffer(fd: number, accounted: number): number {
   if (fd < 0) return -1;
   const now = sendBufferBytes(fd);
   if (now >= accounted) return now;
-  const value = Buffer.alloc(4);
   value.writeInt32LE(Math.ceil(accounted / 2));
   const libc = getLibc();
   if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, value, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, 4);

@@ -140,6 +140,8 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       return;
     }
     if (proto === 'h2' && opts.mode !== 'http-connect') {
+      // Only HTTP/2 sessions can miss a dead peer (see peer-gone-watch.ts); Unix sockets are skipped.
+      closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'));
       opts.grpc.injectConnection(socket);
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
@@ -196,7 +198,6 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
         return;
       }
     }
-    closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'));
     dispatch(socket, opts, peer);
   });
   tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {

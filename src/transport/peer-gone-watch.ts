@@ -19,17 +19,24 @@ import { TCP_CLOSE, TCP_CLOSE_WAIT, tcpState } from '../../native/tcp-state.js';
 
 export const PEER_CHECK_INTERVAL_MS = 1000;
 
-/** Starts watching `socket` (TCP, or TLS over TCP); `onGone` runs just before it is destroyed. */
+/** The socket's TCP state, or -1 (not TCP, closed, or no libc through koffi). */
+function stateOf(socket: net.Socket): number {
+  try {
+    return tcpState(socketFd(socket));
+  } catch {
+    return -1;
+  }
+}
+
+/**
+ * Starts watching `socket` (TCP, or TLS over TCP); `onGone` runs just before
+ * it is destroyed. Anything else (a Unix socket) is not watched at all.
+ */
 export function closeWhenPeerGone(socket: net.Socket, onGone: (reason: string) => void, intervalMs = PEER_CHECK_INTERVAL_MS): void {
+  if (stateOf(socket) < 0) return;
   let finSeen = false;
   const timer = setInterval(() => {
-    let state: number;
-    try {
-      state = tcpState(socketFd(socket));
-    } catch {
-      clearInterval(timer); // no libc through koffi: nothing to watch with
-      return;
-    }
+    const state = stateOf(socket);
     // A FIN Node is about to read is normal; one still there a second later is not.
     const gone = state === TCP_CLOSE || (state === TCP_CLOSE_WAIT && finSeen);
     finSeen = state === TCP_CLOSE_WAIT;
