@@ -26,6 +26,16 @@ function failuresWarning(env: Env, what: string, r: { errors: number; firstError
   if (r.errors > 0) env.warnings.push(`${what}: ${r.errors} failure(s), first: ${r.firstError ?? '?'}`);
 }
 
+/** p50/p99 of pooled dial latencies, with ratios to the baseline's pooled percentiles when there is one. */
+function latencyValues(s: number[], baseline?: number[]): Record<string, number> {
+  const values: Record<string, number> = { p50Ms: percentile(s, 50), p99Ms: percentile(s, 99), samples: s.length };
+  if (baseline) {
+    values.ratioP50 = values.p50Ms! / percentile(baseline, 50);
+    values.ratioP99 = values.p99Ms! / percentile(baseline, 99);
+  }
+  return values;
+}
+
 export async function runLatency(env: Env): Promise<Row[]> {
   const { reps, dials } = env.params;
   const perRep = Math.max(1, Math.ceil(dials / reps));
@@ -41,13 +51,7 @@ export async function runLatency(env: Env): Promise<Row[]> {
   }
   await waitIdle(env);
   return PATHS.map((p) => {
-    const s = samples.get(p.path)!;
-    const values: Record<string, number> = { p50Ms: percentile(s, 50), p99Ms: percentile(s, 99), samples: s.length };
-    if (p.baseline) {
-      const b = samples.get(p.baseline)!;
-      values.ratioP50 = values.p50Ms! / percentile(b, 50);
-      values.ratioP99 = values.p99Ms! / percentile(b, 99);
-    }
+    const values = latencyValues(samples.get(p.path)!, p.baseline && samples.get(p.baseline));
     return { id: `latency.${p.key}`, section: 'latency' as const, label: p.label, values, baseline: p.baseline && labelOf(p.baseline) };
   });
 }
@@ -89,12 +93,7 @@ export async function runLoadedLatency(env: Env): Promise<Row[]> {
   }
   const direct = samples.get('direct-tcp')!;
   return LOADED.map((c) => {
-    const s = samples.get(c.key)!;
-    const values: Record<string, number> = { p50Ms: percentile(s, 50), p99Ms: percentile(s, 99), samples: s.length, bulkMbps: median(bulk.get(c.key)!) / 1e6 };
-    if (c.baseline) {
-      values.ratioP50 = values.p50Ms! / percentile(direct, 50);
-      values.ratioP99 = values.p99Ms! / percentile(direct, 99);
-    }
+    const values = { ...latencyValues(samples.get(c.key)!, c.baseline ? direct : undefined), bulkMbps: median(bulk.get(c.key)!) / 1e6 };
     return { id: `loaded.${c.key}`, section: 'loaded' as const, label: c.label, values, baseline: c.baseline };
   });
 }
