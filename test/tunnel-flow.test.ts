@@ -86,6 +86,25 @@ function sinks(out: Map<string, Sink>) {
   };
 }
 
+/**
+ * Dials `addresses` from `from` (the peer's handler is sinks(endpoints)):
+ * each connection flowing, its errors logged; returns it with its sink.
+ */
+async function dialSinks(
+  t: { log(...values: unknown[]): void },
+  from: Tunnel,
+  endpoints: Map<string, Sink>,
+  addresses: string[],
+): Promise<{ conn: TunnelConnection; sink: Sink }[]> {
+  const out: { conn: TunnelConnection; sink: Sink }[] = [];
+  for (const address of addresses) {
+    const conn = await from.dial(address, { timeoutMs: 5000 });
+    conn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
+    out.push({ conn, sink: endpoints.get(address)! });
+  }
+  return out;
+}
+
 /** Tracks, on the sender's stream, DATA bytes sent minus window granted, per connection; records the maximum. */
 function windowAccounting(sender: ReturnType<typeof createMemoryLink>['a']) {
   const sent = new Map<number, number>();
@@ -112,11 +131,9 @@ test('window: a stalled reader stops its sender after one window; a neighbour mo
   t.teardown(() => pair.close());
   const accounting = windowAccounting(pair.link.a);
 
-  const stalledConn = await pair.agent.dial('stalled:1', { timeoutMs: 5000 });
-  const fastConn = await pair.agent.dial('fast:2', { timeoutMs: 5000 });
-  for (const c of [stalledConn, fastConn]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
-  const stalledSink = endpoints.get('stalled:1')!;
-  const fastSink = endpoints.get('fast:2')!;
+  const [stalled, fast] = await dialSinks(t, pair.agent, endpoints, ['stalled:1', 'fast:2']);
+  const { conn: stalledConn, sink: stalledSink } = stalled!;
+  const { conn: fastConn, sink: fastSink } = fast!;
 
   const stalledWrite = writeStream(stalledConn, 1, 8 * MiB, 64 * KiB, true);
   const fastWrite = writeStream(fastConn, 2, 32 * MiB, 64 * KiB, true);
@@ -183,11 +200,9 @@ test('window growth: a connection whose reader keeps up grows its window to maxW
   const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxWindowBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
   t.teardown(() => pair.close());
   const accounting = windowAccounting(pair.link.b);
-  const bulk = await pair.server.dial('bulk:1', { timeoutMs: 5000 });
-  const stalled = await pair.server.dial('stalled:2', { timeoutMs: 5000 });
-  for (const c of [bulk, stalled]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
-  const bulkSink = endpoints.get('bulk:1')!;
-  const stalledSink = endpoints.get('stalled:2')!;
+  const [b, st] = await dialSinks(t, pair.server, endpoints, ['bulk:1', 'stalled:2']);
+  const { conn: bulk, sink: bulkSink } = b!;
+  const { conn: stalled, sink: stalledSink } = st!;
 
   const stalledWrite = writeStream(stalled, 4, 2 * MiB, 64 * KiB, false);
   const first = writeStream(bulk, 5, 16 * MiB, 64 * KiB, false);
@@ -238,11 +253,9 @@ test('window growth budget: once a tunnel spent it, other connections keep the f
     return { inFlight: w.completed, w };
   }
 
-  const first = await pair.server.dial('first:1', { timeoutMs: 5000 });
-  const second = await pair.server.dial('second:2', { timeoutMs: 5000 });
-  for (const c of [first, second]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
-  const firstSink = endpoints.get('first:1')!;
-  const secondSink = endpoints.get('second:2')!;
+  const [f, sc] = await dialSinks(t, pair.server, endpoints, ['first:1', 'second:2']);
+  const { conn: first, sink: firstSink } = f!;
+  const { conn: second, sink: secondSink } = sc!;
 
   const a = await inFlightAfterStall(first, firstSink, 10, 0);
   t.true(a.inFlight > 2 * windowBytes, `the first connection grew its window (${a.inFlight} B in flight)`);
