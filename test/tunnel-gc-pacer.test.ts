@@ -5,9 +5,35 @@
  * must not gain `gc`.
  */
 import test from 'ava';
+import { execFile } from 'node:child_process';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { GC_PACE_BYTES, noteBytesMoved } from '../src/tunnel/gc-pacer.js';
+import { GC_PACE_BYTES, HEAP_GROWING_PERCENT, noteBytesMoved } from '../src/tunnel/gc-pacer.js';
+
+const PACER_URL = new URL('../src/tunnel/gc-pacer.js', import.meta.url).href;
+
+/**
+ * Runs a fresh node that moves GC_PACE_BYTES through the pacer, then forces
+ * a mark-compact, and returns the growing factor V8's own trace reports for
+ * the old-generation limit it computed last.
+ */
+function factorAfterMovingData(env: NodeJS.ProcessEnv): Promise<string> {
+  const script = [
+    `import { GC_PACE_BYTES, noteBytesMoved } from ${JSON.stringify(PACER_URL)};`,
+    'noteBytesMoved(GC_PACE_BYTES);',
+    'const garbage = []; for (let i = 0; i < 100000; i++) garbage.push({ i });',
+    'globalThis.gc();',
+  ].join('\n');
+  const args = ['--expose-gc', '--trace-gc-verbose', '--input-type=module', '-e', script];
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, args, { env, timeout: 20_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout) => {
+      if (err) return reject(err);
+      const factors = [...stdout.matchAll(/\[HeapController\] Limit: .*\((\d+\.\d)\)/g)].map((m) => m[1]!);
+      if (factors.length === 0) return reject(new Error(`no old-generation limit in V8's trace:\n${stdout.slice(-2000)}`));
+      resolve(factors[factors.length - 1]!);
+    });
+  });
+}
 
 test('a minor GC follows every GC_PACE_BYTES moved, without exposing gc globally', async (t) => {
   let minor = 0;
@@ -31,4 +57,11 @@ test('a minor GC follows every GC_PACE_BYTES moved, without exposing gc globally
   } finally {
     obs.disconnect();
   }
+});
+
+test('once data moves, the old generation grows by the pinned factor, not the one V8 picks (KANAL_GC_PACING=0 keeps V8\'s)', async (t) => {
+  const pinned = (1 + HEAP_GROWING_PERCENT / 100).toFixed(1);
+  t.is(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '' }), pinned);
+  // A fresh V8 with no GC history picks its maximum (4.0, or at most 2.0 on small machines).
+  t.not(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '0' }), pinned);
 });
