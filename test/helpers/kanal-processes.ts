@@ -290,7 +290,8 @@ export interface KanalAgentProcess extends KanalProcess {
   readyzUrl(): string;
 }
 
-export async function startAgent(scope: Scope, ws: Workspace, server: KanalServerProcess, spec: AgentSpec = {}): Promise<KanalAgentProcess> {
+/** `server` is any server with an agent port on 127.0.0.1 (a Kanal server, or another gRPC peer). */
+export async function startAgent(scope: Scope, ws: Workspace, server: Pick<KanalServerProcess, 'agentPort'>, spec: AgentSpec = {}): Promise<KanalAgentProcess> {
   const agentID = spec.agentID ?? 'agent-1';
   const { pki } = ws;
   return withPortRetry(async () => {
