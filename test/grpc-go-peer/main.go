@@ -396,19 +396,32 @@ func percentile(d []time.Duration, q float64) float64 {
 
 // ---------- client ----------
 
-// runClient opens one Proxy stream per dial, as the KAS does.
-func runClient(uds, target string, size, dials int) {
-	conn, err := grpc.Dial("passthrough:///kanal", grpc.WithInsecure(),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", uds)
-		}),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-	if err != nil {
-		fail("dial %s: %v", uds, err)
+// runClient opens one Proxy stream per dial. With singleUse it does what the
+// KAS's konnectivity-client does (CreateSingleUseGrpcTunnel): a new gRPC
+// connection per dial, closed after CLOSE_RSP, which cancels the stream.
+// Otherwise the dials share one connection and each stream ends cleanly:
+// CloseSend, and the server must answer with status OK, as upstream's does.
+func runClient(uds, target string, size, dials int, singleUse bool) {
+	connect := func() *grpc.ClientConn {
+		conn, err := grpc.Dial("passthrough:///kanal", grpc.WithInsecure(),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", uds)
+			}),
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		if err != nil {
+			fail("dial %s: %v", uds, err)
+		}
+		return conn
 	}
-	defer conn.Close()
+	shared := connect()
+	defer shared.Close()
 	var lat []time.Duration
 	for i := 0; i < dials; i++ {
+		start := time.Now()
+		conn := shared
+		if singleUse {
+			conn = connect()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		cs, err := conn.NewStream(ctx, bidi, "/ProxyService/Proxy")
 		if err != nil {
@@ -418,27 +431,34 @@ func runClient(uds, target string, size, dials int) {
 		if i == 0 {
 			n = size
 		}
+		setup := time.Since(start)
 		dial, transfer, err := exchange(&stream{s: cs}, target, int64(1000+i), n)
 		if err != nil {
 			emit(map[string]interface{}{"event": "dial failed", "target": target, "error": err.Error()})
 			cancel()
 			return
 		}
-		// Like upstream's server, Kanal's ends the stream once the client ends its side.
-		if err := cs.CloseSend(); err != nil {
-			fail("CloseSend: %v", err)
-		}
-		var b []byte
-		if err := cs.RecvMsg(&b); err != io.EOF {
-			fail("after CLOSE_RSP and CloseSend: expected the stream to end with OK, got %v", err)
-		}
-		cancel()
-		lat = append(lat, dial)
 		if i == 0 && n > 0 {
 			emit(map[string]interface{}{"event": "echoed", "bytes": n, "mbPerSec": float64(n) / transfer.Seconds() / 1e6})
+		} else {
+			lat = append(lat, setup+dial) // connection (single-use) + stream + DIAL_REQ -> DIAL_RSP
 		}
+		if singleUse {
+			conn.Close()
+		} else {
+			if err := cs.CloseSend(); err != nil {
+				fail("CloseSend: %v", err)
+			}
+			var b []byte
+			if err := cs.RecvMsg(&b); err != io.EOF {
+				fail("after CLOSE_RSP and CloseSend: expected the stream to end with OK, got %v", err)
+			}
+		}
+		cancel()
 	}
-	emit(map[string]interface{}{"event": "dials", "count": len(lat), "p50ms": percentile(lat, 0.5), "p99ms": percentile(lat, 0.99)})
+	if len(lat) > 0 {
+		emit(map[string]interface{}{"event": "dials", "count": len(lat), "p50ms": percentile(lat, 0.5), "p99ms": percentile(lat, 0.99)})
+	}
 }
 
 // ---------- server ----------
@@ -499,12 +519,13 @@ func main() {
 	key := flag.String("key", "", "key")
 	size := flag.Int("bytes", 1<<20, "bytes to echo through the first connection")
 	dials := flag.Int("dials", 1, "client: connections to open one after another")
+	singleUse := flag.Bool("single-use", false, "client: a new gRPC connection per dial, closed after CLOSE_RSP (the KAS's way)")
 	flag.Parse()
 	switch *mode {
 	case "agent":
 		runAgent(*addr, *id, tlsConfig(*ca, *cert, *key, false))
 	case "client":
-		runClient(*uds, *target, *size, *dials)
+		runClient(*uds, *target, *size, *dials, *singleUse)
 	case "server":
 		runServer(tlsConfig(*ca, *cert, *key, true), *target, *size)
 	default:
