@@ -13,12 +13,12 @@
  *
  * The scavenges promote what is still in flight, so the old generation grows
  * by a little garbage each time. V8 sizes the old generation's limit by a
- * factor it picks between 1.1 and 4; after an idle spell its memory reducer
- * picks the low end, leaving less headroom than the young generation's size,
- * and V8 then starts a mark-compact again as soon as one finishes: 10-30 per
- * transfer, measured at 25-60% more CPU per byte for every transfer that
- * follows an idle period. Once this process moves data, the factor is pinned
- * at HEAP_GROWING_PERCENT (inside V8's own range), which removed them.
+ * factor it picks between 1.1 and 4; after an idle spell it picks the low
+ * end, and the headroom left is so small that V8 starts the next
+ * mark-compact as soon as one finishes: 4-22 per transfer in both processes,
+ * and about 60% more CPU per byte, for every transfer that follows a pause
+ * of 15 s or more. Once this process moves data, the factor is pinned at
+ * HEAP_GROWING_PERCENT (inside V8's own range), which removed them.
  *
  * V8 only exposes `gc` with --expose-gc; the flag is turned on just long
  * enough to fetch the function from a fresh context, so the process's own
