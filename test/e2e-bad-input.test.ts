@@ -91,10 +91,17 @@ async function unharmed(t: ExecutionContext<Ctx>): Promise<void> {
   }
 }
 
-/** Random bytes that cannot be mistaken for the start of an HTTP/2 preface or TLS record. */
+/**
+ * Random bytes that cannot be mistaken for the start of an HTTP/2 preface or
+ * TLS record. The version byte matters too: OpenSSL reads a whole first record
+ * before it checks the record type, so with 0x03 there and a random length
+ * above what was sent (about 1 run in 900) the server would wait for the rest
+ * until its handshake timeout.
+ */
 function garbage(n: number): Buffer {
   const b = randomBytes(n);
   b[0] = 0x00;
+  b[1] = 0x00;
   return b;
 }
 
