@@ -61,6 +61,21 @@ function sendBufferSizer(size: (s: net.Socket) => SendBufferResult, log: Logger,
   };
 }
 
+/**
+ * Logs, counts and closes connections whose TLS handshake failed. Node
+ * destroys the socket itself after a protocol error, but after
+ * `handshakeTimeout` it only emits the error: a client that sent half a
+ * record, or nothing, kept its connection (and a file descriptor) for as long
+ * as it liked.
+ */
+function closeFailedHandshakes(server: tls.Server, log: Logger, what: string, refused: () => void): void {
+  server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
+    log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, `refused ${what} connection: TLS handshake failed`);
+    refused();
+    socket.destroy();
+  });
+}
+
 function listen(server: net.Server, opts: net.ListenOptions): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -79,6 +94,8 @@ export interface AgentListenerOptions {
   grpc: GrpcServerTransport;
   log: Logger;
   refused?: (reason: string) => void;
+  /** Default HANDSHAKE_TIMEOUT_MS. */
+  handshakeTimeoutMs?: number;
 }
 
 export async function listenForAgents(opts: AgentListenerOptions): Promise<Listener> {
@@ -91,7 +108,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     // Verified below so the refusal can be logged with its reason.
     rejectUnauthorized: false,
     ALPNProtocols: ['h2'],
-    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    handshakeTimeout: opts.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
     allowHalfOpen: false,
   });
   track(server, sockets);
@@ -110,10 +127,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'));
     opts.grpc.injectConnection(socket);
   });
-  server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
-    opts.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, 'refused agent connection: TLS handshake failed');
-    opts.refused?.('agent_tls_handshake');
-  });
+  closeFailedHandshakes(server, opts.log, 'agent', () => opts.refused?.('agent_tls_handshake'));
   await listen(server, { host: opts.host, port: opts.port });
   const port = (server.address() as net.AddressInfo).port;
   opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
@@ -125,7 +139,7 @@ export type FrontendMode = 'both' | 'grpc' | 'http-connect';
 export interface FrontendListenerOptions {
   mode: FrontendMode;
   uds?: { path: string; deleteExisting: boolean };
-  tcp?: { host: string; port: number; tls: TlsFiles };
+  tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number };
   grpc: GrpcServerTransport;
   httpConnect: http.Server;
   log: Logger;
@@ -182,7 +196,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     requestCert: !!tcp.tls.ca,
     rejectUnauthorized: false,
     ALPNProtocols: ['h2', 'http/1.1'],
-    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    handshakeTimeout: tcp.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
     allowHalfOpen: true,
   });
   server = tlsServer;
@@ -200,10 +214,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     }
     dispatch(socket, opts, peer);
   });
-  tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
-    opts.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, 'refused frontend connection: TLS handshake failed');
-    opts.refused?.('frontend_tls_handshake');
-  });
+  closeFailedHandshakes(tlsServer, opts.log, 'frontend', () => opts.refused?.('frontend_tls_handshake'));
   await listen(server, { host: tcp.host, port: tcp.port });
   const port = (server.address() as net.AddressInfo).port;
   opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
