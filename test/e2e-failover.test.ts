@@ -4,7 +4,7 @@
  * tables empty; a server killed mid-transfer has the agent release what it
  * carried; a restarted server gets its agent back and traffic resumes.
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PacketType } from '../src/wire/packet.js';
@@ -24,8 +24,30 @@ import {
   waitClosed,
   waitMetrics,
   waitStatus,
+  type Backend,
+  type KanalAgentProcess,
+  type KanalServerProcess,
 } from './helpers/kanal-processes.js';
 import { ProxyStream } from './helpers/e2e-grpc-client.js';
+
+/** A server and agent, a backend, and one CONNECT through them to it. */
+async function pairWithConnection(t: ExecutionContext, startBackend: (t: ExecutionContext) => Promise<Backend>) {
+  const ws = await makeWorkspace(t);
+  const { server, agent } = await startPair(t, ws);
+  const backend = await startBackend(t);
+  const socket = await connectThrough(server, backend.address);
+  t.teardown(() => void socket.destroy());
+  return { server, agent, backend, socket };
+}
+
+/** Starts the stopped `server` again and waits until the agent's tunnel to it is up. */
+async function restartAndReconnect(t: ExecutionContext, server: KanalServerProcess, agent: KanalAgentProcess): Promise<KanalServerProcess> {
+  const restarted = await restartServer(t, server);
+  // Reconnect back-off is 200 ms doubling to a 1 s cap: well within this bound.
+  await waitStatus(agent.readyzUrl(), 200, 15_000);
+  await waitStatus(restarted.readyzUrl(), 200, 10_000);
+  return restarted;
+}
 
 test('agent SIGKILLed mid-transfer: client connections close promptly and the server tables empty', async (t) => {
   const ws = await makeWorkspace(t);
@@ -78,11 +100,7 @@ test('agent SIGKILLed mid-transfer: client connections close promptly and the se
 });
 
 test('server SIGKILLed mid-transfer: the agent closes what it carried at once and reconnects to the restarted server', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws);
-  const firehose = await startFirehoseBackend(t);
-  const s = await connectThrough(server, firehose.address);
-  t.teardown(() => void s.destroy());
+  const { server, agent, backend: firehose, socket: s } = await pairWithConnection(t, startFirehoseBackend);
   // The agent is mid-send (firehose -> agent -> server) when the server dies.
   await receiveAtLeast(s, 2 * 1024 * 1024, 15_000);
   t.is(firehose.open(), 1);
@@ -96,9 +114,7 @@ test('server SIGKILLed mid-transfer: the agent closes what it carried at once an
   await agent.waitForLog((l) => l.msg === 'tunnel down', 10_000, 'tunnel down');
   await waitStatus(agent.readyzUrl(), 503, 10_000);
 
-  const restarted = await restartServer(t, server);
-  await waitStatus(agent.readyzUrl(), 200, 15_000);
-  await waitStatus(restarted.readyzUrl(), 200, 10_000);
+  const restarted = await restartAndReconnect(t, server, agent);
   const echo = await startEchoBackend(t);
   const e = await connectThrough(restarted, echo.address);
   t.teardown(() => void e.destroy());
@@ -106,11 +122,7 @@ test('server SIGKILLed mid-transfer: the agent closes what it carried at once an
 });
 
 test('server restarted on the same ports: the agent reconnects and traffic resumes', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws);
-  const echo = await startEchoBackend(t);
-  const before = await connectThrough(server, echo.address);
-  t.teardown(() => void before.destroy());
+  const { server, agent, backend: echo, socket: before } = await pairWithConnection(t, startEchoBackend);
   t.true(await echoRoundTrip(before, Buffer.from('before the restart')));
 
   t.is(await server.stop('SIGTERM'), 0, 'graceful exit');
@@ -120,10 +132,7 @@ test('server restarted on the same ports: the agent reconnects and traffic resum
   await waitStatus(agent.readyzUrl(), 503, 10_000);
   await agent.waitForLog((l) => l.msg === 'tunnel down', 10_000, 'tunnel down');
 
-  const restarted = await restartServer(t, server);
-  // Reconnect back-off is 200 ms doubling to a 1 s cap: well within this bound.
-  await waitStatus(agent.readyzUrl(), 200, 15_000);
-  await waitStatus(restarted.readyzUrl(), 200, 10_000);
+  const restarted = await restartAndReconnect(t, server, agent);
   const ups = agent.logLines().filter((l) => l.msg === 'tunnel up');
   t.is(ups.length, 2, 'one tunnel before, one after the restart');
 

@@ -42,9 +42,7 @@ function fetchGc(): GcFunction | null {
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc') as unknown;
     v8.setFlagsFromString('--no-expose-gc');
-    if (typeof gc !== 'function') return null;
-    v8.setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
-    return gc as GcFunction;
+    return typeof gc === 'function' ? (gc as GcFunction) : null;
   } catch {
     return null;
   }
@@ -64,7 +62,11 @@ function collect(): void {
 export function noteBytesMoved(bytes: number): void {
   moved += bytes;
   if (moved < GC_PACE_BYTES || scheduled) return;
-  if (gc === undefined) gc = fetchGc();
+  if (gc === undefined) {
+    gc = fetchGc();
+    // V8 reads the flag whenever it sets a new limit, so it applies from the next collection on.
+    if (gc) v8.setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
+  }
   if (gc === null) {
     moved = 0;
     return;
