@@ -7,24 +7,19 @@
  * behind them is a stub, since no connection here gets that far.
  */
 import test, { type ExecutionContext } from 'ava';
-import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { listenForAgents, listenForFrontends, type Listener, type TlsFiles } from '../src/server/listeners.js';
-import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
 import type { GrpcServerTransport } from '../src/transport/transport.js';
+import { throwawayTls } from './helpers/grpc-js-peer.js';
 import { captureLogger, type CapturedLogger } from './helpers/in-process.js';
 
 const HANDSHAKE_TIMEOUT_MS = 300;
 
-async function serverTls(t: ExecutionContext): Promise<TlsFiles> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-handshake-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const pki = await writeThrowawayPki(dir);
-  return { cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey), ca: fs.readFileSync(pki.caCert) };
+async function serverTls(): Promise<TlsFiles> {
+  const { serverCert, serverKey, ca } = await throwawayTls();
+  return { cert: serverCert, key: serverKey, ca };
 }
 
 const unusedGrpc: GrpcServerTransport = {
@@ -76,7 +71,7 @@ test('agent port: a connection whose TLS handshake stalls is closed at the hands
   const listener = await listenForAgents({
     host: '127.0.0.1',
     port: 0,
-    tls: await serverTls(t),
+    tls: await serverTls(),
     allowUnauthenticated: false,
     grpc: unusedGrpc,
     log: logs.log,
@@ -92,7 +87,7 @@ test('frontend TCP port: a connection whose TLS handshake stalls is closed at th
   const httpConnect = http.createServer();
   const listener = await listenForFrontends({
     mode: 'both',
-    tcp: { host: '127.0.0.1', port: 0, tls: await serverTls(t), handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS },
+    tcp: { host: '127.0.0.1', port: 0, tls: await serverTls(), handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS },
     grpc: unusedGrpc,
     httpConnect,
     log: logs.log,
