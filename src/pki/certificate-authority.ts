@@ -86,8 +86,19 @@ export async function createCertificateAuthority(
     },
     x509Crypto,
   );
+  return authority(caCert, keys, await exportPrivateKeyPem(keys.privateKey));
+}
+
+/** A CA written earlier by {@link createCertificateAuthority} (its certificate and PKCS#8 key, PEM). */
+export async function loadCertificateAuthority(certPem: string, keyPem: string): Promise<CertificateAuthority> {
+  const caCert = new x509.X509Certificate(certPem);
+  const privateKey = await crypto.subtle.importKey('pkcs8', x509.PemConverter.decodeFirst(keyPem), KEY_ALGORITHM, true, ['sign']);
+  const publicKey = (await caCert.publicKey.export(KEY_ALGORITHM, ['verify'], x509Crypto)) as unknown as CryptoKey;
+  return authority(caCert, { privateKey, publicKey }, keyPem);
+}
+
+function authority(caCert: x509.X509Certificate, keys: CryptoKeyPair, keyPem: string): CertificateAuthority {
   const certPem = caCert.toString('pem');
-  const keyPem = await exportPrivateKeyPem(keys.privateKey);
 
   async function issue(opts: IssueOptions): Promise<IssuedCertificate> {
     const leafKeys = await generateKeyPair();

@@ -8,12 +8,14 @@
  *   agent.crt / agent.key           agent client certificate (CN kanal-agent)
  *   rogue-ca.crt                    an unrelated CA ...
  *   rogue-agent.crt / .key          ... and an agent certificate it issued (must be refused)
+ *   agents/NAME.crt / .key          one agent's own certificate (CN NAME), on demand
+ *                                   ({@link issueAgentCertificate})
  *
  * Keys are written with mode 0600, certificates with 0644.
  */
-import { mkdir, writeFile, chmod } from 'node:fs/promises';
+import { mkdir, writeFile, chmod, readFile, access, rename } from 'node:fs/promises';
 import path from 'node:path';
-import { createCertificateAuthority } from './certificate-authority.js';
+import { createCertificateAuthority, loadCertificateAuthority } from './certificate-authority.js';
 
 export interface ThrowawayPkiOptions {
   /** Extra IP SANs for server.crt and frontend.crt (127.0.0.1 and ::1 are always present). */
@@ -93,6 +95,53 @@ export async function writeThrowawayPki(dir: string, opts: ThrowawayPkiOptions =
     writeSecret(pki.rogueAgentKey, rogueAgent.keyPem),
   ]);
   return pki;
+}
+
+/** Paths of one agent's own client certificate. */
+export interface AgentCredential {
+  cert: string;
+  key: string;
+}
+
+/** Issues in flight or done, per file: concurrent callers in one process share one issue. */
+const issued = new Map<string, Promise<AgentCredential>>();
+
+/**
+ * Issues (once; later calls return the same files) a client certificate with
+ * CN `name` from the throwaway CA, so each agent of a test holds a credential
+ * of its own, as each node does in a real cluster.
+ */
+export function issueAgentCertificate(pki: ThrowawayPki, name: string): Promise<AgentCredential> {
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name)) return Promise.reject(new Error(`agent certificate name ${JSON.stringify(name)}: 1-64 letters, digits, '.', '_' or '-'`));
+  const dir = path.join(pki.dir, 'agents');
+  const files = { cert: path.join(dir, `${name}.crt`), key: path.join(dir, `${name}.key`) };
+  let pending = issued.get(files.cert);
+  if (!pending) {
+    pending = issueInto(pki, name, dir, files);
+    issued.set(files.cert, pending);
+  }
+  return pending;
+}
+
+async function issueInto(pki: ThrowawayPki, name: string, dir: string, files: AgentCredential): Promise<AgentCredential> {
+  // Another process (a test's child) may have issued it already: the cert is renamed into place last.
+  if (await exists(files.cert)) return files;
+  const ca = await loadCertificateAuthority(await readFile(pki.caCert, 'utf8'), await readFile(pki.caKey, 'utf8'));
+  const cert = await ca.issue({ commonName: name, usage: 'client' });
+  await mkdir(dir, { recursive: true });
+  const tmp = `.${process.pid}.${Date.now()}`;
+  await writeSecret(files.key + tmp, cert.keyPem);
+  await writePublic(files.cert + tmp, cert.certPem);
+  await rename(files.key + tmp, files.key);
+  await rename(files.cert + tmp, files.cert);
+  return files;
+}
+
+async function exists(file: string): Promise<boolean> {
+  return access(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 async function writePublic(file: string, pem: string): Promise<void> {

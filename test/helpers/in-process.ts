@@ -11,7 +11,7 @@ import path from 'node:path';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ExecutionContext } from 'ava';
-import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
 import { KanalAgent, type AgentOptions } from '../../src/agent/agent.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
@@ -101,16 +101,19 @@ export async function startAgent(
   const logs = captureLogger('debug');
   const read = (f: string): Buffer => fs.readFileSync(f);
   const cert = opts.clientCert ?? 'valid';
+  const agentID = opts.agentID ?? 'node-1';
+  // Each agent holds a credential of its own, as each node does.
+  const own = await issueAgentCertificate(env.pki, agentID);
   const options: AgentOptions = {
-    agentID: opts.agentID ?? 'node-1',
+    agentID,
     agentIdentifiers: opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
     server: {
       host: '127.0.0.1',
       port,
       tls: {
         ca: read(env.pki.caCert),
-        cert: cert === 'valid' ? read(env.pki.agentCert) : cert === 'rogue' ? read(env.pki.rogueAgentCert) : undefined,
-        key: cert === 'valid' ? read(env.pki.agentKey) : cert === 'rogue' ? read(env.pki.rogueAgentKey) : undefined,
+        cert: cert === 'valid' ? read(own.cert) : cert === 'rogue' ? read(env.pki.rogueAgentCert) : undefined,
+        key: cert === 'valid' ? read(own.key) : cert === 'rogue' ? read(env.pki.rogueAgentKey) : undefined,
       },
     },
     dialTimeoutMs: 5000,

@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
 import { CLI, freePort, startKanal, waitReady, type Child } from '../../src/demo/processes.js';
 import { killOnExit, removeOnExit } from './exit-cleanup.js';
 import { connectUnix, httpConnect } from '../../src/demo/proxy-client.js';
@@ -277,8 +277,12 @@ export async function restartServer(scope: Scope, old: KanalServerProcess): Prom
 
 export interface AgentSpec {
   agentID?: string;
-  /** Client certificate: ours (default), one from another CA, or none at all. */
-  cert?: 'good' | 'rogue' | 'none';
+  /**
+   * Client certificate: the agent's own (default: CN = its agentID, as each
+   * node holds its own), the workspace's one shared agent.crt, one from
+   * another CA, or none at all.
+   */
+  cert?: 'good' | 'shared' | 'rogue' | 'none';
   extraArgs?: string[];
   /** Wait for the agent's /readyz (a tunnel is up). Default true. */
   waitReady?: boolean;
@@ -307,7 +311,11 @@ export async function startAgent(scope: Scope, ws: Workspace, server: Pick<Kanal
       '--log-level', 'debug',
     ];
     const cert = spec.cert ?? 'good';
-    if (cert === 'good') args.push('--agent-cert', pki.agentCert, '--agent-key', pki.agentKey);
+    if (cert === 'good') {
+      const own = await issueAgentCertificate(pki, agentID);
+      args.push('--agent-cert', own.cert, '--agent-key', own.key);
+    }
+    if (cert === 'shared') args.push('--agent-cert', pki.agentCert, '--agent-key', pki.agentKey);
     if (cert === 'rogue') args.push('--agent-cert', pki.rogueAgentCert, '--agent-key', pki.rogueAgentKey);
     args.push(...(spec.extraArgs ?? []));
     const proc = spawnKanal(scope, agentID, args, path.join(ws.dir, `${agentID}.log`));

@@ -1,0 +1,275 @@
+/**
+ * Upstream Konnectivity's own binaries (`../shared/upstream/`, see its README:
+ * proxy-server, proxy-agent, proxy-test-client of v0.36.0) as real peers:
+ * unpacked once per test process into a temp dir, run as child processes with
+ * their klog output in the workspace, stopped by pid through the Scope.
+ *
+ * Tests that use them skip with {@link upstreamUnavailableReason} when the
+ * archive is absent (a user's fresh clone has no `../shared`).
+ * KANAL_UPSTREAM_DIR names a directory that already holds the binaries.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { issueAgentCertificate } from '../../src/pki/throwaway-pki.js';
+import { killOnExit, removeOnExit } from './exit-cleanup.js';
+import { freePort, httpGet, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
+
+const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+const SHARED_UPSTREAM = path.resolve(REPO_ROOT, '..', 'shared', 'upstream');
+const ARCHIVE = 'upstream-v0.36.0.tar.xz';
+const BINARIES = ['proxy-server', 'proxy-agent', 'proxy-test-client'] as const;
+
+export const UPSTREAM_VERSION = 'v0.36.0';
+
+export interface UpstreamBinaries {
+  dir: string;
+  proxyServer: string;
+  proxyAgent: string;
+  testClient: string;
+}
+
+function presetDir(): string | undefined {
+  const dir = process.env.KANAL_UPSTREAM_DIR;
+  return dir && BINARIES.every((b) => fs.existsSync(path.join(dir, b))) ? dir : undefined;
+}
+
+/** Why upstream's binaries cannot be used here, or undefined when they can. */
+export function upstreamUnavailableReason(): string | undefined {
+  if (presetDir()) return undefined;
+  if (!fs.existsSync(path.join(SHARED_UPSTREAM, ARCHIVE))) {
+    return `upstream Konnectivity binaries not found (${path.join(SHARED_UPSTREAM, ARCHIVE)} is absent; set KANAL_UPSTREAM_DIR to a directory holding proxy-server, proxy-agent and proxy-test-client)`;
+  }
+  if (process.platform !== 'linux' || process.arch !== 'x64') return `upstream binaries are linux/amd64; this is ${process.platform}/${process.arch}`;
+  return undefined;
+}
+
+let unpacked: UpstreamBinaries | undefined;
+
+/** Unpacks the binaries once per process (synchronously: ~1 s) and returns their paths. */
+export function upstreamBinaries(): UpstreamBinaries {
+  if (unpacked) return unpacked;
+  const reason = upstreamUnavailableReason();
+  if (reason) throw new Error(reason);
+  let dir = presetDir();
+  if (!dir) {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-upstream-'));
+    removeOnExit.add(dir);
+    execFileSync('bash', [path.join(SHARED_UPSTREAM, 'unpack.sh'), dir], { stdio: 'ignore', timeout: 60_000 });
+  }
+  unpacked = {
+    dir,
+    proxyServer: path.join(dir, 'proxy-server'),
+    proxyAgent: path.join(dir, 'proxy-agent'),
+    testClient: path.join(dir, 'proxy-test-client'),
+  };
+  return unpacked;
+}
+
+// ---------- processes ----------
+
+export interface UpstreamProcess {
+  readonly name: string;
+  readonly logFile: string;
+  readonly pid: number;
+  readonly child: ChildProcess;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  running(): boolean;
+  /** The klog text written so far. */
+  log(): string;
+  /** Polls the log until `pattern` matches; throws with the log's tail after timeoutMs. */
+  waitForLog(pattern: RegExp, timeoutMs: number, what: string): Promise<string>;
+  /** Sends `signal` (SIGCONT first); SIGKILL if the process has not exited within 10 s. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+  /** Sends a signal without waiting (upstream's agent drains on its first SIGTERM and exits on the second). */
+  signal(signal: NodeJS.Signals): void;
+  kill(): Promise<void>;
+}
+
+function tail(file: string, lines = 20): string {
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n') : '(no log file)';
+}
+
+/** Runs `file args` with stdout and stderr appended to logFile; stopped by pid when the scope ends. */
+export function spawnUpstream(scope: Scope, name: string, file: string, args: string[], logFile: string): UpstreamProcess {
+  const out = fs.openSync(logFile, 'a');
+  const child = spawn(file, args, { stdio: ['ignore', out, out] });
+  fs.closeSync(out);
+  const pid = child.pid;
+  if (pid === undefined) throw new Error(`could not start ${name} (${file})`);
+  killOnExit.add(pid);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => {
+      killOnExit.delete(pid);
+      resolve({ code, signal });
+    }),
+  );
+  const running = (): boolean => child.exitCode === null && child.signalCode === null;
+  const signal = (s: NodeJS.Signals): void => {
+    if (!running()) return;
+    try {
+      process.kill(pid, s);
+    } catch {
+      // exited meanwhile
+    }
+  };
+  const proc: UpstreamProcess = {
+    name,
+    logFile,
+    pid,
+    child,
+    exited,
+    running,
+    log: () => (fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : ''),
+    async waitForLog(pattern, timeoutMs, what) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const m = pattern.exec(proc.log());
+        if (m) return m[0];
+        if (Date.now() >= deadline) throw new Error(`${name}: no log line "${what}" after ${timeoutMs} ms; tail:\n${tail(logFile)}`);
+        await sleep(50);
+      }
+    },
+    async stop(s: NodeJS.Signals = 'SIGTERM') {
+      if (!running()) return;
+      signal('SIGCONT');
+      signal(s);
+      const timer = setTimeout(() => signal('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+    signal,
+    async kill() {
+      signal('SIGKILL');
+      await exited;
+    },
+  };
+  scope.teardown(async () => {
+    // Upstream's agent only drains on its first SIGTERM; end it for good.
+    if (running()) {
+      signal('SIGKILL');
+      await exited;
+    }
+  });
+  return proc;
+}
+
+async function waitHttp(proc: UpstreamProcess, url: string, status: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (!proc.running()) throw new Error(`${proc.name} exited (${proc.child.exitCode ?? proc.child.signalCode}); tail:\n${tail(proc.logFile)}`);
+    if ((await httpGet(url, 1000)).status === status) return;
+    if (Date.now() >= deadline) throw new Error(`${proc.name}: ${url} did not answer ${status} within ${timeoutMs} ms; tail:\n${tail(proc.logFile)}`);
+    await sleep(100);
+  }
+}
+
+export interface UpstreamServerSpec {
+  /** Upstream's --mode (default grpc, upstream's own default). */
+  mode?: 'grpc' | 'http-connect';
+  /** Frontend on a Unix socket in the workspace (default) or mTLS TCP on 127.0.0.1. */
+  frontend?: 'uds' | 'tcp';
+  serverCount?: number;
+  /** klog verbosity (default 1: -v 4, upstream's default, logs every packet). */
+  verbosity?: number;
+  extraArgs?: string[];
+  name?: string;
+}
+
+export interface UpstreamServerProcess extends UpstreamProcess {
+  readonly agentPort: number;
+  readonly healthPort: number;
+  readonly adminPort: number;
+  /** Frontend Unix socket ('' with a TCP frontend). */
+  readonly uds: string;
+  /** Frontend TCP port (0 with a Unix socket). */
+  readonly frontendPort: number;
+  readonly serverID: string;
+}
+
+/** Upstream's proxy-server with the workspace's PKI: mTLS agent port, frontend on a Unix socket or mTLS TCP. */
+export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: UpstreamServerSpec = {}): Promise<UpstreamServerProcess> {
+  const bin = upstreamBinaries();
+  const name = spec.name ?? 'upstream-server';
+  const { pki } = ws;
+  const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
+  const args = [
+    `--mode=${spec.mode ?? 'grpc'}`,
+    `--server-id=${name}`,
+    `--server-count=${spec.serverCount ?? 1}`,
+    `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
+    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
+    '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
+    '--admin-bind-address=127.0.0.1', `--admin-port=${adminPort}`,
+    `--v=${spec.verbosity ?? 1}`,
+  ];
+  let uds = '';
+  let frontendPort = 0;
+  if ((spec.frontend ?? 'uds') === 'uds') {
+    uds = path.join(ws.dir, `${name}.sock`);
+    args.push(`--uds-name=${uds}`, '--server-port=0');
+  } else {
+    frontendPort = await freePort();
+    args.push(
+      '--server-bind-address=127.0.0.1', `--server-port=${frontendPort}`,
+      `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.caCert}`,
+    );
+  }
+  args.push(...(spec.extraArgs ?? []));
+  const proc = spawnUpstream(scope, name, bin.proxyServer, args, path.join(ws.dir, `${name}.log`));
+  await waitHttp(proc, `http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  if (uds) {
+    const deadline = Date.now() + 10_000;
+    while (!fs.existsSync(uds) && Date.now() < deadline) await sleep(50);
+  }
+  return { ...proc, agentPort, healthPort, adminPort, uds, frontendPort, serverID: name };
+}
+
+export interface UpstreamAgentSpec {
+  agentID?: string;
+  /** Client certificate: its own (default, CN = agentID) or the workspace's shared agent.crt. */
+  cert?: 'own' | 'shared';
+  verbosity?: number;
+  /** Wait until the agent's own /readyz answers 200 (a tunnel is up). Default true. */
+  waitReady?: boolean;
+  extraArgs?: string[];
+}
+
+export interface UpstreamAgentProcess extends UpstreamProcess {
+  readonly agentID: string;
+  readonly healthPort: number;
+  readonly adminPort: number;
+  readyzUrl(): string;
+}
+
+/** Upstream's proxy-agent dialing `server`'s agent port on 127.0.0.1 (a Kanal or an upstream server). */
+export async function startUpstreamAgent(
+  scope: Scope,
+  ws: Workspace,
+  server: { agentPort: number },
+  spec: UpstreamAgentSpec = {},
+): Promise<UpstreamAgentProcess> {
+  const bin = upstreamBinaries();
+  const agentID = spec.agentID ?? 'upstream-agent';
+  const { pki } = ws;
+  const cred = (spec.cert ?? 'own') === 'own' ? await issueAgentCertificate(pki, agentID) : { cert: pki.agentCert, key: pki.agentKey };
+  const [healthPort, adminPort] = [await freePort(), await freePort()];
+  const args = [
+    '--proxy-server-host=127.0.0.1', `--proxy-server-port=${server.agentPort}`,
+    `--ca-cert=${pki.caCert}`, `--agent-cert=${cred.cert}`, `--agent-key=${cred.key}`,
+    `--agent-id=${agentID}`,
+    '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`,
+    '--admin-bind-address=127.0.0.1', `--admin-server-port=${adminPort}`,
+    '--sync-interval=200ms', '--sync-interval-cap=1s',
+    `--v=${spec.verbosity ?? 1}`,
+    ...(spec.extraArgs ?? []),
+  ];
+  const proc = spawnUpstream(scope, agentID, bin.proxyAgent, args, path.join(ws.dir, `${agentID}.log`));
+  const readyzUrl = (): string => `http://127.0.0.1:${healthPort}/readyz`;
+  await waitHttp(proc, `http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  if (spec.waitReady ?? true) await waitStatus(readyzUrl(), 200, 20_000);
+  return { ...proc, agentID, healthPort, adminPort, readyzUrl };
+}
