@@ -385,7 +385,7 @@ test('transport back-pressure: write callbacks wait for drain; the tunnel queues
   conn.write(chunkOf(9, 0, MiB), () => (done = true));
   await sleep(50);
   t.false(done, 'the write does not complete while the transport is blocked');
-  t.true(pair.link.a.queued <= sendBufferBytes + maxDataBytes + 64, `queued ${pair.link.a.queued} B`);
+  t.true(pair.link.a.queuedBytes <= sendBufferBytes + maxDataBytes + 64, `queued ${pair.link.a.queuedBytes} B`);
   t.true(pair.link.a.blockedCount >= 1);
   t.false(pair.agent.writable);
   pair.link.a.resumeDelivery();

@@ -22,6 +22,12 @@ export enum GrpcStatus {
   UNAUTHENTICATED = 16,
 }
 
+/**
+ * Streams one client connection may hold open at the server (Node's default
+ * is 2^32 - 1). Agents and the KAS's konnectivity-client open one per connection.
+ */
+export const MAX_STREAMS_PER_CONNECTION = 100;
+
 /** A stream the server side has accepted but not yet answered. */
 export interface IncomingStream {
   /** Request metadata sent by the client. */

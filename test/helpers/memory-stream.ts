@@ -51,7 +51,7 @@ export class MemoryPacketStream extends EventEmitter implements PacketStream {
 
   private peerEnd!: MemoryPacketStream;
   private queue: Buffer[] = [];
-  private queuedBytes = 0;
+  private queueBytes = 0;
   private wantDrain = false;
   private scheduled = false;
   private paused = false;
@@ -77,8 +77,8 @@ export class MemoryPacketStream extends EventEmitter implements PacketStream {
   }
 
   /** Bytes sent but not yet delivered to the peer. */
-  get queued(): number {
-    return this.queuedBytes;
+  get queuedBytes(): number {
+    return this.queueBytes;
   }
 
   /** Calls `fn` for every packet this end sends (before encoding). Returns an unsubscribe function. */
@@ -150,9 +150,9 @@ export class MemoryPacketStream extends EventEmitter implements PacketStream {
     this.packetsSent++;
     this.bytesSent += buf.length;
     this.queue.push(buf);
-    this.queuedBytes += buf.length;
+    this.queueBytes += buf.length;
     this.schedule();
-    if (this.queuedBytes >= this.sendBufferBytes) {
+    if (this.queueBytes >= this.sendBufferBytes) {
       this.wantDrain = true;
       this.blockedCount++;
       return false;
@@ -172,13 +172,13 @@ export class MemoryPacketStream extends EventEmitter implements PacketStream {
     let delivered = 0;
     while (this.queue.length > 0 && delivered < this.batchBytes) {
       const buf = this.queue.shift()!;
-      this.queuedBytes -= buf.length;
+      this.queueBytes -= buf.length;
       delivered += buf.length;
       this.peerEnd.receive(buf);
       if (this.closed) return;
     }
     if (this.queue.length > 0) this.schedule();
-    if (this.wantDrain && this.queuedBytes < this.sendBufferBytes) {
+    if (this.wantDrain && this.queueBytes < this.sendBufferBytes) {
       this.wantDrain = false;
       this.emit('drain');
     }
@@ -208,7 +208,7 @@ export class MemoryPacketStream extends EventEmitter implements PacketStream {
 
   private dropQueue(): void {
     this.queue = [];
-    this.queuedBytes = 0;
+    this.queueBytes = 0;
   }
 
   private finish(error: Error | undefined): void {

@@ -1,10 +1,10 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Packet } from '../../wire/packet.js';
-import { encodePacket } from '../../wire/codec.js';
 import type { ChannelOptions, GrpcChannel } from '../transport.js';
 import { GrpcStatus, GrpcStatusError } from '../transport.js';
 import { decodeOrExplain, type Decoded } from '../decoded.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
+import { serializePacket } from './service-definition.js';
 import { GrpcJsPacketCall } from './packet-call.js';
 
 export interface GrpcJsChannel extends GrpcChannel {
@@ -25,9 +25,9 @@ export function openGrpcJsStream(
   peer = path,
 ): Promise<GrpcJsPacketCall> {
   return new Promise<GrpcJsPacketCall>((resolve, reject) => {
-    const call = client.makeBidiStreamRequest<Packet, Decoded>(path, encodePacket, decodeOrExplain, toGrpcMetadata(metadata), {
+    const call = client.makeBidiStreamRequest<Packet | Buffer, Decoded>(path, serializePacket, decodeOrExplain, toGrpcMetadata(metadata), {
       deadline,
-    }) as grpc.ClientDuplexStream<Packet, Decoded>;
+    }) as grpc.ClientDuplexStream<Packet | Buffer, Decoded>;
     let settled = false;
     const timer = setTimeout(() => {
       settle(new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, `no response headers within ${timeoutMs} ms`));
@@ -64,6 +64,9 @@ export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOpt
     'grpc.keepalive_timeout_ms': 20_000,
     // One connection per channel: the agent needs one tunnel per server.
     'grpc.use_local_subchannel_pool': 1,
+    // A tunnel stream is never retried; grpc-js's retry buffer would also
+    // complete writes before they are sent, hiding a peer that does not read (#11).
+    'grpc.enable_retries': 0,
     ...extra,
   };
   if (opts.tls?.serverName) options['grpc.ssl_target_name_override'] = opts.tls.serverName;

@@ -2,14 +2,14 @@ import * as grpc from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import type { Packet } from '../../wire/packet.js';
 import type { GrpcServerTransport, IncomingStream, StreamHandlers } from '../transport.js';
-import { GrpcStatus } from '../transport.js';
+import { GrpcStatus, MAX_STREAMS_PER_CONNECTION } from '../transport.js';
 import type { PacketStream } from '../packet-stream.js';
 import type { Decoded } from '../decoded.js';
 import { agentServiceDefinition, proxyServiceDefinition } from './service-definition.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
 import { GrpcJsPacketCall } from './packet-call.js';
 
-type ServerCall = grpc.ServerDuplexStream<Decoded, Packet>;
+type ServerCall = grpc.ServerDuplexStream<Decoded, Packet | Buffer>;
 
 function incoming(call: ServerCall): IncomingStream {
   const metadata = fromGrpcMetadata(call.metadata);
@@ -36,6 +36,7 @@ export function createGrpcJsServer(
     // Agents idle for long periods; never punish their keepalive pings.
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 1000,
+    'grpc.max_concurrent_streams': MAX_STREAMS_PER_CONNECTION,
   });
   const route = (handler: ((s: IncomingStream) => void) | undefined) => (call: ServerCall): void => {
     if (handler) handler(incoming(call));

@@ -18,6 +18,7 @@ import type { PacketStream } from '../packet-stream.js';
 import {
   GrpcStatus,
   GrpcStatusError,
+  MAX_STREAMS_PER_CONNECTION,
   type GrpcServerTransport,
   type IncomingStream,
   type StreamHandlers,
@@ -73,6 +74,7 @@ function trailersOnly(h2: ServerHttp2Stream, code: GrpcStatus, message: string, 
 /** What accept() returns when the call is already over: emits 'close' once, soon. */
 class ClosedPacketStream extends EventEmitter implements PacketStream {
   readonly closed = true;
+  readonly queuedBytes = 0;
   constructor(
     readonly metadata: MetadataMap,
     readonly peer: string,
@@ -161,7 +163,9 @@ class H2IncomingStream implements IncomingStream {
 
 export class H2ServerTransport implements GrpcServerTransport {
   private readonly server: http2.Http2Server;
+  /** One per accepted connection (bounded by the listeners' descriptors). */
   private readonly sessions = new Set<ServerHttp2Session>();
+  /** At most MAX_STREAMS_PER_CONNECTION per session. */
   private readonly streams = new Set<H2PacketStream>();
   private readonly opts: Required<H2ServerOptions>;
   private closing: Promise<void> | null = null;
@@ -185,6 +189,7 @@ export class H2ServerTransport implements GrpcServerTransport {
       settings: {
         initialWindowSize: this.opts.streamWindowBytes,
         maxFrameSize: MAX_FRAME_BYTES,
+        maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION,
       },
       // Received data is consumed at once; outbound queues are bounded per stream.
       maxSessionMemory: 64,
