@@ -132,9 +132,9 @@ test('--max-connection-window reaches the options the server and agent build the
   const server = buildServerOptions(
     validateServerArgs(parseServer(['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock'), '--max-connection-window', '2097152'])),
   );
-  t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024 });
+  t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
   const agent = buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
-  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024 });
+  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000 });
 });
 
 test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA requirement', (t) => {

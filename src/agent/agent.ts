@@ -8,7 +8,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { ClientTlsOptions, Transport } from '../transport/transport.js';
 import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
-import type { TunnelLimits } from '../tunnel/limits.js';
+import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import type { InboundDial, Tunnel, TunnelStats } from '../tunnel/tunnel.js';
 import { DialError } from '../tunnel/errors.js';
 import { Backoff } from '../common/backoff.js';
@@ -16,7 +16,7 @@ import { dialTcp } from '../common/tcp-dial.js';
 import { formatHostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
-import { KanalMetrics } from '../common/metrics.js';
+import { KanalMetrics, type RefusalReasons } from '../common/metrics.js';
 
 export interface AgentOptions {
   agentID: string;
@@ -38,6 +38,13 @@ export interface AgentStats {
 }
 
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+
+const SERVER_TUNNEL_REFUSALS: RefusalReasons = { maxPendingDials: 'pending_dials' };
+const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
+  pauseReadingQueuedBytes: '--peer-read-timeout',
+  maxQueuedBytes: '--peer-read-timeout',
+  peerReadTimeoutMs: '--peer-read-timeout',
+};
 
 export class KanalAgent {
   private readonly connections = new Map<string, ServerConnection>();
@@ -177,6 +184,8 @@ export class KanalAgent {
           log: this.opts.log,
           // The agent performs control plane -> node dials and requests node -> control plane ones.
           onConnectionClosed: (c) => this.metrics.connectionClosed(c.role === 'performer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
+          onLimit: (limit) => this.metrics.tunnelLimit(limit, SERVER_TUNNEL_REFUSALS),
+          limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
         });
         this.expectedServers = conn.serverCount;
         if (!this.running || this.connections.has(conn.serverID)) {

@@ -16,7 +16,7 @@ import {
   firstValue,
 } from '../wire/metadata.js';
 import { formatFeatures, parseFeatures, intersectFeatures, type FeatureSet } from '../wire/features.js';
-import { Tunnel, type DialHandler } from '../tunnel/tunnel.js';
+import { Tunnel, type DialHandler, type TunnelOptions } from '../tunnel/tunnel.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
 
@@ -34,6 +34,8 @@ export interface ServerConnectionOptions {
   connectTimeoutMs: number;
   log: Logger;
   onConnectionClosed?: (conn: TunnelConnection) => void;
+  onLimit?: TunnelOptions['onLimit'];
+  limitFlags?: TunnelOptions['limitFlags'];
 }
 
 export interface ServerConnection {
@@ -79,6 +81,8 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
     limits: opts.limits,
     dialHandler: opts.dialHandler,
     onConnectionClosed: opts.onConnectionClosed,
+    onLimit: opts.onLimit,
+    limitFlags: opts.limitFlags,
   });
   tunnel.once('close', () => channel.close());
   const finished = stream.closed ? Promise.resolve() : new Promise<void>((resolve) => stream.once('close', () => resolve()));

@@ -9,7 +9,7 @@ import { parseAgentIdentifiers } from '../server/agent-identifiers.js';
 import { KanalAgent, type AgentOptions } from '../agent/agent.js';
 import { parseTarget, type Target } from '../agent/target.js';
 import { NodeListeners } from '../agent/node-listeners.js';
-import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, portFlag as port } from './flag-values.js';
+import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -42,6 +42,7 @@ export const agentFlags = {
   'bind-interface-type': { type: 'string', choices: INTERFACE_TYPES, default: 'dummy', describe: 'Kind of --bind-interface to create; "none" uses an existing address' },
   'tunnel-wait-timeout': { type: 'string', default: '10s', describe: 'How long a node connection waits for a tunnel before it is closed' },
   'max-connection-window': maxConnectionWindowOption,
+  'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
   'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
@@ -62,6 +63,7 @@ export interface AgentConfig {
   health?: { host: string; port: number };
   node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
   maxConnectionWindowBytes: number;
+  peerReadTimeoutMs: number;
   transport: string;
   logLevel: LevelWithSilent;
 }
@@ -134,6 +136,7 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
     node,
     maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
+    peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: a.transport,
     logLevel: a['log-level'] as LevelWithSilent,
   };
@@ -161,7 +164,7 @@ export function buildAgentOptions(config: AgentConfig): AgentOptions {
     connectTimeoutMs: config.connectTimeoutMs,
     reconnect: config.reconnect,
     health: config.health,
-    limits: { maxWindowBytes: config.maxConnectionWindowBytes },
+    limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
     transport: selectTransport(config.transport),
     log,
   };

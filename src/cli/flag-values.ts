@@ -40,3 +40,10 @@ export function connectionWindowFlag(flag: string, value: number): number {
   }
   return value;
 }
+
+/** `--peer-read-timeout`, the same on server and agent (TunnelLimits.peerReadTimeoutMs). */
+export const peerReadTimeoutOption = {
+  type: 'string',
+  default: `${DEFAULT_LIMITS.peerReadTimeoutMs / 1000}s`,
+  describe: 'A peer that leaves what this side sent unread (it stopped reading, or floods requests without reading the answers) is not read from either; its stream is closed after this long',
+} as const;

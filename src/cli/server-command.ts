@@ -7,7 +7,7 @@ import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseHostPort } from '../common/host-port.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { FrontendMode, TlsFiles } from '../server/listeners.js';
-import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, portFlag as port } from './flag-values.js';
+import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -39,6 +39,7 @@ export const serverFlags = {
   'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
   'max-message-size': { type: 'number', default: 4 * 1024 * 1024, describe: 'Largest gRPC message accepted, bytes' },
   'max-connection-window': maxConnectionWindowOption,
+  'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
   'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
@@ -62,6 +63,7 @@ export interface ServerConfig {
   destinationDialTimeoutMs: number;
   maxReceiveMessageBytes: number;
   maxConnectionWindowBytes: number;
+  peerReadTimeoutMs: number;
   transport: string;
   logLevel: LevelWithSilent;
 }
@@ -118,6 +120,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
     maxReceiveMessageBytes: maxMessage,
     maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
+    peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: a.transport,
     logLevel: a['log-level'] as LevelWithSilent,
   };
@@ -156,7 +159,7 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
     allowedDestinations: config.allowedDestinations,
     destinationDialTimeoutMs: config.destinationDialTimeoutMs,
     maxReceiveMessageBytes: config.maxReceiveMessageBytes,
-    limits: { maxWindowBytes: config.maxConnectionWindowBytes },
+    limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
     transport: selectTransport(config.transport),
     log,
   };

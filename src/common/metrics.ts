@@ -4,8 +4,12 @@
  * never drift from the truth; counters are bumped where things happen.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { TunnelLimitName } from '../tunnel/limits.js';
 
 export type Direction = 'cp_to_node' | 'node_to_cp';
+
+/** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */
+export type RefusalReasons = Partial<Record<TunnelLimitName, string>>;
 
 export class KanalMetrics {
   readonly registry = new Registry();
@@ -13,6 +17,8 @@ export class KanalMetrics {
   readonly dialSeconds: Histogram<'direction'>;
   readonly bytes: Counter<'direction' | 'flow'>;
   readonly refusals: Counter<'reason'>;
+  readonly readPauses: Counter<'reason'>;
+  readonly streamsClosed: Counter<'reason'>;
 
   constructor(component: 'server' | 'agent') {
     collectDefaultMetrics({ register: this.registry, prefix: `kanal_${component}_process_` });
@@ -41,6 +47,27 @@ export class KanalMetrics {
       labelNames: ['reason'],
       registers: [this.registry],
     });
+    this.readPauses = new Counter({
+      name: 'kanal_stream_read_pauses_total',
+      help: 'Times a tunnel stopped reading its stream (reason: slow_reader with a peer without flow control, peer_not_reading)',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    this.streamsClosed = new Counter({
+      name: 'kanal_streams_closed_total',
+      help: 'Tunnel streams this side closed because of a limit (reason: peer_not_reading)',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+  }
+
+  /** Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal, a read pause, or a closed stream. */
+  tunnelLimit(limit: TunnelLimitName, refusals: RefusalReasons): void {
+    const reason = refusals[limit];
+    if (reason !== undefined) this.refusals.inc({ reason });
+    else if (limit === 'unflowedBufferBytes') this.readPauses.inc({ reason: 'slow_reader' });
+    else if (limit === 'pauseReadingQueuedBytes') this.readPauses.inc({ reason: 'peer_not_reading' });
+    else if (limit === 'maxQueuedBytes' || limit === 'peerReadTimeoutMs') this.streamsClosed.inc({ reason: 'peer_not_reading' });
   }
 
   /** A gauge whose value is computed at scrape time. */

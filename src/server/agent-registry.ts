@@ -1,6 +1,6 @@
 /**
- * Connected agents and how a dial picks one. Agents that sent DRAIN are used
- * only when no other agent is left, as upstream does.
+ * Connected agents and how a dial picks one. Agents that sent DRAIN, or
+ * whose tunnel is not being read, are used only when no other agent is left.
  */
 import { EventEmitter } from 'node:events';
 import type { Tunnel } from '../tunnel/tunnel.js';
@@ -52,7 +52,8 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
       if (!b.tunnel.closed && !oldestPerAgent.has(b.agentID)) oldestPerAgent.set(b.agentID, b);
     }
     const live = [...oldestPerAgent.values()];
-    const fresh = live.filter((b) => !b.tunnel.drainRequested);
+    // A tunnel not being read (slow reader with an upstream agent, or an agent that does not read, #11/#12) would hold the dial's answer too.
+    const fresh = live.filter((b) => !b.tunnel.drainRequested && !b.tunnel.readPaused);
     const pool = fresh.length > 0 ? fresh : live;
     return pool[Math.floor(Math.random() * pool.length)];
   }

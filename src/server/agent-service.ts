@@ -9,11 +9,20 @@ import { GrpcStatus } from '../transport/transport.js';
 import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../wire/metadata.js';
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel } from '../tunnel/tunnel.js';
-import type { TunnelLimits } from '../tunnel/limits.js';
+import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifiers.js';
 import type { AgentRegistry, AgentBackend } from './agent-registry.js';
 import type { DestinationDialer } from './destination-dialer.js';
-import type { KanalMetrics } from '../common/metrics.js';
+import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
+
+const AGENT_TUNNEL_REFUSALS: RefusalReasons = { maxPendingDials: 'agent_pending_dials' };
+
+/** The server flags behind each limit of an agent tunnel, named in log lines. */
+export const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
+  pauseReadingQueuedBytes: '--peer-read-timeout',
+  maxQueuedBytes: '--peer-read-timeout',
+  peerReadTimeoutMs: '--peer-read-timeout',
+};
 
 export interface AgentServiceOptions {
   serverID: string;
@@ -63,6 +72,8 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
       // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
       onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
+      onLimit: (limit) => opts.metrics?.tunnelLimit(limit, AGENT_TUNNEL_REFUSALS),
+      limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
     });
     const backend: AgentBackend = { agentID, identifiers, tunnel, peer: incoming.peer, connectedAt: new Date() };
     opts.registry.add(backend);

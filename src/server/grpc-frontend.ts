@@ -10,6 +10,9 @@ import { Feature, formatFeatures, intersectFeatures, parseFeatures } from '../wi
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
 import type { BackendDialer } from './backend-dialer.js';
+import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
+
+const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials' };
 
 const FRONTEND_FEATURES = new Set([Feature.Window, Feature.HalfClose]);
 
@@ -18,6 +21,7 @@ export function createGrpcFrontend(
   log: Logger,
   track: (tunnel: Tunnel) => void,
   limits?: Partial<TunnelLimits>,
+  metrics?: KanalMetrics,
 ): (incoming: IncomingStream) => void {
   return (incoming) => {
     const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), FRONTEND_FEATURES);
@@ -33,6 +37,7 @@ export function createGrpcFrontend(
       // konnectivity-client opens one stream per dial: pausing it for a slow
       // node-side reader holds back only that connection, as upstream does.
       holdStreamWhenSlow: !features.has(Feature.Window),
+      onLimit: (limit) => metrics?.tunnelLimit(limit, FRONTEND_REFUSALS),
     });
     track(tunnel);
   };

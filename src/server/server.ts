@@ -95,6 +95,9 @@ export class KanalServer {
     metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
       this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
     );
+    metrics.gauge('kanal_server_streams_read_paused', 'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)', () =>
+      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
+    );
     metrics.gauge('kanal_server_window_growth_bytes', 'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams', () =>
       [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
     );
@@ -123,7 +126,7 @@ export class KanalServer {
     const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, log.child({ part: 'frontend' }), metrics);
     const frontendGrpc = opts.transport.createServer(
       {
-        proxy: createGrpcFrontend(backendDialer, log.child({ part: 'frontend' }), (t) => this.trackFrontend(t), opts.limits),
+        proxy: createGrpcFrontend(backendDialer, log.child({ part: 'frontend' }), (t) => this.trackFrontend(t), opts.limits, metrics),
       },
       { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
     );

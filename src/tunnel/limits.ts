@@ -1,4 +1,8 @@
-/** Sizes that bound memory per tunnel and per connection. */
+/**
+ * Sizes and counts that bound memory, file descriptors and time per tunnel
+ * (one PacketStream) and per connection. docs/limits.md lists each with its
+ * flag and what happens when it is hit.
+ */
 export interface TunnelLimits {
   /** Per-connection receive window first granted to a peer that speaks the window extension. */
   windowBytes: number;
@@ -15,16 +19,34 @@ export interface TunnelLimits {
    */
   windowGrowthBudgetBytes: number;
   /**
-   * With a peer without flow control, bytes buffered for one connection whose
-   * local reader is slower than the peer's sender before that connection (and
-   * only that one) is closed.
+   * With a peer without flow control, bytes buffered for one connection
+   * whose local reader is slower than the peer's sender before that
+   * connection (and only that one) is closed.
    */
   unflowedBufferBytes: number;
   /** Largest DATA payload we send. */
   maxDataBytes: number;
   /** Dials waiting for an answer, in each direction, per tunnel. */
   maxPendingDials: number;
+  /**
+   * Bytes queued towards the peer (sent, not yet taken by it) at which the
+   * tunnel stops reading from the peer until it takes them (#11). Bulk DATA
+   * stops earlier, at the transport's send buffer (1 MiB; this must stay
+   * above it plus maxDataBytes), so only replies and other control packets
+   * reach it: a peer that sends requests and does not read the answers.
+   */
+  pauseReadingQueuedBytes: number;
+  /** Bytes queued towards the peer beyond which its stream is closed. */
+  maxQueuedBytes: number;
+  /**
+   * How long reading may stay paused because the peer leaves what we sent
+   * unread (pauseReadingQueuedBytes) before its stream is closed. Never
+   * applies to pauses for a slow local reader (unflowedBufferBytes).
+   */
+  peerReadTimeoutMs: number;
 }
+
+export type TunnelLimitName = keyof TunnelLimits;
 
 export const DEFAULT_LIMITS: TunnelLimits = {
   windowBytes: 1024 * 1024,
@@ -33,6 +55,9 @@ export const DEFAULT_LIMITS: TunnelLimits = {
   unflowedBufferBytes: 8 * 1024 * 1024,
   maxDataBytes: 64 * 1024,
   maxPendingDials: 4096,
+  pauseReadingQueuedBytes: 2 * 1024 * 1024,
+  maxQueuedBytes: 8 * 1024 * 1024,
+  peerReadTimeoutMs: 60_000,
 };
 
 /**
@@ -40,8 +65,14 @@ export const DEFAULT_LIMITS: TunnelLimits = {
  * maximum stays fixed: the default growth is for the default window.
  */
 export function resolveLimits(partial: Partial<TunnelLimits> = {}): TunnelLimits {
-  const limits = { ...DEFAULT_LIMITS, ...partial };
+  const limits = { ...DEFAULT_LIMITS };
+  for (const [name, value] of Object.entries(partial) as [TunnelLimitName, number | undefined][]) {
+    if (value !== undefined) limits[name] = value;
+  }
   if (partial.windowBytes !== undefined && partial.maxWindowBytes === undefined) limits.maxWindowBytes = partial.windowBytes;
   if (limits.maxWindowBytes < limits.windowBytes) throw new Error(`maxWindowBytes (${limits.maxWindowBytes}) is below windowBytes (${limits.windowBytes})`);
+  if (limits.maxQueuedBytes < limits.pauseReadingQueuedBytes) {
+    throw new Error(`maxQueuedBytes (${limits.maxQueuedBytes}) is below pauseReadingQueuedBytes (${limits.pauseReadingQueuedBytes})`);
+  }
   return limits;
 }

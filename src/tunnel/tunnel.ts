@@ -13,7 +13,8 @@ import { PacketType, type Packet } from '../wire/packet.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import { DialError, TunnelClosedError } from './errors.js';
-import { resolveLimits, type TunnelLimits } from './limits.js';
+import { resolveLimits, type TunnelLimitName, type TunnelLimits } from './limits.js';
+import { ReadPause } from './read-pause.js';
 import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
@@ -53,6 +54,10 @@ export interface TunnelOptions {
   holdStreamWhenSlow?: boolean;
   /** Called once per connection when it leaves the table (for metrics). */
   onConnectionClosed?: (conn: TunnelConnection) => void;
+  /** Called each time a limit refuses a dial, pauses reading or closes the stream (for metrics). */
+  onLimit?: (limit: TunnelLimitName) => void;
+  /** The flag that sets each limit, named in log lines so an operator knows what to raise. */
+  limitFlags?: Partial<Record<TunnelLimitName, string>>;
 }
 
 export interface DialOptions {
@@ -67,6 +72,8 @@ export interface TunnelStats {
   inboundDials: number;
   /** Window growth its connections hold now (see TunnelLimits.windowGrowthBudgetBytes). */
   windowGrowthBytes: number;
+  /** True while the tunnel does not read its stream (a slow local reader, or a peer that does not read). */
+  readPaused: boolean;
 }
 
 interface PendingDial {
@@ -86,19 +93,25 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   readonly limits: TunnelLimits;
   readonly log: Logger;
   closed = false;
+  /** Set when close() ended the stream (this side's decision, not a fault of the peer). */
+  private closedLocally = false;
   /** Set once the peer sent DRAIN. */
   drainRequested = false;
 
   private readonly connections = new Map<number, TunnelConnection>();
+  /** Our dials awaiting DIAL_RSP: at most maxPendingDials. */
   private readonly pendingDials = new Map<bigint, PendingDial>();
+  /** The peer's dials we are performing: at most maxPendingDials. */
   private readonly inboundDials = new Map<bigint, AbortController>();
   private nextConnectID: number;
   private writeBlocked = false;
+  /** Connections waiting for the transport to drain: at most one entry per connection. */
   private drainWaiters = new Set<() => void>();
   private dialHandler: DialHandler | undefined;
   private readonly noise: RateLimitedLog;
-  /** Connections holding the stream paused (slow readers, no flow control). */
-  private readonly holders = new Set<number>();
+  private readonly readPause: ReadPause;
+  /** Closes the stream when the peer leaves our packets unread too long (limits.peerReadTimeoutMs). */
+  private peerReadTimer: NodeJS.Timeout | undefined;
   /** connectIDs recently closed or answered as unknown: late packets for them are dropped quietly. */
   private readonly recentlyGone = new RecentIds(1024);
   private windowGrowth = 0;
@@ -114,6 +127,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.nextConnectID = opts.side === 'agent' ? 1 : 2;
     this.dialHandler = opts.dialHandler;
     this.noise = new RateLimitedLog(this.log, 10_000);
+    this.readPause = new ReadPause(stream);
     // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
     stream.acceptDataInPieces?.();
     stream.on('packet', (p) => this.onPacket(p));
@@ -126,18 +140,30 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     return !this.writeBlocked && !this.closed;
   }
 
+  /** True while the tunnel does not read its stream: a DIAL_RSP would wait too. */
+  get readPaused(): boolean {
+    return this.readPause.paused;
+  }
+
   setDialHandler(handler: DialHandler | undefined): void {
     this.dialHandler = handler;
   }
 
   stats(): TunnelStats {
-    return { connections: this.connections.size, pendingDials: this.pendingDials.size, inboundDials: this.inboundDials.size, windowGrowthBytes: this.windowGrowth };
+    return {
+      connections: this.connections.size,
+      pendingDials: this.pendingDials.size,
+      inboundDials: this.inboundDials.size,
+      windowGrowthBytes: this.windowGrowth,
+      readPaused: this.readPaused,
+    };
   }
 
   /** Opens a connection to `address` on the far side of the tunnel. */
   dial(address: string, opts: DialOptions): Promise<TunnelConnection> {
     if (this.closed) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
     if (this.pendingDials.size >= this.limits.maxPendingDials) {
+      this.opts.onLimit?.('maxPendingDials');
       return Promise.reject(new DialError('exhausted', `too many pending dials (${this.pendingDials.size})`));
     }
     if (opts.signal?.aborted) return Promise.reject(new DialError('cancelled', 'dial cancelled'));
@@ -176,6 +202,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   /** Ends the stream gracefully; connections still open are closed. */
   close(error?: Error): void {
     if (this.closed) return;
+    this.closedLocally = true;
     if (error) this.stream.destroy(error);
     else this.stream.end();
     this.onStreamClose(error ?? new TunnelClosedError('tunnel closed locally'));
@@ -213,11 +240,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   holdInbound(connectID: number, hold: boolean): void {
-    const before = this.holders.size;
-    if (hold) this.holders.add(connectID);
-    else this.holders.delete(connectID);
-    if (before === 0 && this.holders.size > 0) this.stream.pause();
-    else if (before > 0 && this.holders.size === 0) this.stream.resume();
+    if (!hold) this.readPause.release(connectID);
+    else if (this.readPause.hold(connectID)) this.opts.onLimit?.('unflowedBufferBytes');
   }
 
   whenWritable(resume: () => void): void {
@@ -239,11 +263,52 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   private send(packet: Packet): void {
     if (this.closed) return;
-    if (!this.stream.send(packet)) this.writeBlocked = true;
+    if (!this.stream.send(packet)) {
+      this.writeBlocked = true;
+      this.boundSendQueue();
+    }
+  }
+
+  /**
+   * Past the transport's send buffer only replies and control packets are
+   * sent (bulk DATA waits for 'drain'). A peer that makes us answer and does
+   * not read the answers is not read from either (#11), and loses its stream
+   * if that does not stop it. No deadlock between two Kanal peers: each
+   * reads all the time, so neither queue reaches this point first.
+   */
+  private boundSendQueue(): void {
+    const queued = this.stream.queuedBytes;
+    if (queued > this.limits.maxQueuedBytes) {
+      this.closeStalledPeer('maxQueuedBytes', `${queued} bytes queued for it, limit ${this.limits.maxQueuedBytes}`);
+      return;
+    }
+    if (queued < this.limits.pauseReadingQueuedBytes || !this.readPause.hold('peer-not-reading')) return;
+    this.opts.onLimit?.('pauseReadingQueuedBytes');
+    this.noise.warn('peer-not-reading', { queuedBytes: queued, ...this.flagOf('pauseReadingQueuedBytes') }, 'peer does not read what we send: stopped reading from it until it does');
+    const timeout = this.limits.peerReadTimeoutMs;
+    this.peerReadTimer = setTimeout(() => this.closeStalledPeer('peerReadTimeoutMs', `it left ${this.stream.queuedBytes} bytes unread for ${timeout} ms`), timeout);
+    this.peerReadTimer.unref();
+  }
+
+  private closeStalledPeer(limit: TunnelLimitName, why: string): void {
+    if (this.closed) return;
+    this.opts.onLimit?.(limit);
+    this.log.warn({ peer: this.stream.peer, ...this.flagOf(limit) }, `closing stream: the peer does not read (${why})`);
+    this.close(new GrpcStatusError(GrpcStatus.RESOURCE_EXHAUSTED, `peer does not read its stream: ${why}`));
+  }
+
+  /** `{ flag }` naming the setting of `limit`, for log lines. */
+  private flagOf(limit: TunnelLimitName): { flag?: string } {
+    const flag = this.opts.limitFlags?.[limit];
+    return flag ? { flag } : {};
   }
 
   private onTransportDrain(): void {
     this.writeBlocked = false;
+    if (this.readPause.has('peer-not-reading')) {
+      clearTimeout(this.peerReadTimer);
+      this.readPause.release('peer-not-reading');
+    }
     const waiters = [...this.drainWaiters];
     this.drainWaiters = new Set();
     for (let i = 0; i < waiters.length; i++) {
@@ -352,7 +417,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     if (!handler) return refuse(this.opts.refuseDialsReason ?? 'this side does not accept dial requests');
     if (protocol !== 'tcp') return refuse(`unsupported protocol ${JSON.stringify(protocol)}`);
     if (this.inboundDials.has(dialID)) return refuse('duplicate dial ID');
-    if (this.inboundDials.size >= this.limits.maxPendingDials) return refuse('too many pending dials');
+    if (this.inboundDials.size >= this.limits.maxPendingDials) {
+      this.opts.onLimit?.('maxPendingDials');
+      return refuse('too many pending dials');
+    }
     const abort = new AbortController();
     this.inboundDials.set(dialID, abort);
     handler({ protocol, address, dialID, signal: abort.signal }).then(
@@ -420,7 +488,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     if (this.closed) return;
     this.closed = true;
     const reason = error ?? new TunnelClosedError('tunnel closed by peer');
-    if (error instanceof GrpcStatusError && PEER_FAULTS.has(error.code)) {
+    if (!this.closedLocally && error instanceof GrpcStatusError && PEER_FAULTS.has(error.code)) {
       // The peer broke the protocol (oversized or compressed message, ...): say so.
       this.log.warn({ grpcStatus: GrpcStatus[error.code], reason: error.message }, 'stream closed: peer violated the protocol');
     }
@@ -436,6 +504,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     // Each abandoned connection leaves the table through forget().
     for (const conn of [...this.connections.values()]) conn.abandon(new TunnelClosedError(`tunnel closed: ${reason.message}`));
     this.drainWaiters.clear();
+    clearTimeout(this.peerReadTimer);
     this.emit('close', error);
   }
 }
