@@ -65,7 +65,7 @@ export class KanalMetrics {
   tunnelLimit(limit: TunnelLimitName, refusals: RefusalReasons): void {
     const reason = refusals[limit];
     if (reason !== undefined) this.refusals.inc({ reason });
-    else if (limit === 'unflowedBufferBytes') this.readPauses.inc({ reason: 'slow_reader' });
+    else if (limit === 'unflowedBufferBytes' || limit === 'unflowedStreamBufferBytes') this.readPauses.inc({ reason: 'slow_reader' });
     else if (limit === 'pauseReadingQueuedBytes') this.readPauses.inc({ reason: 'peer_not_reading' });
     else if (limit === 'maxQueuedBytes' || limit === 'peerReadTimeoutMs') this.streamsClosed.inc({ reason: 'peer_not_reading' });
   }

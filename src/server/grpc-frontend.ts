@@ -34,9 +34,6 @@ export function createGrpcFrontend(
       limits,
       log: log.child({ frontend: 'grpc', peer: incoming.peer }),
       dialHandler: (dial) => dialer.dial(dial.address, dial.signal),
-      // konnectivity-client opens one stream per dial: pausing it for a slow
-      // node-side reader holds back only that connection, as upstream does.
-      holdStreamWhenSlow: !features.has(Feature.Window),
       onLimit: (limit) => metrics?.tunnelLimit(limit, FRONTEND_REFUSALS),
     });
     track(tunnel);

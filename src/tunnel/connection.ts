@@ -1,9 +1,11 @@
 /**
  * One tunnelled TCP connection as a Node Duplex: writes become DATA packets,
  * DATA packets from the peer become readable bytes. Each connection has its
- * own bounded buffer, so a slow local reader never stalls its neighbours:
- * with the window extension the peer stops sending when our window is
- * spent; without it, overflowing the buffer closes just this connection.
+ * own bounded buffer. With the window extension the peer stops sending when
+ * our window is spent, so a slow local reader never stalls its neighbours.
+ * Without it (upstream peers) nothing but the stream's HTTP/2 flow control
+ * can stop the peer: a full buffer pauses the whole stream, as upstream does,
+ * and a slow reader never loses data (#12).
  */
 import { Duplex, type Writable } from 'node:stream';
 import type { Logger } from 'pino';
@@ -12,6 +14,9 @@ import { noteBytesMoved } from './gc-pacer.js';
 
 /** A window consumed within this long counts as bulk traffic (see growWindow). */
 const GROW_WITHIN_MS = 250;
+
+/** After the peer closed, how long the local reader may take nothing of what is left before the connection is dropped. */
+const LINGER_IDLE_MS = 30_000;
 
 /** What a connection needs from its tunnel. */
 export interface ConnectionHost {
@@ -31,6 +36,8 @@ export interface ConnectionHost {
    * behalf of this connection, for peers without per-connection windows.
    */
   holdInbound(connectID: number, hold: boolean): void;
+  /** Bytes buffered for this connection's local reader changed by `delta` (peers without windows). */
+  noteUnflowedBytes(delta: number): void;
   /** Calls `resume` once when the transport drains. */
   whenWritable(resume: () => void): void;
   forget(connectID: number): void;
@@ -46,12 +53,6 @@ export interface ConnectionOptions {
   role: ConnectionRole;
   flowControl: boolean;
   halfClose: boolean;
-  /**
-   * Without flow control: hold the whole stream back when this connection's
-   * reader is slow (right for a stream that carries one connection, like
-   * the KAS's), instead of closing the connection once its buffer overflows.
-   */
-  holdStreamWhenSlow: boolean;
   limits: TunnelLimits;
   log: Logger;
 }
@@ -79,6 +80,7 @@ export class TunnelConnection extends Duplex {
   /** Start of the current growth measurement: bytes consumed and when. */
   private epochConsumed = 0;
   private epochStartedAt = performance.now();
+  /** The one write being sent; the Writable holds further ones for writers that obey back-pressure (pipe does). */
   private pendingWrite: PendingWrite | null = null;
   private halfCloseSent = false;
   private halfCloseReceived = false;
@@ -87,8 +89,14 @@ export class TunnelConnection extends Duplex {
   private lingerTimer: NodeJS.Timeout | null = null;
   /** True while this connection holds its tunnel's stream paused. */
   private holding = false;
+  /** Without flow control: the buffered bytes last reported to the host (noteUnflowedBytes). */
+  private reportedUnflowed = 0;
   private readonly resumeSend = (): void => this.pump();
-  /** Where inbound bytes go when delivered directly (deliverTo), else null. */
+  /**
+   * Where inbound bytes go when delivered directly (deliverTo), else null.
+   * What it (or our readable side) holds is bounded by the receive window,
+   * or without flow control by unflowedBufferBytes (then the stream pauses).
+   */
   private sink: Writable | null = null;
   private sinkCorked = false;
 
@@ -131,12 +139,11 @@ export class TunnelConnection extends Duplex {
         this.destroy(new Error(reason));
         return;
       }
-    } else if (!this.boundUnflowed(this.queuedBytes() + data.length)) {
-      return;
     }
     const chunk = Buffer.from(data.buffer, data.byteOffset, data.length);
     if (this.sink) this.writeToSink(this.sink, chunk);
     else this.push(chunk);
+    if (!this.opts.flowControl) this.boundUnflowed();
   }
 
   /** Received bytes the local reader has not taken yet: our readable buffer, or the sink's write buffer. */
@@ -145,32 +152,33 @@ export class TunnelConnection extends Duplex {
   }
 
   /**
-   * Without flow control nothing stops the peer, so `queued` is bounded here:
-   * hold the stream back (single-connection frontend streams) or, past the
-   * limit, close this connection only. Returns false when it closed it.
+   * Without flow control only pausing the stream stops the peer (#12): at
+   * unflowedBufferBytes buffered for this reader the tunnel stops reading,
+   * and resumes once the reader took half of them. Every byte is delivered,
+   * however slow the reader; the other connections on the stream wait
+   * meanwhile, as they do with upstream.
    */
-  private boundUnflowed(queued: number): boolean {
-    if (queued > this.opts.limits.unflowedBufferBytes) {
-      const reason = `local reader too slow: ${queued} bytes buffered, limit ${this.opts.limits.unflowedBufferBytes} (peer has no flow control)`;
-      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
-      this.destroy(new Error(reason));
-      return false;
+  private boundUnflowed(): void {
+    const queued = this.destroyed ? 0 : this.queuedBytes();
+    if (queued !== this.reportedUnflowed) {
+      this.host.noteUnflowedBytes(queued - this.reportedUnflowed);
+      this.reportedUnflowed = queued;
     }
-    if (this.opts.holdStreamWhenSlow && !this.holding && queued >= this.holdThreshold()) {
+    const limit = this.opts.limits.unflowedBufferBytes;
+    if (!this.holding && queued >= limit) {
       this.holding = true;
       this.host.holdInbound(this.connectID, true);
+    } else if (this.holding && queued < limit / 2) {
+      this.holding = false;
+      this.host.holdInbound(this.connectID, false);
     }
-    return true;
   }
 
   /** The local reader took bytes: release a hold, return credit to the peer. */
   private consumed(): void {
-    const queued = this.queuedBytes();
-    if (this.holding && queued < this.holdThreshold() / 2) {
-      this.holding = false;
-      this.host.holdInbound(this.connectID, false);
-    }
-    if (this.opts.flowControl && !this.peerGone) this.grantCredit(this.pushedBytes - queued);
+    this.lingerTimer?.refresh();
+    if (!this.opts.flowControl) this.boundUnflowed();
+    else if (!this.peerGone) this.grantCredit(this.pushedBytes - this.queuedBytes());
   }
 
   /**
@@ -286,8 +294,9 @@ export class TunnelConnection extends Duplex {
       return;
     }
     this.once('end', () => this.destroy());
-    // A reader that never drains must not pin the connection forever.
-    this.lingerTimer = setTimeout(() => this.destroy(), 30_000);
+    // A reader that stops taking what is left must not pin the connection
+    // forever; one that takes it slowly keeps it (consumed() refreshes).
+    this.lingerTimer = setTimeout(() => this.destroy(), LINGER_IDLE_MS);
     this.lingerTimer.unref();
   }
 
@@ -298,10 +307,6 @@ export class TunnelConnection extends Duplex {
   }
 
   // ---------- Duplex implementation ----------
-
-  private holdThreshold(): number {
-    return Math.min(1024 * 1024, this.opts.limits.unflowedBufferBytes / 4);
-  }
 
   override _read(): void {
     // With a sink, consumption is tracked by onSinkWritten.
@@ -339,10 +344,7 @@ export class TunnelConnection extends Duplex {
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
     const grown = this.recvWindow - this.opts.limits.windowBytes;
     if (grown > 0) this.host.releaseWindowGrowth(grown);
-    if (this.holding) {
-      this.holding = false;
-      this.host.holdInbound(this.connectID, false);
-    }
+    if (!this.opts.flowControl) this.boundUnflowed(); // releases the hold and the buffered bytes
     const completed = this.halfCloseSent && this.halfCloseReceived;
     if (!this.peerGone && !completed) {
       this.host.sendClose(this.connectID, this.role, error?.message ?? '');

@@ -19,11 +19,22 @@ export interface TunnelLimits {
    */
   windowGrowthBudgetBytes: number;
   /**
-   * With a peer without flow control, bytes buffered for one connection
-   * whose local reader is slower than the peer's sender before that
-   * connection (and only that one) is closed.
+   * With a peer without flow control (upstream Konnectivity, the KAS's
+   * konnectivity-client): bytes buffered for one connection whose local
+   * reader is slower than the peer's sender at which the tunnel stops reading
+   * its stream, as upstream does (#12: never close a connection for being
+   * slow). Reading resumes once that reader has taken half of them.
    */
   unflowedBufferBytes: number;
+  /** The same for all connections of the tunnel together. */
+  unflowedStreamBufferBytes: number;
+  /**
+   * With such a peer, the HTTP/2 receive window of its stream: what it may
+   * send while the stream is paused, all of which lands when reading
+   * resumes. Smaller means less wait for the other connections on the stream
+   * next to a slow reader; larger, more throughput over long round trips.
+   */
+  unflowedReceiveWindowBytes: number;
   /** Largest DATA payload we send. */
   maxDataBytes: number;
   /** Dials waiting for an answer, in each direction, per tunnel. */
@@ -52,7 +63,9 @@ export const DEFAULT_LIMITS: TunnelLimits = {
   windowBytes: 1024 * 1024,
   maxWindowBytes: 4 * 1024 * 1024,
   windowGrowthBudgetBytes: 32 * 1024 * 1024,
-  unflowedBufferBytes: 8 * 1024 * 1024,
+  unflowedBufferBytes: 256 * 1024,
+  unflowedStreamBufferBytes: 8 * 1024 * 1024,
+  unflowedReceiveWindowBytes: 512 * 1024,
   maxDataBytes: 64 * 1024,
   maxPendingDials: 4096,
   pauseReadingQueuedBytes: 2 * 1024 * 1024,

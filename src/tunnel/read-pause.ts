@@ -7,9 +7,10 @@ import type { PacketStream } from '../transport/packet-stream.js';
 
 /**
  * A connectID: that connection's local reader is slower than a peer without
- * flow control. 'peer-not-reading': the peer leaves what we sent unread (#11).
+ * flow control (#12). 'unflowed-stream': the same for all connections
+ * together. 'peer-not-reading': the peer leaves what we sent unread (#11).
  */
-export type PauseReason = number | 'peer-not-reading';
+export type PauseReason = number | 'unflowed-stream' | 'peer-not-reading';
 
 export class ReadPause {
   /** At most one entry per connection of the tunnel, plus the two named reasons. */

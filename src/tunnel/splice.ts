@@ -9,8 +9,8 @@
 import type { Duplex } from 'node:stream';
 import { TunnelConnection } from './connection.js';
 
-/** How long a side may take to flush after its partner is gone. */
-const FLUSH_GRACE_MS = 10_000;
+/** How long a side may make no progress flushing after its partner is gone. */
+const FLUSH_IDLE_MS = 10_000;
 
 export function splice(a: Duplex, b: Duplex): void {
   forward(a, b);
@@ -28,15 +28,19 @@ export function splice(a: Duplex, b: Duplex): void {
         other.destroy(err);
         return;
       }
-      // Clean: let what is queued flush, then release the partner.
+      // Clean: let what is queued flush, however slowly (#12), then release the partner.
       if (other.writableFinished) {
         other.destroy();
         return;
       }
-      const timer = setTimeout(() => other.destroy(), FLUSH_GRACE_MS);
+      let left = other.writableLength;
+      const timer = setInterval(() => {
+        if (other.writableLength < left) left = other.writableLength;
+        else other.destroy(); // stalled, not slow
+      }, FLUSH_IDLE_MS);
       timer.unref();
       other.once('finish', () => other.destroy());
-      other.once('close', () => clearTimeout(timer));
+      other.once('close', () => clearInterval(timer));
       other.end();
     });
   };

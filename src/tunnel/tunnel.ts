@@ -46,12 +46,6 @@ export interface TunnelOptions {
   dialHandler?: DialHandler;
   /** Text of the refusal when there is no dial handler. */
   refuseDialsReason?: string;
-  /**
-   * For a stream without the window feature that carries one connection at a
-   * time (gRPC frontend): pause the stream for a slow reader instead of
-   * closing the connection when its buffer overflows.
-   */
-  holdStreamWhenSlow?: boolean;
   /** Called once per connection when it leaves the table (for metrics). */
   onConnectionClosed?: (conn: TunnelConnection) => void;
   /** Called each time a limit refuses a dial, pauses reading or closes the stream (for metrics). */
@@ -112,6 +106,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private readonly readPause: ReadPause;
   /** Closes the stream when the peer leaves our packets unread too long (limits.peerReadTimeoutMs). */
   private peerReadTimer: NodeJS.Timeout | undefined;
+  /** Bytes buffered for slow local readers of connections without flow control (limits.unflowedStreamBufferBytes). */
+  private unflowedBytes = 0;
   /** connectIDs recently closed or answered as unknown: late packets for them are dropped quietly. */
   private readonly recentlyGone = new RecentIds(1024);
   private windowGrowth = 0;
@@ -130,6 +126,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.readPause = new ReadPause(stream);
     // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
     stream.acceptDataInPieces?.();
+    // Without per-connection windows, a slow reader pauses the whole stream (#12).
+    if (!opts.features.has(Feature.Window)) stream.limitReceiveWindow?.(this.limits.unflowedReceiveWindowBytes);
     stream.on('packet', (p) => this.onPacket(p));
     stream.on('invalid', (reason) => this.noise.warn('invalid', { reason }, 'ignoring malformed packet from peer'));
     stream.on('drain', () => this.onTransportDrain());
@@ -242,6 +240,16 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   holdInbound(connectID: number, hold: boolean): void {
     if (!hold) this.readPause.release(connectID);
     else if (this.readPause.hold(connectID)) this.opts.onLimit?.('unflowedBufferBytes');
+  }
+
+  noteUnflowedBytes(delta: number): void {
+    this.unflowedBytes += delta;
+    const limit = this.limits.unflowedStreamBufferBytes;
+    if (this.unflowedBytes >= limit) {
+      if (this.readPause.hold('unflowed-stream')) this.opts.onLimit?.('unflowedStreamBufferBytes');
+    } else if (this.unflowedBytes < limit / 2) {
+      this.readPause.release('unflowed-stream');
+    }
   }
 
   whenWritable(resume: () => void): void {
@@ -475,7 +483,6 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       role,
       flowControl: this.features.has(Feature.Window),
       halfClose: this.features.has(Feature.HalfClose),
-      holdStreamWhenSlow: this.opts.holdStreamWhenSlow ?? false,
       limits: this.limits,
       log: this.log,
     });

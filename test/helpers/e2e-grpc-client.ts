@@ -5,7 +5,8 @@
  * CLOSE_REQ -> CLOSE_RSP. Packets are (de)serialized with src/wire/codec.ts.
  * Independent of Kanal's own transport and tunnel code on purpose.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { decodePacket, encodePacket } from '../../src/wire/codec.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
@@ -143,6 +144,41 @@ export class ProxyStream {
       got += p.data.length;
     }
     return Buffer.concat(parts);
+  }
+
+  /**
+   * Reads `n` bytes of connectID's DATA and resolves with their sha256. With
+   * `bytesPerSecond` the call is paused whenever it is ahead of that pace, so
+   * HTTP/2 flow control holds the server back (a slow konnectivity-client user).
+   */
+  async readHashed(connectID: number, n: number, timeoutMs: number, bytesPerSecond?: number): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    const hash = createHash('sha256');
+    const t0 = performance.now();
+    let got = 0;
+    while (got < n) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`read ${got}/${n} bytes of connection ${connectID} in ${timeoutMs} ms`);
+      const closed = this.closedByServer(connectID);
+      if (closed && !this.queue.some((p) => p.type === PacketType.DATA && p.connectID === connectID)) {
+        throw new Error(`server closed connection ${connectID} (${PacketType[closed.type]}) after ${got}/${n} bytes read`);
+      }
+      const p = await this.take(PacketType.DATA, (d) => d.connectID === connectID, Math.min(250, left)).catch((err: Error) => {
+        if (this.ended) throw err;
+        return undefined;
+      });
+      if (!p) continue;
+      const take = p.data.subarray(0, n - got);
+      hash.update(take);
+      got += take.length;
+      const ahead = bytesPerSecond ? (got / bytesPerSecond) * 1000 - (performance.now() - t0) : 0;
+      if (ahead > 1) {
+        this.call.pause();
+        await sleep(ahead);
+        this.call.resume();
+      }
+    }
+    return hash.digest('hex');
   }
 
   /** CLOSE_REQ -> CLOSE_RSP for connectID; resolves with the CLOSE_RSP. */

@@ -117,6 +117,15 @@ export async function waitForLog(file: string, match: (l: LogLine) => boolean, t
   }
 }
 
+/** Polls `cond` (which may be async) every 50 ms until it holds; throws after timeoutMs naming `what`. */
+export async function waitUntil(cond: () => boolean | Promise<boolean>, what: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting until ${what}`);
+    await sleep(50);
+  }
+}
+
 /** A warn (or worse) line whose msg contains `text`. */
 export const warnLine =
   (text: string, extra: (l: LogLine) => boolean = () => true) =>
@@ -441,12 +450,14 @@ export function startEchoBackend(scope: Scope): Promise<Backend> {
 /**
  * Reads exactly `size` bytes, then answers with their sha256 (hex) and ends.
  * With `stallUntil`, reads nothing before that promise settles (a node-side
- * reader that is slower than the sender).
+ * reader that is slower than the sender); with `bytesPerSecond`, reads at
+ * that pace.
  */
-export function startSinkBackend(scope: Scope, size: number, opts: { stallUntil?: Promise<unknown> } = {}): Promise<Backend> {
+export function startSinkBackend(scope: Scope, size: number, opts: { stallUntil?: Promise<unknown>; bytesPerSecond?: number } = {}): Promise<Backend> {
   return listenBackend(scope, (s) => {
     const hash = createHash('sha256');
     let got = 0;
+    if (opts.bytesPerSecond) throttle(s, opts.bytesPerSecond);
     if (opts.stallUntil) {
       s.pause();
       const go = (): void => void (s.destroyed || s.resume());
@@ -462,14 +473,22 @@ export function startSinkBackend(scope: Scope, size: number, opts: { stallUntil?
   });
 }
 
-/** Writes `payload` (with back-pressure), then ends. */
-export function startSourceBackend(scope: Scope, payload: Buffer): Promise<Backend> {
+/**
+ * Writes `payload` (with back-pressure), then ends. With `afterFirstByte` it
+ * waits for the client to send a byte first (upstream's CONNECT frontend may
+ * write a backend's first bytes before its 200 line when the backend speaks first).
+ */
+export function startSourceBackend(scope: Scope, payload: Buffer, opts: { afterFirstByte?: boolean } = {}): Promise<Backend> {
   return listenBackend(scope, (s) => {
-    s.resume();
-    writeAll(s, payload).then(
-      () => s.end(),
-      () => s.destroy(),
-    );
+    const send = (): void => {
+      s.resume();
+      writeAll(s, payload).then(
+        () => s.end(),
+        () => s.destroy(),
+      );
+    };
+    if (opts.afterFirstByte) s.once('data', send);
+    else send();
   });
 }
 
@@ -491,7 +510,7 @@ export function startFirehoseBackend(scope: Scope): Promise<Backend> {
 }
 
 /** Answers one HTTP request with `body`, like any web server on a node. */
-export async function startHttpBackend(scope: Scope, body: string): Promise<Backend> {
+export async function startHttpBackend(scope: Scope, body: string | Buffer): Promise<Backend> {
   const server = http.createServer((req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body), 'x-path': req.url ?? '' }).end(body);
   });
@@ -518,6 +537,53 @@ export async function startHttpBackend(scope: Scope, body: string): Promise<Back
 
 export function sha256(b: Uint8Array): string {
   return createHash('sha256').update(b).digest('hex');
+}
+
+/** Makes a flowing readable deliver at most `bytesPerSecond` on average (a slow reader: the kernel's buffers then fill). */
+export function throttle(s: NodeJS.ReadableStream, bytesPerSecond: number): void {
+  const t0 = performance.now();
+  let got = 0;
+  s.on('data', (c: Buffer) => {
+    got += c.length;
+    const ahead = (got / bytesPerSecond) * 1000 - (performance.now() - t0);
+    if (ahead > 1) {
+      s.pause();
+      setTimeout(() => s.resume(), ahead);
+    }
+  });
+}
+
+/**
+ * Reads exactly `n` bytes (at `bytesPerSecond` if given) and resolves with
+ * their sha256; rejects if the stream ends or fails first, or after timeoutMs.
+ */
+export function readHashed(s: net.Socket, n: number, timeoutMs: number, bytesPerSecond?: number): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const hash = createHash('sha256');
+    let got = 0;
+    const timer = setTimeout(() => finish(new Error(`read ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
+    const finish = (err: Error | null): void => {
+      clearTimeout(timer);
+      s.off('end', onEnd);
+      s.off('close', onEnd);
+      s.off('error', finish);
+      if (err) reject(err);
+      else resolve(hash.digest('hex'));
+    };
+    const onEnd = (): void => finish(new Error(`stream ended after ${got}/${n} bytes`));
+    s.on('data', (c: Buffer) => {
+      if (got >= n) return;
+      const take = c.subarray(0, n - got);
+      hash.update(take);
+      got += take.length;
+      if (got === n) finish(null);
+    });
+    s.once('end', onEnd);
+    s.once('close', onEnd);
+    s.once('error', finish);
+    if (bytesPerSecond) throttle(s, bytesPerSecond);
+    s.resume();
+  });
 }
 
 /** Writes `data` in 256 KiB chunks, honouring back-pressure. */

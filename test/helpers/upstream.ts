@@ -273,3 +273,52 @@ export async function startUpstreamAgent(
   if (spec.waitReady ?? true) await waitStatus(readyzUrl(), 200, 20_000);
   return { ...proc, agentID, healthPort, adminPort, readyzUrl };
 }
+
+// ---------- the konnectivity-client (proxy-test-client) ----------
+
+export interface TestClientResult {
+  /** Exit code (null when killed at the timeout). */
+  code: number | null;
+  /** The response body it logged, or undefined when it logged none. */
+  body: Buffer | undefined;
+  /** Its log, without the body. */
+  log: string;
+}
+
+/**
+ * Runs upstream's proxy-test-client, which fetches http://host:port/path
+ * through a server's Unix-socket frontend with the konnectivity-client
+ * library exactly as the kube-apiserver does (--mode grpc), or with HTTP
+ * CONNECT, reads the whole body and logs it at -v=4. `bodyBytes` is the
+ * length of the body expected (it is cut out of the log).
+ */
+export async function runUpstreamTestClient(
+  ws: Workspace,
+  opts: { mode: 'grpc' | 'http-connect'; uds: string; host: string; port: number; path: string; bodyBytes: number; timeoutMs: number },
+): Promise<TestClientResult> {
+  const bin = upstreamBinaries();
+  const logFile = path.join(ws.dir, `test-client-${Date.now()}-${Math.floor(Math.random() * 1e6)}.log`);
+  const out = fs.openSync(logFile, 'w');
+  // The client closes its tunnel on *any* signal it receives (signal.Notify
+  // without a list), Go's own SIGURG preemption signals included, which cut
+  // long transfers; asyncpreemptoff stops the runtime from sending them.
+  const child = spawn(
+    bin.testClient,
+    [`--mode=${opts.mode}`, `--proxy-uds=${opts.uds}`, '--proxy-host=', '--proxy-port=0', `--request-host=${opts.host}`, `--request-port=${opts.port}`, `--request-path=${opts.path}`, '--v=4'],
+    { stdio: ['ignore', out, out], env: { ...process.env, GODEBUG: 'asyncpreemptoff=1' } },
+  );
+  fs.closeSync(out);
+  const pid = child.pid;
+  if (pid !== undefined) killOnExit.add(pid);
+  const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
+  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  clearTimeout(timer);
+  if (pid !== undefined) killOnExit.delete(pid);
+  const text = fs.readFileSync(logFile);
+  fs.rmSync(logFile, { force: true });
+  const marker = text.indexOf('HTML Response:\n');
+  if (marker < 0) return { code, body: undefined, log: text.toString('utf8') };
+  const start = marker + 'HTML Response:\n'.length;
+  const body = text.subarray(start, Math.min(text.length, start + opts.bodyBytes));
+  return { code, body, log: Buffer.concat([text.subarray(0, start), text.subarray(start + body.length)]).toString('utf8') };
+}
