@@ -137,6 +137,33 @@ test('--max-connection-window reaches the options the server and agent build the
   t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000 });
 });
 
+test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the server options; the server-wide cap defaults to half the open-files limit', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-caps-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
+  const base = ['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock')];
+  const server = buildServerOptions(
+    validateServerArgs(
+      parseServer([
+        ...base,
+        '--max-node-to-cp-connections-per-agent', '10', '--max-cp-to-node-connections-per-agent', '20', '--max-pending-dials-per-agent', '30',
+        '--max-node-to-cp-connections', '40', '--peer-read-timeout', '5s',
+      ]),
+    ),
+  );
+  t.deepEqual(server.agentLimits, { maxInboundConnections: 10, maxOutboundConnections: 20, maxPendingDials: 30 });
+  t.is(server.maxNodeToCpConnections, 40);
+  t.is(server.limits?.peerReadTimeoutMs, 5000);
+  const defaults = validateServerArgs(parseServer(base));
+  t.deepEqual(defaults.perAgent, { maxNodeToCpConnections: 1024, maxCpToNodeConnections: 8192, maxPendingDials: 1024 });
+  const nofile = Number(/^Max open files\s+(\d+)/m.exec(fs.readFileSync('/proc/self/limits', 'utf8'))![1]);
+  t.is(defaults.maxNodeToCpConnections, Math.floor(nofile / 2));
+  t.throws(() => validateServerArgs(parseServer([...base, '--max-node-to-cp-connections-per-agent', '0'])), {
+    message: '--max-node-to-cp-connections-per-agent must be a whole number of at least 1, got 0',
+  });
+  t.throws(() => validateServerArgs(parseServer([...base, '--peer-read-timeout', '0s'])), { message: /--peer-read-timeout: .*positive/ });
+});
+
 test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA requirement', (t) => {
   const c = validateServerArgs(parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']));
   t.true(c.agent.allowUnauthenticated);

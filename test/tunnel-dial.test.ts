@@ -412,7 +412,7 @@ test('malformed packets are logged (rate-limited) and ignored; the tunnel stays 
 
 // ---------- limits ----------
 
-test('pending dials are bounded in both directions (exhausted / "too many pending dials")', async (t) => {
+test('pending dials are bounded in both directions (exhausted / "too many dials waiting for an answer")', async (t) => {
   const seen: InboundDial[] = [];
   const pair = tunnelPair({ features: ALL_FEATURES, serverDialHandler: hangingHandler(seen), limits: { maxPendingDials: 3 } });
   t.teardown(() => pair.close());
@@ -424,7 +424,7 @@ test('pending dials are bounded in both directions (exhausted / "too many pendin
   // The performer refuses a fourth concurrent DIAL_REQ (here sent raw, bypassing the dialer's limit).
   const rspP = nextPacket(pair.link.a, PacketType.DIAL_RSP, (p) => p.random === 4242n);
   pair.link.a.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'h:4', random: 4242n });
-  t.regex((await rspP).error, /too many pending dials/);
+  t.regex((await rspP).error, /too many dials waiting for an answer: 3, limit 3/);
   pair.close();
   for (const p of pending) t.is(dialError(await t.throwsAsync(p)).failure, 'tunnel-closed');
 });

@@ -39,7 +39,12 @@ export interface AgentStats {
 
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
-const SERVER_TUNNEL_REFUSALS: RefusalReasons = { maxPendingDials: 'pending_dials' };
+/** On a tunnel to a server the agent performs control plane -> node dials (inbound) and requests node -> control plane ones. */
+const SERVER_TUNNEL_REFUSALS: RefusalReasons = {
+  maxPendingDials: 'pending_dials',
+  maxInboundConnections: 'cp_to_node_connections',
+  maxOutboundConnections: 'node_to_cp_connections',
+};
 const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
   pauseReadingQueuedBytes: '--peer-read-timeout',
   maxQueuedBytes: '--peer-read-timeout',

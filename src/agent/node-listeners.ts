@@ -13,6 +13,7 @@ import { splice } from '../tunnel/splice.js';
 import { formatHostPort } from '../common/host-port.js';
 import { DialError } from '../tunnel/errors.js';
 import type { Target } from './target.js';
+import { DEFAULT_LIMITS } from '../tunnel/limits.js';
 import type { KanalAgent } from './agent.js';
 
 export interface NodeListenersOptions {
@@ -96,7 +97,8 @@ export class NodeListeners {
 
   private waitForTunnel(socket: net.Socket): Promise<Tunnel | undefined> {
     const now = this.pickTunnel();
-    if (now || this.opts.agent.tunnels().length > 0) return Promise.resolve(now);
+    // Waiting sockets hold descriptors with no tunnel to bound them: as many as a tunnel's pending dials (#11).
+    if (now || this.opts.agent.tunnels().length > 0 || this.waiting >= DEFAULT_LIMITS.maxPendingDials) return Promise.resolve(now);
     this.waiting++;
     return new Promise<Tunnel | undefined>((resolve) => {
       const done = (): void => {

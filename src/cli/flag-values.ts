@@ -41,6 +41,15 @@ export function connectionWindowFlag(flag: string, value: number): number {
   return value;
 }
 
+/** A whole number of at least `min` (counts: connections, dials). */
+export function countFlag(flag: string, value: number, min = 1): number {
+  if (!Number.isInteger(value) || value < min) {
+    const got = Number.isNaN(value) ? 'a value that is not a number' : String(value);
+    throw new UsageError(`--${flag} must be a whole number of at least ${min}, got ${got}`);
+  }
+  return value;
+}
+
 /** `--peer-read-timeout`, the same on server and agent (TunnelLimits.peerReadTimeoutMs). */
 export const peerReadTimeoutOption = {
   type: 'string',

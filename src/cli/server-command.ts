@@ -7,7 +7,9 @@ import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseHostPort } from '../common/host-port.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { FrontendMode, TlsFiles } from '../server/listeners.js';
-import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
+import { connectionWindowFlag, countFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
+import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
 import { readFlagFile } from './files.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -39,6 +41,10 @@ export const serverFlags = {
   'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
   'max-message-size': { type: 'number', default: 4 * 1024 * 1024, describe: 'Largest gRPC message accepted, bytes' },
   'max-connection-window': maxConnectionWindowOption,
+  'max-node-to-cp-connections-per-agent': { type: 'number', default: DEFAULT_NODE_TO_CP_CONNECTIONS, describe: 'Node -> control plane connections one agent tunnel may hold (dialling or open); more are refused' },
+  'max-node-to-cp-connections': { type: 'number', default: 0, describe: 'Node -> control plane connections of all agents together (each holds a file descriptor); 0 = half the open-files limit' },
+  'max-cp-to-node-connections-per-agent': { type: 'number', default: DEFAULT_CP_TO_NODE_CONNECTIONS, describe: 'Control plane -> node connections through one agent tunnel (dialling or open); more fail with 503' },
+  'max-pending-dials-per-agent': { type: 'number', default: DEFAULT_LIMITS.maxPendingDials, describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused' },
   'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
   'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
@@ -63,6 +69,8 @@ export interface ServerConfig {
   destinationDialTimeoutMs: number;
   maxReceiveMessageBytes: number;
   maxConnectionWindowBytes: number;
+  perAgent: { maxNodeToCpConnections: number; maxCpToNodeConnections: number; maxPendingDials: number };
+  maxNodeToCpConnections: number;
   peerReadTimeoutMs: number;
   transport: string;
   logLevel: LevelWithSilent;
@@ -120,6 +128,12 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
     maxReceiveMessageBytes: maxMessage,
     maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
+    perAgent: {
+      maxNodeToCpConnections: countFlag('max-node-to-cp-connections-per-agent', a['max-node-to-cp-connections-per-agent']),
+      maxCpToNodeConnections: countFlag('max-cp-to-node-connections-per-agent', a['max-cp-to-node-connections-per-agent']),
+      maxPendingDials: countFlag('max-pending-dials-per-agent', a['max-pending-dials-per-agent']),
+    },
+    maxNodeToCpConnections: countFlag('max-node-to-cp-connections', a['max-node-to-cp-connections'], 0) || defaultNodeToCpConnections(),
     peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: a.transport,
     logLevel: a['log-level'] as LevelWithSilent,
@@ -160,6 +174,12 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
     destinationDialTimeoutMs: config.destinationDialTimeoutMs,
     maxReceiveMessageBytes: config.maxReceiveMessageBytes,
     limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
+    agentLimits: {
+      maxInboundConnections: config.perAgent.maxNodeToCpConnections,
+      maxOutboundConnections: config.perAgent.maxCpToNodeConnections,
+      maxPendingDials: config.perAgent.maxPendingDials,
+    },
+    maxNodeToCpConnections: config.maxNodeToCpConnections,
     transport: selectTransport(config.transport),
     log,
   };

@@ -15,9 +15,11 @@ export interface Child {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-export function startKanal(args: string[], logFile: string): Child {
+/** Runs `kanal args` with output appended to logFile; `wrapper` (e.g. prlimit and its arguments) runs it. */
+export function startKanal(args: string[], logFile: string, wrapper: string[] = []): Child {
   const out = fs.openSync(logFile, 'a');
-  const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', out, out] });
+  const command = [...wrapper, process.execPath, CLI, ...args];
+  const proc = spawn(command[0]!, command.slice(1), { stdio: ['ignore', out, out] });
   fs.closeSync(out);
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   return {

@@ -15,10 +15,18 @@ import type { AgentRegistry, AgentBackend } from './agent-registry.js';
 import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
 
-const AGENT_TUNNEL_REFUSALS: RefusalReasons = { maxPendingDials: 'agent_pending_dials' };
+/** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
+const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
+  maxPendingDials: 'agent_pending_dials',
+  maxInboundConnections: 'agent_node_to_cp_connections',
+  maxOutboundConnections: 'agent_cp_to_node_connections',
+};
 
 /** The server flags behind each limit of an agent tunnel, named in log lines. */
 export const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
+  maxPendingDials: '--max-pending-dials-per-agent',
+  maxInboundConnections: '--max-node-to-cp-connections-per-agent',
+  maxOutboundConnections: '--max-cp-to-node-connections-per-agent',
   pauseReadingQueuedBytes: '--peer-read-timeout',
   maxQueuedBytes: '--peer-read-timeout',
   peerReadTimeoutMs: '--peer-read-timeout',

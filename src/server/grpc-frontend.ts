@@ -12,7 +12,7 @@ import type { TunnelLimits } from '../tunnel/limits.js';
 import type { BackendDialer } from './backend-dialer.js';
 import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
 
-const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials' };
+const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
 
 const FRONTEND_FEATURES = new Set([Feature.Window, Feature.HalfClose]);
 

@@ -9,6 +9,8 @@ import { Tunnel, type TunnelStats } from '../tunnel/tunnel.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { KanalMetrics } from '../common/metrics.js';
+import { ConnectionBudget } from '../common/connection-budget.js';
+import { defaultNodeToCpConnections, openFilesLimit } from '../common/open-files-limit.js';
 import { AgentRegistry } from './agent-registry.js';
 import { AllowList } from './allow-list.js';
 import { createAgentService } from './agent-service.js';
@@ -33,7 +35,12 @@ export interface ServerOptions {
   destinationDialTimeoutMs: number;
   maxReceiveMessageBytes: number;
   transport: Transport;
+  /** Limits of every tunnel (agent tunnels and gRPC frontend streams). */
   limits?: Partial<TunnelLimits>;
+  /** Further limits of agent tunnels: the per-agent caps. */
+  agentLimits?: Partial<TunnelLimits>;
+  /** Node -> control plane connections of all agents together (file descriptors here); default half the open-files limit. */
+  maxNodeToCpConnections?: number;
   log: Logger;
 }
 
@@ -95,6 +102,12 @@ export class KanalServer {
     metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
       this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
     );
+    const nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
+    const openFiles = openFilesLimit();
+    if (openFiles !== undefined && nodeToCp.limit >= openFiles) {
+      log.warn({ maxNodeToCpConnections: nodeToCp.limit, openFilesLimit: openFiles }, '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit');
+    }
+    metrics.gauge('kanal_server_node_to_cp_connections', 'Node -> control plane connections the server holds (dialling or open), all agents', () => nodeToCp.used);
     metrics.gauge('kanal_server_streams_read_paused', 'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)', () =>
       [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
     );
@@ -104,7 +117,7 @@ export class KanalServer {
     const refused = (reason: string): void => metrics.refusals.inc({ reason });
     const allowList = new AllowList(opts.allowedDestinations);
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
-    else log.info({ allowed: allowList.list() }, 'node -> control plane destinations allowed');
+    else log.info({ allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles }, 'node -> control plane destinations allowed');
 
     const agentGrpc = opts.transport.createServer(
       {
@@ -112,9 +125,9 @@ export class KanalServer {
           serverID: opts.serverID,
           serverCount: opts.serverCount,
           registry: this.registry,
-          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, log.child({ part: 'node-dial' }), metrics),
+          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, nodeToCp, log.child({ part: 'node-dial' }), metrics),
           features: SERVER_FEATURES,
-          limits: opts.limits,
+          limits: { ...opts.limits, ...opts.agentLimits },
           log: log.child({ part: 'agents' }),
           metrics,
         }),

@@ -40,6 +40,14 @@ export interface TunnelLimits {
   /** Dials waiting for an answer, in each direction, per tunnel. */
   maxPendingDials: number;
   /**
+   * Connections the peer asked this side to dial, being dialled or open (on
+   * an agent tunnel at the server: node -> control plane; at the agent:
+   * control plane -> node). Further DIAL_REQs are refused (#11).
+   */
+  maxInboundConnections: number;
+  /** Connections this side dialled through the peer, pending or open. Further dials fail with 'exhausted'. */
+  maxOutboundConnections: number;
+  /**
    * Bytes queued towards the peer (sent, not yet taken by it) at which the
    * tunnel stops reading from the peer until it takes them (#11). Bulk DATA
    * stops earlier, at the transport's send buffer (1 MiB; this must stay
@@ -59,6 +67,10 @@ export interface TunnelLimits {
 
 export type TunnelLimitName = keyof TunnelLimits;
 
+/** Default caps of node -> control plane connections per agent, and of control plane -> node ones. */
+export const DEFAULT_NODE_TO_CP_CONNECTIONS = 1024;
+export const DEFAULT_CP_TO_NODE_CONNECTIONS = 8192;
+
 export const DEFAULT_LIMITS: TunnelLimits = {
   windowBytes: 1024 * 1024,
   maxWindowBytes: 4 * 1024 * 1024,
@@ -67,7 +79,9 @@ export const DEFAULT_LIMITS: TunnelLimits = {
   unflowedStreamBufferBytes: 8 * 1024 * 1024,
   unflowedReceiveWindowBytes: 512 * 1024,
   maxDataBytes: 64 * 1024,
-  maxPendingDials: 4096,
+  maxPendingDials: 1024,
+  maxInboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS,
+  maxOutboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS,
   pauseReadingQueuedBytes: 2 * 1024 * 1024,
   maxQueuedBytes: 8 * 1024 * 1024,
   peerReadTimeoutMs: 60_000,

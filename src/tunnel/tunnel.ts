@@ -92,11 +92,15 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   /** Set once the peer sent DRAIN. */
   drainRequested = false;
 
+  /** Open connections: at most maxInboundConnections + maxOutboundConnections. */
   private readonly connections = new Map<number, TunnelConnection>();
-  /** Our dials awaiting DIAL_RSP: at most maxPendingDials. */
+  /** Our dials awaiting DIAL_RSP: at most maxPendingDials, and counted in maxOutboundConnections. */
   private readonly pendingDials = new Map<bigint, PendingDial>();
-  /** The peer's dials we are performing: at most maxPendingDials. */
+  /** The peer's dials we are performing: at most maxPendingDials, and counted in maxInboundConnections. */
   private readonly inboundDials = new Map<bigint, AbortController>();
+  /** Open connections by role (dialer: we asked for it; performer: the peer did). */
+  private dialerConnections = 0;
+  private performerConnections = 0;
   private nextConnectID: number;
   private writeBlocked = false;
   /** Connections waiting for the transport to drain: at most one entry per connection. */
@@ -160,10 +164,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   /** Opens a connection to `address` on the far side of the tunnel. */
   dial(address: string, opts: DialOptions): Promise<TunnelConnection> {
     if (this.closed) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
-    if (this.pendingDials.size >= this.limits.maxPendingDials) {
-      this.opts.onLimit?.('maxPendingDials');
-      return Promise.reject(new DialError('exhausted', `too many pending dials (${this.pendingDials.size})`));
-    }
+    const refusal =
+      this.overLimit('maxPendingDials', this.pendingDials.size, 'dials waiting for an answer') ??
+      this.overLimit('maxOutboundConnections', this.pendingDials.size + this.dialerConnections, 'connections open or being dialled through this tunnel');
+    if (refusal) return Promise.reject(new DialError('exhausted', refusal));
     if (opts.signal?.aborted) return Promise.reject(new DialError('cancelled', 'dial cancelled'));
     let dialID = randomDialID();
     while (this.pendingDials.has(dialID)) dialID = randomDialID();
@@ -261,6 +265,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     const conn = this.connections.get(connectID);
     if (conn && conn.destroyed) {
       this.connections.delete(connectID);
+      if (conn.role === 'dialer') this.dialerConnections--;
+      else this.performerConnections--;
       this.recentlyGone.add(connectID);
       this.opts.onConnectionClosed?.(conn);
       this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
@@ -309,6 +315,15 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private flagOf(limit: TunnelLimitName): { flag?: string } {
     const flag = this.opts.limitFlags?.[limit];
     return flag ? { flag } : {};
+  }
+
+  /** The refusal text when `count` has reached `limit` (which is then reported), or undefined. */
+  private overLimit(limit: TunnelLimitName, count: number, what: string): string | undefined {
+    const max = this.limits[limit];
+    if (count < max) return undefined;
+    this.opts.onLimit?.(limit);
+    const { flag } = this.flagOf(limit);
+    return `too many ${what}: ${count}, limit ${max}${flag ? ` (${flag})` : ''}`;
   }
 
   private onTransportDrain(): void {
@@ -425,10 +440,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     if (!handler) return refuse(this.opts.refuseDialsReason ?? 'this side does not accept dial requests');
     if (protocol !== 'tcp') return refuse(`unsupported protocol ${JSON.stringify(protocol)}`);
     if (this.inboundDials.has(dialID)) return refuse('duplicate dial ID');
-    if (this.inboundDials.size >= this.limits.maxPendingDials) {
-      this.opts.onLimit?.('maxPendingDials');
-      return refuse('too many pending dials');
-    }
+    const refusal =
+      this.overLimit('maxPendingDials', this.inboundDials.size, 'dials waiting for an answer') ??
+      this.overLimit('maxInboundConnections', this.inboundDials.size + this.performerConnections, 'connections open or being dialled for the peer');
+    if (refusal) return refuse(refusal);
     const abort = new AbortController();
     this.inboundDials.set(dialID, abort);
     handler({ protocol, address, dialID, signal: abort.signal }).then(
@@ -487,6 +502,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       log: this.log,
     });
     this.connections.set(connectID, conn);
+    if (role === 'dialer') this.dialerConnections++;
+    else this.performerConnections++;
     this.log.debug({ connectID, dialID: String(dialID), address, role }, 'connection open');
     return conn;
   }

@@ -153,8 +153,8 @@ export interface KanalProcess {
   kill(): Promise<void>;
 }
 
-function spawnKanal(scope: Scope, name: string, args: string[], logFile: string): KanalProcess {
-  const child = startKanal(args, logFile);
+function spawnKanal(scope: Scope, name: string, args: string[], logFile: string, wrapper: string[] = []): KanalProcess {
+  const child = startKanal(args, logFile, wrapper);
   const pid = child.proc.pid;
   if (pid === undefined) throw new Error(`could not start ${name}`);
   killOnExit.add(pid);
@@ -229,6 +229,8 @@ export interface ServerSpec {
   /** More flags, e.g. ['--backend-dial-timeout', '500ms']. */
   extraArgs?: string[];
   name?: string;
+  /** Runs the server under this open-files limit (prlimit). */
+  openFilesLimit?: number;
 }
 
 export interface KanalServerProcess extends KanalProcess {
@@ -268,7 +270,8 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
       );
     }
     args.push(...(spec.extraArgs ?? []));
-    const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`));
+    const wrapper = spec.openFilesLimit ? ['prlimit', `--nofile=${spec.openFilesLimit}:${spec.openFilesLimit}`, '--'] : [];
+    const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`), wrapper);
     // /healthz answers once every listener is up (the health port opens last).
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
     return { ...proc, agentPort, healthPort, frontendPort, uds, args, readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz` };
