@@ -23,7 +23,7 @@ const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
 };
 
 /** The server flags behind each limit of an agent tunnel, named in log lines. */
-export const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
+const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
   maxPendingDials: '--max-pending-dials-per-agent',
   maxInboundConnections: '--max-node-to-cp-connections-per-agent',
   maxOutboundConnections: '--max-cp-to-node-connections-per-agent',

@@ -20,7 +20,7 @@ export class DestinationDialer {
     private readonly allowList: AllowList,
     private readonly timeoutMs: number,
     /** Node -> control plane connections of all agents, being dialled or open (--max-node-to-cp-connections). */
-    readonly budget: ConnectionBudget,
+    private readonly budget: ConnectionBudget,
     private readonly log: Logger,
     private readonly metrics?: KanalMetrics,
   ) {
