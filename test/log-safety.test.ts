@@ -8,6 +8,7 @@ import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { boundForLog, MAX_LOG_STRING, truncateForLog } from '../src/common/log-safety.js';
 import { RateLimitedLog } from '../src/common/rate-limited-log.js';
+import { peerHost } from '../src/server/refusals.js';
 import { captureLogger } from './helpers/memory-stream.js';
 
 const HUGE = 'x'.repeat(1 << 20);
@@ -90,4 +91,12 @@ test('RateLimitedLog holds at most maxKeys windows: further keys share one', (t)
   const summary = logs.matching('refused (repeated;');
   t.is(summary.length, 1);
   t.is(summary[0]?.suppressed, 10_000 - 11);
+});
+
+test('peerHost: the same peer from another port is the same key', (t) => {
+  t.is(peerHost('127.0.0.1:40000'), '127.0.0.1');
+  t.is(peerHost('[::1]:40000'), '::1');
+  t.is(peerHost('::1:40000'), '::1');
+  t.is(peerHost('unix:/run/kanal.sock'), 'unix:/run/kanal.sock');
+  t.is(peerHost('agent node-1'), 'agent node-1');
 });

@@ -15,9 +15,13 @@ export interface Child {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-export function startKanal(args: string[], logFile: string): Child {
+/** `umask`: the process's file mode creation mask (set by a shell that then execs node; same pid). */
+export function startKanal(args: string[], logFile: string, opts: { umask?: number } = {}): Child {
   const out = fs.openSync(logFile, 'a');
-  const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', out, out] });
+  const proc =
+    opts.umask === undefined
+      ? spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', out, out] })
+      : spawn('/bin/sh', ['-c', `umask ${opts.umask.toString(8).padStart(4, '0')} && exec "$0" "$@"`, process.execPath, CLI, ...args], { stdio: ['ignore', out, out] });
   fs.closeSync(out);
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   return {

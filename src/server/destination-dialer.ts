@@ -5,16 +5,19 @@
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { dialTcp } from '../common/tcp-dial.js';
+import { truncateForLog } from '../common/log-safety.js';
 import { DialError } from '../tunnel/errors.js';
 import type { InboundDial } from '../tunnel/tunnel.js';
 import type { AllowList } from './allow-list.js';
 import type { KanalMetrics } from '../common/metrics.js';
+import type { Refusals } from './refusals.js';
 
 export class DestinationDialer {
   constructor(
     private readonly allowList: AllowList,
     private readonly timeoutMs: number,
     private readonly log: Logger,
+    private readonly refusals: Refusals,
     private readonly metrics?: KanalMetrics,
   ) {}
 
@@ -22,12 +25,14 @@ export class DestinationDialer {
     const t0 = performance.now();
     if (!this.allowList.allows(dial.address)) {
       this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
-      this.metrics?.refusals.inc({ reason: 'destination_not_allowed' });
-      this.log.warn(
+      // Keyed by agent: one agent's refusals cannot hide another's.
+      this.refusals.refuse(
+        'destination_not_allowed',
+        `agent ${agentID}`,
         { agentID, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
         this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
       );
-      throw new DialError('forbidden', `destination ${dial.address} is not allowed by the proxy server`);
+      throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
     }
     let socket;
     try {

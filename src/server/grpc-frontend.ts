@@ -29,7 +29,7 @@ export function createGrpcFrontend(
       features,
       limits,
       log: log.child({ frontend: 'grpc', peer: incoming.peer }),
-      dialHandler: (dial) => dialer.dial(dial.address, dial.signal),
+      dialHandler: (dial) => dialer.dial(dial.address, dial.signal, incoming.peer),
       // konnectivity-client opens one stream per dial: pausing it for a slow
       // node-side reader holds back only that connection, as upstream does.
       holdStreamWhenSlow: !features.has(Feature.Window),
