@@ -109,7 +109,7 @@ test('--delete-existing-uds-file removes a stale socket, never a regular file, d
   const ws = await makeWorkspace(t);
   const [agentPort, healthPort] = [await freePort(), await freePort()];
   const start = (file: string, ...extra: string[]): ReturnType<typeof runCli> =>
-    runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', file, '--delete-existing-uds-file', ...extra], 10_000);
+    runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', file, '--delete-existing-uds-file', ...extra], 30_000);
 
   const regular = path.join(ws.dir, 'regular.sock');
   fs.writeFileSync(regular, 'precious');
@@ -145,7 +145,7 @@ test('--delete-existing-uds-file removes a stale socket, never a regular file, d
   fs.linkSync(live, stale);
   await new Promise<void>((resolve) => holder.close(() => resolve()));
   t.true(fs.lstatSync(stale).isSocket(), 'a stale socket is there');
-  const noFlag = await runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', stale], 10_000);
+  const noFlag = await runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', stale], 30_000);
   t.is(noFlag.code, 1);
   t.is(noFlag.stderr.trim(), `kanal: --uds-name ${stale} already exists; pass --delete-existing-uds-file to replace a stale socket`);
   const server = await startServer(t, ws, { name: 'stale' });
@@ -155,7 +155,7 @@ test('--delete-existing-uds-file removes a stale socket, never a regular file, d
 test('a missing socket directory is reported as such, not as a permission problem', async (t) => {
   const ws = await makeWorkspace(t);
   const file = path.join(ws.dir, 'no-such-dir', 'kanal.sock');
-  const r = await runCli([...baseArgs(ws, await freePort(), await freePort()), '--uds-name', file], 10_000);
+  const r = await runCli([...baseArgs(ws, await freePort(), await freePort()), '--uds-name', file], 30_000);
   t.is(r.code, 1);
   t.is(r.stderr.trim(), `kanal: --uds-name ${file}: directory ${path.dirname(file)} does not exist; create it first (systemd: RuntimeDirectory=)`);
 });
@@ -189,7 +189,7 @@ test('a port in use: the error names the flags and the address; the failed start
     },
   ];
   for (const c of cases) {
-    const r = await runCli(await c.args(freePort), 10_000);
+    const r = await runCli(await c.args(freePort), 30_000);
     const message = `cannot listen on 127.0.0.1:${busy} (${c.flags}): ${IN_USE}`;
     t.is(r.code, 1, `${c.what}: ${r.stderr}`);
     t.is(r.stderr.trim(), `kanal: ${message}`, c.what);

@@ -93,7 +93,7 @@ for (const transport of ['uds', 'tcp'] as const) {
     const ms = await until(() => randomsOf(agent, PacketType.DIAL_CLS).size === CLIENTS, 'a DIAL_CLS for every dial', 20_000);
     const sorted = (ids: Set<bigint>): string[] => [...ids].map(String).sort();
     t.deepEqual(sorted(randomsOf(agent, PacketType.DIAL_CLS)), sorted(dialed), 'each DIAL_CLS names a dial the server had sent');
-    await waitMetrics(server.healthPort, { kanal_server_pending_dials: 0 }, 5000);
+    await waitMetrics(server.healthPort, { kanal_server_pending_dials: 0 }, 10_000);
     t.log(`${transport}: ${CLIENTS} clients left; every dial cancelled within ${ms} ms (dial timeout ${DIAL_TIMEOUT})`);
     const m = await scrapeMetrics(server.healthPort);
     t.is(m.get('kanal_dials_total{direction="cp_to_node",result="cancelled"}'), CLIENTS);

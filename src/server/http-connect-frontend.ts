@@ -10,7 +10,6 @@
  * header deadline is enforced here instead.
  */
 import http from 'node:http';
-import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { parseHostPort, formatHostPort } from '../common/host-port.js';
 import { truncateForLog } from '../common/log-safety.js';
@@ -33,9 +32,6 @@ export const DEFAULT_HTTP_CONNECT_LIMITS: HttpConnectLimits = {
   maxEarlyBytes: 64 * 1024,
   lingerMs: 5_000,
 };
-
-/** A connection as it comes in: a Unix or TCP socket, or TLS on top of one. */
-type ClientSocket = Duplex & Pick<Socket, 'remoteAddress'>;
 
 interface Client {
   peer: string;
@@ -63,17 +59,12 @@ export class HttpConnectFrontend {
     this.parser.on('clientError', this.onClientError);
   }
 
-  /** Connections served now (for tests and stats). */
-  get size(): number {
-    return this.clients.size;
-  }
-
   /**
    * Serves one connection whose request head must be complete within
    * `headerDeadlineMs` (counted by the caller from accept); `peer` names
    * the client in logs.
    */
-  serve(socket: ClientSocket, peer: string, headerDeadlineMs: number): void {
+  serve(socket: Duplex, peer: string, headerDeadlineMs: number): void {
     const client: Client = { peer, headerTimer: undefined, answered: false };
     client.headerTimer = setTimeout(() => {
       client.headerTimer = undefined;

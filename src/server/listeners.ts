@@ -100,6 +100,11 @@ function closeFailedHandshakes(server: tls.Server, peers: WeakMap<net.Socket, st
   });
 }
 
+/** Once listening: an 'error' without a listener would end the process, and there is nothing to do but say so. */
+function reportErrors(server: net.Server, log: Logger): void {
+  server.on('error', (err: Error) => log.error({ err: err.message }, 'listener error'));
+}
+
 async function listenTcp(server: net.Server, host: string, port: number, flags: string): Promise<number> {
   try {
     await new Promise<void>((resolve, reject) => {
@@ -159,6 +164,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'agent');
   const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
+  reportErrors(server, opts.log);
   opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
   return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }
@@ -222,6 +228,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     track(server, sockets, peers);
     server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
     const file: UnixSocketFile = await listenUnix(server, opts.uds);
+    reportErrors(server, opts.log);
     opts.log.info({ uds: file.path, mode: opts.mode, fileMode: `0${(opts.uds.mode ?? DEFAULT_UDS_MODE).toString(8)}`, gid: opts.uds.gid }, 'frontend listener ready');
     return {
       address: `unix://${file.path}`,
@@ -259,6 +266,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'frontend');
   const port = await listenTcp(server, tcp.host, tcp.port, '--server-bind-address, --server-port');
+  reportErrors(server, opts.log);
   opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
   return { address: `${tcp.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }

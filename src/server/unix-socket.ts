@@ -120,7 +120,9 @@ export async function listenUnix(server: net.Server, opts: UnixSocketOptions): P
   const privateDir = path.join(dir, `.k${randomBytes(4).toString('hex')}`);
   const staged = path.join(privateDir, 's');
   if (Buffer.byteLength(staged) > MAX_SOCKET_PATH) {
-    throw new UnixSocketError(`--uds-name ${file}: the path is too long to create safely (Kanal binds at ${staged} first; keep socket paths under ${MAX_SOCKET_PATH - 12} bytes)`);
+    throw new UnixSocketError(
+      `--uds-name ${file}: the directory's path is too long to create the socket safely (Kanal binds at ${staged} first, and socket paths are limited to ${MAX_SOCKET_PATH} bytes)`,
+    );
   }
   try {
     fs.mkdirSync(privateDir, { mode: 0o700 });
