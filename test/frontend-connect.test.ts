@@ -74,6 +74,22 @@ async function until(cond: () => boolean, what: string, timeoutMs: number): Prom
   return Date.now() - started;
 }
 
+/** What `socket` receives until it ends, fails or closes (or `timeoutMs` passes). */
+function received(socket: net.Socket, timeoutMs: number): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks));
+    };
+    const timer = setTimeout(done, timeoutMs);
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.once('end', done);
+    socket.once('close', done);
+    socket.once('error', done);
+  });
+}
+
 const CLIENTS = 200;
 const DIAL_TIMEOUT = '60s';
 
@@ -145,11 +161,11 @@ for (const transport of ['uds', 'tcp'] as const) {
     t.is(silent.answer, '', 'a client that sent nothing gets nothing');
     await server.waitForLog((l) => l.refusal === 'frontend_header_timeout', 5000, 'header timeout refusal');
 
-    // Too large: 431, and the refusal's log line stays small.
+    // Too large: 431, and the refusal's log line stays small. (Writing the rest may fail once the server has answered.)
     const { socket } = await frontendSocket(server, ws, transport);
-    const reading = readExactly(socket, 'HTTP/1.1 431'.length, 10_000);
+    const answer = received(socket, 10_000);
     socket.write(`CONNECT ${'a'.repeat(1 << 20)}:443 HTTP/1.1\r\nHost: x\r\n\r\n`);
-    t.is((await reading).toString('latin1'), 'HTTP/1.1 431');
+    t.regex((await answer).toString('latin1'), /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
     socket.destroy();
     const line = await server.waitForLog((l) => l.code === 'HPE_HEADER_OVERFLOW', 5000, 'header overflow refusal');
     t.true(JSON.stringify(line).length < 1024);

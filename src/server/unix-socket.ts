@@ -1,17 +1,19 @@
 /**
- * The frontend's Unix socket, created with its final mode and group (#11
- * finding 9). Binding creates the file with 0777 & ~umask; a chmod after
- * listen() left a window in which any local user could connect (0777 under
- * umask 0000), and the umask is process-wide, so changing it around bind()
- * would also change files other code creates meanwhile. Instead the socket
- * is bound in a fresh private directory (0700, nobody else can reach it),
- * given its mode and group there, and then hard-linked into place: link()
- * never replaces an existing file, unlike rename().
+ * The frontend's Unix socket, never reachable with more than its final mode
+ * and group (#11 finding 9). bind() creates the file with 0777 & ~umask; a
+ * chmod after listen() left a window in which any local user could connect
+ * (0777 under umask 0000). So bind() runs under a umask that leaves only the
+ * owner's bits of the final mode, the group is set, and then the mode.
+ * The umask is process-wide: it is changed only around listen(), whose
+ * bind() is synchronous (net.js: setupListenHandle), so no other JavaScript
+ * runs meanwhile, and it is only ever narrowed, so a file another thread
+ * creates in that instant is never more exposed than it would have been.
+ * (Binding elsewhere and renaming would avoid the umask, but the kernel keeps
+ * the bound path: ss and lsof would name a path that no longer exists.)
  */
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 
 export interface UnixSocketOptions {
   path: string;
@@ -98,67 +100,63 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
   }
 }
 
-function listenAt(server: net.Server, file: string): Promise<void> {
+/** listen() on `file` with `mask` added to the umask around its (synchronous) bind(). */
+function listenAt(server: net.Server, file: string, mask: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen({ path: file }, () => {
-      server.off('error', reject);
-      resolve();
-    });
+    // process.umask() without an argument is deprecated (DEP0139): read it by setting it.
+    const previous = process.umask(mask);
+    process.umask(previous | mask);
+    try {
+      server.listen({ path: file }, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    } finally {
+      process.umask(previous);
+    }
   });
 }
 
 /**
- * Makes `server` listen on `opts.path` with mode `opts.mode` and group
- * `opts.gid` from the first instant the path exists.
+ * Makes `server` listen on `opts.path`; the socket never has more than
+ * mode `opts.mode` and group `opts.gid`.
  */
 export async function listenUnix(server: net.Server, opts: UnixSocketOptions): Promise<UnixSocketFile> {
   const file = path.resolve(opts.path);
-  await clearTheWay({ ...opts, path: file });
-  const dir = path.dirname(file);
-  // Short names: the private path must fit in sun_path too.
-  const privateDir = path.join(dir, `.k${randomBytes(4).toString('hex')}`);
-  const staged = path.join(privateDir, 's');
-  if (Buffer.byteLength(staged) > MAX_SOCKET_PATH) {
-    throw new UnixSocketError(
-      `--uds-name ${file}: the directory's path is too long to create the socket safely (Kanal binds at ${staged} first, and socket paths are limited to ${MAX_SOCKET_PATH} bytes)`,
-    );
+  if (Buffer.byteLength(file) > MAX_SOCKET_PATH) {
+    throw new UnixSocketError(`--uds-name ${file}: the path is ${Buffer.byteLength(file)} bytes long; Unix socket paths are limited to ${MAX_SOCKET_PATH}`);
   }
+  await clearTheWay({ ...opts, path: file });
+  const mode = opts.mode ?? DEFAULT_UDS_MODE;
   try {
-    fs.mkdirSync(privateDir, { mode: 0o700 });
+    // Only the owner's bits of the final mode until the group is right.
+    await listenAt(server, file, 0o777 & ~(mode & 0o600));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
-      throw new UnixSocketError(`--uds-name ${file}: no permission to create files in ${dir} (${code})`);
+      throw new UnixSocketError(`--uds-name ${file}: no permission to create files in ${path.dirname(file)} (${code})`);
     }
-    throw new UnixSocketError(`--uds-name ${file}: cannot create a file in ${dir}: ${(err as Error).message}`);
+    throw new UnixSocketError(`--uds-name ${file}: cannot listen: ${(err as Error).message}`);
   }
   try {
-    await listenAt(server, staged);
-    fs.chmodSync(staged, opts.mode ?? DEFAULT_UDS_MODE);
     if (opts.gid !== undefined) {
       try {
-        fs.chownSync(staged, -1, opts.gid);
+        fs.chownSync(file, -1, opts.gid);
       } catch (err) {
         throw new UnixSocketError(`--uds-group: cannot give ${file} group ${opts.gid}: ${(err as Error).message} (the server must be root or a member of that group)`);
       }
     }
-    try {
-      fs.linkSync(staged, file);
-    } catch (err) {
-      throw new UnixSocketError(`--uds-name ${file}: cannot put the socket in place: ${(err as Error).message}`);
-    }
+    fs.chmodSync(file, mode);
   } catch (err) {
     server.close();
     throw err;
-  } finally {
-    fs.rmSync(privateDir, { recursive: true, force: true });
   }
   const ours = fs.lstatSync(file);
   return {
     path: file,
     release(): void {
-      // Only the file we made: a newer server may have replaced it meanwhile.
+      // Only the file we made (Node removes it itself when the server closes): a newer server may have replaced it meanwhile.
       try {
         const now = fs.lstatSync(file);
         if (now.ino === ours.ino && now.dev === ours.dev) fs.unlinkSync(file);
