@@ -61,9 +61,12 @@ test('node -> control plane refusals: 20 dials to a 1 MiB address and 2,000 more
   const agent = await nodeAgent(t, ws, server, 'flooding-node');
   await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
   const before = { bytes: logSize(server), lines: readLog(server.logFile).length };
+  const started = Date.now();
 
-  for (let i = 1; i <= 20; i++) await agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: HUGE_ADDRESS, random: BigInt(i) });
-  for (let i = 1; i <= 2000; i++) await agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: `10.0.0.1:${i}`, random: BigInt(1000 + i) });
+  const sent: Promise<void>[] = [];
+  for (let i = 1; i <= 20; i++) sent.push(agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: HUGE_ADDRESS, random: BigInt(i) }));
+  for (let i = 1; i <= 2000; i++) sent.push(agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: `10.0.0.1:${i}`, random: BigInt(1000 + i) }));
+  await Promise.all(sent);
   const errors = await answers(agent, 2020, 30_000);
   t.is(errors.length, 2020, 'every dial answered');
   t.true(errors.every((e) => /is not allowed by the proxy server$/.test(e)));
@@ -72,15 +75,20 @@ test('node -> control plane refusals: 20 dials to a 1 MiB address and 2,000 more
 
   const bytes = logSize(server) - before.bytes;
   const lines = readLog(server.logFile).slice(before.lines);
-  t.log(`2,020 refused node dials (20 of them to a 1 MiB address): ${bytes} bytes, ${lines.length} lines of log`);
-  t.true(bytes < 16 * 1024, `${bytes} bytes of log`);
-  t.is(lines.filter((l) => l.msg.startsWith('refused node dial')).length, 1, 'one refusal line in the window');
-  t.true(lines.every((l) => JSON.stringify(l).length < 4096), 'no line longer than 4 KiB');
+  // A loaded machine may take longer than one 10 s window: each window allows a refusal line and
+  // its count, and the same for the tunnel's "dial failed".
+  const windows = Math.floor((Date.now() - started) / 10_000) + 1;
+  t.log(`2,020 refused node dials (20 of them to a 1 MiB address) in ${windows} window(s): ${bytes} bytes, ${lines.length} lines of log`);
+  t.true(lines.filter((l) => l.msg.startsWith('refused node dial')).length <= 2 * windows, 'a refusal line and its count per window');
+  t.true(lines.length <= 4 * windows, lines.map((l) => l.msg).join('\n'));
+  t.true(lines.every((l) => JSON.stringify(l).length < 2048), 'no line longer than 2 KiB');
 
-  // The count of what was held back comes at the latest at stop.
+  // Every refusal is in the log, as a line or in a count; the last count comes at the latest at stop.
   await server.stop();
-  const summary = readLog(server.logFile).filter((l) => l.refusal === 'destination_not_allowed' && typeof l.suppressed === 'number');
-  t.is(summary.reduce((n, l) => n + Number(l.suppressed), 0), 2019);
+  const refusals = readLog(server.logFile).filter((l) => l.refusal === 'destination_not_allowed');
+  const logged = refusals.filter((l) => l.suppressed === undefined).length;
+  const counted = refusals.reduce((n, l) => n + (typeof l.suppressed === 'number' ? l.suppressed : 0), 0);
+  t.is(logged + counted, 2020);
 });
 
 test('an agentID longer than any host name is refused; a long legal one is carried whole, and lines stay short', async (t) => {
@@ -108,6 +116,7 @@ test('frontend refusals: a 1 MiB gRPC dial address, 2,000 non-CONNECT requests a
   const ws = await makeWorkspace(t);
   const server = await startServer(t, ws, { name: 'frontend-refusals', extraArgs: ['--max-message-size', String(4 * MiB), '--log-level', 'info'] });
   const before = { bytes: logSize(server), lines: readLog(server.logFile).length };
+  const started = Date.now();
 
   const stream = new ProxyStream(`unix://${server.uds}`, { channelOptions: { 'grpc.max_send_message_length': 8 * MiB } });
   t.teardown(() => stream.cancel());
@@ -143,7 +152,9 @@ test('frontend refusals: a 1 MiB gRPC dial address, 2,000 non-CONNECT requests a
   );
   const bytes = logSize(server) - before.bytes;
   const lines = readLog(server.logFile).slice(before.lines);
-  t.log(`1 oversized gRPC dial, 2,000 non-CONNECT requests, 200 failed handshakes: ${bytes} bytes, ${lines.length} lines of log`);
-  t.true(lines.length <= 8, lines.map((l) => l.msg).join('\n'));
-  t.true(bytes < 16 * 1024, `${bytes} bytes of log`);
+  const windows = Math.floor((Date.now() - started) / 10_000) + 1;
+  t.log(`1 oversized gRPC dial, 2,000 non-CONNECT requests, 200 failed handshakes in ${windows} window(s): ${bytes} bytes, ${lines.length} lines of log`);
+  // The oversized dial's two lines, then per window a line and a count for each of the two floods.
+  t.true(lines.length <= 2 + 4 * windows, lines.map((l) => l.msg).join('\n'));
+  t.true(lines.every((l) => JSON.stringify(l).length < 2048), 'no line longer than 2 KiB');
 });
