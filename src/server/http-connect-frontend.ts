@@ -82,14 +82,16 @@ export class HttpConnectFrontend {
   /**
    * The client's head is complete: its header deadline no longer applies.
    * Undefined when the connection already has its answer (a head that
-   * completes after its 408, say), which is then closed.
+   * completes after its 408, or the parser failing again on more bytes):
+   * the answer's linger closes it, after the client could read the answer.
    */
   private headComplete(socket: Duplex): Client | undefined {
     const client = this.clients.get(socket);
-    if (!client || client.answered) {
+    if (!client) {
       socket.destroy();
       return undefined;
     }
+    if (client.answered) return undefined;
     clearTimeout(client.headerTimer);
     client.headerTimer = undefined;
     return client;
