@@ -61,7 +61,7 @@ test('validateServerArgs accepts a minimal UDS configuration and fills upstream 
   t.is(c.agent.host, '0.0.0.0');
   t.is(c.agent.caFile, '/nonexistent/ca.crt');
   t.false(c.agent.allowUnauthenticated);
-  t.deepEqual(c.frontend, { mode: 'both', uds: { path: '/tmp/kanal-test.sock', deleteExisting: false } });
+  t.deepEqual(c.frontend, { mode: 'both', headerTimeoutMs: 30_000, uds: { path: '/tmp/kanal-test.sock', deleteExisting: false, mode: 0o660 } });
   t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
   t.is(c.backendDialTimeoutMs, 10_000);
   t.deepEqual(c.allowedDestinations, []);
@@ -109,7 +109,17 @@ const serverRefusals: [string, string[], RegExp][] = [
   ['connection window below the first window', [...SERVER_OK, '--max-connection-window', '65536'], /--max-connection-window must be a whole number of bytes from 1048576 .* to 67108864, got 65536/],
   ['connection window above the ceiling', [...SERVER_OK, '--max-connection-window', String(128 * 1024 * 1024)], /--max-connection-window .*got 134217728/],
   ['connection window not a number', [...SERVER_OK, '--max-connection-window', '4MiB'], /--max-connection-window .*got a value that is not a number/],
+  ['socket mode not octal', [...SERVER_OK, '--uds-mode', '0x1b6'], /--uds-mode must be octal permission bits such as 0660 or 0600, got "0x1b6"/],
+  ['socket mode with special bits', [...SERVER_OK, '--uds-mode', '4660'], /--uds-mode must be octal permission bits/],
+  ['socket mode the owner cannot connect with', [...SERVER_OK, '--uds-mode', '0460'], /--uds-mode 0460 leaves the owner without write permission/],
+  ['socket group unknown', [...SERVER_OK, '--uds-group', 'no-such-group-kanal'], /--uds-group: no group "no-such-group-kanal" in \/etc\/group; pass an existing group or its numeric ID/],
 ];
+
+test('validateServerArgs: --uds-mode and --uds-group set the socket\'s mode and group (names looked up, numbers taken as they are)', (t) => {
+  const c = validateServerArgs(parseServer([...SERVER_OK, '--uds-mode', '600', '--uds-group', 'root']));
+  t.deepEqual(c.frontend.uds, { path: '/tmp/kanal-test.sock', deleteExisting: false, mode: 0o600, gid: 0 });
+  t.is(validateServerArgs(parseServer([...SERVER_OK, '--uds-group', '4242'])).frontend.uds?.gid, 4242);
+});
 
 for (const [name, argv, message] of serverRefusals) {
   test(`validateServerArgs refuses: ${name}`, (t) => {

@@ -11,6 +11,7 @@ import { connectionWindowFlag, countFlag, durationFlag as duration, maxConnectio
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
 import { readFlagFile } from './files.js';
+import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
@@ -28,7 +29,10 @@ export const serverFlags = {
   'allow-unauthenticated-agents': { type: 'boolean', default: false, describe: 'Accept agents without a valid client certificate (insecure; upstream default)' },
   mode: { type: 'string', choices: ['both', 'grpc', 'http-connect'], default: 'both', describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
   'uds-name': { type: 'string', describe: 'Serve the frontend on this Unix socket instead of TCP' },
-  'delete-existing-uds-file': { type: 'boolean', default: false, describe: 'Remove a stale --uds-name file before listening' },
+  'delete-existing-uds-file': { type: 'boolean', default: false, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
+  'uds-mode': { type: 'string', default: '0660', describe: 'Permission bits of the --uds-name socket, set before anyone can reach it (the umask does not apply)' },
+  'uds-group': { type: 'string', describe: 'Group (name or ID) of the --uds-name socket (default: the server\'s group)' },
+  'frontend-header-timeout': { type: 'string', default: '30s', describe: 'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed' },
   'server-port': { type: 'number', default: 8090, describe: 'Frontend TCP port (mTLS); ignored with --uds-name' },
   'server-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the frontend TCP port listens on' },
   'server-cert': { type: 'string', describe: 'Frontend TLS certificate' },
@@ -60,7 +64,8 @@ export interface ServerConfig {
   agent: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; allowUnauthenticated: boolean };
   frontend: {
     mode: FrontendMode;
-    uds?: { path: string; deleteExisting: boolean };
+    headerTimeoutMs: number;
+    uds?: { path: string; deleteExisting: boolean; mode: number; gid?: number };
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string };
   };
   health?: { host: string; port: number };
@@ -85,9 +90,14 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   }
   const serverCount = a['server-count'];
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError(`--server-count must be a positive integer, got ${serverCount}`);
-  const frontend: ServerConfig['frontend'] = { mode: a.mode as FrontendMode };
+  const frontend: ServerConfig['frontend'] = { mode: a.mode as FrontendMode, headerTimeoutMs: duration('frontend-header-timeout', a['frontend-header-timeout']) };
   if (a['uds-name']) {
-    frontend.uds = { path: a['uds-name'], deleteExisting: a['delete-existing-uds-file'] };
+    frontend.uds = {
+      path: a['uds-name'],
+      deleteExisting: a['delete-existing-uds-file'],
+      mode: fileModeFlag('uds-mode', a['uds-mode']),
+      ...(a['uds-group'] === undefined ? {} : { gid: groupFlag('uds-group', a['uds-group']) }),
+    };
   } else {
     if (!a['server-cert'] || !a['server-key']) throw new UsageError('the frontend needs --uds-name, or --server-cert and --server-key for mTLS TCP');
     if (!a['server-ca-cert']) throw new UsageError('--server-ca-cert is required for the TCP frontend so only the kube-apiserver can use it');
@@ -161,6 +171,7 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
     },
     frontend: {
       mode: config.frontend.mode,
+      headerTimeoutMs: config.frontend.headerTimeoutMs,
       uds: config.frontend.uds,
       tcp: config.frontend.tcp && {
         host: config.frontend.tcp.host,
@@ -197,7 +208,12 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   const options = buildServerOptions(config);
   const server = new KanalServer(options);
-  await server.start();
+  try {
+    await server.start();
+  } catch (err) {
+    options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
+    throw err;
+  }
   // systemd (Type=notify): every listener is bound now.
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);

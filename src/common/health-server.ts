@@ -6,6 +6,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
+import { RateLimitedLog } from './rate-limited-log.js';
 
 export interface Readiness {
   ready: boolean;
@@ -47,13 +48,16 @@ export async function startHealthServer(opts: HealthServerOptions): Promise<Heal
       res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
     }
   });
+  // Any host may reach this port: one line per peer and error every 10 s, with a count of the rest.
+  const refusals = new RateLimitedLog(opts.log, 10_000);
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     // A peer that just went away is not worth a warning; anything else is bad input.
     if (err.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy();
       return;
     }
-    opts.log.warn({ err: err.message, code: err.code, peer: (socket as { remoteAddress?: string }).remoteAddress }, 'refused malformed request on health port');
+    const peer = (socket as { remoteAddress?: string }).remoteAddress;
+    refusals.warn(`${peer} ${err.code}`, { err: err.message, code: err.code, peer }, 'refused malformed request on health port');
     socket.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nbad request\n');
   });
   await new Promise<void>((resolve, reject) => {

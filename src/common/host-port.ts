@@ -1,5 +1,6 @@
 /** "host:port" with IPv6 literals in brackets, as Go's net.SplitHostPort wants. */
 import { isIP } from 'node:net';
+import { truncateForLog } from './log-safety.js';
 
 export interface HostPort {
   host: string;
@@ -12,31 +13,42 @@ export class AddressError extends Error {
 
 const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$/;
 
+/** No valid "host:port" is longer: a 253-character name, ":" and 5 digits. */
+export const MAX_ADDRESS_LENGTH = 259;
+
+/** `text` quoted for an error message, cut short: peers send these (#11 finding 8). */
+function quote(text: string): string {
+  return JSON.stringify(truncateForLog(text, 80));
+}
+
 export function parsePort(text: string, what = 'port'): number {
-  if (!/^\d{1,5}$/.test(text)) throw new AddressError(`${what} ${JSON.stringify(text)} is not a number from 1 to 65535`);
+  if (!/^\d{1,5}$/.test(text)) throw new AddressError(`${what} ${quote(text)} is not a number from 1 to 65535`);
   const port = Number(text);
   if (port < 1 || port > 65535) throw new AddressError(`${what} ${port} is out of range 1-65535`);
   return port;
 }
 
 export function parseHostPort(text: string): HostPort {
+  if (text.length > MAX_ADDRESS_LENGTH) {
+    throw new AddressError(`address ${quote(text)} is ${text.length} characters long; no host:port is longer than ${MAX_ADDRESS_LENGTH}`);
+  }
   let host: string;
   let portText: string;
   if (text.startsWith('[')) {
     const close = text.indexOf(']');
-    if (close < 0 || text[close + 1] !== ':') throw new AddressError(`address ${JSON.stringify(text)}: expected [ipv6]:port`);
+    if (close < 0 || text[close + 1] !== ':') throw new AddressError(`address ${quote(text)}: expected [ipv6]:port`);
     host = text.slice(1, close);
     portText = text.slice(close + 2);
-    if (isIP(host) !== 6) throw new AddressError(`address ${JSON.stringify(text)}: ${JSON.stringify(host)} is not an IPv6 address`);
+    if (isIP(host) !== 6) throw new AddressError(`address ${quote(text)}: ${quote(host)} is not an IPv6 address`);
   } else {
     const colon = text.lastIndexOf(':');
-    if (colon <= 0) throw new AddressError(`address ${JSON.stringify(text)}: expected host:port`);
+    if (colon <= 0) throw new AddressError(`address ${quote(text)}: expected host:port`);
     host = text.slice(0, colon);
     portText = text.slice(colon + 1);
-    if (host.includes(':')) throw new AddressError(`address ${JSON.stringify(text)}: IPv6 hosts must be in brackets, e.g. [::1]:443`);
-    if (isIP(host) === 0 && !HOSTNAME.test(host)) throw new AddressError(`address ${JSON.stringify(text)}: ${JSON.stringify(host)} is not a valid host`);
+    if (host.includes(':')) throw new AddressError(`address ${quote(text)}: IPv6 hosts must be in brackets, e.g. [::1]:443`);
+    if (isIP(host) === 0 && !HOSTNAME.test(host)) throw new AddressError(`address ${quote(text)}: ${quote(host)} is not a valid host`);
   }
-  return { host, port: parsePort(portText, `address ${JSON.stringify(text)}: port`) };
+  return { host, port: parsePort(portText, `address ${quote(text)}: port`) };
 }
 
 export function formatHostPort({ host, port }: HostPort): string {

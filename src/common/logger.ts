@@ -1,10 +1,14 @@
 import { pino, type Logger, type LevelWithSilent } from 'pino';
+import { BOUNDED_LOG_FIELDS } from './log-safety.js';
 
 export const LOG_LEVELS: readonly LevelWithSilent[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 
-/** JSON lines on stdout; `component` says which part of Kanal wrote the line. */
+/**
+ * JSON lines on stdout; `component` says which part of Kanal wrote the line.
+ * Every field is bounded in size (log-safety.ts).
+ */
 export function createLogger(level: LevelWithSilent, component: string): Logger {
-  return pino({ level, base: { component }, timestamp: pino.stdTimeFunctions.isoTime });
+  return pino({ level, base: { component }, timestamp: pino.stdTimeFunctions.isoTime, ...BOUNDED_LOG_FIELDS });
 }
 
 export type { Logger };

@@ -15,11 +15,17 @@ export interface Child {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Runs `kanal args` with output appended to logFile; `wrapper` (e.g. prlimit and its arguments) runs it. */
-export function startKanal(args: string[], logFile: string, wrapper: string[] = []): Child {
+/**
+ * Runs `kanal args` with output appended to logFile. `wrapper` (e.g. prlimit
+ * and its arguments) runs it; `umask` is set by a shell that then execs it.
+ */
+export function startKanal(args: string[], logFile: string, opts: { wrapper?: string[]; umask?: number } = {}): Child {
   const out = fs.openSync(logFile, 'a');
-  const command = [...wrapper, process.execPath, CLI, ...args];
-  const proc = spawn(command[0]!, command.slice(1), { stdio: ['ignore', out, out] });
+  const command = [...(opts.wrapper ?? []), process.execPath, CLI, ...args];
+  const proc =
+    opts.umask === undefined
+      ? spawn(command[0]!, command.slice(1), { stdio: ['ignore', out, out] })
+      : spawn('/bin/sh', ['-c', `umask ${opts.umask.toString(8).padStart(4, '0')} && exec "$0" "$@"`, ...command], { stdio: ['ignore', out, out] });
   fs.closeSync(out);
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   return {

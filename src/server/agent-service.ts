@@ -43,6 +43,9 @@ export interface AgentServiceOptions {
   metrics?: KanalMetrics;
 }
 
+/** Host names and UUIDs fit; longer IDs would ride on every log line of the agent (#11 finding 8). */
+export const MAX_AGENT_ID_LENGTH = 253;
+
 export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream) => void {
   return (incoming) => {
     const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
@@ -53,6 +56,12 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       return;
     }
     const agentID = agentIDs[0];
+    if (agentID.length > MAX_AGENT_ID_LENGTH) {
+      opts.log.warn({ peer: incoming.peer, length: agentID.length }, 'refused agent stream: agentID too long');
+      opts.metrics?.refusals.inc({ reason: 'agent_metadata' });
+      incoming.reject(GrpcStatus.INVALID_ARGUMENT, `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`);
+      return;
+    }
     let identifiers: AgentIdentifiers;
     try {
       identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');

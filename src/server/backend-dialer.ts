@@ -7,34 +7,53 @@ import { DialError } from '../tunnel/errors.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
 import type { AgentRegistry } from './agent-registry.js';
 import type { KanalMetrics } from '../common/metrics.js';
+import { parseHostPort } from '../common/host-port.js';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
+import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from './refusals.js';
 
 export class BackendDialer {
+  /** Failed dials are logged once per interval per frontend peer and kind of failure. */
+  private readonly failures: RateLimitedLog;
+
   constructor(
     private readonly registry: AgentRegistry,
     private readonly timeoutMs: number,
     private readonly log: Logger,
     private readonly metrics?: KanalMetrics,
-  ) {}
+    private readonly refusals: Refusals = new Refusals(log, metrics),
+  ) {
+    this.failures = new RateLimitedLog(log, REFUSAL_LOG_INTERVAL_MS);
+  }
 
-  async dial(address: string, signal?: AbortSignal): Promise<TunnelConnection> {
-    const backend = this.registry.pick();
+  /** `peer` is the frontend client the dial is for (logs only). */
+  async dial(address: string, signal?: AbortSignal, peer = 'unknown'): Promise<TunnelConnection> {
     const t0 = performance.now();
+    try {
+      parseHostPort(address);
+    } catch (err) {
+      // Not worth an agent's time, and not worth a line per request.
+      this.metrics?.dialDone('cp_to_node', 'refused', t0);
+      this.refusals.refuse('frontend_bad_address', peer, { address, err: (err as Error).message }, 'refused dial: malformed address');
+      throw new DialError('refused', `bad address: ${(err as Error).message}`);
+    }
+    const backend = this.registry.pick();
     if (!backend) {
       this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
-      this.log.warn({ address }, 'no agent available for dial');
+      this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address }, 'no agent available for dial');
       throw new DialError('no-backend', 'no agent is connected to this proxy server');
     }
     const started = Date.now();
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      this.log.debug({ agentID: backend.agentID, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      this.log.debug({ peer, agentID: backend.agentID, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
       return conn;
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       this.metrics?.dialDone('cp_to_node', failure, t0);
-      const level = failure === 'cancelled' ? 'debug' : 'warn';
-      this.log[level]({ agentID: backend.agentID, address, failure, err: (err as Error).message, ms: Date.now() - started }, 'dial failed');
+      const fields = { peer, agentID: backend.agentID, address, failure, err: (err as Error).message, ms: Date.now() - started };
+      if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
+      else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
       throw err;
     }
   }

@@ -6,43 +6,47 @@
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { dialTcp } from '../common/tcp-dial.js';
+import { truncateForLog } from '../common/log-safety.js';
 import { DialError } from '../tunnel/errors.js';
 import type { InboundDial } from '../tunnel/tunnel.js';
 import type { AllowList } from './allow-list.js';
 import type { KanalMetrics } from '../common/metrics.js';
-import { ConnectionBudget } from '../common/connection-budget.js';
-import { RateLimitedLog } from '../common/rate-limited-log.js';
+import type { ConnectionBudget } from '../common/connection-budget.js';
+import type { Refusals } from './refusals.js';
 
 export class DestinationDialer {
-  private readonly noise: RateLimitedLog;
-
   constructor(
     private readonly allowList: AllowList,
     private readonly timeoutMs: number,
     /** Node -> control plane connections of all agents, being dialled or open (--max-node-to-cp-connections). */
     private readonly budget: ConnectionBudget,
     private readonly log: Logger,
+    private readonly refusals: Refusals,
     private readonly metrics?: KanalMetrics,
-  ) {
-    this.noise = new RateLimitedLog(log, 10_000);
-  }
+  ) {}
 
   async dial(agentID: string, dial: InboundDial): Promise<Duplex> {
     const t0 = performance.now();
     if (!this.allowList.allows(dial.address)) {
       this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
-      this.metrics?.refusals.inc({ reason: 'destination_not_allowed' });
-      this.log.warn(
+      // Keyed by agent: one agent's refusals cannot hide another's.
+      this.refusals.refuse(
+        'destination_not_allowed',
+        `agent ${agentID}`,
         { agentID, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
         this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
       );
-      throw new DialError('forbidden', `destination ${dial.address} is not allowed by the proxy server`);
+      throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
     }
     const release = this.budget.take();
     if (!release) {
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
-      this.metrics?.refusals.inc({ reason: 'node_to_cp_connections' });
-      this.noise.warn('budget', { agentID, address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' }, 'refused node dial: the server holds as many node -> control plane connections as it may');
+      this.refusals.refuse(
+        'node_to_cp_connections',
+        `agent ${agentID}`,
+        { agentID, address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
+        'refused node dial: the server holds as many node -> control plane connections as it may',
+      );
       throw new DialError('exhausted', `the proxy server holds its maximum of ${this.budget.limit} node -> control plane connections`);
     }
     let socket;

@@ -33,7 +33,7 @@ export function createGrpcFrontend(
       features,
       limits,
       log: log.child({ frontend: 'grpc', peer: incoming.peer }),
-      dialHandler: (dial) => dialer.dial(dial.address, dial.signal),
+      dialHandler: (dial) => dialer.dial(dial.address, dial.signal, incoming.peer),
       onLimit: (limit) => metrics?.tunnelLimit(limit, FRONTEND_REFUSALS),
     });
     track(tunnel);

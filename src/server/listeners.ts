@@ -1,19 +1,21 @@
 /**
  * The server's sockets: the agent port (mTLS, gRPC only) and the frontend
  * (Unix socket or mTLS TCP, gRPC and/or HTTP CONNECT on one listener).
- * Refusals are decided and logged here, before any protocol library sees
- * the bytes.
+ * Refusals are decided here, before any protocol library sees the bytes,
+ * and go to Refusals (counted, logged per peer at a bounded rate).
  */
-import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
-import type http from 'node:http';
 import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
-import { sniffProtocol } from './protocol-sniffer.js';
+import { listenError } from '../common/listen-error.js';
+import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './tls-policy.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
+import type { HttpConnectFrontend } from './http-connect-frontend.js';
+import type { Refusals } from './refusals.js';
+import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './unix-socket.js';
 
 export interface TlsFiles {
   cert: Buffer;
@@ -28,21 +30,43 @@ export interface Listener {
   close(): Promise<void>;
 }
 
-const SNIFF_TIMEOUT_MS = 30_000;
+/** From accept to a complete request head (HTTP/1.1) or HTTP/2 preface. */
+export const REQUEST_HEAD_TIMEOUT_MS = 30_000;
 const HANDSHAKE_TIMEOUT_MS = 15_000;
 
 function closeServer(server: net.Server, sockets: Set<net.Socket>): Promise<void> {
   return new Promise<void>((resolve) => {
+    if (!server.listening) return resolve();
     server.close(() => resolve());
     for (const s of sockets) s.destroy();
   });
 }
 
-function track(server: net.Server, sockets: Set<net.Socket>): void {
+/** "host:port" of a TCP peer, "[v6]:port" for IPv6; `fallback` when the socket has none. */
+function peerOf(socket: net.Socket, fallback: string): string {
+  const { remoteAddress: address, remotePort: port } = socket;
+  if (address === undefined) return fallback;
+  return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
+}
+
+/**
+ * Tracks accepted sockets (to close them with the listener) and remembers
+ * each one's peer: once a socket is destroyed (a handshake aborted by a
+ * reset), Node no longer knows its address (issue 12: logged as
+ * "undefined:undefined").
+ */
+function track(server: net.Server, sockets: Set<net.Socket>, peers: WeakMap<net.Socket, string>): void {
   server.on('connection', (s: net.Socket) => {
     sockets.add(s);
+    peers.set(s, peerOf(s, 'unknown'));
     s.on('close', () => sockets.delete(s));
   });
+}
+
+/** The peer of a TLS socket, even after it was destroyed: Node's TLSSocket keeps the TCP socket it wraps as `_parent` (_tls_wrap.js). */
+function tlsPeer(socket: tls.TLSSocket, peers: WeakMap<net.Socket, string>): string {
+  const parent: unknown = Reflect.get(socket, '_parent');
+  return (parent instanceof net.Socket ? peers.get(parent) : undefined) ?? peerOf(socket, 'unknown');
 }
 
 /**
@@ -62,28 +86,39 @@ function sendBufferSizer(size: (s: net.Socket) => SendBufferResult, log: Logger,
 }
 
 /**
- * Logs, counts and closes connections whose TLS handshake failed. Node
- * destroys the socket itself after a protocol error, but after
- * `handshakeTimeout` it only emits the error: a client that sent half a
- * record, or nothing, kept its connection (and a file descriptor) for as long
- * as it liked.
+ * Counts and closes connections whose TLS handshake failed (logged once per
+ * interval per peer). Node destroys the socket itself after a protocol
+ * error, but after `handshakeTimeout` it only emits the error: a client
+ * that sent half a record, or nothing, kept its connection (and a file
+ * descriptor) for as long as it liked.
  */
-function closeFailedHandshakes(server: tls.Server, log: Logger, what: string, refused: () => void): void {
+function closeFailedHandshakes(server: tls.Server, peers: WeakMap<net.Socket, string>, refusals: Refusals, what: 'agent' | 'frontend'): void {
   server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
-    log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, err: err.code ?? err.message }, `refused ${what} connection: TLS handshake failed`);
-    refused();
+    const code = err.code ?? err.message;
+    refusals.refuse(`${what}_tls_handshake`, tlsPeer(socket, peers), { err: code }, `refused ${what} connection: TLS handshake failed`, code);
     socket.destroy();
   });
 }
 
-function listen(server: net.Server, opts: net.ListenOptions): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts, () => {
-      server.off('error', reject);
-      resolve();
+/** Once listening: an 'error' without a listener would end the process, and there is nothing to do but say so. */
+function reportErrors(server: net.Server, log: Logger): void {
+  server.on('error', (err: Error) => log.error({ err: err.message }, 'listener error'));
+}
+
+async function listenTcp(server: net.Server, host: string, port: number, flags: string): Promise<number> {
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen({ host, port }, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    throw listenError(err, host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`, flags);
+  }
+  const address = server.address();
+  return address !== null && typeof address === 'object' ? address.port : port;
 }
 
 export interface AgentListenerOptions {
@@ -93,13 +128,14 @@ export interface AgentListenerOptions {
   allowUnauthenticated: boolean;
   grpc: GrpcServerTransport;
   log: Logger;
-  refused?: (reason: string) => void;
+  refusals: Refusals;
   /** Default HANDSHAKE_TIMEOUT_MS. */
   handshakeTimeoutMs?: number;
 }
 
 export async function listenForAgents(opts: AgentListenerOptions): Promise<Listener> {
   const sockets = new Set<net.Socket>();
+  const peers = new WeakMap<net.Socket, string>();
   const server = tls.createServer({
     cert: opts.tls.cert,
     key: opts.tls.key,
@@ -111,15 +147,14 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     handshakeTimeout: opts.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
     allowHalfOpen: false,
   });
-  track(server, sockets);
+  track(server, sockets, peers);
   // Agents that size their own side rule the HTTP/2 stall out even when this one is short.
   server.on('connection', sendBufferSizer(sizeTunnelSendBuffer, opts.log, 'agent sockets'));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
     const verdict = verifyClientCertificate(socket, opts.allowUnauthenticated);
-    const peer = `${socket.remoteAddress}:${socket.remotePort}`;
+    const peer = tlsPeer(socket, peers);
     if (!verdict.ok) {
-      opts.log.warn({ peer, reason: verdict.detail }, 'refused agent connection: no valid client certificate');
-      opts.refused?.('agent_certificate');
+      opts.refusals.refuse('agent_certificate', peer, { reason: verdict.detail }, 'refused agent connection: no valid client certificate', verdict.detail);
       socket.destroy();
       return;
     }
@@ -127,9 +162,9 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'));
     opts.grpc.injectConnection(socket);
   });
-  closeFailedHandshakes(server, opts.log, 'agent', () => opts.refused?.('agent_tls_handshake'));
-  await listen(server, { host: opts.host, port: opts.port });
-  const port = (server.address() as net.AddressInfo).port;
+  closeFailedHandshakes(server, peers, opts.refusals, 'agent');
+  const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
+  reportErrors(server, opts.log);
   opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
   return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }
@@ -138,18 +173,27 @@ export type FrontendMode = 'both' | 'grpc' | 'http-connect';
 
 export interface FrontendListenerOptions {
   mode: FrontendMode;
-  uds?: { path: string; deleteExisting: boolean };
+  uds?: UnixSocketOptions;
   tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number };
   grpc: GrpcServerTransport;
-  httpConnect: http.Server;
+  httpConnect: HttpConnectFrontend;
   log: Logger;
-  refused?: (reason: string) => void;
+  refusals: Refusals;
+  /** Default REQUEST_HEAD_TIMEOUT_MS. */
+  requestHeadTimeoutMs?: number;
 }
 
+/** Hands a frontend connection to the gRPC server or the CONNECT frontend by its first bytes. */
 function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string): void {
-  sniffProtocol(socket, SNIFF_TIMEOUT_MS).then((proto) => {
-    if (proto === 'closed' || proto === 'timeout') {
-      if (proto === 'timeout') opts.log.warn({ peer }, 'closed frontend connection: no request in time');
+  const acceptedAt = Date.now();
+  const headTimeoutMs = opts.requestHeadTimeoutMs ?? REQUEST_HEAD_TIMEOUT_MS;
+  const route = (proto: SniffResult): void => {
+    if (proto === 'closed' || socket.destroyed) {
+      socket.destroy();
+      return;
+    }
+    if (proto === 'timeout') {
+      opts.refusals.refuse('frontend_timeout', peer, {}, 'closed frontend connection: no request in time');
       socket.destroy();
       return;
     }
@@ -159,37 +203,45 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       opts.grpc.injectConnection(socket);
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
-      opts.httpConnect.emit('connection', socket);
+      opts.httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt));
       socket.resume();
     } else {
-      opts.log.warn({ peer, protocol: proto, mode: opts.mode }, 'refused frontend connection: protocol not served in this --mode');
-      opts.refused?.('frontend_protocol');
+      opts.refusals.refuse('frontend_protocol', peer, { protocol: proto, mode: opts.mode }, 'refused frontend connection: protocol not served in this --mode', proto);
       socket.destroy();
     }
-  });
+  };
+  sniffProtocol(socket, headTimeoutMs)
+    .then(route)
+    .catch((err: Error) => {
+      // A bug, not the client's doing: this connection ends, the server goes on.
+      opts.log.error({ peer, err }, 'frontend connection failed');
+      socket.destroy();
+    });
 }
 
 export async function listenForFrontends(opts: FrontendListenerOptions): Promise<Listener> {
   const sockets = new Set<net.Socket>();
-  let server: net.Server;
+  const peers = new WeakMap<net.Socket, string>();
   if (opts.uds) {
-    const path = opts.uds.path;
-    if (fs.existsSync(path)) {
-      if (!opts.uds.deleteExisting) throw new Error(`${path} already exists; pass --delete-existing-uds-file to replace it`);
-      fs.rmSync(path);
-    }
-    server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, `unix:${path}`));
-    track(server, sockets);
+    const peer = `unix:${opts.uds.path}`;
+    const server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, peer));
+    track(server, sockets, peers);
     server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
-    await listen(server, { path });
-    // The KAS runs as another user in some setups; the directory guards access.
-    fs.chmodSync(path, 0o660);
-    opts.log.info({ uds: path, mode: opts.mode }, 'frontend listener ready');
-    return { address: `unix://${path}`, port: 0, close: () => closeServer(server, sockets) };
+    const file: UnixSocketFile = await listenUnix(server, opts.uds);
+    reportErrors(server, opts.log);
+    opts.log.info({ uds: file.path, mode: opts.mode, fileMode: `0${(opts.uds.mode ?? DEFAULT_UDS_MODE).toString(8)}`, gid: opts.uds.gid }, 'frontend listener ready');
+    return {
+      address: `unix://${file.path}`,
+      port: 0,
+      close: async () => {
+        await closeServer(server, sockets);
+        file.release();
+      },
+    };
   }
   const tcp = opts.tcp;
   if (!tcp) throw new Error('frontend needs --uds-name or --server-port');
-  const tlsServer = tls.createServer({
+  const server = tls.createServer({
     cert: tcp.tls.cert,
     key: tcp.tls.key,
     ca: tcp.tls.ca,
@@ -199,24 +251,22 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     handshakeTimeout: tcp.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
     allowHalfOpen: true,
   });
-  server = tlsServer;
-  track(server, sockets);
-  tlsServer.on('secureConnection', (socket: tls.TLSSocket) => {
-    const peer = `${socket.remoteAddress}:${socket.remotePort}`;
+  track(server, sockets, peers);
+  server.on('secureConnection', (socket: tls.TLSSocket) => {
+    const peer = tlsPeer(socket, peers);
     if (tcp.tls.ca) {
       const verdict = verifyClientCertificate(socket, false);
       if (!verdict.ok) {
-        opts.log.warn({ peer, reason: verdict.detail }, 'refused frontend connection: no valid client certificate');
-        opts.refused?.('frontend_certificate');
+        opts.refusals.refuse('frontend_certificate', peer, { reason: verdict.detail }, 'refused frontend connection: no valid client certificate', verdict.detail);
         socket.destroy();
         return;
       }
     }
     dispatch(socket, opts, peer);
   });
-  closeFailedHandshakes(tlsServer, opts.log, 'frontend', () => opts.refused?.('frontend_tls_handshake'));
-  await listen(server, { host: tcp.host, port: tcp.port });
-  const port = (server.address() as net.AddressInfo).port;
+  closeFailedHandshakes(server, peers, opts.refusals, 'frontend');
+  const port = await listenTcp(server, tcp.host, tcp.port, '--server-bind-address, --server-port');
+  reportErrors(server, opts.log);
   opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
   return { address: `${tcp.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }

@@ -17,8 +17,11 @@ import { createAgentService } from './agent-service.js';
 import { BackendDialer } from './backend-dialer.js';
 import { DestinationDialer } from './destination-dialer.js';
 import { createGrpcFrontend } from './grpc-frontend.js';
-import { createHttpConnectFrontend } from './http-connect-frontend.js';
+import { HttpConnectFrontend } from './http-connect-frontend.js';
 import { listenForAgents, listenForFrontends, type FrontendMode, type Listener, type TlsFiles } from './listeners.js';
+import { Refusals } from './refusals.js';
+import type { UnixSocketOptions } from './unix-socket.js';
+import { listenError } from '../common/listen-error.js';
 
 export interface ServerOptions {
   serverID: string;
@@ -26,7 +29,9 @@ export interface ServerOptions {
   agent: { host: string; port: number; tls: TlsFiles; allowUnauthenticated: boolean };
   frontend: {
     mode: FrontendMode;
-    uds?: { path: string; deleteExisting: boolean };
+    /** From accept to a complete request head; default REQUEST_HEAD_TIMEOUT_MS. */
+    headerTimeoutMs?: number;
+    uds?: UnixSocketOptions;
     tcp?: { host: string; port: number; tls: TlsFiles };
   };
   health?: { host: string; port: number };
@@ -61,6 +66,8 @@ export class KanalServer {
   private frontendListener: Listener | undefined;
   private health: HealthServer | undefined;
   private closers: (() => Promise<void>)[] = [];
+  /** Report the refusals still held back by rate limiting (at stop). */
+  private flushers: (() => void)[] = [];
 
   constructor(private readonly opts: ServerOptions) {}
 
@@ -90,7 +97,22 @@ export class KanalServer {
     };
   }
 
+  /**
+   * Starts every listener. On failure everything already started is
+   * released (the Unix socket file included, so the next start is not
+   * blocked by it) before the error is rethrown.
+   */
   async start(): Promise<void> {
+    try {
+      await this.startListeners();
+    } catch (err) {
+      await this.release();
+      throw err;
+    }
+    this.opts.log.info({ serverID: this.opts.serverID, serverCount: this.opts.serverCount }, 'kanal server started');
+  }
+
+  private async startListeners(): Promise<void> {
     const { opts } = this;
     const log = opts.log;
     const metrics = this.metrics;
@@ -114,7 +136,11 @@ export class KanalServer {
     metrics.gauge('kanal_server_window_growth_bytes', 'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams', () =>
       [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
     );
-    const refused = (reason: string): void => metrics.refusals.inc({ reason });
+    const frontendLog = log.child({ part: 'frontend' });
+    const agentLog = log.child({ part: 'agents' });
+    const nodeDialLog = log.child({ part: 'node-dial' });
+    const frontendRefusals = this.refusals(frontendLog);
+    const agentRefusals = this.refusals(agentLog);
     const allowList = new AllowList(opts.allowedDestinations);
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
     else log.info({ allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles }, 'node -> control plane destinations allowed');
@@ -125,10 +151,10 @@ export class KanalServer {
           serverID: opts.serverID,
           serverCount: opts.serverCount,
           registry: this.registry,
-          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, nodeToCp, log.child({ part: 'node-dial' }), metrics),
+          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, nodeToCp, nodeDialLog, this.refusals(nodeDialLog), metrics),
           features: SERVER_FEATURES,
           limits: { ...opts.limits, ...opts.agentLimits },
-          log: log.child({ part: 'agents' }),
+          log: agentLog,
           metrics,
         }),
       },
@@ -136,24 +162,25 @@ export class KanalServer {
     );
     this.closers.push(() => agentGrpc.close(1000));
 
-    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, log.child({ part: 'frontend' }), metrics);
+    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, frontendLog, metrics, frontendRefusals);
     const frontendGrpc = opts.transport.createServer(
       {
-        proxy: createGrpcFrontend(backendDialer, log.child({ part: 'frontend' }), (t) => this.trackFrontend(t), opts.limits, metrics),
+        proxy: createGrpcFrontend(backendDialer, frontendLog, (t) => this.trackFrontend(t), opts.limits, metrics),
       },
       { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
     );
     this.closers.push(() => frontendGrpc.close(1000));
-    const httpConnect = createHttpConnectFrontend(backendDialer, log.child({ part: 'frontend', frontend: 'http-connect' }));
+    const httpConnect = new HttpConnectFrontend(backendDialer, this.refusals(log.child({ part: 'frontend', frontend: 'http-connect' })));
 
     this.frontendListener = await listenForFrontends({
       mode: opts.frontend.mode,
       uds: opts.frontend.uds,
       tcp: opts.frontend.tcp,
+      requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
       grpc: frontendGrpc,
       httpConnect,
-      log: log.child({ part: 'frontend' }),
-      refused,
+      log: frontendLog,
+      refusals: frontendRefusals,
     });
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
@@ -161,17 +188,32 @@ export class KanalServer {
       tls: opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
       grpc: agentGrpc,
-      log: log.child({ part: 'agents' }),
-      refused,
+      log: agentLog,
+      refusals: agentRefusals,
     });
     if (opts.health) {
-      this.health = await startHealthServer({ ...opts.health, readiness: () => this.readiness(), registry: metrics.registry, log });
+      const { host, port } = opts.health;
+      this.health = await startHealthServer({ host, port, readiness: () => this.readiness(), registry: metrics.registry, log }).catch((err: unknown) => {
+        throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
+      });
     }
-    log.info({ serverID: opts.serverID, serverCount: opts.serverCount }, 'kanal server started');
+  }
+
+  /** A Refusals for one part of the server, flushed when it stops. */
+  private refusals(log: Logger): Refusals {
+    const r = new Refusals(log, this.metrics);
+    this.flushers.push(() => r.flush());
+    return r;
   }
 
   /** Stops listening, closes every tunnel and connection. */
   async stop(): Promise<void> {
+    await this.release();
+    this.opts.log.info('kanal server stopped');
+  }
+
+  /** Releases whatever start() got to; safe at any point of it, and twice (closing a listener again does nothing). */
+  private async release(): Promise<void> {
     await this.frontendListener?.close();
     await this.agentListener?.close();
     for (const t of this.frontendTunnels) t.close();
@@ -179,7 +221,7 @@ export class KanalServer {
     await Promise.all(this.closers.map((c) => c()));
     this.closers = [];
     await this.health?.close();
-    this.opts.log.info('kanal server stopped');
+    for (const flush of this.flushers.splice(0)) flush();
   }
 
   private trackFrontend(tunnel: Tunnel): void {

@@ -461,7 +461,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       (err: Error) => {
         this.inboundDials.delete(dialID);
         if (abort.signal.aborted || this.closed) return;
-        this.log.info({ dialID: String(dialID), address, err: err.message }, 'dial failed');
+        this.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
         this.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
       },
     );

@@ -21,6 +21,8 @@ import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../
 import { CLI, freePort, startKanal, waitReady, type Child } from '../../src/demo/processes.js';
 import { killOnExit, removeOnExit } from './exit-cleanup.js';
 import { connectUnix, httpConnect } from '../../src/demo/proxy-client.js';
+import * as grpc from '@grpc/grpc-js';
+import { ProxyStream } from './e2e-grpc-client.js';
 
 export { CLI, freePort, connectUnix, httpConnect };
 
@@ -153,8 +155,8 @@ export interface KanalProcess {
   kill(): Promise<void>;
 }
 
-function spawnKanal(scope: Scope, name: string, args: string[], logFile: string, wrapper: string[] = []): KanalProcess {
-  const child = startKanal(args, logFile, wrapper);
+function spawnKanal(scope: Scope, name: string, args: string[], logFile: string, opts: { wrapper?: string[]; umask?: number } = {}): KanalProcess {
+  const child = startKanal(args, logFile, opts);
   const pid = child.proc.pid;
   if (pid === undefined) throw new Error(`could not start ${name}`);
   killOnExit.add(pid);
@@ -231,6 +233,8 @@ export interface ServerSpec {
   name?: string;
   /** Runs the server under this open-files limit (prlimit). */
   openFilesLimit?: number;
+  /** The server's umask (default: the test process's). */
+  umask?: number;
 }
 
 export interface KanalServerProcess extends KanalProcess {
@@ -271,7 +275,7 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     }
     args.push(...(spec.extraArgs ?? []));
     const wrapper = spec.openFilesLimit ? ['prlimit', `--nofile=${spec.openFilesLimit}:${spec.openFilesLimit}`, '--'] : [];
-    const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`), wrapper);
+    const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`), { wrapper, umask: spec.umask });
     // /healthz answers once every listener is up (the health port opens last).
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
     return { ...proc, agentPort, healthPort, frontendPort, uds, args, readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz` };
@@ -448,6 +452,14 @@ async function listenBackend(scope: Scope, onSocket: (s: net.Socket) => void): P
 /** Echoes every byte; ends its side when the client ends. */
 export function startEchoBackend(scope: Scope): Promise<Backend> {
   return listenBackend(scope, (s) => s.pipe(s));
+}
+
+/** Speaks first: writes `banner` as soon as it accepts, then echoes (a server-speaks-first protocol, like SSH or SMTP). */
+export function startBannerBackend(scope: Scope, banner: Buffer): Promise<Backend> {
+  return listenBackend(scope, (s) => {
+    s.write(banner);
+    s.pipe(s);
+  });
 }
 
 /**
@@ -762,6 +774,39 @@ export function tlsToFrontend(server: KanalServerProcess, ws: Workspace, opts: {
     s.once('secureConnect', () => resolve(s));
     s.once('error', reject);
   });
+}
+
+/** The TCP frontend over mTLS, with the TCP socket under it (to reset it: `raw.resetAndDestroy()`). */
+export function tlsToFrontendRaw(server: KanalServerProcess, ws: Workspace): Promise<{ raw: net.Socket; tls: tls.TLSSocket }> {
+  const { pki } = ws;
+  return new Promise((resolve, reject) => {
+    const raw = net.connect({ host: '127.0.0.1', port: server.frontendPort });
+    raw.on('error', () => undefined);
+    const s = tls.connect({
+      socket: raw,
+      servername: 'localhost',
+      ca: fs.readFileSync(pki.caCert),
+      cert: fs.readFileSync(pki.frontendClientCert),
+      key: fs.readFileSync(pki.frontendClientKey),
+    });
+    s.once('secureConnect', () => resolve({ raw, tls: s }));
+    s.once('error', reject);
+  });
+}
+
+/** A gRPC ProxyService stream to a server's frontend (Unix socket, or mTLS TCP with the frontend client certificate). */
+export function frontendProxyStream(server: KanalServerProcess, ws: Workspace): ProxyStream {
+  if (server.uds) return new ProxyStream(`unix://${server.uds}`);
+  const { pki } = ws;
+  return new ProxyStream(`127.0.0.1:${server.frontendPort}`, {
+    credentials: grpc.credentials.createSsl(fs.readFileSync(pki.caCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert)),
+    channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
+  });
+}
+
+/** Open file descriptors of a process (sockets included), from /proc. */
+export function fdCount(pid: number): number {
+  return fs.readdirSync(`/proc/${pid}/fd`).length;
 }
 
 export interface RawAnswer {

@@ -16,6 +16,7 @@ import { EventEmitter } from 'node:events';
 import { createHash } from 'node:crypto';
 import { Duplex } from 'node:stream';
 import { pino, type Logger, type LevelWithSilent } from 'pino';
+import { BOUNDED_LOG_FIELDS } from '../../src/common/log-safety.js';
 import { encodePacket } from '../../src/wire/codec.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
 import type { MetadataMap } from '../../src/wire/metadata.js';
@@ -412,7 +413,8 @@ export function captureLogger(level: LevelWithSilent = 'debug'): CapturedLogger 
       }
     },
   };
-  const log = pino({ level }, destination);
+  // Fields bounded as in production (src/common/logger.ts).
+  const log = pino({ level, ...BOUNDED_LOG_FIELDS }, destination);
   return { log, lines, matching: (text) => lines.filter((l) => typeof l.msg === 'string' && l.msg.includes(text)) };
 }
 
