@@ -215,7 +215,7 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
     frontendPort = await freePort();
     args.push(
       '--server-bind-address=127.0.0.1', `--server-port=${frontendPort}`,
-      `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.caCert}`,
+      `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.frontendCaCert}`,
     );
   }
   args.push(...(spec.extraArgs ?? []));
