@@ -61,6 +61,7 @@ function relay(opts: { features: FeatureSet; agentDialHandler: DialHandler; limi
   const incoming: IncomingStream = {
     metadata: frontendLink.b.metadata,
     peer: 'memory-kas',
+    context: undefined,
     accept(headers) {
       acceptedHeaders = headers;
       return frontendLink.b;
