@@ -17,8 +17,8 @@ export class BackendDialer {
   ) {}
 
   async dial(address: string, signal?: AbortSignal): Promise<TunnelConnection> {
-    const backend = this.registry.pick();
     const t0 = performance.now();
+    const backend = await this.registry.pickVerified();
     if (!backend) {
       this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
       this.log.warn({ address }, 'no agent available for dial');
@@ -28,13 +28,15 @@ export class BackendDialer {
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      this.log.debug({ agentID: backend.agentID, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      this.log.debug({ agentID: backend.agentID, credential: backend.credential.subject, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
       return conn;
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       this.metrics?.dialDone('cp_to_node', failure, t0);
+      // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive (#11).
+      if (failure === 'timeout') this.registry.verify(backend);
       const level = failure === 'cancelled' ? 'debug' : 'warn';
-      this.log[level]({ agentID: backend.agentID, address, failure, err: (err as Error).message, ms: Date.now() - started }, 'dial failed');
+      this.log[level]({ agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Date.now() - started }, 'dial failed');
       throw err;
     }
   }

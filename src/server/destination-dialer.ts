@@ -18,13 +18,14 @@ export class DestinationDialer {
     private readonly metrics?: KanalMetrics,
   ) {}
 
-  async dial(agentID: string, dial: InboundDial): Promise<Duplex> {
+  /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
+  async dial(agent: { agentID: string; credential: string }, dial: InboundDial): Promise<Duplex> {
     const t0 = performance.now();
     if (!this.allowList.allows(dial.address)) {
       this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
       this.metrics?.refusals.inc({ reason: 'destination_not_allowed' });
       this.log.warn(
-        { agentID, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
+        { ...agent, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
         this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
       );
       throw new DialError('forbidden', `destination ${dial.address} is not allowed by the proxy server`);
@@ -37,7 +38,7 @@ export class DestinationDialer {
       throw err;
     }
     this.metrics?.dialDone('node_to_cp', 'ok', t0);
-    this.log.debug({ agentID, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
+    this.log.debug({ ...agent, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
     return socket;
   }
 }

@@ -12,6 +12,8 @@ import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { sniffProtocol } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './tls-policy.js';
+import type { AgentCredential } from './agent-credential.js';
+import { ClientRoles } from './client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
 
@@ -91,7 +93,10 @@ export interface AgentListenerOptions {
   port: number;
   tls: TlsFiles;
   allowUnauthenticated: boolean;
-  grpc: GrpcServerTransport;
+  /** Role pins of client certificates (default: none; separate CAs keep the roles apart). */
+  roles?: ClientRoles;
+  /** Streams learn who authenticated their connection from the context. */
+  grpc: GrpcServerTransport<AgentCredential>;
   log: Logger;
   refused?: (reason: string) => void;
   /** Default HANDSHAKE_TIMEOUT_MS. */
@@ -115,17 +120,18 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   // Agents that size their own side rule the HTTP/2 stall out even when this one is short.
   server.on('connection', sendBufferSizer(sizeTunnelSendBuffer, opts.log, 'agent sockets'));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
-    const verdict = verifyClientCertificate(socket, opts.allowUnauthenticated);
+    const verdict = verifyClientCertificate(socket, 'agent', opts.roles ?? new ClientRoles(), opts.allowUnauthenticated);
     const peer = `${socket.remoteAddress}:${socket.remotePort}`;
     if (!verdict.ok) {
-      opts.log.warn({ peer, reason: verdict.detail }, 'refused agent connection: no valid client certificate');
-      opts.refused?.('agent_certificate');
+      const what = verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate';
+      opts.log.warn({ peer, reason: verdict.detail }, `refused agent connection: ${what}`);
+      opts.refused?.(`agent_${verdict.refusal}`);
       socket.destroy();
       return;
     }
-    opts.log.debug({ peer, identity: verdict.detail }, 'agent TLS connection accepted');
+    opts.log.debug({ peer, credential: verdict.credential.subject, identity: verdict.detail }, 'agent TLS connection accepted');
     closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'));
-    opts.grpc.injectConnection(socket);
+    opts.grpc.injectConnection(socket, verdict.credential);
   });
   closeFailedHandshakes(server, opts.log, 'agent', () => opts.refused?.('agent_tls_handshake'));
   await listen(server, { host: opts.host, port: opts.port });
@@ -139,7 +145,7 @@ export type FrontendMode = 'both' | 'grpc' | 'http-connect';
 export interface FrontendListenerOptions {
   mode: FrontendMode;
   uds?: { path: string; deleteExisting: boolean };
-  tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number };
+  tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number; roles?: ClientRoles };
   grpc: GrpcServerTransport;
   httpConnect: http.Server;
   log: Logger;
@@ -204,10 +210,11 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   tlsServer.on('secureConnection', (socket: tls.TLSSocket) => {
     const peer = `${socket.remoteAddress}:${socket.remotePort}`;
     if (tcp.tls.ca) {
-      const verdict = verifyClientCertificate(socket, false);
+      const verdict = verifyClientCertificate(socket, 'frontend', tcp.roles ?? new ClientRoles());
       if (!verdict.ok) {
-        opts.log.warn({ peer, reason: verdict.detail }, 'refused frontend connection: no valid client certificate');
-        opts.refused?.('frontend_certificate');
+        const what = verdict.refusal === 'role' ? 'not a frontend credential' : 'no valid client certificate';
+        opts.log.warn({ peer, reason: verdict.detail }, `refused frontend connection: ${what}`);
+        opts.refused?.(`frontend_${verdict.refusal}`);
         socket.destroy();
         return;
       }

@@ -17,15 +17,30 @@ import { DestinationDialer } from './destination-dialer.js';
 import { createGrpcFrontend } from './grpc-frontend.js';
 import { createHttpConnectFrontend } from './http-connect-frontend.js';
 import { listenForAgents, listenForFrontends, type FrontendMode, type Listener, type TlsFiles } from './listeners.js';
+import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './client-roles.js';
+import type { AgentCredential } from './agent-credential.js';
+import type { KeepaliveOptions } from '../transport/liveness.js';
 
 export interface ServerOptions {
   serverID: string;
   serverCount: number;
-  agent: { host: string; port: number; tls: TlsFiles; allowUnauthenticated: boolean };
+  agent: {
+    host: string;
+    port: number;
+    tls: TlsFiles;
+    allowUnauthenticated: boolean;
+    /** Client certificates of agents must match these (when set) and never the frontend's. */
+    clientPins?: RolePins;
+    /** Agents (distinct agentIDs) one credential may hold on this server. Default 1. */
+    maxAgentsPerCredential?: number;
+    /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
+    keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
+  };
   frontend: {
     mode: FrontendMode;
     uds?: { path: string; deleteExisting: boolean };
-    tcp?: { host: string; port: number; tls: TlsFiles };
+    /** `clientPins`: the KAS's client certificate must match these (when set) and never the agents'. */
+    tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
   };
   health?: { host: string; port: number };
   backendDialTimeoutMs: number;
@@ -40,14 +55,19 @@ export interface ServerOptions {
 export interface ServerStats {
   agents: number;
   frontendStreams: number;
-  agentTunnels: (TunnelStats & { agentID: string })[];
+  agentTunnels: (TunnelStats & { agentID: string; credential: string })[];
   frontendTunnels: TunnelStats[];
 }
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
+/** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
+export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
+/** Streams one agent connection may have open: agents use one; room for a second while one closes. */
+const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
+
 export class KanalServer {
-  readonly registry = new AgentRegistry();
+  readonly registry: AgentRegistry;
   readonly metrics = new KanalMetrics('server');
   private readonly frontendTunnels = new Set<Tunnel>();
   private agentListener: Listener | undefined;
@@ -55,7 +75,9 @@ export class KanalServer {
   private health: HealthServer | undefined;
   private closers: (() => Promise<void>)[] = [];
 
-  constructor(private readonly opts: ServerOptions) {}
+  constructor(private readonly opts: ServerOptions) {
+    this.registry = new AgentRegistry(opts.agent.maxAgentsPerCredential ?? 1);
+  }
 
   get agentPort(): number {
     return this.agentListener?.port ?? 0;
@@ -78,7 +100,7 @@ export class KanalServer {
     return {
       agents: this.registry.size,
       frontendStreams: this.frontendTunnels.size,
-      agentTunnels: this.registry.list().map((b) => ({ agentID: b.agentID, ...b.tunnel.stats() })),
+      agentTunnels: this.registry.list().map((b) => ({ agentID: b.agentID, credential: b.credential.subject, ...b.tunnel.stats() })),
       frontendTunnels: [...this.frontendTunnels].map((t) => t.stats()),
     };
   }
@@ -87,7 +109,13 @@ export class KanalServer {
     const { opts } = this;
     const log = opts.log;
     const metrics = this.metrics;
+    const roles = new ClientRoles(opts.agent.clientPins ?? NO_PINS, opts.frontend.tcp?.clientPins ?? NO_PINS);
+    assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
     metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
+    metrics.gauge('kanal_server_agent_identities', 'Distinct agents (credential + agentID) connected to this server', () => this.registry.agentCount);
+    metrics.gauge('kanal_server_agent_tunnels_quiet', 'Agent tunnels whose liveness PING is unanswered (dials avoid them)', () =>
+      this.registry.list().filter((b) => b.liveness?.quiet).length,
+    );
     metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
     metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
       this.registry.list().reduce((n, b) => n + b.tunnel.stats().connections, 0),
@@ -103,7 +131,9 @@ export class KanalServer {
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
     else log.info({ allowed: allowList.list() }, 'node -> control plane destinations allowed');
 
-    const agentGrpc = opts.transport.createServer(
+    const keepalive = opts.agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
+    const agentLog = log.child({ part: 'agents' });
+    const agentGrpc = opts.transport.createServer<AgentCredential>(
       {
         agentConnect: createAgentService({
           serverID: opts.serverID,
@@ -112,11 +142,21 @@ export class KanalServer {
           destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, log.child({ part: 'node-dial' }), metrics),
           features: SERVER_FEATURES,
           limits: opts.limits,
-          log: log.child({ part: 'agents' }),
+          log: agentLog,
           metrics,
         }),
       },
-      { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
+      {
+        maxReceiveMessageBytes: opts.maxReceiveMessageBytes,
+        maxConcurrentStreams: MAX_STREAMS_PER_AGENT_CONNECTION,
+        keepalive: {
+          ...keepalive,
+          onTimeout: (peer, reason) => {
+            agentLog.warn({ peer, reason }, 'closing agent connection: it stopped answering PINGs');
+            metrics.deadTunnels.inc({ reason: 'keepalive_timeout' });
+          },
+        },
+      },
     );
     this.closers.push(() => agentGrpc.close(1000));
 
@@ -133,7 +173,7 @@ export class KanalServer {
     this.frontendListener = await listenForFrontends({
       mode: opts.frontend.mode,
       uds: opts.frontend.uds,
-      tcp: opts.frontend.tcp,
+      tcp: opts.frontend.tcp && { ...opts.frontend.tcp, roles },
       grpc: frontendGrpc,
       httpConnect,
       log: log.child({ part: 'frontend' }),
@@ -144,14 +184,18 @@ export class KanalServer {
       port: opts.agent.port,
       tls: opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
+      roles,
       grpc: agentGrpc,
-      log: log.child({ part: 'agents' }),
+      log: agentLog,
       refused,
     });
     if (opts.health) {
       this.health = await startHealthServer({ ...opts.health, readiness: () => this.readiness(), registry: metrics.registry, log });
     }
-    log.info({ serverID: opts.serverID, serverCount: opts.serverCount }, 'kanal server started');
+    log.info(
+      { serverID: opts.serverID, serverCount: opts.serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, keepalive },
+      'kanal server started',
+    );
   }
 
   /** Stops listening, closes every tunnel and connection. */
