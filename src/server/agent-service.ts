@@ -34,15 +34,10 @@ const REFUSALS: Record<RefusalReason, string> = {
   agent_admissions_busy: 'too many tunnels of its credential are being admitted at once',
 };
 
-/** The peer's address without its port (the credential of an unauthenticated agent). */
-function peerAddress(peer: string): string {
-  return peer.replace(/^\[(.*)\]:\d+$/, '$1').replace(/^([^:]*):\d+$/, '$1');
-}
-
 export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream<AgentCredential>) => void {
   return (incoming) => {
-    // Streams injected without a listener's verdict (tests) count as unauthenticated.
-    const credential = incoming.context ?? unauthenticatedCredential(peerAddress(incoming.peer));
+    // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
+    const credential = incoming.context ?? unauthenticatedCredential(incoming.peer);
     /** Logs, counts (by `reason`) and answers a refusal; `message` is what the agent logs. */
     const refuse = (reason: string, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
       opts.log.warn({ peer: incoming.peer, credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`);

@@ -3,10 +3,8 @@ import type { TLSSocket } from 'node:tls';
 import { certificateCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { ClientRoles, Role } from './client-roles.js';
 
-export type PeerVerdict =
-  | { ok: true; credential: AgentCredential; detail: string }
-  /** `refusal` names the metric reason's second half: `<role>_certificate` or `<role>_role`. */
-  | { ok: false; refusal: 'certificate' | 'role'; detail: string };
+/** A refusal is either about trust (`certificate`) or about the role (`role`): `<role>_<refusal>` in metrics. */
+export type PeerVerdict = { ok: true; credential: AgentCredential; detail: string } | { ok: false; refusal: 'certificate' | 'role'; detail: string };
 
 export function verifyClientCertificate(socket: TLSSocket, role: Role, roles: ClientRoles, allowUnauthenticated = false): PeerVerdict {
   const cert = socket.authorized ? socket.getPeerX509Certificate() : undefined;
