@@ -118,6 +118,18 @@ test('a shared credential holds up to --max-agents-per-credential agents, no mor
   await waitMetrics(server.healthPort, { kanal_server_agent_identities: 4 }, 5000);
 });
 
+test('without authentication (--allow-unauthenticated-agents) agents are told apart by peer address', async (t) => {
+  const ws = await makeWorkspace(t);
+  const server = await startServer(t, ws, { extraArgs: ['--allow-unauthenticated-agents'] });
+  await connectRawAgent(t, ws, server, undefined, 'anonymous-1');
+  const err = await refusal(t, connectRawAgent(t, ws, server, undefined, 'anonymous-2'));
+  t.is(err?.code, GrpcStatus.RESOURCE_EXHAUSTED);
+  t.regex(err?.message ?? '', /credential unauthenticated peer 127\.0\.0\.1 already holds 1 live agent/);
+  // A certificate still counts as its own credential beside them.
+  await connectRawAgent(t, ws, server, await issueAgentCertificate(ws.pki, 'node-1'), 'node-1');
+  await waitMetrics(server.healthPort, { kanal_server_agent_identities: 2 }, 5000);
+});
+
 test('a real agent refused for its credential logs the server\'s reason and keeps retrying', async (t) => {
   const ws = await makeWorkspace(t);
   const server = await startServer(t, ws);

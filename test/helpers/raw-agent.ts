@@ -24,11 +24,11 @@ export interface RawAgent {
   close(): void;
 }
 
-/** A TLS channel to the server's agent port presenting `credential`; closed with the scope. */
-export function agentChannel(scope: Scope, ws: Workspace, server: { agentPort: number }, credential: AgentCredential): GrpcChannel {
+/** A TLS channel to the server's agent port presenting `credential` (none: no client certificate); closed with the scope. */
+export function agentChannel(scope: Scope, ws: Workspace, server: { agentPort: number }, credential: AgentCredential | undefined): GrpcChannel {
   const channel = h2Transport.createChannel({
     target: `127.0.0.1:${server.agentPort}`,
-    tls: { ca: fs.readFileSync(ws.pki.caCert), cert: fs.readFileSync(credential.cert), key: fs.readFileSync(credential.key) },
+    tls: { ca: fs.readFileSync(ws.pki.caCert), cert: credential && fs.readFileSync(credential.cert), key: credential && fs.readFileSync(credential.key) },
   });
   scope.teardown(() => channel.close());
   return channel;
@@ -42,7 +42,7 @@ export async function connectRawAgent(
   scope: Scope,
   ws: Workspace,
   server: { agentPort: number },
-  credential: AgentCredential,
+  credential: AgentCredential | undefined,
   agentID: string,
   channel: GrpcChannel = agentChannel(scope, ws, server, credential),
 ): Promise<RawAgent> {
