@@ -58,7 +58,8 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       return;
     }
     const log = opts.log.child({ agentID, credential: credential.subject });
-    void opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts)).then((admission) => {
+    const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
+    admitted.then((admission) => {
       if (!admission.ok) {
         refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
         return;
@@ -75,6 +76,10 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
         { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', tunnels: opts.registry.size, agents: opts.registry.agentCount },
         'agent connected',
       );
+    }, (err: Error) => {
+      // Nothing was registered; never let a failed admission become an unhandled rejection.
+      log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
+      incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
     });
   };
 }
