@@ -72,6 +72,8 @@ export interface StartOptions {
   /** Extra node flags, e.g. --cpu-prof. */
   nodeArgs?: string[];
   logLevel?: string;
+  /** Server --max-agents-per-credential, for agents that share one certificate (a DaemonSet's). */
+  maxAgentsPerCredential?: number;
 }
 
 export async function startServer(o: StartOptions): Promise<KanalServerProc> {
@@ -85,6 +87,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
     '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
   ];
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
+  if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
   const child = spawnChild({ name: `${o.tag}-server`, script: CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHttpOk(`${healthUrl}/healthz`, 20_000, child);

@@ -57,7 +57,8 @@ export async function runAgents(env: Env): Promise<Row[]> {
   const swarms = Math.max(1, Math.ceil(n / env.params.agentsPerSwarm));
   const perSwarm = Math.ceil(n / swarms);
   const warmPer = Math.max(1, Math.min(10, Math.floor(perSwarm / 10)));
-  const server = await startServer({ dir: env.dir, tag: 'agents', pki: env.pki, transport: env.transport });
+  // Every agent presents the one shared agent.crt, so the server allows that many agents per credential.
+  const server = await startServer({ dir: env.dir, tag: 'agents', pki: env.pki, transport: env.transport, maxAgentsPerCredential: n });
   const workers = Array.from({ length: swarms }, (_, i) => startSwarm(env.dir, `agent-swarm-${i}`));
   try {
     const common = {

@@ -77,11 +77,23 @@ test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables
       '--backend-dial-timeout', '1m30s', '--destination-dial-timeout', '500ms',
       '--allowed-destination', '10.0.0.1:6443', '--allowed-destination', '[fd00::1]:443', '--allowed-destination', 'kas.internal:6443',
       '--health-port', '0', '--server-count', '3', '--server-id', 'cp-1',
+      '--frontend-client-subject', 'CN=kube-apiserver', '--agent-client-eku', '1.3.6.1.4.1.55555.1',
+      '--max-agents-per-credential', '50', '--keepalive-time', '5s', '--keepalive-timeout', '15s',
     ]),
   );
   t.is(c.backendDialTimeoutMs, 90_000);
   t.is(c.destinationDialTimeoutMs, 500);
-  t.deepEqual(c.frontend.tcp, { host: '0.0.0.0', port: 0, certFile: 'fc', keyFile: 'fk', caFile: 'fca' });
+  t.deepEqual(c.frontend.tcp, {
+    host: '0.0.0.0',
+    port: 0,
+    certFile: 'fc',
+    keyFile: 'fk',
+    caFile: 'fca',
+    clientPins: { subjects: [{ attribute: 'CN', value: 'kube-apiserver', prefix: false, text: 'CN=kube-apiserver' }], ekus: [] },
+  });
+  t.deepEqual(c.agent.clientPins, { subjects: [], ekus: ['1.3.6.1.4.1.55555.1'] });
+  t.is(c.agent.maxAgentsPerCredential, 50);
+  t.deepEqual(c.agent.keepalive, { intervalMs: 5000, timeoutMs: 15_000 });
   t.is(c.frontend.uds, undefined);
   t.deepEqual(c.allowedDestinations, ['10.0.0.1:6443', '[fd00::1]:443', 'kas.internal:6443']);
   t.is(c.health, undefined);
@@ -104,6 +116,8 @@ const serverRefusals: [string, string[], RegExp][] = [
   ['zero duration', [...SERVER_OK, '--destination-dial-timeout', '0s'], /--destination-dial-timeout: must be positive/],
   ['allowed destination without port', [...SERVER_OK, '--allowed-destination', 'kas.internal'], /--allowed-destination: .*expected host:port/],
   ['allowed destination with bare IPv6', [...SERVER_OK, '--allowed-destination', 'fd00::1:443'], /--allowed-destination: .*IPv6 hosts must be in brackets/],
+  ['keepalive below 1 s', [...SERVER_OK, '--keepalive-time', '500ms'], /--keepalive-time must be at least 1s/],
+  ['agents per credential not a whole number', [...SERVER_OK, '--max-agents-per-credential', '1.5'], /--max-agents-per-credential must be a whole number of at least 1, got 1.5/],
   ['allowed destination port 0', [...SERVER_OK, '--allowed-destination', '10.0.0.1:0'], /--allowed-destination: .*out of range/],
   ['tiny max message size', [...SERVER_OK, '--max-message-size', '100'], /--max-message-size must be at least 65536/],
   ['connection window below the first window', [...SERVER_OK, '--max-connection-window', '65536'], /--max-connection-window must be a whole number of bytes from 1048576 .* to 67108864, got 65536/],

@@ -53,7 +53,7 @@ test.after.always(() => shared.run());
 
 function curlArgs(ws: Workspace, server: KanalServerProcess, opts: { clientCert: boolean }): string[] {
   const { pki } = ws;
-  const args = ['-sS', '-v', '--max-time', '20', '-p', '--proxy', `https://127.0.0.1:${server.frontendPort}`, '--proxy-cacert', pki.caCert];
+  const args = ['-sS', '-v', '--max-time', '20', '-p', '--proxy', `https://127.0.0.1:${server.frontendPort}`, '--proxy-cacert', pki.frontendCaCert];
   if (opts.clientCert) args.push('--proxy-cert', pki.frontendClientCert, '--proxy-key', pki.frontendClientKey);
   return args;
 }
@@ -152,7 +152,7 @@ test('gRPC ProxyService client (grpc-js): DIAL_REQ, DIAL_RSP, DATA both ways, CL
 test('gRPC ProxyService client over the mTLS TCP frontend', async (t) => {
   const { ws, tcpServer, echo } = t.context;
   const { pki } = ws;
-  const credentials = grpc.credentials.createSsl(fs.readFileSync(pki.caCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert));
+  const credentials = grpc.credentials.createSsl(fs.readFileSync(pki.frontendCaCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert));
   const stream = new ProxyStream(`127.0.0.1:${tcpServer.frontendPort}`, {
     credentials,
     channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },

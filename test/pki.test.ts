@@ -32,13 +32,13 @@ interface HandshakeResult {
   clientAuthorized?: boolean;
 }
 
-/** A real mTLS handshake against a server trusting ca.crt, presenting the given client cert. */
-async function handshake(clientCert: string, clientKey: string, rejectUnauthorized = true): Promise<HandshakeResult> {
-  const [ca, cert, key, ccert, ckey] = await Promise.all(
-    [pki.caCert, pki.serverCert, pki.serverKey, clientCert, clientKey].map(read),
+/** A real mTLS handshake against a server trusting ca.crt (or `trust`), presenting the given client cert. */
+async function handshake(clientCert: string, clientKey: string, rejectUnauthorized = true, trust = pki.caCert): Promise<HandshakeResult> {
+  const [ca, clientCa, cert, key, ccert, ckey] = await Promise.all(
+    [pki.caCert, trust, pki.serverCert, pki.serverKey, clientCert, clientKey].map(read),
   );
   const result: HandshakeResult = {};
-  const server = tls.createServer({ requestCert: true, rejectUnauthorized, ca, cert, key }, (socket) => {
+  const server = tls.createServer({ requestCert: true, rejectUnauthorized, ca: clientCa, cert, key }, (socket) => {
     result.serverAuthorized = socket.authorized;
     result.serverAuthorizationError = socket.authorizationError?.toString();
     const peer = socket.getPeerCertificate();
@@ -72,7 +72,7 @@ async function handshake(clientCert: string, clientKey: string, rejectUnauthoriz
 
 test('all files exist with absolute paths; keys are 0600', async (t) => {
   const files = Object.entries(pki).filter(([k]) => k !== 'dir');
-  t.true(files.length >= 13);
+  t.true(files.length >= 15);
   for (const [name, file] of files) {
     t.true(path.isAbsolute(file), name);
     const st = await stat(file);
@@ -87,13 +87,16 @@ test('all files exist with absolute paths; keys are 0600', async (t) => {
 
 test('server and frontend certificates: SANs, issuer, CA flags', async (t) => {
   const ca = new X509Certificate(await read(pki.caCert));
-  t.true(ca.ca);
-  t.true(ca.verify(ca.publicKey));
-  for (const file of [pki.serverCert, pki.frontendCert]) {
+  const frontendCa = new X509Certificate(await read(pki.frontendCaCert));
+  for (const c of [ca, frontendCa]) {
+    t.true(c.ca);
+    t.true(c.verify(c.publicKey));
+  }
+  for (const [file, issuer] of [[pki.serverCert, ca], [pki.frontendCert, frontendCa]] as const) {
     const cert = new X509Certificate(await read(file));
     t.false(cert.ca);
-    t.true(cert.checkIssued(ca));
-    t.true(cert.verify(ca.publicKey));
+    t.true(cert.checkIssued(issuer));
+    t.true(cert.verify(issuer.publicKey));
     t.is(cert.checkIP('127.0.0.1'), '127.0.0.1');
     t.is(cert.checkIP('::1'), '::1');
     t.is(cert.checkIP('10.96.0.1'), '10.96.0.1');
@@ -133,10 +136,14 @@ test('tls: agent certificate is accepted by a server trusting ca.crt', async (t)
   t.is(r.peerCommonName, 'kanal-agent');
 });
 
-test('tls: frontend-client certificate is accepted too', async (t) => {
-  const r = await handshake(pki.frontendClientCert, pki.frontendClientKey);
+test('tls: the two sides have separate CAs: the frontend-client certificate verifies only against frontend-ca.crt', async (t) => {
+  const r = await handshake(pki.frontendClientCert, pki.frontendClientKey, true, pki.frontendCaCert);
   t.true(r.serverAuthorized);
   t.is(r.peerCommonName, 'kube-apiserver');
+  const onAgentSide = await handshake(pki.frontendClientCert, pki.frontendClientKey, false);
+  t.false(onAgentSide.serverAuthorized);
+  const agentOnFrontend = await handshake(pki.agentCert, pki.agentKey, false, pki.frontendCaCert);
+  t.false(agentOnFrontend.serverAuthorized);
 });
 
 test('tls: rogue agent certificate is refused', async (t) => {
@@ -173,10 +180,17 @@ test('openssl verify accepts the chains and rejects the rogue one', async (t) =>
     t.pass();
     return;
   }
-  for (const file of [pki.serverCert, pki.frontendCert, pki.frontendClientCert, pki.agentCert]) {
-    const r = await run('openssl', ['verify', '-CAfile', pki.caCert, file]);
+  for (const [file, ca] of [
+    [pki.serverCert, pki.caCert],
+    [pki.agentCert, pki.caCert],
+    [pki.frontendCert, pki.frontendCaCert],
+    [pki.frontendClientCert, pki.frontendCaCert],
+  ] as const) {
+    const r = await run('openssl', ['verify', '-CAfile', ca, file]);
     t.is(r.code, 0, r.out);
   }
+  const crossed = await run('openssl', ['verify', '-CAfile', pki.caCert, pki.frontendClientCert]);
+  t.not(crossed.code, 0, 'the KAS client certificate does not verify against the agent CA');
   const server = await run('openssl', ['verify', '-CAfile', pki.caCert, '-purpose', 'sslserver', pki.serverCert]);
   t.is(server.code, 0, server.out);
   const client = await run('openssl', ['verify', '-CAfile', pki.caCert, '-purpose', 'sslclient', pki.agentCert]);

@@ -26,10 +26,12 @@ async function serverTls(): Promise<TlsFiles> {
   return { cert: serverCert, key: serverKey, ca };
 }
 
-const unusedGrpc: GrpcServerTransport = {
-  injectConnection: (connection: Duplex) => connection.destroy(),
-  close: async () => undefined,
-};
+function unusedGrpc<C>(): GrpcServerTransport<C> {
+  return {
+    injectConnection: (connection: Duplex) => connection.destroy(),
+    close: async () => undefined,
+  };
+}
 
 /** Connects, sends `bytes`, and resolves with how long the server took to close (or null after `waitMs`). */
 function closedAfter(port: number, bytes: Buffer, waitMs: number): Promise<number | null> {
@@ -89,7 +91,7 @@ test('agent port: a connection whose TLS handshake stalls is closed at the hands
     port: 0,
     tls: await serverTls(),
     allowUnauthenticated: false,
-    grpc: unusedGrpc,
+    grpc: unusedGrpc(),
     log: logs.log,
     refusals,
     handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS,
@@ -104,7 +106,7 @@ test('frontend TCP port: a connection whose TLS handshake stalls is closed at th
   const listener = await listenForFrontends({
     mode: 'both',
     tcp: { host: '127.0.0.1', port: 0, tls: await serverTls(), handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS },
-    grpc: unusedGrpc,
+    grpc: unusedGrpc(),
     httpConnect,
     log: logs.log,
     refusals,

@@ -509,6 +509,16 @@ test.serial('h2 server honours a grpc-js client deadline (grpc-timeout): both si
   t.deepEqual(await resourcesBackTo(baseline), []);
 });
 
+test.serial('grpc-js client: a server that never answers → openStream rejects with DEADLINE_EXCEEDED, and its cancel does not crash the process', async (t) => {
+  const p = pairings.find((x) => x.server === h2Transport && x.client === grpcJsPeerTransport && x.tls)!;
+  const s = await setup(p, { agentConnect: () => {} });
+  const e = await t.throwsAsync(s.channel.openStream(AGENT_SERVICE_CONNECT, {}, 300));
+  t.is((e as GrpcStatusError).code, GrpcStatus.DEADLINE_EXCEEDED);
+  // The cancelled call reports CANCELLED after the rejection; it must find a listener.
+  await new Promise((r) => setTimeout(r, 300));
+  await s.teardown();
+});
+
 test.serial('h2 client: a grpc-js server that never answers → openStream rejects with DEADLINE_EXCEEDED after timeoutMs', async (t) => {
   const baseline = activeResources();
   const p = pairings.find((x) => x.server === grpcJsPeerTransport && x.client === h2Transport && x.tls)!;

@@ -15,6 +15,7 @@ import { AgentRegistry } from '../src/server/agent-registry.js';
 import { BackendDialer } from '../src/server/backend-dialer.js';
 import { createGrpcFrontend } from '../src/server/grpc-frontend.js';
 import { parseAgentIdentifiers } from '../src/server/agent-identifiers.js';
+import { unauthenticatedCredential } from '../src/server/agent-credential.js';
 import { GrpcStatus, type IncomingStream } from '../src/transport/transport.js';
 import { Feature, formatFeatures, parseFeatures, type FeatureSet } from '../src/wire/features.js';
 import { MD_KANAL_FEATURES } from '../src/wire/metadata.js';
@@ -50,7 +51,7 @@ function relay(opts: { features: FeatureSet; agentDialHandler: DialHandler; limi
   const agent = new Tunnel(agentLink.a, { side: 'agent', features: opts.features, log: captureLogger().log, limits: opts.limits, dialHandler: opts.agentDialHandler });
   const serverAgent = new Tunnel(agentLink.b, { side: 'server', features: opts.features, log: logs.log, limits: opts.limits });
   if (opts.withAgent !== false) {
-    registry.add({ agentID: 'node-1', identifiers: parseAgentIdentifiers(''), tunnel: serverAgent, peer: 'memory', connectedAt: new Date() });
+    registry.add({ agentID: 'node-1', credential: unauthenticatedCredential('memory'), identifiers: parseAgentIdentifiers(''), tunnel: serverAgent, peer: 'memory', connectedAt: new Date() });
   }
   // Frontend stream, accepted by the real gRPC frontend handler.
   const frontendLink = createMemoryLink({
@@ -61,6 +62,7 @@ function relay(opts: { features: FeatureSet; agentDialHandler: DialHandler; limi
   const incoming: IncomingStream = {
     metadata: frontendLink.b.metadata,
     peer: 'memory-kas',
+    context: undefined,
     accept(headers) {
       acceptedHeaders = headers;
       return frontendLink.b;

@@ -7,6 +7,9 @@ import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseHostPort } from '../common/host-port.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { FrontendMode, TlsFiles } from '../server/listeners.js';
+import { parseEku, parseSubjectPattern, type RolePins } from '../server/client-roles.js';
+import { DEFAULT_AGENT_KEEPALIVE } from '../server/server.js';
+import { MIN_KEEPALIVE_INTERVAL_MS } from '../transport/liveness.js';
 import { connectionWindowFlag, countFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
@@ -26,7 +29,14 @@ export const serverFlags = {
   'cluster-cert': { type: 'string', describe: 'Certificate the agent port presents (default: --server-cert)' },
   'cluster-key': { type: 'string', describe: 'Key for --cluster-cert (default: --server-key)' },
   'cluster-ca-cert': { type: 'string', describe: 'CA that signs agent client certificates; agents without a valid one are refused' },
-  'allow-unauthenticated-agents': { type: 'boolean', default: false, describe: 'Accept agents without a valid client certificate (insecure; upstream default)' },
+  'allow-unauthenticated-agents': { type: 'boolean', default: false, describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address' },
+  'max-agents-per-credential': { type: 'number', default: 1, describe: 'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)' },
+  'agent-client-subject': { type: 'string', array: true, default: [] as string[], describe: 'Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)' },
+  'agent-client-eku': { type: 'string', array: true, default: [] as string[], describe: 'Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)' },
+  'frontend-client-subject': { type: 'string', array: true, default: [] as string[], describe: 'The frontend client certificate (the kube-apiserver) must have this subject attribute, e.g. CN=kube-apiserver (repeatable)' },
+  'frontend-client-eku': { type: 'string', array: true, default: [] as string[], describe: 'The frontend client certificate must carry this extended key usage OID (repeatable)' },
+  'keepalive-time': { type: 'string', default: `${DEFAULT_AGENT_KEEPALIVE.intervalMs / 1000}s`, describe: 'How often the server PINGs each agent connection; an agent that does not answer within 2s is avoided for dials' },
+  'keepalive-timeout': { type: 'string', default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`, describe: 'An agent connection whose PING stays unanswered this long is closed' },
   mode: { type: 'string', choices: ['both', 'grpc', 'http-connect'], default: 'both', describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
   'uds-name': { type: 'string', describe: 'Serve the frontend on this Unix socket instead of TCP' },
   'delete-existing-uds-file': { type: 'boolean', default: false, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
@@ -61,12 +71,22 @@ export type ServerArgs = InferredOptionTypes<typeof serverFlags>;
 export interface ServerConfig {
   serverID: string;
   serverCount: number;
-  agent: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; allowUnauthenticated: boolean };
+  agent: {
+    host: string;
+    port: number;
+    certFile: string;
+    keyFile: string;
+    caFile?: string;
+    allowUnauthenticated: boolean;
+    clientPins: RolePins;
+    maxAgentsPerCredential: number;
+    keepalive: { intervalMs: number; timeoutMs: number };
+  };
   frontend: {
     mode: FrontendMode;
     headerTimeoutMs: number;
     uds?: { path: string; deleteExisting: boolean; mode: number; gid?: number };
-    tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string };
+    tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
   };
   health?: { host: string; port: number };
   backendDialTimeoutMs: number;
@@ -81,6 +101,17 @@ export interface ServerConfig {
   logLevel: LevelWithSilent;
 }
 
+function rolePins(subjectFlag: string, subjects: string[], ekuFlag: string, ekus: string[]): RolePins {
+  const parse = <T>(flag: string, f: (v: string) => T) => (v: string): T => {
+    try {
+      return f(v);
+    } catch (err) {
+      throw new UsageError(`--${flag} ${(err as Error).message}`);
+    }
+  };
+  return { subjects: subjects.map(parse(subjectFlag, parseSubjectPattern)), ekus: ekus.map(parse(ekuFlag, parseEku)) };
+}
+
 export function validateServerArgs(a: ServerArgs): ServerConfig {
   const certFile = a['cluster-cert'] ?? a['server-cert'];
   const keyFile = a['cluster-key'] ?? a['server-key'];
@@ -90,6 +121,10 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   }
   const serverCount = a['server-count'];
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError(`--server-count must be a positive integer, got ${serverCount}`);
+  const maxAgentsPerCredential = countFlag('max-agents-per-credential', a['max-agents-per-credential']);
+  const keepalive = { intervalMs: duration('keepalive-time', a['keepalive-time']), timeoutMs: duration('keepalive-timeout', a['keepalive-timeout']) };
+  if (keepalive.intervalMs < MIN_KEEPALIVE_INTERVAL_MS) throw new UsageError(`--keepalive-time must be at least ${MIN_KEEPALIVE_INTERVAL_MS / 1000}s`);
+  const frontendPins = rolePins('frontend-client-subject', a['frontend-client-subject'], 'frontend-client-eku', a['frontend-client-eku']);
   const frontend: ServerConfig['frontend'] = { mode: a.mode as FrontendMode, headerTimeoutMs: duration('frontend-header-timeout', a['frontend-header-timeout']) };
   if (a['uds-name']) {
     frontend.uds = {
@@ -107,6 +142,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
       certFile: a['server-cert'],
       keyFile: a['server-key'],
       caFile: a['server-ca-cert'],
+      clientPins: frontendPins,
     };
   }
   const allowedDestinations = a['allowed-destination'].map((d) => {
@@ -130,6 +166,9 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
       keyFile,
       caFile: a['cluster-ca-cert'],
       allowUnauthenticated: a['allow-unauthenticated-agents'],
+      clientPins: rolePins('agent-client-subject', a['agent-client-subject'], 'agent-client-eku', a['agent-client-eku']),
+      maxAgentsPerCredential,
+      keepalive,
     },
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
@@ -168,6 +207,9 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
       port: config.agent.port,
       tls: loadTls('cluster-cert', config.agent.certFile, 'cluster-key', config.agent.keyFile, 'cluster-ca-cert', config.agent.caFile),
       allowUnauthenticated: config.agent.allowUnauthenticated,
+      clientPins: config.agent.clientPins,
+      maxAgentsPerCredential: config.agent.maxAgentsPerCredential,
+      keepalive: config.agent.keepalive,
     },
     frontend: {
       mode: config.frontend.mode,
@@ -177,6 +219,7 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
         host: config.frontend.tcp.host,
         port: config.frontend.tcp.port,
         tls: loadTls('server-cert', config.frontend.tcp.certFile, 'server-key', config.frontend.tcp.keyFile, 'server-ca-cert', config.frontend.tcp.caFile),
+        clientPins: config.frontend.tcp.clientPins,
       },
     },
     health: config.health,

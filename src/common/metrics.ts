@@ -19,6 +19,8 @@ export class KanalMetrics {
   readonly refusals: Counter<'reason'>;
   readonly readPauses: Counter<'reason'>;
   readonly streamsClosed: Counter<'reason'>;
+  /** Agent tunnels closed because their peer stopped answering (#11). */
+  readonly deadTunnels: Counter<'reason'>;
 
   constructor(component: 'server' | 'agent') {
     collectDefaultMetrics({ register: this.registry, prefix: `kanal_${component}_process_` });
@@ -44,6 +46,12 @@ export class KanalMetrics {
     this.refusals = new Counter({
       name: 'kanal_refusals_total',
       help: 'Refused connections, streams and dials by reason',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    this.deadTunnels = new Counter({
+      name: 'kanal_dead_tunnels_total',
+      help: 'Tunnels closed because the peer stopped answering HTTP/2 PINGs (keepalive_timeout) or was replaced while quiet (replaced)',
       labelNames: ['reason'],
       registers: [this.registry],
     });

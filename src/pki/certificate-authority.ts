@@ -36,6 +36,8 @@ export interface IssueOptions {
   /** IP subjectAltName entries (IPv4 or IPv6 literals). */
   ipAddresses?: string[];
   usage: CertificateUsage;
+  /** More extended key usage OIDs, e.g. a private one that pins a role (docs/trust-model.md). */
+  extraExtendedKeyUsages?: string[];
   /** Validity in days from now (default 365). */
   validDays?: number;
 }
@@ -109,9 +111,10 @@ function authority(caCert: x509.X509Certificate, keys: CryptoKeyPair, keyPem: st
         return { type: 'ip', value };
       }),
     ];
-    const extendedUsages: x509.ExtendedKeyUsage[] = [];
+    const extendedUsages: x509.ExtendedKeyUsageType[] = [];
     if (opts.usage === 'server' || opts.usage === 'both') extendedUsages.push(x509.ExtendedKeyUsage.serverAuth);
     if (opts.usage === 'client' || opts.usage === 'both') extendedUsages.push(x509.ExtendedKeyUsage.clientAuth);
+    extendedUsages.push(...(opts.extraExtendedKeyUsages ?? []));
 
     const extensions: x509.Extension[] = [
       new x509.BasicConstraintsExtension(false, undefined, true),

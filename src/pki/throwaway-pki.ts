@@ -1,11 +1,15 @@
 /**
  * Writes a complete set of throwaway certificates for the demo and the tests:
  *
- *   ca.crt                          trusted CA (server + agents + frontend clients)
+ *   ca.crt / ca.key                 CA of the agent side: signs the agent port's certificate
+ *                                   and the agents' client certificates (--cluster-ca-cert)
  *   server.crt / server.key         agent-facing listener of the kanal server
- *   frontend.crt / frontend.key     frontend listener (the KAS connects here)
- *   frontend-client.crt / .key      client certificate of the KAS side
- *   agent.crt / agent.key           agent client certificate (CN kanal-agent)
+ *   agent.crt / agent.key           agent client certificate (CN kanal-agent), shared by
+ *                                   tests that model one credential across a DaemonSet
+ *   frontend-ca.crt / .key          CA of the frontend side, a different one (#11: an agent
+ *                                   credential must never open the frontend): signs ...
+ *   frontend.crt / frontend.key     ... the frontend listener (the KAS connects here)
+ *   frontend-client.crt / .key      ... and the KAS's client certificate (--server-ca-cert)
  *   rogue-ca.crt                    an unrelated CA ...
  *   rogue-agent.crt / .key          ... and an agent certificate it issued (must be refused)
  *   agents/NAME.crt / .key          one agent's own certificate (CN NAME), on demand
@@ -29,6 +33,8 @@ export interface ThrowawayPki {
   dir: string;
   caCert: string;
   caKey: string;
+  frontendCaCert: string;
+  frontendCaKey: string;
   serverCert: string;
   serverKey: string;
   frontendCert: string;
@@ -51,12 +57,15 @@ export async function writeThrowawayPki(dir: string, opts: ThrowawayPkiOptions =
   const dnsNames = unique(['localhost', ...(opts.serverDns ?? [])]);
   const ipAddresses = unique(['127.0.0.1', '::1', ...(opts.serverIps ?? [])]);
 
-  const ca = await createCertificateAuthority('kanal-throwaway-ca');
-  const rogueCa = await createCertificateAuthority('kanal-rogue-ca');
+  const [ca, frontendCa, rogueCa] = await Promise.all([
+    createCertificateAuthority('kanal-throwaway-ca'),
+    createCertificateAuthority('kanal-throwaway-frontend-ca'),
+    createCertificateAuthority('kanal-rogue-ca'),
+  ]);
   const [server, frontend, frontendClient, agent, rogueAgent] = await Promise.all([
     ca.issue({ commonName: 'kanal-server', dnsNames, ipAddresses, usage: 'server' }),
-    ca.issue({ commonName: 'kanal-frontend', dnsNames, ipAddresses, usage: 'server' }),
-    ca.issue({ commonName: 'kube-apiserver', usage: 'client' }),
+    frontendCa.issue({ commonName: 'kanal-frontend', dnsNames, ipAddresses, usage: 'server' }),
+    frontendCa.issue({ commonName: 'kube-apiserver', usage: 'client' }),
     ca.issue({ commonName: AGENT_COMMON_NAME, usage: 'client' }),
     rogueCa.issue({ commonName: AGENT_COMMON_NAME, usage: 'client' }),
   ]);
@@ -66,6 +75,8 @@ export async function writeThrowawayPki(dir: string, opts: ThrowawayPkiOptions =
     dir: root,
     caCert: p('ca.crt'),
     caKey: p('ca.key'),
+    frontendCaCert: p('frontend-ca.crt'),
+    frontendCaKey: p('frontend-ca.key'),
     serverCert: p('server.crt'),
     serverKey: p('server.key'),
     frontendCert: p('frontend.crt'),
@@ -82,6 +93,8 @@ export async function writeThrowawayPki(dir: string, opts: ThrowawayPkiOptions =
   await Promise.all([
     writePublic(pki.caCert, ca.certPem),
     writeSecret(pki.caKey, ca.keyPem),
+    writePublic(pki.frontendCaCert, frontendCa.certPem),
+    writeSecret(pki.frontendCaKey, frontendCa.keyPem),
     writePublic(pki.serverCert, server.certPem),
     writeSecret(pki.serverKey, server.keyPem),
     writePublic(pki.frontendCert, frontend.certPem),

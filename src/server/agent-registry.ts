@@ -1,60 +1,255 @@
 /**
- * Connected agents and how a dial picks one. Agents that sent DRAIN, or
- * whose tunnel is not being read, are used only when no other agent is left.
+ * Connected agents, who may join, and how a dial picks one (#11).
+ *
+ * An agent is its credential plus the agentID it announces (a label): a
+ * second credential announcing the same agentID is another agent and never
+ * shares the first's tunnels. One credential holds at most
+ * `maxAgentsPerCredential` agents on this server, and one agent at most
+ * MAX_TUNNELS_PER_AGENT tunnels. A full credential or agent admits a new
+ * tunnel only in place of a stale one: a tunnel that leaves a PING sent on
+ * the spot unanswered for REPLACE_AFTER_MS (or closes meanwhile). A live
+ * agent is never displaced, so an agent behind a load balancer that briefly
+ * opens a second stream to a server it already holds keeps its first one
+ * (and its dials). Routing is quicker to doubt: a tunnel is avoided as soon
+ * as it is quiet (liveness.ts).
+ *
+ * Agents that sent DRAIN, or whose tunnel is not being read, are used only
+ * when no other agent is left.
  */
 import { EventEmitter } from 'node:events';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import type { Liveness } from '../transport/liveness.js';
 import type { AgentIdentifiers } from './agent-identifiers.js';
+import type { AgentCredential } from './agent-credential.js';
 
 export interface AgentBackend {
+  /** The label the agent announced (upstream's agentID). */
   agentID: string;
+  /** What authenticated the connection: the agent's identity. */
+  credential: AgentCredential;
   identifiers: AgentIdentifiers;
   tunnel: Tunnel;
+  /** PING liveness of the connection, where the transport checks it. */
+  liveness?: Liveness;
   peer: string;
   connectedAt: Date;
 }
+
+/** One tunnel, plus one arriving to replace it (a reconnect) or a load balancer's short-lived duplicate. */
+export const MAX_TUNNELS_PER_AGENT = 2;
+/** Admissions of one credential waiting for probes at once; more are refused. */
+const MAX_PENDING_PER_CREDENTIAL = 2;
+/**
+ * How long a tunnel may leave the admission's PING unanswered before a new
+ * tunnel of its credential replaces it: longer than the quiet threshold, as
+ * closing a live agent costs more than routing around a slow one.
+ */
+export const REPLACE_AFTER_MS = 5000;
+
+export type RefusalReason = 'agent_credential_full' | 'agent_tunnels_full' | 'agent_admissions_busy';
+
+export type Admission =
+  | { ok: true; backend: AgentBackend; replaced: AgentBackend[] }
+  | { ok: false; reason: RefusalReason; message: string };
+
+/** What the registry decided for one candidate at one moment. */
+type Decision = { ok: true; replace: AgentBackend[] } | { ok: false; reason: RefusalReason; probe: AgentBackend[]; message: string };
 
 export interface AgentRegistryEvents {
   change: [];
 }
 
+/** Routing avoids these. */
+function quiet(b: AgentBackend): boolean {
+  return b.tunnel.closed || b.liveness?.quiet === true;
+}
+
 export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
-  private readonly backends = new Set<AgentBackend>();
+  /**
+   * credential key -> agentID -> its tunnels, oldest first. Invariant: no
+   * empty inner map or array; exactly the backends of `all`.
+   */
+  private readonly agents = new Map<string, Map<string, AgentBackend[]>>();
+  /** Every registered tunnel, in order of arrival. */
+  private readonly all = new Set<AgentBackend>();
+  /** credential key -> admissions waiting for probes; no zero entries. */
+  private readonly pending = new Map<string, number>();
+  /** Tunnels under suspicion, with the probe that settles it; dials to them wait for it. */
+  private readonly verifying = new Map<AgentBackend, Promise<boolean>>();
 
-  add(backend: AgentBackend): void {
-    this.backends.add(backend);
-    this.emit('change');
-  }
-
-  remove(backend: AgentBackend): void {
-    if (this.backends.delete(backend)) this.emit('change');
-  }
-
-  get size(): number {
-    return this.backends.size;
-  }
-
-  list(): AgentBackend[] {
-    return [...this.backends];
+  constructor(readonly maxAgentsPerCredential = 1) {
+    super();
   }
 
   /**
-   * A random agent, preferring ones that are not draining, and of that agent
-   * its oldest tunnel. An agent behind a load balancer briefly opens a second
-   * stream to a server it already holds before closing it; choosing per agent
-   * (as upstream does) keeps dials off that doomed stream and gives every
-   * agent the same share whatever its number of streams.
+   * Admits a tunnel of `credential` announcing `agentID`, replacing stale
+   * ones where a bound is reached. On admission `create()` is called at once
+   * (it accepts the stream and builds the backend) and its backend is added
+   * in the same turn, so concurrent admissions never overshoot a bound.
+   */
+  async admit(credential: AgentCredential, agentID: string, create: () => AgentBackend): Promise<Admission> {
+    let decision = this.decide(credential, agentID, new Set());
+    if (!decision.ok && decision.probe.length > 0) {
+      const waiting = this.pending.get(credential.key) ?? 0;
+      if (waiting >= MAX_PENDING_PER_CREDENTIAL) {
+        return { ok: false, reason: 'agent_admissions_busy', message: `${waiting} other tunnels of this credential are being admitted; retry later` };
+      }
+      this.pending.set(credential.key, waiting + 1);
+      const unanswered = new Set<AgentBackend>();
+      try {
+        await Promise.all(
+          decision.probe.map(async (b) => {
+            if (!(await b.liveness?.probe(REPLACE_AFTER_MS))) unanswered.add(b);
+          }),
+        );
+      } finally {
+        const left = (this.pending.get(credential.key) ?? 1) - 1;
+        if (left > 0) this.pending.set(credential.key, left);
+        else this.pending.delete(credential.key);
+      }
+      decision = this.decide(credential, agentID, unanswered);
+    }
+    if (!decision.ok) return { ok: false, reason: decision.reason, message: decision.message };
+    for (const old of decision.replace) {
+      this.remove(old);
+      old.tunnel.close(new Error(`replaced by a new tunnel of the same credential: this one left a PING unanswered for ${REPLACE_AFTER_MS} ms`));
+    }
+    const backend = create();
+    this.add(backend);
+    // A new tunnel of a known agent often means its older one died silently: find out now.
+    for (const older of this.agents.get(credential.key)?.get(agentID) ?? []) {
+      if (older !== backend) this.verify(older);
+    }
+    return { ok: true, backend, replaced: decision.replace };
+  }
+
+  /** `unanswered`: tunnels that left this admission's probe unanswered (stale, with closed ones). */
+  private decide(credential: AgentCredential, agentID: string, unanswered: ReadonlySet<AgentBackend>): Decision {
+    const stale = (b: AgentBackend): boolean => b.tunnel.closed || unanswered.has(b);
+    const agents = this.agents.get(credential.key);
+    const tunnels = agents?.get(agentID);
+    if (tunnels) {
+      if (tunnels.length < MAX_TUNNELS_PER_AGENT) return { ok: true, replace: [] };
+      const old = tunnels.find(stale);
+      if (old) return { ok: true, replace: [old] };
+      return {
+        ok: false,
+        reason: 'agent_tunnels_full',
+        probe: tunnels.filter((b) => b.liveness),
+        message: `agent ${agentID} already holds ${tunnels.length} live tunnels to this server`,
+      };
+    }
+    if (!agents || agents.size < this.maxAgentsPerCredential) return { ok: true, replace: [] };
+    const staleAgent = [...agents.values()].find((ts) => ts.every(stale));
+    if (staleAgent) return { ok: true, replace: [...staleAgent] };
+    const held = [...agents.keys()];
+    return {
+      ok: false,
+      reason: 'agent_credential_full',
+      probe: [...agents.values()].flat().filter((b) => b.liveness),
+      message:
+        `credential ${credential.subject} already holds ${held.length} live agent(s) on this server (agentID ${held.slice(0, 3).join(', ')}${held.length > 3 ? ', …' : ''}); ` +
+        `an agent that restarted with a new agentID replaces its old tunnel when that leaves a PING unanswered for ${REPLACE_AFTER_MS} ms; ` +
+        'to share one credential between agents, raise --max-agents-per-credential on the server',
+    };
+  }
+
+  /** Adds a tunnel without admission checks (the admitted path and tests). */
+  add(backend: AgentBackend): void {
+    let agents = this.agents.get(backend.credential.key);
+    if (!agents) this.agents.set(backend.credential.key, (agents = new Map()));
+    const tunnels = agents.get(backend.agentID);
+    if (tunnels) tunnels.push(backend);
+    else agents.set(backend.agentID, [backend]);
+    this.all.add(backend);
+    this.emit('change');
+  }
+
+  /**
+   * Probes a tunnel under suspicion (a newer tunnel of its agent arrived, or
+   * a dial through it timed out); until the probe settles (at most the quiet
+   * threshold) dials that would pick it wait, so none goes to a tunnel that
+   * is about to be known dead.
+   */
+  verify(backend: AgentBackend): void {
+    if (!backend.liveness || this.verifying.has(backend)) return;
+    const probe = backend.liveness.probe();
+    this.verifying.set(backend, probe);
+    void probe.then(() => this.verifying.delete(backend));
+  }
+
+  remove(backend: AgentBackend): void {
+    if (!this.all.delete(backend)) return;
+    this.verifying.delete(backend);
+    const agents = this.agents.get(backend.credential.key);
+    const tunnels = agents?.get(backend.agentID);
+    if (agents && tunnels) {
+      tunnels.splice(tunnels.indexOf(backend), 1);
+      if (tunnels.length === 0) agents.delete(backend.agentID);
+      if (agents.size === 0) this.agents.delete(backend.credential.key);
+    }
+    this.emit('change');
+  }
+
+  /** Registered tunnels. */
+  get size(): number {
+    return this.all.size;
+  }
+
+  /** Distinct agents (credential + agentID). */
+  get agentCount(): number {
+    let n = 0;
+    for (const agents of this.agents.values()) n += agents.size;
+    return n;
+  }
+
+  list(): AgentBackend[] {
+    return [...this.all];
+  }
+
+  /** Subjects of the credentials other than `credential` that announce `agentID`. */
+  otherHolders(agentID: string, credential: AgentCredential): string[] {
+    const out: string[] = [];
+    for (const [key, agents] of this.agents) {
+      const first = agents.get(agentID)?.[0];
+      if (key !== credential.key && first) out.push(first.credential.subject);
+    }
+    return out;
+  }
+
+  /** pick(), waiting out (a bounded number of times) the verification of a suspect choice. */
+  async pickVerified(): Promise<AgentBackend | undefined> {
+    for (let i = 0; i < MAX_TUNNELS_PER_AGENT + 1; i++) {
+      const choice = this.pick();
+      const probe = choice && this.verifying.get(choice);
+      if (!probe) return choice;
+      await probe;
+    }
+    return this.pick();
+  }
+
+  /**
+   * A random agent, and of that agent its oldest tunnel that answers PINGs
+   * (a load balancer's duplicate stays unused; a newer live tunnel wins over
+   * a quiet older one). Agents that are live, not draining and read come first,
+   * then live draining or unread ones (upstream's fallback), then quiet ones. A dead
+   * tunnel is closed, so it is never picked.
    */
   pick(): AgentBackend | undefined {
-    const oldestPerAgent = new Map<string, AgentBackend>();
-    // Insertion order is age: the first live backend seen per agent is its oldest.
-    for (const b of this.backends) {
-      if (!b.tunnel.closed && !oldestPerAgent.has(b.agentID)) oldestPerAgent.set(b.agentID, b);
+    const candidates: AgentBackend[] = [];
+    for (const agents of this.agents.values()) {
+      for (const tunnels of agents.values()) {
+        const open = tunnels.filter((b) => !b.tunnel.closed);
+        const choice = open.find((b) => !quiet(b)) ?? open[open.length - 1];
+        if (choice) candidates.push(choice);
+      }
     }
-    const live = [...oldestPerAgent.values()];
+    // Routing by destination (destHost, cidr; #14) narrows `candidates` here to
+    // agents whose credential vouches for the destination's identifiers.
+    const live = candidates.filter((b) => !quiet(b));
     // A tunnel not being read (slow reader with an upstream agent, or an agent that does not read, #11/#12) would hold the dial's answer too.
     const fresh = live.filter((b) => !b.tunnel.drainRequested && !b.tunnel.readPaused);
-    const pool = fresh.length > 0 ? fresh : live;
+    const pool = fresh.length > 0 ? fresh : live.length > 0 ? live : candidates;
     return pool[Math.floor(Math.random() * pool.length)];
   }
 }

@@ -1,7 +1,8 @@
 /**
- * Accepts AgentService/Connect streams: checks the agent's metadata,
- * negotiates Kanal features, answers with serverID/serverCount and registers
- * the tunnel so frontends can dial through it.
+ * Accepts AgentService/Connect streams: checks the agent's metadata, admits
+ * it under its credential (agent-registry.ts), negotiates Kanal features,
+ * answers with serverID/serverCount and registers the tunnel so frontends can
+ * dial through it. Every log line about an agent names its credential.
  */
 import type { Logger } from 'pino';
 import type { IncomingStream } from '../transport/transport.js';
@@ -11,7 +12,8 @@ import { Feature, formatFeatures, intersectFeatures, parseFeatures, type Feature
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifiers.js';
-import type { AgentRegistry, AgentBackend } from './agent-registry.js';
+import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registry.js';
+import { unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
 
@@ -46,58 +48,104 @@ export interface AgentServiceOptions {
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent (#11 finding 8). */
 export const MAX_AGENT_ID_LENGTH = 253;
 
-export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream) => void {
+const REFUSALS: Record<RefusalReason, string> = {
+  agent_credential_full: 'its credential already holds as many live agents as allowed',
+  agent_tunnels_full: 'the agent already holds as many live tunnels as allowed',
+  agent_admissions_busy: 'too many tunnels of its credential are being admitted at once',
+};
+
+export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream<AgentCredential>) => void {
   return (incoming) => {
+    // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
+    const credential = incoming.context ?? unauthenticatedCredential(incoming.peer);
+    /** Logs, counts (by `reason`) and answers a refusal; `message` is what the agent logs. */
+    const refuse = (reason: string, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
+      opts.log.warn({ peer: incoming.peer, credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`);
+      opts.metrics?.refusals.inc({ reason });
+      incoming.reject(code, message);
+    };
     const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
     if (agentIDs.length !== 1 || !agentIDs[0]) {
-      opts.log.warn({ peer: incoming.peer, got: agentIDs.length }, 'refused agent stream: expected exactly one agentID');
-      opts.metrics?.refusals.inc({ reason: 'agent_metadata' });
-      incoming.reject(GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
+      refuse('agent_metadata', 'expected exactly one agentID', GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
       return;
     }
     const agentID = agentIDs[0];
     if (agentID.length > MAX_AGENT_ID_LENGTH) {
-      opts.log.warn({ peer: incoming.peer, length: agentID.length }, 'refused agent stream: agentID too long');
-      opts.metrics?.refusals.inc({ reason: 'agent_metadata' });
-      incoming.reject(GrpcStatus.INVALID_ARGUMENT, `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`);
+      const message = `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`;
+      refuse('agent_metadata', 'agentID too long', GrpcStatus.INVALID_ARGUMENT, message, { length: agentID.length });
       return;
     }
     let identifiers: AgentIdentifiers;
     try {
       identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
     } catch (err) {
-      opts.log.warn({ peer: incoming.peer, agentID, err: (err as Error).message }, 'refused agent stream: bad agentIdentifiers');
-      opts.metrics?.refusals.inc({ reason: 'agent_metadata' });
-      incoming.reject(GrpcStatus.INVALID_ARGUMENT, (err as Error).message);
+      refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, (err as Error).message, { agentID });
       return;
     }
-    const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), opts.features);
-    const headers: Record<string, string> = {
-      [MD_SERVER_ID]: opts.serverID,
-      [MD_SERVER_COUNT]: String(opts.serverCount),
-    };
-    if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
-    const stream = incoming.accept(headers);
-    const log = opts.log.child({ agentID });
-    const nodeDial = features.has(Feature.NodeDial);
-    const tunnel = new Tunnel(stream, {
-      side: 'server',
-      features,
-      log,
-      limits: opts.limits,
-      dialHandler: nodeDial ? (dial) => opts.destinations.dial(agentID, dial) : undefined,
-      refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
-      // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
-      onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
-      onLimit: (limit) => opts.metrics?.tunnelLimit(limit, AGENT_TUNNEL_REFUSALS),
-      limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
-    });
-    const backend: AgentBackend = { agentID, identifiers, tunnel, peer: incoming.peer, connectedAt: new Date() };
-    opts.registry.add(backend);
-    log.info({ peer: incoming.peer, features: formatFeatures(features) || 'none', agents: opts.registry.size }, 'agent connected');
-    tunnel.once('close', (err) => {
-      opts.registry.remove(backend);
-      log.info({ peer: incoming.peer, reason: err?.message ?? 'stream ended', agents: opts.registry.size }, 'agent disconnected');
+    const log = opts.log.child({ agentID, credential: credential.subject });
+    const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
+    admitted.then((admission) => {
+      if (!admission.ok) {
+        refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
+        return;
+      }
+      for (const old of admission.replaced) {
+        log.warn({ peer: incoming.peer, replacedPeer: old.peer, replacedAgentID: old.agentID, since: old.connectedAt.toISOString() }, 'replaced a stale tunnel of the same credential');
+        opts.metrics?.deadTunnels.inc({ reason: 'replaced' });
+      }
+      const others = opts.registry.otherHolders(agentID, credential);
+      if (others.length > 0) {
+        log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
+      }
+      log.info(
+        { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', tunnels: opts.registry.size, agents: opts.registry.agentCount },
+        'agent connected',
+      );
+    }, (err: Error) => {
+      // Nothing was registered; never let a failed admission become an unhandled rejection.
+      log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
+      incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
     });
   };
+}
+
+/** Answers the stream and builds the agent's tunnel (called by the registry once admitted). */
+function accept(
+  incoming: IncomingStream<AgentCredential>,
+  credential: AgentCredential,
+  agentID: string,
+  identifiers: AgentIdentifiers,
+  log: Logger,
+  opts: AgentServiceOptions,
+): AgentBackend {
+  const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), opts.features);
+  const headers: Record<string, string> = {
+    [MD_SERVER_ID]: opts.serverID,
+    [MD_SERVER_COUNT]: String(opts.serverCount),
+  };
+  if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
+  const stream = incoming.accept(headers);
+  const tunnel = new Tunnel(stream, {
+    side: 'server',
+    features,
+    log,
+    limits: opts.limits,
+    dialHandler: features.has(Feature.NodeDial) ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject }, dial) : undefined,
+    refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
+    // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
+    onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
+    onLimit: (limit) => opts.metrics?.tunnelLimit(limit, AGENT_TUNNEL_REFUSALS),
+    limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
+  });
+  const backend: AgentBackend = { agentID, credential, identifiers, tunnel, liveness: incoming.liveness, peer: incoming.peer, connectedAt: new Date() };
+  const liveness = incoming.liveness;
+  const onQuiet = (): void => log.warn({ peer: incoming.peer }, 'agent tunnel quiet: a PING went unanswered; dials prefer other tunnels');
+  const onAlive = (): void => log.info({ peer: incoming.peer }, 'agent tunnel answers PINGs again');
+  liveness?.on('quiet', onQuiet).on('alive', onAlive);
+  tunnel.once('close', (err) => {
+    liveness?.off('quiet', onQuiet).off('alive', onAlive);
+    opts.registry.remove(backend);
+    log.info({ peer: incoming.peer, reason: err?.message ?? 'stream ended', tunnels: opts.registry.size, agents: opts.registry.agentCount }, 'agent disconnected');
+  });
+  return backend;
 }

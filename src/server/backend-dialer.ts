@@ -36,7 +36,7 @@ export class BackendDialer {
       this.refusals.refuse('frontend_bad_address', peer, { address, err: (err as Error).message }, 'refused dial: malformed address');
       throw new DialError('refused', `bad address: ${(err as Error).message}`);
     }
-    const backend = this.registry.pick();
+    const backend = await this.registry.pickVerified();
     if (!backend) {
       this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
       this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address }, 'no agent available for dial');
@@ -46,12 +46,14 @@ export class BackendDialer {
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      this.log.debug({ peer, agentID: backend.agentID, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
       return conn;
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       this.metrics?.dialDone('cp_to_node', failure, t0);
-      const fields = { peer, agentID: backend.agentID, address, failure, err: (err as Error).message, ms: Date.now() - started };
+      // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive (#11).
+      if (failure === 'timeout') this.registry.verify(backend);
+      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Date.now() - started };
       if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
       else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
       throw err;

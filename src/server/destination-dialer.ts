@@ -14,6 +14,11 @@ import type { KanalMetrics } from '../common/metrics.js';
 import type { ConnectionBudget } from '../common/connection-budget.js';
 import type { Refusals } from './refusals.js';
 
+/** The rate-limit key of an agent's refusals: its credential and the agentID it announced. */
+function agentKey(agent: { agentID: string; credential: string }): string {
+  return `agent ${agent.credential} ${agent.agentID}`;
+}
+
 export class DestinationDialer {
   constructor(
     private readonly allowList: AllowList,
@@ -25,15 +30,16 @@ export class DestinationDialer {
     private readonly metrics?: KanalMetrics,
   ) {}
 
-  async dial(agentID: string, dial: InboundDial): Promise<Duplex> {
+  /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
+  async dial(agent: { agentID: string; credential: string }, dial: InboundDial): Promise<Duplex> {
     const t0 = performance.now();
     if (!this.allowList.allows(dial.address)) {
       this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
       // Keyed by agent: one agent's refusals cannot hide another's.
       this.refusals.refuse(
         'destination_not_allowed',
-        `agent ${agentID}`,
-        { agentID, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
+        agentKey(agent),
+        { ...agent, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
         this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
       );
       throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
@@ -43,8 +49,8 @@ export class DestinationDialer {
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
       this.refusals.refuse(
         'node_to_cp_connections',
-        `agent ${agentID}`,
-        { agentID, address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
+        agentKey(agent),
+        { ...agent, address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
         'refused node dial: the server holds as many node -> control plane connections as it may',
       );
       throw new DialError('exhausted', `the proxy server holds its maximum of ${this.budget.limit} node -> control plane connections`);
@@ -59,7 +65,7 @@ export class DestinationDialer {
     }
     socket.once('close', release);
     this.metrics?.dialDone('node_to_cp', 'ok', t0);
-    this.log.debug({ agentID, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
+    this.log.debug({ ...agent, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
     return socket;
   }
 }

@@ -11,6 +11,8 @@ import type { GrpcServerTransport } from '../transport/transport.js';
 import { listenError } from '../common/listen-error.js';
 import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './tls-policy.js';
+import type { AgentCredential } from './agent-credential.js';
+import { ClientRoles } from './client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
 import type { HttpConnectFrontend } from './http-connect-frontend.js';
@@ -126,7 +128,10 @@ export interface AgentListenerOptions {
   port: number;
   tls: TlsFiles;
   allowUnauthenticated: boolean;
-  grpc: GrpcServerTransport;
+  /** Role pins of client certificates (default: none; separate CAs keep the roles apart). */
+  roles?: ClientRoles;
+  /** Streams learn who authenticated their connection from the context. */
+  grpc: GrpcServerTransport<AgentCredential>;
   log: Logger;
   refusals: Refusals;
   /** Default HANDSHAKE_TIMEOUT_MS. */
@@ -151,16 +156,17 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   // Agents that size their own side rule the HTTP/2 stall out even when this one is short.
   server.on('connection', sendBufferSizer(sizeTunnelSendBuffer, opts.log, 'agent sockets'));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
-    const verdict = verifyClientCertificate(socket, opts.allowUnauthenticated);
+    const verdict = verifyClientCertificate(socket, 'agent', opts.roles ?? new ClientRoles(), opts.allowUnauthenticated);
     const peer = tlsPeer(socket, peers);
     if (!verdict.ok) {
-      opts.refusals.refuse('agent_certificate', peer, { reason: verdict.detail }, 'refused agent connection: no valid client certificate', verdict.detail);
+      const what = verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate';
+      opts.refusals.refuse(`agent_${verdict.refusal}`, peer, { reason: verdict.detail }, `refused agent connection: ${what}`, verdict.detail);
       socket.destroy();
       return;
     }
-    opts.log.debug({ peer, identity: verdict.detail }, 'agent TLS connection accepted');
+    opts.log.debug({ peer, credential: verdict.credential.subject, identity: verdict.detail }, 'agent TLS connection accepted');
     closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'));
-    opts.grpc.injectConnection(socket);
+    opts.grpc.injectConnection(socket, verdict.credential);
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'agent');
   const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
@@ -174,7 +180,7 @@ export type FrontendMode = 'both' | 'grpc' | 'http-connect';
 export interface FrontendListenerOptions {
   mode: FrontendMode;
   uds?: UnixSocketOptions;
-  tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number };
+  tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number; roles?: ClientRoles };
   grpc: GrpcServerTransport;
   httpConnect: HttpConnectFrontend;
   log: Logger;
@@ -255,9 +261,10 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   server.on('secureConnection', (socket: tls.TLSSocket) => {
     const peer = tlsPeer(socket, peers);
     if (tcp.tls.ca) {
-      const verdict = verifyClientCertificate(socket, false);
+      const verdict = verifyClientCertificate(socket, 'frontend', tcp.roles ?? new ClientRoles());
       if (!verdict.ok) {
-        opts.refusals.refuse('frontend_certificate', peer, { reason: verdict.detail }, 'refused frontend connection: no valid client certificate', verdict.detail);
+        const what = verdict.refusal === 'role' ? 'not a frontend credential' : 'no valid client certificate';
+        opts.refusals.refuse(`frontend_${verdict.refusal}`, peer, { reason: verdict.detail }, `refused frontend connection: ${what}`, verdict.detail);
         socket.destroy();
         return;
       }

@@ -22,17 +22,32 @@ import { listenForAgents, listenForFrontends, type FrontendMode, type Listener, 
 import { Refusals } from './refusals.js';
 import type { UnixSocketOptions } from './unix-socket.js';
 import { listenError } from '../common/listen-error.js';
+import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './client-roles.js';
+import type { AgentCredential } from './agent-credential.js';
+import type { KeepaliveOptions } from '../transport/liveness.js';
 
 export interface ServerOptions {
   serverID: string;
   serverCount: number;
-  agent: { host: string; port: number; tls: TlsFiles; allowUnauthenticated: boolean };
+  agent: {
+    host: string;
+    port: number;
+    tls: TlsFiles;
+    allowUnauthenticated: boolean;
+    /** Client certificates of agents must match these (when set) and never the frontend's. */
+    clientPins?: RolePins;
+    /** Agents (distinct agentIDs) one credential may hold on this server. Default 1. */
+    maxAgentsPerCredential?: number;
+    /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
+    keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
+  };
   frontend: {
     mode: FrontendMode;
     /** From accept to a complete request head; default REQUEST_HEAD_TIMEOUT_MS. */
     headerTimeoutMs?: number;
     uds?: UnixSocketOptions;
-    tcp?: { host: string; port: number; tls: TlsFiles };
+    /** `clientPins`: the KAS's client certificate must match these (when set) and never the agents'. */
+    tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
   };
   health?: { host: string; port: number };
   backendDialTimeoutMs: number;
@@ -52,14 +67,19 @@ export interface ServerOptions {
 export interface ServerStats {
   agents: number;
   frontendStreams: number;
-  agentTunnels: (TunnelStats & { agentID: string })[];
+  agentTunnels: (TunnelStats & { agentID: string; credential: string })[];
   frontendTunnels: TunnelStats[];
 }
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
+/** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
+export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
+/** Streams one agent connection may have open: agents use one; room for a second while one closes. */
+const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
+
 export class KanalServer {
-  readonly registry = new AgentRegistry();
+  readonly registry: AgentRegistry;
   readonly metrics = new KanalMetrics('server');
   private readonly frontendTunnels = new Set<Tunnel>();
   private agentListener: Listener | undefined;
@@ -69,7 +89,9 @@ export class KanalServer {
   /** Report the refusals still held back by rate limiting (at stop). */
   private flushers: (() => void)[] = [];
 
-  constructor(private readonly opts: ServerOptions) {}
+  constructor(private readonly opts: ServerOptions) {
+    this.registry = new AgentRegistry(opts.agent.maxAgentsPerCredential ?? 1);
+  }
 
   get agentPort(): number {
     return this.agentListener?.port ?? 0;
@@ -92,7 +114,7 @@ export class KanalServer {
     return {
       agents: this.registry.size,
       frontendStreams: this.frontendTunnels.size,
-      agentTunnels: this.registry.list().map((b) => ({ agentID: b.agentID, ...b.tunnel.stats() })),
+      agentTunnels: this.registry.list().map((b) => ({ agentID: b.agentID, credential: b.credential.subject, ...b.tunnel.stats() })),
       frontendTunnels: [...this.frontendTunnels].map((t) => t.stats()),
     };
   }
@@ -109,14 +131,22 @@ export class KanalServer {
       await this.release();
       throw err;
     }
-    this.opts.log.info({ serverID: this.opts.serverID, serverCount: this.opts.serverCount }, 'kanal server started');
+    const { serverID, serverCount, agent } = this.opts;
+    const keepalive = agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
+    this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, keepalive }, 'kanal server started');
   }
 
   private async startListeners(): Promise<void> {
     const { opts } = this;
     const log = opts.log;
     const metrics = this.metrics;
+    const roles = new ClientRoles(opts.agent.clientPins ?? NO_PINS, opts.frontend.tcp?.clientPins ?? NO_PINS);
+    assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
     metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
+    metrics.gauge('kanal_server_agent_identities', 'Distinct agents (credential + agentID) connected to this server', () => this.registry.agentCount);
+    metrics.gauge('kanal_server_agent_tunnels_quiet', 'Agent tunnels whose liveness PING is unanswered (dials avoid them)', () =>
+      this.registry.list().filter((b) => b.liveness?.quiet).length,
+    );
     metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
     metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
       this.registry.list().reduce((n, b) => n + b.tunnel.stats().connections, 0),
@@ -145,7 +175,8 @@ export class KanalServer {
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
     else log.info({ allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles }, 'node -> control plane destinations allowed');
 
-    const agentGrpc = opts.transport.createServer(
+    const keepalive = opts.agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
+    const agentGrpc = opts.transport.createServer<AgentCredential>(
       {
         agentConnect: createAgentService({
           serverID: opts.serverID,
@@ -158,7 +189,17 @@ export class KanalServer {
           metrics,
         }),
       },
-      { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
+      {
+        maxReceiveMessageBytes: opts.maxReceiveMessageBytes,
+        maxConcurrentStreams: MAX_STREAMS_PER_AGENT_CONNECTION,
+        keepalive: {
+          ...keepalive,
+          onTimeout: (peer, reason) => {
+            agentLog.warn({ peer, reason }, 'closing agent connection: it stopped answering PINGs');
+            metrics.deadTunnels.inc({ reason: 'keepalive_timeout' });
+          },
+        },
+      },
     );
     this.closers.push(() => agentGrpc.close(1000));
 
@@ -175,7 +216,7 @@ export class KanalServer {
     this.frontendListener = await listenForFrontends({
       mode: opts.frontend.mode,
       uds: opts.frontend.uds,
-      tcp: opts.frontend.tcp,
+      tcp: opts.frontend.tcp && { ...opts.frontend.tcp, roles },
       requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
       grpc: frontendGrpc,
       httpConnect,
@@ -187,6 +228,7 @@ export class KanalServer {
       port: opts.agent.port,
       tls: opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
+      roles,
       grpc: agentGrpc,
       log: agentLog,
       refusals: agentRefusals,

@@ -1,21 +1,25 @@
-/** Checks a TLS peer against the listener's client-certificate policy. */
+/** Checks a TLS peer against a listener's client-certificate policy: trust, then role. */
 import type { TLSSocket } from 'node:tls';
+import { certificateCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
+import type { ClientRoles, Role } from './client-roles.js';
 
-export interface PeerVerdict {
-  ok: boolean;
-  /** Why the peer is refused, or how it was identified. */
-  detail: string;
-}
+/** A refusal is either about trust (`certificate`) or about the role (`role`): `<role>_<refusal>` in metrics. */
+export type PeerVerdict = { ok: true; credential: AgentCredential; detail: string } | { ok: false; refusal: 'certificate' | 'role'; detail: string };
 
-export function verifyClientCertificate(socket: TLSSocket, allowUnauthenticated: boolean): PeerVerdict {
-  if (socket.authorized) {
-    const cert = socket.getPeerCertificate();
-    return { ok: true, detail: `certificate CN=${cert.subject?.CN ?? '?'}` };
+export function verifyClientCertificate(socket: TLSSocket, role: Role, roles: ClientRoles, allowUnauthenticated = false): PeerVerdict {
+  const cert = socket.authorized ? socket.getPeerX509Certificate() : undefined;
+  if (cert) {
+    const credential = certificateCredential(cert);
+    const refused = roles.refusal(cert, role);
+    if (refused) return { ok: false, refusal: 'role', detail: `${credential.subject}: ${refused}` };
+    return { ok: true, credential, detail: `certificate ${credential.subject}` };
   }
   // Without a certificate OpenSSL still reports a verify error (UNABLE_TO_GET_ISSUER_CERT),
   // which would send operators looking for a CA problem.
   const presented = Object.keys(socket.getPeerCertificate()).length > 0;
   const reason = presented && socket.authorizationError ? String(socket.authorizationError) : 'no client certificate presented';
-  if (allowUnauthenticated) return { ok: true, detail: `unauthenticated (${reason}); allowed by --allow-unauthenticated-agents` };
-  return { ok: false, detail: reason };
+  if (allowUnauthenticated) {
+    return { ok: true, credential: unauthenticatedCredential(socket.remoteAddress ?? 'unknown'), detail: `unauthenticated (${reason}); allowed by --allow-unauthenticated-agents` };
+  }
+  return { ok: false, refusal: 'certificate', detail: reason };
 }

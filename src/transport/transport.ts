@@ -6,6 +6,7 @@
 import type { Duplex } from 'node:stream';
 import type { PacketStream } from './packet-stream.js';
 import type { MetadataMap } from '../wire/metadata.js';
+import type { KeepaliveOptions, Liveness } from './liveness.js';
 
 /** gRPC status codes used by Kanal (subset of grpc's codes). */
 export enum GrpcStatus {
@@ -23,27 +24,44 @@ export enum GrpcStatus {
 }
 
 /**
- * Streams one client connection may hold open at the server (Node's default
- * is 2^32 - 1). Agents and the KAS's konnectivity-client open one per connection.
+ * Streams one client connection may hold open at the server unless the
+ * server's options say otherwise (Node's default is 2^32 - 1). Agents and the
+ * KAS's konnectivity-client open one per connection.
  */
 export const MAX_STREAMS_PER_CONNECTION = 100;
 
-/** A stream the server side has accepted but not yet answered. */
-export interface IncomingStream {
+/**
+ * A stream the server side has accepted but not yet answered. `C` is what the
+ * listener established about the connection before handing it in (who
+ * authenticated it), passed to injectConnection.
+ */
+export interface IncomingStream<C = undefined> {
   /** Request metadata sent by the client. */
   readonly metadata: MetadataMap;
   readonly peer: string;
+  /** The context the connection was injected with (undefined when none was given). */
+  readonly context: C | undefined;
+  /** The connection's PING liveness, where the transport checks it itself (node:http2). */
+  readonly liveness?: Liveness;
   /** Sends the response headers and returns the stream to exchange packets. */
   accept(headers: Record<string, string>): PacketStream;
   /** Answers with a non-OK status (Trailers-Only) and ends the call. */
   reject(code: GrpcStatus, message: string): void;
 }
 
-export interface StreamHandlers {
+export interface StreamHandlers<C = undefined> {
   /** /AgentService/Connect */
-  agentConnect?: (stream: IncomingStream) => void;
+  agentConnect?: (stream: IncomingStream<C>) => void;
   /** /ProxyService/Proxy */
-  proxy?: (stream: IncomingStream) => void;
+  proxy?: (stream: IncomingStream<C>) => void;
+}
+
+export interface ServerTransportOptions {
+  maxReceiveMessageBytes: number;
+  /** Server PINGs on every connection (absent: none; the clients ping). */
+  keepalive?: KeepaliveOptions;
+  /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one connection may have open at once (absent: MAX_STREAMS_PER_CONNECTION). */
+  maxConcurrentStreams?: number;
 }
 
 /**
@@ -51,8 +69,8 @@ export interface StreamHandlers {
  * TLS-terminated and authenticated (so one listener can carry several
  * protocols and refusals are logged by Kanal, not buried in a library).
  */
-export interface GrpcServerTransport {
-  injectConnection(connection: Duplex): void;
+export interface GrpcServerTransport<C = undefined> {
+  injectConnection(connection: Duplex, context?: C): void;
   /** Stops taking streams; resolves once existing ones are finished or destroyed. */
   close(graceMs: number): Promise<void>;
 }
@@ -96,6 +114,6 @@ export interface GrpcChannel {
 }
 
 export interface Transport {
-  createServer(handlers: StreamHandlers, opts: { maxReceiveMessageBytes: number }): GrpcServerTransport;
+  createServer<C = undefined>(handlers: StreamHandlers<C>, opts: ServerTransportOptions): GrpcServerTransport<C>;
   createChannel(opts: ChannelOptions): GrpcChannel;
 }

@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { issueAgentCertificate, writeThrowawayPki, type AgentCredential, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
 import { CLI, freePort, startKanal, waitReady, type Child } from '../../src/demo/processes.js';
 import { killOnExit, removeOnExit } from './exit-cleanup.js';
 import { connectUnix, httpConnect } from '../../src/demo/proxy-client.js';
@@ -270,7 +270,7 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
       frontendPort = await freePort();
       args.push(
         '--server-bind-address', '127.0.0.1', '--server-port', String(frontendPort),
-        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.caCert,
+        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.frontendCaCert,
       );
     }
     args.push(...(spec.extraArgs ?? []));
@@ -759,16 +759,25 @@ export async function connectThrough(server: KanalServerProcess, address: string
   return httpConnect(s, address, timeoutMs);
 }
 
-/** Opens an mTLS connection to the TCP frontend (HTTP/1.1 via ALPN). */
-export function tlsToFrontend(server: KanalServerProcess, ws: Workspace, opts: { clientCert?: boolean } = {}): Promise<tls.TLSSocket> {
+/**
+ * Opens an mTLS connection to the TCP frontend (HTTP/1.1 via ALPN) with the
+ * KAS's client certificate (default), none, or another one (an agent's, to
+ * check that roles never mix).
+ */
+export function tlsToFrontend(
+  server: KanalServerProcess,
+  ws: Workspace,
+  opts: { clientCert?: boolean; credential?: AgentCredential } = {},
+): Promise<tls.TLSSocket> {
   const { pki } = ws;
+  const credential = opts.clientCert === false ? undefined : (opts.credential ?? { cert: pki.frontendClientCert, key: pki.frontendClientKey });
   return new Promise<tls.TLSSocket>((resolve, reject) => {
     const s = tls.connect({
       host: '127.0.0.1',
       port: server.frontendPort,
-      ca: fs.readFileSync(pki.caCert),
-      cert: opts.clientCert === false ? undefined : fs.readFileSync(pki.frontendClientCert),
-      key: opts.clientCert === false ? undefined : fs.readFileSync(pki.frontendClientKey),
+      ca: fs.readFileSync(pki.frontendCaCert),
+      cert: credential && fs.readFileSync(credential.cert),
+      key: credential && fs.readFileSync(credential.key),
       ALPNProtocols: ['http/1.1'],
     });
     s.once('secureConnect', () => resolve(s));

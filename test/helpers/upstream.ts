@@ -215,7 +215,7 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
     frontendPort = await freePort();
     args.push(
       '--server-bind-address=127.0.0.1', `--server-port=${frontendPort}`,
-      `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.caCert}`,
+      `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.frontendCaCert}`,
     );
   }
   args.push(...(spec.extraArgs ?? []));
@@ -229,7 +229,10 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
 }
 
 export interface UpstreamAgentSpec {
+  /** Names the process, its log and its certificate (CN); announced as --agent-id unless randomAgentID. */
   agentID?: string;
+  /** Leave --agent-id out: upstream then announces a random UUID, its default. */
+  randomAgentID?: boolean;
   /** Client certificate: its own (default, CN = agentID) or the workspace's shared agent.crt. */
   cert?: 'own' | 'shared';
   verbosity?: number;
@@ -260,7 +263,7 @@ export async function startUpstreamAgent(
   const args = [
     '--proxy-server-host=127.0.0.1', `--proxy-server-port=${server.agentPort}`,
     `--ca-cert=${pki.caCert}`, `--agent-cert=${cred.cert}`, `--agent-key=${cred.key}`,
-    `--agent-id=${agentID}`,
+    ...(spec.randomAgentID ? [] : [`--agent-id=${agentID}`]),
     '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`,
     '--admin-bind-address=127.0.0.1', `--admin-server-port=${adminPort}`,
     '--sync-interval=200ms', '--sync-interval-cap=1s',

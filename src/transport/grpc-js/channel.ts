@@ -40,8 +40,13 @@ export function openGrpcJsStream(
       settled = true;
       clearTimeout(timer);
       call.off('error', onError);
-      if (result instanceof Error) reject(result);
-      else resolve(result);
+      if (result instanceof Error) {
+        // The cancel below (or a late status) still emits 'error': unheard, it would crash the process.
+        call.on('error', () => undefined);
+        reject(result);
+      } else {
+        resolve(result);
+      }
     };
     call.on('error', onError);
     call.once('metadata', (md: grpc.Metadata) => {

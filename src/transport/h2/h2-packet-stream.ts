@@ -63,7 +63,6 @@ export function statusFromTrailers(headers: IncomingHttpHeaders): GrpcStatusErro
   return new GrpcStatusError(code, message);
 }
 
-function noop(): void {}
 
 /** How long a client may keep its half open after the status was sent. */
 const RELEASE_AFTER_STATUS_MS = 2000;
@@ -104,6 +103,8 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   private trailerStatus: { code: GrpcStatus; message: string } | null = null;
   private trailersSent = false;
   private readonly session: Http2Session | undefined;
+  /** Why the session was destroyed, when it was destroyed with a gRPC status (liveness.ts). */
+  private sessionStatus: GrpcStatusError | undefined;
 
   constructor(
     private readonly h2: Http2Stream,
@@ -118,7 +119,10 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     this.lowWater = Math.floor(opts.sendBufferBytes / 2);
     this.session = h2.session;
 
-    h2.on('error', noop); // reported through 'close'
+    // Reported through 'close'; a status the session was destroyed with (a PING timeout) is kept for it.
+    h2.on('error', (err: Error) => {
+      if (err instanceof GrpcStatusError) this.sessionStatus ??= err;
+    });
     // Reading starts when the first 'packet'/'invalid' listener is attached
     // (or on the next turn of the event loop): packets that arrived with the
     // response headers must not be emitted before the caller of an awaited
@@ -356,7 +360,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
       const status = this.trailerStatus;
       this.finish(status && status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
     } else if (connectionGone) {
-      this.finish(new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
+      this.finish(this.sessionStatus ?? new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
     } else if (this.role === 'server') {
       this.finish(new GrpcStatusError(GrpcStatus.CANCELLED, `stream reset by the client (code ${rst})`));
     } else if (rst !== undefined && rst !== h2c.NGHTTP2_NO_ERROR) {

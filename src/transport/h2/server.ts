@@ -21,8 +21,10 @@ import {
   MAX_STREAMS_PER_CONNECTION,
   type GrpcServerTransport,
   type IncomingStream,
+  type ServerTransportOptions,
   type StreamHandlers,
 } from '../transport.js';
+import { SessionLiveness, type KeepaliveOptions, type Liveness } from '../liveness.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, releaseAfterStatus, statusTrailers } from './h2-packet-stream.js';
 import {
   addMetadataHeaders,
@@ -34,8 +36,7 @@ import {
 } from './grpc-headers.js';
 import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
 
-export interface H2ServerOptions {
-  maxReceiveMessageBytes: number;
+export interface H2ServerOptions extends ServerTransportOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
   streamWindowBytes?: number;
   /** Connection receive window. */
@@ -44,9 +45,13 @@ export interface H2ServerOptions {
   sendBufferBytes?: number;
   /** A connection that has not sent its HTTP/2 preface + SETTINGS by then is dropped. */
   handshakeTimeoutMs?: number;
-  /** Server keepalive pings (0 = off, the default; clients ping). Clamped to ≥ 10 s. */
-  keepaliveIntervalMs?: number;
-  keepaliveTimeoutMs?: number;
+}
+
+/** What the server knows of one session: set when it is created, never changed. */
+interface SessionInfo<C> {
+  peer: string;
+  context: C | undefined;
+  liveness: Liveness | undefined;
 }
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -92,21 +97,27 @@ class ClosedPacketStream extends EventEmitter implements PacketStream {
   destroy(): void {}
 }
 
-class H2IncomingStream implements IncomingStream {
+class H2IncomingStream<C> implements IncomingStream<C> {
   /** Set once accepted, rejected, expired or gone. */
   private settled = false;
   private stream: H2PacketStream | null = null;
   private deadline: NodeJS.Timeout | undefined;
   private expired = false;
+  readonly peer: string;
+  readonly context: C | undefined;
+  readonly liveness: Liveness | undefined;
 
   constructor(
     private readonly h2: ServerHttp2Stream,
     readonly metadata: MetadataMap,
-    readonly peer: string,
-    private readonly opts: Required<Pick<H2ServerOptions, 'maxReceiveMessageBytes' | 'sendBufferBytes'>>,
+    session: SessionInfo<C>,
+    private readonly opts: { maxReceiveMessageBytes: number; sendBufferBytes: number },
     timeoutMs: number | undefined,
     private readonly track: (s: H2PacketStream) => void,
   ) {
+    this.peer = session.peer;
+    this.context = session.context;
+    this.liveness = session.liveness;
     if (timeoutMs !== undefined && timeoutMs <= MAX_TIMER_MS) {
       this.deadline = setTimeout(this.onDeadline, timeoutMs);
     }
@@ -161,19 +172,21 @@ class H2IncomingStream implements IncomingStream {
   }
 }
 
-export class H2ServerTransport implements GrpcServerTransport {
+export class H2ServerTransport<C = undefined> implements GrpcServerTransport<C> {
   private readonly server: http2.Http2Server;
   /** One per accepted connection (bounded by the listeners' descriptors). */
   private readonly sessions = new Set<ServerHttp2Session>();
-  /** At most MAX_STREAMS_PER_CONNECTION per session. */
+  private readonly sessionInfo = new WeakMap<Http2Session, SessionInfo<C>>();
+  /** At most maxConcurrentStreams per session. */
   private readonly streams = new Set<H2PacketStream>();
-  private readonly opts: Required<H2ServerOptions>;
+  private readonly opts: Required<Omit<H2ServerOptions, 'keepalive' | 'maxConcurrentStreams'>>;
+  private readonly keepalive: KeepaliveOptions | undefined;
   private closing: Promise<void> | null = null;
-  /** Peer of the connection being injected (the 'session' event is synchronous). */
-  private injectingPeer = 'unknown';
+  /** The connection being injected (the 'session' event is synchronous). */
+  private injecting: { peer: string; context: C | undefined } = { peer: 'unknown', context: undefined };
 
   constructor(
-    private readonly handlers: StreamHandlers,
+    private readonly handlers: StreamHandlers<C>,
     options: H2ServerOptions,
   ) {
     this.opts = {
@@ -182,14 +195,13 @@ export class H2ServerTransport implements GrpcServerTransport {
       sessionWindowBytes: options.sessionWindowBytes ?? DEFAULT_SESSION_WINDOW_BYTES,
       sendBufferBytes: options.sendBufferBytes ?? DEFAULT_SEND_BUFFER_BYTES,
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
-      keepaliveIntervalMs: options.keepaliveIntervalMs ?? 0,
-      keepaliveTimeoutMs: options.keepaliveTimeoutMs ?? 20_000,
     };
+    this.keepalive = options.keepalive;
     this.server = http2.createServer({
       settings: {
         initialWindowSize: this.opts.streamWindowBytes,
         maxFrameSize: MAX_FRAME_BYTES,
-        maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION,
+        maxConcurrentStreams: options.maxConcurrentStreams ?? MAX_STREAMS_PER_CONNECTION,
       },
       // Received data is consumed at once; outbound queues are bounded per stream.
       maxSessionMemory: 64,
@@ -200,18 +212,18 @@ export class H2ServerTransport implements GrpcServerTransport {
     this.server.on('unknownProtocol', (socket: Duplex) => socket.destroy());
   }
 
-  injectConnection(connection: Duplex): void {
+  injectConnection(connection: Duplex, context?: C): void {
     if (this.closing) {
       connection.destroy();
       return;
     }
     connection.on('error', noop); // the session reports it; never crash on a reset
-    this.injectingPeer = peerOf(connection);
+    this.injecting = { peer: peerOf(connection), context };
     this.injectedSession = undefined;
     try {
       this.server.emit('connection', connection);
     } finally {
-      this.injectingPeer = 'unknown';
+      this.injecting = { peer: 'unknown', context: undefined };
     }
     // Set by onSession during the emit above (TypeScript cannot see that).
     const session = this.injectedSession as ServerHttp2Session | undefined;
@@ -228,18 +240,17 @@ export class H2ServerTransport implements GrpcServerTransport {
 
   private readonly onSession = (session: ServerHttp2Session): void => {
     this.injectedSession = session;
-    const peer = this.injectingPeer;
-    sessionPeers.set(session, peer);
+    const { peer, context } = this.injecting;
+    const keepalive = this.keepalive;
+    this.sessionInfo.set(session, { peer, context, liveness: keepalive && new SessionLiveness(session, peer, keepalive) });
     this.sessions.add(session);
     session.on('error', noop);
     session.on('frameError', noop);
 
     const handshake = setTimeout(() => session.destroy(), this.opts.handshakeTimeoutMs);
     session.once('remoteSettings', () => clearTimeout(handshake));
-    const stopKeepalive = this.opts.keepaliveIntervalMs > 0 ? startKeepalive(session, this.opts) : noop;
     session.once('close', () => {
       clearTimeout(handshake);
-      stopKeepalive();
       this.sessions.delete(session);
     });
     if (!session.destroyed) {
@@ -303,10 +314,10 @@ export class H2ServerTransport implements GrpcServerTransport {
       trailersOnly(h2, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`);
       return;
     }
-    const incoming = new H2IncomingStream(
+    const incoming = new H2IncomingStream<C>(
       h2,
       metadataFromRawHeaders(rawHeaders),
-      (h2.session && sessionPeers.get(h2.session)) ?? 'unknown',
+      (h2.session && this.sessionInfo.get(h2.session)) ?? { peer: 'unknown', context: undefined, liveness: undefined },
       this.opts,
       timeoutMs,
       this.track,
@@ -350,30 +361,6 @@ export class H2ServerTransport implements GrpcServerTransport {
   }
 }
 
-const sessionPeers = new WeakMap<Http2Session, string>();
-
-function startKeepalive(session: Http2Session, opts: Required<H2ServerOptions>): () => void {
-  const interval = Math.max(10_000, opts.keepaliveIntervalMs);
-  let timeout: NodeJS.Timeout | undefined;
-  const timer = setInterval(() => {
-    if (session.destroyed || timeout !== undefined) return;
-    timeout = setTimeout(() => session.destroy(), opts.keepaliveTimeoutMs);
-    const sent = session.ping(() => {
-      clearTimeout(timeout);
-      timeout = undefined;
-    });
-    if (!sent) {
-      clearTimeout(timeout);
-      timeout = undefined;
-    }
-  }, interval);
-  timer.unref();
-  return () => {
-    clearInterval(timer);
-    clearTimeout(timeout);
-  };
-}
-
-export function createH2Server(handlers: StreamHandlers, opts: H2ServerOptions): H2ServerTransport {
-  return new H2ServerTransport(handlers, opts);
+export function createH2Server<C = undefined>(handlers: StreamHandlers<C>, opts: H2ServerOptions): H2ServerTransport<C> {
+  return new H2ServerTransport<C>(handlers, opts);
 }
