@@ -189,7 +189,7 @@ test('a port in use: the error names the flags and the address; the failed start
       args: async (free) => [
         ...baseArgs(ws, await free(), await free()),
         '--server-bind-address', '127.0.0.1', '--server-port', String(busy),
-        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.caCert,
+        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.frontendCaCert,
       ],
       flags: '--server-bind-address, --server-port',
     },

@@ -149,8 +149,8 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
       probe: [...agents.values()].flat().filter((b) => b.liveness),
       message:
         `credential ${credential.subject} already holds ${held.length} live agent(s) on this server (agentID ${held.slice(0, 3).join(', ')}${held.length > 3 ? ', …' : ''}); ` +
-        `an agent that restarted with a new agentID replaces its old tunnel when that leaves a PING unanswered for ${REPLACE_AFTER_MS} ms; ` +
-        'to share one credential between agents, raise --max-agents-per-credential on the server',
+        'to share one credential between agents, raise --max-agents-per-credential on the server; ' +
+        `an agent restarted with a new agentID replaces its old tunnel once that leaves a PING unanswered for ${REPLACE_AFTER_MS} ms`,
     };
   }
 

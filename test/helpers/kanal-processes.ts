@@ -794,7 +794,7 @@ export function tlsToFrontendRaw(server: KanalServerProcess, ws: Workspace): Pro
     const s = tls.connect({
       socket: raw,
       servername: 'localhost',
-      ca: fs.readFileSync(pki.caCert),
+      ca: fs.readFileSync(pki.frontendCaCert),
       cert: fs.readFileSync(pki.frontendClientCert),
       key: fs.readFileSync(pki.frontendClientKey),
     });
@@ -808,7 +808,7 @@ export function frontendProxyStream(server: KanalServerProcess, ws: Workspace): 
   if (server.uds) return new ProxyStream(`unix://${server.uds}`);
   const { pki } = ws;
   return new ProxyStream(`127.0.0.1:${server.frontendPort}`, {
-    credentials: grpc.credentials.createSsl(fs.readFileSync(pki.caCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert)),
+    credentials: grpc.credentials.createSsl(fs.readFileSync(pki.frontendCaCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert)),
     channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
   });
 }
