@@ -1,10 +1,11 @@
 import { pino, type Logger, type LevelWithSilent } from 'pino';
+import { stdoutDestination } from './log-destination.js';
 
 export const LOG_LEVELS: readonly LevelWithSilent[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 
 /** JSON lines on stdout; `component` says which part of Kanal wrote the line. */
 export function createLogger(level: LevelWithSilent, component: string): Logger {
-  return pino({ level, base: { component }, timestamp: pino.stdTimeFunctions.isoTime });
+  return pino({ level, base: { component }, timestamp: pino.stdTimeFunctions.isoTime }, stdoutDestination());
 }
 
 export type { Logger };
