@@ -158,3 +158,41 @@ kernelTest('--bind-interface-type dummy fails at start with a message naming the
   const health = await topo.curl(topo.node, `http://127.0.0.1:${AGENT_HEALTH_PORT}/healthz`, [], 2000);
   t.is(health.status, 0);
 });
+
+kernelTest('a second agent on the same --bind-address (or --bind-interface) exits at start and leaves the first one serving', async (t) => {
+  t.timeout(120_000);
+  const topo = await topology(t);
+  await topo.kas(topo.cp, 'kas', topo.cpAddr, KAS_PORT);
+  await startServer(topo);
+  const first = await startAgent(topo, {}, 'agent-first');
+  await expectInterface(t, topo.node, 'bridge');
+  const firstHealth = `http://127.0.0.1:${AGENT_HEALTH_PORT}/readyz`;
+
+  // Same address and interface; the same address on another interface; the same interface with another address.
+  const attempts: [string, string[], RegExp][] = [
+    ['same address and interface', [], /interface kanal0 is in use by another running kanal agent \(pid \d+, agent ID node-1\)/],
+    ['same address, other interface', ['--bind-interface', 'kanal1'], /address 10\.200\.0\.1 is in use by another running kanal agent \(pid \d+, agent ID node-1\)/],
+    ['same interface, other address', ['--bind-address', '10.200.0.2'], /interface kanal0 is in use by another running kanal agent/],
+  ];
+  for (const [name, extra, message] of attempts) {
+    const second = topo.kanal(topo.node, `agent-second-${attempts.findIndex((a) => a[0] === name)}`, agentArgs(topo, { agentArgs: ['--health-server-port', '8099', '--agent-id', 'node-1b', ...extra] }));
+    const exit = await Promise.race([second.exited, new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), 30_000))]);
+    if (exit === 'timeout') {
+      await second.stop('SIGKILL');
+      t.fail(`${name}: the second agent did not exit; log:\n${second.log()}`);
+      continue;
+    }
+    t.is(exit.code, 1, name);
+    t.regex(second.log(), message, name);
+    t.regex(second.log(), /this agent changes nothing and exits/);
+    t.log(`${name}: ${second.log().trim().split('\n').pop()}`);
+    // The first agent still has its link, address and listener, and still serves.
+    await expectInterface(t, topo.node, 'bridge');
+    t.false((await ipLinks(topo.node)).some((l) => l.ifname === 'kanal1'), 'nothing created for the refused agent');
+    t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION, `${name}: still served by the first agent`);
+    t.is((await topo.curl(topo.node, firstHealth)).status, 200);
+  }
+  t.deepEqual(await first.stop('SIGTERM'), { code: 0, signal: null });
+  await expectNoInterface(t, topo.node);
+  t.deepEqual(errorLines(first), []);
+});
