@@ -6,9 +6,9 @@
  *
  * Two ways of noticing, because each covers the other's weakness:
  * - rtnetlink notifications (link and address groups), drained without
- *   blocking on every tick (pollMs): a change is seen within one tick, at the
+ *   blocking on every tick (POLL_MS): a change is seen within one tick, at the
  *   cost of one recv(2) per tick when nothing happened;
- * - a full check every checkMs: the kernel drops notifications when the
+ * - a full check every CHECK_MS: the kernel drops notifications when the
  *   socket's buffer overflows (a node with heavy pod churn) and the socket
  *   itself can fail, so a lost event costs at most this long.
  * Gardener's apiserver-proxy reconciles every minute only; Kanal's clients
@@ -29,14 +29,12 @@ export interface AddressWatchOptions {
   restore?: () => void;
   log: Logger;
   metrics: KanalMetrics;
-  pollMs?: number;
-  checkMs?: number;
-  /** Replaceable for tests; the real rtnetlink subscription by default. */
-  openMonitor?: () => Pick<NetlinkMonitor, 'poll' | 'close'>;
 }
 
-export const DEFAULT_POLL_MS = 250;
-export const DEFAULT_CHECK_MS = 10_000;
+/** How often queued notifications are read. */
+const POLL_MS = 250;
+/** How often the address is checked in full, notifications or not. */
+const CHECK_MS = 10_000;
 /** While the address is broken and restoring fails, try again this often. */
 const RETRY_MS = 1000;
 
@@ -51,10 +49,12 @@ export class AddressWatch {
   private restoreError = '';
   private nextCheckAt = 0;
   private timer: NodeJS.Timeout | undefined;
-  private monitor: Pick<NetlinkMonitor, 'poll' | 'close'> | undefined;
+  private monitor: NetlinkMonitor | undefined;
   /** A check is running (inspect is async); ticks meanwhile only collect events. */
   private checking = false;
   private eventsPending = false;
+  /** Set by stop(): a check still awaiting its inspection must not restore after the owner tore down. */
+  private stopped = false;
   private readonly losses: Counter;
   private readonly restorations: Counter;
 
@@ -68,16 +68,17 @@ export class AddressWatch {
   /** Checks once now, then keeps watching. */
   async start(): Promise<void> {
     try {
-      this.monitor = (this.opts.openMonitor ?? (() => NetlinkMonitor.open(RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)))();
+      this.monitor = NetlinkMonitor.open(RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR);
     } catch (err) {
-      this.opts.log.warn({ err: (err as Error).message, checkEveryMs: this.checkMs }, 'cannot subscribe to rtnetlink notifications; checking the advertise address periodically only');
+      this.opts.log.warn({ err: (err as Error).message, checkEveryMs: CHECK_MS }, 'cannot subscribe to rtnetlink notifications; checking the advertise address periodically only');
     }
     await this.check();
-    this.timer = setInterval(() => this.tick(), this.opts.pollMs ?? DEFAULT_POLL_MS);
+    this.timer = setInterval(() => this.tick(), POLL_MS);
     this.timer.unref();
   }
 
   stop(): void {
+    this.stopped = true;
     clearInterval(this.timer);
     this.timer = undefined;
     this.monitor?.close();
@@ -91,16 +92,12 @@ export class AddressWatch {
     return { ready: false, detail: `advertise address ${this.opts.what} unusable since ${since}: ${this.problems.join('; ')}${action}` };
   }
 
-  private get checkMs(): number {
-    return this.opts.checkMs ?? DEFAULT_CHECK_MS;
-  }
-
   private tick(): void {
     try {
       const batch = this.monitor?.poll();
       if (batch && (batch.messages.length > 0 || batch.overflowed)) this.eventsPending = true;
     } catch (err) {
-      this.opts.log.warn({ err: (err as Error).message, checkEveryMs: this.checkMs }, 'rtnetlink notifications failed; checking the advertise address periodically only');
+      this.opts.log.warn({ err: (err as Error).message, checkEveryMs: CHECK_MS }, 'rtnetlink notifications failed; checking the advertise address periodically only');
       this.monitor?.close();
       this.monitor = undefined;
     }
@@ -113,6 +110,7 @@ export class AddressWatch {
     this.eventsPending = false;
     try {
       let problems = await this.opts.inspect();
+      if (this.stopped) return;
       if (problems.length > 0 && this.brokenSince === 0) {
         this.brokenSince = Date.now();
         this.lostWith = problems;
@@ -132,7 +130,7 @@ export class AddressWatch {
     } catch (err) {
       this.opts.log.warn({ address: this.opts.what, err: (err as Error).message }, 'cannot check the advertise address');
     } finally {
-      this.nextCheckAt = Date.now() + (this.problems.length > 0 ? RETRY_MS : this.checkMs);
+      this.nextCheckAt = Date.now() + (this.problems.length > 0 ? RETRY_MS : CHECK_MS);
       this.checking = false;
     }
   }

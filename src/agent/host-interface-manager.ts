@@ -45,7 +45,7 @@ export class HostInterfaceManager {
     const { name, type, address, log } = this.opts;
     if (type === 'none') {
       log.info({ address }, 'using existing address (--bind-interface-type none)');
-      await this.startWatch(`${address}`, async () => {
+      await this.startWatch(address, async () => {
         const code = await bindProblem(address);
         return code ? [describeBindProblem(address, code)] : [];
       });

@@ -106,7 +106,7 @@ function checkClientCertAndKey(certPath: string, keyPath: string, now: Date): Cl
       results[1] = { ...results[1]!, detail: `${results[1]!.detail}, matches ${certPath}` };
     } catch (err) {
       if (!(err instanceof CredentialFileError)) throw err;
-      const which = err.message.startsWith(`--agent-key`) ? 1 : 0;
+      const which = err.flag === keyFile.flag ? 1 : 0;
       results[which] = { ...results[which]!, status: 'fail', detail: err.message };
     }
   }

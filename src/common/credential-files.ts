@@ -29,6 +29,13 @@ export class CredentialFilesError extends Error {
 /** A single file's problem, e.g. "--agent-key /etc/kanal/agent.key: cannot read (ENOENT: no such file)". */
 export class CredentialFileError extends Error {
   override name = 'CredentialFileError';
+  constructor(
+    /** The flag naming the file at fault. */
+    readonly flag: string,
+    message: string,
+  ) {
+    super(message);
+  }
 }
 
 const OID_SERVER_AUTH = '1.3.6.1.5.5.7.3.1';
@@ -52,7 +59,7 @@ function label(file: FlagFile): string {
 }
 
 function problem(file: FlagFile, cause: string): CredentialFileError {
-  return new CredentialFileError(`${label(file)}: ${cause}`);
+  return new CredentialFileError(file.flag, `${label(file)}: ${cause}`);
 }
 
 export function readFlagFile(file: FlagFile): Buffer {
