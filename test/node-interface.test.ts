@@ -34,7 +34,8 @@ if (unavailable) {
     t.pass();
   });
 }
-const kernelTest = unavailable ? test.skip : test;
+// Serial: each test runs a server, an agent and a KAS stand-in in two namespaces.
+const kernelTest = unavailable ? test.skip : test.serial;
 
 async function topology(t: ExecutionContext): Promise<Topology> {
   const topo = await createTopology();
