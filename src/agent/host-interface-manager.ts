@@ -52,15 +52,15 @@ export class HostInterfaceManager {
       return;
     }
     await this.lock();
+    let s: HostInterfaceState;
     try {
-      this.ensure();
+      s = this.ensure();
     } catch (err) {
       await this.unlock();
       throw err;
     }
-    const s = this.state!;
     log.info({ interface: name, kind: s.kind, address, createdLink: s.createdLink, addedAddress: s.addedAddress, reclaimed: s.reclaimed }, 'host interface ready');
-    await this.startWatch(`${address} on ${name}`, () => Promise.resolve(inspectHostInterface({ name, address })), () => this.ensure());
+    await this.startWatch(`${address} on ${name}`, () => Promise.resolve(inspectHostInterface({ name, address })), () => void this.ensure());
   }
 
   readiness(): Readiness {
@@ -88,8 +88,9 @@ export class HostInterfaceManager {
    * time (a link re-created here carries the marker; an operator's link that
    * replaced ours does not), so tearDown removes exactly what Kanal made.
    */
-  private ensure(): void {
+  private ensure(): HostInterfaceState {
     this.state = ensureHostInterface({ name: this.opts.name, kind: this.opts.type as InterfaceKind, address: this.opts.address });
+    return this.state;
   }
 
   private async startWatch(what: string, inspect: () => Promise<string[]>, restore?: () => void): Promise<void> {
