@@ -340,6 +340,29 @@ export function removeHostInterface(state: HostInterfaceState, options?: Netlink
   }, options);
 }
 
+/**
+ * What keeps the advertise address from working now: the link gone, down, or
+ * without the address. Empty when all is well. Reads only (two requests).
+ */
+export function inspectHostInterface(spec: Pick<HostInterfaceSpec, 'name' | 'address'>, options?: NetlinkSocketOptions): string[] {
+  const name = validateInterfaceName(spec.name);
+  const address = validateAddress(spec.address);
+  return withNetlinkSocket((sock) => {
+    const link = getLink(sock, name);
+    if (!link) return [`interface ${name} is gone`];
+    const problems: string[] = [];
+    if ((link.flags & IFF_UP) === 0) problems.push(`interface ${name} is down`);
+    let present: boolean;
+    try {
+      present = hasAddress(sock, link.ifindex, address);
+    } catch (err) {
+      throw explain(err, `list addresses of ${name}`);
+    }
+    if (!present) problems.push(`address ${address} is missing from ${name}`);
+    return problems;
+  }, options);
+}
+
 /** Whether this process has CAP_NET_ADMIN in its effective set (Linux /proc). */
 function hasNetAdmin(): boolean | undefined {
   try {

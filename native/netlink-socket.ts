@@ -19,14 +19,14 @@ import {
   readI32,
 } from './rtnetlink.js';
 
-const AF_NETLINK = 16;
-const SOCK_RAW = 3;
-const NETLINK_ROUTE = 0;
+export const AF_NETLINK = 16;
+export const SOCK_RAW = 3;
+export const NETLINK_ROUTE = 0;
 const SO_RCVTIMEO = 20;
 const SOL_NETLINK = 270;
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
-const MSG_TRUNC = 0x20;
+export const MSG_TRUNC = 0x20;
 
 const RECV_BUFFER_BYTES = 64 * 1024; // larger than any single dump datagram the kernel builds
 export const DEFAULT_TIMEOUT_MS = 5000;
@@ -36,16 +36,20 @@ export function interfaceIndex(name: string): number {
   return Number(getLibc().if_nametoindex(name));
 }
 
-function sysError(operation: string, call: string): NetlinkError {
+export function sysError(operation: string, call: string): NetlinkError {
   const errno = koffi.errno();
   return new NetlinkError(operation, errno, `${operation}: ${call} failed (${describeErrno(errno)})`);
 }
 
-/** struct sockaddr_nl { u16 family; u16 pad; u32 pid; u32 groups } — pid 0 is the kernel / "assign me". */
-function sockaddrNl(): Buffer {
+/**
+ * struct sockaddr_nl { u16 family; u16 pad; u32 pid; u32 groups } — pid 0 is
+ * the kernel / "assign me"; groups are the multicast groups to join on bind.
+ */
+export function sockaddrNl(groups = 0): Buffer {
   const sa = Buffer.alloc(12);
-  // Host-endian u16: a Uint16Array view lets the platform decide the byte order.
+  // Host-endian integers: typed-array views let the platform decide the byte order.
   new Uint16Array(sa.buffer, sa.byteOffset, 1)[0] = AF_NETLINK;
+  new Uint32Array(sa.buffer, sa.byteOffset + 8, 1)[0] = groups >>> 0;
   return sa;
 }
 

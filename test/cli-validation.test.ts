@@ -3,7 +3,7 @@
  * (flags parsed by yargs exactly as the CLI declares them), and the real
  * `kanal` process for exit codes and messages (2 on usage errors).
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import os from 'node:os';
 import path from 'node:path';
 import { execFile } from 'node:child_process';
@@ -12,7 +12,7 @@ import yargs, { type Argv } from 'yargs';
 import fs from 'node:fs';
 import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../src/cli/server-command.js';
 import { agentBuilder, buildAgentOptions, validateAgentArgs, defaultAgentID, type AgentArgs } from '../src/cli/agent-command.js';
-import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { UsageError } from '../src/cli/usage-error.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -33,10 +33,10 @@ function parse<T>(builder: (y: Argv) => Argv<T>, argv: string[]): T {
 const parseServer = (argv: string[]): ServerArgs => parse<ServerArgs>(serverBuilder, argv);
 const parseAgent = (argv: string[]): AgentArgs => parse<AgentArgs>(agentBuilder, argv);
 
-// Files are never read by validation, so these need not exist.
+// Files are never read by validation, so these need not exist (--dry-run reads them: see realPki).
 const SERVER_OK = ['--cluster-cert', '/nonexistent/agent-port.crt', '--cluster-key', '/nonexistent/agent-port.key', '--cluster-ca-cert', '/nonexistent/ca.crt', '--uds-name', '/tmp/kanal-test.sock'];
 const AGENT_OK = ['--proxy-server-host', 'cp.example', '--ca-cert', '/nonexistent/ca.crt'];
-const NODE = ['--bind-address', '10.96.0.1'];
+const NODE = ['--bind-address', '10.200.0.1'];
 
 interface Run {
   code: number;
@@ -217,7 +217,7 @@ test('validateAgentArgs parses --target mappings (IPv4, IPv6 in brackets, names)
     { localPort: 443, destination: '[fd00::10]:6443' },
     { localPort: 8132, destination: 'kas.internal:8132' },
   ]);
-  t.is(c.node?.bindAddress, '10.96.0.1');
+  t.is(c.node?.bindAddress, '10.200.0.1');
   t.is(c.node?.interfaceType, 'none');
   t.is(c.node?.tunnelWaitMs, 10_000);
 });
@@ -313,11 +313,19 @@ test('kanal: missing required flags exit 2 with a clear message', async (t) => {
   t.regex(agent.stderr, /^kanal: --proxy-server-host is required/);
 });
 
+/** Real credential files (--dry-run checks them), removed when the test ends. */
+async function realPki(t: ExecutionContext): Promise<ThrowawayPki> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-pki-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return writeThrowawayPki(dir);
+}
+
 test('kanal --dry-run prints the validated configuration as JSON and exits 0 without touching anything', async (t) => {
+  const pki = await realPki(t);
   const uds = path.join(os.tmpdir(), `kanal-dry-run-${process.pid}.sock`);
   const [server, agent] = await Promise.all([
-    kanal(['server', '--cluster-cert', '/nonexistent/a', '--cluster-key', '/nonexistent/b', '--cluster-ca-cert', '/nonexistent/c', '--uds-name', uds, '--allowed-destination', '10.0.0.1:6443', '--dry-run']),
-    kanal(['agent', ...AGENT_OK, ...NODE, '--target', '6443:[fd00::1]:6443', '--agent-id', 'node-7', '--dry-run']),
+    kanal(['server', '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', uds, '--allowed-destination', '10.0.0.1:6443', '--dry-run']),
+    kanal(['agent', '--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, ...NODE, '--target', '6443:[fd00::1]:6443', '--agent-id', 'node-7', '--dry-run']),
   ]);
   t.is(server.code, 0, server.stderr);
   const sc = JSON.parse(server.stdout) as { frontend: { uds: { path: string } }; allowedDestinations: string[]; agent: { port: number } };
@@ -328,14 +336,15 @@ test('kanal --dry-run prints the validated configuration as JSON and exits 0 wit
   const ac = JSON.parse(agent.stdout) as { agentID: string; node: { bindAddress: string; targets: unknown[] } };
   t.is(ac.agentID, 'node-7');
   t.deepEqual(ac.node.targets, [{ localPort: 6443, destination: '[fd00::1]:6443' }]);
-  t.is(ac.node.bindAddress, '10.96.0.1');
+  t.is(ac.node.bindAddress, '10.200.0.1');
   // Nothing was created.
   const { existsSync } = await import('node:fs');
   t.false(existsSync(uds));
 });
 
 test('kanal: a repeated flag keeps the last value in the printed configuration', async (t) => {
-  const r = await kanal(['server', ...SERVER_OK, '--agent-port', '8091', '--agent-port', '9000', '--dry-run']);
+  const pki = await realPki(t);
+  const r = await kanal(['server', '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', '/tmp/kanal-test.sock', '--agent-port', '8091', '--agent-port', '9000', '--dry-run']);
   t.is(r.code, 0, r.stderr);
   t.is((JSON.parse(r.stdout) as { agent: { port: number } }).agent.port, 9000);
 });

@@ -54,6 +54,22 @@ export function kanal(args: readonly string[], opts: RunOptions = {}): Promise<R
   return run(argv[0]!, argv.slice(1), opts);
 }
 
+/**
+ * Why a `--dry-run` refused the command line, or undefined when it accepted
+ * it: exit 0, or exit 1 only because credential files it names do not exist
+ * here (the shipped examples name /etc/kanal/...; --dry-run checks them).
+ */
+export function dryRunRefusal(r: RunResult): string | undefined {
+  if (r.code === 0) return undefined;
+  const problems = r.stderr
+    .trim()
+    .split('\n')
+    .map((l) => l.replace(/^kanal: /, '').trim())
+    .filter((l) => !/^\d+ problems with credential files:$/.test(l));
+  const missingOnly = problems.length > 0 && problems.every((l) => /^--[a-z-]+ \/\S+: cannot read \(ENOENT: no such file\)$/.test(l));
+  return r.code === 1 && missingOnly ? undefined : `exit ${r.code}: ${r.stderr}`;
+}
+
 export async function tempDir(prefix: string): Promise<{ dir: string; remove: () => Promise<void> }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
   return { dir, remove: () => rm(dir, { recursive: true, force: true }) };

@@ -55,12 +55,13 @@ export class KanalAgent {
   private readonly connections = new Map<string, ServerConnection>();
   private expectedServers = 1;
   private running = false;
-  private draining = false;
   private readonly stopping = new AbortController();
   private loop: Promise<void> | undefined;
   private health: HealthServer | undefined;
   private lastError = '';
   private readonly listeners = new Set<(tunnel: Tunnel, change: 'up' | 'down') => void>();
+  /** More conditions /readyz requires besides a tunnel (e.g. the advertise address in place). */
+  private readonly conditions: (() => Readiness)[] = [];
 
   readonly metrics = new KanalMetrics('agent');
 
@@ -88,7 +89,18 @@ export class KanalAgent {
     this.listeners.add(listener);
   }
 
+  /** Makes /readyz also require `condition` (its detail is appended either way). */
+  addReadinessCondition(condition: () => Readiness): void {
+    this.conditions.push(condition);
+  }
+
   readiness(): Readiness {
+    const tunnels = this.tunnelReadiness();
+    const all = [tunnels, ...this.conditions.map((c) => c())];
+    return { ready: all.every((r) => r.ready), detail: all.map((r) => r.detail).join('; ') };
+  }
+
+  private tunnelReadiness(): Readiness {
     const n = this.connections.size;
     if (n === 0) return { ready: false, detail: `no tunnel to a proxy server${this.lastError ? ` (last error: ${this.lastError})` : ''}` };
     const detail = `${n}/${this.expectedServers} server tunnel(s) up: ${[...this.connections.keys()].join(', ')}`;
@@ -119,13 +131,14 @@ export class KanalAgent {
   }
 
   /**
-   * Graceful stop: DRAIN to every server, refuse new dials, wait for open
+   * Graceful stop: DRAIN to every server, keep serving the dials they still
+   * send (DRAIN means "prefer other agents", as upstream's agent does: a
+   * server with no other agent left keeps using this one), wait for open
    * connections to finish (at most graceMs), then close everything.
    */
   async stop(graceMs: number): Promise<void> {
     if (!this.running) return;
     this.running = false;
-    this.draining = true;
     this.stopping.abort();
     for (const c of this.connections.values()) c.tunnel.sendDrain();
     const deadline = Date.now() + graceMs;
@@ -138,7 +151,6 @@ export class KanalAgent {
     await Promise.race([Promise.all(closing.map((c) => c.finished)), sleep(2000, undefined, { ref: false })]);
     await this.loop;
     await this.health?.close();
-    this.opts.log.info('kanal agent stopped');
   }
 
   private openConnections(): number {
@@ -150,10 +162,6 @@ export class KanalAgent {
   /** Performs a control plane -> node dial. */
   private dialForServer = (dial: InboundDial): Promise<Duplex> => {
     const t0 = performance.now();
-    if (this.draining) {
-      this.metrics.dialDone('cp_to_node', 'draining', t0);
-      return Promise.reject(new DialError('refused', 'agent is draining'));
-    }
     return dialTcp(dial.address, { timeoutMs: this.opts.dialTimeoutMs, signal: dial.signal }).then(
       (socket) => {
         this.metrics.dialDone('cp_to_node', 'ok', t0);
@@ -238,7 +246,9 @@ export class KanalAgent {
     conn.tunnel.once('close', (err) => {
       if (this.connections.get(conn.serverID) === conn) this.connections.delete(conn.serverID);
       this.wakeMaintain?.();
-      this.opts.log.warn({ serverID: conn.serverID, reason: err?.message ?? 'stream ended' }, 'tunnel down');
+      // A tunnel closed by our own stop is planned; any other loss is worth a warning.
+      const level = this.running ? 'warn' : 'info';
+      this.opts.log[level]({ serverID: conn.serverID, reason: err?.message ?? 'stream ended' }, 'tunnel down');
       for (const l of this.listeners) l(conn.tunnel, 'down');
     });
   }

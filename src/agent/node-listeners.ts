@@ -62,7 +62,7 @@ export class NodeListeners {
           });
         });
       } catch (err) {
-        await this.stopAccepting();
+        this.stopAccepting();
         const e = err as NodeJS.ErrnoException;
         throw new Error(`cannot listen on ${formatHostPort({ host: this.opts.bindAddress, port: target.localPort })}: ${e.code ?? e.message}`);
       }
@@ -72,15 +72,18 @@ export class NodeListeners {
     }
   }
 
-  /** Closes the listening sockets; accepted connections continue. */
-  async stopAccepting(): Promise<void> {
-    const servers = this.servers.splice(0);
-    await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+  /**
+   * Closes the listening sockets; accepted connections continue. Does not wait
+   * for them: net.Server's close callback would, and a kubelet's watch keeps
+   * its connection open for minutes, past any grace period (#12 finding 6).
+   */
+  stopAccepting(): void {
+    for (const server of this.servers.splice(0)) server.close();
   }
 
   /** Closes everything, listeners and connections. */
-  async close(): Promise<void> {
-    await this.stopAccepting();
+  close(): void {
+    this.stopAccepting();
     for (const s of this.sockets) s.destroy();
     for (const wake of [...this.tunnelWaiters]) wake();
   }

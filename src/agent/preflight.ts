@@ -11,19 +11,20 @@
  *   netlink, CAP_NET_ADMIN, ...             the kernel side of the host-scoped interface
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import tls from 'node:tls';
 import { isIP } from 'node:net';
-import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
+import type { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
 import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
 import { DialError } from '../tunnel/errors.js';
 import { formatHostPort } from '../common/host-port.js';
 import { checkNetlink } from '../../native/host-interface.js';
+import { CredentialFileError, checkKeyPair, commonName, loadCertificates, loadPrivateKey, loadToken, validityProblem, type CertificateFile } from '../common/credential-files.js';
 import { connectToServer } from './server-connection.js';
 import type { Target } from './target.js';
 import type { InterfaceType } from './host-interface-manager.js';
+import { bindProblem, describeBindProblem } from './bind-probe.js';
 
 export type CheckStatus = 'pass' | 'fail' | 'warn' | 'skip';
 
@@ -51,81 +52,36 @@ export interface PreflightOptions {
 
 const CAP_NET_BIND_SERVICE = 10;
 const CAP_NET_ADMIN = 12;
-const OID_CLIENT_AUTH = '1.3.6.1.5.5.7.3.2';
-const OID_ANY_EKU = '2.5.29.37.0';
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
 // ---------------------------------------------------------------- credentials
 
-function readable(path: string): { data: Buffer } | { error: string } {
+/** The check's result for one loader: pass with `detail(value)`, or fail with the loader's message (flag, path, cause). */
+function fileCheck<T>(name: string, load: () => T, detail: (value: T) => CheckResult): { result: CheckResult; value?: T } {
   try {
-    return { data: fs.readFileSync(path) };
+    const value = load();
+    return { result: detail(value), value };
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    const why =
-      e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? `permission denied for uid ${process.getuid?.() ?? '?'}` : e.code === 'EISDIR' ? 'is a directory' : (e.code ?? e.message);
-    return { error: `${path}: cannot read (${e.code ? `${e.code}: ` : ''}${why})` };
+    if (!(err instanceof CredentialFileError)) throw err;
+    return { result: { name, status: 'fail', detail: err.message } };
   }
 }
 
-function pemBlocks(text: string, label: RegExp): string[] {
-  const re = /-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g;
-  const out: string[] = [];
-  for (const m of text.matchAll(re)) if (label.test(m[1]!)) out.push(m[0]);
-  return out;
+function validUntil(cert: X509Certificate): string {
+  return `valid until ${new Date(cert.validTo).toISOString()}`;
 }
 
-/** "CN=name" of a distinguished name as X509Certificate prints it (one RDN a line). */
-function commonName(dn: string): string {
-  const cn = /(?:^|\n)CN=([^\n]*)/.exec(dn)?.[1];
-  return cn ? `CN=${cn}` : dn.replace(/\n/g, ', ') || '(empty subject)';
-}
-
-function subjectCN(cert: X509Certificate): string {
-  return commonName(cert.subject);
-}
-
-function validity(cert: X509Certificate, now: Date): string | undefined {
-  const from = new Date(cert.validFrom);
-  const to = new Date(cert.validTo);
-  if (now < from) return `not valid before ${from.toISOString()}`;
-  if (now > to) return `expired on ${to.toISOString()}`;
-  return undefined;
-}
-
-function parseCertificates(path: string, data: Buffer): { certs: X509Certificate[] } | { error: string } {
-  const blocks = pemBlocks(data.toString('utf8'), /^(TRUSTED )?CERTIFICATE$/);
-  if (blocks.length === 0) return { error: `${path}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----")` };
-  const certs: X509Certificate[] = [];
-  for (const [i, block] of blocks.entries()) {
-    try {
-      certs.push(new X509Certificate(block));
-    } catch (err) {
-      return { error: `${path}: certificate #${i + 1} does not parse (${(err as Error).message})` };
-    }
-  }
-  return { certs };
-}
-
-function checkCa(path: string | undefined, now: Date): CheckResult & { ok: boolean } {
+function checkCa(path: string | undefined, now: Date): { result: CheckResult; value?: CertificateFile } {
   const name = 'ca-cert';
-  if (!path) return { name, status: 'fail', detail: '--ca-cert is not set', ok: false };
-  const r = readable(path);
-  if ('error' in r) return { name, status: 'fail', detail: r.error, ok: false };
-  const parsed = parseCertificates(path, r.data);
-  if ('error' in parsed) return { name, status: 'fail', detail: parsed.error, ok: false };
-  const valid = parsed.certs.filter((c) => validity(c, now) === undefined);
-  if (valid.length === 0) {
-    const why = parsed.certs.map((c) => `${subjectCN(c)} ${validity(c, now)}`).join('; ');
-    return { name, status: 'fail', detail: `${path}: no currently valid certificate (${why})`, ok: false };
-  }
-  const first = valid[0]!;
-  return {
-    name,
-    status: 'pass',
-    detail: `${path}: ${parsed.certs.length} certificate(s), ${subjectCN(first)} valid until ${new Date(first.validTo).toISOString()}`,
-    ok: true,
-  };
+  if (!path) return { result: { name, status: 'fail', detail: '--ca-cert is not set' } };
+  return fileCheck(name, () => loadCertificates({ flag: name, path }), (ca) => {
+    const valid = ca.certs.filter((c) => validityProblem(c, now) === undefined);
+    if (valid.length === 0) {
+      const why = ca.certs.map((c) => `${commonName(c.subject)} ${validityProblem(c, now)}`).join('; ');
+      return { name, status: 'fail', detail: `${path}: no currently valid certificate (${why})` };
+    }
+    return { name, status: 'pass', detail: `${path}: ${ca.certs.length} certificate(s), ${commonName(valid[0]!.subject)} ${validUntil(valid[0]!)}` };
+  });
 }
 
 interface ClientCredentials {
@@ -134,59 +90,31 @@ interface ClientCredentials {
 }
 
 function checkClientCertAndKey(certPath: string, keyPath: string, now: Date): ClientCredentials {
-  const results: CheckResult[] = [];
-  let cert: X509Certificate | undefined;
-  let certOk = false;
-  const rc = readable(certPath);
-  if ('error' in rc) {
-    results.push({ name: 'agent-cert', status: 'fail', detail: rc.error });
-  } else {
-    const parsed = parseCertificates(certPath, rc.data);
-    if ('error' in parsed) {
-      results.push({ name: 'agent-cert', status: 'fail', detail: parsed.error });
-    } else {
-      cert = parsed.certs[0]!;
-      const bad = validity(cert, now);
-      const eku = cert.keyUsage;
-      if (bad) {
-        results.push({ name: 'agent-cert', status: 'fail', detail: `${certPath}: ${subjectCN(cert)} is ${bad}` });
-      } else if (eku && eku.length > 0 && !eku.includes(OID_CLIENT_AUTH) && !eku.includes(OID_ANY_EKU)) {
-        results.push({ name: 'agent-cert', status: 'fail', detail: `${certPath}: ${subjectCN(cert)} is not a client certificate (extended key usage lacks clientAuth)` });
-      } else {
-        certOk = true;
-        results.push({ name: 'agent-cert', status: 'pass', detail: `${certPath}: ${subjectCN(cert)}, issued by ${commonName(cert.issuer)}, valid until ${new Date(cert.validTo).toISOString()}` });
-      }
-    }
-  }
-  let keyOk = false;
-  const rk = readable(keyPath);
-  if ('error' in rk) {
-    results.push({ name: 'agent-key', status: 'fail', detail: rk.error });
-  } else {
-    let key: KeyObject | undefined;
+  const certFile = { flag: 'agent-cert', path: certPath };
+  const keyFile = { flag: 'agent-key', path: keyPath };
+  const cert = fileCheck('agent-cert', () => loadCertificates(certFile), (c): CheckResult => {
+    const first = c.certs[0]!;
+    const bad = validityProblem(first, now);
+    if (bad) return { name: 'agent-cert', status: 'fail', detail: `${certPath}: ${commonName(first.subject)} is ${bad}` };
+    return { name: 'agent-cert', status: 'pass', detail: `${certPath}: ${commonName(first.subject)}, issued by ${commonName(first.issuer)}, ${validUntil(first)}` };
+  });
+  const key = fileCheck('agent-key', () => loadPrivateKey(keyFile, certFile.flag), (k): CheckResult => ({ name: 'agent-key', status: 'pass', detail: `${keyPath}: ${k.key.asymmetricKeyType ?? 'private'} key` }));
+  const results = [cert.result, key.result];
+  if (cert.value && key.value && cert.result.status === 'pass') {
     try {
-      key = createPrivateKey(rk.data);
+      checkKeyPair(cert.value, key.value, 'client');
+      results[1] = { ...results[1]!, detail: `${results[1]!.detail}, matches ${certPath}` };
     } catch (err) {
-      results.push({ name: 'agent-key', status: 'fail', detail: `${keyPath}: not a PEM private key (${(err as Error).message})` });
-    }
-    if (key) {
-      if (cert && !cert.checkPrivateKey(key)) {
-        results.push({ name: 'agent-key', status: 'fail', detail: `${keyPath}: does not belong to ${certPath} (the public keys differ)` });
-      } else {
-        keyOk = true;
-        const matched = cert ? `, matches ${certPath}` : '';
-        results.push({ name: 'agent-key', status: 'pass', detail: `${keyPath}: ${key.asymmetricKeyType ?? 'private'} key${matched}` });
-      }
+      if (!(err instanceof CredentialFileError)) throw err;
+      const which = err.flag === keyFile.flag ? 1 : 0;
+      results[which] = { ...results[which]!, status: 'fail', detail: err.message };
     }
   }
-  return { results, ok: certOk && keyOk };
+  return { results, ok: results.every((r) => r.status === 'pass') };
 }
 
-function checkToken(path: string): CheckResult & { ok: boolean } {
-  const r = readable(path);
-  if ('error' in r) return { name: 'token', status: 'fail', detail: r.error, ok: false };
-  if (r.data.toString('utf8').trim() === '') return { name: 'token', status: 'fail', detail: `${path}: the file is empty`, ok: false };
-  return { name: 'token', status: 'pass', detail: `${path}: ${r.data.length} bytes`, ok: true };
+function checkToken(path: string): CheckResult {
+  return fileCheck('token', () => loadToken({ flag: 'service-account-token-path', path }), (token) => ({ name: 'token', status: 'pass', detail: `${path}: ${token.length} bytes` })).result;
 }
 
 // ---------------------------------------------------------------- server
@@ -359,7 +287,7 @@ function unprivilegedPortStart(): number {
   }
 }
 
-function kernelChecks(opts: PreflightOptions): CheckResult[] {
+async function kernelChecks(opts: PreflightOptions): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
   const node = opts.node;
   const probe = opts.netlink ?? (() => checkNetlink());
@@ -371,11 +299,12 @@ function kernelChecks(opts: PreflightOptions): CheckResult[] {
     results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed without --bind-address' });
   } else if (node.interfaceType === 'none') {
     results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed with --bind-interface-type none' });
-    const present = Object.values(os.networkInterfaces()).some((list) => list?.some((a) => a.address === node.bindAddress));
+    // The agent only needs to listen there: 127.0.0.2 is on no interface, yet usable (#12 finding 6).
+    const problem = await bindProblem(node.bindAddress);
     results.push(
-      present
-        ? { name: 'bind-address', status: 'pass', detail: `${node.bindAddress} is configured on this host` }
-        : { name: 'bind-address', status: 'fail', detail: `${node.bindAddress} is not configured on any interface, and --bind-interface-type none means the agent will not add it` },
+      problem
+        ? { name: 'bind-address', status: 'fail', detail: describeBindProblem(node.bindAddress, problem) }
+        : { name: 'bind-address', status: 'pass', detail: `${node.bindAddress} can be listened on` },
     );
   } else {
     const cap = hasCapability(CAP_NET_ADMIN);
@@ -402,9 +331,9 @@ function kernelChecks(opts: PreflightOptions): CheckResult[] {
 
 export async function runPreflight(opts: PreflightOptions, now: Date = new Date()): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
-  const ca = checkCa(opts.server.caFile, now);
+  const { result: ca, value: caFile } = checkCa(opts.server.caFile, now);
   results.push(ca);
-  let credsOk = ca.ok;
+  let credsOk = ca.status === 'pass';
   const { certFile, keyFile } = opts.server;
   if (certFile && keyFile) {
     const client = checkClientCertAndKey(certFile, keyFile, now);
@@ -414,7 +343,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
   if (opts.tokenFile) {
     const token = checkToken(opts.tokenFile);
     results.push(token);
-    credsOk &&= token.ok;
+    credsOk &&= token.status === 'pass';
   }
   if (!certFile && !opts.tokenFile) {
     results.push({ name: 'agent-credentials', status: 'warn', detail: 'neither --agent-cert nor --service-account-token-path: only a server started with --allow-unauthenticated-agents will accept this agent' });
@@ -425,7 +354,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     results.push({ name: 'server-tls', status: 'skip', detail: why }, { name: 'server-accepts-agent', status: 'skip', detail: why });
   } else {
     const material: TlsMaterial = {
-      ca: fs.readFileSync(opts.server.caFile!),
+      ca: caFile!.pem,
       cert: certFile ? fs.readFileSync(certFile) : undefined,
       key: keyFile ? fs.readFileSync(keyFile) : undefined,
     };
@@ -435,7 +364,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     else results.push({ name: 'server-accepts-agent', status: 'skip', detail: 'needs a working TLS connection to the server' });
   }
 
-  results.push(...kernelChecks(opts));
+  results.push(...(await kernelChecks(opts)));
   return results;
 }
 

@@ -10,7 +10,9 @@ import { KanalAgent, type AgentOptions } from '../agent/agent.js';
 import { parseTarget, type Target } from '../agent/target.js';
 import { NodeListeners } from '../agent/node-listeners.js';
 import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
-import { readFlagFile } from './files.js';
+import { CredentialCheck } from '../common/credential-files.js';
+import { dryRun } from './dry-run.js';
+import type { ClientTlsOptions } from '../transport/transport.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
@@ -142,23 +144,31 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
   };
 }
 
-export function buildAgentOptions(config: AgentConfig): AgentOptions {
+export interface AgentCredentials {
+  tls: ClientTlsOptions;
+  /** Certificates outside their validity period: logged, not fatal (see credential-files.ts). */
+  warnings: string[];
+}
+
+/** Reads and checks every credential file the flags name; throws CredentialFilesError listing each problem. */
+export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
+  const s = config.server;
+  const check = new CredentialCheck();
+  const ca = check.certificates({ flag: 'ca-cert', path: s.caFile ?? '' });
+  const pair = s.certFile && s.keyFile ? check.keyPair({ flag: 'agent-cert', path: s.certFile }, { flag: 'agent-key', path: s.keyFile }, 'client') : undefined;
+  if (config.tokenFile) check.token({ flag: 'service-account-token-path', path: config.tokenFile });
+  check.done();
+  return { tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName }, warnings: check.warnings };
+}
+
+export function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): AgentOptions {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
   const tokenFile = config.tokenFile;
   return {
     agentID: config.agentID,
     agentIdentifiers: config.agentIdentifiers,
-    server: {
-      host: s.host,
-      port: s.port,
-      tls: {
-        ca: readFlagFile('ca-cert', s.caFile ?? ''),
-        cert: s.certFile ? readFlagFile('agent-cert', s.certFile) : undefined,
-        key: s.keyFile ? readFlagFile('agent-key', s.keyFile) : undefined,
-        serverName: s.serverName,
-      },
-    },
+    server: { host: s.host, port: s.port, tls: credentials.tls },
     token: tokenFile ? () => fs.readFileSync(tokenFile, 'utf8').trim() : undefined,
     dialTimeoutMs: config.dialTimeoutMs,
     connectTimeoutMs: config.connectTimeoutMs,
@@ -175,7 +185,7 @@ export function agentBuilder(y: Argv): Argv<AgentArgs> {
     .options(agentFlags)
     .middleware(lastValueWins(agentFlags), true)
     .example('$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key', 'Control plane -> node only')
-    .example('$0 agent ... --bind-address 10.96.0.1 --target 6443:kube-apiserver:6443', 'Also serve the kube-apiserver on the node (KEP-2025)');
+    .example('$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443', 'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node (KEP-2025)');
 }
 
 /** `--check`: runs the preflight checks, prints the list, sets the exit code (0 all passed, 1 otherwise). */
@@ -200,38 +210,48 @@ async function runAgentCheck(config: AgentConfig): Promise<void> {
 export async function runAgent(args: AgentArgs): Promise<void> {
   const config = validateAgentArgs(args);
   if (args['dry-run'] && args.check) throw new UsageError('--dry-run and --check exclude each other');
-  if (args['dry-run']) {
-    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
-    return;
-  }
   if (args.check) {
     await runAgentCheck(config);
     return;
   }
-  const options = buildAgentOptions(config);
+  if (args['dry-run']) {
+    dryRun(config, () => loadAgentCredentials(config));
+    return;
+  }
+  // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
+  const credentials = loadAgentCredentials(config);
+  const options = buildAgentOptions(config, credentials);
   const log = options.log;
+  for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
+  const agent = new KanalAgent(options);
   let hostInterface: HostInterfaceManager | undefined;
   let nodeListeners: NodeListeners | undefined;
-  const agent = new KanalAgent(options);
-  if (config.node) {
-    hostInterface = new HostInterfaceManager(config.node.interfaceName, config.node.interfaceType, config.node.bindAddress, log);
-    hostInterface.setUp();
-    nodeListeners = new NodeListeners({
-      bindAddress: config.node.bindAddress,
-      targets: config.node.targets,
-      tunnelWaitMs: config.node.tunnelWaitMs,
-      dialTimeoutMs: config.dialTimeoutMs,
-      agent,
-      log: log.child({ part: 'node-listeners' }),
-    });
-    try {
+  const release = async (): Promise<void> => {
+    nodeListeners?.close();
+    await hostInterface?.tearDown();
+  };
+  try {
+    if (config.node) {
+      const node = config.node;
+      const managed = new HostInterfaceManager({ name: node.interfaceName, type: node.interfaceType, address: node.bindAddress, agentID: config.agentID, log, metrics: agent.metrics });
+      hostInterface = managed;
+      await managed.setUp();
+      agent.addReadinessCondition(() => managed.readiness());
+      nodeListeners = new NodeListeners({
+        bindAddress: node.bindAddress,
+        targets: node.targets,
+        tunnelWaitMs: node.tunnelWaitMs,
+        dialTimeoutMs: config.dialTimeoutMs,
+        agent,
+        log: log.child({ part: 'node-listeners' }),
+      });
       await nodeListeners.start();
-    } catch (err) {
-      hostInterface.tearDown();
-      throw err;
     }
+    await agent.start();
+  } catch (err) {
+    await release();
+    throw err;
   }
-  await agent.start();
   // systemd (Type=notify): READY=1 once the listeners are bound and the first
   // tunnel is up, or after --connect-timeout at the latest so an unreachable
   // control plane never blocks the kubelet (ordered after us) for good.
@@ -241,9 +261,10 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
   runUntilSignalled(log, async () => {
     notifier.stopping('draining');
-    await nodeListeners?.stopAccepting();
+    nodeListeners?.stopAccepting();
     await agent.stop(config.shutdownGraceMs);
-    await nodeListeners?.close();
-    hostInterface?.tearDown();
+    await release();
+    // Last line: everything the agent created is gone (#12 finding 6).
+    log.info('kanal agent stopped');
   });
 }

@@ -1,8 +1,19 @@
 /**
  * Runs a started component until SIGTERM/SIGINT. The first signal starts a
- * graceful stop; a second one exits at once.
+ * graceful stop; a second one exits at once. Logs are flushed before exit,
+ * for a bounded time only: a stdout nobody reads never keeps the process
+ * alive (#12 finding 5).
  */
 import type { Logger } from 'pino';
+import { flushLogs } from '../common/log-destination.js';
+
+/** Longest wait for the last log lines to be written before the process exits. */
+export const EXIT_LOG_FLUSH_MS = 1000;
+
+/** Flushes the logs (bounded), then exits with `code`. */
+export function exitAfterLogs(code: number): void {
+  void flushLogs(EXIT_LOG_FLUSH_MS).finally(() => process.exit(code));
+}
 
 export function runUntilSignalled(log: Logger, stop: () => Promise<void>): void {
   let stopping = false;
@@ -14,10 +25,10 @@ export function runUntilSignalled(log: Logger, stop: () => Promise<void>): void 
     stopping = true;
     log.info({ signal }, 'shutting down');
     stop().then(
-      () => process.exit(0),
+      () => exitAfterLogs(0),
       (err: Error) => {
         log.error({ err: err.message }, 'error during shutdown');
-        process.exit(1);
+        exitAfterLogs(1);
       },
     );
   };

@@ -7,6 +7,7 @@ import { serverBuilder, runServer, type ServerArgs } from './server-command.js';
 import { agentBuilder, runAgent, type AgentArgs } from './agent-command.js';
 import { installNodeBuilder, runInstallNode, type InstallNodeArgs } from './install-node-command.js';
 import { UsageError } from './usage-error.js';
+import { exitAfterLogs } from './lifecycle.js';
 
 const EXIT_USAGE = 2;
 
@@ -23,10 +24,15 @@ function packageVersion(): string {
   }
 }
 
-function fail(err: unknown): never {
+function report(err: unknown): number {
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`kanal: ${message}\n`);
-  process.exit(err instanceof UsageError ? EXIT_USAGE : 1);
+  return err instanceof UsageError ? EXIT_USAGE : 1;
+}
+
+/** A command failed: the log lines it wrote go out first (bounded wait). */
+function fail(err: unknown): void {
+  exitAfterLogs(report(err));
 }
 
 async function main(argv: string[]): Promise<void> {
@@ -41,7 +47,7 @@ async function main(argv: string[]): Promise<void> {
     .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
     .wrap(Math.min(110, process.stdout.columns || 110))
     .fail((message, err) => {
-      if (err) fail(err);
+      if (err) process.exit(report(err));
       process.stderr.write(`kanal: ${message}\nRun "kanal --help" or "kanal <command> --help" for usage.\n`);
       process.exit(EXIT_USAGE);
     })

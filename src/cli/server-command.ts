@@ -13,8 +13,9 @@ import { MIN_KEEPALIVE_INTERVAL_MS } from '../transport/liveness.js';
 import { connectionWindowFlag, countFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
-import { readFlagFile } from './files.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
+import { CredentialCheck } from '../common/credential-files.js';
+import { dryRun } from './dry-run.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
@@ -71,11 +72,14 @@ export type ServerArgs = InferredOptionTypes<typeof serverFlags>;
 export interface ServerConfig {
   serverID: string;
   serverCount: number;
+  /** certFlag/keyFlag: the flags certFile/keyFile came from (--server-cert/--server-key stand in for the --cluster-* pair). */
   agent: {
     host: string;
     port: number;
     certFile: string;
     keyFile: string;
+    certFlag: string;
+    keyFlag: string;
     caFile?: string;
     allowUnauthenticated: boolean;
     clientPins: RolePins;
@@ -164,6 +168,8 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
       port: port('agent-port', a['agent-port'], true),
       certFile,
       keyFile,
+      certFlag: a['cluster-cert'] ? 'cluster-cert' : 'server-cert',
+      keyFlag: a['cluster-key'] ? 'cluster-key' : 'server-key',
       caFile: a['cluster-ca-cert'],
       allowUnauthenticated: a['allow-unauthenticated-agents'],
       clientPins: rolePins('agent-client-subject', a['agent-client-subject'], 'agent-client-eku', a['agent-client-eku']),
@@ -189,15 +195,31 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   };
 }
 
-function loadTls(certFlag: string, certFile: string, keyFlag: string, keyFile: string, caFlag: string, caFile?: string): TlsFiles {
-  return {
-    cert: readFlagFile(certFlag, certFile),
-    key: readFlagFile(keyFlag, keyFile),
-    ca: caFile ? readFlagFile(caFlag, caFile) : undefined,
-  };
+export interface ServerCredentials {
+  agent: TlsFiles;
+  frontend?: TlsFiles;
+  /** Certificates outside their validity period: logged, not fatal (see credential-files.ts). */
+  warnings: string[];
 }
 
-export function buildServerOptions(config: ServerConfig): ServerOptions {
+/** One listener's serving pair and client CA, each checked (a missing piece is recorded in `check`). */
+function loadListenerTls(check: CredentialCheck, names: [cert: string, key: string, ca: string], files: { certFile: string; keyFile: string; caFile?: string }): TlsFiles | undefined {
+  const pair = check.keyPair({ flag: names[0], path: files.certFile }, { flag: names[1], path: files.keyFile }, 'server');
+  const ca = files.caFile ? check.certificates({ flag: names[2], path: files.caFile }) : undefined;
+  return pair && { cert: pair.cert.pem, key: pair.key.pem, ca: ca?.pem };
+}
+
+/** Reads and checks every credential file the flags name; throws CredentialFilesError listing each problem. */
+export function loadServerCredentials(config: ServerConfig): ServerCredentials {
+  const check = new CredentialCheck();
+  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], config.agent);
+  const tcp = config.frontend.tcp;
+  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp) : undefined;
+  check.done();
+  return { agent: agent!, frontend, warnings: check.warnings };
+}
+
+export function buildServerOptions(config: ServerConfig, credentials: ServerCredentials = loadServerCredentials(config)): ServerOptions {
   const log = createLogger(config.logLevel, 'server');
   return {
     serverID: config.serverID,
@@ -205,7 +227,7 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
     agent: {
       host: config.agent.host,
       port: config.agent.port,
-      tls: loadTls('cluster-cert', config.agent.certFile, 'cluster-key', config.agent.keyFile, 'cluster-ca-cert', config.agent.caFile),
+      tls: credentials.agent,
       allowUnauthenticated: config.agent.allowUnauthenticated,
       clientPins: config.agent.clientPins,
       maxAgentsPerCredential: config.agent.maxAgentsPerCredential,
@@ -215,10 +237,10 @@ export function buildServerOptions(config: ServerConfig): ServerOptions {
       mode: config.frontend.mode,
       headerTimeoutMs: config.frontend.headerTimeoutMs,
       uds: config.frontend.uds,
-      tcp: config.frontend.tcp && {
+      tcp: config.frontend.tcp && credentials.frontend && {
         host: config.frontend.tcp.host,
         port: config.frontend.tcp.port,
-        tls: loadTls('server-cert', config.frontend.tcp.certFile, 'server-key', config.frontend.tcp.keyFile, 'server-ca-cert', config.frontend.tcp.caFile),
+        tls: credentials.frontend,
         clientPins: config.frontend.tcp.clientPins,
       },
     },
@@ -246,10 +268,13 @@ export function serverBuilder(y: Argv): Argv<ServerArgs> {
 export async function runServer(args: ServerArgs): Promise<void> {
   const config = validateServerArgs(args);
   if (args['dry-run']) {
-    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    dryRun(config, () => loadServerCredentials(config));
     return;
   }
-  const options = buildServerOptions(config);
+  // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
+  const credentials = loadServerCredentials(config);
+  const options = buildServerOptions(config, credentials);
+  for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   const server = new KanalServer(options);
   try {
     await server.start();

@@ -1,5 +1,6 @@
 import { pino, type Logger, type LevelWithSilent } from 'pino';
 import { BOUNDED_LOG_FIELDS } from './log-safety.js';
+import { stdoutDestination } from './log-destination.js';
 
 export const LOG_LEVELS: readonly LevelWithSilent[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 
@@ -8,7 +9,7 @@ export const LOG_LEVELS: readonly LevelWithSilent[] = ['trace', 'debug', 'info',
  * Every field is bounded in size (log-safety.ts).
  */
 export function createLogger(level: LevelWithSilent, component: string): Logger {
-  return pino({ level, base: { component }, timestamp: pino.stdTimeFunctions.isoTime, ...BOUNDED_LOG_FIELDS });
+  return pino({ level, base: { component }, timestamp: pino.stdTimeFunctions.isoTime, ...BOUNDED_LOG_FIELDS }, stdoutDestination());
 }
 
 export type { Logger };

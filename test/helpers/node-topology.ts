@@ -27,7 +27,7 @@ import { deleteNetnsOnExit, killOnExit } from './exit-cleanup.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
 
 /** The kube-apiserver advertise address the agent serves on the node. */
-export const ADVERTISE_IP = '10.96.0.1';
+export const ADVERTISE_IP = '10.200.0.1';
 export const KAS_PORT = 6443;
 export const AGENT_PORT = 8091;
 export const SERVER_HEALTH_PORT = 8092;

@@ -6,6 +6,7 @@ import { decodeOrExplain, type Decoded } from '../decoded.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
 import { serializePacket } from './service-definition.js';
 import { GrpcJsPacketCall } from './packet-call.js';
+import { ClientTlsCredentials } from './tls-credentials.js';
 
 export interface GrpcJsChannel extends GrpcChannel {
   /** The underlying grpc-js client (tests open calls with deadlines on it). */
@@ -60,9 +61,7 @@ export function openGrpcJsStream(
 }
 
 export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOptions = {}): GrpcJsChannel {
-  const credentials = opts.tls
-    ? grpc.credentials.createSsl(opts.tls.ca, opts.tls.key ?? null, opts.tls.cert ?? null)
-    : grpc.credentials.createInsecure();
+  const credentials = opts.tls ? new ClientTlsCredentials(opts.tls) : grpc.credentials.createInsecure();
   const options: grpc.ChannelOptions = {
     'grpc.max_receive_message_length': opts.maxReceiveMessageBytes ?? 4 * 1024 * 1024,
     'grpc.keepalive_time_ms': 60_000,
@@ -74,7 +73,6 @@ export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOpt
     'grpc.enable_retries': 0,
     ...extra,
   };
-  if (opts.tls?.serverName) options['grpc.ssl_target_name_override'] = opts.tls.serverName;
   const client = new grpc.Client(opts.target, credentials, options);
   return {
     client,

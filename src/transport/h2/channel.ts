@@ -67,7 +67,9 @@ function parseTarget(opts: ChannelOptions): Target {
   const tlsOpts = opts.tls;
   const wrap = (socket: net.Socket | undefined, host: string | undefined, port: number | undefined): net.Socket => {
     if (!tlsOpts) return socket ?? net.connect({ host: host!, port: port! });
-    const servername = tlsOpts.serverName ?? (host !== undefined && net.isIP(host) === 0 ? host : undefined);
+    // No SNI for an IP literal (RFC 6066 §3; Node's DEP0123), be it the host or --tls-server-name.
+    const name = tlsOpts.serverName ?? host;
+    const servername = name !== undefined && net.isIP(name) === 0 ? name : undefined;
     const options: tls.ConnectionOptions = {
       ca: tlsOpts.ca,
       cert: tlsOpts.cert,

@@ -1,0 +1,168 @@
+/**
+ * Where log lines go: a file descriptor (stdout), written so that logging
+ * never blocks the event loop or shutdown (#12 finding 5). pino's default
+ * destination (sonic-boom) flushes synchronously at exit and retries a failed
+ * write there forever: with stdout a pipe whose reader is gone
+ * (`kanal server | head -5`) every write fails with EPIPE, and SIGTERM, SIGINT
+ * and even a second signal hang in that loop.
+ *
+ * - one fs.write in flight at a time, on libuv's thread pool: a reader that
+ *   stalls holds a pool thread, never the event loop;
+ * - lines wait in a queue of at most maxQueuedBytes; beyond that they are
+ *   dropped and counted (a stalled reader must not grow memory), and a line
+ *   saying how many is written once the reader catches up;
+ * - EAGAIN (a full non-blocking pipe) is retried after a short pause;
+ * - any other error (EPIPE: the reader is gone) ends the destination for good;
+ * - flush(timeoutMs) waits for the queue to empty, but never longer.
+ */
+import fs from 'node:fs';
+
+export const DEFAULT_MAX_QUEUED_BYTES = 8 * 1024 * 1024;
+const MAX_WRITE_BYTES = 256 * 1024;
+const EAGAIN_RETRY_MS = 50;
+
+export class LogDestination {
+  /** Lines not yet handed to the kernel, oldest first; queuedBytes is their total length. */
+  private queue: Buffer[] = [];
+  private queuedBytes = 0;
+  /** Bytes of the head of `queue` already written (a partial write). */
+  private headOffset = 0;
+  private writing = false;
+  /** Why writing stopped for good ('' while it goes on). */
+  private failure = '';
+  /** Lines dropped since the last report; the report itself is queued when the queue empties. */
+  private droppedSinceReport = 0;
+  private droppedTotal = 0;
+  private readonly idleWaiters = new Set<() => void>();
+
+  constructor(
+    private readonly fd: number,
+    private readonly maxQueuedBytes = DEFAULT_MAX_QUEUED_BYTES,
+  ) {}
+
+  /** pino's destination interface. Never blocks, never throws. */
+  write(line: string): void {
+    if (this.failure) {
+      this.droppedTotal++;
+      return;
+    }
+    const bytes = Buffer.from(line, 'utf8');
+    if (this.queuedBytes + bytes.length > this.maxQueuedBytes) {
+      this.droppedSinceReport++;
+      this.droppedTotal++;
+      return;
+    }
+    this.enqueue(bytes);
+  }
+
+  /** Resolves once every queued line is written, the destination failed, or timeoutMs passed. */
+  flush(timeoutMs: number): Promise<void> {
+    if (this.idle()) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.idleWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      this.idleWaiters.add(done);
+    });
+  }
+
+  stats(): { queuedBytes: number; dropped: number; failure: string } {
+    return { queuedBytes: this.queuedBytes, dropped: this.droppedTotal, failure: this.failure };
+  }
+
+  private idle(): boolean {
+    return this.failure !== '' || (this.queuedBytes === 0 && !this.writing);
+  }
+
+  private enqueue(bytes: Buffer): void {
+    this.queue.push(bytes);
+    this.queuedBytes += bytes.length;
+    if (!this.writing) this.writeNext();
+  }
+
+  private writeNext(): void {
+    if (this.queue.length === 0) {
+      if (this.droppedSinceReport > 0) {
+        const n = this.droppedSinceReport;
+        this.droppedSinceReport = 0;
+        // Same shape as pino's lines, so log readers see it.
+        this.enqueue(Buffer.from(`${JSON.stringify({ level: 40, time: new Date().toISOString(), msg: 'log lines dropped: stdout was not read fast enough', dropped: n })}\n`));
+        return;
+      }
+      for (const wake of [...this.idleWaiters]) wake();
+      return;
+    }
+    this.writing = true;
+    const chunk = this.nextChunk();
+    fs.write(this.fd, chunk, 0, chunk.length, null, (err, written) => {
+      this.writing = false;
+      if (err) {
+        if (err.code === 'EAGAIN') {
+          this.writing = true;
+          setTimeout(() => {
+            this.writing = false;
+            this.writeNext();
+          }, EAGAIN_RETRY_MS).unref();
+          return;
+        }
+        this.fail(err.code ?? err.message);
+        return;
+      }
+      this.consume(written);
+      this.writeNext();
+    });
+  }
+
+  /** Up to MAX_WRITE_BYTES from the head of the queue, as one buffer. */
+  private nextChunk(): Buffer {
+    const parts: Buffer[] = [];
+    let size = 0;
+    for (let i = 0; i < this.queue.length && size < MAX_WRITE_BYTES; i++) {
+      const part = i === 0 ? this.queue[0]!.subarray(this.headOffset) : this.queue[i]!;
+      parts.push(part);
+      size += part.length;
+    }
+    return parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
+  }
+
+  private consume(written: number): void {
+    this.queuedBytes -= written;
+    let left = written;
+    while (left > 0 && this.queue.length > 0) {
+      const head = this.queue[0]!;
+      const rest = head.length - this.headOffset;
+      if (left < rest) {
+        this.headOffset += left;
+        return;
+      }
+      left -= rest;
+      this.queue.shift();
+      this.headOffset = 0;
+    }
+  }
+
+  private fail(reason: string): void {
+    this.failure = reason;
+    this.droppedTotal += this.queue.length;
+    this.queue = [];
+    this.queuedBytes = 0;
+    this.headOffset = 0;
+    for (const wake of [...this.idleWaiters]) wake();
+  }
+}
+
+let stdout: LogDestination | undefined;
+
+/** The process's one stdout destination, created on first use. */
+export function stdoutDestination(): LogDestination {
+  stdout ??= new LogDestination(1);
+  return stdout;
+}
+
+/** Writes what is queued for stdout, waiting at most timeoutMs (shutdown never waits for a reader). */
+export function flushLogs(timeoutMs: number): Promise<void> {
+  return stdout?.flush(timeoutMs) ?? Promise.resolve();
+}
