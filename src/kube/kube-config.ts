@@ -1,0 +1,81 @@
+/**
+ * Where Kanal's Kubernetes client finds its API server and credentials:
+ * `--kubeconfig` as given, or, without it, the in-cluster configuration a pod
+ * gets (KUBERNETES_SERVICE_HOST/PORT and the mounted service account), as
+ * upstream's clientcmd.BuildConfigFromFlags("", path) does. Every failure
+ * names the flag or file to fix.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+
+export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+export class KubeConfigError extends Error {
+  override readonly name = 'KubeConfigError';
+}
+
+export interface KubeConfigSource {
+  /** `--kubeconfig`; absent or empty: in-cluster configuration. */
+  kubeconfig?: string | undefined;
+  /** Environment for the in-cluster configuration (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** Mounted service account for the in-cluster configuration (default {@link SERVICE_ACCOUNT_DIR}). */
+  serviceAccountDir?: string;
+}
+
+export function loadKubeConfig(source: KubeConfigSource = {}): KubeConfig {
+  const kc = source.kubeconfig ? fromFile(source.kubeconfig) : inCluster(source.env ?? process.env, source.serviceAccountDir ?? SERVICE_ACCOUNT_DIR);
+  const where = source.kubeconfig ? `kubeconfig ${source.kubeconfig}` : 'the in-cluster configuration';
+  const cluster = kc.getCurrentCluster();
+  if (!cluster) throw new KubeConfigError(`${where}: no cluster for current-context ${JSON.stringify(kc.getCurrentContext())}`);
+  if (!kc.getCurrentUser()) throw new KubeConfigError(`${where}: no user for current-context ${JSON.stringify(kc.getCurrentContext())}`);
+  let url: URL;
+  try {
+    url = new URL(cluster.server);
+  } catch {
+    throw new KubeConfigError(`${where}: cluster server ${JSON.stringify(cluster.server)} is not a URL`);
+  }
+  if (url.protocol !== 'https:') {
+    throw new KubeConfigError(`${where}: cluster server ${cluster.server} is not https://; Kanal talks to the Kubernetes API over TLS only`);
+  }
+  return kc;
+}
+
+function fromFile(file: string): KubeConfig {
+  const kc = new KubeConfig();
+  try {
+    fs.accessSync(file, fs.constants.R_OK);
+    kc.loadFromFile(file);
+  } catch (err) {
+    throw new KubeConfigError(`--kubeconfig ${file}: ${(err as Error).message}`);
+  }
+  return kc;
+}
+
+function inCluster(env: NodeJS.ProcessEnv, dir: string): KubeConfig {
+  const host = env.KUBERNETES_SERVICE_HOST;
+  const port = env.KUBERNETES_SERVICE_PORT;
+  if (!host || !port) {
+    throw new KubeConfigError(
+      'no --kubeconfig given and not running in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset): pass --kubeconfig',
+    );
+  }
+  const tokenFile = path.join(dir, 'token');
+  const caFile = path.join(dir, 'ca.crt');
+  for (const file of [tokenFile, caFile]) {
+    try {
+      fs.accessSync(file, fs.constants.R_OK);
+    } catch {
+      throw new KubeConfigError(`no --kubeconfig given and the in-cluster service account file ${file} is not readable: mount the service account or pass --kubeconfig`);
+    }
+  }
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser(
+    { name: 'in-cluster', server: `https://${net.isIPv6(host) ? `[${host}]` : host}:${port}`, caFile, skipTLSVerify: false },
+    // client-node's FileAuth re-reads the file every minute: projected tokens rotate.
+    { name: 'in-cluster', authProvider: { name: 'tokenFile', config: { tokenFile } } },
+  );
+  return kc;
+}
