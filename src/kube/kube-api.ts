@@ -200,6 +200,11 @@ export class KubeApi {
       return;
     }
     let pending = '';
+    const tooLong = (text: string): boolean => {
+      if (Buffer.byteLength(text) <= maxLineBytes) return false;
+      end(new KubeApiError('invalid', operation, `watch event longer than ${maxLineBytes} bytes`));
+      return true;
+    };
     res.setEncoding('utf8');
     res.on('data', (chunk: string) => {
       pending += chunk;
@@ -207,11 +212,9 @@ export class KubeApi {
       while ((nl = pending.indexOf('\n')) >= 0) {
         const line = pending.slice(0, nl).trim();
         pending = pending.slice(nl + 1);
-        if (line && !this.dispatch(operation, line, handlers, end)) return;
+        if (tooLong(line) || (line && !this.dispatch(operation, line, handlers, end))) return;
       }
-      if (Buffer.byteLength(pending) > maxLineBytes) {
-        end(new KubeApiError('invalid', operation, `watch event longer than ${maxLineBytes} bytes`));
-      }
+      tooLong(pending);
     });
     res.on('end', () => end());
     res.on('error', (err) => end(this.toError(operation, err)));

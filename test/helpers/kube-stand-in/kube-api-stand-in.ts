@@ -66,6 +66,8 @@ export interface FaultMatch {
 export type Fault =
   /** Answer this status with a Status body (reason and message default to the API's wording). */
   | { status: number; reason?: string; message?: string }
+  /** Answer this status with this JSON body: a misbehaving or non-conforming API server. */
+  | { status: number; body: unknown }
   /** Hold the request this long, then serve it normally. */
   | { delayMs: number }
   /** Never answer; the connection stays open until the client gives up or the stand-in stops. */
@@ -342,6 +344,10 @@ export class KubeApiStandIn {
       f.hits++;
       if (--f.remaining <= 0) this.faults.delete(f);
       const fault = f.fault;
+      if ('body' in fault) {
+        this.answer(res, fault.status, fault.body);
+        return true;
+      }
       if ('status' in fault) {
         this.answerStatus(res, new StatusError(fault.status, fault.reason ?? REASONS[fault.status] ?? 'Unknown', fault.message ?? `injected ${fault.status}`));
         return true;
