@@ -31,7 +31,7 @@ async function kubeApiError(p: Promise<unknown>): Promise<KubeApiError> {
 
 test('loadKubeConfig: a kubeconfig with a certificate or a token user, or the in-cluster service account; failures name the fix', async (t) => {
   const k = await startKubeApi(t);
-  for (const auth of ['certificate', 'token'] as const) {
+  for (const auth of ['certificate', 'token', 'token-file'] as const) {
     const api = await k.client({ user: `user-${auth}`, auth });
     t.deepEqual((await listLeases(api)).items, []);
     t.is(k.api.requests.at(-1)?.user, `user-${auth}`);
@@ -49,9 +49,15 @@ test('loadKubeConfig: a kubeconfig with a certificate or a token user, or the in
   const plain = path.join(k.dir, 'http.yaml');
   await fs.writeFile(
     plain,
-    JSON.stringify({ clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:1' } }], users: [{ name: 'u', user: {} }], contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }], 'current-context': 'x' }),
+    JSON.stringify({ clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:1' } }], users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }], 'current-context': 'x' }),
   );
   t.throws(() => loadKubeConfig({ kubeconfig: plain }), { instanceOf: KubeConfigError, message: /is not https:\/\/; Kanal talks to the Kubernetes API over TLS only/ });
+  const anonymous = path.join(k.dir, 'anonymous.yaml');
+  await fs.writeFile(
+    anonymous,
+    `clusters: [{name: c, cluster: {server: '${k.api.url}'}}]\nusers: [{name: nobody, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: nobody}}]\ncurrent-context: x\n`,
+  );
+  t.throws(() => loadKubeConfig({ kubeconfig: anonymous }), { instanceOf: KubeConfigError, message: /user "nobody" has no credential \(client-certificate, token, tokenFile, exec or auth-provider\)/ });
   const noContext = path.join(k.dir, 'no-context.yaml');
   await fs.writeFile(noContext, 'apiVersion: v1\nkind: Config\nclusters: []\n');
   t.throws(() => loadKubeConfig({ kubeconfig: noContext }), { instanceOf: KubeConfigError, message: /no cluster for current-context/ });

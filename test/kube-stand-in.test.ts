@@ -8,6 +8,7 @@ import test from 'ava';
 import https from 'node:https';
 import fs from 'node:fs/promises';
 import { shippedRbac, startKubeApi, waitUntil, type KubeFixture } from './helpers/kube-stand-in/fixture.js';
+import { PROTOBUF, decodeObject, decodeWatchFrames, encodeObject } from './helpers/kube-stand-in/protobuf.js';
 
 const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
 const REVIEWS = '/apis/authentication.k8s.io/v1/tokenreviews';
@@ -325,11 +326,54 @@ test('RBAC: deploy/rbac grants the server TokenReview and its leases, the agent 
   t.is((await k.request('DELETE', `${LEASES}/s1`, server)).status, 200);
 });
 
-test('Content types: JSON only; a protobuf body is 415 and an Accept without JSON 406 (documented limitation)', async (t) => {
+test('Content types: JSON and protobuf bodies, answers negotiated from Accept as the API server does; a protobuf watch is length-delimited frames', async (t) => {
   const k = await startKubeApi(t);
-  const proto = await k.request('POST', REVIEWS, { body: 'k8s\0...', headers: { 'Content-Type': 'application/vnd.kubernetes.protobuf' } });
-  t.is(proto.status, 415);
-  t.like(proto.json(), { reason: 'UnsupportedMediaType' });
-  t.is((await k.request('GET', LEASES, { headers: { Accept: 'application/vnd.kubernetes.protobuf' } })).status, 406);
-  t.is((await k.request('GET', LEASES, { headers: { Accept: 'application/vnd.kubernetes.protobuf, */*' } })).status, 200);
+  const token = k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audiences: [AUDIENCE], node: { name: 'n1' } });
+  const proto = await rawBinary(k, 'POST', REVIEWS, encodeObject(review(token, [AUDIENCE])), PROTOBUF);
+  t.is(proto.status, 201);
+  t.is(proto.contentType, PROTOBUF);
+  const answered = decodeObject(proto.body) as Record<string, any>;
+  t.like(answered, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', status: { authenticated: true, audiences: [AUDIENCE], user: { username: 'system:serviceaccount:kube-system:konnectivity-agent' } } });
+  t.deepEqual(answered.status.user.extra['authentication.kubernetes.io/node-name'], ['n1']);
+
+  const created = await rawBinary(k, 'POST', LEASES, encodeObject(lease('p1')), PROTOBUF);
+  t.is(created.status, 201);
+  const stored = decodeObject(created.body) as Record<string, any>;
+  t.regex(stored.spec.renewTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/, 'MicroTime survives the protobuf round trip');
+  t.is(stored.metadata.labels['k8s-app'], 'konnectivity-server');
+  t.deepEqual(k.api.leases.get('kube-system', 'p1').spec, stored.spec);
+  const conflict = await rawBinary(k, 'POST', LEASES, encodeObject(lease('p1')), PROTOBUF);
+  t.like(decodeObject(conflict.body), { kind: 'Status', reason: 'AlreadyExists', code: 409 }, 'errors are Status objects in protobuf too');
+  const deleteOptions = encodeObject({ apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: '99' } });
+  t.like(decodeObject((await rawBinary(k, 'DELETE', `${LEASES}/p1`, deleteOptions, PROTOBUF)).body), { reason: 'Conflict' }, 'protobuf DeleteOptions preconditions');
+
+  const list = await rawBinary(k, 'GET', LEASES, undefined, `${PROTOBUF}, */*`);
+  t.like(decodeObject(list.body), { kind: 'LeaseList', metadata: { resourceVersion: '1' } });
+  t.is((await rawBinary(k, 'GET', LEASES, undefined, 'application/json, */*;q=0.8')).contentType, 'application/json', "client-node's Accept");
+  t.is((await rawBinary(k, 'GET', LEASES, undefined, `${PROTOBUF};q=0.5, application/json`)).contentType, 'application/json', 'the higher quality wins');
+  t.is((await rawBinary(k, 'GET', LEASES, undefined, 'application/yaml')).status, 406);
+  t.is((await rawBinary(k, 'POST', LEASES, Buffer.from('a: b'), 'application/json', 'application/yaml')).status, 415);
+  t.like(JSON.parse((await rawBinary(k, 'POST', LEASES, Buffer.from('k8s\0garbage'), 'application/json', PROTOBUF)).body.toString()), { code: 400, reason: 'BadRequest' });
+
+  const watch = await rawBinary(k, 'GET', `${LEASES}?watch=true&resourceVersion=0&timeoutSeconds=1`, undefined, `${PROTOBUF}, */*`);
+  t.is(watch.contentType, `${PROTOBUF};stream=watch`);
+  t.deepEqual(decodeWatchFrames(watch.body).map((e) => `${e.type} ${(e.object.metadata as { name: string }).name}`), ['ADDED p1']);
 });
+
+/** One request with a binary body and the raw answer. */
+async function rawBinary(k: KubeFixture, method: string, urlPath: string, body: Buffer | undefined, accept: string, contentType?: string): Promise<{ status: number; contentType: string; body: Buffer }> {
+  const token = `raw-${Math.random().toString(36).slice(2)}`;
+  k.api.tokens.registerStaticToken(token, { username: 'kubernetes-admin' });
+  const ca = await fs.readFile(k.api.caFile);
+  const headers: Record<string, string> = { Accept: accept, Authorization: `Bearer ${token}` };
+  if (body) Object.assign(headers, { 'Content-Type': contentType ?? PROTOBUF, 'Content-Length': String(body.length) });
+  return new Promise((resolve, reject) => {
+    const req = https.request(`${k.api.url}${urlPath}`, { method, headers, ca }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type']), body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}

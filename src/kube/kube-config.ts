@@ -8,7 +8,8 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig, type User } from '@kubernetes/client-node';
+import { parse as parseYaml } from 'yaml';
 
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
@@ -30,7 +31,12 @@ export function loadKubeConfig(source: KubeConfigSource = {}): KubeConfig {
   const where = source.kubeconfig ? `kubeconfig ${source.kubeconfig}` : 'the in-cluster configuration';
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new KubeConfigError(`${where}: no cluster for current-context ${JSON.stringify(kc.getCurrentContext())}`);
-  if (!kc.getCurrentUser()) throw new KubeConfigError(`${where}: no user for current-context ${JSON.stringify(kc.getCurrentContext())}`);
+  const user = kc.getCurrentUser();
+  if (!user) throw new KubeConfigError(`${where}: no user for current-context ${JSON.stringify(kc.getCurrentContext())}`);
+  if (!hasCredential(user)) {
+    // Anonymous requests would only come back 401/403 later, further from the cause.
+    throw new KubeConfigError(`${where}: user ${JSON.stringify(user.name)} has no credential (client-certificate, token, tokenFile, exec or auth-provider)`);
+  }
   let url: URL;
   try {
     url = new URL(cluster.server);
@@ -45,13 +51,37 @@ export function loadKubeConfig(source: KubeConfigSource = {}): KubeConfig {
 
 function fromFile(file: string): KubeConfig {
   const kc = new KubeConfig();
+  let text: string;
   try {
-    fs.accessSync(file, fs.constants.R_OK);
-    kc.loadFromFile(file);
+    text = fs.readFileSync(file, 'utf8');
+    kc.loadFromString(text);
+    kc.makePathsAbsolute(path.dirname(file));
   } catch (err) {
     throw new KubeConfigError(`--kubeconfig ${file}: ${(err as Error).message}`);
   }
+  useTokenFile(kc, text, path.dirname(file));
   return kc;
+}
+
+/**
+ * client-go's `tokenFile` user field (client-node reads only its own
+ * `token-file`, once): mapped to client-node's file authenticator, which
+ * re-reads the file every minute as client-go does, so rotated tokens are used.
+ */
+function useTokenFile(kc: KubeConfig, text: string, dir: string): void {
+  const user = kc.getCurrentUser();
+  if (!user || user.token) return;
+  const doc = parseYaml(text) as { users?: Array<{ name?: string; user?: { tokenFile?: unknown } }> } | null;
+  const tokenFile = doc?.users?.find((u) => u.name === user.name)?.user?.tokenFile;
+  if (typeof tokenFile !== 'string' || tokenFile === '') return;
+  const users = kc.getUsers().map((u) =>
+    u.name === user.name ? { ...u, authProvider: { name: 'tokenFile', config: { tokenFile: path.resolve(dir, tokenFile) } } } : u,
+  );
+  kc.loadFromOptions({ clusters: kc.getClusters(), users, contexts: kc.getContexts(), currentContext: kc.getCurrentContext() });
+}
+
+function hasCredential(user: User): boolean {
+  return Boolean(user.token || user.certFile || user.certData || user.exec || user.authProvider || user.username);
 }
 
 function inCluster(env: NodeJS.ProcessEnv, dir: string): KubeConfig {

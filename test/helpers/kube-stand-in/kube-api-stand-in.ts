@@ -12,9 +12,9 @@
  *   connections reset, watches ended, cut or silently stalled, the whole
  *   server down and back on the same port.
  *
- * Limitation: it speaks JSON only. A request body in protobuf is answered
- * 415 and an Accept header without JSON 406, where a real API server would
- * speak protobuf; @kubernetes/client-node sends and accepts JSON only.
+ * - JSON and protobuf (application/vnd.kubernetes.protobuf) bodies and
+ *   answers, negotiated as the API server does ({@link ./protobuf.ts}): Kanal's
+ *   client speaks JSON, upstream's client-go protobuf by default.
  */
 import fs from 'node:fs/promises';
 import https from 'node:https';
@@ -26,10 +26,13 @@ import type { TLSSocket } from 'node:tls';
 import { createCertificateAuthority, type CertificateAuthority } from '../../../src/pki/certificate-authority.js';
 import { LabelSelector, LabelSyntaxError } from '../../../src/kube/labels.js';
 import { LEASE_GROUP, LeaseStore, StatusError, type Lease, type LeaseWatcher, type WatchEventType } from './lease-store.js';
+import { PROTOBUF, ProtobufError, decodeObject, encodeObject, encodeWatchFrame } from './protobuf.js';
 import { forbiddenMessage, type Rbac } from './rbac.js';
 import { TokenAuthority, type TokenUser } from './tokens.js';
 
 const AUTHN_GROUP = 'authentication.k8s.io';
+const JSON_TYPE = 'application/json';
+type Encoding = typeof JSON_TYPE | typeof PROTOBUF;
 const MAX_BODY = 3 * 1024 * 1024;
 
 export type Verb = 'create' | 'get' | 'list' | 'watch' | 'update' | 'delete' | 'patch' | 'deletecollection';
@@ -45,6 +48,7 @@ export interface KubeApiStandInOptions {
   bookmarkIntervalMs?: number;
 }
 
+/** One request, recorded when it arrives; `status` is 0 until it is answered (a watch: until it ends). */
 export interface RequestRecord {
   verb: Verb;
   resource: string;
@@ -84,7 +88,8 @@ export interface FaultHandle {
 export interface KubeconfigUser {
   user: string;
   groups?: string[];
-  auth: 'certificate' | 'token';
+  /** A client certificate (CN = user), a static `token`, or one in a file (client-go's `tokenFile`). */
+  auth: 'certificate' | 'token' | 'token-file';
 }
 
 interface Route {
@@ -136,6 +141,8 @@ export class KubeApiStandIn {
   private readonly sockets = new Set<Socket>();
   private readonly faults = new Set<InjectedFault>();
   private readonly watches = new Set<OpenWatch>();
+  /** The media type each answer is in (negotiated from its request's Accept). */
+  private readonly encodings = new WeakMap<ServerResponse, Encoding>();
   /** Groups of client-certificate users, by common name (our CA issues CN only). */
   private readonly certificateGroups = new Map<string, string[]>();
   private port = 0;
@@ -186,7 +193,12 @@ export class KubeApiStandIn {
     } else {
       const token = randomBytes(24).toString('base64url');
       this.tokens.registerStaticToken(token, { username: u.user, groups: u.groups ?? [] });
-      userEntry = { token };
+      if (u.auth === 'token-file') {
+        await fs.writeFile(`${base}.token`, token, { mode: 0o600 });
+        userEntry = { tokenFile: `${base}.token` };
+      } else {
+        userEntry = { token };
+      }
     }
     const config = {
       apiVersion: 'v1',
@@ -280,19 +292,23 @@ export class KubeApiStandIn {
     const body = await readBody(req);
     const route = parseRoute(req.method ?? 'GET', url);
     const user = this.authenticate(req);
-    const record = (status: number): void => {
-      this.requests.push({
-        verb: route?.verb ?? 'get',
-        resource: route?.resource ?? url.pathname,
-        ...(route?.namespace ? { namespace: route.namespace } : {}),
-        ...(route?.name ? { name: route.name } : {}),
-        user: user === 'invalid' ? '(invalid credential)' : user.username,
-        status,
-        query: url.search,
-      });
-      if (this.requests.length > 10_000) this.requests.shift();
+    const entry: RequestRecord = {
+      verb: route?.verb ?? 'get',
+      resource: route?.resource ?? url.pathname,
+      ...(route?.namespace ? { namespace: route.namespace } : {}),
+      ...(route?.name ? { name: route.name } : {}),
+      user: user === 'invalid' ? '(invalid credential)' : user.username,
+      status: 0,
+      query: url.search,
     };
-    res.once('finish', () => record(res.statusCode));
+    this.requests.push(entry);
+    if (this.requests.length > 10_000) this.requests.shift();
+    res.once('close', () => (entry.status = res.headersSent ? res.statusCode : 0));
+    const encoding = negotiate(req.headers.accept);
+    if (!encoding) {
+      return this.answerStatus(res, new StatusError(406, 'NotAcceptable', `only the following media types are accepted: ${JSON_TYPE}, ${PROTOBUF}`));
+    }
+    this.encodings.set(res, encoding);
     if (body === undefined) return this.answerStatus(res, new StatusError(413, 'RequestEntityTooLarge', `request body larger than ${MAX_BODY} bytes`));
     if (!route) return this.answerStatus(res, new StatusError(404, 'NotFound', 'the server could not find the requested resource'));
     if (user === 'invalid') return this.answerStatus(res, new StatusError(401, 'Unauthorized', 'Unauthorized'));
@@ -301,19 +317,18 @@ export class KubeApiStandIn {
     const allowed = this.options.rbac ? this.options.rbac.allows(attributes) : user.username !== 'system:anonymous';
     if (!allowed) return this.answerStatus(res, new StatusError(403, 'Forbidden', forbiddenMessage(attributes), { kind: route.resource, ...(route.name ? { name: route.name } : {}) }));
     const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim();
-    if (body.length > 0 && contentType !== 'application/json') {
-      return this.answerStatus(res, new StatusError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json`));
-    }
-    if (!acceptsJson(req.headers.accept)) {
-      return this.answerStatus(res, new StatusError(406, 'NotAcceptable', `only the following media types are accepted: application/json`));
+    if (body.length > 0 && contentType !== JSON_TYPE && contentType !== PROTOBUF) {
+      return this.answerStatus(res, new StatusError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${JSON_TYPE}, ${PROTOBUF}`));
     }
     try {
-      const parsed: unknown = body.length > 0 ? JSON.parse(body.toString('utf8')) : undefined;
+      const parsed: unknown = body.length === 0 ? undefined : contentType === PROTOBUF ? decodeObject(body) : JSON.parse(body.toString('utf8'));
       if (route.resource === 'tokenreviews') return this.reviewToken(res, parsed);
       return this.serveLeases(route, url, parsed, res);
     } catch (err) {
       if (err instanceof StatusError) return this.answerStatus(res, err);
-      if (err instanceof SyntaxError || err instanceof LabelSyntaxError) return this.answerStatus(res, new StatusError(400, 'BadRequest', err.message));
+      if (err instanceof SyntaxError || err instanceof LabelSyntaxError || err instanceof ProtobufError) {
+        return this.answerStatus(res, new StatusError(400, 'BadRequest', err.message));
+      }
       throw err;
     }
   }
@@ -409,10 +424,12 @@ export class KubeApiStandIn {
   }
 
   private watchLeases(namespace: string | undefined, selector: LabelSelector, url: URL, res: ServerResponse): void {
-    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private' });
+    const protobuf = this.encodings.get(res) === PROTOBUF;
+    res.writeHead(200, { 'Content-Type': protobuf ? `${PROTOBUF};stream=watch` : JSON_TYPE, 'Cache-Control': 'no-cache, private' });
     res.flushHeaders();
-    const write = (type: WatchEventType | 'BOOKMARK' | 'ERROR', object: unknown): void => {
-      if (!watch.stalled && !res.writableEnded) res.write(`${JSON.stringify({ type, object })}\n`);
+    const write = (type: WatchEventType | 'BOOKMARK' | 'ERROR', object: Record<string, unknown>): void => {
+      if (watch.stalled || res.writableEnded) return;
+      res.write(protobuf ? encodeWatchFrame(type, object) : `${JSON.stringify({ type, object })}\n`);
     };
     const timers: NodeJS.Timeout[] = [];
     let unregister = (): void => {};
@@ -421,7 +438,7 @@ export class KubeApiStandIn {
       selector,
       res,
       stalled: false,
-      send: (type: WatchEventType, lease: Lease) => write(type, lease),
+      send: (type: WatchEventType, lease: Lease) => write(type, { ...lease }),
       close: (how) => {
         cleanup();
         if (how === 'reset') res.socket?.destroy();
@@ -433,19 +450,34 @@ export class KubeApiStandIn {
       for (const t of timers) clearTimeout(t);
       this.watches.delete(watch);
     };
+    // The streaming list (client-go's WatchListClient): the state as ADDED events, then a bookmark marking its end.
+    const initialEvents = url.searchParams.get('sendInitialEvents') === 'true';
+    const bookmarks = url.searchParams.get('allowWatchBookmarks') === 'true';
+    if (initialEvents && !bookmarks) {
+      write('ERROR', statusObject(new StatusError(422, 'Invalid', 'sendInitialEvents requires allowWatchBookmarks=true')));
+      res.end();
+      return;
+    }
     try {
-      unregister = this.leases.watch(watch, url.searchParams.get('resourceVersion') ?? '');
+      unregister = this.leases.watch(watch, initialEvents ? '' : (url.searchParams.get('resourceVersion') ?? ''));
     } catch (err) {
       if (!(err instanceof StatusError)) throw err;
       write('ERROR', statusObject(err));
       res.end();
       return;
     }
+    if (initialEvents) {
+      write('BOOKMARK', {
+        kind: 'Lease',
+        apiVersion: `${LEASE_GROUP}/v1`,
+        metadata: { resourceVersion: this.leases.resourceVersion, annotations: { 'k8s.io/initial-events-end': 'true' } },
+      });
+    }
     this.watches.add(watch);
     res.once('close', cleanup);
     const timeoutSeconds = Number(url.searchParams.get('timeoutSeconds') ?? 0);
     if (timeoutSeconds > 0) timers.push(setTimeout(() => watch.close('end'), timeoutSeconds * 1000));
-    if (url.searchParams.get('allowWatchBookmarks') === 'true') {
+    if (bookmarks) {
       const bookmark = (): void => {
         write('BOOKMARK', { kind: 'Lease', apiVersion: `${LEASE_GROUP}/v1`, metadata: { resourceVersion: this.leases.resourceVersion } });
         timers.push(setTimeout(bookmark, this.options.bookmarkIntervalMs ?? 60_000));
@@ -456,9 +488,10 @@ export class KubeApiStandIn {
 
   private answer(res: ServerResponse, code: number, object: unknown): void {
     if (res.headersSent) return;
-    const text = JSON.stringify(object);
-    res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
-    res.end(text);
+    const protobuf = this.encodings.get(res) === PROTOBUF;
+    const data = protobuf ? encodeObject(object as Record<string, unknown>) : Buffer.from(JSON.stringify(object));
+    res.writeHead(code, { 'Content-Type': protobuf ? PROTOBUF : JSON_TYPE, 'Content-Length': data.length });
+    res.end(data);
   }
 
   private answerStatus(res: ServerResponse, err: StatusError): void {
@@ -486,12 +519,21 @@ async function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
   return Buffer.concat(chunks);
 }
 
-function acceptsJson(accept: string | undefined): boolean {
-  if (!accept) return true;
-  return accept.split(',').some((part) => {
-    const type = part.split(';')[0]!.trim();
-    return type === 'application/json' || type === '*/*' || type === 'application/*';
-  });
+/**
+ * The answer's media type from the Accept header, as the API server picks it:
+ * the highest quality it serves, the first listed among equals, JSON for
+ * wildcards; undefined when it serves none of them (406).
+ */
+function negotiate(accept: string | undefined): Encoding | undefined {
+  if (!accept) return JSON_TYPE;
+  let best: { encoding: Encoding; q: number } | undefined;
+  for (const part of accept.split(',')) {
+    const [type, ...params] = part.split(';').map((x) => x.trim());
+    const q = Number(params.find((p) => p.startsWith('q='))?.slice(2) ?? 1);
+    const encoding = type === PROTOBUF ? PROTOBUF : type === JSON_TYPE || type === '*/*' || type === 'application/*' ? JSON_TYPE : undefined;
+    if (encoding && q > 0 && (!best || q > best.q)) best = { encoding, q };
+  }
+  return best?.encoding;
 }
 
 function parseRoute(method: string, url: URL): Route | undefined {
