@@ -11,7 +11,7 @@ import { V1MicroTime, type V1Lease } from '@kubernetes/client-node';
 import { KubeApi, KubeApiError, PROTOBUF_CONTENT_TYPE, JSON_CONTENT_TYPE, type KubeApiErrorKind } from '../src/kube/kube-api.js';
 import { KubeConfigError, loadKubeConfig } from '../src/kube/kube-config.js';
 import { LabelSelector, LabelSyntaxError, formatLabels, parseLabels } from '../src/kube/labels.js';
-import { isLeaseValid, leaseExpiresAt, serverLeaseName } from '../src/kube/lease.js';
+import { isLeaseValid, leaseExpiresAt, serverLeaseName, type LeaseTimes } from '../src/kube/lease.js';
 import { TokenBucket } from '../src/kube/token-bucket.js';
 import { RequestSlots, SlotsUnavailableError } from '../src/kube/request-slots.js';
 import { startKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
@@ -217,7 +217,7 @@ test('labels: label sets and selectors parsed with Kubernetes rules; bad flags r
 
 test('lease validity: renewTime, else acquireTime, plus the duration; a lease without them never counts', (t) => {
   const now = Date.parse('2030-01-01T00:00:30Z');
-  const at = (renewTime?: string, acquireTime?: string, leaseDurationSeconds: number | null = 30) => ({ spec: { renewTime, acquireTime, leaseDurationSeconds } }) as never;
+  const at = (renewTime?: string, acquireTime?: string, leaseDurationSeconds: number | null = 30): LeaseTimes => ({ spec: { renewTime, acquireTime, leaseDurationSeconds } });
   t.true(isLeaseValid(at('2030-01-01T00:00:01.000000Z'), now));
   t.false(isLeaseValid(at('2030-01-01T00:00:00.000000Z'), now), 'renewTime + duration must be after now');
   t.true(isLeaseValid(at(undefined, '2030-01-01T00:00:10.000000Z'), now));

@@ -10,6 +10,7 @@
 import test from 'ava';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { LabelSelector } from '../src/kube/labels.js';
 import { makeWorkspace } from './helpers/kanal-processes.js';
 import { startUpstreamAgent, startUpstreamServer, upstreamUnavailableReason } from './helpers/upstream.js';
 import { shippedRbac, startKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
@@ -19,6 +20,7 @@ const maybe = unavailable ? test.skip : test;
 if (unavailable) test('upstream client-go against the Kubernetes API stand-in skipped', (t) => t.log(unavailable));
 
 const NS = 'kube-system';
+const EVERYTHING = LabelSelector.parse('');
 const micro = (ms: number): string => new Date(ms).toISOString().replace('Z', '000Z');
 
 maybe('upstream servers keep leases and review tokens, the upstream agent counts servers by leases, all through the stand-in in protobuf', async (t) => {
@@ -49,7 +51,7 @@ maybe('upstream servers keep leases and review tokens, the upstream agent counts
   // Upstream refuses --cluster-ca-cert together with token authentication.
   const server1 = await startUpstreamServer(t, ws, { name: 'server-1', agentClientCa: false, extraArgs: serverArgs });
   await startUpstreamServer(t, ws, { name: 'server-2', agentClientCa: false, extraArgs: serverArgs });
-  await waitUntil(() => ['server-1', 'server-2'].every((s) => k.api.leases.list(NS, { matches: () => true } as never).items.some((l) => l.spec.holderIdentity === s)), 'both upstream servers hold a lease', 20_000);
+  await waitUntil(() => ['server-1', 'server-2'].every((s) => k.api.leases.list(NS, EVERYTHING).items.some((l) => l.spec.holderIdentity === s)), 'both upstream servers hold a lease', 20_000);
 
   const agent = await startUpstreamAgent(t, ws, server1, {
     agentID: 'upstream-agent',
@@ -59,7 +61,7 @@ maybe('upstream servers keep leases and review tokens, the upstream agent counts
   await agent.waitForLog(/"Determined server count" serverCount=2 source="KNP lease count"/, 20_000, 'the agent counts two servers by leases');
   t.pass('the agent authenticated with its token (readyz) and counted two leases');
 
-  await waitUntil(() => !k.api.leases.list(NS, { matches: () => true } as never).items.some((l) => l.metadata.name === 'konnectivity-proxy-server-gone'), 'the expired lease is collected', 25_000);
+  await waitUntil(() => !k.api.leases.list(NS, EVERYTHING).items.some((l) => l.metadata.name === 'konnectivity-proxy-server-gone'), 'the expired lease is collected', 25_000);
   const byUser = (user: string) => new Set(k.api.requests.filter((r) => r.user === user).map((r) => `${r.verb} ${r.resource} ${r.status}`));
   const server = byUser('system:konnectivity-server');
   for (const call of ['create tokenreviews 201', 'create leases 201', 'list leases 200', 'delete leases 200']) t.true(server.has(call), call);

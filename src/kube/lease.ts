@@ -6,7 +6,6 @@
  * renewTime (else acquireTime) + leaseDurationSeconds is in the future
  * (pkg/util/leases.go IsLeaseValid).
  */
-import type { V1Lease } from '@kubernetes/client-node';
 
 export const LEASE_DURATION_SECONDS = 30;
 export const LEASE_RENEW_INTERVAL_MS = 15_000;
@@ -34,20 +33,25 @@ export function timeMs(value: Date | string | undefined | null): number | undefi
   return Number.isFinite(ms) ? ms : undefined;
 }
 
+/** What validity needs of a Lease, as it comes off the wire (client-node types times as Date; JSON carries strings). */
+export interface LeaseTimes {
+  spec?: { renewTime?: Date | string | null; acquireTime?: Date | string | null; leaseDurationSeconds?: number | null } | null;
+}
+
 /**
  * When the lease stops counting (ms since the epoch), or undefined when it
  * never counts: no renew or acquire time, or no positive duration (upstream
  * would dereference a nil duration; we treat such a lease as expired).
  */
-export function leaseExpiresAt(lease: V1Lease): number | undefined {
+export function leaseExpiresAt(lease: LeaseTimes): number | undefined {
   const spec = lease.spec;
   const from = timeMs(spec?.renewTime) ?? timeMs(spec?.acquireTime);
   const seconds = spec?.leaseDurationSeconds;
-  if (from === undefined || seconds === undefined || !(seconds > 0)) return undefined;
+  if (from === undefined || typeof seconds !== 'number' || !(seconds > 0)) return undefined;
   return from + seconds * 1000;
 }
 
-export function isLeaseValid(lease: V1Lease, nowMs: number): boolean {
+export function isLeaseValid(lease: LeaseTimes, nowMs: number): boolean {
   const expires = leaseExpiresAt(lease);
   return expires !== undefined && expires > nowMs;
 }
