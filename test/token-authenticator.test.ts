@@ -114,8 +114,15 @@ test('refusals name the fix: no token, malformed, unknown, expired, revoked, wro
 });
 
 test('the API down, slow, or refusing the server (401, 403): refused as unavailable, not the agent\'s fault, with the cause; accepted once the API is back', async (t) => {
-  const s = await setup(t, { reviewTimeoutMs: 500, cacheTtlMs: 0 });
+  const s = await setup(t, { cacheTtlMs: 0 });
   const token = s.token();
+  const impatient = new TokenAuthenticator({
+    api: await s.k.client({ user: SERVER_USER, auth: 'certificate' }),
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audience: AUDIENCE,
+    reviewTimeoutMs: 500,
+  });
 
   await s.k.api.goDown();
   let r = refusal(t, await s.auth.authenticate(bearer(token)));
@@ -125,10 +132,11 @@ test('the API down, slow, or refusing the server (401, 403): refused as unavaila
 
   const hang = s.k.api.injectFault({ resource: 'tokenreviews' }, { hang: true });
   const started = performance.now();
-  r = refusal(t, await s.auth.authenticate(bearer(token)));
+  r = refusal(t, await impatient.authenticate(bearer(token)));
   t.log(`hung review refused after ${(performance.now() - started).toFixed(0)} ms (reviewTimeoutMs 500)`);
   t.like(r, { kind: 'unavailable', agentFault: false });
   t.regex(r.reason, /no answer from the Kubernetes API at .* within 500 ms/);
+  await waitUntil(() => hang.hits === 1, 'the stand-in saw the abandoned review'); // before the next fault, which it would take
   hang.clear();
 
   s.k.api.injectFault({ resource: 'tokenreviews' }, { status: 401 }, 1);
@@ -159,9 +167,9 @@ test('a slow review does not stall the others; reviews in flight and waiting are
   const cachedToken = s.token();
   t.true((await s.auth.authenticate(bearer(cachedToken))).ok);
 
-  s.k.api.injectFault({ resource: 'tokenreviews' }, { hang: true }, 1);
+  const first = s.k.api.injectFault({ resource: 'tokenreviews' }, { hang: true }, 1);
   const slow = s.auth.authenticate(bearer(s.token()));
-  await waitUntil(() => s.auth.stats().inFlight === 1, 'one review hanging');
+  await waitUntil(() => first.hits === 1, 'one review hanging');
   const started = performance.now();
   const other = await s.auth.authenticate(bearer(s.token()));
   const otherMs = performance.now() - started;
@@ -170,7 +178,7 @@ test('a slow review does not stall the others; reviews in flight and waiting are
 
   const hang = s.k.api.injectFault({ resource: 'tokenreviews' }, { hang: true });
   const stuck = [s.auth.authenticate(bearer(s.token())), s.auth.authenticate(bearer(s.token())), s.auth.authenticate(bearer(s.token()))];
-  await waitUntil(() => s.auth.stats().inFlight === 4, 'the slow one, one more in flight and two waiting');
+  await waitUntil(() => hang.hits === 1 && s.auth.stats().inFlight === 4, 'the slow one, one more in flight and two waiting');
   const refusedAt = performance.now();
   const refused = refusal(t, await s.auth.authenticate(bearer(s.token())));
   t.log(`refused beyond the queue bound after ${(performance.now() - refusedAt).toFixed(1)} ms`);

@@ -57,7 +57,7 @@ export interface ServerLeaseControllerEvents {
   contended: [holder: string];
   /** An expired lease was deleted by us. */
   collected: [name: string];
-  /** Listing or deleting expired leases failed. */
+  /** Listing expired leases, or deleting one, failed. */
   'gc-failed': [err: KubeApiError];
 }
 
@@ -86,8 +86,11 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
   /** The renewal or collection in progress; stop() waits for both. */
   private renewing: Promise<void> | undefined;
   private collecting: Promise<void> | undefined;
-  /** The renewTime the API stored for our last renewal: tells our writes from another process's. */
-  private lastRenewTime: number | undefined;
+  /**
+   * The renewTimes of our last few writes, answered or not (a write can land
+   * after its call timed out): tells our writes from another process's.
+   */
+  private readonly written: number[] = [];
   private consecutiveFailures = 0;
   private readonly backoff: Backoff;
   private readonly counts: ServerLeaseControllerStats = { renewals: 0, renewFailures: 0, collected: 0, gcFailures: 0, lastRenewedAt: undefined };
@@ -158,7 +161,6 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
   private async renew(): Promise<void> {
     try {
       this.current = await this.writeLease();
-      this.lastRenewTime = timeMs(this.current.spec?.renewTime);
       this.consecutiveFailures = 0;
       this.backoff.reset();
       this.counts.renewals++;
@@ -205,7 +207,7 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     }
     // A valid lease renewed by someone else: another holder, or our own ID renewed by another process.
     const holder = existing.spec?.holderIdentity ?? '';
-    const renewedByOther = holder !== this.options.serverId || (conflicted && timeMs(existing.spec?.renewTime) !== this.lastRenewTime);
+    const renewedByOther = holder !== this.options.serverId || (conflicted && !this.written.includes(timeMs(existing.spec?.renewTime) ?? NaN));
     if (renewedByOther && isLeaseValid(existing, Date.now())) {
       this.options.log.warn({ lease: this.leaseName, holder }, 'another process renews this server\'s lease: do two servers share one --server-id?');
       this.emit('contended', holder);
@@ -221,6 +223,9 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
 
   /** The lease we want stored, on top of what the API has (its resourceVersion makes the update conditional). */
   private desired(base: V1Lease | undefined): V1Lease {
+    const now = Date.now();
+    this.written.push(now);
+    if (this.written.length > 8) this.written.shift();
     return {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
@@ -230,7 +235,7 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
         holderIdentity: this.options.serverId,
         leaseDurationSeconds: this.durationSeconds,
         // MicroTime: the API parses exactly six fractional digits.
-        renewTime: new V1MicroTime(Date.now()),
+        renewTime: new V1MicroTime(now),
       },
     };
   }
@@ -244,30 +249,38 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
       const now = Date.now();
       for (const lease of list.items) {
         if (!this.running) break;
-        if (isLeaseValid(lease, now)) continue;
-        const name = lease.metadata?.name ?? '';
-        const rv = lease.metadata?.resourceVersion;
-        try {
-          await this.api(`delete expired lease ${this.namespace}/${name}`, (o) =>
-            this.options.api.coordination.deleteNamespacedLease({ name, namespace: this.namespace, body: rv ? { preconditions: { resourceVersion: rv } } : {} }, o),
-          );
-          this.counts.collected++;
-          const expiredAt = leaseExpiresAt(lease);
-          this.options.log.info({ lease: name, holder: lease.spec?.holderIdentity, expiredAt: expiredAt ? new Date(expiredAt).toISOString() : undefined }, 'deleted an expired server lease');
-          this.emit('collected', name);
-        } catch (err) {
-          // Gone already, or renewed since we listed it: either way nothing to collect.
-          if (err instanceof KubeApiError && (err.kind === 'not-found' || err.kind === 'conflict')) continue;
-          throw err;
-        }
+        // One lease that cannot be deleted does not keep the others.
+        if (!isLeaseValid(lease, now)) await this.collectOne(lease).catch((err: unknown) => this.collectFailed(err));
       }
     } catch (err) {
-      const e = err instanceof KubeApiError ? err : new KubeApiError('client', 'collect expired leases', String(err));
-      this.counts.gcFailures++;
-      this.options.log.warn({ namespace: this.namespace, err: e.message }, 'cannot collect expired server leases');
-      this.emit('gc-failed', e);
+      this.collectFailed(err);
     }
     this.scheduleCollection(this.gcIntervalMs);
+  }
+
+  private async collectOne(lease: V1Lease): Promise<void> {
+    const name = lease.metadata?.name ?? '';
+    const rv = lease.metadata?.resourceVersion;
+    try {
+      await this.api(`delete expired lease ${this.namespace}/${name}`, (o) =>
+        this.options.api.coordination.deleteNamespacedLease({ name, namespace: this.namespace, body: rv ? { preconditions: { resourceVersion: rv } } : {} }, o),
+      );
+    } catch (err) {
+      // Gone already, or renewed since we listed it: either way nothing to collect.
+      if (err instanceof KubeApiError && (err.kind === 'not-found' || err.kind === 'conflict')) return;
+      throw err;
+    }
+    this.counts.collected++;
+    const expiredAt = leaseExpiresAt(lease);
+    this.options.log.info({ lease: name, holder: lease.spec?.holderIdentity, expiredAt: expiredAt ? new Date(expiredAt).toISOString() : undefined }, 'deleted an expired server lease');
+    this.emit('collected', name);
+  }
+
+  private collectFailed(err: unknown): void {
+    const e = err instanceof KubeApiError ? err : new KubeApiError('client', 'collect expired leases', String(err));
+    this.counts.gcFailures++;
+    this.options.log.warn({ namespace: this.namespace, err: e.message }, 'cannot collect expired server leases');
+    this.emit('gc-failed', e);
   }
 
   private api<T>(operation: string, fn: (options: ConfigurationOptions) => Promise<T>): Promise<T> {
