@@ -100,6 +100,21 @@ test('KubeApi: a call without an answer fails at its deadline; calls in flight a
   t.log(`refusal beyond the queue bound after ${refusedAfterMs.toFixed(1)} ms`);
 });
 
+test('KubeApi: calls share kept-alive TLS connections (client-node alone opens one per call); close() ends them', async (t) => {
+  const k = await startKubeApi(t);
+  const api = await k.client({ user: 'u', auth: 'certificate' }, { qps: -1 });
+  const before = k.api.connections.accepted;
+  for (let i = 0; i < 20; i++) await listLeases(api);
+  await Promise.all(Array.from({ length: 4 }, () => listLeases(api)));
+  const opened = k.api.connections.accepted - before;
+  t.log(`24 calls over ${opened} TLS connection(s)`);
+  t.true(opened <= 5, `${opened} connections for 24 calls (one, then at most four at once)`);
+  api.close();
+  await waitUntil(() => k.api.connections.open === 0, 'the kept-alive connections closed');
+  await listLeases(api);
+  t.is(k.api.connections.accepted - before, opened + 1, 'a call after close() opens a new one');
+});
+
 test('KubeApi: QPS and burst as client-go: the burst goes at once, then calls are spaced; a wait past the deadline is refused', async (t) => {
   const k = await startKubeApi(t);
   const api = await k.client({ user: 'u', auth: 'token' }, { qps: 0.2, burst: 3 });
@@ -137,7 +152,7 @@ test('KubeApi: each failure names its cause (401, 403, 404, 409, 410, 429, 5xx, 
   await k.api.goDown();
   const down = await kubeApiError(listLeases(api));
   t.is(down.kind, 'unreachable');
-  t.regex(down.message, /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*ECONNREFUSED/);
+  t.regex(down.message, /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up)/, "refused, or a kept-alive connection cut");
   await k.api.comeBack();
 
   const other = await startKubeApi(t);

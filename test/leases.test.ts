@@ -50,6 +50,7 @@ async function cluster(t: ExecutionContext): Promise<Cluster> {
       // The agent's in-cluster service account, bound by deploy/rbac/konnectivity-agent.yaml.
       const { serviceAccountDir, env } = await k.api.writeInClusterFiles(path.join(k.dir, `agent-${++agents}`), { namespace: NS, serviceAccount: 'konnectivity-agent' });
       const api = new KubeApi({ kubeConfig: loadKubeConfig({ env, serviceAccountDir }) });
+      stops.push(async () => api.close());
       const counter = new ServerLeaseCounter({ api, log: memoryLogger().log, watchIdleTimeoutMs: 3000, retryInitialMs: 100, retryMaxMs: 500, ...options });
       stops.push(() => counter.stop());
       counter.start();

@@ -6,6 +6,8 @@
  * exchange; calls in flight and calls waiting are bounded; every failure is
  * a {@link KubeApiError} whose message says what to fix.
  */
+import { createHash } from 'node:crypto';
+import type http from 'node:http';
 import https from 'node:https';
 import type { IncomingMessage } from 'node:http';
 import {
@@ -96,6 +98,7 @@ export class KubeApi {
   private readonly rate: TokenBucket;
   private readonly slots: RequestSlots;
   private readonly timeoutMs: number;
+  private readonly agents: KeptAliveAgent;
 
   constructor(options: KubeApiOptions) {
     this.kubeConfig = options.kubeConfig;
@@ -112,6 +115,7 @@ export class KubeApi {
         : undefined;
     this.rate = new TokenBucket(options.qps ?? 0, options.burst ?? 0);
     this.slots = new RequestSlots(options.maxInFlight ?? 16, options.maxWaiting ?? 256);
+    this.agents = new KeptAliveAgent(this.slots.limit);
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.coordination = options.kubeConfig.makeApiClient(CoordinationV1Api);
     this.authentication = options.kubeConfig.makeApiClient(AuthenticationV1Api);
@@ -124,6 +128,11 @@ export class KubeApi {
 
   stats(): { inFlight: number; waiting: number } {
     return { inFlight: this.slots.inUse, waiting: this.slots.waiting };
+  }
+
+  /** Closes the kept-alive connections (calls after this open new ones). */
+  close(): void {
+    this.agents.close();
   }
 
   /**
@@ -146,7 +155,7 @@ export class KubeApi {
       await this.waitForRate(operation, deadline - performance.now());
       const signal = AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())));
       try {
-        return await fn({ httpApi: new AbortableHttpLibrary(signal) });
+        return await fn({ httpApi: new AbortableHttpLibrary(signal, this.agents) });
       } catch (err) {
         throw this.toError(operation, err, signal.aborted ? timeoutMs : undefined);
       }
@@ -326,13 +335,51 @@ function statusCode(object: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
-/** client-node's fetch library, with every request bound to one abort signal (the call's deadline). */
+/**
+ * client-node's fetch library, with every request bound to one abort signal
+ * (the call's deadline) and sent over the client's kept-alive connections.
+ */
 class AbortableHttpLibrary implements HttpLibrary {
   private readonly inner = new IsomorphicFetchHttpLibrary();
-  constructor(private readonly signal: AbortSignal) {}
+  constructor(
+    private readonly signal: AbortSignal,
+    private readonly agents: KeptAliveAgent,
+  ) {}
 
   send(request: RequestContext): Observable<ResponseContext> {
     request.setSignal(this.signal);
+    const agent = this.agents.for(request.getAgent());
+    if (agent) request.setAgent(agent);
     return this.inner.send(request);
+  }
+}
+
+/**
+ * client-node builds a new https.Agent for every request, so every call paid
+ * a TLS handshake. This keeps one kept-alive agent per set of TLS options
+ * (client-node re-reads the credential files per request, so a rotated
+ * certificate yields new options and a new agent; the old one's idle sockets
+ * time out). Proxy agents are left as they are.
+ */
+class KeptAliveAgent {
+  private current: { key: string; agent: https.Agent } | undefined;
+
+  constructor(private readonly maxSockets: number) {}
+
+  for(fresh: http.Agent | https.Agent | undefined): https.Agent | undefined {
+    if (!fresh || Object.getPrototypeOf(fresh) !== https.Agent.prototype) return undefined;
+    const o = (fresh as https.Agent).options;
+    const key = createHash('sha256')
+      .update(JSON.stringify([o.ca, o.cert, o.key, o.pfx, o.passphrase, o.rejectUnauthorized, o.servername].map((v) => (Buffer.isBuffer(v) ? v.toString('base64') : v))))
+      .digest('hex');
+    if (this.current?.key !== key) {
+      this.current = { key, agent: new https.Agent({ ...o, keepAlive: true, maxSockets: this.maxSockets, maxFreeSockets: this.maxSockets, timeout: 60_000 }) };
+    }
+    return this.current.agent;
+  }
+
+  close(): void {
+    this.current?.agent.destroy();
+    this.current = undefined;
   }
 }

@@ -49,6 +49,7 @@ export async function startKubeApi(t: ExecutionContext, options: Omit<KubeApiSta
   const api = await KubeApiStandIn.start({ dir, ...options });
   const clients: KubeApi[] = [];
   t.teardown(async () => {
+    for (const client of clients) client.close();
     await api.close();
     await fs.rm(dir, { recursive: true, force: true });
     removeOnExit.delete(dir);

@@ -147,6 +147,8 @@ export class KubeApiStandIn {
   private readonly certificateGroups = new Map<string, string[]>();
   private port = 0;
   private up = false;
+  /** TLS connections accepted so far. */
+  private accepted = 0;
 
   private constructor(
     private readonly options: KubeApiStandInOptions,
@@ -158,7 +160,10 @@ export class KubeApiStandIn {
     this.server = https.createServer({ cert: serverCert.certPem, key: serverCert.keyPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: false }, (req, res) => {
       this.serve(req, res).catch((err: unknown) => this.answerStatus(res, new StatusError(500, 'InternalError', String(err))));
     });
-    this.server.on('secureConnection', (socket: TLSSocket) => this.track(socket));
+    this.server.on('secureConnection', (socket: TLSSocket) => {
+      this.accepted++;
+      this.track(socket);
+    });
     this.server.on('connection', (socket: Socket) => this.track(socket));
   }
 
@@ -174,6 +179,11 @@ export class KubeApiStandIn {
 
   get url(): string {
     return `https://127.0.0.1:${this.port}`;
+  }
+
+  /** TLS connections accepted so far, and sockets open (a TLS connection counts its TCP socket too). */
+  get connections(): { accepted: number; open: number } {
+    return { accepted: this.accepted, open: this.sockets.size };
   }
 
   get openWatches(): number {
