@@ -108,7 +108,7 @@ export function memoryLogger(): { log: pino.Logger; lines: Array<{ level: number
   return { log, lines };
 }
 
-export async function waitUntil(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+export async function waitUntil(cond: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!cond()) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
