@@ -12,8 +12,8 @@
  * conflict re-reads the lease and tries once more; a failed renewal is
  * retried with back-off (0.5 s doubling up to the renew interval), each API
  * call bounded by `callTimeoutMs`, so the lease survives a brief API outage
- * and nothing waits forever. Events say what happened; the next wave turns
- * them into upstream's lease metrics.
+ * and nothing waits forever. Events report every outcome, for upstream's
+ * lease metrics.
  */
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
@@ -38,7 +38,7 @@ export interface ServerLeaseControllerOptions {
   serverId: string;
   /** `--lease-namespace` (default kube-system). */
   namespace?: string;
-  /** `--lease-label`, parsed ({@link parseLabels}). */
+  /** `--lease-label`, parsed with parseLabels (kube/labels.ts). */
   labels: Labels;
   log: Logger;
   leaseDurationSeconds?: number;
