@@ -173,6 +173,8 @@ export interface UpstreamServerSpec {
   /** Frontend on a Unix socket in the workspace (default) or mTLS TCP on 127.0.0.1. */
   frontend?: 'uds' | 'tcp';
   serverCount?: number;
+  /** Verify agents' client certificates (--cluster-ca-cert; default true). Upstream refuses it with token authentication. */
+  agentClientCa?: boolean;
   /** klog verbosity (default 1: -v 4, upstream's default, logs every packet). */
   verbosity?: number;
   extraArgs?: string[];
@@ -200,7 +202,8 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
     `--mode=${spec.mode ?? 'grpc'}`,
     `--server-id=${name}`,
     `--server-count=${spec.serverCount ?? 1}`,
-    `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
+    `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`,
+    ...(spec.agentClientCa === false ? [] : [`--cluster-ca-cert=${pki.caCert}`]),
     '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
     '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
     '--admin-bind-address=127.0.0.1', `--admin-port=${adminPort}`,
