@@ -11,6 +11,8 @@ export interface Params {
   capBytesPerSecond: number;
   /** Dials per path (pooled over reps). */
   dials: number;
+  /** Dials at a time in the concurrent dial runs. */
+  dialConcurrency: number;
   requestMs: number;
   requestConcurrency: number;
   idleConnections: number;
@@ -30,6 +32,7 @@ export const PARAMS: Record<Mode, Params> = {
     chunkBytes: 256 * 1024,
     capBytesPerSecond: 3e9,
     dials: 10,
+    dialConcurrency: 8,
     requestMs: 200,
     requestConcurrency: 16,
     idleConnections: 40,
@@ -47,6 +50,7 @@ export const PARAMS: Record<Mode, Params> = {
     chunkBytes: 256 * 1024,
     capBytesPerSecond: 3e9,
     dials: 300,
+    dialConcurrency: 8,
     requestMs: 400,
     requestConcurrency: 16,
     idleConnections: 2000,
@@ -62,6 +66,7 @@ export const PARAMS: Record<Mode, Params> = {
     chunkBytes: 256 * 1024,
     capBytesPerSecond: 3e9,
     dials: 2000,
+    dialConcurrency: 8,
     requestMs: 2000,
     requestConcurrency: 16,
     idleConnections: 10_000,
