@@ -3,10 +3,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ThrowawayPki } from '../src/pki/throwaway-pki.js';
 import type { Worker } from './rpc.js';
 import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
-import { BACKEND_HOST, NODE_HOST, readPem, startPair, type KanalPair, type TunnelPair } from './cluster.js';
+import path from 'node:path';
+import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { makeTempDir } from './children.js';
+import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair, type KanalPair, type TunnelPair } from './cluster.js';
 import type { Params } from './params.js';
 import { cpuSecondsOf, rssBytes } from './proc.js';
-import { startUpstreamPair, type UpstreamBinaries } from './upstream.js';
+import { findUpstream, startUpstreamPair, type UpstreamBinaries } from './upstream.js';
 
 export interface Env {
   dir: string;
@@ -17,12 +20,50 @@ export interface Env {
   /** Upstream's server and agent in the same topology; both undefined when its binaries are absent. */
   upstream?: TunnelPair;
   upstreamBinaries?: UpstreamBinaries;
+  /** Why upstream does not run, when it does not. */
+  upstreamAbsent?: string;
   /** The backend worker's listeners. */
   ports: BackendPorts;
   client: Worker<LoadgenCommands>;
   backend: Worker<LoadgenCommands>;
   warnings: string[];
   progress(text: string): void;
+}
+
+export interface SetUpOptions {
+  transport: string;
+  params: Params;
+  /** --upstream: a directory, "none", or undefined (look in the usual places; see upstream.ts). */
+  upstreamOption: string | undefined;
+  warnings: string[];
+  progress(text: string): void;
+}
+
+/**
+ * A temp dir with a throwaway PKI, the backend and client workers, a Kanal
+ * pair and (when its binaries are found) an upstream pair, the client aimed
+ * at both. Everything is stopped by children.ts's cleanUp().
+ */
+export async function setUp(o: SetUpOptions): Promise<Env> {
+  const dir = makeTempDir('kanal-bench-');
+  o.progress(`setting up in ${dir}`);
+  const pki = await writeThrowawayPki(path.join(dir, 'pki'), { serverIps: [NODE_HOST] });
+  const backend = startLoadgen(dir, 'backend');
+  const client = startLoadgen(dir, 'client');
+  const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: o.params.chunkBytes });
+  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports });
+  const env: Env = { dir, pki, transport: o.transport, params: o.params, pair, ports, client, backend, warnings: o.warnings, progress: o.progress };
+  const found = findUpstream(o.upstreamOption, dir);
+  if ('binaries' in found) {
+    o.progress(`starting upstream's proxy-server and proxy-agent (${found.binaries.origin})`);
+    env.upstreamBinaries = found.binaries;
+    env.upstream = await startUpstreamPair({ dir, tag: 'upstream', pki, binaries: found.binaries });
+  } else {
+    env.upstreamAbsent = found.absent;
+    o.progress(`upstream: ${found.absent}; comparing with direct connections only`);
+  }
+  await aimClient(env);
+  return env;
 }
 
 /** Points the load generator at env's pairs (their Unix sockets, Kanal's node-side listeners). */

@@ -13,14 +13,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { TRANSPORT_NAMES } from '../src/cli/transport-choice.js';
-import { cleanUp, makeTempDir } from './children.js';
-import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair } from './cluster.js';
-import { findUpstream, startUpstreamPair, upstreamOptionProblem } from './upstream.js';
+import { cleanUp } from './children.js';
+import { upstreamOptionProblem } from './upstream.js';
 import { sideBySide } from './side-by-side.js';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { aimClient, measureReceive, openFlows, waitIdle, withFreshPair, type Env } from './env.js';
+import { measureReceive, openFlows, setUp, waitIdle, withFreshPair, type Env } from './env.js';
 import { PARAMS, type Mode, type Params } from './params.js';
 import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from './proc.js';
 import { renderText, SECTION_ORDER, type Report, type Row, type Section } from './report.js';
@@ -199,25 +197,9 @@ async function main(): Promise<void> {
   let upstream: Report['upstream'] = { absent: 'not looked for' };
   let failed = false;
   try {
-    const dir = makeTempDir('kanal-bench-');
-    progress(`setting up in ${dir} (mode ${opts.mode}, transport ${opts.transport})`);
-    const pki = await writeThrowawayPki(path.join(dir, 'pki'), { serverIps: [NODE_HOST] });
-    const backend = startLoadgen(dir, 'backend');
-    const client = startLoadgen(dir, 'client');
-    const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: opts.params.chunkBytes });
-    const pair = await startPair({ dir, tag: 'bench', pki, transport: opts.transport, backend: ports });
-    const env: Env = { dir, pki, transport: opts.transport, params: opts.params, pair, ports, client, backend, warnings, progress };
-    const found = findUpstream(opts.upstream, dir);
-    if ('binaries' in found) {
-      progress(`starting upstream's proxy-server and proxy-agent (${found.binaries.origin})`);
-      env.upstreamBinaries = found.binaries;
-      env.upstream = await startUpstreamPair({ dir, tag: 'upstream', pki, binaries: found.binaries });
-      upstream = { origin: found.binaries.origin };
-    } else {
-      upstream = found;
-      progress(`upstream: ${found.absent}; comparing with direct connections only`);
-    }
-    await aimClient(env);
+    progress(`setting up (mode ${opts.mode}, transport ${opts.transport})`);
+    const env = await setUp({ transport: opts.transport, params: opts.params, upstreamOption: opts.upstream, warnings, progress });
+    upstream = env.upstreamBinaries ? { origin: env.upstreamBinaries.origin } : { absent: env.upstreamAbsent ?? '?' };
 
     const suites: Record<Section, () => Promise<Row[]>> = {
       throughput: () => runThroughput(env),
@@ -247,7 +229,7 @@ async function main(): Promise<void> {
     }
     progress('stopping');
     await env.upstream?.stop();
-    await pair.stop();
+    await env.pair.stop();
   } finally {
     await cleanUp();
     if (process.stderr.isTTY) process.stderr.write('\n');

@@ -83,6 +83,8 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       ...PERCENTILE_COLUMNS,
       { key: 'dialsPerS', title: 'dials/s', digits: 0 },
       { key: 'vsUpstreamRate', title: 'dials/s /upstream', digits: 2 },
+      { key: 'cpuUsPerDial', title: 'proxy CPU µs/dial', digits: 0 },
+      { key: 'vsUpstreamCpu', title: 'CPU /upstream', digits: 2 },
       DIALS_COLUMN,
     ],
   },

@@ -71,6 +71,10 @@ function rateLine(kanal: string, upstream: string, label: string): Line {
   return { id: `${kanal}.rate`, label, unit: 'dials/s', digits: 0, better: 'higher', kanal: { row: kanal, key: 'dialsPerS', spread: 'rateSpread' }, upstream: { row: upstream, key: 'dialsPerS', spread: 'rateSpread' }, ratio: 'vsUpstreamRate' };
 }
 
+function cpuPerDialLine(kanal: string, upstream: string, label: string): Line {
+  return { id: `${kanal}.cpu`, label, unit: 'µs', digits: 0, better: 'lower', kanal: { row: kanal, key: 'cpuUsPerDial' }, upstream: { row: upstream, key: 'cpuUsPerDial' }, ratio: 'vsUpstreamCpu' };
+}
+
 function requestLine(kanalKey: string, upstreamKey: string, c: string, label: string): Line {
   const kanal = `requests.${kanalKey}.${c}`;
   return { id: kanal, label, unit: 'req/s', digits: 0, better: 'higher', kanal: { row: kanal, key: 'rps', spread: 'spread' }, upstream: { row: `requests.${upstreamKey}.${c}`, key: 'rps', spread: 'spread' }, ratio: 'vsUpstream' };
@@ -86,6 +90,10 @@ const LINES: Line[] = [
   ...dialLines('latency.cp-node.c8', 'latency.upstream-cp-node.c8', 'dial -> byte echoed, 8 at a time,'),
   rateLine('latency.cp-node', 'latency.upstream-cp-node', 'dials per second, sequential'),
   rateLine('latency.cp-node.c8', 'latency.upstream-cp-node.c8', 'dials per second, 8 at a time'),
+  cpuPerDialLine('latency.cp-node', 'latency.upstream-cp-node', 'CPU per dial, server + agent, sequential'),
+  cpuPerDialLine('latency.cp-node.c8', 'latency.upstream-cp-node.c8', 'CPU per dial, server + agent, 8 at a time'),
+  ...dialLines('latency.cp-node.cold', 'latency.upstream-cp-node.cold', 'first dials after start,'),
+  cpuPerDialLine('latency.cp-node.cold', 'latency.upstream-cp-node.cold', 'CPU per dial, first dials after start'),
   ...dialLines('latency.cp-node-tls', 'latency.upstream-cp-node-tls', 'dial + TLS inside, sequential,'),
   ...dialLines('loaded.cp-node', 'loaded.upstream-cp-node', 'dial next to a bulk download,'),
   requestLine('cp-node', 'upstream-cp-node', 'c1', 'short requests, sequential'),

@@ -1,7 +1,8 @@
 /** 2. Dial latency (idle, and next to a bulk flow) and short requests per second: Kanal, upstream, the backend directly. */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Path } from './loadgen-protocol.js';
-import { openFlows, runnable, waitIdle, type Env } from './env.js';
+import { productOf, type Path } from './loadgen-protocol.js';
+import { openFlows, proxyPids, runnable, waitIdle, withFreshPair, type Env } from './env.js';
+import { cpuSecondsOf } from './proc.js';
 import type { Row } from './report.js';
 import { median, medianRatio, percentile, spread } from './stats.js';
 
@@ -39,6 +40,25 @@ function failuresWarning(env: Env, what: string, r: { errors: number; firstError
 interface DialRuns {
   latencies: number[][];
   rates: number[];
+  /** CPU seconds of the proxy's server and agent over all repetitions (teardown included). */
+  cpuS: number;
+}
+
+const emptyRuns = (): DialRuns => ({ latencies: [], rates: [], cpuS: 0 });
+
+/**
+ * `n` dials along `path`, `concurrency` at a time, added to `into`; the
+ * proxy's CPU is read once every connection of the batch is torn down.
+ */
+async function dialBatch(env: Env, path: Path, n: number, concurrency: number, into: DialRuns, what: string): Promise<void> {
+  const pids = proxyPids(env, path);
+  const cpu0 = cpuSecondsOf(pids);
+  const r = await env.client.call('dials', { path, n, concurrency }, 600_000);
+  await waitIdle(env);
+  into.cpuS += cpuSecondsOf(pids) - cpu0;
+  failuresWarning(env, what, r);
+  into.latencies.push(r.latenciesMs);
+  into.rates.push((r.latenciesMs.length * 1000) / r.elapsedMs);
 }
 
 const pooled = (r: DialRuns): number[] => r.latencies.flat();
@@ -68,6 +88,14 @@ function latencyValues(r: DialRuns, baseline?: DialRuns, upstream?: DialRuns): R
   return values;
 }
 
+/** CPU µs per dial of the proxy (server + agent), with the ratio to upstream's; nothing for the direct paths. */
+function cpuValues(path: Path, r: DialRuns, upstream?: DialRuns): Record<string, number> {
+  if (!productOf(path)) return {};
+  const values: Record<string, number> = { cpuUsPerDial: (r.cpuS * 1e6) / pooled(r).length };
+  if (upstream) values.vsUpstreamCpu = values.cpuUsPerDial! / ((upstream.cpuS * 1e6) / pooled(upstream).length);
+  return values;
+}
+
 /**
  * Dial latency and dials per second of every path, sequential (one dial at a
  * time) and `dialConcurrency` at a time.
@@ -79,28 +107,35 @@ export async function runLatency(env: Env): Promise<Row[]> {
   const concurrencies = [1, dialConcurrency];
   const runs = new Map<string, DialRuns>();
   const key = (path: Path, c: number): string => `${path}/${c}`;
-  for (const p of paths) await env.client.call('dials', { path: p.path, n: 5, concurrency: 1 }, 60_000); // warm-up, discarded
+  const rows = await runColdDials(env);
+  // Warm-up, discarded: timed dials should meet optimised code, not V8 still tiering up.
+  for (const p of paths) {
+    const n = p.path === 'kanal-cp' ? env.params.dialWarmup : Math.ceil(env.params.dialWarmup / 5);
+    env.progress(`dial warm-up: ${n} dials ${p.label}`);
+    await env.client.call('dials', { path: p.path, n, concurrency: 1 }, 600_000);
+  }
+  await waitIdle(env);
   for (let rep = 0; rep < reps; rep++) {
     for (const c of concurrencies) {
       for (const p of inRepOrder(paths, rep)) {
         env.progress(`dial latency ${p.label}, ${c === 1 ? 'sequential' : `${c} at a time`}, run ${rep + 1}/${reps}`);
-        const r = await env.client.call('dials', { path: p.path, n: perRep, concurrency: c }, 300_000);
-        failuresWarning(env, `dials ${p.label} c=${c}`, r);
         const k = key(p.path, c);
-        const d = runs.get(k) ?? { latencies: [], rates: [] };
-        d.latencies.push(r.latenciesMs);
-        d.rates.push((r.latenciesMs.length * 1000) / r.elapsedMs);
+        const d = runs.get(k) ?? emptyRuns();
         runs.set(k, d);
+        await dialBatch(env, p.path, perRep, c, d, `dials ${p.label} c=${c}`);
       }
     }
   }
-  await waitIdle(env);
-  const rows: Row[] = [];
   for (const c of concurrencies) {
     for (const p of paths) {
       const r = runs.get(key(p.path, c))!;
       const up = p.upstream && runs.get(key(p.upstream, c));
-      const values: Record<string, number> = { ...latencyValues(r, p.baseline && runs.get(key(p.baseline, c)), up), dialsPerS: median(r.rates), rateSpread: spread(r.rates) };
+      const values: Record<string, number> = {
+        ...latencyValues(r, p.baseline && runs.get(key(p.baseline, c)), up),
+        ...cpuValues(p.path, r, up),
+        dialsPerS: median(r.rates),
+        rateSpread: spread(r.rates),
+      };
       if (up) values.vsUpstreamRate = medianRatio(r.rates, up.rates);
       rows.push({
         id: c === 1 ? `latency.${p.key}` : `latency.${p.key}.c${c}`,
@@ -113,6 +148,42 @@ export async function runLatency(env: Env): Promise<Row[]> {
     }
   }
   return rows;
+}
+
+/**
+ * The first `coldDials` dials through a freshly started pair of each product,
+ * sequential: what a restarted server and agent cost until V8 has optimised
+ * the dial path (upstream's Go is compiled ahead of time). One run each.
+ */
+async function runColdDials(env: Env): Promise<Row[]> {
+  const cases = runnable(env, [
+    { path: 'kanal-cp' as const, key: 'cp-node', label: 'Kanal CP->node' },
+    { path: 'upstream-cp' as const, key: 'upstream-cp-node', label: 'upstream CP->node' },
+  ]);
+  const runs = new Map<Path, DialRuns>();
+  for (const c of cases) {
+    const product = productOf(c.path)!;
+    await withFreshPair(env, product, `cold-${product}`, async (fresh) => {
+      env.progress(`dial latency ${c.label}: the first ${env.params.coldDials} dials after start`);
+      const r = emptyRuns();
+      await dialBatch(fresh, c.path, env.params.coldDials, 1, r, `cold dials ${c.label}`);
+      runs.set(c.path, r);
+    });
+  }
+  const up = runs.get('upstream-cp');
+  return cases.map((c) => {
+    const r = runs.get(c.path)!;
+    const upstream = c.path === 'kanal-cp' ? up : undefined;
+    const values: Record<string, number> = { ...latencyValues(r, undefined, upstream), ...cpuValues(c.path, r, upstream), dialsPerS: median(r.rates) };
+    if (upstream) values.vsUpstreamRate = medianRatio(r.rates, upstream.rates);
+    return {
+      id: `latency.${c.key}.cold`,
+      section: 'latency' as const,
+      label: `${c.label.padEnd(29)} first ${env.params.coldDials} after start`,
+      values,
+      signed: ['p50Spread', 'p99Spread'],
+    };
+  });
 }
 
 const LOADED: { path: Path; key: string; label: string; load: Path; baseline?: Path; upstream?: Path }[] = [
@@ -132,7 +203,7 @@ export async function runLoadedLatency(env: Env): Promise<Row[]> {
   const { reps, dials, warmupMs } = env.params;
   const cases = runnable(env, LOADED);
   const perRep = Math.max(1, Math.ceil(dials / reps));
-  const runs = new Map<Path, DialRuns>(cases.map((c) => [c.path, { latencies: [], rates: [] }]));
+  const runs = new Map<Path, DialRuns>(cases.map((c) => [c.path, emptyRuns()]));
   const bulk = new Map<Path, number[]>(cases.map((c) => [c.path, []]));
   for (let rep = 0; rep < reps; rep++) {
     for (const c of inRepOrder(cases, rep)) {

@@ -23,6 +23,7 @@ const requestRows = (paths: string[]): string[] => paths.flatMap((p) => [`reques
 const KANAL_ROWS: string[] = [
   ...bulkRows(['direct-tls', 'cp-node', 'node-cp']),
   ...dialRows(['direct-tcp', 'direct-tls', 'cp-node', 'cp-node-tls', 'node-cp']),
+  'latency.cp-node.cold',
   ...['direct-tcp', 'cp-node', 'node-cp'].map((p) => `loaded.${p}`),
   ...requestRows(['direct-tcp', 'direct-tls', 'cp-node', 'cp-node-tls', 'node-cp']),
   'memory.idle-connections',
@@ -34,6 +35,7 @@ const KANAL_ROWS: string[] = [
 const UPSTREAM_ROWS: string[] = [
   ...bulkRows(['upstream-cp-node']),
   ...dialRows(['upstream-cp-node', 'upstream-cp-node-tls']),
+  'latency.upstream-cp-node.cold',
   'loaded.upstream-cp-node',
   ...requestRows(['upstream-cp-node', 'upstream-cp-node-tls']),
   'memory.idle-connections.upstream',
@@ -46,6 +48,8 @@ const UPSTREAM_ROWS: string[] = [
   'versus.latency.cp-node.p50',
   'versus.latency.cp-node.c8.p99',
   'versus.latency.cp-node.rate',
+  'versus.latency.cp-node.cpu',
+  'versus.latency.cp-node.cold.p50',
   'versus.requests.cp-node.c16',
   'versus.memory.server',
   'versus.agents.server',
