@@ -80,6 +80,8 @@ export interface StartOptions {
   /** Extra node flags, e.g. --cpu-prof. */
   nodeArgs?: string[];
   logLevel?: string;
+  /** The kanal CLI to run (another build's dist/src/cli/main.js, for A/B comparisons); default this checkout's. */
+  cli?: string;
 }
 
 export async function startServer(o: StartOptions): Promise<KanalServerProc> {
@@ -93,7 +95,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
     '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
   ];
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
-  const child = spawnChild({ name: `${o.tag}-server`, script: CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
+  const child = spawnChild({ name: `${o.tag}-server`, script: o.cli ?? CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHttpOk(`${healthUrl}/healthz`, 20_000, child);
   return { child, uds, agentPort, healthUrl };
@@ -108,7 +110,7 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
   const cred = await issueAgentCertificate(o.pki, agentID);
   const agent = spawnChild({
     name: `${o.tag}-agent`,
-    script: CLI,
+    script: o.cli ?? CLI,
     nodeArgs: o.nodeArgs,
     logFile: path.join(o.dir, `${o.tag}-agent.log`),
     args: [

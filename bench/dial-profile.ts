@@ -11,6 +11,8 @@
  *
  * - always: latency, CPU (user and system) µs per dial, context switches
  *   and minor page faults per dial of each server and agent (/proc);
+ *   `--compare DIR` adds a second Kanal pair run from another checkout's
+ *   build (DIR/dist), in the same interleaved rounds: an A/B test of a change;
  * - `--strace`: system calls per dial by name (strace -f -c on each process;
  *   a separate pass, as tracing slows the processes down);
  * - `--timeline FILE`: one dial's system calls in both processes of each
@@ -27,7 +29,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cleanUp } from './children.js';
-import { pairOf, products, setUp, waitIdle, withFreshPair, type Env } from './env.js';
+import { aimClient, pairOf, products, setUp, waitIdle, withFreshPair, type Env } from './env.js';
+import { startPair, type KanalPair } from './cluster.js';
 import type { Path, Product } from './loadgen-protocol.js';
 import { PARAMS } from './params.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
@@ -45,6 +48,7 @@ const USAGE = `usage: node dist/bench/dial-profile.js [--dials N] [--rounds R] [
   --cpu-prof       also profile a fresh Kanal pair (--cpu-prof, --trace-gc) over the same dials
   --v8-trace       with --cpu-prof: also count V8's optimisations and deoptimisations (--trace-opt --trace-deopt)
   --keep DIR       copy the raw .cpuprofile and strace files into DIR
+  --compare DIR    also run a Kanal pair from DIR/dist (another checkout, built) in the same rounds
   --upstream       as for npm run bench`;
 
 const PATH_OF: Record<Product, Path> = { kanal: 'kanal-cp', upstream: 'upstream-cp' };
@@ -60,6 +64,7 @@ interface Options {
   perf: boolean;
   v8Trace: boolean;
   keep?: string;
+  compare?: string;
   upstream?: string;
 }
 
@@ -76,6 +81,7 @@ function parseOptions(): Options {
       perf: { type: 'boolean', default: false },
       'v8-trace': { type: 'boolean', default: false },
       keep: { type: 'string' },
+      compare: { type: 'string' },
       upstream: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -101,6 +107,7 @@ function parseOptions(): Options {
     perf: values.perf,
     v8Trace: values['v8-trace'],
     keep: values.keep,
+    compare: values.compare,
     upstream: values.upstream,
   };
 }
@@ -140,20 +147,38 @@ function add(a: CpuTimes, b: CpuTimes, sign = 1): CpuTimes {
   };
 }
 
-async function measure(env: Env, o: Options): Promise<Map<Product, ProductRuns>> {
-  const runs = new Map<Product, ProductRuns>(products(env).map((p) => [p, { latencies: [], cost: { server: ZERO, agent: ZERO }, dials: 0 }]));
-  for (const p of products(env)) {
-    env.progress(`${p}: ${o.warmup} warm-up dials`);
-    await dials(env, p, o.warmup, o.concurrency); // JIT, pools, first-use allocations
+/** A pair measured in the rounds: Kanal's, upstream's, or (with --compare) Kanal's from another build. */
+interface Contestant {
+  name: string;
+  product: Product;
+  /** The env whose pair of `product` it is; the client is aimed at it for its batches. */
+  env: Env;
+}
+
+/** `fn` with the client aimed at `c`'s pairs, and back at the main ones afterwards. */
+async function aimedAt<T>(main: Env, c: Contestant, fn: () => Promise<T>): Promise<T> {
+  if (c.env === main) return fn();
+  await aimClient(c.env);
+  try {
+    return await fn();
+  } finally {
+    await aimClient(main);
+  }
+}
+
+async function measure(env: Env, contestants: Contestant[], o: Options): Promise<Map<string, ProductRuns>> {
+  const runs = new Map<string, ProductRuns>(contestants.map((c) => [c.name, { latencies: [], cost: { server: ZERO, agent: ZERO }, dials: 0 }]));
+  for (const c of contestants) {
+    env.progress(`${c.name}: ${o.warmup} warm-up dials`);
+    await aimedAt(env, c, () => dials(c.env, c.product, o.warmup, o.concurrency)); // JIT, pools, first-use allocations
   }
   for (let round = 0; round < o.rounds; round++) {
-    const order = round % 2 === 0 ? products(env) : [...products(env)].reverse();
-    for (const p of order) {
-      env.progress(`${p}: ${o.dials} dials, round ${round + 1}/${o.rounds}`);
-      const pids = pidsOf(env, p);
+    for (const c of round % 2 === 0 ? contestants : [...contestants].reverse()) {
+      env.progress(`${c.name}: ${o.dials} dials, round ${round + 1}/${o.rounds}`);
+      const pids = pidsOf(c.env, c.product);
       const before = { server: cpuTimes(pids.server), agent: cpuTimes(pids.agent) };
-      const lat = await dials(env, p, o.dials, o.concurrency);
-      const r = runs.get(p)!;
+      const lat = await aimedAt(env, c, () => dials(c.env, c.product, o.dials, o.concurrency));
+      const r = runs.get(c.name)!;
       r.latencies.push(...lat);
       r.dials += o.dials;
       for (const role of ROLES) r.cost[role] = add(r.cost[role], add(cpuTimes(pids[role]), before[role], -1));
@@ -332,14 +357,14 @@ async function instrumented(env: Env, o: Options): Promise<Instrumented> {
   return { profiles, gcs: result.gcs, dials: n };
 }
 
-function render(runs: Map<Product, ProductRuns>, o: Options): string[] {
+function render(runs: Map<string, ProductRuns>, o: Options): string[] {
   const out: string[] = [];
   const us = (s: number, n: number): string => ((s * 1e6) / n).toFixed(0);
   const per = (x: number, n: number): string => (x / n).toFixed(2);
   out.push(`dials ${o.concurrency === 1 ? 'one at a time' : `${o.concurrency} at a time`}; ${o.rounds} rounds of ${o.dials}, products interleaved`);
   out.push('  product   p50 ms  p99 ms  mean ms | process  user µs  sys µs  total µs  vol cs  invol cs  minflt   (all per dial)');
   for (const [p, r] of runs) {
-    const head = `  ${p.padEnd(8)}  ${percentile(r.latencies, 50).toFixed(3).padStart(6)}  ${percentile(r.latencies, 99).toFixed(3).padStart(6)}  ${(r.latencies.reduce((a, b) => a + b, 0) / r.latencies.length).toFixed(3).padStart(7)}`;
+    const head = `  ${p.padEnd(9)} ${percentile(r.latencies, 50).toFixed(3).padStart(6)}  ${percentile(r.latencies, 99).toFixed(3).padStart(6)}  ${(r.latencies.reduce((a, b) => a + b, 0) / r.latencies.length).toFixed(3).padStart(7)}`;
     for (const [i, role] of ROLES.entries()) {
       const c = r.cost[role];
       out.push(
@@ -411,7 +436,18 @@ async function main(): Promise<void> {
   try {
     const env = await setUp({ transport: 'h2', params: { ...PARAMS.quick }, upstreamOption: o.upstream, warnings, progress });
     out.push(env.upstreamBinaries ? `upstream: ${env.upstreamBinaries.origin}` : `upstream: ${env.upstreamAbsent}`);
-    out.push(...render(await measure(env, o), o));
+    const contestants: Contestant[] = products(env).map((p) => ({ name: p, product: p, env }));
+    let compared: KanalPair | undefined;
+    if (o.compare) {
+      const cli = path.resolve(o.compare, 'dist/src/cli/main.js');
+      if (!fs.existsSync(cli)) throw new Error(`--compare ${o.compare}: no ${cli} (build that checkout first)`);
+      env.progress(`starting a second Kanal pair from ${cli}`);
+      compared = await startPair({ dir: env.dir, tag: 'compare', pki: env.pki, transport: 'h2', backend: env.ports, cli });
+      contestants.splice(1, 0, { name: 'kanal-B', product: 'kanal', env: { ...env, pair: compared } });
+      out.push(`kanal-B: ${cli}`);
+    }
+    out.push(...render(await measure(env, contestants, o), o));
+    await compared?.stop();
     if (o.strace) out.push(...renderStrace(await straceCounts(env, o), o.dials));
     if (o.timeline) out.push('', `one dial's system calls: ${o.timeline}`, ...(await timeline(env, o.timeline)).map((l) => `  ${l}`));
     if (o.perf) out.push(...renderPerf(await perfProfiles(env, o), o.dials));
