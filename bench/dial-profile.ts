@@ -35,7 +35,7 @@ import type { Path, Product } from './loadgen-protocol.js';
 import { PARAMS } from './params.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { cpuTimes, type CpuTimes } from './proc.js';
-import { percentile } from './stats.js';
+import { inRepOrder, percentile } from './stats.js';
 
 const USAGE = `usage: node dist/bench/dial-profile.js [--dials N] [--rounds R] [--concurrency C] [--strace] [--timeline FILE] [--cpu-prof] [--upstream DIR|none]
   --dials N        dials per product per round (default 1000)
@@ -173,7 +173,7 @@ async function measure(env: Env, contestants: Contestant[], o: Options): Promise
     await aimedAt(env, c, () => dials(c.env, c.product, o.warmup, o.concurrency)); // JIT, pools, first-use allocations
   }
   for (let round = 0; round < o.rounds; round++) {
-    for (const c of round % 2 === 0 ? contestants : [...contestants].reverse()) {
+    for (const c of inRepOrder(contestants, round)) {
       env.progress(`${c.name}: ${o.dials} dials, round ${round + 1}/${o.rounds}`);
       const pids = pidsOf(c.env, c.product);
       const before = { server: cpuTimes(pids.server), agent: cpuTimes(pids.agent) };

@@ -1,10 +1,9 @@
 /** What every suite works with, and the one primitive they share: a timed bulk measurement. */
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
 import type { Worker } from './rpc.js';
 import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
-import path from 'node:path';
-import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { makeTempDir } from './children.js';
 import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair, type KanalPair, type TunnelPair } from './cluster.js';
 import type { Params } from './params.js';
@@ -118,6 +117,8 @@ export async function withFreshPair<T>(env: Env, product: Product, tag: string, 
   }
 }
 
+let restarts = 0;
+
 /** Replaces env's upstream pair with a freshly started one. */
 export async function restartUpstream(env: Env): Promise<void> {
   if (!env.upstream || !env.upstreamBinaries) return;
@@ -125,8 +126,6 @@ export async function restartUpstream(env: Env): Promise<void> {
   env.upstream = await startUpstreamPair({ dir: env.dir, tag: `upstream-${++restarts}`, pki: env.pki, binaries: env.upstreamBinaries });
   await aimClient(env);
 }
-
-let restarts = 0;
 
 /** Server and agent of the product carrying `path`; none for the direct paths. */
 export function proxyPids(env: Env, path: Path): number[] {

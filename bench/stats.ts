@@ -23,6 +23,11 @@ export function mean(values: readonly number[]): number {
   return values.length === 0 ? Number.NaN : values.reduce((a, b) => a + b, 0) / values.length;
 }
 
+/** Every other repetition runs the items in reverse, so no item always runs first after a pause. */
+export function inRepOrder<T>(items: readonly T[], rep: number): readonly T[] {
+  return rep % 2 === 0 ? items : [...items].reverse();
+}
+
 /** Median of the ratios of paired runs (a[i] / b[i]: each run divided by the one measured next to it). */
 export function medianRatio(a: readonly number[], b: readonly number[]): number {
   return median(a.map((x, i) => x / b[i]!));

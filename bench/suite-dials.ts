@@ -4,7 +4,7 @@ import { productOf, type Path } from './loadgen-protocol.js';
 import { openFlows, proxyPids, runnable, waitIdle, withFreshPair, type Env } from './env.js';
 import { cpuSecondsOf } from './proc.js';
 import type { Row } from './report.js';
-import { median, medianRatio, percentile, spread } from './stats.js';
+import { inRepOrder, median, medianRatio, percentile, spread } from './stats.js';
 
 interface PathSpec {
   path: Path;
@@ -26,11 +26,6 @@ const ALL_PATHS: PathSpec[] = [
 ];
 
 const labelOf = (path: Path): string => ALL_PATHS.find((p) => p.path === path)!.label;
-
-/** Every other repetition runs the paths in reverse, so no path always runs first after a pause. */
-function inRepOrder<T>(items: readonly T[], rep: number): readonly T[] {
-  return rep % 2 === 0 ? items : [...items].reverse();
-}
 
 function failuresWarning(env: Env, what: string, r: { errors: number; firstError?: string }): void {
   if (r.errors > 0) env.warnings.push(`${what}: ${r.errors} failure(s), first: ${r.firstError ?? '?'}`);

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { bulkRun, measureReceive, openFlows, pairOf, pairRss, restartUpstream, runnable, waitIdle, type Env } from './env.js';
 import { productOf, type Path } from './loadgen-protocol.js';
 import type { Row } from './report.js';
-import { median, medianRatio } from './stats.js';
+import { inRepOrder, median, medianRatio } from './stats.js';
 
 const MiB = 1024 * 1024;
 
@@ -17,8 +17,8 @@ const CASES = [
   { key: 'stalled-backend', label: 'upload, stalled backend', measured: 'up', stalled: 'stall-backend' },
 ] as const;
 
-/** How long the proxy has to close the backend's ends once the client side is gone. */
-const TEARDOWN_MS = 3000;
+/** How long the proxy has to close the backend's ends once the client side is gone: 1-3 s by mode. */
+const teardownMs = (env: Env): number => Math.min(3000, Math.max(1000, env.params.measureMs * 2.5));
 const SETTLE_MS = 500;
 
 interface Runs {
@@ -26,7 +26,7 @@ interface Runs {
   stalled: number[];
   /** Runs in which the measured connection could not even open, or moved no byte. */
   blocked: number;
-  /** Connections the proxy still held open TEARDOWN_MS after their clients had gone (the bench then closed them). */
+  /** Connections the proxy still held open teardownMs after their clients had gone (the bench then closed them). */
   leftOpen: number;
   growth: { server: number[]; agent: number[] };
 }
@@ -73,7 +73,7 @@ async function nextToStall(env: Env, c: (typeof CASES)[number], path: Path, runs
     await env.backend.call('unstall', null);
     // A dial the blocked tunnel held back may reach the backend only now.
     await sleep(SETTLE_MS);
-    if (!(await waitIdle(env, TEARDOWN_MS, true))) {
+    if (!(await waitIdle(env, teardownMs(env), true))) {
       const [c, b] = await Promise.all([env.client.call('closeAll', null), env.backend.call('closeAll', null)]);
       runs.leftOpen += c.destroyed + b.destroyed;
       await waitIdle(env);
@@ -89,7 +89,7 @@ export async function runIsolation(env: Env): Promise<Row[]> {
   for (const c of CASES) {
     const runs = new Map<Path, Runs>(paths.map((p) => [p, { alone: [], stalled: [], blocked: 0, leftOpen: 0, growth: { server: [], agent: [] } }]));
     for (let rep = 0; rep < env.params.reps; rep++) {
-      for (const path of rep % 2 === 0 ? paths : [...paths].reverse()) {
+      for (const path of inRepOrder(paths, rep)) {
         const r = runs.get(path)!;
         env.progress(`isolation ${path} ${c.label}: alone, run ${rep + 1}/${env.params.reps}`);
         r.alone.push((await bulkRun(env, path, c.measured, 1)).bytesPerSec);

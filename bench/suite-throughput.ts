@@ -2,7 +2,7 @@
 import type { Path } from './loadgen-protocol.js';
 import { bulkRun, runnable, type Env, type FlowSample } from './env.js';
 import type { Row } from './report.js';
-import { median, medianRatio, spread } from './stats.js';
+import { inRepOrder, median, medianRatio, spread } from './stats.js';
 
 /** The baseline (direct TLS) first; `upstream` names the row a Kanal row is compared with. */
 const ALL_PATHS: { path: Path; key: string; label: string; upstream?: Path }[] = [
@@ -28,10 +28,7 @@ export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Pr
   }
   for (let rep = 0; rep < env.params.reps; rep++) {
     for (const [ci, c] of cases.entries()) {
-      // Alternate the order so no path always runs first after a pause.
-      const order = PATHS.map((_, i) => i);
-      if (rep % 2 === 1) order.reverse();
-      for (const pi of order) {
+      for (const pi of inRepOrder(PATHS.map((_, i) => i), rep)) {
         const p = PATHS[pi]!;
         env.progress(`throughput ${p.label} ${c.mode} ${c.flows} flow(s), run ${rep + 1}/${env.params.reps}`);
         samples[ci]![pi]!.push(await bulkRun(env, p.path, c.mode, c.flows));
