@@ -9,6 +9,8 @@ export interface Params {
   chunkBytes: number;
   /** Safety bound on bytes a flow may send: this rate times the run's length. */
   capBytesPerSecond: number;
+  /** Untimed bulk runs of every proxied path and direction first (0 or 1), so JIT compilation lands in no timed run. */
+  bulkWarmupRuns: number;
   /** Dials per path (pooled over reps). */
   dials: number;
   /** Dials at a time in the concurrent dial runs. */
@@ -38,6 +40,7 @@ export const PARAMS: Record<Mode, Params> = {
     measureMs: 300,
     chunkBytes: 256 * 1024,
     capBytesPerSecond: 3e9,
+    bulkWarmupRuns: 0,
     dials: 10,
     dialConcurrency: 8,
     dialWarmup: 20,
@@ -58,6 +61,7 @@ export const PARAMS: Record<Mode, Params> = {
     measureMs: 1200,
     chunkBytes: 256 * 1024,
     capBytesPerSecond: 3e9,
+    bulkWarmupRuns: 1,
     dials: 300,
     dialConcurrency: 8,
     dialWarmup: 3_000,
@@ -76,6 +80,7 @@ export const PARAMS: Record<Mode, Params> = {
     measureMs: 3000,
     chunkBytes: 256 * 1024,
     capBytesPerSecond: 3e9,
+    bulkWarmupRuns: 1,
     dials: 2000,
     dialConcurrency: 8,
     dialWarmup: 5_000,

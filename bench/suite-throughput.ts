@@ -20,7 +20,7 @@ export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Pr
   const samples = cases.map(() => PATHS.map(() => [] as FlowSample[]));
   // Untimed warm-up of every proxied path and direction, so JIT compilation lands in no run.
   const warm: Env = { ...env, params: { ...env.params, warmupMs: 100, measureMs: Math.min(300, env.params.measureMs) } };
-  for (const p of PATHS.slice(1)) {
+  for (const p of env.params.bulkWarmupRuns > 0 ? PATHS.slice(1) : []) {
     for (const mode of ['up', 'down'] as const) {
       env.progress(`throughput warm-up ${p.label} ${mode}`);
       await bulkRun(warm, p.path, mode, 1);

@@ -71,7 +71,7 @@ const REQUIRED_VALUES: Record<Row['section'], string[]> = {
 
 function runBench(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BENCH, ...args], { maxBuffer: 16 * 1024 * 1024, timeout: 100_000, killSignal: 'SIGINT' }, (err, stdout, stderr) => {
+    execFile(process.execPath, [BENCH, ...args], { maxBuffer: 16 * 1024 * 1024, timeout: 160_000, killSignal: 'SIGINT' }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
       resolve({ code, stdout, stderr });
     });
@@ -81,7 +81,8 @@ function runBench(args: string[]): Promise<{ code: number; stdout: string; stder
 const upstreamAbsent = upstreamUnavailableReason();
 
 test(`bench --smoke --json reports every row with positive numbers${upstreamAbsent ? ' (upstream absent: Kanal and direct rows only)' : ', upstream side by side'}`, async (t) => {
-  t.timeout(115_000);
+  // 20-50 s on this 2-core machine; up to ~100 s while other suites keep it fully busy.
+  t.timeout(175_000);
   const r = await runBench(['--smoke', '--json']);
   t.is(r.code, 0, `bench exited with ${r.code}:\n${r.stderr.split('\n').slice(-20).join('\n')}`);
   const report = JSON.parse(r.stdout) as Report;
