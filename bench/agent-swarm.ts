@@ -1,11 +1,13 @@
 /**
  * Bench worker: many agents in one process. Each is a real agent tunnel
  * (src/agent/server-connection.ts connectToServer: its own channel, TLS
- * connection, Connect stream and Tunnel) with a distinct agentID; starting
- * one `kanal agent` process per agent would measure Node, not Kanal.
+ * connection, Connect stream and Tunnel) with a distinct agentID and its own
+ * client certificate; starting one `kanal agent` process per agent would
+ * measure Node, not Kanal.
  */
 import fs from 'node:fs';
 import { pino } from 'pino';
+import { issueAgentCertificate, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { serveCommands } from './rpc.js';
 import { connectToServer, type ServerConnection } from '../src/agent/server-connection.js';
 import { selectTransport } from '../src/cli/transport-choice.js';
@@ -14,7 +16,8 @@ import { DialError } from '../src/tunnel/errors.js';
 
 export type SwarmCommands = {
   connect: {
-    args: { target: string; caFile: string; certFile: string; keyFile: string; transport: string; idPrefix: string; from: number; count: number; concurrency: number };
+    /** Agents `${idPrefix}-${from}` … `${idPrefix}-${from + count - 1}`, each with its own certificate (CN = agentID) from `pki`. */
+    args: { target: string; pki: ThrowawayPki; transport: string; idPrefix: string; from: number; count: number; concurrency: number };
     result: { connected: number; errors: number; firstError?: string; ms: number };
   };
   closeAll: { args: null; result: null };
@@ -26,7 +29,7 @@ const log = pino({ level: 'silent' });
 serveCommands<SwarmCommands>({
   async connect(a) {
     const transport = selectTransport(a.transport);
-    const tls = { ca: fs.readFileSync(a.caFile), cert: fs.readFileSync(a.certFile), key: fs.readFileSync(a.keyFile), serverName: 'localhost' };
+    const ca = fs.readFileSync(a.pki.caCert);
     let next = a.from;
     const end = a.from + a.count;
     let errors = 0;
@@ -36,11 +39,14 @@ serveCommands<SwarmCommands>({
       Array.from({ length: Math.min(a.concurrency, a.count) }, async () => {
         while (next < end) {
           const id = next++;
+          const agentID = `${a.idPrefix}-${id}`;
           try {
+            const cred = await issueAgentCertificate(a.pki, agentID);
+            const tls = { ca, cert: fs.readFileSync(cred.cert), key: fs.readFileSync(cred.key), serverName: 'localhost' };
             const conn = await connectToServer({
               target: a.target,
               tls,
-              agentID: `${a.idPrefix}-${id}`,
+              agentID,
               agentIdentifiers: `host=${a.idPrefix}-${id}`,
               features: ALL_FEATURES,
               transport,

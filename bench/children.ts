@@ -1,26 +1,34 @@
 /**
  * Child processes and temporary directories of one bench run. Every child is
  * started through `bash -c 'ulimit -n <hard>; exec node …'` (Node 20 has no
- * setrlimit) so its pid is the node process itself; each is stopped by pid
- * on the way out, including on failure, SIGINT and SIGTERM.
+ * setrlimit) so its pid is the node (or upstream's) process itself; each is
+ * stopped by pid on the way out, including on failure, SIGINT and SIGTERM.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-export interface SpawnOptions {
+interface CommonSpawnOptions {
   /** Short name used in error messages. */
   name: string;
-  /** Node flags placed before the script (e.g. --cpu-prof). */
-  nodeArgs?: string[];
-  script: string;
   args?: string[];
   /** stdout and stderr go here. */
   logFile: string;
   /** Open an IPC channel (for bench workers). */
   ipc?: boolean;
 }
+
+/** A Node script run by this Node, or another executable (upstream's Go binaries). */
+export type SpawnOptions = CommonSpawnOptions &
+  (
+    | {
+        script: string;
+        /** Node flags placed before the script (e.g. --cpu-prof). */
+        nodeArgs?: string[];
+      }
+    | { executable: string }
+  );
 
 export class Child {
   readonly exited: Promise<number | null>;
@@ -107,7 +115,8 @@ export function spawnChild(opts: SpawnOptions): Child {
   installHandlers();
   const out = fs.openSync(opts.logFile, 'a');
   const wrapper = 'h=$(ulimit -Hn); ulimit -n "$h" 2>/dev/null || ulimit -n 65536 2>/dev/null; exec "$@"';
-  const proc = spawn('bash', ['-c', wrapper, 'kanal-bench', process.execPath, ...(opts.nodeArgs ?? []), opts.script, ...(opts.args ?? [])], {
+  const program = 'executable' in opts ? [opts.executable] : [process.execPath, ...(opts.nodeArgs ?? []), opts.script];
+  const proc = spawn('bash', ['-c', wrapper, 'kanal-bench', ...program, ...(opts.args ?? [])], {
     stdio: opts.ipc ? ['ignore', out, out, 'ipc'] : ['ignore', out, out],
   });
   fs.closeSync(out);

@@ -5,10 +5,10 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CLI, freePort } from '../src/demo/processes.js';
-import type { ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { Worker } from './rpc.js';
-import type { BackendPorts, LoadgenCommands } from './loadgen-protocol.js';
+import type { BackendPorts, LoadgenCommands, Product } from './loadgen-protocol.js';
 import type { SwarmCommands } from './agent-swarm.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -54,12 +54,20 @@ export interface KanalServerProc {
   healthUrl: string;
 }
 
-export interface KanalPair {
-  server: KanalServerProc;
+/** A server and one agent connected to it, carrying HTTP CONNECT tunnels from the server's frontend Unix socket. */
+export interface TunnelPair {
+  product: Product;
+  /** The server's HTTP CONNECT frontend. */
+  uds: string;
+  server: Child;
   agent: Child;
-  /** Agent's node-side listeners on NODE_HOST, one per backend service. */
-  node: { bulk: number; banner: number; http: number };
   stop(): Promise<void>;
+}
+
+export interface KanalPair extends TunnelPair {
+  product: 'kanal';
+  /** Agent's node-side listeners on NODE_HOST, one per backend service. */
+  node: { bulk: number; echo: number; http: number };
 }
 
 export interface StartOptions {
@@ -74,6 +82,8 @@ export interface StartOptions {
   logLevel?: string;
   /** Server --max-agents-per-credential, for agents that share one certificate (a DaemonSet's). */
   maxAgentsPerCredential?: number;
+  /** The kanal CLI to run (another build's dist/src/cli/main.js, for A/B comparisons); default this checkout's. */
+  cli?: string;
 }
 
 export async function startServer(o: StartOptions): Promise<KanalServerProc> {
@@ -88,7 +98,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   ];
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
-  const child = spawnChild({ name: `${o.tag}-server`, script: CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
+  const child = spawnChild({ name: `${o.tag}-server`, script: o.cli ?? CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHttpOk(`${healthUrl}/healthz`, 20_000, child);
   return { child, uds, agentPort, healthUrl };
@@ -97,20 +107,22 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
 /** A server and one `kanal agent` with node-side listeners for the three backend services. */
 export async function startPair(o: StartOptions & { backend: BackendPorts }): Promise<KanalPair> {
   const b = o.backend;
-  const server = await startServer({ ...o, allowed: [b.bulkTcp, b.bannerTcp, b.httpTcp].map((p) => `${BACKEND_HOST}:${p}`) });
-  const [agentHealth, bulk, banner, httpPort] = await Promise.all([freePort(), freePort(NODE_HOST), freePort(NODE_HOST), freePort(NODE_HOST)]);
+  const server = await startServer({ ...o, allowed: [b.bulkTcp, b.echoTcp, b.httpTcp].map((p) => `${BACKEND_HOST}:${p}`) });
+  const [agentHealth, bulk, echo, httpPort] = await Promise.all([freePort(), freePort(NODE_HOST), freePort(NODE_HOST), freePort(NODE_HOST)]);
+  const agentID = `${o.tag}-node`;
+  const cred = await issueAgentCertificate(o.pki, agentID);
   const agent = spawnChild({
     name: `${o.tag}-agent`,
-    script: CLI,
+    script: o.cli ?? CLI,
     nodeArgs: o.nodeArgs,
     logFile: path.join(o.dir, `${o.tag}-agent.log`),
     args: [
       'agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort),
-      '--ca-cert', o.pki.caCert, '--agent-cert', o.pki.agentCert, '--agent-key', o.pki.agentKey, '--agent-id', `${o.tag}-node`,
+      '--ca-cert', o.pki.caCert, '--agent-cert', cred.cert, '--agent-key', cred.key, '--agent-id', agentID,
       '--health-bind-address', '127.0.0.1', '--health-server-port', String(agentHealth),
       '--bind-address', NODE_HOST, '--bind-interface-type', 'none',
       '--target', `${bulk}:${BACKEND_HOST}:${b.bulkTcp}`,
-      '--target', `${banner}:${BACKEND_HOST}:${b.bannerTcp}`,
+      '--target', `${echo}:${BACKEND_HOST}:${b.echoTcp}`,
       '--target', `${httpPort}:${BACKEND_HOST}:${b.httpTcp}`,
       '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
     ],
@@ -118,9 +130,11 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
   await waitHttpOk(`http://127.0.0.1:${agentHealth}/readyz`, 20_000, agent);
   await waitHttpOk(`${server.healthUrl}/readyz`, 20_000, server.child);
   return {
-    server,
+    product: 'kanal',
+    uds: server.uds,
+    server: server.child,
     agent,
-    node: { bulk, banner, http: httpPort },
+    node: { bulk, echo, http: httpPort },
     async stop() {
       await agent.stop();
       await server.child.stop();

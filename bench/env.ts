@@ -1,11 +1,14 @@
 /** What every suite works with, and the one primitive they share: a timed bulk measurement. */
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
 import type { Worker } from './rpc.js';
-import type { BackendPorts, FlowMode, LoadgenCommands, Path } from './loadgen-protocol.js';
-import { BACKEND_HOST, NODE_HOST, readPem, startPair, type KanalPair } from './cluster.js';
+import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
+import { makeTempDir } from './children.js';
+import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair, type KanalPair, type TunnelPair } from './cluster.js';
 import type { Params } from './params.js';
 import { cpuSecondsOf, rssBytes } from './proc.js';
+import { findUpstream, startUpstreamPair, type UpstreamBinaries } from './upstream.js';
 
 export interface Env {
   dir: string;
@@ -13,6 +16,11 @@ export interface Env {
   transport: string;
   params: Params;
   pair: KanalPair;
+  /** Upstream's server and agent in the same topology; both undefined when its binaries are absent. */
+  upstream?: TunnelPair;
+  upstreamBinaries?: UpstreamBinaries;
+  /** Why upstream does not run, when it does not. */
+  upstreamAbsent?: string;
   /** The backend worker's listeners. */
   ports: BackendPorts;
   client: Worker<LoadgenCommands>;
@@ -21,45 +29,118 @@ export interface Env {
   progress(text: string): void;
 }
 
-/** Points the load generator at `pair` (its Unix socket and node-side listeners). */
-export async function aimClient(env: Env, pair: KanalPair): Promise<void> {
+export interface SetUpOptions {
+  transport: string;
+  params: Params;
+  /** --upstream: a directory, "none", or undefined (look in the usual places; see upstream.ts). */
+  upstreamOption: string | undefined;
+  warnings: string[];
+  progress(text: string): void;
+}
+
+/**
+ * A temp dir with a throwaway PKI, the backend and client workers, a Kanal
+ * pair and (when its binaries are found) an upstream pair, the client aimed
+ * at both. Everything is stopped by children.ts's cleanUp().
+ */
+export async function setUp(o: SetUpOptions): Promise<Env> {
+  const dir = makeTempDir('kanal-bench-');
+  o.progress(`setting up in ${dir}`);
+  const pki = await writeThrowawayPki(path.join(dir, 'pki'), { serverIps: [NODE_HOST] });
+  const backend = startLoadgen(dir, 'backend');
+  const client = startLoadgen(dir, 'client');
+  const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: o.params.chunkBytes });
+  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports });
+  const env: Env = { dir, pki, transport: o.transport, params: o.params, pair, ports, client, backend, warnings: o.warnings, progress: o.progress };
+  const found = findUpstream(o.upstreamOption, dir);
+  if ('binaries' in found) {
+    o.progress(`starting upstream's proxy-server and proxy-agent (${found.binaries.origin})`);
+    env.upstreamBinaries = found.binaries;
+    env.upstream = await startUpstreamPair({ dir, tag: 'upstream', pki, binaries: found.binaries });
+  } else {
+    env.upstreamAbsent = found.absent;
+    o.progress(`upstream: ${found.absent}; comparing with direct connections only`);
+  }
+  await aimClient(env);
+  return env;
+}
+
+/** Points the load generator at env's pairs (their Unix sockets, Kanal's node-side listeners). */
+export async function aimClient(env: Env): Promise<void> {
   await env.client.call('configure', {
     caPem: readPem(env.pki.caCert),
-    uds: pair.server.uds,
+    uds: { kanal: env.pair.uds, upstream: env.upstream?.uds },
     backendHost: BACKEND_HOST,
     backend: env.ports,
     nodeHost: NODE_HOST,
-    node: pair.node,
+    node: env.pair.node,
     chunkBytes: env.params.chunkBytes,
   });
 }
 
+/** The products whose pairs run in `env`: Kanal always, upstream when its binaries were found. */
+export function products(env: Env): Product[] {
+  return env.upstream ? ['kanal', 'upstream'] : ['kanal'];
+}
+
+/** Keeps the paths whose product runs in `env` (drops upstream's when it is absent). */
+export function runnable<T extends { path: Path }>(env: Env, paths: readonly T[]): T[] {
+  return paths.filter((p) => productOf(p.path) !== 'upstream' || env.upstream !== undefined);
+}
+
+export function pairOf(env: Env, product: Product): TunnelPair {
+  if (product === 'kanal') return env.pair;
+  if (!env.upstream) throw new Error('upstream is not running');
+  return env.upstream;
+}
+
 /**
- * Runs `fn` against a server and agent started just for it (memory figures
- * free of what earlier runs left on the heap, or extra node flags), then
- * stops them and points the client back at the main pair.
+ * Runs `fn` against a server and agent of `product` started just for it
+ * (memory figures free of what earlier runs left on the heap, or extra node
+ * flags for Kanal's), then stops them and points the client back at the main pairs.
  */
-export async function withFreshPair<T>(env: Env, tag: string, fn: (env: Env) => Promise<T>, nodeArgs?: string[]): Promise<T> {
-  const pair = await startPair({ dir: env.dir, tag, pki: env.pki, transport: env.transport, backend: env.ports, nodeArgs });
+export async function withFreshPair<T>(env: Env, product: Product, tag: string, fn: (env: Env) => Promise<T>, nodeArgs?: string[]): Promise<T> {
+  const o = { dir: env.dir, tag, pki: env.pki };
+  let fresh: Env;
+  if (product === 'kanal') {
+    fresh = { ...env, pair: await startPair({ ...o, transport: env.transport, backend: env.ports, nodeArgs }) };
+  } else {
+    if (!env.upstreamBinaries) throw new Error('upstream is not running');
+    fresh = { ...env, upstream: await startUpstreamPair({ ...o, binaries: env.upstreamBinaries }) };
+  }
   try {
-    await aimClient(env, pair);
-    return await fn({ ...env, pair });
+    await aimClient(fresh);
+    return await fn(fresh);
   } finally {
-    await pair.stop();
-    await aimClient(env, env.pair);
+    await pairOf(fresh, product).stop();
+    await aimClient(env);
   }
 }
 
-export function kanalPids(env: Env): number[] {
-  return [env.pair.server.child.pid, env.pair.agent.pid];
+let restarts = 0;
+
+/** Replaces env's upstream pair with a freshly started one. */
+export async function restartUpstream(env: Env): Promise<void> {
+  if (!env.upstream || !env.upstreamBinaries) return;
+  await env.upstream.stop();
+  env.upstream = await startUpstreamPair({ dir: env.dir, tag: `upstream-${++restarts}`, pki: env.pki, binaries: env.upstreamBinaries });
+  await aimClient(env);
+}
+
+/** Server and agent of the product carrying `path`; none for the direct paths. */
+export function proxyPids(env: Env, path: Path): number[] {
+  const product = productOf(path);
+  if (!product) return [];
+  const pair = pairOf(env, product);
+  return [pair.server.pid, pair.agent.pid];
 }
 
 export function endpointPids(env: Env): number[] {
   return [env.client.pid, env.backend.pid];
 }
 
-export function kanalRss(env: Env): { server: number; agent: number } {
-  return { server: rssBytes(env.pair.server.child.pid), agent: rssBytes(env.pair.agent.pid) };
+export function pairRss(pair: TunnelPair): { server: number; agent: number } {
+  return { server: rssBytes(pair.server.pid), agent: rssBytes(pair.agent.pid) };
 }
 
 export interface FlowSample {
@@ -75,13 +156,13 @@ export interface FlowRun {
   stop(): Promise<void>;
 }
 
-/** Opens `count` flows in a new group; stop() closes them and waits until both workers are idle. */
-export async function openFlows(env: Env, path: Path, mode: FlowMode, count: number): Promise<FlowRun> {
+/** Opens `count` flows in a new group (failing after openTimeoutMs, default 15 s); stop() closes them. */
+export async function openFlows(env: Env, path: Path, mode: FlowMode, count: number, openTimeoutMs?: number): Promise<FlowRun> {
   const group = `g${++groupSeq}`;
   const p = env.params;
   const seconds = (p.warmupMs + p.measureMs + p.stallFillMs) / 1000 + 2;
   const maxBytesPerFlow = Math.ceil((p.capBytesPerSecond * seconds) / count);
-  await env.client.call('openFlows', { group, path, mode, count, maxBytesPerFlow }, 30_000);
+  await env.client.call('openFlows', { group, path, mode, count, maxBytesPerFlow, openTimeoutMs }, 30_000);
   return {
     async stop() {
       await env.client.call('stopFlows', { group });
@@ -89,15 +170,18 @@ export async function openFlows(env: Env, path: Path, mode: FlowMode, count: num
   };
 }
 
-/** Waits until neither worker has a socket open (the previous run has fully torn down). */
-export async function waitIdle(env: Env, timeoutMs = 15_000): Promise<void> {
+/**
+ * Waits until neither worker has a socket open (the previous run has fully
+ * torn down); false after `timeoutMs`, with a warning unless `quiet`.
+ */
+export async function waitIdle(env: Env, timeoutMs = 15_000, quiet = false): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const [c, b] = await Promise.all([env.client.call('counters', null), env.backend.call('counters', null)]);
-    if (c.open === 0 && b.open === 0) return;
+    if (c.open === 0 && b.open === 0) return true;
     if (Date.now() > deadline) {
-      env.warnings.push(`connections still open ${timeoutMs} ms after a run (client ${c.open}, backend ${b.open})`);
-      return;
+      if (!quiet) env.warnings.push(`connections still open ${timeoutMs} ms after a run (client ${c.open}, backend ${b.open})`);
+      return false;
     }
     await sleep(20);
   }
@@ -105,19 +189,20 @@ export async function waitIdle(env: Env, timeoutMs = 15_000): Promise<void> {
 
 /**
  * Measures the receiving side's byte rate over `measureMs` after `warmupMs`,
- * with the CPU time of Kanal (server + agent) and of the endpoints over the
- * same window. `during` runs while the window is open (e.g. RSS sampling).
+ * with the CPU time of the proxy carrying `path` (server + agent) and of the
+ * endpoints over the same window. `during` runs while the window is open (e.g. RSS sampling).
  */
-export async function measureReceive(env: Env, receiverIsBackend: boolean, during?: () => Promise<void>): Promise<FlowSample> {
+export async function measureReceive(env: Env, path: Path, receiverIsBackend: boolean, during?: () => Promise<void>): Promise<FlowSample> {
   const p = env.params;
   const receiver = receiverIsBackend ? env.backend : env.client;
+  const proxies = proxyPids(env, path);
   await sleep(p.warmupMs);
   const c0 = await receiver.call('counters', null);
-  const k0 = cpuSecondsOf(kanalPids(env));
+  const k0 = cpuSecondsOf(proxies);
   const e0 = cpuSecondsOf(endpointPids(env));
   await Promise.all([sleep(p.measureMs), during?.()]);
   const c1 = await receiver.call('counters', null);
-  const k1 = cpuSecondsOf(kanalPids(env));
+  const k1 = cpuSecondsOf(proxies);
   const e1 = cpuSecondsOf(endpointPids(env));
   const bytes = c1.rx - c0.rx;
   // If the flows hit their byte bound early, the window ends with the last byte.
@@ -132,7 +217,7 @@ export async function measureReceive(env: Env, receiverIsBackend: boolean, durin
 export async function bulkRun(env: Env, path: Path, mode: 'up' | 'down', flows: number): Promise<FlowSample> {
   const run = await openFlows(env, path, mode, flows);
   try {
-    return await measureReceive(env, mode === 'up');
+    return await measureReceive(env, path, mode === 'up');
   } finally {
     await run.stop();
     await waitIdle(env);

@@ -1,17 +1,34 @@
 /** Commands understood by the load generator / backend worker (bench/loadgen.ts). */
 
+/** Whose server and agent carry a tunnelled path: Kanal's, or upstream Konnectivity's (proxy-server, proxy-agent). */
+export type Product = 'kanal' | 'upstream';
+
 /**
  * How the client reaches a backend service:
- * - kanal-cp      HTTP CONNECT over the server's Unix socket -> tunnel -> agent -> backend (plain TCP)
- * - kanal-cp-tls  the same, with TLS end to end inside the tunnel (as the KAS talks to kubelets)
- * - kanal-node    TCP to the agent's node-side listener -> tunnel -> server -> backend (plain TCP)
- * - direct-tcp    TCP straight to the backend
- * - direct-tls    TLS straight to the backend
+ * - kanal-cp         HTTP CONNECT over the server's Unix socket -> tunnel -> agent -> backend (plain TCP)
+ * - kanal-cp-tls     the same, with TLS end to end inside the tunnel (as the KAS talks to kubelets)
+ * - kanal-node       TCP to the agent's node-side listener -> tunnel -> server -> backend (plain TCP)
+ * - upstream-cp      as kanal-cp, through upstream's proxy-server (--mode http-connect) and proxy-agent
+ * - upstream-cp-tls  as kanal-cp-tls, through upstream's
+ * - direct-tcp       TCP straight to the backend
+ * - direct-tls       TLS straight to the backend
  */
-export type Path = 'kanal-cp' | 'kanal-cp-tls' | 'kanal-node' | 'direct-tcp' | 'direct-tls';
+export type Path = 'kanal-cp' | 'kanal-cp-tls' | 'kanal-node' | 'upstream-cp' | 'upstream-cp-tls' | 'direct-tcp' | 'direct-tls';
 
-/** bulk: byte source/sink chosen by a header; banner: writes a line on accept; http: answers GET. */
-export type Service = 'bulk' | 'banner' | 'http';
+/** The product whose processes carry `path`; undefined for the direct paths. */
+export function productOf(path: Path): Product | undefined {
+  if (path.startsWith('kanal-')) return 'kanal';
+  if (path.startsWith('upstream-')) return 'upstream';
+  return undefined;
+}
+
+/**
+ * bulk: byte source/sink chosen by a header; echo: echoes what it reads (a dial is
+ * measured to the first byte echoed: the client speaks first, as an HTTP client does,
+ * so upstream's CONNECT race with a backend that speaks first cannot touch the figures);
+ * http: answers GET.
+ */
+export type Service = 'bulk' | 'echo' | 'http';
 
 /**
  * up: client sends, backend counts; down: backend sends, client counts;
@@ -22,21 +39,21 @@ export type FlowMode = 'up' | 'down' | 'stall-client' | 'stall-backend';
 export interface BackendPorts {
   bulkTcp: number;
   bulkTls: number;
-  bannerTcp: number;
-  bannerTls: number;
+  echoTcp: number;
+  echoTls: number;
   httpTcp: number;
   httpTls: number;
 }
 
 export interface ClientConfig {
   caPem: string;
-  /** The Kanal server's frontend Unix socket. */
-  uds: string;
+  /** Each product's server frontend Unix socket (HTTP CONNECT); upstream's only when it runs. */
+  uds: Partial<Record<Product, string>>;
   backendHost: string;
   backend: BackendPorts;
   /** The agent's node-side listeners (node -> control plane), one per service. */
   nodeHost: string;
-  node: { bulk: number; banner: number; http: number };
+  node: { bulk: number; echo: number; http: number };
   chunkBytes: number;
 }
 
@@ -61,17 +78,20 @@ export type LoadgenCommands = {
   serve: { args: { host: string; certPem: string; keyPem: string; chunkBytes: number }; result: BackendPorts };
   configure: { args: ClientConfig; result: null };
   counters: { args: null; result: Counters };
-  openFlows: { args: { group: string; path: Path; mode: FlowMode; count: number; maxBytesPerFlow: number }; result: { opened: number } };
+  /** Fails when a flow has not opened (connected, CONNECT answered) within openTimeoutMs (default 15 s). */
+  openFlows: { args: { group: string; path: Path; mode: FlowMode; count: number; maxBytesPerFlow: number; openTimeoutMs?: number }; result: { opened: number } };
   stopFlows: { args: { group: string }; result: null };
-  dials: { args: { path: Path; n: number }; result: { latenciesMs: number[] } & Failures };
+  /** `n` dials, `concurrency` at a time; latency = open (+ CONNECT) -> one byte written and echoed. */
+  dials: { args: { path: Path; n: number; concurrency: number }; result: { latenciesMs: number[]; elapsedMs: number } & Failures };
   requests: { args: { path: Path; concurrency: number; durationMs: number; maxRequests: number }; result: { completed: number; elapsedMs: number } & Failures };
   hold: { args: { path: Path; n: number; concurrency: number }; result: { held: number } & Failures };
   release: { args: null; result: null };
   /** Backend: destroys the connections it stopped reading (a stalled reader never sees its peer's FIN). */
   unstall: { args: null; result: { destroyed: number } };
+  /** Destroys every socket the worker has open (what a proxy left open that it should have closed). */
+  closeAll: { args: null; result: { destroyed: number } };
 };
 
 /** Bulk header: one mode byte, then the number of bytes the backend may send (u64 BE). */
 export const BULK_HEADER_BYTES = 9;
 export const BULK_MODE = { sink: 0x55 /* U */, source: 0x44 /* D */, stall: 0x53 /* S */ } as const;
-export const BANNER = 'kanal-bench-banner\n';

@@ -11,7 +11,6 @@ import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { serveCommands } from './rpc.js';
 import {
-  BANNER,
   BULK_HEADER_BYTES,
   BULK_MODE,
   type BackendPorts,
@@ -21,15 +20,23 @@ import {
   type LoadgenCommands,
   type Path,
   type Service,
+  productOf,
 } from './loadgen-protocol.js';
 
 const counters: Counters = { rx: 0, tx: 0, t: 0, lastRxAt: 0, open: 0 };
 let chunk = Buffer.alloc(256 * 1024, 0x6b);
 
+/** Every socket this worker has open (counters.open is its size). */
+const openSockets = new Set<Duplex>();
+
 function track(sock: Duplex): void {
   counters.open++;
+  openSockets.add(sock);
   sock.on('error', () => undefined);
-  sock.once('close', () => counters.open--);
+  sock.once('close', () => {
+    counters.open--;
+    openSockets.delete(sock);
+  });
 }
 
 function sink(sock: Duplex): void {
@@ -87,10 +94,9 @@ function onBulk(sock: Duplex): void {
   sock.on('data', onHead);
 }
 
-function onBanner(sock: Duplex): void {
+function onEcho(sock: Duplex): void {
   track(sock);
-  sock.on('data', () => undefined);
-  sock.write(BANNER);
+  sock.on('data', (c: Buffer) => sock.write(c));
 }
 
 function listen(server: net.Server, host: string): Promise<number> {
@@ -105,16 +111,16 @@ async function serve(args: { host: string; certPem: string; keyPem: string; chun
   const tlsOpts = { cert: args.certPem, key: args.keyPem };
   const bulkTcp = net.createServer({ allowHalfOpen: false, noDelay: true }, onBulk);
   const bulkTls = tls.createServer(tlsOpts, onBulk);
-  const bannerTcp = net.createServer({ noDelay: true }, onBanner);
-  const bannerTls = tls.createServer(tlsOpts, onBanner);
+  const echoTcp = net.createServer({ noDelay: true }, onEcho);
+  const echoTls = tls.createServer(tlsOpts, onEcho);
   const answer = (_req: http.IncomingMessage, res: http.ServerResponse): void => {
     res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '3' }).end('ok\n');
   };
   const httpTcp = http.createServer({ keepAlive: false }, answer);
   const httpTls = https.createServer({ ...tlsOpts, keepAlive: false }, answer);
-  for (const s of [bulkTls, bannerTls, httpTls]) s.on('tlsClientError', () => undefined);
-  const [a, b, c, d, e, f] = await Promise.all([bulkTcp, bulkTls, bannerTcp, bannerTls, httpTcp, httpTls].map((s) => listen(s, args.host)));
-  return { bulkTcp: a!, bulkTls: b!, bannerTcp: c!, bannerTls: d!, httpTcp: e!, httpTls: f! };
+  for (const s of [bulkTls, echoTls, httpTls]) s.on('tlsClientError', () => undefined);
+  const [a, b, c, d, e, f] = await Promise.all([bulkTcp, bulkTls, echoTcp, echoTls, httpTcp, httpTls].map((s) => listen(s, args.host)));
+  return { bulkTcp: a!, bulkTls: b!, echoTcp: c!, echoTls: d!, httpTcp: e!, httpTls: f! };
 }
 
 // ----------------------------------------------------------------- client role
@@ -193,35 +199,41 @@ function httpConnect(sock: net.Socket, authority: string, timeoutMs: number): Pr
   });
 }
 
-const TLS_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTls', banner: 'bannerTls', http: 'httpTls' };
-const TCP_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTcp', banner: 'bannerTcp', http: 'httpTcp' };
+const TLS_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTls', echo: 'echoTls', http: 'httpTls' };
+const TCP_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTcp', echo: 'echoTcp', http: 'httpTcp' };
 const OPEN_TIMEOUT_MS = 15_000;
 
-/** Opens a connection to `service` along `path`; resolves once bytes can flow (paused for Kanal CONNECT). */
-async function open(path: Path, service: Service): Promise<Duplex> {
+/** Opens a connection to `service` along `path`; resolves once bytes can flow (paused for CONNECT). */
+async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS): Promise<Duplex> {
   const c = cfg();
   switch (path) {
     case 'direct-tcp': {
       const s = net.connect({ host: c.backendHost, port: c.backend[TCP_PORT[service]], noDelay: true });
-      return once(s, 'connect', OPEN_TIMEOUT_MS, 'tcp connect', () => s);
+      return once(s, 'connect', timeoutMs, 'tcp connect', () => s);
     }
     case 'direct-tls': {
       const s = tls.connect({ host: c.backendHost, port: c.backend[TLS_PORT[service]], ca: c.caPem, servername: 'localhost' });
-      return once(s, 'secureConnect', OPEN_TIMEOUT_MS, 'tls connect', () => s);
+      return once(s, 'secureConnect', timeoutMs, 'tls connect', () => s);
     }
     case 'kanal-node': {
       const s = net.connect({ host: c.nodeHost, port: c.node[service], noDelay: true });
-      return once(s, 'connect', OPEN_TIMEOUT_MS, 'node listener connect', () => s);
+      return once(s, 'connect', timeoutMs, 'node listener connect', () => s);
     }
     case 'kanal-cp':
-    case 'kanal-cp-tls': {
-      const s = net.connect({ path: c.uds });
-      await once(s, 'connect', OPEN_TIMEOUT_MS, 'uds connect', () => s);
-      const port = path === 'kanal-cp' ? c.backend[TCP_PORT[service]] : c.backend[TLS_PORT[service]];
-      await httpConnect(s, `${c.backendHost}:${port}`, OPEN_TIMEOUT_MS);
-      if (path === 'kanal-cp') return s;
+    case 'kanal-cp-tls':
+    case 'upstream-cp':
+    case 'upstream-cp-tls': {
+      const product = productOf(path)!;
+      const uds = c.uds[product];
+      if (!uds) throw new Error(`${path}: no ${product} server configured`);
+      const s = net.connect({ path: uds });
+      await once(s, 'connect', timeoutMs, 'uds connect', () => s);
+      const plain = !path.endsWith('-tls');
+      const port = plain ? c.backend[TCP_PORT[service]] : c.backend[TLS_PORT[service]];
+      await httpConnect(s, `${c.backendHost}:${port}`, timeoutMs);
+      if (plain) return s;
       const t = tls.connect({ socket: s, ca: c.caPem, servername: 'localhost' });
-      return once(t, 'secureConnect', OPEN_TIMEOUT_MS, 'tls through the tunnel', () => t);
+      return once(t, 'secureConnect', timeoutMs, 'tls through the tunnel', () => t);
     }
   }
 }
@@ -233,8 +245,8 @@ function header(mode: number, limit: number): Buffer {
   return h;
 }
 
-async function openFlow(path: Path, mode: FlowMode, limit: number): Promise<Duplex> {
-  const s = await open(path, 'bulk');
+async function openFlow(path: Path, mode: FlowMode, limit: number, timeoutMs?: number): Promise<Duplex> {
+  const s = await open(path, 'bulk', timeoutMs);
   track(s);
   switch (mode) {
     case 'up':
@@ -270,20 +282,32 @@ async function pool(n: number, concurrency: number, task: (i: number) => Promise
   await Promise.all(lanes);
 }
 
-/** Time from starting to open a connection to the first byte of the backend's banner. */
+/** Writes one byte on an open echo connection and waits for it to come back. */
+function echoOneByte(s: Duplex): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => done(new Error(`no echo within ${OPEN_TIMEOUT_MS} ms`)), OPEN_TIMEOUT_MS);
+    const onData = (): void => done(null);
+    const onClose = (): void => done(new Error('closed before the echo'));
+    const done = (err: Error | null): void => {
+      clearTimeout(timer);
+      s.off('data', onData);
+      s.off('close', onClose);
+      if (err) reject(err);
+      else resolve();
+    };
+    s.on('data', onData);
+    s.on('close', onClose);
+    s.resume();
+    s.write('x');
+  });
+}
+
+/** Time from starting to open a connection to its first byte echoed by the backend. */
 async function dialOnce(path: Path): Promise<number> {
   const t0 = performance.now();
-  const s = await open(path, 'banner');
+  const s = await open(path, 'echo');
   try {
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('no banner within 15 s')), OPEN_TIMEOUT_MS);
-      s.once('data', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      s.once('close', () => reject(new Error('closed before the banner')));
-      s.resume();
-    });
+    await echoOneByte(s);
     return performance.now() - t0;
   } finally {
     s.destroy();
@@ -342,8 +366,8 @@ serveCommands<LoadgenCommands>({
   counters() {
     return { ...counters, t: performance.now() };
   },
-  async openFlows({ group, path, mode, count, maxBytesPerFlow }) {
-    const results = await Promise.allSettled(Array.from({ length: count }, () => openFlow(path, mode, maxBytesPerFlow)));
+  async openFlows({ group, path, mode, count, maxBytesPerFlow, openTimeoutMs }) {
+    const results = await Promise.allSettled(Array.from({ length: count }, () => openFlow(path, mode, maxBytesPerFlow, openTimeoutMs)));
     const flows = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {
@@ -358,17 +382,18 @@ serveCommands<LoadgenCommands>({
     groups.delete(group);
     return null;
   },
-  async dials({ path, n }) {
+  async dials({ path, n, concurrency }) {
     const latenciesMs: number[] = [];
     const f = failures();
-    for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await pool(n, concurrency, async () => {
       try {
         latenciesMs.push(await dialOnce(path));
       } catch (err) {
         f.note(err);
       }
-    }
-    return { latenciesMs, errors: f.errors, firstError: f.firstError };
+    });
+    return { latenciesMs, elapsedMs: performance.now() - t0, errors: f.errors, firstError: f.firstError };
   },
   async requests({ path, concurrency, durationMs, maxRequests }) {
     const f = failures();
@@ -395,13 +420,12 @@ serveCommands<LoadgenCommands>({
     const f = failures();
     await pool(n, concurrency, async () => {
       try {
-        const s = await open(path, 'banner');
+        const s = await open(path, 'echo');
         track(s);
-        await new Promise<void>((resolve, reject) => {
-          s.once('data', () => resolve());
-          s.once('close', () => reject(new Error('closed before the banner')));
-          s.resume();
-        });
+        await echoOneByte(s).catch((err: unknown) => {
+          s.destroy();
+          throw err;
+        }); // the connection is established end to end
         s.on('data', () => undefined);
         held.push(s);
       } catch (err) {
@@ -419,6 +443,11 @@ serveCommands<LoadgenCommands>({
     const destroyed = stalled.size;
     for (const s of stalled) s.destroy();
     stalled.clear();
+    return { destroyed };
+  },
+  closeAll() {
+    const destroyed = openSockets.size;
+    for (const s of openSockets) s.destroy();
     return { destroyed };
   },
 });

@@ -1,22 +1,24 @@
 /**
- * `npm run bench [-- --full | --smoke] [--json] [--transport NAME] [--only LIST] [--profile]`
+ * `npm run bench [-- --full | --smoke] [--json] [--transport NAME] [--only LIST] [--profile] [--upstream DIR|none]`
  *
- * Starts a Kanal server and agent (the real CLI, throwaway PKI), a backend
- * and a load generator (separate worker processes), and measures Kanal
- * against the same endpoints without Kanal, in the same run: bulk
- * throughput, dial latency (idle and next to a bulk flow), short requests,
- * memory, isolation. Prints one report (or JSON with --json). Every child
- * process and temp dir is removed on the way out, also on failure and SIGINT.
+ * Starts a Kanal server and agent (the real CLI, throwaway PKI), upstream
+ * Konnectivity's proxy-server and proxy-agent when their binaries are there,
+ * a backend and a load generator (separate worker processes), and measures
+ * Kanal against upstream and against the same endpoints without a proxy, in
+ * the same run: bulk throughput, dial latency (idle and next to a bulk flow),
+ * short requests, memory, isolation. Prints one report (or JSON with --json).
+ * Every child process and temp dir is removed on the way out, also on failure and SIGINT.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
 import { TRANSPORT_NAMES } from '../src/cli/transport-choice.js';
-import { cleanUp, makeTempDir } from './children.js';
-import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair } from './cluster.js';
+import { cleanUp } from './children.js';
+import { upstreamOptionProblem } from './upstream.js';
+import { sideBySide } from './side-by-side.js';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { aimClient, measureReceive, openFlows, waitIdle, withFreshPair, type Env } from './env.js';
+import { measureReceive, openFlows, setUp, waitIdle, withFreshPair, type Env } from './env.js';
 import { PARAMS, type Mode, type Params } from './params.js';
 import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from './proc.js';
 import { renderText, SECTION_ORDER, type Report, type Row, type Section } from './report.js';
@@ -26,8 +28,8 @@ import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
 import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 
-const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N]
-  (default)      quick mode, under 2 minutes
+const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
+  (default)      quick mode, a few minutes
   --full         longer runs, 10,000 idle connections, 1,000 agents
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
@@ -35,7 +37,9 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --only         comma-separated: ${SECTION_ORDER.join(',')}
   --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
                  (upload unless =down) and summarise their top self-time functions
-  --reps N       override the number of interleaved repetitions`;
+  --reps N       override the number of interleaved repetitions
+  --upstream     directory holding upstream Konnectivity's proxy-server and proxy-agent, or none;
+                 default: KANAL_UPSTREAM_DIR, else ../shared/upstream/ beside the checkout`;
 
 /** Run order: the long-lived pair first, memory and the separate agents server last. */
 const RUN_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'isolation', 'memory', 'agents'];
@@ -46,6 +50,8 @@ interface Options {
   transport: string;
   sections: Section[];
   profile?: 'up' | 'down';
+  /** --upstream: a directory, "none", or undefined (look in the usual places). */
+  upstream?: string;
   params: Params;
 }
 
@@ -61,6 +67,7 @@ function parseOptions(argv: string[]): Options {
       only: { type: 'string' },
       profile: { type: 'string' },
       reps: { type: 'string' },
+      upstream: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -90,10 +97,20 @@ function parseOptions(argv: string[]): Options {
     if (values.profile !== '' && values.profile !== 'up' && values.profile !== 'down') throw new Error('--profile takes up or down');
     profile = values.profile === 'down' ? 'down' : 'up';
   }
+  const upstreamProblem = values.upstream === undefined ? undefined : upstreamOptionProblem(values.upstream);
+  if (upstreamProblem) throw new Error(upstreamProblem);
   if (!(TRANSPORT_NAMES as readonly string[]).includes(values.transport)) {
     throw new Error(`--transport ${values.transport}: the kanal CLI knows ${TRANSPORT_NAMES.join(', ')} (src/cli/transport-choice.ts)`);
   }
-  return { mode, json: values.json, transport: values.transport, sections: RUN_ORDER.filter((s) => sections.includes(s)), profile, params };
+  return {
+    mode,
+    json: values.json,
+    transport: values.transport,
+    sections: RUN_ORDER.filter((s) => sections.includes(s)),
+    profile,
+    upstream: values.upstream,
+    params,
+  };
 }
 
 /** `--profile` alone is parsed by parseArgs as needing a value; accept it bare. */
@@ -119,13 +136,14 @@ async function profileRun(env: Env, mode: 'up' | 'down'): Promise<ProfileSummary
   const nowUs = (): number => Number(process.hrtime.bigint() / 1000n);
   const pids = await withFreshPair(
     env,
+    'kanal',
     'profiled',
     async (penv) => {
       penv.params = { ...env.params, reps: 1, warmupMs: 500, measureMs: env.params.profileMs };
       env.progress(`profile: ${scenario} under --cpu-prof`);
       const run = await openFlows(penv, 'kanal-cp', mode, 1);
       try {
-        await measureReceive(penv, mode === 'up', async () => {
+        await measureReceive(penv, 'kanal-cp', mode === 'up', async () => {
           window[0] = nowUs();
           await sleep(penv.params.measureMs);
           window[1] = nowUs();
@@ -134,7 +152,7 @@ async function profileRun(env: Env, mode: 'up' | 'down'): Promise<ProfileSummary
         await run.stop();
         await waitIdle(penv);
       }
-      return { server: penv.pair.server.child.pid, agent: penv.pair.agent.pid };
+      return { server: penv.pair.server.pid, agent: penv.pair.agent.pid };
     },
     ['--cpu-prof', '--cpu-prof-dir', profDir],
   ); // the pair is stopped with SIGTERM: a clean exit writes the profiles
@@ -150,6 +168,14 @@ async function profileRun(env: Env, mode: 'up' | 'down'): Promise<ProfileSummary
   return out;
 }
 
+/**
+ * A figure that could not be measured (a ratio to zero, CPU of a run too short
+ * for /proc's 10 ms ticks) is left out rather than reported as NaN or null.
+ */
+function withoutNonFinite(rows: Row[]): Row[] {
+  return rows.map((row) => ({ ...row, values: Object.fromEntries(Object.entries(row.values).filter(([, v]) => Number.isFinite(v))) }));
+}
+
 async function main(): Promise<void> {
   let opts: Options;
   try {
@@ -162,22 +188,18 @@ async function main(): Promise<void> {
   const started = new Date();
   const t0 = performance.now();
   const busy0 = machineBusySeconds();
+  const load0 = os.loadavg()[0]!;
   const own0 = selfAndReapedChildrenCpuSeconds();
   const progress = progressPrinter();
   const warnings: string[] = [];
   const rows: Row[] = [];
   let profile: ProfileSummary[] | undefined;
+  let upstream: Report['upstream'] = { absent: 'not looked for' };
   let failed = false;
   try {
-    const dir = makeTempDir('kanal-bench-');
-    progress(`setting up in ${dir} (mode ${opts.mode}, transport ${opts.transport})`);
-    const pki = await writeThrowawayPki(path.join(dir, 'pki'), { serverIps: [NODE_HOST] });
-    const backend = startLoadgen(dir, 'backend');
-    const client = startLoadgen(dir, 'client');
-    const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: opts.params.chunkBytes });
-    const pair = await startPair({ dir, tag: 'bench', pki, transport: opts.transport, backend: ports });
-    const env: Env = { dir, pki, transport: opts.transport, params: opts.params, pair, ports, client, backend, warnings, progress };
-    await aimClient(env, pair);
+    progress(`setting up (mode ${opts.mode}, transport ${opts.transport})`);
+    const env = await setUp({ transport: opts.transport, params: opts.params, upstreamOption: opts.upstream, warnings, progress });
+    upstream = env.upstreamBinaries ? { origin: env.upstreamBinaries.origin } : { absent: env.upstreamAbsent ?? '?' };
 
     const suites: Record<Section, () => Promise<Row[]>> = {
       throughput: () => runThroughput(env),
@@ -185,7 +207,7 @@ async function main(): Promise<void> {
       loaded: () => runLoadedLatency(env),
       requests: () => runRequests(env),
       isolation: () => runIsolation(env),
-      memory: () => withFreshPair(env, 'memory', runIdleConnections),
+      memory: () => runIdleConnections(env),
       agents: () => runAgents(env),
     };
     for (const s of opts.sections) {
@@ -206,7 +228,8 @@ async function main(): Promise<void> {
       }
     }
     progress('stopping');
-    await pair.stop();
+    await env.upstream?.stop();
+    await env.pair.stop();
   } finally {
     await cleanUp();
     if (process.stderr.isTTY) process.stderr.write('\n');
@@ -222,8 +245,10 @@ async function main(): Promise<void> {
     durationS: wallS,
     machine: machineInfo(),
     backgroundCores,
+    loadAvg: { start: load0, end: os.loadavg()[0]! },
     params: { ...opts.params },
-    rows,
+    upstream,
+    rows: withoutNonFinite([...sideBySide(rows, 'origin' in upstream), ...rows]),
     profile,
     warnings,
   };

@@ -17,20 +17,57 @@ function ticksPerSecond(): number {
   return clockTicks;
 }
 
+/** Fields of /proc/<pid>/stat after the command name (rest[0] is field 3, state); [] once the process is gone. */
+function statFields(pid: number): string[] {
+  try {
+    const text = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) may contain spaces; fields after it are fixed.
+    return text.slice(text.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return [];
+  }
+}
+
 /** User + system CPU seconds consumed so far by `pid` (0 once the process is gone). */
 export function cpuSeconds(pid: number): number {
-  let text: string;
+  const rest = statFields(pid);
+  // utime is field 14, stime field 15.
+  return rest.length === 0 ? 0 : (Number(rest[11]) + Number(rest[12])) / ticksPerSecond();
+}
+
+export interface CpuTimes {
+  userS: number;
+  systemS: number;
+  /** Summed over the process's threads. */
+  voluntarySwitches: number;
+  involuntarySwitches: number;
+  minorFaults: number;
+}
+
+/** CPU time, context switches and minor page faults of `pid` so far (zeros once it is gone). */
+export function cpuTimes(pid: number): CpuTimes {
+  const rest = statFields(pid);
+  const t: CpuTimes = { userS: 0, systemS: 0, voluntarySwitches: 0, involuntarySwitches: 0, minorFaults: 0 };
+  if (rest.length === 0) return t;
+  t.minorFaults = Number(rest[7]); // field 10
+  t.userS = Number(rest[11]) / ticksPerSecond();
+  t.systemS = Number(rest[12]) / ticksPerSecond();
+  let tasks: string[] = [];
   try {
-    text = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    tasks = fs.readdirSync(`/proc/${pid}/task`);
   } catch {
-    return 0;
+    // gone
   }
-  // The command name (field 2) may contain spaces; fields after it are fixed.
-  const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  // rest[0] is field 3 (state); utime is field 14, stime field 15.
-  const utime = Number(rest[11]);
-  const stime = Number(rest[12]);
-  return (utime + stime) / ticksPerSecond();
+  for (const tid of tasks) {
+    try {
+      const status = fs.readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+      t.voluntarySwitches += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)?.[1] ?? 0);
+      t.involuntarySwitches += Number(/^nonvoluntary_ctxt_switches:\s+(\d+)/m.exec(status)?.[1] ?? 0);
+    } catch {
+      // the thread exited meanwhile
+    }
+  }
+  return t;
 }
 
 /** Sum of cpuSeconds over several processes. */
@@ -98,11 +135,6 @@ export function machineBusySeconds(): number {
 
 /** CPU seconds of this process plus its children that have exited (cutime, cstime). */
 export function selfAndReapedChildrenCpuSeconds(): number {
-  try {
-    const text = fs.readFileSync('/proc/self/stat', 'utf8');
-    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12]) + Number(rest[13]) + Number(rest[14])) / ticksPerSecond();
-  } catch {
-    return 0;
-  }
+  const rest = statFields(process.pid);
+  return rest.length === 0 ? 0 : (Number(rest[11]) + Number(rest[12]) + Number(rest[13]) + Number(rest[14])) / ticksPerSecond();
 }

@@ -2,12 +2,13 @@
 import type { MachineInfo } from './proc.js';
 import type { ProfileSummary } from './profile.js';
 
+/** The sections one can run (--only); 'versus' is derived from the others (side-by-side.ts). */
 export type Section = 'throughput' | 'latency' | 'loaded' | 'requests' | 'memory' | 'agents' | 'isolation';
 
 export interface Row {
-  /** Stable identifier, e.g. "throughput.cp-node.up.1.kanal". */
+  /** Stable identifier, e.g. "throughput.cp-node.up.1". */
   id: string;
-  section: Section;
+  section: Section | 'versus';
   label: string;
   /** Every figure of the row; see COLUMNS for meaning and units. */
   values: Record<string, number>;
@@ -17,6 +18,11 @@ export interface Row {
   baseline?: string;
   /** The individual runs behind a median (MB/s or req/s), in run order. */
   runs?: number[];
+  /** Side-by-side rows: the figure's unit, digits shown, which way is good, and whether upstream has no such figure. */
+  unit?: string;
+  digits?: number;
+  better?: 'higher' | 'lower';
+  kanalOnly?: boolean;
 }
 
 export interface Report {
@@ -28,6 +34,10 @@ export interface Report {
   machine: MachineInfo;
   /** Average cores kept busy by processes other than this bench during the run (noise indicator). */
   backgroundCores: number;
+  /** /proc/loadavg's 1-minute figure when the run started and when it ended (includes this bench's own load). */
+  loadAvg: { start: number; end: number };
+  /** Upstream Konnectivity's binaries that ran next to Kanal, or why none did. */
+  upstream: { origin: string } | { absent: string };
   params: Record<string, number>;
   rows: Row[];
   profile?: ProfileSummary[];
@@ -45,29 +55,41 @@ interface Column {
 const PERCENTILE_COLUMNS: Column[] = [
   { key: 'p50Ms', title: 'p50 ms', digits: 2 },
   { key: 'p99Ms', title: 'p99 ms', digits: 2 },
+  { key: 'p50Spread', title: 'p50 spread', digits: 0, suffix: '%' },
   { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
   { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
+  { key: 'vsUpstreamP50', title: 'p50 /upstream', digits: 2 },
+  { key: 'vsUpstreamP99', title: 'p99 /upstream', digits: 2 },
 ];
 const DIALS_COLUMN: Column = { key: 'samples', title: 'dials', digits: 0 };
 
 const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
   throughput: {
-    title: '1. Bulk throughput (one TCP connection per flow; ratio: Kanal / direct TLS measured in the same run)',
+    title: '1. Bulk throughput (one TCP connection per flow; ratio: proxy / direct TLS measured in the same run)',
     columns: [
       { key: 'mbps', title: 'MB/s', digits: 0 },
       { key: 'gbps', title: 'Gbit/s', digits: 2 },
       { key: 'ratio', title: 'ratio', digits: 2 },
       { key: 'spread', title: 'spread', digits: 0, suffix: '%' },
-      { key: 'proxyCpuSPerGB', title: 'Kanal CPU s/GB', digits: 2 },
+      { key: 'proxyCpuSPerGB', title: 'proxy CPU s/GB', digits: 2 },
       { key: 'endpointCpuSPerGB', title: 'endpoints CPU s/GB', digits: 2 },
+      { key: 'vsUpstream', title: 'MB/s /upstream', digits: 2 },
+      { key: 'cpuVsUpstream', title: 'CPU /upstream', digits: 2 },
     ],
   },
   latency: {
-    title: '2a. Dial latency: connect (+ CONNECT) -> first byte from the backend',
-    columns: [...PERCENTILE_COLUMNS, DIALS_COLUMN],
+    title: '2a. Dial latency: connect (+ CONNECT) -> one byte written and echoed by the backend',
+    columns: [
+      ...PERCENTILE_COLUMNS,
+      { key: 'dialsPerS', title: 'dials/s', digits: 0 },
+      { key: 'vsUpstreamRate', title: 'dials/s /upstream', digits: 2 },
+      { key: 'cpuUsPerDial', title: 'proxy CPU µs/dial', digits: 0 },
+      { key: 'vsUpstreamCpu', title: 'CPU /upstream', digits: 2 },
+      DIALS_COLUMN,
+    ],
   },
   loaded: {
-    title: '2b. Dial latency while one bulk download runs (Kanal: CP->node, on the same tunnel; direct TCP: next to a direct TLS one)',
+    title: '2b. Dial latency while one bulk download runs (proxies: CP->node, on the same tunnel; direct TCP: next to a direct TLS one)',
     columns: [...PERCENTILE_COLUMNS, { key: 'bulkMbps', title: 'bulk MB/s', digits: 0 }, DIALS_COLUMN],
   },
   requests: {
@@ -76,22 +98,25 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       { key: 'rps', title: 'req/s', digits: 0 },
       { key: 'ratio', title: 'ratio', digits: 2 },
       { key: 'spread', title: 'spread', digits: 0, suffix: '%' },
+      { key: 'vsUpstream', title: '/upstream', digits: 2 },
       { key: 'requests', title: 'requests', digits: 0 },
     ],
   },
   memory: {
-    title: '3a. Memory per idle tunnelled connection (CP -> node, RSS growth / connections)',
+    title: '3a. Memory per idle tunnelled connection (CP -> node, RSS growth / connections; a freshly started pair, one run)',
     columns: [
       { key: 'connections', title: 'conns', digits: 0 },
       { key: 'serverKiBPerConn', title: 'server KiB/conn', digits: 1 },
       { key: 'agentKiBPerConn', title: 'agent KiB/conn', digits: 1 },
+      { key: 'serverStartRssMiB', title: 'server RSS at start', digits: 0 },
+      { key: 'agentStartRssMiB', title: 'agent RSS at start', digits: 0 },
       { key: 'serverRssMiB', title: 'server RSS MiB', digits: 0 },
       { key: 'agentRssMiB', title: 'agent RSS MiB', digits: 0 },
       { key: 'openPerS', title: 'opened/s', digits: 0 },
     ],
   },
   agents: {
-    title: '3b. Memory per connected agent (one server, agents from bench helper processes)',
+    title: '3b. Memory per connected agent (one server; the agents are Kanal agent tunnels from bench helper processes, for both servers)',
     columns: [
       { key: 'agents', title: 'agents', digits: 0 },
       { key: 'serverKiBPerAgent', title: 'server KiB/agent', digits: 1 },
@@ -106,6 +131,8 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       { key: 'aloneMbps', title: 'alone MB/s', digits: 0 },
       { key: 'stalledMbps', title: 'w/ stall MB/s', digits: 0 },
       { key: 'ratio', title: 'ratio', digits: 2 },
+      { key: 'blockedRuns', title: 'runs blocked', digits: 0 },
+      { key: 'leftOpen', title: 'left open', digits: 0 },
       { key: 'serverGrowthMiB', title: 'server +MiB', digits: 1 },
       { key: 'agentGrowthMiB', title: 'agent +MiB', digits: 1 },
     ],
@@ -120,6 +147,37 @@ function fmt(v: number | undefined, c: Column): string {
   return `${x.toFixed(c.digits)}${c.suffix ?? ''}`;
 }
 
+/** Section 0: one line per figure, Kanal next to upstream (rows from side-by-side.ts). */
+function renderVersus(rows: Row[], labelWidth: number): string[] {
+  const num = (v: number | undefined, digits: number): string => (v === undefined || !Number.isFinite(v) ? '—' : v.toFixed(digits));
+  const pct = (v: number | undefined): string => (v === undefined || !Number.isFinite(v) ? '—' : `${(v * 100).toFixed(0)}%`);
+  const table = rows.map((row) => {
+    const d = row.digits ?? 2;
+    const v = row.values;
+    return [
+      row.label,
+      row.unit ?? '',
+      row.kanalOnly ? 'n/a' : num(v.upstream, d),
+      num(v.kanal, d),
+      row.kanalOnly ? 'Kanal only' : num(v.ratio, 2),
+      row.better === 'lower' ? 'lower' : 'higher',
+      row.kanalOnly ? '' : pct(v.upstreamSpread),
+      pct(v.kanalSpread),
+    ];
+  });
+  const head = ['', 'unit', 'upstream', 'Kanal', 'Kanal/upstream', 'better', 'spread up', 'spread Kanal'];
+  const widths = head.map((h, i) => Math.max(h.length, ...table.map((t) => t[i]!.length)));
+  widths[0] = Math.max(widths[0]!, labelWidth);
+  const line = (cells: string[]): string => `  ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')}`;
+  return [
+    '',
+    '0. Side by side with upstream Konnectivity (same topology, same load generators, runs interleaved; ratio = Kanal / upstream,',
+    '   the median of per-run ratios where runs pair up; node->CP lines are Kanal only: upstream has no such direction)',
+    line(head),
+    ...table.map(line),
+  ];
+}
+
 export function renderText(r: Report): string {
   const m = r.machine;
   const out: string[] = [];
@@ -127,19 +185,24 @@ export function renderText(r: Report): string {
     `kanal bench (${r.mode}) — ${m.nproc} × ${m.cpuModel}, Node ${m.node}, Linux ${m.kernel}, ${m.memTotalGiB} GiB — transport ${r.transport} — ${r.startedAt}`,
   );
   out.push(
+    'origin' in r.upstream ? `Upstream Konnectivity: ${r.upstream.origin}, proxy-server --mode http-connect on a Unix socket, --v=1.` : `Upstream Konnectivity: ${r.upstream.absent}; Kanal is compared with direct connections only.`,
     `Loopback only. Figures are medians of ${r.params.reps} interleaved runs; a ratio is the median of per-run ratios to the baseline measured next to it (latency: ratio of pooled percentiles).`,
-    `Other processes kept ${r.backgroundCores.toFixed(2)} of ${m.nproc} cores busy on average during the run (noise; spread = (max - min) / median of the runs).`,
+    `Other processes kept ${r.backgroundCores.toFixed(2)} of ${m.nproc} cores busy on average during the run; load average ${r.loadAvg.start.toFixed(2)} at the start, ${r.loadAvg.end.toFixed(2)} at the end (noise; spread = (max - min) / median of the runs).`,
   );
   const labelWidth = Math.max(...r.rows.map((row) => row.label.length), 30);
+  const versus = r.rows.filter((row) => row.section === 'versus');
+  if (versus.length > 0) out.push(...renderVersus(versus, labelWidth));
   for (const section of SECTION_ORDER) {
     const rows = r.rows.filter((row) => row.section === section);
     if (rows.length === 0) continue;
     const spec = COLUMNS[section];
-    const widths = spec.columns.map((c) => Math.max(c.title.length, ...rows.map((row) => fmt(row.values[c.key], c).length)));
+    // Columns no row of this run fills (e.g. the upstream ratios without upstream) are left out.
+    const columns = spec.columns.filter((c) => rows.some((row) => row.values[c.key] !== undefined));
+    const widths = columns.map((c) => Math.max(c.title.length, ...rows.map((row) => fmt(row.values[c.key], c).length)));
     out.push('', spec.title);
-    out.push(`  ${''.padEnd(labelWidth)}  ${spec.columns.map((c, i) => c.title.padStart(widths[i]!)).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`);
+    out.push(`  ${''.padEnd(labelWidth)}  ${columns.map((c, i) => c.title.padStart(widths[i]!)).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`);
     for (const row of rows) {
-      const cells = spec.columns.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i]!)).join('  ');
+      const cells = columns.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i]!)).join('  ');
       out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}`);
     }
   }
@@ -153,14 +216,13 @@ export function renderText(r: Report): string {
   if (r.warnings.length > 0) out.push('', 'Warnings:', ...r.warnings.map((w) => `  - ${w}`));
   out.push(
     '',
-    'Reference (issue 5, same class of machine, 2 cores, loopback): upstream Konnectivity v0.31 (Go), HTTP CONNECT over UDS,',
-    'TLS tunnel, iperf3: ≈ 2.2 Gbit/s client->backend and ≈ 2.7 Gbit/s backend->client (≈ 275-340 MB/s), ≈ 0.65 core per Gbit/s',
-    '(≈ 5.2 CPU s/GB). Goal: ≥ 2× upstream, i.e. ≥ 4.5 Gbit/s ≈ 560 MB/s end to end in both directions; isolation ratio ≥ 0.9;',
-    'p99 dial latency no worse than upstream. One gRPC hop in Node over TLS: grpc-js ≈ 455 MB/s, node:http2 + hand codec ≈ 1.3 GB/s.',
     'Upload = client -> backend, download = backend -> client. CP->node: client -> CONNECT over the server\'s Unix socket -> server ->',
-    'TLS tunnel -> agent -> backend; node->CP: client -> agent listener on 127.0.0.2 -> tunnel -> server -> allow-listed backend.',
-    'Kanal CPU = server + agent; endpoints CPU = client + backend workers (the direct baseline pays TLS there, Kanal\'s endpoints',
-    'speak plain TCP). All processes share the same cores, so the load generators compete with Kanal for CPU.',
+    'TLS tunnel -> agent -> backend (Kanal\'s and upstream\'s alike); node->CP (Kanal only): client -> agent listener on 127.0.0.2 ->',
+    'tunnel -> server -> allow-listed backend. Proxy CPU = server + agent; endpoints CPU = client + backend workers (the direct',
+    'baseline pays TLS there, the proxies\' endpoints speak plain TCP). All processes share the same cores, so the load',
+    'generators compete with the proxies for CPU. Goals (issue 15): bulk >= 2x upstream at <= 0.5x its CPU per GB; dial p50 and',
+    'p99 <= upstream\'s, dials/s >= upstream\'s; memory per idle connection and per agent <= upstream\'s; isolation ratio >= 0.9.',
+    'Results and their history: bench/RESULTS.md.',
     `Total bench time ${r.durationS.toFixed(0)} s.`,
   );
   return out.join('\n');

@@ -1,23 +1,26 @@
 /** 1. Bulk throughput, both directions of a tunnelled connection, 1 and 8 flows, upload and download. */
 import type { Path } from './loadgen-protocol.js';
-import { bulkRun, type Env, type FlowSample } from './env.js';
+import { bulkRun, runnable, type Env, type FlowSample } from './env.js';
 import type { Row } from './report.js';
-import { median, spread } from './stats.js';
+import { inRepOrder, median, medianRatio, spread } from './stats.js';
 
-const PATHS: { path: Path; key: string; label: string }[] = [
+/** The baseline (direct TLS) first; `upstream` names the row a Kanal row is compared with. */
+const ALL_PATHS: { path: Path; key: string; label: string; upstream?: Path }[] = [
   { path: 'direct-tls', key: 'direct-tls', label: 'direct TLS' },
-  { path: 'kanal-cp', key: 'cp-node', label: 'Kanal CP->node' },
+  { path: 'kanal-cp', key: 'cp-node', label: 'Kanal CP->node', upstream: 'upstream-cp' },
+  { path: 'upstream-cp', key: 'upstream-cp-node', label: 'upstream CP->node' },
   { path: 'kanal-node', key: 'node-cp', label: 'Kanal node->CP' },
 ];
 
 export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Promise<Row[]> {
+  const PATHS = runnable(env, ALL_PATHS);
   const cases: { mode: 'up' | 'down'; flows: number }[] = [];
   for (const mode of ['up', 'down'] as const) for (const flows of flowCounts) cases.push({ mode, flows });
   // samples[case][path] = one sample per rep
   const samples = cases.map(() => PATHS.map(() => [] as FlowSample[]));
-  // Untimed warm-up of every Kanal path and direction, so JIT compilation lands in no run.
+  // Untimed warm-up of every proxied path and direction, so JIT compilation lands in no run.
   const warm: Env = { ...env, params: { ...env.params, warmupMs: 100, measureMs: Math.min(300, env.params.measureMs) } };
-  for (const p of PATHS.slice(1)) {
+  for (const p of env.params.bulkWarmupRuns > 0 ? PATHS.slice(1) : []) {
     for (const mode of ['up', 'down'] as const) {
       env.progress(`throughput warm-up ${p.label} ${mode}`);
       await bulkRun(warm, p.path, mode, 1);
@@ -25,10 +28,7 @@ export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Pr
   }
   for (let rep = 0; rep < env.params.reps; rep++) {
     for (const [ci, c] of cases.entries()) {
-      // Alternate the order so no path always runs first after a pause.
-      const order = PATHS.map((_, i) => i);
-      if (rep % 2 === 1) order.reverse();
-      for (const pi of order) {
+      for (const pi of inRepOrder(PATHS.map((_, i) => i), rep)) {
         const p = PATHS[pi]!;
         env.progress(`throughput ${p.label} ${c.mode} ${c.flows} flow(s), run ${rep + 1}/${env.params.reps}`);
         samples[ci]![pi]!.push(await bulkRun(env, p.path, c.mode, c.flows));
@@ -49,15 +49,23 @@ export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Pr
         endpointCpuSPerGB: median(s.map((x) => x.endpointCpuSPerGB)),
       };
       if (!isDirect) {
-        values.ratio = median(s.map((x, i) => x.bytesPerSec / direct[i]!.bytesPerSec));
-        values.proxyCpuSPerGB = median(s.map((x) => x.proxyCpuSPerGB));
+        values.ratio = medianRatio(rates, direct.map((x) => x.bytesPerSec));
+        const cpu = s.map((x) => x.proxyCpuSPerGB);
+        values.proxyCpuSPerGB = median(cpu);
+        values.proxyCpuSpread = spread(cpu);
+      }
+      const up = p.upstream && PATHS.findIndex((q) => q.path === p.upstream);
+      if (up !== undefined && up >= 0) {
+        const u = samples[ci]![up]!;
+        values.vsUpstream = medianRatio(rates, u.map((x) => x.bytesPerSec));
+        values.cpuVsUpstream = medianRatio(s.map((x) => x.proxyCpuSPerGB), u.map((x) => x.proxyCpuSPerGB));
       }
       rows.push({
         id: `throughput.${p.key}.${c.mode}.${c.flows}`,
         section: 'throughput',
-        label: `${p.label.padEnd(14)} ${c.mode === 'up' ? 'upload  ' : 'download'} ${c.flows} flow${c.flows > 1 ? 's' : ''}`,
+        label: `${p.label.padEnd(17)} ${c.mode === 'up' ? 'upload  ' : 'download'} ${c.flows} flow${c.flows > 1 ? 's' : ''}`,
         values,
-        signed: ['spread'],
+        signed: ['spread', 'proxyCpuSpread'],
         baseline: isDirect ? undefined : 'direct TLS',
         runs: rates.map((r) => Math.round(r / 1e5) / 10),
       });
