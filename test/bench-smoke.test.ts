@@ -103,7 +103,7 @@ test(`bench --smoke --json reports every row with positive numbers${upstreamAbse
     for (const row of report.rows.filter((r) => r.section === 'versus' && !r.kanalOnly)) {
       t.true('upstream' in row.values, `${row.id} lacks upstream's figure`);
       // CPU comes in 10 ms ticks: a smoke-sized run may have none to divide by; upstream's isolation may be 0.
-      if (!/^versus\.(cpu|isolation)\./.test(row.id)) t.true('ratio' in row.values, `${row.id} lacks the ratio`);
+      if (!/^versus\.(cpu|isolation)\.|\.cpu$/.test(row.id)) t.true('ratio' in row.values, `${row.id} lacks the ratio`);
     }
     t.true('vsUpstream' in byId.get('throughput.cp-node.up.1')!.values && 'vsUpstreamP50' in byId.get('latency.cp-node')!.values);
   }
