@@ -21,15 +21,17 @@ const LAYERS: readonly (readonly string[])[] = [
   ['src/kube'],
   ['src/server', 'src/agent'],
   ['src/cli'],
-  // The demo's and tests' kit: nothing in the product may import it.
-  ['src/pki'],
-  ['src/demo'],
+  // The demo's and tests' kit, outside the shipped package: nothing in the product may import it.
+  ['kit/pki'],
+  ['kit/demo'],
 ];
 
-const SOURCE_ROOTS = ['src', 'native'];
+/** What the package ships (package.json "files": dist/src, dist/native). */
+const PRODUCT_ROOTS = ['src', 'native'];
+const SOURCE_ROOTS = [...PRODUCT_ROOTS, 'kit'];
 
-/** Relative module specifiers of static imports, re-exports and dynamic imports. */
-const IMPORT = /(?:\bfrom\s+|\bimport\s*\(\s*|\bimport\s+)['"](\.{1,2}\/[^'"]+)['"]/g;
+/** Module specifiers of static imports, re-exports and dynamic imports. */
+const IMPORT = /(?:\bfrom\s+|\bimport\s*\(\s*|\bimport\s+)['"]([^'"\s]+)['"]/g;
 
 interface Placement {
   folder: string;
@@ -68,6 +70,7 @@ function layerViolations(files: readonly string[], read: (file: string) => strin
     }
     for (const match of read(file).matchAll(IMPORT)) {
       const spec = match[1]!;
+      if (!spec.startsWith('.')) continue;
       const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
       const to = placementOf(target);
       if (!to || to.folder === from.folder) continue;
@@ -82,6 +85,20 @@ test('no source file imports from a folder above its own layer', (t) => {
   const files = SOURCE_ROOTS.flatMap(sourceFiles);
   t.true(files.length > 50, `found only ${files.length} source files under ${SOURCE_ROOTS.join(', ')}`);
   t.deepEqual(layerViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+});
+
+test('runtime dependencies are exactly the packages the shipped code imports', (t) => {
+  const imported = new Set<string>();
+  for (const file of PRODUCT_ROOTS.flatMap(sourceFiles)) {
+    for (const match of fs.readFileSync(path.join(REPO, file), 'utf8').matchAll(IMPORT)) {
+      const spec = match[1]!;
+      if (spec.startsWith('.') || spec.startsWith('node:')) continue;
+      // "@scope/name/sub" -> "@scope/name", "name/sub" -> "name"
+      imported.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'));
+    }
+  }
+  const pkg = JSON.parse(fs.readFileSync(path.join(REPO, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+  t.deepEqual(Object.keys(pkg.dependencies).sort(), [...imported].sort());
 });
 
 test('the check sees imports up, sideways, dynamic and multi-line, and folders in no layer', (t) => {
