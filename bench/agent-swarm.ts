@@ -7,7 +7,7 @@
  */
 import fs from 'node:fs';
 import { pino } from 'pino';
-import { issueAgentCertificate, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { serveCommands } from './rpc.js';
 import { connectToServer, type ServerConnection } from '../src/agent/server-connection.js';
 import { selectTransport } from '../src/cli/transport-choice.js';

@@ -1,7 +1,7 @@
 /** What every suite works with, and the one primitive they share: a timed bulk measurement. */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import type { Worker } from './rpc.js';
 import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
 import { makeTempDir } from './children.js';

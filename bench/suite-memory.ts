@@ -3,7 +3,7 @@
  * Kanal and (when its binaries are there) upstream, one run each.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { pairOf, pairRss, products, waitIdle, withFreshPair, type Env } from './env.js';
 import { readyDetail, startServer, startSwarm } from './cluster.js';
 import type { Product } from './loadgen-protocol.js';

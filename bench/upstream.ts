@@ -10,8 +10,8 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../src/demo/processes.js';
-import { issueAgentCertificate, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { freePort } from '../kit/demo/processes.js';
+import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { waitHttpOk, type TunnelPair } from './cluster.js';
 

@@ -10,7 +10,7 @@
  */
 import test from 'ava';
 import { randomBytes } from 'node:crypto';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { GrpcStatus, GrpcStatusError } from '../src/transport/transport.js';
 import {
   connectThrough,

@@ -12,7 +12,7 @@ import yargs, { type Argv } from 'yargs';
 import fs from 'node:fs';
 import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../src/cli/server-command.js';
 import { agentBuilder, buildAgentOptions, validateAgentArgs, defaultAgentID, type AgentArgs } from '../src/cli/agent-command.js';
-import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { UsageError } from '../src/cli/usage-error.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -27,7 +27,7 @@ import {
   type KanalServerProcess,
   type Workspace,
 } from './helpers/kanal-processes.js';
-import { ConnectRefused } from '../src/demo/proxy-client.js';
+import { ConnectRefused } from '../kit/demo/proxy-client.js';
 import { ProxyStream } from './helpers/e2e-grpc-client.js';
 
 interface Ctx {

@@ -8,7 +8,7 @@ import test, { type ExecutionContext } from 'ava';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PacketType } from '../src/wire/packet.js';
-import { ConnectRefused } from '../src/demo/proxy-client.js';
+import { ConnectRefused } from '../kit/demo/proxy-client.js';
 import {
   connectThrough,
   echoRoundTrip,

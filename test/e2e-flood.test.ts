@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { PacketType } from '../src/wire/packet.js';
 import {
   connectThrough,

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import {
   CLI,
   freePort,

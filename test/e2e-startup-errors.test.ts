@@ -9,7 +9,7 @@ import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { freePort, makeWorkspace, readLog, runCli, startServer, type CliResult, type Workspace } from './helpers/kanal-processes.js';
 
 /** Generous: several test files start processes at once on a small machine. */

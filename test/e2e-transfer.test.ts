@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type net from 'node:net';
 import { grpcJsTransport } from '../src/transport/grpc-js/index.js';
-import { grpcDial } from '../src/demo/proxy-client.js';
+import { grpcDial } from '../kit/demo/proxy-client.js';
 import {
   CleanupStack,
   connectThrough,

@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { PacketType } from '../src/wire/packet.js';
 import {
   connectUnix,

@@ -12,7 +12,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { growSendBuffer, sendBufferBytes, socketFd } from '../native/socket-buffers.js';
 import { sizeTunnelSendBuffer, TUNNEL_SEND_BUFFER_BYTES } from '../src/transport/socket-send-buffer.js';
-import { writeThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki } from '../kit/pki/throwaway-pki.js';
 
 const canForce = process.getuid?.() === 0;
 const wmemMax = Number(fs.readFileSync('/proc/sys/net/core/wmem_max', 'utf8').trim());

@@ -12,7 +12,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { netnsUnavailableReason } from './helpers/netns.js';
 import { ADVERTISE_IP, createTopology, destroyAllTopologies, startAgent, startServer, type NsProcess, type Topology } from './helpers/node-topology.js';
-import { connectUnix, httpConnect } from '../src/demo/proxy-client.js';
+import { connectUnix, httpConnect } from '../kit/demo/proxy-client.js';
 
 const ECHO_LOCAL = 7443;
 const CP_ECHO_PORT = 7443;

@@ -66,6 +66,7 @@ test('npm pack ships the program, the native boundary, the units and the static 
     t.true(files.includes(f), `${f} is in the tarball`);
   }
   t.false(files.some((f) => f.startsWith('dist/test/')), 'tests stay out');
+  t.false(files.some((f) => f.startsWith('dist/kit/')), 'the demo and the throwaway PKI stay out');
 });
 
 test("the Dockerfile's npm install puts a working bin/kanal in the prefix", async (t) => {

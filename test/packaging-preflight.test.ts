@@ -8,7 +8,7 @@ import net from 'node:net';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { chmod, chown, copyFile, mkdir, writeFile } from 'node:fs/promises';
-import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { runPreflight, formatPreflight, preflightPassed, type CheckResult } from '../src/agent/preflight.js';
 import { grpcJsTransport } from '../src/transport/grpc-js/index.js';
 import { createLogger } from '../src/common/logger.js';

@@ -6,7 +6,7 @@
 import test from 'ava';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { sdNotify, encodeNotifyAddress, watchdogIntervalMs, SystemdNotifier } from '../native/sd-notify.js';
 import { NotifyListener, logField, portOf, startKanal, tempDir, type Started } from './packaging-helpers.js';
 

@@ -6,8 +6,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
-import { createCertificateAuthority } from '../src/pki/certificate-authority.js';
-import { writeThrowawayPki, type ThrowawayPki } from '../src/pki/throwaway-pki.js';
+import { createCertificateAuthority } from '../kit/pki/certificate-authority.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 
 let dir = '';
 let pki: ThrowawayPki;

@@ -9,8 +9,8 @@ import { X509Certificate } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createCertificateAuthority } from '../src/pki/certificate-authority.js';
-import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
+import { createCertificateAuthority } from '../kit/pki/certificate-authority.js';
+import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { ClientRoles, parseEku, parseSubjectPattern, sharedTrust } from '../src/server/client-roles.js';
 import {
   freePort,

@@ -668,7 +668,7 @@ test.serial('client: TLS refuses an untrusted server and a server without ALPN h
 });
 
 async function throwawayTlsOtherCa(): Promise<{ cert: string; key: string }> {
-  const { createCertificateAuthority } = await import('../src/pki/certificate-authority.js');
+  const { createCertificateAuthority } = await import('../kit/pki/certificate-authority.js');
   const ca = await createCertificateAuthority('other-ca');
   const leaf = await ca.issue({ commonName: 'x', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'], usage: 'server' });
   return { cert: leaf.certPem, key: leaf.keyPem };

@@ -12,11 +12,12 @@ import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import type { InboundDial, Tunnel, TunnelStats } from '../tunnel/tunnel.js';
 import { DialError } from '../tunnel/errors.js';
 import { Backoff } from '../common/backoff.js';
-import { dialTcp } from '../common/tcp-dial.js';
+import { dialTcp } from '../tunnel/tcp-dial.js';
 import { formatHostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
-import { KanalMetrics, type RefusalReasons } from '../common/metrics.js';
+import { KanalMetrics } from '../common/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
 
 export interface AgentOptions {
   agentID: string;
@@ -197,7 +198,7 @@ export class KanalAgent {
           log: this.opts.log,
           // The agent performs control plane -> node dials and requests node -> control plane ones.
           onConnectionClosed: (c) => this.metrics.connectionClosed(c.role === 'performer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
-          onLimit: (limit) => this.metrics.tunnelLimit(limit, SERVER_TUNNEL_REFUSALS),
+          onLimit: (limit) => countTunnelLimit(this.metrics, limit, SERVER_TUNNEL_REFUSALS),
           limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
         });
         this.expectedServers = conn.serverCount;

@@ -7,10 +7,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Argv, InferredOptionTypes } from 'yargs';
-import { parseAgentFlags, FILE_FLAGS } from '../install/agent-flags.js';
-import { planNodeInstall, PATHS, RESTART_BACKOFF_SYSTEMD } from '../install/node-plan.js';
-import { applyPlan, uninstall, underRoot, type Change } from '../install/apply.js';
-import { detectSystemdVersion, systemctl, systemdRunning } from '../install/systemd.js';
+import { parseAgentFlags, FILE_FLAGS } from './install/agent-flags.js';
+import { planNodeInstall, PATHS, RESTART_BACKOFF_SYSTEMD } from './install/node-plan.js';
+import { applyPlan, uninstall, underRoot, type Change } from './install/apply.js';
+import { detectSystemdVersion, systemctl, systemdRunning } from './install/systemd.js';
 import { UsageError } from './usage-error.js';
 
 export const installNodeFlags = {

@@ -4,12 +4,8 @@
  * never drift from the truth; counters are bumped where things happen.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { TunnelLimitName } from '../tunnel/limits.js';
 
 export type Direction = 'cp_to_node' | 'node_to_cp';
-
-/** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */
-export type RefusalReasons = Partial<Record<TunnelLimitName, string>>;
 
 export class KanalMetrics {
   readonly registry = new Registry();
@@ -67,15 +63,6 @@ export class KanalMetrics {
       labelNames: ['reason'],
       registers: [this.registry],
     });
-  }
-
-  /** Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal, a read pause, or a closed stream. */
-  tunnelLimit(limit: TunnelLimitName, refusals: RefusalReasons): void {
-    const reason = refusals[limit];
-    if (reason !== undefined) this.refusals.inc({ reason });
-    else if (limit === 'unflowedBufferBytes' || limit === 'unflowedStreamBufferBytes') this.readPauses.inc({ reason: 'slow_reader' });
-    else if (limit === 'pauseReadingQueuedBytes') this.readPauses.inc({ reason: 'peer_not_reading' });
-    else if (limit === 'maxQueuedBytes' || limit === 'peerReadTimeoutMs') this.streamsClosed.inc({ reason: 'peer_not_reading' });
   }
 
   /** A gauge whose value is computed at scrape time. */

@@ -15,7 +15,8 @@ import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifier
 import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registry.js';
 import { unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { DestinationDialer } from './destination-dialer.js';
-import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
+import type { KanalMetrics } from '../common/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -134,7 +135,7 @@ function accept(
     refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
     // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
     onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
-    onLimit: (limit) => opts.metrics?.tunnelLimit(limit, AGENT_TUNNEL_REFUSALS),
+    onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
   });
   const backend: AgentBackend = { agentID, credential, identifiers, tunnel, liveness: incoming.liveness, peer: incoming.peer, connectedAt: new Date() };

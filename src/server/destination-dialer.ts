@@ -5,7 +5,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { dialTcp } from '../common/tcp-dial.js';
+import { dialTcp } from '../tunnel/tcp-dial.js';
 import { truncateForLog } from '../common/log-safety.js';
 import { DialError } from '../tunnel/errors.js';
 import type { InboundDial } from '../tunnel/tunnel.js';

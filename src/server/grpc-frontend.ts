@@ -10,7 +10,8 @@ import { Feature, formatFeatures, intersectFeatures, parseFeatures } from '../wi
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
 import type { BackendDialer } from './backend-dialer.js';
-import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
+import type { KanalMetrics } from '../common/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
 
 const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
 
@@ -34,7 +35,7 @@ export function createGrpcFrontend(
       limits,
       log: log.child({ frontend: 'grpc', peer: incoming.peer }),
       dialHandler: (dial) => dialer.dial(dial.address, dial.signal, incoming.peer),
-      onLimit: (limit) => metrics?.tunnelLimit(limit, FRONTEND_REFUSALS),
+      onLimit: (limit) => countTunnelLimit(metrics, limit, FRONTEND_REFUSALS),
     });
     track(tunnel);
   };

@@ -5,9 +5,9 @@
  * Node's http.Server only parses here: connections are accepted (and
  * sniffed, and TLS-terminated) by listeners.ts and handed in with serve().
  * Node enforces headersTimeout and requestTimeout from a timer it starts
- * when a server *listens*, so on injected sockets they never applied (#11
- * finding 7: unfinished headers kept a connection for 400 s and more); the
- * header deadline is enforced here instead.
+ * when a server *listens* (lib/_http_server.js, setupConnectionsTracking),
+ * so on injected sockets they never apply; the header deadline is enforced
+ * here instead (#11 finding 7).
  */
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -185,8 +185,8 @@ export class HttpConnectFrontend {
 /**
  * A CONNECT client while its dial is pending: what it sends early is kept
  * (bounded) for the tunnel, and its going away (FIN, reset, close) aborts
- * `gone`, which cancels the dial (DIAL_CLS) at once (#11 finding 7: 1,000
- * clients that left kept 1,000 pending dials until the dial timeout).
+ * `gone`, which cancels the dial (DIAL_CLS) at once, so a client that left
+ * never holds a pending dial until the dial timeout (#11 finding 7).
  */
 class EarlyBytes {
   readonly gone = new AbortController();

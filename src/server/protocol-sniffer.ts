@@ -4,9 +4,9 @@
  *
  * Bytes go back only for a verdict another parser will read. A client that
  * ends or fails before the bytes decide anything ('closed') gets nothing put
- * back: unshift() after 'end' throws ERR_STREAM_UNSHIFT_AFTER_END_EVENT, and
- * with no listener for that 'error' it took the whole server down (#11
- * finding 5: one byte, "P", and a FIN).
+ * back: unshift() after 'end' throws ERR_STREAM_UNSHIFT_AFTER_END_EVENT
+ * (lib/internal/streams/readable.js), an 'error' that, with no listener,
+ * ends the process (#11 finding 5).
  */
 import type { Socket } from 'node:net';
 

@@ -1,8 +1,8 @@
 /**
  * Where the server's refusals go: each one is counted
  * (kanal_refusals_total{reason}) and logged as a warning, at most once per
- * interval per peer and reason, then with the number suppressed (#11
- * finding 8: 2,000 refused dials were 4,000 log lines).
+ * interval per peer and reason, then with the number suppressed, so a flood
+ * of refusals costs a bounded number of log lines (#11 finding 8).
  */
 import type { Logger } from 'pino';
 import type { KanalMetrics } from '../common/metrics.js';

@@ -1,6 +1,6 @@
 /**
  * The one interface between the tunnel multiplexer and whatever carries
- * packets (grpc-js today; a node:http2 gRPC implementation can replace it).
+ * packets (h2/ on node:http2 by default, or grpc-js/).
  * A PacketStream is one bidirectional gRPC stream, already past its headers.
  */
 import type { Packet } from '../wire/packet.js';

@@ -1,17 +1,15 @@
 /**
  * Closes a tunnel socket whose peer is gone when Node's HTTP/2 has not
  * noticed. When a write to a dead peer fails, Node's TLS layer keeps its
- * write-in-progress mark (tls_wrap.cc: OnStreamAfterWrite returns on an
+ * write-in-progress mark (src/tls_wrap.cc: OnStreamAfterWrite returns on an
  * error before clearing write_size_), so every later write waits in its
  * queue, and HTTP/2, which stops reading while a write is in progress,
- * never reads again: no 'error', 'end' or 'close' ever comes. Caught here
- * with 82 bytes waiting in that queue and the connection reset in the
- * kernel for the 10 s the test watched; an agent killed with SIGKILL left
- * the session, its streams and every tunnelled connection open in about one
- * run in five of the failover test with the machine under load. The kernel
+ * never reads again: no 'error', 'end' or 'close' ever comes, and the
+ * session, its streams and every tunnelled connection stay open. The kernel
  * knows, so its TCP state is read once a second: closed (reset, or both
  * sides done), or the peer's FIN still unanswered a second later, means the
- * connection is over.
+ * connection is over. Proven by test/transport-peer-gone.test.ts and the
+ * SIGKILL case of test/e2e-failover.test.ts.
  */
 import type net from 'node:net';
 import { socketFd } from '../../native/socket-buffers.js';

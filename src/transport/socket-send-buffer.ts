@@ -6,12 +6,11 @@
  * own writes is pending (a CVE-2019-9511/9517 mitigation). Two Node peers
  * that both send bulk data through one connection can then each wait for
  * the other to read: once both directions hold more than the kernel's
- * buffers, the tunnel stalls until keepalive closes it (seen about once in
- * ten runs of a 64 MiB echo test with 4 MiB stream windows and autotuned
- * buffers). A write never stays pending while the socket's send buffer can
- * hold everything the peer's stream window lets this side have in flight,
- * so both ends of a tunnel ask for such a buffer; one end getting it is
- * enough to rule the stall out.
+ * buffers, the tunnel stalls until keepalive closes it (the 64 MiB echo of
+ * test/e2e-transfer.test.ts). A write never stays pending while the
+ * socket's send buffer can hold everything the peer's stream window lets
+ * this side have in flight, so both ends of a tunnel ask for such a buffer;
+ * one end getting it is enough to rule the stall out.
  */
 import type net from 'node:net';
 import { growSendBuffer, socketFd } from '../../native/socket-buffers.js';
@@ -36,8 +35,7 @@ export function sizeTunnelSendBuffer(socket: net.Socket): SendBufferResult {
  * net.core.wmem_default (208 KiB) where a loopback TCP one grows to
  * net.ipv4.tcp_wmem's maximum (4 MiB). A frontend client on the Unix socket
  * (the KAS) then has to be scheduled for every 208 KiB of a download, and the
- * server sits idle in between: one CP->node download moved 15% more, at less
- * CPU per byte, with 1 to 8 MiB here (bench notes in README).
+ * server sits idle in between (figures: bench/RESULTS.md).
  */
 export const UNIX_FRONTEND_SEND_BUFFER_BYTES = 2 * 1024 * 1024;
 

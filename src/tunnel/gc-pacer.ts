@@ -5,20 +5,18 @@
  * memory lives outside the V8 heap. Those die young, but only a scavenge frees
  * them, and scavenges run when the JS heap's new space fills — which the data
  * path, allocating few JS objects per byte, does slowly. Meanwhile the
- * external memory grows by the full throughput, V8 sees "external memory
- * pressure" every ~32 MB and answers with a full mark-compact: measured at
- * 10+ per second per process, about a quarter of the sender's busy time.
- * A minor GC every 8 MiB moved frees the same buffers for a fraction of
- * the cost (a scavenge of the small young generation this code keeps takes about a millisecond or less).
+ * external memory grows by the full throughput, and V8 answers its
+ * "external memory pressure" (every ~32 MB) with a full mark-compact. A
+ * minor GC every GC_PACE_BYTES moved frees the same buffers with a scavenge
+ * of the small young generation, a fraction of the cost.
  *
  * The scavenges promote what is still in flight, so the old generation grows
  * by a little garbage each time. V8 sizes the old generation's limit by a
- * factor it picks between 1.1 and 4; after an idle spell it picks the low
- * end, and the headroom left is so small that V8 starts the next
- * mark-compact as soon as one finishes: 4-22 per transfer in both processes,
- * and about 60% more CPU per byte, for every transfer that follows a pause
- * of 15 s or more. Once this process moves data, the factor is pinned at
- * HEAP_GROWING_PERCENT (inside V8's own range), which removed them.
+ * factor it picks between 1.1 and 4 (deps/v8/src/heap/heap-controller.h);
+ * after an idle spell it picks the low end, and the headroom left is so
+ * small that the next mark-compact starts as soon as one finishes. Once this
+ * process moves data, the factor is pinned at HEAP_GROWING_PERCENT, inside
+ * V8's own range. Figures: bench/RESULTS.md; test: test/tunnel-gc-pacer.test.ts.
  *
  * V8 only exposes `gc` with --expose-gc; the flag is turned on just long
  * enough to fetch the function from a fresh context, so the process's own

@@ -11,7 +11,7 @@ import type { Duplex } from 'node:stream';
 import type { Transport } from '../../src/transport/transport.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import { removeOnExit } from './exit-cleanup.js';
-import { writeThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { writeThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 // ---------- grpc-js Transport ----------
 

@@ -11,7 +11,7 @@ import path from 'node:path';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ExecutionContext } from 'ava';
-import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
 import { KanalAgent, type AgentOptions } from '../../src/agent/agent.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';

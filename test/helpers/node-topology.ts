@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createNetns, destroyAllNetns, type ExecResult, type Netns } from './netns.js';
 import { deleteNetnsOnExit, killOnExit } from './exit-cleanup.js';
-import { writeThrowawayPki, type ThrowawayPki } from '../../src/pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 /** The kube-apiserver advertise address the agent serves on the node. */
 export const ADVERTISE_IP = '10.200.0.1';

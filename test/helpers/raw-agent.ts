@@ -8,7 +8,7 @@
  */
 import fs from 'node:fs';
 import net from 'node:net';
-import type { AgentCredential } from '../../src/pki/throwaway-pki.js';
+import type { AgentCredential } from '../../kit/pki/throwaway-pki.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
 import type { GrpcChannel } from '../../src/transport/transport.js';
 import type { PacketStream } from '../../src/transport/packet-stream.js';

@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { issueAgentCertificate } from '../../src/pki/throwaway-pki.js';
+import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { killOnExit, removeOnExit } from './exit-cleanup.js';
 import { freePort, httpGet, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
 

@@ -10,8 +10,8 @@
  * when a message lies inside one chunk. A DATA packet spread over several
  * chunks (HTTP/2 frames are usually 16 KiB, DATA messages up to 64 KiB) is
  * passed on as a run of payload slices, each a view into its chunk: copying
- * it into a fresh 64 KiB buffer cost a memcpy and, worse, an external
- * allocation per message that drove V8 into frequent major GCs. Any other
+ * it together would cost a memcpy and an external allocation per message,
+ * which drives V8 into major GCs (see src/tunnel/gc-pacer.ts). Any other
  * message is assembled into one buffer of the announced size (after checking
  * the size against the limit, so an oversized message is refused before any
  * of it is buffered).

@@ -23,7 +23,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { createCertificateAuthority, type CertificateAuthority } from '../../../src/pki/certificate-authority.js';
+import { createCertificateAuthority, type CertificateAuthority } from '../../../kit/pki/certificate-authority.js';
 import { LabelSelector, LabelSyntaxError } from '../../../src/kube/labels.js';
 import { LEASE_GROUP, LeaseStore, StatusError, type Lease, type LeaseWatcher, type WatchEventType } from './lease-store.js';
 import { PROTOBUF, ProtobufError, decodeObject, encodeObject, encodeWatchFrame } from './protobuf.js';

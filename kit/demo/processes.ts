@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-export const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../cli/main.js');
+export const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
 
 export interface Child {
   proc: ChildProcess;

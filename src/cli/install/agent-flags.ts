@@ -6,8 +6,8 @@
  */
 import path from 'node:path';
 import yargs from 'yargs';
-import { agentBuilder, validateAgentArgs, type AgentArgs, type AgentConfig } from '../cli/agent-command.js';
-import { UsageError } from '../cli/usage-error.js';
+import { agentBuilder, validateAgentArgs, type AgentArgs, type AgentConfig } from '../agent-command.js';
+import { UsageError } from '../usage-error.js';
 
 /** Flags that make no sense in a unit's command line. */
 const FORBIDDEN = new Set(['dry-run', 'check', 'help', 'version']);

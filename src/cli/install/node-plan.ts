@@ -48,9 +48,9 @@ export interface PlanOptions {
 
 const HEADER = '# Managed by `kanal install-node`: re-run it to change this file (manual edits are overwritten).\n';
 
-/** The package root: dist/src/install/ -> ../../.. (the same in the repo and in an installed package). */
+/** The package root: dist/src/cli/install/ -> ../../../.. (the same in the repo and in an installed package). */
 export function packageRoot(): string {
-  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..');
 }
 
 function seconds(ms: number): number {

@@ -1,7 +1,7 @@
-/** Dials TCP with a deadline and cancellation, the way both sides perform dials. */
+/** Dials TCP with a deadline and cancellation, as both sides perform a peer's DIAL_REQ; failures are the tunnel's DialErrors. */
 import net from 'node:net';
-import { DialError } from '../tunnel/errors.js';
-import { parseHostPort, formatHostPort } from './host-port.js';
+import { DialError } from './errors.js';
+import { parseHostPort, formatHostPort } from '../common/host-port.js';
 
 export interface TcpDialOptions {
   timeoutMs: number;

@@ -6,10 +6,10 @@
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { pino } from 'pino';
-import type { Transport } from '../transport/transport.js';
-import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../wire/metadata.js';
-import { ALL_FEATURES, formatFeatures, parseFeatures, intersectFeatures, NO_FEATURES } from '../wire/features.js';
-import { Tunnel } from '../tunnel/tunnel.js';
+import type { Transport } from '../../src/transport/transport.js';
+import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
+import { ALL_FEATURES, formatFeatures, parseFeatures, intersectFeatures, NO_FEATURES } from '../../src/wire/features.js';
+import { Tunnel } from '../../src/tunnel/tunnel.js';
 
 export class ConnectRefused extends Error {
   constructor(

@@ -12,7 +12,7 @@ import https from 'node:https';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { writeThrowawayPki } from '../pki/throwaway-pki.js';
-import { grpcJsTransport } from '../transport/grpc-js/index.js';
+import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { freePort, startKanal, waitReady, type Child } from './processes.js';
 

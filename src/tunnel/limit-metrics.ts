@@ -1,0 +1,16 @@
+/** Which metric counts a tunnel limit being hit (docs/limits.md names it for each limit). */
+import type { KanalMetrics } from '../common/metrics.js';
+import type { TunnelLimitName } from './limits.js';
+
+/** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */
+export type RefusalReasons = Partial<Record<TunnelLimitName, string>>;
+
+/** Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal, a read pause, or a closed stream. */
+export function countTunnelLimit(metrics: KanalMetrics | undefined, limit: TunnelLimitName, refusals: RefusalReasons): void {
+  if (!metrics) return;
+  const reason = refusals[limit];
+  if (reason !== undefined) metrics.refusals.inc({ reason });
+  else if (limit === 'unflowedBufferBytes' || limit === 'unflowedStreamBufferBytes') metrics.readPauses.inc({ reason: 'slow_reader' });
+  else if (limit === 'pauseReadingQueuedBytes') metrics.readPauses.inc({ reason: 'peer_not_reading' });
+  else if (limit === 'maxQueuedBytes' || limit === 'peerReadTimeoutMs') metrics.streamsClosed.inc({ reason: 'peer_not_reading' });
+}
