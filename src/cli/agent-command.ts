@@ -5,7 +5,7 @@ import { isIP } from 'node:net';
 import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
-import { parseAgentIdentifiers } from '../server/agent-identifiers.js';
+import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import { KanalAgent, type AgentOptions } from '../agent/agent.js';
 import { parseTarget, type Target } from '../agent/target.js';
 import { NodeListeners } from '../agent/node-listeners.js';

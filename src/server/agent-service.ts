@@ -11,7 +11,7 @@ import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_KANAL_FEATURES, MD_SERVER_COUNT, 
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
-import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifiers.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registry.js';
 import { unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { DestinationDialer } from './destination-dialer.js';
