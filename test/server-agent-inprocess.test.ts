@@ -253,6 +253,10 @@ test('the server refuses agent streams without exactly one agentID (INVALID_ARGU
   const badIdentifiers = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'planet=mars' }, 5000));
   t.is((badIdentifiers as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
   t.regex(badIdentifiers!.message, /unknown agent identifier "planet"/);
+  // A malformed value would silently misroute: refused as well, naming it (#14).
+  const badCidr = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'cidr=10.0.0.0/40' }, 5000));
+  t.is((badCidr as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
+  t.regex(badCidr!.message, /cidr "10\.0\.0\.0\/40" is not an address block/);
   t.is(server.registry.size, 0);
   t.false(server.readiness().ready);
 });
