@@ -16,6 +16,7 @@ import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registr
 import { unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics, RefusalReasons } from '../common/metrics.js';
+import { truncateForLog } from '../common/log-safety.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -98,7 +99,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
         log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
       }
       log.info(
-        { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', tunnels: opts.registry.size, agents: opts.registry.agentCount },
+        { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200), tunnels: opts.registry.size, agents: opts.registry.agentCount },
         'agent connected',
       );
     }, (err: Error) => {
