@@ -7,7 +7,8 @@
 import test from 'ava';
 import type { KanalServer } from '../src/server/server.js';
 import type { ProxyStrategy } from '../src/server/routing/proxy-strategies.js';
-import { echoRoundTrip, httpConnect, makeEnv, startAgent, startEchoServer, startServer, waitFor, type ConnectReply, type TestEnv } from './helpers/in-process.js';
+import { NO_FEATURES } from '../src/wire/features.js';
+import { echoRoundTrip, grpcFrontendClient, httpConnect, makeEnv, startAgent, startEchoServer, startServer, waitFor, type ConnectReply, type TestEnv } from './helpers/in-process.js';
 
 /** Which agent the server logged as carrying the dial to `address`, and by which strategy. */
 function carriedBy(lines: ReadonlyArray<Record<string, unknown>>, address: string): Array<{ agentID: unknown; strategy: unknown }> {
@@ -60,6 +61,14 @@ test('destHost routes by host name, ipv4, ipv6 and cidr; what no agent announces
   t.deepEqual(new Set(carriedBy(logs.lines, cidrNode.address).map((c) => JSON.stringify(c))), new Set([JSON.stringify({ agentID: 'node-b', strategy: 'destHost' })]));
   t.deepEqual(new Set(carriedBy(logs.lines, elsewhere.address).map((c) => JSON.stringify(c))), new Set([JSON.stringify({ agentID: 'gateway', strategy: 'defaultRoute' })]));
   t.is(carriedBy(logs.lines, nodeA.address).length, 4);
+
+  // The gRPC frontend (the kube-apiserver's konnectivity client) routes the same way.
+  const client = await grpcFrontendClient(t, env.udsPath, NO_FEATURES);
+  const viaGrpc = await client.tunnel.dial(nodeB.address, { timeoutMs: 5000 });
+  t.is(await echoRoundTrip(viaGrpc, 'grpc'), 'grpc');
+  viaGrpc.destroy();
+  t.is(carriedBy(logs.lines, nodeB.address).length, 5);
+  t.deepEqual(carriedBy(logs.lines, nodeB.address).at(-1), { agentID: 'node-b', strategy: 'destHost' });
 
   // In order: with defaultRoute first, the gateway takes what destHost would have routed.
   t.is(agentOf(server, '127.0.0.2', ['defaultRoute', 'destHost']), 'gateway');
