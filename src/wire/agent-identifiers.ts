@@ -13,8 +13,6 @@ export interface IpPrefix {
   family: 'ipv4' | 'ipv6';
   /** Prefix length: the longer, the more specific. */
   length: number;
-  /** As announced, for logs. */
-  text: string;
   /** The block itself (node:net does the address arithmetic). */
   block: BlockList;
 }
@@ -45,7 +43,7 @@ export function canonicalHost(host: string): string {
   return new SocketAddress({ address: host, family: family === 4 ? 'ipv4' : 'ipv6' }).address;
 }
 
-export function parseCidr(text: string): IpPrefix {
+function parseCidr(text: string): IpPrefix {
   const slash = text.indexOf('/');
   const address = text.slice(0, Math.max(slash, 0));
   const ip = isIP(address);
@@ -56,7 +54,7 @@ export function parseCidr(text: string): IpPrefix {
   const family = ip === 4 ? 'ipv4' : 'ipv6';
   const block = new BlockList();
   block.addSubnet(address, Number(lengthText), family);
-  return { family, length: Number(lengthText), text, block };
+  return { family, length: Number(lengthText), block };
 }
 
 /** True when the IP address `host` (canonical) lies in `prefix`. */
