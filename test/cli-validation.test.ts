@@ -64,6 +64,7 @@ test('validateServerArgs accepts a minimal UDS configuration and fills upstream 
   t.deepEqual(c.frontend, { mode: 'both', headerTimeoutMs: 30_000, uds: { path: '/tmp/kanal-test.sock', deleteExisting: false, mode: 0o660 } });
   t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
   t.is(c.backendDialTimeoutMs, 10_000);
+  t.deepEqual(c.proxyStrategies, ['default']);
   t.deepEqual(c.allowedDestinations, []);
   t.is(c.serverCount, 1);
   t.true(c.serverID.length > 0);
@@ -79,8 +80,10 @@ test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables
       '--health-port', '0', '--server-count', '3', '--server-id', 'cp-1',
       '--frontend-client-subject', 'CN=kube-apiserver', '--agent-client-eku', '1.3.6.1.4.1.55555.1',
       '--max-agents-per-credential', '50', '--keepalive-time', '5s', '--keepalive-timeout', '15s',
+      '--proxy-strategies', 'destHost,,defaultRoute,default',
     ]),
   );
+  t.deepEqual(c.proxyStrategies, ['destHost', 'defaultRoute', 'default']);
   t.is(c.backendDialTimeoutMs, 90_000);
   t.is(c.destinationDialTimeoutMs, 500);
   t.deepEqual(c.frontend.tcp, {
@@ -127,6 +130,9 @@ const serverRefusals: [string, string[], RegExp][] = [
   ['socket mode with special bits', [...SERVER_OK, '--uds-mode', '4660'], /--uds-mode must be octal permission bits/],
   ['socket mode the owner cannot connect with', [...SERVER_OK, '--uds-mode', '0460'], /--uds-mode 0460 leaves the owner without write permission/],
   ['socket group unknown', [...SERVER_OK, '--uds-group', 'no-such-group-kanal'], /--uds-group: no group "no-such-group-kanal" in \/etc\/group; pass an existing group or its numeric ID/],
+  ['unknown proxy strategy', [...SERVER_OK, '--proxy-strategies', 'destHost,nearest'], /--proxy-strategies: unknown proxy strategy "nearest" \(known: destHost, defaultRoute, default\)/],
+  ['proxy strategy twice', [...SERVER_OK, '--proxy-strategies', 'default,default'], /--proxy-strategies: proxy strategy default is listed twice/],
+  ['no proxy strategy', [...SERVER_OK, '--proxy-strategies', ','], /--proxy-strategies: proxy strategies cannot be empty/],
 ];
 
 test('validateServerArgs: --uds-mode and --uds-group set the socket\'s mode and group (names looked up, numbers taken as they are)', (t) => {
@@ -241,6 +247,13 @@ const agentRefusals: [string, string[], RegExp][] = [
   ['bind address not an IP', [...AGENT_OK, '--bind-address', 'kas', '--target', '80:a:1'], /--bind-address "kas" is not an IP address/],
   ['interface name too long', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--bind-interface', 'a-very-long-interface-name'], /--bind-interface .*1-15/],
   ['unknown agent identifier', [...AGENT_OK, '--agent-identifiers', 'planet=mars'], /--agent-identifiers: unknown agent identifier "planet"/],
+  ['ipv4 identifier not an IPv4 address', [...AGENT_OK, '--agent-identifiers', 'host=node-1&ipv4=10.0.0.256'], /--agent-identifiers: ipv4 "10.0.0.256" is not an IPv4 address/],
+  ['ipv6 identifier as in upstream\'s help text', [...AGENT_OK, '--agent-identifiers', 'ipv6=:::::'], /--agent-identifiers: ipv6 ":::::" is not an IPv6 address/],
+  ['cidr identifier without a prefix length', [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0'], /--agent-identifiers: cidr "10.0.0.0" is not an address block such as 10.0.0.0\/24/],
+  ['cidr identifier with a prefix too long', [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0/33'], /--agent-identifiers: cidr "10.0.0.0\/33" is not an address block/],
+  ['host identifier with a space', [...AGENT_OK, '--agent-identifiers', 'host=node+1'], /--agent-identifiers: host "node 1" is not a host name/],
+  ['default-route not a boolean', [...AGENT_OK, '--agent-identifiers', 'default-route=yes'], /--agent-identifiers: default-route "yes" is neither true nor false/],
+  ['too many identifiers', [...AGENT_OK, '--agent-identifiers', Array.from({ length: 65 }, (_, i) => `host=n${i}`).join('&')], /--agent-identifiers: more than 64 identifiers/],
   ['agent ID with spaces', [...AGENT_OK, '--agent-id', 'node 1'], /--agent-id must be non-empty without spaces/],
   ['server port 0', [...AGENT_OK, '--proxy-server-port', '0'], /--proxy-server-port must be a port number 1-65535, got 0/],
   ['server port not a number', [...AGENT_OK, '--proxy-server-port', 'https'], /--proxy-server-port must be a port number/],

@@ -32,6 +32,12 @@ function serverIdle(server: KanalServer): boolean {
   return [...s.agentTunnels, ...s.frontendTunnels].every((x) => x.connections === 0 && x.pendingDials === 0 && x.inboundDials === 0);
 }
 
+/** The agent a default-strategy dial would go to now. */
+function pickedAgentID(server: KanalServer): string | undefined {
+  const outcome = server.registry.pick();
+  return outcome.ok ? outcome.backend.agentID : undefined;
+}
+
 function agentIdle(agent: KanalAgent): boolean {
   return agent.stats().tunnels.every((x) => x.connections === 0 && x.pendingDials === 0 && x.inboundDials === 0);
 }
@@ -170,7 +176,7 @@ test('agent.stop(grace) sends DRAIN: the server prefers the other agent, and the
   await waitFor(() => backendOf('node-a')?.tunnel.drainRequested === true, 'server saw DRAIN');
   t.is(logs.matching('peer requested drain').length, 1);
   t.false(backendOf('node-b')!.tunnel.drainRequested);
-  for (let i = 0; i < 50; i++) t.is(server.registry.pick()?.agentID, 'node-b');
+  for (let i = 0; i < 50; i++) t.is(pickedAgentID(server), 'node-b');
 
   // New control plane -> node dials all go to node-b.
   const replies = await Promise.all(Array.from({ length: 8 }, () => httpConnect(env.udsPath, echo.address)));
@@ -204,7 +210,7 @@ test('when only draining agents are left, the server still uses them', async (t)
   const held = await a1.agent.tunnels()[0]!.dial(echo.address, { timeoutMs: 5000 });
   const stopping = a1.stop(30_000);
   await waitFor(() => server.registry.list()[0]!.tunnel.drainRequested, 'drain');
-  t.is(server.registry.pick()?.agentID, 'only');
+  t.is(pickedAgentID(server), 'only');
   held.destroy();
   await stopping;
 });
@@ -247,6 +253,10 @@ test('the server refuses agent streams without exactly one agentID (INVALID_ARGU
   const badIdentifiers = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'planet=mars' }, 5000));
   t.is((badIdentifiers as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
   t.regex(badIdentifiers!.message, /unknown agent identifier "planet"/);
+  // A malformed value would silently misroute: refused as well, naming it (#14).
+  const badCidr = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'cidr=10.0.0.0/40' }, 5000));
+  t.is((badCidr as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
+  t.regex(badCidr!.message, /cidr "10\.0\.0\.0\/40" is not an address block/);
   t.is(server.registry.size, 0);
   t.false(server.readiness().ready);
 });

@@ -14,7 +14,7 @@ import { DialError } from '../src/tunnel/errors.js';
 import { AgentRegistry } from '../src/server/agent-registry.js';
 import { BackendDialer } from '../src/server/backend-dialer.js';
 import { createGrpcFrontend } from '../src/server/grpc-frontend.js';
-import { parseAgentIdentifiers } from '../src/server/agent-identifiers.js';
+import { parseAgentIdentifiers } from '../src/wire/agent-identifiers.js';
 import { unauthenticatedCredential } from '../src/server/agent-credential.js';
 import { GrpcStatus, type IncomingStream } from '../src/transport/transport.js';
 import { Feature, formatFeatures, parseFeatures, type FeatureSet } from '../src/wire/features.js';

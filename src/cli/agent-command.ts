@@ -5,7 +5,7 @@ import { isIP } from 'node:net';
 import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
-import { parseAgentIdentifiers } from '../server/agent-identifiers.js';
+import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import { KanalAgent, type AgentOptions } from '../agent/agent.js';
 import { parseTarget, type Target } from '../agent/target.js';
 import { NodeListeners } from '../agent/node-listeners.js';
@@ -30,7 +30,7 @@ export const agentFlags = {
   'service-account-token-path': { type: 'string', describe: 'File with a bearer token sent to the server (re-read on every connect)' },
   'tls-server-name': { type: 'string', describe: 'Name to verify the server certificate against (default: --proxy-server-host)' },
   'agent-id': { type: 'string', describe: 'ID announced to the server (default: this host name)' },
-  'agent-identifiers': { type: 'string', default: '', describe: 'URL query of identifiers, e.g. host=node1&ipv4=10.0.0.5' },
+  'agent-identifiers': { type: 'string', default: '', describe: 'What this agent serves, for the server\'s --proxy-strategies: a URL query of host, ipv4, ipv6, cidr and default-route, e.g. host=node1&ipv4=10.0.0.5&cidr=10.244.1.0/24 (see docs/routing.md)' },
   'dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials the server asks for' },
   'sync-interval': { type: 'string', default: '1s', describe: 'First reconnect delay (doubles with jitter)' },
   'sync-interval-cap': { type: 'string', default: '30s', describe: 'Longest reconnect delay' },

@@ -21,6 +21,7 @@ import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
+import { parseProxyStrategies, PROXY_STRATEGIES, type ProxyStrategy } from '../server/routing/proxy-strategies.js';
 
 export const serverFlags = {
   'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: host name + random suffix)' },
@@ -49,6 +50,7 @@ export const serverFlags = {
   'server-cert': { type: 'string', describe: 'Frontend TLS certificate' },
   'server-key': { type: 'string', describe: 'Frontend TLS key' },
   'server-ca-cert': { type: 'string', describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)' },
+  'proxy-strategies': { type: 'string', default: 'default', describe: `Ordered, comma-separated ways to pick an agent for a dial: ${PROXY_STRATEGIES.join(', ')} (see docs/routing.md)` },
   'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504)' },
   'allowed-destination': { type: 'string', array: true, default: [] as string[], describe: 'host:port agents may reach through this server (repeatable; none = deny all)' },
   'destination-dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials to allowed destinations' },
@@ -94,6 +96,7 @@ export interface ServerConfig {
   };
   health?: { host: string; port: number };
   backendDialTimeoutMs: number;
+  proxyStrategies: ProxyStrategy[];
   allowedDestinations: string[];
   destinationDialTimeoutMs: number;
   maxReceiveMessageBytes: number;
@@ -179,6 +182,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
     backendDialTimeoutMs: duration('backend-dial-timeout', a['backend-dial-timeout']),
+    proxyStrategies: proxyStrategiesFlag(a['proxy-strategies']),
     allowedDestinations,
     destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
     maxReceiveMessageBytes: maxMessage,
@@ -193,6 +197,14 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     transport: a.transport,
     logLevel: a['log-level'] as LevelWithSilent,
   };
+}
+
+function proxyStrategiesFlag(text: string): ProxyStrategy[] {
+  try {
+    return parseProxyStrategies(text);
+  } catch (err) {
+    throw new UsageError(`--proxy-strategies: ${(err as Error).message}`);
+  }
 }
 
 export interface ServerCredentials {
@@ -246,6 +258,7 @@ export function buildServerOptions(config: ServerConfig, credentials: ServerCred
     },
     health: config.health,
     backendDialTimeoutMs: config.backendDialTimeoutMs,
+    proxyStrategies: config.proxyStrategies,
     allowedDestinations: config.allowedDestinations,
     destinationDialTimeoutMs: config.destinationDialTimeoutMs,
     maxReceiveMessageBytes: config.maxReceiveMessageBytes,

@@ -13,14 +13,16 @@
  * (and its dials). Routing is quicker to doubt: a tunnel is avoided as soon
  * as it is quiet (liveness.ts).
  *
- * Agents that sent DRAIN, or whose tunnel is not being read, are used only
- * when no other agent is left.
+ * Which agent a dial goes to is routing/router.ts's choice among one tunnel
+ * per agent.
  */
 import { EventEmitter } from 'node:events';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import type { Liveness } from '../transport/liveness.js';
-import type { AgentIdentifiers } from './agent-identifiers.js';
+import type { AgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentCredential } from './agent-credential.js';
+import { quiet, route, type Route, type RouteOutcome } from './routing/router.js';
+import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 
 export interface AgentBackend {
   /** The label the agent announced (upstream's agentID). */
@@ -59,10 +61,7 @@ export interface AgentRegistryEvents {
   change: [];
 }
 
-/** Routing avoids these. */
-function quiet(b: AgentBackend): boolean {
-  return b.tunnel.closed || b.liveness?.quiet === true;
-}
+const DEFAULT_ROUTE: Route = { strategies: DEFAULT_PROXY_STRATEGIES };
 
 export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
   /**
@@ -218,24 +217,23 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
   }
 
   /** pick(), waiting out (a bounded number of times) the verification of a suspect choice. */
-  async pickVerified(): Promise<AgentBackend | undefined> {
+  async pickVerified(r: Route = DEFAULT_ROUTE): Promise<RouteOutcome> {
     for (let i = 0; i < MAX_TUNNELS_PER_AGENT + 1; i++) {
-      const choice = this.pick();
-      const probe = choice && this.verifying.get(choice);
-      if (!probe) return choice;
+      const outcome = this.pick(r);
+      const probe = outcome.ok && this.verifying.get(outcome.backend);
+      if (!probe) return outcome;
       await probe;
     }
-    return this.pick();
+    return this.pick(r);
   }
 
   /**
-   * A random agent, and of that agent its oldest tunnel that answers PINGs
-   * (a load balancer's duplicate stays unused; a newer live tunnel wins over
-   * a quiet older one). Agents that are live, not draining and read come first,
-   * then live draining or unread ones (upstream's fallback), then quiet ones. A dead
-   * tunnel is closed, so it is never picked.
+   * The agent `r` routes to (routing/router.ts), and of that agent its oldest
+   * tunnel that answers PINGs (a load balancer's duplicate stays unused; a
+   * newer live tunnel wins over a quiet older one). A dead tunnel is closed,
+   * so it is never picked.
    */
-  pick(): AgentBackend | undefined {
+  pick(r: Route = DEFAULT_ROUTE): RouteOutcome {
     const candidates: AgentBackend[] = [];
     for (const agents of this.agents.values()) {
       for (const tunnels of agents.values()) {
@@ -244,12 +242,6 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
         if (choice) candidates.push(choice);
       }
     }
-    // Routing by destination (destHost, cidr; #14) narrows `candidates` here to
-    // agents whose credential vouches for the destination's identifiers.
-    const live = candidates.filter((b) => !quiet(b));
-    // A tunnel not being read (slow reader with an upstream agent, or an agent that does not read, #11/#12) would hold the dial's answer too.
-    const fresh = live.filter((b) => !b.tunnel.drainRequested && !b.tunnel.readPaused);
-    const pool = fresh.length > 0 ? fresh : live.length > 0 ? live : candidates;
-    return pool[Math.floor(Math.random() * pool.length)];
+    return route(candidates, r);
   }
 }

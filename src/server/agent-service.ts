@@ -11,12 +11,13 @@ import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_KANAL_FEATURES, MD_SERVER_COUNT, 
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
-import { parseAgentIdentifiers, type AgentIdentifiers } from './agent-identifiers.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registry.js';
 import { unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics } from '../common/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
+import { truncateForLog } from '../common/log-safety.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -99,7 +100,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
         log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
       }
       log.info(
-        { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', tunnels: opts.registry.size, agents: opts.registry.agentCount },
+        { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200), tunnels: opts.registry.size, agents: opts.registry.agentCount },
         'agent connected',
       );
     }, (err: Error) => {

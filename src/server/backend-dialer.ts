@@ -10,6 +10,7 @@ import type { KanalMetrics } from '../common/metrics.js';
 import { parseHostPort } from '../common/host-port.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from './refusals.js';
+import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
 
 export class BackendDialer {
   /** Failed dials are logged once per interval per frontend peer and kind of failure. */
@@ -21,6 +22,7 @@ export class BackendDialer {
     private readonly log: Logger,
     private readonly metrics?: KanalMetrics,
     private readonly refusals: Refusals = new Refusals(log, metrics),
+    private readonly strategies: readonly ProxyStrategy[] = DEFAULT_PROXY_STRATEGIES,
   ) {
     this.failures = new RateLimitedLog(log, REFUSAL_LOG_INTERVAL_MS);
   }
@@ -28,25 +30,32 @@ export class BackendDialer {
   /** `peer` is the frontend client the dial is for (logs only). */
   async dial(address: string, signal?: AbortSignal, peer = 'unknown'): Promise<TunnelConnection> {
     const t0 = performance.now();
+    let host: string;
     try {
-      parseHostPort(address);
+      host = parseHostPort(address).host;
     } catch (err) {
       // Not worth an agent's time, and not worth a line per request.
       this.metrics?.dialDone('cp_to_node', 'refused', t0);
       this.refusals.refuse('frontend_bad_address', peer, { address, err: (err as Error).message }, 'refused dial: malformed address');
       throw new DialError('refused', `bad address: ${(err as Error).message}`);
     }
-    const backend = await this.registry.pickVerified();
-    if (!backend) {
-      this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
-      this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address }, 'no agent available for dial');
-      throw new DialError('no-backend', 'no agent is connected to this proxy server');
+    const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
+    if (outcome.contested) {
+      const { host: contested, subjects } = outcome.contested;
+      this.failures.warn(`contested ${contested}`, { host: contested, credentials: subjects.slice(0, 3) }, 'agents of several credentials announce the same destination; destHost routes it to none of them');
     }
+    if (!outcome.ok) {
+      this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
+      const message = this.registry.size === 0 ? 'no agent is connected to this proxy server' : `no agent serves ${address} under --proxy-strategies ${this.strategies.join(',')}: ${outcome.reason}`;
+      this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address, reason: message }, 'no agent available for dial');
+      throw new DialError('no-backend', message);
+    }
+    const { backend, strategy } = outcome;
     const started = Date.now();
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, strategy, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
       return conn;
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';

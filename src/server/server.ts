@@ -25,6 +25,7 @@ import { listenError } from '../common/listen-error.js';
 import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './client-roles.js';
 import type { AgentCredential } from './agent-credential.js';
 import type { KeepaliveOptions } from '../transport/liveness.js';
+import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
 
 export interface ServerOptions {
   serverID: string;
@@ -51,6 +52,8 @@ export interface ServerOptions {
   };
   health?: { host: string; port: number };
   backendDialTimeoutMs: number;
+  /** How a dial picks its agent (routing/router.ts). Default upstream's: ['default']. */
+  proxyStrategies?: readonly ProxyStrategy[];
   allowedDestinations: readonly string[];
   destinationDialTimeoutMs: number;
   maxReceiveMessageBytes: number;
@@ -133,7 +136,7 @@ export class KanalServer {
     }
     const { serverID, serverCount, agent } = this.opts;
     const keepalive = agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
-    this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, keepalive }, 'kanal server started');
+    this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies: (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(','), keepalive }, 'kanal server started');
   }
 
   private async startListeners(): Promise<void> {
@@ -203,7 +206,7 @@ export class KanalServer {
     );
     this.closers.push(() => agentGrpc.close(1000));
 
-    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, frontendLog, metrics, frontendRefusals);
+    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, frontendLog, metrics, frontendRefusals, opts.proxyStrategies);
     const frontendGrpc = opts.transport.createServer(
       {
         proxy: createGrpcFrontend(backendDialer, frontendLog, (t) => this.trackFrontend(t), opts.limits, metrics),

@@ -19,6 +19,7 @@ import { Tunnel } from '../../src/tunnel/tunnel.js';
 import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import { formatFeatures, parseFeatures, type FeatureSet } from '../../src/wire/features.js';
 import { captureLogger, type CapturedLogger } from './memory-stream.js';
+import { formatHostPort } from '../../src/common/host-port.js';
 
 export { captureLogger, waitFor, type CapturedLogger } from './memory-stream.js';
 
@@ -57,7 +58,16 @@ export interface StartedServer {
 export async function startServer(
   t: ExecutionContext,
   env: TestEnv,
-  opts: { serverID?: string; allowedDestinations?: string[]; allowUnauthenticated?: boolean; health?: boolean; udsPath?: string; agentPort?: number } = {},
+  opts: {
+    serverID?: string;
+    allowedDestinations?: string[];
+    allowUnauthenticated?: boolean;
+    health?: boolean;
+    udsPath?: string;
+    agentPort?: number;
+    proxyStrategies?: ServerOptions['proxyStrategies'];
+    maxAgentsPerCredential?: number;
+  } = {},
 ): Promise<StartedServer> {
   const logs = captureLogger('debug');
   const read = (f: string): Buffer => fs.readFileSync(f);
@@ -69,10 +79,12 @@ export async function startServer(
       port: opts.agentPort ?? 0,
       tls: { cert: read(env.pki.serverCert), key: read(env.pki.serverKey), ca: read(env.pki.caCert) },
       allowUnauthenticated: opts.allowUnauthenticated ?? false,
+      maxAgentsPerCredential: opts.maxAgentsPerCredential,
     },
     frontend: { mode: 'both', uds: { path: opts.udsPath ?? env.udsPath, deleteExisting: true } },
     health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
     backendDialTimeoutMs: 5000,
+    proxyStrategies: opts.proxyStrategies,
     allowedDestinations: opts.allowedDestinations ?? [],
     destinationDialTimeoutMs: 5000,
     maxReceiveMessageBytes: 4 * 1024 * 1024,
@@ -96,14 +108,15 @@ export async function startAgent(
   t: ExecutionContext,
   env: TestEnv,
   port: number,
-  opts: { agentID?: string; features?: FeatureSet; clientCert?: 'valid' | 'none' | 'rogue'; identifiers?: string; health?: boolean } = {},
+  /** `credential`: name of the agent's own certificate (default: its agentID); agents given one name share a credential. */
+  opts: { agentID?: string; credential?: string; features?: FeatureSet; clientCert?: 'valid' | 'none' | 'rogue'; identifiers?: string; health?: boolean } = {},
 ): Promise<StartedAgent> {
   const logs = captureLogger('debug');
   const read = (f: string): Buffer => fs.readFileSync(f);
   const cert = opts.clientCert ?? 'valid';
   const agentID = opts.agentID ?? 'node-1';
   // Each agent holds a credential of its own, as each node does.
-  const own = await issueAgentCertificate(env.pki, agentID);
+  const own = await issueAgentCertificate(env.pki, opts.credential ?? agentID);
   const options: AgentOptions = {
     agentID,
     agentIdentifiers: opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
@@ -152,7 +165,8 @@ export interface EchoServer {
 }
 
 /** A TCP echo server on 127.0.0.1:0 (half-close aware: ends after the client ends). */
-export async function startEchoServer(t: ExecutionContext): Promise<EchoServer> {
+/** `host`: any 127.0.0.0/8 address or ::1 (loopback only). */
+export async function startEchoServer(t: ExecutionContext, host = '127.0.0.1'): Promise<EchoServer> {
   const sockets = new Set<net.Socket>();
   let accepted = 0;
   const server = net.createServer({ allowHalfOpen: true }, (s) => {
@@ -162,7 +176,7 @@ export async function startEchoServer(t: ExecutionContext): Promise<EchoServer> 
     s.once('close', () => sockets.delete(s));
     s.pipe(s);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const port = (server.address() as net.AddressInfo).port;
   const close = (): Promise<void> =>
     new Promise<void>((resolve) => {
@@ -172,7 +186,7 @@ export async function startEchoServer(t: ExecutionContext): Promise<EchoServer> 
   t.teardown(close);
   return {
     port,
-    address: `127.0.0.1:${port}`,
+    address: formatHostPort({ host, port }),
     get open() {
       return sockets.size;
     },
