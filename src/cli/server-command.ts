@@ -21,9 +21,12 @@ import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
+import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './upstream-flags.js';
+import { startAdminServer } from '../common/admin-server.js';
+import { listenError } from '../common/listen-error.js';
 
 export const serverFlags = {
-  'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: host name + random suffix)' },
+  'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)' },
   'server-count': { type: 'number', default: 1, describe: 'Number of proxy servers behind the agent address (HA); agents keep a tunnel to each' },
   'agent-port': { type: 'number', default: 8091, describe: 'Port agents connect to (mTLS gRPC)' },
   'agent-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the agent port listens on' },
@@ -49,11 +52,14 @@ export const serverFlags = {
   'server-cert': { type: 'string', describe: 'Frontend TLS certificate' },
   'server-key': { type: 'string', describe: 'Frontend TLS key' },
   'server-ca-cert': { type: 'string', describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)' },
-  'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504)' },
+  'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504); 0 (upstream: no timeout) keeps 10s' },
   'allowed-destination': { type: 'string', array: true, default: [] as string[], describe: 'host:port agents may reach through this server (repeatable; none = deny all)' },
   'destination-dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials to allowed destinations' },
   'health-port': { type: 'number', default: 8092, describe: 'Port for /healthz, /readyz and /metrics (0 disables)' },
   'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
+  'admin-port': { type: 'number', default: 8095, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)' },
+  'admin-bind-address': { type: 'string', default: '127.0.0.1', describe: 'Address the admin port listens on' },
+  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/operations.md)' },
   'max-message-size': { type: 'number', default: 4 * 1024 * 1024, describe: 'Largest gRPC message accepted, bytes' },
   'max-connection-window': maxConnectionWindowOption,
   'max-node-to-cp-connections-per-agent': { type: 'number', default: DEFAULT_NODE_TO_CP_CONNECTIONS, describe: 'Node -> control plane connections one agent tunnel may hold (dialling or open); more are refused' },
@@ -62,8 +68,10 @@ export const serverFlags = {
   'max-pending-dials-per-agent': { type: 'number', default: DEFAULT_LIMITS.maxPendingDials, describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused' },
   'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
-  'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
+  'log-level': { type: 'string', choices: LOG_LEVELS, describe: 'Log level (JSON logs on stdout; default: from --v, else info)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
+  ...klogFlags,
+  ...serverIgnoredFlags,
 } as const;
 
 export type ServerArgs = InferredOptionTypes<typeof serverFlags>;
@@ -93,6 +101,7 @@ export interface ServerConfig {
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
   };
   health?: { host: string; port: number };
+  admin?: { host: string; port: number; profiling: boolean };
   backendDialTimeoutMs: number;
   allowedDestinations: string[];
   destinationDialTimeoutMs: number;
@@ -103,6 +112,8 @@ export interface ServerConfig {
   peerReadTimeoutMs: number;
   transport: string;
   logLevel: LevelWithSilent;
+  /** Upstream flags given that Kanal ignores, one line each (logged at start). */
+  notices: string[];
 }
 
 function rolePins(subjectFlag: string, subjects: string[], ekuFlag: string, ekus: string[]): RolePins {
@@ -158,10 +169,18 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     }
   });
   const healthPort = port('health-port', a['health-port'], true);
+  const adminPort = port('admin-port', a['admin-port'], true);
+  const notices = upstreamNotices(a, serverFlags);
+  let backendDialTimeout = a['backend-dial-timeout'];
+  if (/^0+(\.0*)?[a-z]*$/.test(backendDialTimeout)) {
+    // Upstream's 0 waits for ever; every wait in Kanal is bounded.
+    notices.push(`--backend-dial-timeout ${backendDialTimeout}: upstream's "no timeout" is not offered; using ${serverFlags['backend-dial-timeout'].default}`);
+    backendDialTimeout = serverFlags['backend-dial-timeout'].default;
+  }
   const maxMessage = a['max-message-size'];
   if (!Number.isInteger(maxMessage) || maxMessage < 64 * 1024) throw new UsageError('--max-message-size must be at least 65536 bytes');
   return {
-    serverID: a['server-id'] || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
+    serverID: a['server-id'] || process.env.PROXY_SERVER_ID || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
     serverCount,
     agent: {
       host: a['agent-bind-address'],
@@ -178,7 +197,8 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     },
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
-    backendDialTimeoutMs: duration('backend-dial-timeout', a['backend-dial-timeout']),
+    admin: adminPort > 0 ? { host: a['admin-bind-address'], port: adminPort, profiling: a['enable-profiling'] } : undefined,
+    backendDialTimeoutMs: duration('backend-dial-timeout', backendDialTimeout),
     allowedDestinations,
     destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
     maxReceiveMessageBytes: maxMessage,
@@ -191,7 +211,8 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     maxNodeToCpConnections: countFlag('max-node-to-cp-connections', a['max-node-to-cp-connections'], 0) || defaultNodeToCpConnections(),
     peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: a.transport,
-    logLevel: a['log-level'] as LevelWithSilent,
+    logLevel: logLevelFrom(a['log-level'], a.v),
+    notices,
   };
 }
 
@@ -275,9 +296,18 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const credentials = loadServerCredentials(config);
   const options = buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
+  for (const notice of config.notices) options.log.warn(notice);
   const server = new KanalServer(options);
+  let admin: Awaited<ReturnType<typeof startAdminServer>> | undefined;
   try {
     await server.start();
+    if (config.admin) {
+      const { host, port } = config.admin;
+      admin = await startAdminServer({ ...config.admin, registry: server.metrics.registry, log: options.log }).catch(async (err: unknown) => {
+        await server.stop();
+        throw listenError(err, `${host}:${port}`, '--admin-bind-address, --admin-port');
+      });
+    }
   } catch (err) {
     options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
     throw err;
@@ -287,6 +317,6 @@ export async function runServer(args: ServerArgs): Promise<void> {
   notifier.ready(`serving agents on port ${server.agentPort}`);
   runUntilSignalled(options.log, () => {
     notifier.stopping();
-    return server.stop();
+    return Promise.all([admin?.close(), server.stop()]).then(() => undefined);
   });
 }

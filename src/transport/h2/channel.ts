@@ -14,7 +14,7 @@ import http2, {
 import net from 'node:net';
 import tls from 'node:tls';
 import type { PacketStream } from '../packet-stream.js';
-import { GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { clientAlpn, GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
 import {
   addMetadataHeaders,
@@ -74,7 +74,7 @@ function parseTarget(opts: ChannelOptions): Target {
       ca: tlsOpts.ca,
       cert: tlsOpts.cert,
       key: tlsOpts.key,
-      ALPNProtocols: ['h2'],
+      ALPNProtocols: clientAlpn(tlsOpts),
       ...(servername !== undefined ? { servername } : {}),
       ...(socket ? { socket } : { host: host!, port: port! }),
     };
