@@ -24,6 +24,7 @@ import { SystemdNotifier } from '../../native/sd-notify.js';
 import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './upstream-flags.js';
 import { startAdminServer } from '../common/admin-server.js';
 import { listenError } from '../common/listen-error.js';
+import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
 
 export const serverFlags = {
   'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)' },
@@ -43,7 +44,8 @@ export const serverFlags = {
   'keepalive-timeout': { type: 'string', default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`, describe: 'An agent connection whose PING stays unanswered this long is closed' },
   mode: { type: 'string', choices: ['both', 'grpc', 'http-connect'], default: 'both', describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
   'uds-name': { type: 'string', describe: 'Serve the frontend on this Unix socket instead of TCP' },
-  'delete-existing-uds-file': { type: 'boolean', default: false, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
+  // Upstream's default (true): its manifests rely on it across restarts; Kanal removes only a stale socket (#14).
+  'delete-existing-uds-file': { type: 'boolean', default: true, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
   'uds-mode': { type: 'string', default: '0660', describe: 'Permission bits of the --uds-name socket, set before anyone can reach it (the umask does not apply)' },
   'uds-group': { type: 'string', describe: 'Group (name or ID) of the --uds-name socket (default: the server\'s group)' },
   'frontend-header-timeout': { type: 'string', default: '30s', describe: 'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed' },
@@ -52,6 +54,8 @@ export const serverFlags = {
   'server-cert': { type: 'string', describe: 'Frontend TLS certificate' },
   'server-key': { type: 'string', describe: 'Frontend TLS key' },
   'server-ca-cert': { type: 'string', describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)' },
+  'tls-min-version': { type: 'string', default: '', describe: 'Oldest TLS version the agent port and TCP frontend accept: VersionTLS12 (default) or VersionTLS13' },
+  'cipher-suites': { type: 'string', array: true, default: [] as string[], describe: 'TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node\'s list); no effect on TLS 1.3' },
   'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504); 0 (upstream: no timeout) keeps 10s' },
   'allowed-destination': { type: 'string', array: true, default: [] as string[], describe: 'host:port agents may reach through this server (repeatable; none = deny all)' },
   'destination-dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials to allowed destinations' },
@@ -101,6 +105,7 @@ export interface ServerConfig {
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
   };
   health?: { host: string; port: number };
+  tls: TlsPolicy;
   admin?: { host: string; port: number; profiling: boolean };
   backendDialTimeoutMs: number;
   allowedDestinations: string[];
@@ -197,6 +202,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     },
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
+    tls: tlsPolicyFlags(a['tls-min-version'], a['cipher-suites']),
     admin: adminPort > 0 ? { host: a['admin-bind-address'], port: adminPort, profiling: a['enable-profiling'] } : undefined,
     backendDialTimeoutMs: duration('backend-dial-timeout', backendDialTimeout),
     allowedDestinations,
@@ -224,18 +230,18 @@ export interface ServerCredentials {
 }
 
 /** One listener's serving pair and client CA, each checked (a missing piece is recorded in `check`). */
-function loadListenerTls(check: CredentialCheck, names: [cert: string, key: string, ca: string], files: { certFile: string; keyFile: string; caFile?: string }): TlsFiles | undefined {
+function loadListenerTls(check: CredentialCheck, names: [cert: string, key: string, ca: string], files: { certFile: string; keyFile: string; caFile?: string }, policy: TlsPolicy): TlsFiles | undefined {
   const pair = check.keyPair({ flag: names[0], path: files.certFile }, { flag: names[1], path: files.keyFile }, 'server');
   const ca = files.caFile ? check.certificates({ flag: names[2], path: files.caFile }) : undefined;
-  return pair && { cert: pair.cert.pem, key: pair.key.pem, ca: ca?.pem };
+  return pair && { cert: pair.cert.pem, key: pair.key.pem, ca: ca?.pem, ...policy };
 }
 
 /** Reads and checks every credential file the flags name; throws CredentialFilesError listing each problem. */
 export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   const check = new CredentialCheck();
-  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], config.agent);
+  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], config.agent, config.tls);
   const tcp = config.frontend.tcp;
-  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp) : undefined;
+  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp, config.tls) : undefined;
   check.done();
   return { agent: agent!, frontend, warnings: check.warnings };
 }
