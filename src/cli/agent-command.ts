@@ -21,8 +21,8 @@ import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../ag
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
-import { startAdminServer } from '../common/admin-server.js';
-import { listenError } from '../common/listen-error.js';
+import { startAdminPort } from '../common/admin-server.js';
+import type { HttpListener } from '../common/http-listener.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -45,7 +45,7 @@ export const agentFlags = {
   'health-server-host': { type: 'string', describe: 'Upstream\'s name for --health-bind-address (empty: all addresses)' },
   'admin-server-port': { type: 'number', default: 8094, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)' },
   'admin-bind-address': { type: 'string', default: '127.0.0.1', describe: 'Address the admin port listens on' },
-  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/operations.md)' },
+  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)' },
   'bind-address': { type: 'string', describe: 'Node -> control plane: the kube-apiserver advertise address to serve locally' },
   target: { type: 'string', array: true, default: [] as string[], describe: 'local_port:dst_host:dst_port forwarded to the control plane (repeatable)' },
   'bind-interface': { type: 'string', default: 'kanal0', describe: 'Host-scoped interface that carries --bind-address' },
@@ -248,7 +248,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
   const agent = new KanalAgent(options);
-  let admin: Awaited<ReturnType<typeof startAdminServer>> | undefined;
+  let admin: HttpListener | undefined;
   let hostInterface: HostInterfaceManager | undefined;
   let nodeListeners: NodeListeners | undefined;
   const release = async (): Promise<void> => {
@@ -274,13 +274,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
       await nodeListeners.start();
     }
     await agent.start();
-    if (config.admin) {
-      const { host, port } = config.admin;
-      admin = await startAdminServer({ ...config.admin, registry: agent.metrics.registry, log }).catch(async (err: unknown) => {
-        await agent.stop(0);
-        throw listenError(err, `${host}:${port}`, '--admin-bind-address, --admin-server-port');
-      });
-    }
+    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: agent.metrics.registry, log }, '--admin-bind-address, --admin-server-port');
   } catch (err) {
     await release();
     throw err;

@@ -22,8 +22,8 @@ import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './upstream-flags.js';
-import { startAdminServer } from '../common/admin-server.js';
-import { listenError } from '../common/listen-error.js';
+import { startAdminPort } from '../common/admin-server.js';
+import type { HttpListener } from '../common/http-listener.js';
 import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
 
 export const serverFlags = {
@@ -63,7 +63,7 @@ export const serverFlags = {
   'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
   'admin-port': { type: 'number', default: 8095, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)' },
   'admin-bind-address': { type: 'string', default: '127.0.0.1', describe: 'Address the admin port listens on' },
-  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/operations.md)' },
+  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)' },
   'max-message-size': { type: 'number', default: 4 * 1024 * 1024, describe: 'Largest gRPC message accepted, bytes' },
   'max-connection-window': maxConnectionWindowOption,
   'max-node-to-cp-connections-per-agent': { type: 'number', default: DEFAULT_NODE_TO_CP_CONNECTIONS, describe: 'Node -> control plane connections one agent tunnel may hold (dialling or open); more are refused' },
@@ -304,16 +304,10 @@ export async function runServer(args: ServerArgs): Promise<void> {
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
   const server = new KanalServer(options);
-  let admin: Awaited<ReturnType<typeof startAdminServer>> | undefined;
+  let admin: HttpListener | undefined;
   try {
     await server.start();
-    if (config.admin) {
-      const { host, port } = config.admin;
-      admin = await startAdminServer({ ...config.admin, registry: server.metrics.registry, log: options.log }).catch(async (err: unknown) => {
-        await server.stop();
-        throw listenError(err, `${host}:${port}`, '--admin-bind-address, --admin-port');
-      });
-    }
+    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: server.metrics.registry, log: options.log }, '--admin-bind-address, --admin-port');
   } catch (err) {
     options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
     throw err;

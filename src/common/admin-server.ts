@@ -7,6 +7,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { sendMetrics } from './health-server.js';
 import { sendText, startHttpListener, type HttpListener } from './http-listener.js';
+import { listenError } from './listen-error.js';
 import { DEFAULT_CPU_PROFILE_SECONDS, MAX_CPU_PROFILE_SECONDS, Profiler } from './profiling.js';
 
 export interface AdminServerOptions {
@@ -24,7 +25,21 @@ export const HEAP_SNAPSHOT_PATH = '/debug/kanal/heap-snapshot';
 const PPROF_MESSAGE =
   `Kanal runs on Node.js and has no Go pprof. With --enable-profiling this port serves ${CPU_PROFILE_PATH}?seconds=N ` +
   `(a .cpuprofile, default ${DEFAULT_CPU_PROFILE_SECONDS}, at most ${MAX_CPU_PROFILE_SECONDS}) and ${HEAP_SNAPSHOT_PATH} ` +
-  '(a .heapsnapshot); open them in Chrome DevTools. See docs/operations.md.\n';
+  '(a .heapsnapshot); open them in Chrome DevTools. See docs/upstream-flags.md.\n';
+
+/**
+ * The admin port is diagnostics only: one it cannot bind is logged and the
+ * proxy runs on without it, as upstream's (its default port is fixed, so two
+ * processes on a host would otherwise stop each other from starting).
+ */
+export async function startAdminPort(opts: AdminServerOptions, flags: string): Promise<HttpListener | undefined> {
+  try {
+    return await startAdminServer(opts);
+  } catch (err) {
+    opts.log.warn({ err: listenError(err, `${opts.host}:${opts.port}`, flags).message }, 'admin port not served; running without it');
+    return undefined;
+  }
+}
 
 export function startAdminServer(opts: AdminServerOptions): Promise<HttpListener> {
   const profiler = new Profiler();
