@@ -7,6 +7,8 @@
  */
 import test from 'ava';
 import fs from 'node:fs';
+import tls from 'node:tls';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -301,4 +303,48 @@ test('--enable-profiling: a CPU profile and a heap snapshot on the admin port, o
     t.is(r.status, 400, `seconds=${bad}`);
   }
   t.is(await server.stop(), 0);
+});
+
+test('--alpn-proto: the agent offers the extra protocol before h2 in its TLS handshake', async (t) => {
+  const ws = await makeWorkspace(t);
+  const { pki } = ws;
+  // A front that routes by ALPN: it accepts only "konnectivity", so it negotiates it only if the agent offered it.
+  const offered: (string | false | null)[] = [];
+  const front = tls.createServer({ cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey), ALPNProtocols: ['konnectivity'] }, (s) => {
+    offered.push(s.alpnProtocol);
+    s.destroy();
+  });
+  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', () => resolve()));
+  t.teardown(() => front.close());
+  const port = (front.address() as AddressInfo).port;
+  const agent = spawnKanal(t, 'alpn-agent', [
+    'agent', '--proxy-server-host=127.0.0.1', `--proxy-server-port=${port}`, `--ca-cert=${pki.caCert}`,
+    '--alpn-proto=konnectivity', '--health-server-host=127.0.0.1', `--health-server-port=${await freePort()}`, '--admin-server-port=0',
+    '--sync-interval=200ms', '--sync-interval-cap=1s',
+  ], path.join(ws.dir, 'alpn-agent.log'));
+  await agent.waitForLog((l) => l.msg === 'cannot connect to proxy server', 20_000, 'a first attempt');
+  t.true(offered.includes('konnectivity'), `negotiated: ${JSON.stringify(offered)}`);
+});
+
+test('an agent whose server (or a front before it) negotiates another ALPN protocol, or none, logs it and retries instead of aborting', async (t) => {
+  const ws = await makeWorkspace(t);
+  const { pki } = ws;
+  for (const protocols of [undefined, ['konnectivity']]) {
+    const front = tls.createServer({ cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey), ...(protocols ? { ALPNProtocols: protocols } : {}) }, (s) => s.destroy());
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', () => resolve()));
+    const port = (front.address() as AddressInfo).port;
+    const name = `alpn-${protocols ? 'other' : 'none'}`;
+    const agent = spawnKanal(t, name, [
+      'agent', '--proxy-server-host=127.0.0.1', `--proxy-server-port=${port}`, `--ca-cert=${pki.caCert}`, '--alpn-proto=konnectivity',
+      '--health-server-host=127.0.0.1', `--health-server-port=${await freePort()}`, '--admin-server-port=0', '--sync-interval=200ms', '--sync-interval-cap=400ms',
+    ], path.join(ws.dir, `${name}.log`));
+    // Node's http2 aborted the process (SIGABRT) on a socket destroyed under it.
+    const refused = (l: { msg: string; err?: unknown }): boolean => l.msg === 'cannot connect to proxy server' && String(l.err).includes('server did not negotiate HTTP/2 via ALPN');
+    await agent.waitForLog(refused, 20_000, 'a refused attempt');
+    const deadline = Date.now() + 20_000;
+    while (agent.logLines().filter(refused).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    t.true(agent.running(), `${name}: still running after ${agent.logLines().filter(refused).length} refused attempts`);
+    t.is(await agent.stop(), 0);
+    front.close();
+  }
 });

@@ -85,7 +85,9 @@ function parseTarget(opts: ChannelOptions): Target {
     const s = tls.connect(options);
     s.once('secureConnect', () => {
       if (s.alpnProtocol !== 'h2') {
-        s.destroy(new Error(`server did not negotiate HTTP/2 via ALPN (got ${String(s.alpnProtocol)})`));
+        // After http2's own secureConnect listener: it aborts the process on a socket destroyed under it.
+        const err = new Error(`server did not negotiate HTTP/2 via ALPN (got ${String(s.alpnProtocol)})`);
+        setImmediate(() => s.destroy(err));
       }
     });
     return s;
