@@ -348,3 +348,52 @@ test('an agent whose server (or a front before it) negotiates another ALPN proto
     front.close();
   }
 });
+
+test('--tls-min-version and --cipher-suites hold on the agent port; the kind example\'s server flags pass --dry-run', async (t) => {
+  const ws = await makeWorkspace(t);
+  const { pki } = ws;
+  const [agentPort, healthPort] = [await freePort(), await freePort()];
+  const server = spawnKanal(t, 'tls13', [
+    'server', `--uds-name=${path.join(ws.dir, 't.sock')}`, `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
+    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`, '--admin-port=0',
+    '--tls-min-version=VersionTLS13',
+  ], path.join(ws.dir, 'tls13.log'));
+  await waitStatus(`http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  const handshake = (opts: tls.ConnectionOptions): Promise<string> =>
+    new Promise((resolve) => {
+      // With an agent certificate: the server keeps the connection, so what the client sees is the handshake alone.
+      const s = tls.connect({ host: '127.0.0.1', port: agentPort, ca: fs.readFileSync(pki.caCert), cert: fs.readFileSync(pki.agentCert), key: fs.readFileSync(pki.agentKey), ALPNProtocols: ['h2'], ...opts }, () => {
+        resolve(String(s.getProtocol()));
+        s.destroy();
+      });
+      s.once('error', (err: NodeJS.ErrnoException) => resolve(`refused: ${err.code ?? err.message}`));
+      s.setTimeout(10_000, () => s.destroy(new Error('timeout')));
+    });
+  t.is(await handshake({}), 'TLSv1.3');
+  t.regex(await handshake({ maxVersion: 'TLSv1.2' }), /^refused: /, 'TLS 1.2 refused below --tls-min-version VersionTLS13');
+  t.is(await server.stop(), 0);
+
+  const suites = spawnKanal(t, 'suites', [
+    'server', `--uds-name=${path.join(ws.dir, 's.sock')}`, `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
+    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`, '--admin-port=0',
+    '--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384',
+  ], path.join(ws.dir, 'suites.log'));
+  await waitStatus(`http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  t.is(await handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES256-GCM-SHA384' }), 'TLSv1.2', 'the allowed TLS 1.2 suite');
+  t.regex(await handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-GCM-SHA256' }), /^refused: /, 'a TLS 1.2 suite not in --cipher-suites');
+  t.is(await handshake({}), 'TLSv1.3', 'TLS 1.3 unaffected');
+  t.is(await suites.stop(), 0);
+
+  // kubernetes-sigs/apiserver-network-proxy examples/kind/konnectivity-server.yaml, token flags replaced by a client CA.
+  const kind = [
+    `--log-file=${path.join(ws.dir, 'konnectivity-server.log')}`, '--logtostderr=true', '--log-file-max-size=0',
+    `--uds-name=${path.join(ws.dir, 'konnectivity-server.socket')}`, `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`,
+    '--server-port=0', '--agent-port=8091', '--health-port=8092', '--admin-port=8093', '--keepalive-time=1h', '--mode=grpc',
+    `--cluster-ca-cert=${pki.caCert}`,
+  ];
+  const r = await runCli(['server', '--dry-run', ...kind]);
+  t.is(r.code, 0, r.stderr);
+  const c = JSON.parse(r.stdout) as { notices: string[]; agent: { keepalive: { intervalMs: number } } };
+  t.is(c.agent.keepalive.intervalMs, 3_600_000);
+  t.deepEqual(c.notices.map((n) => n.slice(0, n.indexOf(' '))), ['--logtostderr', '--log-file', '--log-file-max-size']);
+});
