@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { serverFlags } from '../src/cli/server-command.js';
 import { agentFlags } from '../src/cli/agent-command.js';
 import { FLAGS_OWNED_ELSEWHERE } from '../src/cli/upstream-flags.js';
-import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, waitStatus, type Workspace } from './helpers/kanal-processes.js';
+import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitStatus, type Workspace } from './helpers/kanal-processes.js';
 import { runUpstreamTestClient, upstreamBinaries, upstreamUnavailableReason } from './helpers/upstream.js';
 import { issueAgentCertificate } from '../src/pki/throwaway-pki.js';
 
@@ -276,15 +276,8 @@ test('the setup-konnectivity manifests run: agent connects, admin ports serve ev
 
 test('--enable-profiling: a CPU profile and a heap snapshot on the admin port, one at a time, bounded', async (t) => {
   const ws = await makeWorkspace(t);
-  const { pki } = ws;
-  const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
-  const server = spawnKanal(t, 'profiled', [
-    'server', `--uds-name=${path.join(ws.dir, 'p.sock')}`, `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
-    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
-    `--admin-port=${adminPort}`, '--enable-profiling',
-  ], path.join(ws.dir, 'profiled.log'));
-  await waitStatus(`http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
-  const admin = `http://127.0.0.1:${adminPort}`;
+  const server = await startServer(t, ws, { name: 'profiled', extraArgs: ['--enable-profiling'] });
+  const admin = `http://127.0.0.1:${server.adminPort}`;
   const profile = httpGet(`${admin}/debug/kanal/cpu-profile?seconds=2`, 15_000);
   await server.waitForLog((l) => l.msg === 'taking a CPU profile', 10_000, 'the profile started');
   const busy = await httpGet(`${admin}/debug/kanal/heap-snapshot`, 5000);
@@ -352,14 +345,8 @@ test('an agent whose server (or a front before it) negotiates another ALPN proto
 test('--tls-min-version and --cipher-suites hold on the agent port; the kind example\'s server flags pass --dry-run', async (t) => {
   const ws = await makeWorkspace(t);
   const { pki } = ws;
-  const [agentPort, healthPort] = [await freePort(), await freePort()];
-  const server = spawnKanal(t, 'tls13', [
-    'server', `--uds-name=${path.join(ws.dir, 't.sock')}`, `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
-    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`, '--admin-port=0',
-    '--tls-min-version=VersionTLS13',
-  ], path.join(ws.dir, 'tls13.log'));
-  await waitStatus(`http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
-  const handshake = (opts: tls.ConnectionOptions): Promise<string> =>
+  const server = await startServer(t, ws, { name: 'tls13', extraArgs: ['--tls-min-version=VersionTLS13'] });
+  const handshake = (agentPort: number, opts: tls.ConnectionOptions): Promise<string> =>
     new Promise((resolve) => {
       // With an agent certificate: the server keeps the connection, so what the client sees is the handshake alone.
       const s = tls.connect({ host: '127.0.0.1', port: agentPort, ca: fs.readFileSync(pki.caCert), cert: fs.readFileSync(pki.agentCert), key: fs.readFileSync(pki.agentKey), ALPNProtocols: ['h2'], ...opts }, () => {
@@ -369,19 +356,14 @@ test('--tls-min-version and --cipher-suites hold on the agent port; the kind exa
       s.once('error', (err: NodeJS.ErrnoException) => resolve(`refused: ${err.code ?? err.message}`));
       s.setTimeout(10_000, () => s.destroy(new Error('timeout')));
     });
-  t.is(await handshake({}), 'TLSv1.3');
-  t.regex(await handshake({ maxVersion: 'TLSv1.2' }), /^refused: /, 'TLS 1.2 refused below --tls-min-version VersionTLS13');
+  t.is(await handshake(server.agentPort, {}), 'TLSv1.3');
+  t.regex(await handshake(server.agentPort, { maxVersion: 'TLSv1.2' }), /^refused: /, 'TLS 1.2 refused below --tls-min-version VersionTLS13');
   t.is(await server.stop(), 0);
 
-  const suites = spawnKanal(t, 'suites', [
-    'server', `--uds-name=${path.join(ws.dir, 's.sock')}`, `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
-    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`, '--admin-port=0',
-    '--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384',
-  ], path.join(ws.dir, 'suites.log'));
-  await waitStatus(`http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
-  t.is(await handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES256-GCM-SHA384' }), 'TLSv1.2', 'the allowed TLS 1.2 suite');
-  t.regex(await handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-GCM-SHA256' }), /^refused: /, 'a TLS 1.2 suite not in --cipher-suites');
-  t.is(await handshake({}), 'TLSv1.3', 'TLS 1.3 unaffected');
+  const suites = await startServer(t, ws, { name: 'suites', extraArgs: ['--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384'] });
+  t.is(await handshake(suites.agentPort, { maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES256-GCM-SHA384' }), 'TLSv1.2', 'the allowed TLS 1.2 suite');
+  t.regex(await handshake(suites.agentPort, { maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-GCM-SHA256' }), /^refused: /, 'a TLS 1.2 suite not in --cipher-suites');
+  t.is(await handshake(suites.agentPort, {}), 'TLSv1.3', 'TLS 1.3 unaffected');
   t.is(await suites.stop(), 0);
 
   // kubernetes-sigs/apiserver-network-proxy examples/kind/konnectivity-server.yaml, token flags replaced by a client CA.
