@@ -243,13 +243,20 @@ test('the setup-konnectivity manifests run: agent connects, admin ports serve ev
     const backend = await startHttpBackend(t, 'hello through kanal');
     const r = await runUpstreamTestClient(ws, { mode: 'grpc', uds, host: '127.0.0.1', port: backend.port, path: '/', bodyBytes: 19, timeoutMs: 20_000 });
     t.is(r.body?.toString(), 'hello through kanal', r.log);
+    // And one to a port nobody listens on: the agent's dial fails.
+    const closed = await freePort();
+    const failed = await runUpstreamTestClient(ws, { mode: 'grpc', uds, host: '127.0.0.1', port: closed, path: '/', bodyBytes: 0, timeoutMs: 20_000 });
+    t.is(failed.body, undefined);
   }
 
   const s = await scrape(adminPort);
   t.deepEqual(SERVER_METRICS.filter((n) => !s.families.has(n)), [], 'upstream server metric names missing on the admin port');
   t.is(sample(s.text, 'konnectivity_network_proxy_server_grpc_connections{service_method="Connect"}'), 1);
   t.is(sample(s.text, 'konnectivity_network_proxy_server_ready_backends{proxy_strategy="default"}'), 1);
-  if (!unavailable) t.is(sample(s.text, 'konnectivity_network_proxy_server_dial_duration_seconds_count'), 1, 'the dial is in upstream\'s histogram');
+  if (!unavailable) {
+    t.is(sample(s.text, 'konnectivity_network_proxy_server_dial_duration_seconds_count'), 1, 'the dial is in upstream\'s histogram');
+    t.is(sample(s.text, 'konnectivity_network_proxy_server_dial_failure_count{reason="error_response"}'), 1, 'the failed dial, with upstream\'s reason');
+  }
   t.true(s.families.has('process_cpu_user_seconds_total'), "process metrics under prom-client's own names");
   t.false(s.text.includes('kanal_server_process_'), 'no doubled process prefix');
   const health = await scrape(healthPort);
@@ -259,7 +266,10 @@ test('the setup-konnectivity manifests run: agent connects, admin ports serve ev
   t.deepEqual(AGENT_METRICS.filter((n) => !a.families.has(n)), [], 'upstream agent metric names missing on the admin port');
   t.is(sample(a.text, 'konnectivity_network_proxy_agent_open_server_connections'), 1);
   t.is(sample(a.text, 'konnectivity_network_proxy_agent_known_server_count'), 1);
-  if (!unavailable) t.is(sample(a.text, 'konnectivity_network_proxy_agent_dial_duration_seconds_count'), 1);
+  if (!unavailable) {
+    t.is(sample(a.text, 'konnectivity_network_proxy_agent_dial_duration_seconds_count'), 1);
+    t.is(sample(a.text, 'konnectivity_network_proxy_agent_endpoint_dial_failure_total{reason="unknown"}'), 1);
+  }
 
   for (const [proc, flag] of [[server, 'logtostderr'], [agent, 'logtostderr'], [agent, 'probe-interval']] as const) {
     t.is(proc.logLines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith(`--${flag} ignored: `)).length, 1, `${proc.name}: --${flag} named once`);
