@@ -61,8 +61,11 @@ test('validateServerArgs accepts a minimal UDS configuration and fills upstream 
   t.is(c.agent.host, '0.0.0.0');
   t.is(c.agent.caFile, '/nonexistent/ca.crt');
   t.false(c.agent.allowUnauthenticated);
-  t.deepEqual(c.frontend, { mode: 'both', headerTimeoutMs: 30_000, uds: { path: '/tmp/kanal-test.sock', deleteExisting: false, mode: 0o660 } });
+  t.deepEqual(c.frontend, { mode: 'both', headerTimeoutMs: 30_000, uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 } });
   t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
+  t.deepEqual(c.admin, { host: '127.0.0.1', port: 8095, profiling: false }, "upstream's admin port, loopback only, no profiling");
+  t.is(c.logLevel, 'info');
+  t.deepEqual(c.notices, []);
   t.is(c.backendDialTimeoutMs, 10_000);
   t.deepEqual(c.proxyStrategies, ['default']);
   t.deepEqual(c.allowedDestinations, []);
@@ -137,7 +140,7 @@ const serverRefusals: [string, string[], RegExp][] = [
 
 test('validateServerArgs: --uds-mode and --uds-group set the socket\'s mode and group (names looked up, numbers taken as they are)', (t) => {
   const c = validateServerArgs(parseServer([...SERVER_OK, '--uds-mode', '600', '--uds-group', 'root']));
-  t.deepEqual(c.frontend.uds, { path: '/tmp/kanal-test.sock', deleteExisting: false, mode: 0o600, gid: 0 });
+  t.deepEqual(c.frontend.uds, { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o600, gid: 0 });
   t.is(validateServerArgs(parseServer([...SERVER_OK, '--uds-group', '4242'])).frontend.uds?.gid, 4242);
 });
 

@@ -151,9 +151,9 @@ test('--delete-existing-uds-file removes a stale socket, never a regular file, d
   fs.linkSync(live, stale);
   await new Promise<void>((resolve) => holder.close(() => resolve()));
   t.true(fs.lstatSync(stale).isSocket(), 'a stale socket is there');
-  const noFlag = await runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', stale], 30_000);
+  const noFlag = await runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', stale, '--delete-existing-uds-file=false'], 30_000);
   t.is(noFlag.code, 1);
-  t.is(noFlag.stderr.trim(), `kanal: --uds-name ${stale} already exists; pass --delete-existing-uds-file to replace a stale socket`);
+  t.is(noFlag.stderr.trim(), `kanal: --uds-name ${stale} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`);
   const server = await startServer(t, ws, { name: 'stale' });
   t.true(fs.lstatSync(server.uds).isSocket(), 'a server starts over a stale socket with --delete-existing-uds-file');
 });

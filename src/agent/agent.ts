@@ -18,6 +18,7 @@ import { startHealthServer, type HealthServer, type Readiness } from '../common/
 import { connectToServer, type ServerConnection } from './server-connection.js';
 import { KanalMetrics } from '../common/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
+import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../common/upstream-metrics.js';
 
 export interface AgentOptions {
   agentID: string;
@@ -65,6 +66,8 @@ export class KanalAgent {
   private readonly conditions: (() => Readiness)[] = [];
 
   readonly metrics = new KanalMetrics('agent');
+  /** Upstream's agent metrics updated as things happen (the lease counter feeds the lease ones). */
+  readonly upstreamMetrics: UpstreamAgentEventMetrics;
 
   constructor(private readonly opts: AgentOptions) {
     this.metrics.gauge('kanal_agent_tunnels', 'Tunnels up to proxy servers', () => this.connections.size);
@@ -74,6 +77,11 @@ export class KanalAgent {
       let n = 0;
       for (const c of this.connections.values()) n += c.tunnel.stats().windowGrowthBytes;
       return n;
+    });
+    this.upstreamMetrics = registerUpstreamAgentMetrics(this.metrics.registry, {
+      serverConnections: () => this.connections.size,
+      knownServers: () => this.expectedServers,
+      endpointConnections: () => this.openConnections(),
     });
   }
 
@@ -249,6 +257,7 @@ export class KanalAgent {
       this.wakeMaintain?.();
       // A tunnel closed by our own stop is planned; any other loss is worth a warning.
       const level = this.running ? 'warn' : 'info';
+      if (this.running && err) this.upstreamMetrics.serverFailures.inc({ direction: 'from_server' });
       this.opts.log[level]({ serverID: conn.serverID, reason: err?.message ?? 'stream ended' }, 'tunnel down');
       for (const l of this.listeners) l(conn.tunnel, 'down');
     });

@@ -20,6 +20,9 @@ import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
+import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
+import { startAdminPort } from '../common/admin-server.js';
+import type { HttpListener } from '../common/http-listener.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -29,7 +32,8 @@ export const agentFlags = {
   'agent-key': { type: 'string', describe: 'Key for --agent-cert' },
   'service-account-token-path': { type: 'string', describe: 'File with a bearer token sent to the server (re-read on every connect)' },
   'tls-server-name': { type: 'string', describe: 'Name to verify the server certificate against (default: --proxy-server-host)' },
-  'agent-id': { type: 'string', describe: 'ID announced to the server (default: this host name)' },
+  'alpn-proto': { type: 'string', array: true, default: [] as string[], describe: 'ALPN protocol offered before h2, for a front that routes by it (repeatable or comma-separated)' },
+  'agent-id': { type: 'string', describe: 'ID announced to the server (default: $PROXY_AGENT_ID, else this host name)' },
   'agent-identifiers': { type: 'string', default: '', describe: 'What this agent serves, for the server\'s --proxy-strategies: a URL query of host, ipv4, ipv6, cidr and default-route, e.g. host=node1&ipv4=10.0.0.5&cidr=10.244.1.0/24 (see docs/routing.md)' },
   'dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials the server asks for' },
   'sync-interval': { type: 'string', default: '1s', describe: 'First reconnect delay (doubles with jitter)' },
@@ -38,6 +42,10 @@ export const agentFlags = {
   'shutdown-grace-period': { type: 'string', default: '30s', describe: 'On SIGTERM: how long open connections may finish after DRAIN' },
   'health-server-port': { type: 'number', default: 8093, describe: 'Port for /healthz, /readyz and /metrics (0 disables)' },
   'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
+  'health-server-host': { type: 'string', describe: 'Upstream\'s name for --health-bind-address (empty: all addresses)' },
+  'admin-server-port': { type: 'number', default: 8094, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)' },
+  'admin-bind-address': { type: 'string', default: '127.0.0.1', describe: 'Address the admin port listens on' },
+  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)' },
   'bind-address': { type: 'string', describe: 'Node -> control plane: the kube-apiserver advertise address to serve locally' },
   target: { type: 'string', array: true, default: [] as string[], describe: 'local_port:dst_host:dst_port forwarded to the control plane (repeatable)' },
   'bind-interface': { type: 'string', default: 'kanal0', describe: 'Host-scoped interface that carries --bind-address' },
@@ -46,9 +54,11 @@ export const agentFlags = {
   'max-connection-window': maxConnectionWindowOption,
   'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
-  'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
+  'log-level': { type: 'string', choices: LOG_LEVELS, describe: 'Log level (JSON logs on stdout; default: from --v, else info)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
   check: { type: 'boolean', default: false, describe: 'Preflight: check credentials, the server (TLS + agent stream + targets) and netlink, print a pass/fail list, exit 0 or 1' },
+  ...klogFlags,
+  ...agentIgnoredFlags,
 } as const;
 
 export type AgentArgs = InferredOptionTypes<typeof agentFlags>;
@@ -56,18 +66,21 @@ export type AgentArgs = InferredOptionTypes<typeof agentFlags>;
 export interface AgentConfig {
   agentID: string;
   agentIdentifiers: string;
-  server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string };
+  server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
   tokenFile?: string;
   dialTimeoutMs: number;
   connectTimeoutMs: number;
   reconnect: { initialMs: number; maxMs: number };
   shutdownGraceMs: number;
   health?: { host: string; port: number };
+  admin?: { host: string; port: number; profiling: boolean };
   node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
   maxConnectionWindowBytes: number;
   peerReadTimeoutMs: number;
   transport: string;
   logLevel: LevelWithSilent;
+  /** Upstream flags given that Kanal ignores, one line each (logged at start). */
+  notices: string[];
 }
 
 /** Default agent ID: the host name, which is stable across restarts and readable in server logs. */
@@ -85,7 +98,7 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
   } catch (err) {
     throw new UsageError(`--agent-identifiers: ${(err as Error).message}`);
   }
-  const agentID = a['agent-id'] ?? defaultAgentID();
+  const agentID = a['agent-id'] ?? (process.env.PROXY_AGENT_ID || defaultAgentID());
   if (!agentID || /\s/.test(agentID)) throw new UsageError(`--agent-id must be non-empty without spaces, got ${JSON.stringify(agentID)}`);
   let node: AgentConfig['node'];
   const targets = a.target.map((t) => {
@@ -116,6 +129,13 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
     };
   }
   const healthPort = port('health-server-port', a['health-server-port'], true);
+  const adminPort = port('admin-server-port', a['admin-server-port'], true);
+  // Upstream's --health-server-host: empty means every address.
+  const healthHost = a['health-server-host'] === undefined ? a['health-bind-address'] : a['health-server-host'] || '0.0.0.0';
+  const alpnProtocols = a['alpn-proto'].flatMap((p) => p.split(',')).filter((p) => p !== '');
+  for (const p of alpnProtocols) {
+    if (p.length > 255 || !/^[\x21-\x7e]+$/.test(p)) throw new UsageError(`--alpn-proto ${JSON.stringify(p.slice(0, 40))}: 1-255 printable characters without spaces`);
+  }
   const initialMs = duration('sync-interval', a['sync-interval']);
   const maxMs = duration('sync-interval-cap', a['sync-interval-cap']);
   if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
@@ -129,18 +149,21 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
       certFile: a['agent-cert'],
       keyFile: a['agent-key'],
       serverName: a['tls-server-name'],
+      alpnProtocols,
     },
     tokenFile: a['service-account-token-path'],
     dialTimeoutMs: duration('dial-timeout', a['dial-timeout']),
     connectTimeoutMs: duration('connect-timeout', a['connect-timeout']),
     reconnect: { initialMs, maxMs },
     shutdownGraceMs: duration('shutdown-grace-period', a['shutdown-grace-period']),
-    health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
+    health: healthPort > 0 ? { host: healthHost, port: healthPort } : undefined,
+    admin: adminPort > 0 ? { host: a['admin-bind-address'], port: adminPort, profiling: a['enable-profiling'] } : undefined,
     node,
     maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
     peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: a.transport,
-    logLevel: a['log-level'] as LevelWithSilent,
+    logLevel: logLevelFrom(a['log-level'], a.v),
+    notices: upstreamNotices(a, agentFlags),
   };
 }
 
@@ -158,7 +181,7 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   const pair = s.certFile && s.keyFile ? check.keyPair({ flag: 'agent-cert', path: s.certFile }, { flag: 'agent-key', path: s.keyFile }, 'client') : undefined;
   if (config.tokenFile) check.token({ flag: 'service-account-token-path', path: config.tokenFile });
   check.done();
-  return { tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName }, warnings: check.warnings };
+  return { tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols }, warnings: check.warnings };
 }
 
 export function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): AgentOptions {
@@ -223,10 +246,13 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const options = buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
+  for (const notice of config.notices) log.warn(notice);
   const agent = new KanalAgent(options);
+  let admin: HttpListener | undefined;
   let hostInterface: HostInterfaceManager | undefined;
   let nodeListeners: NodeListeners | undefined;
   const release = async (): Promise<void> => {
+    await admin?.close();
     nodeListeners?.close();
     await hostInterface?.tearDown();
   };
@@ -248,6 +274,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
       await nodeListeners.start();
     }
     await agent.start();
+    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: agent.metrics.registry, log }, '--admin-bind-address, --admin-server-port');
   } catch (err) {
     await release();
     throw err;

@@ -22,9 +22,13 @@ import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { parseProxyStrategies, PROXY_STRATEGIES, type ProxyStrategy } from '../server/routing/proxy-strategies.js';
+import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './upstream-flags.js';
+import { startAdminPort } from '../common/admin-server.js';
+import type { HttpListener } from '../common/http-listener.js';
+import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
 
 export const serverFlags = {
-  'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: host name + random suffix)' },
+  'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)' },
   'server-count': { type: 'number', default: 1, describe: 'Number of proxy servers behind the agent address (HA); agents keep a tunnel to each' },
   'agent-port': { type: 'number', default: 8091, describe: 'Port agents connect to (mTLS gRPC)' },
   'agent-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the agent port listens on' },
@@ -41,7 +45,8 @@ export const serverFlags = {
   'keepalive-timeout': { type: 'string', default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`, describe: 'An agent connection whose PING stays unanswered this long is closed' },
   mode: { type: 'string', choices: ['both', 'grpc', 'http-connect'], default: 'both', describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
   'uds-name': { type: 'string', describe: 'Serve the frontend on this Unix socket instead of TCP' },
-  'delete-existing-uds-file': { type: 'boolean', default: false, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
+  // Upstream's default (true): its manifests rely on it across restarts; Kanal removes only a stale socket (#14).
+  'delete-existing-uds-file': { type: 'boolean', default: true, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
   'uds-mode': { type: 'string', default: '0660', describe: 'Permission bits of the --uds-name socket, set before anyone can reach it (the umask does not apply)' },
   'uds-group': { type: 'string', describe: 'Group (name or ID) of the --uds-name socket (default: the server\'s group)' },
   'frontend-header-timeout': { type: 'string', default: '30s', describe: 'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed' },
@@ -51,11 +56,16 @@ export const serverFlags = {
   'server-key': { type: 'string', describe: 'Frontend TLS key' },
   'server-ca-cert': { type: 'string', describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)' },
   'proxy-strategies': { type: 'string', default: 'default', describe: `Ordered, comma-separated ways to pick an agent for a dial: ${PROXY_STRATEGIES.join(', ')} (see docs/routing.md)` },
-  'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504)' },
+  'tls-min-version': { type: 'string', default: '', describe: 'Oldest TLS version the agent port and TCP frontend accept: VersionTLS12 (default) or VersionTLS13' },
+  'cipher-suites': { type: 'string', array: true, default: [] as string[], describe: 'TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node\'s list); no effect on TLS 1.3' },
+  'backend-dial-timeout': { type: 'string', default: '10s', describe: 'How long a dial through an agent may take (then HTTP 504); 0 (upstream: no timeout) keeps 10s' },
   'allowed-destination': { type: 'string', array: true, default: [] as string[], describe: 'host:port agents may reach through this server (repeatable; none = deny all)' },
   'destination-dial-timeout': { type: 'string', default: '10s', describe: 'Timeout for dials to allowed destinations' },
   'health-port': { type: 'number', default: 8092, describe: 'Port for /healthz, /readyz and /metrics (0 disables)' },
   'health-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the health port listens on' },
+  'admin-port': { type: 'number', default: 8095, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)' },
+  'admin-bind-address': { type: 'string', default: '127.0.0.1', describe: 'Address the admin port listens on' },
+  'enable-profiling': { type: 'boolean', default: false, describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)' },
   'max-message-size': { type: 'number', default: 4 * 1024 * 1024, describe: 'Largest gRPC message accepted, bytes' },
   'max-connection-window': maxConnectionWindowOption,
   'max-node-to-cp-connections-per-agent': { type: 'number', default: DEFAULT_NODE_TO_CP_CONNECTIONS, describe: 'Node -> control plane connections one agent tunnel may hold (dialling or open); more are refused' },
@@ -64,8 +74,10 @@ export const serverFlags = {
   'max-pending-dials-per-agent': { type: 'number', default: DEFAULT_LIMITS.maxPendingDials, describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused' },
   'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
-  'log-level': { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'Log level (JSON logs on stdout)' },
+  'log-level': { type: 'string', choices: LOG_LEVELS, describe: 'Log level (JSON logs on stdout; default: from --v, else info)' },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate flags, print the configuration as JSON and exit' },
+  ...klogFlags,
+  ...serverIgnoredFlags,
 } as const;
 
 export type ServerArgs = InferredOptionTypes<typeof serverFlags>;
@@ -95,6 +107,8 @@ export interface ServerConfig {
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
   };
   health?: { host: string; port: number };
+  tls: TlsPolicy;
+  admin?: { host: string; port: number; profiling: boolean };
   backendDialTimeoutMs: number;
   proxyStrategies: ProxyStrategy[];
   allowedDestinations: string[];
@@ -106,6 +120,8 @@ export interface ServerConfig {
   peerReadTimeoutMs: number;
   transport: string;
   logLevel: LevelWithSilent;
+  /** Upstream flags given that Kanal ignores, one line each (logged at start). */
+  notices: string[];
 }
 
 function rolePins(subjectFlag: string, subjects: string[], ekuFlag: string, ekus: string[]): RolePins {
@@ -161,10 +177,18 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     }
   });
   const healthPort = port('health-port', a['health-port'], true);
+  const adminPort = port('admin-port', a['admin-port'], true);
+  const notices = upstreamNotices(a, serverFlags);
+  let backendDialTimeout = a['backend-dial-timeout'];
+  if (/^0+(\.0*)?[a-z]*$/.test(backendDialTimeout)) {
+    // Upstream's 0 waits for ever; every wait in Kanal is bounded.
+    notices.push(`--backend-dial-timeout ${backendDialTimeout}: upstream's "no timeout" is not offered; using ${serverFlags['backend-dial-timeout'].default}`);
+    backendDialTimeout = serverFlags['backend-dial-timeout'].default;
+  }
   const maxMessage = a['max-message-size'];
   if (!Number.isInteger(maxMessage) || maxMessage < 64 * 1024) throw new UsageError('--max-message-size must be at least 65536 bytes');
   return {
-    serverID: a['server-id'] || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
+    serverID: a['server-id'] || process.env.PROXY_SERVER_ID || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
     serverCount,
     agent: {
       host: a['agent-bind-address'],
@@ -181,7 +205,9 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     },
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
-    backendDialTimeoutMs: duration('backend-dial-timeout', a['backend-dial-timeout']),
+    tls: tlsPolicyFlags(a['tls-min-version'], a['cipher-suites']),
+    admin: adminPort > 0 ? { host: a['admin-bind-address'], port: adminPort, profiling: a['enable-profiling'] } : undefined,
+    backendDialTimeoutMs: duration('backend-dial-timeout', backendDialTimeout),
     proxyStrategies: proxyStrategiesFlag(a['proxy-strategies']),
     allowedDestinations,
     destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
@@ -195,7 +221,8 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     maxNodeToCpConnections: countFlag('max-node-to-cp-connections', a['max-node-to-cp-connections'], 0) || defaultNodeToCpConnections(),
     peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: a.transport,
-    logLevel: a['log-level'] as LevelWithSilent,
+    logLevel: logLevelFrom(a['log-level'], a.v),
+    notices,
   };
 }
 
@@ -215,18 +242,18 @@ export interface ServerCredentials {
 }
 
 /** One listener's serving pair and client CA, each checked (a missing piece is recorded in `check`). */
-function loadListenerTls(check: CredentialCheck, names: [cert: string, key: string, ca: string], files: { certFile: string; keyFile: string; caFile?: string }): TlsFiles | undefined {
+function loadListenerTls(check: CredentialCheck, names: [cert: string, key: string, ca: string], files: { certFile: string; keyFile: string; caFile?: string }, policy: TlsPolicy): TlsFiles | undefined {
   const pair = check.keyPair({ flag: names[0], path: files.certFile }, { flag: names[1], path: files.keyFile }, 'server');
   const ca = files.caFile ? check.certificates({ flag: names[2], path: files.caFile }) : undefined;
-  return pair && { cert: pair.cert.pem, key: pair.key.pem, ca: ca?.pem };
+  return pair && { cert: pair.cert.pem, key: pair.key.pem, ca: ca?.pem, ...policy };
 }
 
 /** Reads and checks every credential file the flags name; throws CredentialFilesError listing each problem. */
 export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   const check = new CredentialCheck();
-  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], config.agent);
+  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], config.agent, config.tls);
   const tcp = config.frontend.tcp;
-  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp) : undefined;
+  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp, config.tls) : undefined;
   check.done();
   return { agent: agent!, frontend, warnings: check.warnings };
 }
@@ -288,9 +315,12 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const credentials = loadServerCredentials(config);
   const options = buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
+  for (const notice of config.notices) options.log.warn(notice);
   const server = new KanalServer(options);
+  let admin: HttpListener | undefined;
   try {
     await server.start();
+    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: server.metrics.registry, log: options.log }, '--admin-bind-address, --admin-port');
   } catch (err) {
     options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
     throw err;
@@ -300,6 +330,6 @@ export async function runServer(args: ServerArgs): Promise<void> {
   notifier.ready(`serving agents on port ${server.agentPort}`);
   runUntilSignalled(options.log, () => {
     notifier.stopping();
-    return server.stop();
+    return Promise.all([admin?.close(), server.stop()]).then(() => undefined);
   });
 }

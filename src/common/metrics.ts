@@ -4,6 +4,7 @@
  * never drift from the truth; counters are bumped where things happen.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { UpstreamDialMetrics } from './upstream-metrics.js';
 
 export type Direction = 'cp_to_node' | 'node_to_cp';
 
@@ -17,9 +18,13 @@ export class KanalMetrics {
   readonly streamsClosed: Counter<'reason'>;
   /** Agent tunnels closed because their peer stopped answering (#11). */
   readonly deadTunnels: Counter<'reason'>;
+  /** Upstream's names for control plane -> node dials (upstream-metrics.ts). */
+  readonly upstreamDials: UpstreamDialMetrics;
 
   constructor(component: 'server' | 'agent') {
-    collectDefaultMetrics({ register: this.registry, prefix: `kanal_${component}_process_` });
+    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_* (#14).
+    collectDefaultMetrics({ register: this.registry });
+    this.upstreamDials = new UpstreamDialMetrics(component, this.registry);
     this.dials = new Counter({
       name: 'kanal_dials_total',
       help: 'Dials through the tunnel by direction and result',
@@ -80,7 +85,9 @@ export class KanalMetrics {
   /** Records a finished dial; `started` is a performance.now() timestamp. */
   dialDone(direction: Direction, result: string, started: number): void {
     this.dials.inc({ direction, result });
-    if (result === 'ok') this.dialSeconds.observe({ direction }, (performance.now() - started) / 1000);
+    const seconds = (performance.now() - started) / 1000;
+    if (result === 'ok') this.dialSeconds.observe({ direction }, seconds);
+    if (direction === 'cp_to_node') this.upstreamDials.dialDone(result, seconds);
   }
 
   connectionClosed(direction: Direction, toPeer: number, fromPeer: number): void {

@@ -59,6 +59,11 @@ export class HttpConnectFrontend {
     this.parser.on('clientError', this.onClientError);
   }
 
+  /** Connections served now (upstream's http_connections). */
+  get size(): number {
+    return this.clients.size;
+  }
+
   /**
    * Serves one connection whose request head must be complete within
    * `headerDeadlineMs` (counted by the caller from accept); `peer` names

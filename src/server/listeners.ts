@@ -24,6 +24,9 @@ export interface TlsFiles {
   key: Buffer;
   /** CA for client certificates; absent means clients cannot be verified. */
   ca?: Buffer;
+  /** --tls-min-version and --cipher-suites (src/cli/tls-flags.ts); absent: Node's defaults. */
+  minVersion?: tls.SecureVersion;
+  ciphers?: string;
 }
 
 export interface Listener {
@@ -142,9 +145,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   const sockets = new Set<net.Socket>();
   const peers = new WeakMap<net.Socket, string>();
   const server = tls.createServer({
-    cert: opts.tls.cert,
-    key: opts.tls.key,
-    ca: opts.tls.ca,
+    ...opts.tls,
     requestCert: true,
     // Verified below so the refusal can be logged with its reason.
     rejectUnauthorized: false,
@@ -248,9 +249,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   const tcp = opts.tcp;
   if (!tcp) throw new Error('frontend needs --uds-name or --server-port');
   const server = tls.createServer({
-    cert: tcp.tls.cert,
-    key: tcp.tls.key,
-    ca: tcp.tls.ca,
+    ...tcp.tls,
     requestCert: !!tcp.tls.ca,
     rejectUnauthorized: false,
     ALPNProtocols: ['h2', 'http/1.1'],

@@ -9,6 +9,7 @@ import { Tunnel, type TunnelStats } from '../tunnel/tunnel.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { KanalMetrics } from '../common/metrics.js';
+import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '../common/upstream-metrics.js';
 import { ConnectionBudget } from '../common/connection-budget.js';
 import { defaultNodeToCpConnections, openFilesLimit } from '../common/open-files-limit.js';
 import { AgentRegistry } from './agent-registry.js';
@@ -88,12 +89,26 @@ export class KanalServer {
   private agentListener: Listener | undefined;
   private frontendListener: Listener | undefined;
   private health: HealthServer | undefined;
+  private httpConnect: HttpConnectFrontend | undefined;
+  /** Upstream's lease metric names, for the lease controller to feed. */
+  readonly upstreamLeaseMetrics: UpstreamServerLeaseMetrics;
   private closers: (() => Promise<void>)[] = [];
   /** Report the refusals still held back by rate limiting (at stop). */
   private flushers: (() => void)[] = [];
 
   constructor(private readonly opts: ServerOptions) {
     this.registry = new AgentRegistry(opts.agent.maxAgentsPerCredential ?? 1);
+    const agentTunnels = (): Tunnel[] => this.registry.list().map((b) => b.tunnel);
+    this.upstreamLeaseMetrics = registerUpstreamServerMetrics(this.metrics.registry, {
+      agentStreams: () => this.registry.size,
+      proxyStreams: () => this.frontendTunnels.size,
+      httpConnectConnections: () => this.httpConnect?.size ?? 0,
+      readyAgents: () => this.registry.agentCount,
+      pendingDials: () => agentTunnels().reduce((n, t) => n + t.stats().pendingDials, 0),
+      establishedConnections: () => agentTunnels().reduce((n, t) => n + t.stats().connections, 0),
+      pausedAgentStreams: () => agentTunnels().filter((t) => t.stats().readPaused).length,
+      pausedProxyStreams: () => [...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
+    });
   }
 
   get agentPort(): number {
@@ -215,6 +230,7 @@ export class KanalServer {
     );
     this.closers.push(() => frontendGrpc.close(1000));
     const httpConnect = new HttpConnectFrontend(backendDialer, this.refusals(log.child({ part: 'frontend', frontend: 'http-connect' })));
+    this.httpConnect = httpConnect;
 
     this.frontendListener = await listenForFrontends({
       mode: opts.frontend.mode,

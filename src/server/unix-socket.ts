@@ -91,7 +91,7 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
       `--uds-name ${file} is a ${kindOf(existing)}, not a socket; Kanal removes only a stale socket there (--delete-existing-uds-file), so move it away or choose another path`,
     );
   }
-  if (!opts.deleteExisting) throw new UnixSocketError(`--uds-name ${file} already exists; pass --delete-existing-uds-file to replace a stale socket`);
+  if (!opts.deleteExisting) throw new UnixSocketError(`--uds-name ${file} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`);
   if (await servedNow(file)) throw new UnixSocketError(`--uds-name ${file}: another process is serving on this socket; stop it first`);
   try {
     fs.unlinkSync(file);

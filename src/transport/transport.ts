@@ -81,6 +81,13 @@ export interface ClientTlsOptions {
   key?: Buffer;
   /** Name to verify the server certificate against (defaults to the host). */
   serverName?: string;
+  /** ALPN protocols offered before h2 (upstream's agent --alpn-proto), for a front that routes by ALPN. */
+  alpnProtocols?: readonly string[];
+}
+
+/** The ALPN list a client offers: the extra protocols, then h2 (as grpc-go appends it). */
+export function clientAlpn(tls: ClientTlsOptions): string[] {
+  return [...(tls.alpnProtocols ?? []).filter((p) => p !== 'h2'), 'h2'];
 }
 
 export interface ChannelOptions {

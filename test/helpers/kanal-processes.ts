@@ -155,7 +155,8 @@ export interface KanalProcess {
   kill(): Promise<void>;
 }
 
-function spawnKanal(scope: Scope, name: string, args: string[], logFile: string, opts: { wrapper?: string[]; umask?: number } = {}): KanalProcess {
+/** `kanal ...args` as a child the scope stops; its stdout (the JSON log) goes to `logFile`. */
+export function spawnKanal(scope: Scope, name: string, args: string[], logFile: string, opts: { wrapper?: string[]; umask?: number } = {}): KanalProcess {
   const child = startKanal(args, logFile, opts);
   const pid = child.proc.pid;
   if (pid === undefined) throw new Error(`could not start ${name}`);
@@ -240,6 +241,8 @@ export interface ServerSpec {
 export interface KanalServerProcess extends KanalProcess {
   readonly agentPort: number;
   readonly healthPort: number;
+  /** Admin port (/metrics, profiles) on 127.0.0.1; its own free port so parallel servers never share upstream's 8095. */
+  readonly adminPort: number;
   /** TCP frontend port (0 with a Unix socket). */
   readonly frontendPort: number;
   /** Unix socket path ('' with a TCP frontend). */
@@ -252,12 +255,13 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
   const name = spec.name ?? 'server';
   const { pki } = ws;
   return withPortRetry(async () => {
-    const [agentPort, healthPort] = [await freePort(), await freePort()];
+    const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
     const args = [
       'server',
       '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
       '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
       '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
+      '--admin-port', String(adminPort),
       '--server-id', name,
       '--log-level', 'debug',
     ];
@@ -278,7 +282,7 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`), { wrapper, umask: spec.umask });
     // /healthz answers once every listener is up (the health port opens last).
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
-    return { ...proc, agentPort, healthPort, frontendPort, uds, args, readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz` };
+    return { ...proc, agentPort, healthPort, adminPort, frontendPort, uds, args, readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz` };
   });
 }
 
@@ -307,6 +311,8 @@ export interface AgentSpec {
 export interface KanalAgentProcess extends KanalProcess {
   readonly agentID: string;
   readonly healthPort: number;
+  /** Admin port on 127.0.0.1 (its own free port, never upstream's 8094). */
+  readonly adminPort: number;
   readyzUrl(): string;
 }
 
@@ -315,13 +321,14 @@ export async function startAgent(scope: Scope, ws: Workspace, server: Pick<Kanal
   const agentID = spec.agentID ?? 'agent-1';
   const { pki } = ws;
   return withPortRetry(async () => {
-    const healthPort = await freePort();
+    const [healthPort, adminPort] = [await freePort(), await freePort()];
     const args = [
       'agent',
       '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort),
       '--ca-cert', pki.caCert,
       '--agent-id', agentID,
       '--health-bind-address', '127.0.0.1', '--health-server-port', String(healthPort),
+      '--admin-server-port', String(adminPort),
       '--sync-interval', '200ms', '--sync-interval-cap', '1s',
       '--shutdown-grace-period', '1s',
       '--log-level', 'debug',
@@ -339,7 +346,7 @@ export async function startAgent(scope: Scope, ws: Workspace, server: Pick<Kanal
     // Up first (health port open), then ready (a tunnel is up) if asked.
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
     if (spec.waitReady ?? true) await waitHealthy(proc, readyzUrl(), 20_000);
-    return { ...proc, agentID, healthPort, readyzUrl };
+    return { ...proc, agentID, healthPort, adminPort, readyzUrl };
   });
 }
 

@@ -9,7 +9,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import type { ClientTlsOptions } from '../transport.js';
+import { clientAlpn, type ClientTlsOptions } from '../transport.js';
 
 export class ClientTlsCredentials extends grpc.ChannelCredentials {
   private readonly context: tls.SecureContext;
@@ -37,7 +37,7 @@ export class ClientTlsCredentials extends grpc.ChannelCredentials {
             {
               socket,
               secureContext: this.context,
-              ALPNProtocols: ['h2'],
+              ALPNProtocols: clientAlpn(this.opts),
               ...(net.isIP(name) === 0 ? { servername: name } : {}),
               checkServerIdentity: (_host, cert) => tls.checkServerIdentity(name, cert),
             },

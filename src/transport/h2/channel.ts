@@ -14,7 +14,7 @@ import http2, {
 import net from 'node:net';
 import tls from 'node:tls';
 import type { PacketStream } from '../packet-stream.js';
-import { GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { clientAlpn, GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
 import {
   addMetadataHeaders,
@@ -74,7 +74,7 @@ function parseTarget(opts: ChannelOptions): Target {
       ca: tlsOpts.ca,
       cert: tlsOpts.cert,
       key: tlsOpts.key,
-      ALPNProtocols: ['h2'],
+      ALPNProtocols: clientAlpn(tlsOpts),
       ...(servername !== undefined ? { servername } : {}),
       ...(socket ? { socket } : { host: host!, port: port! }),
     };
@@ -85,7 +85,9 @@ function parseTarget(opts: ChannelOptions): Target {
     const s = tls.connect(options);
     s.once('secureConnect', () => {
       if (s.alpnProtocol !== 'h2') {
-        s.destroy(new Error(`server did not negotiate HTTP/2 via ALPN (got ${String(s.alpnProtocol)})`));
+        // After http2's own secureConnect listener: it aborts the process on a socket destroyed under it.
+        const err = new Error(`server did not negotiate HTTP/2 via ALPN (got ${String(s.alpnProtocol)})`);
+        setImmediate(() => s.destroy(err));
       }
     });
     return s;

@@ -1,0 +1,97 @@
+/**
+ * Upstream Konnectivity v0.36's flags that Kanal accepts without giving
+ * them its own meaning (#14 must-have 5): klog's logging flags, mapped onto
+ * Kanal's JSON logs where they can be, and flags that mean nothing in Kanal,
+ * accepted so upstream's manifests run unchanged and named once in the log.
+ * docs/upstream-flags.md lists every upstream flag and what Kanal does with it.
+ */
+import type { LevelWithSilent } from 'pino';
+import { UsageError } from './usage-error.js';
+
+interface NoticeFlag {
+  type: 'string' | 'number' | 'boolean';
+  describe: string;
+  hidden: true;
+  /** Why Kanal does nothing with it; logged once when the flag is given. */
+  notice: string;
+}
+
+function ignored(type: NoticeFlag['type'], notice: string): NoticeFlag {
+  return { type, describe: `Upstream flag, accepted and ignored: ${notice}`, hidden: true, notice };
+}
+
+const KLOG_OUTPUT = 'Kanal writes JSON lines to stdout (klog output flags have no meaning)';
+
+/** klog's flags, as upstream's binaries define them; `-v`/`--v` is mapped, the rest is output shaping Kanal's JSON logs do not have. */
+export const klogFlags = {
+  v: { type: 'number', describe: 'klog verbosity, used when --log-level is not given: 0-3 info, 4 debug, 5 and more trace' },
+  vmodule: ignored('string', 'per-file verbosity has no equivalent; use --log-level or --v'),
+  logtostderr: ignored('boolean', KLOG_OUTPUT),
+  alsologtostderr: ignored('boolean', KLOG_OUTPUT),
+  alsologtostderrthreshold: ignored('string', KLOG_OUTPUT),
+  stderrthreshold: ignored('string', KLOG_OUTPUT),
+  'legacy-stderr-threshold-behavior': ignored('boolean', KLOG_OUTPUT),
+  'log-file': ignored('string', KLOG_OUTPUT),
+  'log-dir': ignored('string', KLOG_OUTPUT),
+  'log-file-max-size': ignored('number', KLOG_OUTPUT),
+  'one-output': ignored('boolean', KLOG_OUTPUT),
+  'skip-headers': ignored('boolean', KLOG_OUTPUT),
+  'skip-log-headers': ignored('boolean', KLOG_OUTPUT),
+  'add-dir-header': ignored('boolean', KLOG_OUTPUT),
+  'log-backtrace-at': ignored('string', 'Kanal logs no Go stack traces'),
+} as const;
+
+const CHANNELS = 'Kanal has no transfer channels: each connection has a flow-control window (--max-connection-window) and bounded queues';
+const CONTENTION = 'Go block profiles have no Node.js equivalent; --enable-profiling offers CPU profiles and heap snapshots';
+
+/** Server flags of upstream that mean nothing in Kanal. */
+export const serverIgnoredFlags = {
+  'xfr-channel-size': ignored('number', CHANNELS),
+  'enable-contention-profiling': ignored('boolean', CONTENTION),
+  'frontend-keepalive-time': ignored('string', 'Kanal does not PING the kube-apiserver\'s connections; a frontend that goes away is noticed by its socket'),
+  'graceful-shutdown-timeout': ignored('string', 'on SIGTERM the Kanal server closes its listeners and connections at once (upstream\'s default, 0); agents move to the other servers'),
+} as const;
+
+/** Agent flags of upstream that mean nothing in Kanal. */
+export const agentIgnoredFlags = {
+  'xfr-channel-size': ignored('number', CHANNELS),
+  'warn-on-channel-limit': ignored('boolean', CHANNELS),
+  'enable-contention-profiling': ignored('boolean', CONTENTION),
+  'probe-interval': ignored('string', 'Kanal\'s /readyz follows its tunnels as they go up and down; there is nothing to poll'),
+  'keepalive-time': ignored('string', 'the Kanal server PINGs each agent connection (server --keepalive-time) and closes it when unanswered; the agent reconnects'),
+} as const;
+
+/**
+ * Upstream flags another part of Kanal owns (token authentication and leases,
+ * routing strategies): implemented there, listed here for the flag-list test
+ * and docs/upstream-flags.md.
+ */
+export const FLAGS_OWNED_ELSEWHERE: Readonly<Record<'server' | 'agent', readonly string[]>> = {
+  server: [
+    'kubeconfig', 'kubeconfig-qps', 'kubeconfig-burst', 'kube-api-content-type',
+    'agent-namespace', 'agent-service-account', 'authentication-audience',
+    'enable-lease-controller', 'lease-namespace', 'lease-label',
+    'proxy-strategies',
+  ],
+  agent: [
+    'kubeconfig', 'kube-api-content-type', 'lease-namespace', 'lease-label',
+    'count-server-leases', 'server-count-source', 'sync-forever', 'service-account-token-path',
+  ],
+};
+
+/** The notices for the ignored flags given on this command line, one per flag. */
+export function upstreamNotices(args: Readonly<Record<string, unknown>>, flags: Readonly<Record<string, object>>): string[] {
+  const notices: string[] = [];
+  for (const [name, spec] of Object.entries(flags)) {
+    if ('notice' in spec && typeof spec.notice === 'string' && args[name] !== undefined) notices.push(`--${name} ignored: ${spec.notice}`);
+  }
+  return notices;
+}
+
+/** The log level: --log-level when given, else klog's --v mapped (#14), else info. */
+export function logLevelFrom(logLevel: string | undefined, v: number | undefined): LevelWithSilent {
+  if (logLevel !== undefined) return logLevel as LevelWithSilent;
+  if (v === undefined) return 'info';
+  if (!Number.isInteger(v) || v < 0) throw new UsageError(`--v must be a whole number of at least 0, got ${Number.isNaN(v) ? 'a value that is not a number' : v}`);
+  return v >= 5 ? 'trace' : v === 4 ? 'debug' : 'info';
+}
