@@ -5,7 +5,6 @@
  * keep working (#14 must-have 7). docs/metrics.md maps each onto Kanal.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { DialFailure } from '../tunnel/errors.js';
 
 const SERVER = 'konnectivity_network_proxy_server_';
 const AGENT = 'konnectivity_network_proxy_agent_';
@@ -13,13 +12,13 @@ const AGENT = 'konnectivity_network_proxy_agent_';
 const SERVER_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
 const AGENT_BUCKETS = [0.005, 0.025, 0.1, 0.5, 2.5, 10, 30];
 
-/** Upstream's server dial_failure_count reasons for a failed dial through an agent; undefined = not counted there. */
+/** Upstream's server dial_failure_count reasons, keyed by Kanal's dial results (DialFailure, src/tunnel/errors.ts); absent = not counted there. */
 const SERVER_DIAL_FAILURE = new Map<string, string>([
   ['refused', 'error_response'],
   ['timeout', 'timeout'],
   ['cancelled', 'frontend_close'],
   ['tunnel-closed', 'backend_close'],
-] satisfies [DialFailure, string][]);
+]);
 
 /** Control plane -> node dials (the direction upstream has), on whichever side this process is. */
 export class UpstreamDialMetrics {
