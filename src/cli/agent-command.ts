@@ -1,6 +1,5 @@
 /** `kanal agent`: flags (upstream names where the meaning matches), validation, start. */
 import os from 'node:os';
-import fs from 'node:fs';
 import { isIP } from 'node:net';
 import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
@@ -20,6 +19,11 @@ import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
+import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
+import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
+import { ServerLeaseCounter } from '../agent/server-lease-counter.js';
+import type { KubeApi } from '../kube/kube-api.js';
+import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClient, kubeClientConfig, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -27,7 +31,14 @@ export const agentFlags = {
   'ca-cert': { type: 'string', describe: 'CA that signed the proxy server certificate' },
   'agent-cert': { type: 'string', describe: 'Client certificate presented to the server (mTLS)' },
   'agent-key': { type: 'string', describe: 'Key for --agent-cert' },
-  'service-account-token-path': { type: 'string', describe: 'File with a bearer token sent to the server (re-read on every connect)' },
+  'service-account-token-path': { type: 'string', describe: 'File with the service account token sent to the server (read afresh on every connect; projected tokens rotate)' },
+  'count-server-leases': { type: 'boolean', default: false, describe: 'Count the proxy servers by their Leases (servers run --enable-lease-controller) and hold a tunnel to each' },
+  'lease-namespace': leaseNamespaceOption,
+  'lease-label': { type: 'string', default: DEFAULT_LEASE_LABEL, describe: 'Label selector of the server Leases counted' },
+  'server-count-source': { type: 'string', choices: SERVER_COUNT_SOURCES, default: 'default', describe: '"default": the lease count with --count-server-leases, else the servers\' serverCount; "max": the larger of the two' },
+  'sync-forever': { type: 'boolean', default: false, describe: 'With every tunnel up, still connect once per --sync-interval-cap to learn of new servers' },
+  kubeconfig: kubeconfigOption,
+  'kube-api-content-type': kubeApiContentTypeOption,
   'tls-server-name': { type: 'string', describe: 'Name to verify the server certificate against (default: --proxy-server-host)' },
   'agent-id': { type: 'string', describe: 'ID announced to the server (default: this host name)' },
   'agent-identifiers': { type: 'string', default: '', describe: 'URL query of identifiers, e.g. host=node1&ipv4=10.0.0.5' },
@@ -58,6 +69,10 @@ export interface AgentConfig {
   agentIdentifiers: string;
   server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string };
   tokenFile?: string;
+  /** `--count-server-leases`: the API client and the leases counted. */
+  leases?: { kube: KubeClientConfig; namespace: string; selector: string };
+  serverCountSource: ServerCountSource;
+  syncForever: boolean;
   dialTimeoutMs: number;
   connectTimeoutMs: number;
   reconnect: { initialMs: number; maxMs: number };
@@ -119,6 +134,10 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
   const initialMs = duration('sync-interval', a['sync-interval']);
   const maxMs = duration('sync-interval-cap', a['sync-interval-cap']);
   if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
+  const leases = a['count-server-leases']
+    ? { kube: kubeClientConfig(a), namespace: a['lease-namespace'], selector: leaseSelectorFlag(a['lease-label']) }
+    : undefined;
+  if (a['service-account-token-path'] === '') throw new UsageError('--service-account-token-path must not be empty');
   return {
     agentID,
     agentIdentifiers: a['agent-identifiers'],
@@ -131,6 +150,9 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
       serverName: a['tls-server-name'],
     },
     tokenFile: a['service-account-token-path'],
+    ...(leases ? { leases } : {}),
+    serverCountSource: parseServerCountSource(a['server-count-source']),
+    syncForever: a['sync-forever'],
     dialTimeoutMs: duration('dial-timeout', a['dial-timeout']),
     connectTimeoutMs: duration('connect-timeout', a['connect-timeout']),
     reconnect: { initialMs, maxMs },
@@ -164,12 +186,14 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
 export function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): AgentOptions {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
-  const tokenFile = config.tokenFile;
+  const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
   return {
     agentID: config.agentID,
     agentIdentifiers: config.agentIdentifiers,
     server: { host: s.host, port: s.port, tls: credentials.tls },
-    token: tokenFile ? () => fs.readFileSync(tokenFile, 'utf8').trim() : undefined,
+    token: token && (() => token.readSync()),
+    serverCount: { source: config.serverCountSource },
+    syncForever: config.syncForever,
     dialTimeoutMs: config.dialTimeoutMs,
     connectTimeoutMs: config.connectTimeoutMs,
     reconnect: config.reconnect,
@@ -223,11 +247,23 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const options = buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
+  let leaseCounter: ServerLeaseCounter | undefined;
+  let kubeApi: KubeApi | undefined;
+  if (config.leases) {
+    const { kube, namespace, selector } = config.leases;
+    kubeApi = kubeClient(kube, log);
+    leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
+    const counter = leaseCounter;
+    options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };
+    counter.start();
+  }
   const agent = new KanalAgent(options);
   let hostInterface: HostInterfaceManager | undefined;
   let nodeListeners: NodeListeners | undefined;
   const release = async (): Promise<void> => {
     nodeListeners?.close();
+    await leaseCounter?.stop();
+    kubeApi?.close();
     await hostInterface?.tearDown();
   };
   try {

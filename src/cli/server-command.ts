@@ -21,6 +21,12 @@ import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
+import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClient, kubeClientConfig, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
+import { serverLeaseName } from '../kube/lease.js';
+import type { Labels } from '../kube/labels.js';
+import { TokenAuthenticator } from '../server/token-authenticator.js';
+import { ServerLeaseController } from '../server/lease-controller.js';
+import type { KubeApi } from '../kube/kube-api.js';
 
 export const serverFlags = {
   'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: host name + random suffix)' },
@@ -29,8 +35,18 @@ export const serverFlags = {
   'agent-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the agent port listens on' },
   'cluster-cert': { type: 'string', describe: 'Certificate the agent port presents (default: --server-cert)' },
   'cluster-key': { type: 'string', describe: 'Key for --cluster-cert (default: --server-key)' },
-  'cluster-ca-cert': { type: 'string', describe: 'CA that signs agent client certificates; agents without a valid one are refused' },
+  'cluster-ca-cert': { type: 'string', describe: 'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)' },
   'allow-unauthenticated-agents': { type: 'boolean', default: false, describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address' },
+  'agent-namespace': { type: 'string', describe: 'Token authentication: namespace of the agents\' service account (with --agent-service-account, --authentication-audience)' },
+  'agent-service-account': { type: 'string', describe: 'Token authentication: the agents\' service account; every agent stream needs its token (see docs/kubernetes-api.md)' },
+  'authentication-audience': { type: 'string', describe: 'Token authentication: audience the agents\' tokens must be for, e.g. system:konnectivity-server' },
+  kubeconfig: kubeconfigOption,
+  'kubeconfig-qps': { type: 'number', default: 0, describe: 'Requests per second to the Kubernetes API, per client (0: client-go\'s 5; negative: no limit)' },
+  'kubeconfig-burst': { type: 'number', default: 0, describe: 'Burst of requests to the Kubernetes API, per client (0: client-go\'s 10)' },
+  'kube-api-content-type': kubeApiContentTypeOption,
+  'enable-lease-controller': { type: 'boolean', default: false, describe: 'Publish this server\'s Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers' },
+  'lease-namespace': leaseNamespaceOption,
+  'lease-label': { type: 'string', default: DEFAULT_LEASE_LABEL, describe: 'Labels of the server Leases (k=v,k2=v2)' },
   'max-agents-per-credential': { type: 'number', default: 1, describe: 'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)' },
   'agent-client-subject': { type: 'string', array: true, default: [] as string[], describe: 'Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)' },
   'agent-client-eku': { type: 'string', array: true, default: [] as string[], describe: 'Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)' },
@@ -85,7 +101,13 @@ export interface ServerConfig {
     clientPins: RolePins;
     maxAgentsPerCredential: number;
     keepalive: { intervalMs: number; timeoutMs: number };
+    /** Service account token authentication (all three flags given). */
+    tokens?: { namespace: string; serviceAccount: string; audience: string };
   };
+  /** Set when token authentication or the lease controller uses the API. */
+  kube?: KubeClientConfig;
+  /** `--enable-lease-controller`. */
+  leases?: { namespace: string; labels: Labels };
   frontend: {
     mode: FrontendMode;
     headerTimeoutMs: number;
@@ -120,8 +142,14 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   const certFile = a['cluster-cert'] ?? a['server-cert'];
   const keyFile = a['cluster-key'] ?? a['server-key'];
   if (!certFile || !keyFile) throw new UsageError('the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)');
-  if (!a['cluster-ca-cert'] && !a['allow-unauthenticated-agents']) {
-    throw new UsageError('--cluster-ca-cert is required to authenticate agents (or pass --allow-unauthenticated-agents to accept any agent, which is insecure)');
+  const tokens = tokenAuthFlags(a);
+  if (tokens && a['allow-unauthenticated-agents']) {
+    throw new UsageError('--allow-unauthenticated-agents contradicts token authentication (--agent-namespace, --agent-service-account, --authentication-audience): every agent needs a token');
+  }
+  if (!a['cluster-ca-cert'] && !tokens && !a['allow-unauthenticated-agents']) {
+    throw new UsageError(
+      'agents must authenticate: pass --cluster-ca-cert (client certificates) or --agent-namespace, --agent-service-account and --authentication-audience (service account tokens), or --allow-unauthenticated-agents to accept any agent, which is insecure',
+    );
   }
   const serverCount = a['server-count'];
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError(`--server-count must be a positive integer, got ${serverCount}`);
@@ -158,10 +186,20 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     }
   });
   const healthPort = port('health-port', a['health-port'], true);
+  const serverID = a['server-id'] || `${os.hostname()}-${randomUUID().slice(0, 8)}`;
+  const leases = a['enable-lease-controller'] ? { namespace: a['lease-namespace'], labels: leaseLabelsFlag(a['lease-label']) } : undefined;
+  if (leases) {
+    try {
+      serverLeaseName(serverID);
+    } catch (err) {
+      throw new UsageError(`--enable-lease-controller: ${(err as Error).message}`);
+    }
+  }
+  const kube = tokens || leases ? kubeClientConfig(a) : undefined;
   const maxMessage = a['max-message-size'];
   if (!Number.isInteger(maxMessage) || maxMessage < 64 * 1024) throw new UsageError('--max-message-size must be at least 65536 bytes');
   return {
-    serverID: a['server-id'] || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
+    serverID,
     serverCount,
     agent: {
       host: a['agent-bind-address'],
@@ -175,7 +213,10 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
       clientPins: rolePins('agent-client-subject', a['agent-client-subject'], 'agent-client-eku', a['agent-client-eku']),
       maxAgentsPerCredential,
       keepalive,
+      ...(tokens ? { tokens } : {}),
     },
+    ...(kube ? { kube } : {}),
+    ...(leases ? { leases } : {}),
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
     backendDialTimeoutMs: duration('backend-dial-timeout', a['backend-dial-timeout']),
@@ -193,6 +234,21 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     transport: a.transport,
     logLevel: a['log-level'] as LevelWithSilent,
   };
+}
+
+/** `--agent-namespace`, `--agent-service-account`, `--authentication-audience`: all three or none (upstream). */
+function tokenAuthFlags(a: ServerArgs): ServerConfig['agent']['tokens'] {
+  const flags = { namespace: 'agent-namespace', serviceAccount: 'agent-service-account', audience: 'authentication-audience' } as const;
+  const given = Object.values(flags).filter((f) => a[f]);
+  if (given.length === 0) return undefined;
+  if (given.length < 3) {
+    const missing = Object.values(flags).filter((f) => !a[f]);
+    throw new UsageError(`token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.map((f) => `--${f}`).join(', ')}`);
+  }
+  for (const f of [flags.namespace, flags.serviceAccount]) {
+    if (a[f]!.includes(':')) throw new UsageError(`--${f} ${JSON.stringify(a[f])} must not contain ':'`);
+  }
+  return { namespace: a[flags.namespace]!, serviceAccount: a[flags.serviceAccount]!, audience: a[flags.audience]! };
 }
 
 export interface ServerCredentials {
@@ -275,18 +331,46 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const credentials = loadServerCredentials(config);
   const options = buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
+  if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
+  const kubeClients = useKubernetesApi(config, options);
   const server = new KanalServer(options);
   try {
     await server.start();
   } catch (err) {
+    for (const c of kubeClients) c.close();
     options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
     throw err;
   }
   // systemd (Type=notify): every listener is bound now.
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
-  runUntilSignalled(options.log, () => {
+  runUntilSignalled(options.log, async () => {
     notifier.stopping();
-    return server.stop();
+    await server.stop();
+    for (const c of kubeClients) c.close();
   });
+}
+
+/**
+ * Token authentication and the lease controller, each with a client of its
+ * own (kube-flags.ts); returns the clients to close at the end. A kubeconfig
+ * that cannot be used fails the start here, naming the file.
+ */
+function useKubernetesApi(config: ServerConfig, options: ServerOptions): KubeApi[] {
+  const { kube, leases } = config;
+  const tokens = config.agent.tokens;
+  if (!kube) return [];
+  const log = options.log.child({ part: 'kube' });
+  const clients: KubeApi[] = [];
+  if (tokens) {
+    const api = kubeClient(kube, log);
+    clients.push(api);
+    options.agent.tokens = new TokenAuthenticator({ api, ...tokens });
+  }
+  if (leases) {
+    const api = kubeClient(kube, log);
+    clients.push(api);
+    options.leases = new ServerLeaseController({ api, serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
+  }
+  return clients;
 }
