@@ -148,7 +148,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   }
   if (!a['cluster-ca-cert'] && !tokens && !a['allow-unauthenticated-agents']) {
     throw new UsageError(
-      'agents must authenticate: pass --cluster-ca-cert (client certificates) or --agent-namespace, --agent-service-account and --authentication-audience (service account tokens), or --allow-unauthenticated-agents to accept any agent, which is insecure',
+      '--cluster-ca-cert is required to authenticate agents by client certificate (or --agent-namespace, --agent-service-account and --authentication-audience to authenticate them by service account token, or --allow-unauthenticated-agents to accept any agent, which is insecure)',
     );
   }
   const serverCount = a['server-count'];
