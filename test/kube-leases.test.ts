@@ -9,10 +9,9 @@
  * can tell the agent there are three.
  */
 import test from 'ava';
-import path from 'node:path';
 import { makeWorkspace, runCli, startAgent, startServer, waitMetrics, type KanalServerProcess } from './helpers/kanal-processes.js';
 import { roundRobin } from './helpers/round-robin.js';
-import { shippedRbac, startKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
+import { startKonnectivityKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
 import { LabelSelector } from '../src/kube/labels.js';
 
 const NS = 'kube-system';
@@ -21,13 +20,7 @@ const EVERYTHING = LabelSelector.parse('');
 test('three servers with leases: the agent converges to three tunnels, drops to two when one stops, and is back at three with a new one', async (t) => {
   t.timeout(180_000);
   const ws = await makeWorkspace(t, 'kanal-leases-');
-  const k = await startKubeApi(t, { rbac: await shippedRbac(), bookmarkIntervalMs: 1000 });
-  const serverKubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'server.kubeconfig'), { user: 'system:konnectivity-server', auth: 'certificate' });
-  const agentKubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'agent.kubeconfig'), {
-    user: 'system:serviceaccount:kube-system:konnectivity-agent',
-    groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],
-    auth: 'token-file',
-  });
+  const { k, serverKubeconfig, agentKubeconfig } = await startKonnectivityKubeApi(t, ws.dir);
   // A server long gone left its lease behind: the servers collect it.
   k.api.leases.create(NS, {
     metadata: { name: 'konnectivity-proxy-server-gone', labels: { 'k8s-app': 'konnectivity-server' } },

@@ -12,7 +12,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { makeWorkspace, startAgent, startServer, waitMetrics, type KanalServerProcess, type Workspace } from './helpers/kanal-processes.js';
 import { startUpstreamAgent, startUpstreamServer, upstreamUnavailableReason } from './helpers/upstream.js';
-import { shippedRbac, startKubeApi, waitUntil, type KubeFixture } from './helpers/kube-stand-in/fixture.js';
+import { startKonnectivityKubeApi, waitUntil, type KubeFixture } from './helpers/kube-stand-in/fixture.js';
 import { roundRobin } from './helpers/round-robin.js';
 import { LabelSelector } from '../src/kube/labels.js';
 
@@ -31,13 +31,7 @@ interface KubeSide {
 }
 
 async function kubeSide(t: ExecutionContext, ws: Workspace): Promise<KubeSide> {
-  const k = await startKubeApi(t, { rbac: await shippedRbac(), bookmarkIntervalMs: 1000 });
-  const serverKubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'server.kubeconfig'), { user: 'system:konnectivity-server', auth: 'certificate' });
-  const agentKubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'agent.kubeconfig'), {
-    user: 'system:serviceaccount:kube-system:konnectivity-agent',
-    groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],
-    auth: 'token-file',
-  });
+  const { k, serverKubeconfig, agentKubeconfig } = await startKonnectivityKubeApi(t, ws.dir);
   const tokenFile = path.join(ws.dir, 'agent-token');
   const token = k.api.tokens.issueServiceAccountToken({ namespace: NS, serviceAccount: 'konnectivity-agent', audiences: ['system:konnectivity-server'], pod: { name: 'agent-pod' }, node: { name: 'node-1' } });
   await fs.writeFile(tokenFile, token);
