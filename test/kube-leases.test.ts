@@ -35,20 +35,26 @@ test('three servers with leases: the agent converges to three tunnels, drops to 
 
   const live = (): number[] => servers.filter((s) => s.running()).map((s) => s.agentPort);
   const lbPort = await roundRobin(t, live);
+  let since = Date.now();
   const agent = await startAgent(t, ws, { agentPort: lbPort }, {
     agentID: 'node-1',
     extraArgs: ['--count-server-leases', '--kubeconfig', agentKubeconfig, '--kube-api-content-type', 'application/json'],
   });
   await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 3, kanal_agent_expected_servers: 3 }, 60_000);
+  t.log(`three tunnels ${Date.now() - since} ms after the agent started`);
   await agent.waitForLog((l) => l.msg === 'server count changed' && l.serverCount === 3 && l.from === 'KNP lease count', 5000, 'the count from leases');
 
   // A clean stop deletes the server's lease: agents stop counting it at once.
+  since = Date.now();
   await servers[2]!.stop();
   t.deepEqual(leaseHolders(), ['server-a', 'server-b'], 'the stopped server deleted its lease');
   await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 2, kanal_agent_expected_servers: 2 }, 30_000);
+  t.log(`two tunnels, counting two, ${Date.now() - since} ms after SIGTERM to a server`);
 
+  since = Date.now();
   servers.push(await startServer(t, ws, { name: 'server-d', extraArgs: serverArgs }));
   await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 3, kanal_agent_expected_servers: 3 }, 60_000);
+  t.log(`three tunnels again ${Date.now() - since} ms after starting a new server`);
   t.deepEqual(leaseHolders(), ['server-a', 'server-b', 'server-d']);
   t.true(agent.running());
 });

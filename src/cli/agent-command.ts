@@ -23,7 +23,7 @@ import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
 import { ServerLeaseCounter } from '../agent/server-lease-counter.js';
 import type { KubeApi } from '../kube/kube-api.js';
-import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClient, kubeClientConfig, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
+import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -251,7 +251,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   let kubeApi: KubeApi | undefined;
   if (config.leases) {
     const { kube, namespace, selector } = config.leases;
-    kubeApi = kubeClient(kube, log);
+    kubeApi = kubeClients(kube, log)();
     leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
     const counter = leaseCounter;
     options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };

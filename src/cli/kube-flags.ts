@@ -46,14 +46,20 @@ export function kubeClientConfig(a: { kubeconfig?: string | undefined; 'kube-api
 }
 
 /**
- * A client of the API. Each user (token reviews, leases) gets its own, so
- * lease renewals never queue behind a storm of agent reviews. Throws
- * KubeConfigError naming the file or environment to fix.
+ * Makes clients of the API: each user (token reviews, leases) gets its own,
+ * so lease renewals never queue behind a storm of agent reviews. The
+ * kubeconfig is read here, once: a KubeConfigError names the file or
+ * environment to fix before anything starts.
  */
-export function kubeClient(config: KubeClientConfig, log: Logger): KubeApi {
-  const api = new KubeApi({ kubeConfig: loadKubeConfig({ kubeconfig: config.kubeconfig }), qps: config.qps, burst: config.burst, contentType: config.contentType });
-  if (api.contentTypeNotice) log.info(api.contentTypeNotice);
-  return api;
+export function kubeClients(config: KubeClientConfig, log: Logger): () => KubeApi {
+  const kubeConfig = loadKubeConfig({ kubeconfig: config.kubeconfig });
+  let noticed = false;
+  return () => {
+    const api = new KubeApi({ kubeConfig, qps: config.qps, burst: config.burst, contentType: config.contentType });
+    if (api.contentTypeNotice && !noticed) log.info(api.contentTypeNotice);
+    noticed = true;
+    return api;
+  };
 }
 
 /** The server's `--lease-label`: exactly these labels on its Lease. */

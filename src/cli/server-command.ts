@@ -21,7 +21,7 @@ import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
-import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClient, kubeClientConfig, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
+import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
 import { serverLeaseName } from '../kube/lease.js';
 import type { Labels } from '../kube/labels.js';
 import { TokenAuthenticator } from '../server/token-authenticator.js';
@@ -360,17 +360,16 @@ function useKubernetesApi(config: ServerConfig, options: ServerOptions): KubeApi
   const { kube, leases } = config;
   const tokens = config.agent.tokens;
   if (!kube) return [];
-  const log = options.log.child({ part: 'kube' });
+  const newClient = kubeClients(kube, options.log.child({ part: 'kube' }));
   const clients: KubeApi[] = [];
-  if (tokens) {
-    const api = kubeClient(kube, log);
+  const client = (): KubeApi => {
+    const api = newClient();
     clients.push(api);
-    options.agent.tokens = new TokenAuthenticator({ api, ...tokens });
-  }
+    return api;
+  };
+  if (tokens) options.agent.tokens = new TokenAuthenticator({ api: client(), ...tokens });
   if (leases) {
-    const api = kubeClient(kube, log);
-    clients.push(api);
-    options.leases = new ServerLeaseController({ api, serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
+    options.leases = new ServerLeaseController({ api: client(), serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
   }
   return clients;
 }
