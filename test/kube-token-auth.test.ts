@@ -166,9 +166,22 @@ test('command line: the token flags go together, default-deny stays, and a token
   const badType = await runCli([...base, ...TOKEN_FLAGS, '--kube-api-content-type', 'text/yaml']);
   t.is(badType.code, 2);
   t.regex(badType.stderr, /--kube-api-content-type "text\/yaml"/);
+  const colon = await runCli([...base, ...TOKEN_FLAGS, '--agent-service-account', 'a:b']);
+  t.is(colon.code, 2);
+  t.regex(colon.stderr, /--agent-service-account "a:b" must not contain ':'/);
   const ok = await runCli([...base, ...TOKEN_FLAGS, '--kubeconfig', '/etc/kanal/kubeconfig']);
   t.is(ok.code, 1, 'the flags pass; the certificate files do not exist');
   const config = JSON.parse(ok.stdout) as { agent: { tokens: unknown }; kube: unknown };
   t.deepEqual(config.agent.tokens, { namespace: NS, serviceAccount: SA, audience: AUDIENCE });
   t.deepEqual(config.kube, { kubeconfig: '/etc/kanal/kubeconfig', qps: 0, burst: 0, contentType: 'application/vnd.kubernetes.protobuf' });
+
+  // For real: a kubeconfig that cannot be read stops the start, naming the file; without one and outside a pod, the flag.
+  const ws = await makeWorkspace(t, 'kanal-token-cli-');
+  const real = ['server', '--uds-name', path.join(ws.dir, 's.sock'), '--cluster-cert', ws.pki.serverCert, '--cluster-key', ws.pki.serverKey, '--health-port', '0', '--agent-port', '0', ...TOKEN_FLAGS];
+  const missing = await runCli([...real, '--kubeconfig', path.join(ws.dir, 'absent.kubeconfig')]);
+  t.is(missing.code, 1);
+  t.regex(missing.stderr, /--kubeconfig .*absent\.kubeconfig/);
+  const outside = await runCli(real);
+  t.is(outside.code, 1);
+  t.regex(outside.stderr, /no --kubeconfig given and not running in a pod .*pass --kubeconfig/);
 });

@@ -23,7 +23,8 @@ import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
 import { ServerLeaseCounter } from '../agent/server-lease-counter.js';
 import type { KubeApi } from '../kube/kube-api.js';
-import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
+import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -247,6 +248,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const options = buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
+  if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
   let leaseCounter: ServerLeaseCounter | undefined;
   let kubeApi: KubeApi | undefined;
   if (config.leases) {

@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import { KubeApi, JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from '../kube/kube-api.js';
 import { loadKubeConfig } from '../kube/kube-config.js';
-import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE } from '../kube/lease.js';
+import { DEFAULT_LEASE_NAMESPACE } from '../kube/lease.js';
 import { LabelSelector, parseLabels, type Labels } from '../kube/labels.js';
 import { UsageError } from './usage-error.js';
 
@@ -80,5 +80,3 @@ export function leaseSelectorFlag(value: string): string {
   }
   return value;
 }
-
-export { DEFAULT_LEASE_LABEL };

@@ -21,8 +21,8 @@ import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
-import { DEFAULT_LEASE_LABEL, kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
-import { serverLeaseName } from '../kube/lease.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
+import { DEFAULT_LEASE_LABEL, serverLeaseName } from '../kube/lease.js';
 import type { Labels } from '../kube/labels.js';
 import { TokenAuthenticator } from '../server/token-authenticator.js';
 import { ServerLeaseController } from '../server/lease-controller.js';
@@ -238,17 +238,16 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
 
 /** `--agent-namespace`, `--agent-service-account`, `--authentication-audience`: all three or none (upstream). */
 function tokenAuthFlags(a: ServerArgs): ServerConfig['agent']['tokens'] {
-  const flags = { namespace: 'agent-namespace', serviceAccount: 'agent-service-account', audience: 'authentication-audience' } as const;
-  const given = Object.values(flags).filter((f) => a[f]);
-  if (given.length === 0) return undefined;
-  if (given.length < 3) {
-    const missing = Object.values(flags).filter((f) => !a[f]);
-    throw new UsageError(`token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.map((f) => `--${f}`).join(', ')}`);
+  const [namespace, serviceAccount, audience] = [a['agent-namespace'], a['agent-service-account'], a['authentication-audience']];
+  if (!namespace && !serviceAccount && !audience) return undefined;
+  if (!namespace || !serviceAccount || !audience) {
+    const missing = [['--agent-namespace', namespace], ['--agent-service-account', serviceAccount], ['--authentication-audience', audience]].filter(([, v]) => !v).map(([f]) => f);
+    throw new UsageError(`token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.join(', ')}`);
   }
-  for (const f of [flags.namespace, flags.serviceAccount]) {
-    if (a[f]!.includes(':')) throw new UsageError(`--${f} ${JSON.stringify(a[f])} must not contain ':'`);
+  for (const [flag, value] of Object.entries({ '--agent-namespace': namespace, '--agent-service-account': serviceAccount })) {
+    if (value.includes(':')) throw new UsageError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
   }
-  return { namespace: a[flags.namespace]!, serviceAccount: a[flags.serviceAccount]!, audience: a[flags.audience]! };
+  return { namespace, serviceAccount, audience };
 }
 
 export interface ServerCredentials {
@@ -332,12 +331,12 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const options = buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
-  const kubeClients = useKubernetesApi(config, options);
+  const apiClients = useKubernetesApi(config, options);
   const server = new KanalServer(options);
   try {
     await server.start();
   } catch (err) {
-    for (const c of kubeClients) c.close();
+    for (const c of apiClients) c.close();
     options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
     throw err;
   }
@@ -347,7 +346,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   runUntilSignalled(options.log, async () => {
     notifier.stopping();
     await server.stop();
-    for (const c of kubeClients) c.close();
+    for (const c of apiClients) c.close();
   });
 }
 
