@@ -4,8 +4,9 @@
  * must-have 3, with real CLI processes behind one balanced address and the
  * Kubernetes API stand-in: each server holds its Lease and collects expired
  * ones, agents hold as many tunnels as there are valid leases, a server that
- * stops deletes its lease (agents drop to two) and a new one brings them back
- * to three. The servers announce --server-count 1 throughout: only the leases
+ * stops deletes its lease (agents drop to two), a new one brings them back
+ * to three, and a server that dies is counted until its lease expires and is
+ * collected. The servers announce --server-count 1 throughout: only the leases
  * can tell the agent there are three.
  */
 import test from 'ava';
@@ -17,7 +18,7 @@ import { LabelSelector } from '../src/kube/labels.js';
 const NS = 'kube-system';
 const EVERYTHING = LabelSelector.parse('');
 
-test('three servers with leases: the agent converges to three tunnels, drops to two when one stops, and is back at three with a new one', async (t) => {
+test('three servers with leases: the agent converges to three tunnels, drops to two when one stops, is back at three with a new one, and at two once the lease of a dead server expires', async (t) => {
   t.timeout(180_000);
   const ws = await makeWorkspace(t, 'kanal-leases-');
   const { k, serverKubeconfig, agentKubeconfig } = await startKonnectivityKubeApi(t, ws.dir);
@@ -56,6 +57,14 @@ test('three servers with leases: the agent converges to three tunnels, drops to 
   await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 3, kanal_agent_expected_servers: 3 }, 60_000);
   t.log(`three tunnels again ${Date.now() - since} ms after starting a new server`);
   t.deepEqual(leaseHolders(), ['server-a', 'server-b', 'server-d']);
+
+  // A server that dies leaves its lease: agents count it until it expires (30 s), then another server collects it.
+  since = Date.now();
+  await servers[1]!.kill();
+  await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 2, kanal_agent_expected_servers: 2 }, 60_000);
+  t.log(`counting two ${Date.now() - since} ms after SIGKILL to a server (its lease expired)`);
+  await waitUntil(() => leaseHolders().join() === 'server-a,server-d', 'the dead server\'s lease collected', 30_000);
+  t.log(`its lease collected ${Date.now() - since} ms after SIGKILL`);
   t.true(agent.running());
 });
 
