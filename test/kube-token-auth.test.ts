@@ -144,10 +144,12 @@ test('the token file is read afresh on every connect: a rotated token is sent af
   await waitStatus(agent.readyzUrl(), 200, 10_000);
   t.false(again.logLines().some((l) => l.msg.includes('refused agent stream')), 'the revoked token was never sent again');
 
-  // A file that vanishes is an error naming the flag, never an anonymous dial.
-  await fs.rm(first.file);
+  // A file emptied or removed mid-rotation is an error naming the flag, never an anonymous dial.
+  await fs.writeFile(first.file, '');
   await again.stop();
   const third = await restartServer(t, again);
+  await agent.waitForLog(warnLine('cannot connect to proxy server', (l) => /--service-account-token-path\) is empty/.test(String(l.err))), 20_000, 'the empty file');
+  await fs.rm(first.file);
   await agent.waitForLog(warnLine('cannot connect to proxy server', (l) => /--service-account-token-path\) does not exist/.test(String(l.err))), 20_000, 'the missing file');
   t.false(third.logLines().some((l) => l.msg.includes('no-token')), 'no stream without a token reached the server');
 });
