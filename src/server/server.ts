@@ -242,8 +242,8 @@ export class KanalServer {
       host: opts.agent.host,
       port: opts.agent.port,
       tls: opts.agent.tls,
-      // With token authentication and no client CA the token is the credential; each stream proves it.
-      allowUnauthenticated: opts.agent.tokens ? !opts.agent.tls.ca : opts.agent.allowUnauthenticated,
+      allowUnauthenticated: opts.agent.allowUnauthenticated,
+      tokenAuthentication: !!opts.agent.tokens,
       roles,
       grpc: agentGrpc,
       log: agentLog,
