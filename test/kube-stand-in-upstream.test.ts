@@ -13,7 +13,7 @@ import path from 'node:path';
 import { LabelSelector } from '../src/kube/labels.js';
 import { makeWorkspace } from './helpers/kanal-processes.js';
 import { startUpstreamAgent, startUpstreamServer, upstreamUnavailableReason } from './helpers/upstream.js';
-import { shippedRbac, startKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
+import { startKonnectivityKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
 
 const unavailable = upstreamUnavailableReason();
 const maybe = unavailable ? test.skip : test;
@@ -25,13 +25,7 @@ const micro = (ms: number): string => new Date(ms).toISOString().replace('Z', '0
 
 maybe('upstream servers keep leases and review tokens, the upstream agent counts servers by leases, all through the stand-in in protobuf', async (t) => {
   const ws = await makeWorkspace(t, 'kanal-kube-upstream-');
-  const k = await startKubeApi(t, { rbac: await shippedRbac(), bookmarkIntervalMs: 1000 });
-  const serverKubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'server.kubeconfig'), { user: 'system:konnectivity-server', auth: 'certificate' });
-  const agentKubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'agent.kubeconfig'), {
-    user: 'system:serviceaccount:kube-system:konnectivity-agent',
-    groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],
-    auth: 'token-file',
-  });
+  const { k, serverKubeconfig, agentKubeconfig } = await startKonnectivityKubeApi(t, ws.dir);
   const tokenFile = path.join(ws.dir, 'agent-token');
   await fs.writeFile(tokenFile, k.api.tokens.issueServiceAccountToken({ namespace: NS, serviceAccount: 'konnectivity-agent', audiences: ['system:konnectivity-server'] }));
 

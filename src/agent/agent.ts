@@ -19,12 +19,25 @@ import { connectToServer, type ServerConnection } from './server-connection.js';
 import { KanalMetrics } from '../common/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
 import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../common/upstream-metrics.js';
+import { serverCount, type ServerCount, type ServerCountSource } from './server-count.js';
 
 export interface AgentOptions {
   agentID: string;
   agentIdentifiers: string;
   server: { host: string; port: number; tls: ClientTlsOptions };
+  /** Read for every connect (projected tokens rotate); throws when the token cannot be read. */
   token?: () => string | undefined;
+  /**
+   * How many servers to hold tunnels to (#14, server-count.ts): `leases` is
+   * the lease counter's count (`--count-server-leases`), combined with the
+   * servers' serverCount headers by `source`.
+   */
+  serverCount?: { leases?: () => number; source: ServerCountSource };
+  /**
+   * `--sync-forever`: with every tunnel up, still connect once per
+   * reconnect.maxMs to learn of new servers from their serverCount headers.
+   */
+  syncForever?: boolean;
   dialTimeoutMs: number;
   connectTimeoutMs: number;
   reconnect: { initialMs: number; maxMs: number };
@@ -55,7 +68,10 @@ const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
 
 export class KanalAgent {
   private readonly connections = new Map<string, ServerConnection>();
-  private expectedServers = 1;
+  /** The serverCount header of the last server connected to (0: none yet). */
+  private announcedServers = 0;
+  /** What maintain() last aimed at; only it updates this. */
+  private expected: ServerCount = { count: 1, from: 'fallback to 1' };
   private running = false;
   private readonly stopping = new AbortController();
   private loop: Promise<void> | undefined;
@@ -71,7 +87,7 @@ export class KanalAgent {
 
   constructor(private readonly opts: AgentOptions) {
     this.metrics.gauge('kanal_agent_tunnels', 'Tunnels up to proxy servers', () => this.connections.size);
-    this.metrics.gauge('kanal_agent_expected_servers', 'Proxy servers announced by serverCount', () => this.expectedServers);
+    this.metrics.gauge('kanal_agent_expected_servers', 'Proxy servers the agent holds tunnels to: announced by serverCount, or counted by leases', () => this.expected.count);
     this.metrics.gauge('kanal_agent_connections_open', 'Tunnelled connections open', () => this.openConnections());
     this.metrics.gauge('kanal_agent_window_growth_bytes', 'Receive-window growth (beyond the first window) held by tunnelled connections', () => {
       let n = 0;
@@ -80,7 +96,7 @@ export class KanalAgent {
     });
     this.upstreamMetrics = registerUpstreamAgentMetrics(this.metrics.registry, {
       serverConnections: () => this.connections.size,
-      knownServers: () => this.expectedServers,
+      knownServers: () => this.expected.count,
       endpointConnections: () => this.openConnections(),
     });
   }
@@ -112,7 +128,7 @@ export class KanalAgent {
   private tunnelReadiness(): Readiness {
     const n = this.connections.size;
     if (n === 0) return { ready: false, detail: `no tunnel to a proxy server${this.lastError ? ` (last error: ${this.lastError})` : ''}` };
-    const detail = `${n}/${this.expectedServers} server tunnel(s) up: ${[...this.connections.keys()].join(', ')}`;
+    const detail = `${n}/${this.expected.count} server tunnel(s) up: ${[...this.connections.keys()].join(', ')}`;
     // Still ready (control plane -> node works), but say when the node -> control plane direction is not.
     if (!(this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial)) return { ready: true, detail };
     const without = [...this.connections.values()].filter((c) => !c.tunnel.features.has(Feature.NodeDial)).map((c) => c.serverID);
@@ -186,11 +202,19 @@ export class KanalAgent {
   private async maintain(): Promise<void> {
     const backoff = new Backoff(this.opts.reconnect.initialMs, this.opts.reconnect.maxMs);
     const target = formatHostPort(this.opts.server);
+    const { reconnect, syncForever } = this.opts;
+    const leases = this.opts.serverCount?.leases;
+    let lastAttempt = 0;
     while (this.running) {
-      if (this.connections.size >= this.expectedServers) {
-        await this.tunnelLostOrStopping();
-        continue;
+      if (this.connections.size >= this.updateExpected()) {
+        const probeIn = syncForever ? lastAttempt + reconnect.maxMs - Date.now() : Infinity;
+        if (probeIn > 0) {
+          // A lease count changes without a tunnel changing: look again every sync interval.
+          await this.tunnelLostOrStopping(Math.min(probeIn, leases ? reconnect.initialMs : Infinity));
+          continue;
+        }
       }
+      lastAttempt = Date.now();
       try {
         const conn = await connectToServer({
           target,
@@ -209,7 +233,7 @@ export class KanalAgent {
           onLimit: (limit) => countTunnelLimit(this.metrics, limit, SERVER_TUNNEL_REFUSALS),
           limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
         });
-        this.expectedServers = conn.serverCount;
+        this.announcedServers = conn.serverCount;
         if (!this.running || this.connections.has(conn.serverID)) {
           // Landed on a server we already hold (HA behind one address): retry later.
           conn.close();
@@ -229,12 +253,25 @@ export class KanalAgent {
     }
   }
 
+  /** The number of servers to hold tunnels to now; logs each change with its source. */
+  private updateExpected(): number {
+    const c = serverCount(this.opts.serverCount?.source ?? 'default', this.opts.serverCount?.leases?.(), this.announcedServers);
+    if (c.count !== this.expected.count || c.from !== this.expected.from) {
+      this.opts.log.info({ serverCount: c.count, from: c.from, previous: this.expected.count, tunnels: this.connections.size }, 'server count changed');
+    }
+    this.expected = c;
+    return c.count;
+  }
+
   /** Set while maintain() waits for a tunnel to go down. */
   private wakeMaintain: (() => void) | undefined;
 
-  private tunnelLostOrStopping(): Promise<void> {
+  /** Resolves when a tunnel goes down, the agent stops, or after `timeoutMs` (Infinity: never). */
+  private tunnelLostOrStopping(timeoutMs = Infinity): Promise<void> {
     return new Promise<void>((resolve) => {
+      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => wake(), timeoutMs) : undefined;
       const wake = (): void => {
+        clearTimeout(timer);
         this.stopping.signal.removeEventListener('abort', wake);
         this.wakeMaintain = undefined;
         resolve();

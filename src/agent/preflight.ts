@@ -22,6 +22,7 @@ import { formatHostPort } from '../common/host-port.js';
 import { checkNetlink } from '../../native/host-interface.js';
 import { CredentialFileError, checkKeyPair, commonName, loadCertificates, loadPrivateKey, loadToken, validityProblem, type CertificateFile } from '../common/credential-files.js';
 import { connectToServer } from './server-connection.js';
+import { ServiceAccountTokenSource } from './service-account-token.js';
 import type { Target } from './target.js';
 import type { InterfaceType } from './host-interface-manager.js';
 import { bindProblem, describeBindProblem } from './bind-probe.js';
@@ -203,7 +204,7 @@ function checkServerTls(opts: PreflightOptions, material: TlsMaterial): Promise<
 async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
   const target = formatHostPort({ host: opts.server.host, port: opts.server.port });
-  const tokenFile = opts.tokenFile;
+  const token = opts.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(opts.tokenFile);
   let conn;
   try {
     conn = await connectToServer({
@@ -211,7 +212,7 @@ async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): 
       tls: { ca: material.ca, cert: material.cert, key: material.key, serverName: opts.server.serverName },
       agentID: opts.agentID,
       agentIdentifiers: opts.agentIdentifiers,
-      token: tokenFile ? () => fs.readFileSync(tokenFile, 'utf8').trim() : undefined,
+      token: token && (() => token.readSync()),
       features: AGENT_FEATURES,
       transport: opts.transport,
       dialHandler: () => Promise.reject(new DialError('refused', 'kanal agent --check does not accept dials')),

@@ -1,6 +1,5 @@
 /** `kanal agent`: flags (upstream names where the meaning matches), validation, start. */
 import os from 'node:os';
-import fs from 'node:fs';
 import { isIP } from 'node:net';
 import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
@@ -23,6 +22,12 @@ import { SystemdNotifier } from '../../native/sd-notify.js';
 import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
 import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
+import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
+import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
+import { ServerLeaseCounter } from '../agent/server-lease-counter.js';
+import type { KubeApi } from '../kube/kube-api.js';
+import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -30,7 +35,14 @@ export const agentFlags = {
   'ca-cert': { type: 'string', describe: 'CA that signed the proxy server certificate' },
   'agent-cert': { type: 'string', describe: 'Client certificate presented to the server (mTLS)' },
   'agent-key': { type: 'string', describe: 'Key for --agent-cert' },
-  'service-account-token-path': { type: 'string', describe: 'File with a bearer token sent to the server (re-read on every connect)' },
+  'service-account-token-path': { type: 'string', describe: 'File with the service account token sent to the server (read afresh on every connect; projected tokens rotate)' },
+  'count-server-leases': { type: 'boolean', default: false, describe: 'Count the proxy servers by their Leases (servers run --enable-lease-controller) and hold a tunnel to each' },
+  'lease-namespace': leaseNamespaceOption,
+  'lease-label': { type: 'string', default: DEFAULT_LEASE_LABEL, describe: 'Label selector of the server Leases counted' },
+  'server-count-source': { type: 'string', choices: SERVER_COUNT_SOURCES, default: 'default', describe: '"default": the lease count with --count-server-leases, else the servers\' serverCount; "max": the larger of the two' },
+  'sync-forever': { type: 'boolean', default: false, describe: 'With every tunnel up, still connect once per --sync-interval-cap to learn of new servers' },
+  kubeconfig: kubeconfigOption,
+  'kube-api-content-type': kubeApiContentTypeOption,
   'tls-server-name': { type: 'string', describe: 'Name to verify the server certificate against (default: --proxy-server-host)' },
   'alpn-proto': { type: 'string', array: true, default: [] as string[], describe: 'ALPN protocol offered before h2, for a front that routes by it (repeatable or comma-separated)' },
   'agent-id': { type: 'string', describe: 'ID announced to the server (default: $PROXY_AGENT_ID, else this host name)' },
@@ -68,6 +80,10 @@ export interface AgentConfig {
   agentIdentifiers: string;
   server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
   tokenFile?: string;
+  /** `--count-server-leases`: the API client and the leases counted. */
+  leases?: { kube: KubeClientConfig; namespace: string; selector: string };
+  serverCountSource: ServerCountSource;
+  syncForever: boolean;
   dialTimeoutMs: number;
   connectTimeoutMs: number;
   reconnect: { initialMs: number; maxMs: number };
@@ -139,6 +155,10 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
   const initialMs = duration('sync-interval', a['sync-interval']);
   const maxMs = duration('sync-interval-cap', a['sync-interval-cap']);
   if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
+  const leases = a['count-server-leases']
+    ? { kube: kubeClientConfig(a), namespace: a['lease-namespace'], selector: leaseSelectorFlag(a['lease-label']) }
+    : undefined;
+  if (a['service-account-token-path'] === '') throw new UsageError('--service-account-token-path must not be empty');
   return {
     agentID,
     agentIdentifiers: a['agent-identifiers'],
@@ -152,6 +172,9 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
       alpnProtocols,
     },
     tokenFile: a['service-account-token-path'],
+    ...(leases ? { leases } : {}),
+    serverCountSource: parseServerCountSource(a['server-count-source']),
+    syncForever: a['sync-forever'],
     dialTimeoutMs: duration('dial-timeout', a['dial-timeout']),
     connectTimeoutMs: duration('connect-timeout', a['connect-timeout']),
     reconnect: { initialMs, maxMs },
@@ -187,12 +210,14 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
 export function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): AgentOptions {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
-  const tokenFile = config.tokenFile;
+  const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
   return {
     agentID: config.agentID,
     agentIdentifiers: config.agentIdentifiers,
     server: { host: s.host, port: s.port, tls: credentials.tls },
-    token: tokenFile ? () => fs.readFileSync(tokenFile, 'utf8').trim() : undefined,
+    token: token && (() => token.readSync()),
+    serverCount: { source: config.serverCountSource },
+    syncForever: config.syncForever,
     dialTimeoutMs: config.dialTimeoutMs,
     connectTimeoutMs: config.connectTimeoutMs,
     reconnect: config.reconnect,
@@ -247,6 +272,17 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
+  if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
+  let leaseCounter: ServerLeaseCounter | undefined;
+  let kubeApi: KubeApi | undefined;
+  if (config.leases) {
+    const { kube, namespace, selector } = config.leases;
+    kubeApi = kubeClients(kube, log)();
+    leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
+    const counter = leaseCounter;
+    options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };
+    counter.start();
+  }
   const agent = new KanalAgent(options);
   let admin: HttpListener | undefined;
   let hostInterface: HostInterfaceManager | undefined;
@@ -254,6 +290,8 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const release = async (): Promise<void> => {
     await admin?.close();
     nodeListeners?.close();
+    await leaseCounter?.stop();
+    kubeApi?.close();
     await hostInterface?.tearDown();
   };
   try {

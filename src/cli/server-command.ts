@@ -26,6 +26,12 @@ import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './
 import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
+import { DEFAULT_LEASE_LABEL, serverLeaseName } from '../kube/lease.js';
+import type { Labels } from '../kube/labels.js';
+import { TokenAuthenticator } from '../server/token-authenticator.js';
+import { ServerLeaseController } from '../server/lease-controller.js';
+import type { KubeApi } from '../kube/kube-api.js';
 
 export const serverFlags = {
   'server-id': { type: 'string', describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)' },
@@ -34,8 +40,18 @@ export const serverFlags = {
   'agent-bind-address': { type: 'string', default: '0.0.0.0', describe: 'Address the agent port listens on' },
   'cluster-cert': { type: 'string', describe: 'Certificate the agent port presents (default: --server-cert)' },
   'cluster-key': { type: 'string', describe: 'Key for --cluster-cert (default: --server-key)' },
-  'cluster-ca-cert': { type: 'string', describe: 'CA that signs agent client certificates; agents without a valid one are refused' },
+  'cluster-ca-cert': { type: 'string', describe: 'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)' },
   'allow-unauthenticated-agents': { type: 'boolean', default: false, describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address' },
+  'agent-namespace': { type: 'string', describe: 'Token authentication: namespace of the agents\' service account (with --agent-service-account, --authentication-audience)' },
+  'agent-service-account': { type: 'string', describe: 'Token authentication: the agents\' service account; every agent stream needs its token (see docs/kubernetes-api.md)' },
+  'authentication-audience': { type: 'string', describe: 'Token authentication: audience the agents\' tokens must be for, e.g. system:konnectivity-server' },
+  kubeconfig: kubeconfigOption,
+  'kubeconfig-qps': { type: 'number', default: 0, describe: 'Requests per second to the Kubernetes API, per client (0: client-go\'s 5; negative: no limit)' },
+  'kubeconfig-burst': { type: 'number', default: 0, describe: 'Burst of requests to the Kubernetes API, per client (0: client-go\'s 10)' },
+  'kube-api-content-type': kubeApiContentTypeOption,
+  'enable-lease-controller': { type: 'boolean', default: false, describe: 'Publish this server\'s Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers' },
+  'lease-namespace': leaseNamespaceOption,
+  'lease-label': { type: 'string', default: DEFAULT_LEASE_LABEL, describe: 'Labels of the server Leases (k=v,k2=v2)' },
   'max-agents-per-credential': { type: 'number', default: 1, describe: 'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)' },
   'agent-client-subject': { type: 'string', array: true, default: [] as string[], describe: 'Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)' },
   'agent-client-eku': { type: 'string', array: true, default: [] as string[], describe: 'Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)' },
@@ -99,7 +115,13 @@ export interface ServerConfig {
     clientPins: RolePins;
     maxAgentsPerCredential: number;
     keepalive: { intervalMs: number; timeoutMs: number };
+    /** Service account token authentication (all three flags given). */
+    tokens?: { namespace: string; serviceAccount: string; audience: string };
   };
+  /** Set when token authentication or the lease controller uses the API. */
+  kube?: KubeClientConfig;
+  /** `--enable-lease-controller`. */
+  leases?: { namespace: string; labels: Labels };
   frontend: {
     mode: FrontendMode;
     headerTimeoutMs: number;
@@ -139,8 +161,14 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   const certFile = a['cluster-cert'] ?? a['server-cert'];
   const keyFile = a['cluster-key'] ?? a['server-key'];
   if (!certFile || !keyFile) throw new UsageError('the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)');
-  if (!a['cluster-ca-cert'] && !a['allow-unauthenticated-agents']) {
-    throw new UsageError('--cluster-ca-cert is required to authenticate agents (or pass --allow-unauthenticated-agents to accept any agent, which is insecure)');
+  const tokens = tokenAuthFlags(a);
+  if (tokens && a['allow-unauthenticated-agents']) {
+    throw new UsageError('--allow-unauthenticated-agents contradicts token authentication (--agent-namespace, --agent-service-account, --authentication-audience): every agent needs a token');
+  }
+  if (!a['cluster-ca-cert'] && !tokens && !a['allow-unauthenticated-agents']) {
+    throw new UsageError(
+      '--cluster-ca-cert is required to authenticate agents by client certificate (or --agent-namespace, --agent-service-account and --authentication-audience to authenticate them by service account token, or --allow-unauthenticated-agents to accept any agent, which is insecure)',
+    );
   }
   const serverCount = a['server-count'];
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError(`--server-count must be a positive integer, got ${serverCount}`);
@@ -185,10 +213,20 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     notices.push(`--backend-dial-timeout ${backendDialTimeout}: upstream's "no timeout" is not offered; using ${serverFlags['backend-dial-timeout'].default}`);
     backendDialTimeout = serverFlags['backend-dial-timeout'].default;
   }
+  const serverID = a['server-id'] || process.env.PROXY_SERVER_ID || `${os.hostname()}-${randomUUID().slice(0, 8)}`;
+  const leases = a['enable-lease-controller'] ? { namespace: a['lease-namespace'], labels: leaseLabelsFlag(a['lease-label']) } : undefined;
+  if (leases) {
+    try {
+      serverLeaseName(serverID);
+    } catch (err) {
+      throw new UsageError(`--enable-lease-controller: ${(err as Error).message}`);
+    }
+  }
+  const kube = tokens || leases ? kubeClientConfig(a) : undefined;
   const maxMessage = a['max-message-size'];
   if (!Number.isInteger(maxMessage) || maxMessage < 64 * 1024) throw new UsageError('--max-message-size must be at least 65536 bytes');
   return {
-    serverID: a['server-id'] || process.env.PROXY_SERVER_ID || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
+    serverID,
     serverCount,
     agent: {
       host: a['agent-bind-address'],
@@ -202,7 +240,10 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
       clientPins: rolePins('agent-client-subject', a['agent-client-subject'], 'agent-client-eku', a['agent-client-eku']),
       maxAgentsPerCredential,
       keepalive,
+      ...(tokens ? { tokens } : {}),
     },
+    ...(kube ? { kube } : {}),
+    ...(leases ? { leases } : {}),
     frontend,
     health: healthPort > 0 ? { host: a['health-bind-address'], port: healthPort } : undefined,
     tls: tlsPolicyFlags(a['tls-min-version'], a['cipher-suites']),
@@ -232,6 +273,20 @@ function proxyStrategiesFlag(text: string): ProxyStrategy[] {
   } catch (err) {
     throw new UsageError(`--proxy-strategies: ${(err as Error).message}`);
   }
+}
+
+/** `--agent-namespace`, `--agent-service-account`, `--authentication-audience`: all three or none (upstream). */
+function tokenAuthFlags(a: ServerArgs): ServerConfig['agent']['tokens'] {
+  const [namespace, serviceAccount, audience] = [a['agent-namespace'], a['agent-service-account'], a['authentication-audience']];
+  if (!namespace && !serviceAccount && !audience) return undefined;
+  if (!namespace || !serviceAccount || !audience) {
+    const missing = [['--agent-namespace', namespace], ['--agent-service-account', serviceAccount], ['--authentication-audience', audience]].filter(([, v]) => !v).map(([f]) => f);
+    throw new UsageError(`token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.join(', ')}`);
+  }
+  for (const [flag, value] of Object.entries({ '--agent-namespace': namespace, '--agent-service-account': serviceAccount })) {
+    if (value.includes(':')) throw new UsageError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
+  }
+  return { namespace, serviceAccount, audience };
 }
 
 export interface ServerCredentials {
@@ -316,20 +371,47 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const options = buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
+  if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
+  const apiClients = useKubernetesApi(config, options);
   const server = new KanalServer(options);
   let admin: HttpListener | undefined;
   try {
     await server.start();
     if (config.admin) admin = await startAdminPort({ ...config.admin, registry: server.metrics.registry, log: options.log }, '--admin-bind-address, --admin-port');
   } catch (err) {
+    for (const c of apiClients) c.close();
     options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
     throw err;
   }
   // systemd (Type=notify): every listener is bound now.
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
-  runUntilSignalled(options.log, () => {
+  runUntilSignalled(options.log, async () => {
     notifier.stopping();
-    return Promise.all([admin?.close(), server.stop()]).then(() => undefined);
+    await Promise.all([admin?.close(), server.stop()]);
+    for (const c of apiClients) c.close();
   });
+}
+
+/**
+ * Token authentication and the lease controller, each with a client of its
+ * own (kube-flags.ts); returns the clients to close at the end. A kubeconfig
+ * that cannot be used fails the start here, naming the file.
+ */
+function useKubernetesApi(config: ServerConfig, options: ServerOptions): KubeApi[] {
+  const { kube, leases } = config;
+  const tokens = config.agent.tokens;
+  if (!kube) return [];
+  const newClient = kubeClients(kube, options.log.child({ part: 'kube' }));
+  const clients: KubeApi[] = [];
+  const client = (): KubeApi => {
+    const api = newClient();
+    clients.push(api);
+    return api;
+  };
+  if (tokens) options.agent.tokens = new TokenAuthenticator({ api: client(), ...tokens });
+  if (leases) {
+    options.leases = new ServerLeaseController({ api: client(), serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
+  }
+  return clients;
 }

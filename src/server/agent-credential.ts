@@ -10,9 +10,14 @@
  *   vouch for each other's names.
  * - Without authentication (--allow-unauthenticated-agents) the only thing
  *   the server knows is the peer's address: agents are keyed by it.
- * - A TokenReview's user (with its pod and node) is the next kind (#14).
+ * - A service account token (#14) is identified by the account (name and
+ *   uid) and the pod it is bound to: a projected token names its pod, so
+ *   each DaemonSet pod is its own credential (one agent per pod with the
+ *   default --max-agents-per-credential) while its rotated tokens stay the
+ *   same credential. A token bound to no pod is the account alone.
  */
 import type { X509Certificate } from 'node:crypto';
+import type { AgentTokenIdentity } from './token-authenticator.js';
 
 export interface AgentCredential {
   /** Exact identity: connections with equal keys are the same principal. */
@@ -35,4 +40,9 @@ export function certificateCredential(cert: X509Certificate): AgentCredential {
 
 export function unauthenticatedCredential(remoteAddress: string): AgentCredential {
   return { key: `address\n${remoteAddress}`, subject: `unauthenticated peer ${remoteAddress}` };
+}
+
+export function tokenCredential(id: AgentTokenIdentity): AgentCredential {
+  const pod = id.podName === undefined ? '' : ` pod ${id.podName}${id.nodeName === undefined ? '' : ` on node ${id.nodeName}`}`;
+  return { key: `token\n${id.username}\n${id.uid}\n${id.podUid ?? id.podName ?? ''}`, subject: oneLine(`${id.username}${pod}`) };
 }

@@ -7,13 +7,15 @@
 import type { Logger } from 'pino';
 import type { IncomingStream } from '../transport/transport.js';
 import { GrpcStatus } from '../transport/transport.js';
-import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../wire/metadata.js';
+import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_AUTHORIZATION, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../wire/metadata.js';
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registry.js';
-import { unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
+import { tokenCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
+import type { TokenAuthenticator } from './token-authenticator.js';
+import type { Refusals } from './refusals.js';
 import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics } from '../common/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
@@ -45,6 +47,12 @@ export interface AgentServiceOptions {
   limits?: Partial<TunnelLimits>;
   log: Logger;
   metrics?: KanalMetrics;
+  /**
+   * Service account token authentication (#14): every stream's bearer token
+   * is reviewed before anything else, and the token's identity is the
+   * agent's credential. `refusals` logs and counts the refused ones.
+   */
+  tokens?: { authenticator: TokenAuthenticator; refusals: Refusals };
 }
 
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent (#11 finding 8). */
@@ -57,58 +65,79 @@ const REFUSALS: Record<RefusalReason, string> = {
 };
 
 export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream<AgentCredential>) => void {
+  const tokens = opts.tokens;
+  if (!tokens) return (incoming) => serveAgentStream(incoming, incoming.context, opts);
   return (incoming) => {
-    // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
-    const credential = incoming.context ?? unauthenticatedCredential(incoming.peer);
-    /** Logs, counts (by `reason`) and answers a refusal; `message` is what the agent logs. */
-    const refuse = (reason: string, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
-      opts.log.warn({ peer: incoming.peer, credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`);
-      opts.metrics?.refusals.inc({ reason });
-      incoming.reject(code, message);
-    };
-    const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
-    if (agentIDs.length !== 1 || !agentIDs[0]) {
-      refuse('agent_metadata', 'expected exactly one agentID', GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
-      return;
-    }
-    const agentID = agentIDs[0];
-    if (agentID.length > MAX_AGENT_ID_LENGTH) {
-      const message = `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`;
-      refuse('agent_metadata', 'agentID too long', GrpcStatus.INVALID_ARGUMENT, message, { length: agentID.length });
-      return;
-    }
-    let identifiers: AgentIdentifiers;
-    try {
-      identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
-    } catch (err) {
-      refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, (err as Error).message, { agentID });
-      return;
-    }
-    const log = opts.log.child({ agentID, credential: credential.subject });
-    const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
-    admitted.then((admission) => {
-      if (!admission.ok) {
-        refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
+    tokens.authenticator.authenticate(incoming.metadata.get(MD_AUTHORIZATION) ?? []).then((result) => {
+      if (result.ok) {
+        serveAgentStream(incoming, tokenCredential(result.identity), opts);
         return;
       }
-      for (const old of admission.replaced) {
-        log.warn({ peer: incoming.peer, replacedPeer: old.peer, replacedAgentID: old.agentID, since: old.connectedAt.toISOString() }, 'replaced a stale tunnel of the same credential');
-        opts.metrics?.deadTunnels.inc({ reason: 'replaced' });
-      }
-      const others = opts.registry.otherHolders(agentID, credential);
-      if (others.length > 0) {
-        log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
-      }
-      log.info(
-        { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200), tunnels: opts.registry.size, agents: opts.registry.agentCount },
-        'agent connected',
-      );
+      const { kind, reason, agentFault } = result.refusal;
+      // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
+      const who = incoming.context ? { credential: incoming.context.subject } : {};
+      tokens.refusals.refuse(`agent_token_${kind.replace(/-/g, '_')}`, incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
+      // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
+      incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
     }, (err: Error) => {
-      // Nothing was registered; never let a failed admission become an unhandled rejection.
-      log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
-      incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
+      opts.log.error({ peer: incoming.peer, err: err.message }, 'checking an agent token failed');
+      incoming.reject(GrpcStatus.INTERNAL, 'the server could not check the token');
     });
   };
+}
+
+/** Checks the metadata and admits the stream under `context`, who authenticated it. */
+function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: AgentCredential | undefined, opts: AgentServiceOptions): void {
+  // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
+  const credential = context ?? unauthenticatedCredential(incoming.peer);
+  /** Logs, counts (by `reason`) and answers a refusal; `message` is what the agent logs. */
+  const refuse = (reason: string, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
+    opts.log.warn({ peer: incoming.peer, credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`);
+    opts.metrics?.refusals.inc({ reason });
+    incoming.reject(code, message);
+  };
+  const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
+  if (agentIDs.length !== 1 || !agentIDs[0]) {
+    refuse('agent_metadata', 'expected exactly one agentID', GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
+    return;
+  }
+  const agentID = agentIDs[0];
+  if (agentID.length > MAX_AGENT_ID_LENGTH) {
+    const message = `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`;
+    refuse('agent_metadata', 'agentID too long', GrpcStatus.INVALID_ARGUMENT, message, { length: agentID.length });
+    return;
+  }
+  let identifiers: AgentIdentifiers;
+  try {
+    identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
+  } catch (err) {
+    refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, (err as Error).message, { agentID });
+    return;
+  }
+  const log = opts.log.child({ agentID, credential: credential.subject });
+  const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
+  admitted.then((admission) => {
+    if (!admission.ok) {
+      refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
+      return;
+    }
+    for (const old of admission.replaced) {
+      log.warn({ peer: incoming.peer, replacedPeer: old.peer, replacedAgentID: old.agentID, since: old.connectedAt.toISOString() }, 'replaced a stale tunnel of the same credential');
+      opts.metrics?.deadTunnels.inc({ reason: 'replaced' });
+    }
+    const others = opts.registry.otherHolders(agentID, credential);
+    if (others.length > 0) {
+      log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
+    }
+    log.info(
+      { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200), tunnels: opts.registry.size, agents: opts.registry.agentCount },
+      'agent connected',
+    );
+  }, (err: Error) => {
+    // Nothing was registered; never let a failed admission become an unhandled rejection.
+    log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
+    incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
+  });
 }
 
 /** Answers the stream and builds the agent's tunnel (called by the registry once admitted). */

@@ -131,6 +131,8 @@ export interface AgentListenerOptions {
   port: number;
   tls: TlsFiles;
   allowUnauthenticated: boolean;
+  /** Every stream proves itself with a service account token (#14): without a client CA, no certificate is needed. */
+  tokenAuthentication?: boolean;
   /** Role pins of client certificates (default: none; separate CAs keep the roles apart). */
   roles?: ClientRoles;
   /** Streams learn who authenticated their connection from the context. */
@@ -142,6 +144,11 @@ export interface AgentListenerOptions {
 }
 
 export async function listenForAgents(opts: AgentListenerOptions): Promise<Listener> {
+  const withoutCertificate = opts.allowUnauthenticated
+    ? '--allow-unauthenticated-agents'
+    : opts.tokenAuthentication && !opts.tls.ca
+      ? 'each stream needs a service account token'
+      : undefined;
   const sockets = new Set<net.Socket>();
   const peers = new WeakMap<net.Socket, string>();
   const server = tls.createServer({
@@ -157,7 +164,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   // Agents that size their own side rule the HTTP/2 stall out even when this one is short.
   server.on('connection', sendBufferSizer(sizeTunnelSendBuffer, opts.log, 'agent sockets'));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
-    const verdict = verifyClientCertificate(socket, 'agent', opts.roles ?? new ClientRoles(), opts.allowUnauthenticated);
+    const verdict = verifyClientCertificate(socket, 'agent', opts.roles ?? new ClientRoles(), withoutCertificate);
     const peer = tlsPeer(socket, peers);
     if (!verdict.ok) {
       const what = verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate';
@@ -172,7 +179,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   closeFailedHandshakes(server, peers, opts.refusals, 'agent');
   const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
   reportErrors(server, opts.log);
-  opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
+  opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, tokens: !!opts.tokenAuthentication, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
   return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }
 

@@ -27,6 +27,8 @@ import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './cli
 import type { AgentCredential } from './agent-credential.js';
 import type { KeepaliveOptions } from '../transport/liveness.js';
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
+import type { TokenAuthenticator } from './token-authenticator.js';
+import type { ServerLeaseController } from './lease-controller.js';
 
 export interface ServerOptions {
   serverID: string;
@@ -42,7 +44,16 @@ export interface ServerOptions {
     maxAgentsPerCredential?: number;
     /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
     keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
+    /**
+     * Service account token authentication (#14): every agent stream needs a
+     * valid token, whose identity is the agent's credential. Without a
+     * client CA (`tls.ca`) the agent port then asks for no certificate (as
+     * upstream); with one, the connection needs a valid certificate as well.
+     */
+    tokens?: TokenAuthenticator;
   };
+  /** `--enable-lease-controller`: started once the listeners serve; stopped (lease deleted) first on stop. */
+  leases?: ServerLeaseController;
   frontend: {
     mode: FrontendMode;
     /** From accept to a complete request head; default REQUEST_HEAD_TIMEOUT_MS. */
@@ -149,9 +160,13 @@ export class KanalServer {
       await this.release();
       throw err;
     }
-    const { serverID, serverCount, agent } = this.opts;
+    const { serverID, serverCount, agent, leases } = this.opts;
     const keepalive = agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
-    this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies: (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(','), keepalive }, 'kanal server started');
+    const tokens = agent.tokens && { user: agent.tokens.expectedUsername, audience: agent.tokens.audience, clientCertificate: agent.tls.ca ? 'required' : 'not asked for' };
+    leases?.start();
+    const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
+    const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
+    this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease }, 'kanal server started');
   }
 
   private async startListeners(): Promise<void> {
@@ -205,6 +220,7 @@ export class KanalServer {
           limits: { ...opts.limits, ...opts.agentLimits },
           log: agentLog,
           metrics,
+          tokens: opts.agent.tokens && { authenticator: opts.agent.tokens, refusals: agentRefusals },
         }),
       },
       {
@@ -247,6 +263,7 @@ export class KanalServer {
       port: opts.agent.port,
       tls: opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
+      tokenAuthentication: !!opts.agent.tokens,
       roles,
       grpc: agentGrpc,
       log: agentLog,
@@ -269,6 +286,8 @@ export class KanalServer {
 
   /** Stops listening, closes every tunnel and connection. */
   async stop(): Promise<void> {
+    // The lease goes first: agents counting leases stop counting this server at once.
+    await this.opts.leases?.stop();
     await this.release();
     this.opts.log.info('kanal server stopped');
   }

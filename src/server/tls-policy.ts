@@ -6,7 +6,8 @@ import type { ClientRoles, Role } from './client-roles.js';
 /** A refusal is either about trust (`certificate`) or about the role (`role`): `<role>_<refusal>` in metrics. */
 export type PeerVerdict = { ok: true; credential: AgentCredential; detail: string } | { ok: false; refusal: 'certificate' | 'role'; detail: string };
 
-export function verifyClientCertificate(socket: TLSSocket, role: Role, roles: ClientRoles, allowUnauthenticated = false): PeerVerdict {
+/** `withoutCertificate`: why a peer without a valid certificate may still connect (absent: it may not). */
+export function verifyClientCertificate(socket: TLSSocket, role: Role, roles: ClientRoles, withoutCertificate?: string): PeerVerdict {
   const cert = socket.authorized ? socket.getPeerX509Certificate() : undefined;
   if (cert) {
     const credential = certificateCredential(cert);
@@ -18,8 +19,8 @@ export function verifyClientCertificate(socket: TLSSocket, role: Role, roles: Cl
   // which would send operators looking for a CA problem.
   const presented = Object.keys(socket.getPeerCertificate()).length > 0;
   const reason = presented && socket.authorizationError ? String(socket.authorizationError) : 'no client certificate presented';
-  if (allowUnauthenticated) {
-    return { ok: true, credential: unauthenticatedCredential(socket.remoteAddress ?? 'unknown'), detail: `unauthenticated (${reason}); allowed by --allow-unauthenticated-agents` };
+  if (withoutCertificate) {
+    return { ok: true, credential: unauthenticatedCredential(socket.remoteAddress ?? 'unknown'), detail: `unauthenticated (${reason}); allowed: ${withoutCertificate}` };
   }
   return { ok: false, refusal: 'certificate', detail: reason };
 }

@@ -140,6 +140,11 @@ export class TokenAuthenticator {
     this.now = options.now ?? Date.now;
   }
 
+  /** `--authentication-audience`. */
+  get audience(): string {
+    return this.options.audience;
+  }
+
   stats(): TokenAuthenticatorStats {
     return { ...this.counts, cached: this.cache.size, inFlight: this.inFlight.size, refusals: { ...this.counts.refusals } };
   }

@@ -236,6 +236,8 @@ export interface ServerSpec {
   openFilesLimit?: number;
   /** The server's umask (default: the test process's). */
   umask?: number;
+  /** Pass --cluster-ca-cert (default true); false for token authentication alone. */
+  clusterCa?: boolean;
 }
 
 export interface KanalServerProcess extends KanalProcess {
@@ -258,7 +260,8 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
     const args = [
       'server',
-      '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
+      '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey,
+      ...(spec.clusterCa ?? true ? ['--cluster-ca-cert', pki.caCert] : []),
       '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
       '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
       '--admin-port', String(adminPort),

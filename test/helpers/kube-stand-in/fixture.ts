@@ -101,6 +101,23 @@ export async function shippedRbac(): Promise<Rbac> {
   return Rbac.fromYaml(...(await Promise.all(files.map((f) => fs.readFile(f, 'utf8')))));
 }
 
+/**
+ * The stand-in as Kanal's Kubernetes deployments see it: the shipped RBAC,
+ * bookmarks every second, and kubeconfigs in `dir` for the server's user
+ * (`system:konnectivity-server`, a client certificate, as the setup guide)
+ * and the agents' service account (`kube-system/konnectivity-agent`, a token file).
+ */
+export async function startKonnectivityKubeApi(t: ExecutionContext, dir: string): Promise<{ k: KubeFixture; serverKubeconfig: string; agentKubeconfig: string }> {
+  const k = await startKubeApi(t, { rbac: await shippedRbac(), bookmarkIntervalMs: 1000 });
+  const serverKubeconfig = await k.api.writeKubeconfig(path.join(dir, 'server.kubeconfig'), { user: 'system:konnectivity-server', auth: 'certificate' });
+  const agentKubeconfig = await k.api.writeKubeconfig(path.join(dir, 'agent.kubeconfig'), {
+    user: 'system:serviceaccount:kube-system:konnectivity-agent',
+    groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],
+    auth: 'token-file',
+  });
+  return { k, serverKubeconfig, agentKubeconfig };
+}
+
 /** A logger that keeps its lines for assertions. */
 export function memoryLogger(): { log: pino.Logger; lines: Array<{ level: number; msg: string } & Record<string, unknown>> } {
   const lines: Array<{ level: number; msg: string } & Record<string, unknown>> = [];
