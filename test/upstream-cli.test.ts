@@ -14,7 +14,6 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { serverFlags } from '../src/cli/server-command.js';
 import { agentFlags } from '../src/cli/agent-command.js';
-import { FLAGS_OWNED_ELSEWHERE } from '../src/cli/upstream-flags.js';
 import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitStatus, type Workspace } from './helpers/kanal-processes.js';
 import { runUpstreamTestClient, upstreamBinaries, upstreamUnavailableReason } from './helpers/upstream.js';
 import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
@@ -87,15 +86,15 @@ function ignoredFlags(flags: Readonly<Record<string, object>>): string[] {
 }
 
 const COMMANDS = [
-  { command: 'server', binary: () => upstreamBinaries().proxyServer, kanal: serverFlags, elsewhere: FLAGS_OWNED_ELSEWHERE.server },
-  { command: 'agent', binary: () => upstreamBinaries().proxyAgent, kanal: agentFlags, elsewhere: FLAGS_OWNED_ELSEWHERE.agent },
+  { command: 'server', binary: () => upstreamBinaries().proxyServer, kanal: serverFlags },
+  { command: 'agent', binary: () => upstreamBinaries().proxyAgent, kanal: agentFlags },
 ] as const;
 
 for (const c of COMMANDS) {
-  (unavailable ? test.skip : test)(`every flag of upstream's proxy-${c.command} --help is a kanal ${c.command} flag or owned by another part, and is documented`, (t) => {
+  (unavailable ? test.skip : test)(`every flag of upstream's proxy-${c.command} --help is a kanal ${c.command} flag, and is documented`, (t) => {
     const flags = upstreamFlags(c.binary());
     t.true(flags.length > 40, `parsed ${flags.length} flags from upstream's help`);
-    const known = new Set([...Object.keys(c.kanal), ...c.elsewhere, 'help']);
+    const known = new Set([...Object.keys(c.kanal), 'help']);
     t.deepEqual(flags.map((f) => f.name).filter((n) => !known.has(n)), [], 'upstream flags Kanal neither implements nor ignores');
     const docs = fs.readFileSync(DOCS, 'utf8');
     t.deepEqual(flags.map((f) => f.name).filter((n) => n !== 'help' && !docs.includes(`\`--${n}\``)), [], 'upstream flags missing from docs/upstream-flags.md');
@@ -110,7 +109,7 @@ for (const c of COMMANDS) {
     `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`, `--cluster-ca-cert=${pki.caCert}`,
     `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.frontendCaCert}`,
   ];
-  const skip = new Set([...FLAGS_OWNED_ELSEWHERE.server, 'help', ...base.map((a) => a.slice(2, a.indexOf('=')))]);
+  const skip = new Set(['help', ...base.map((a) => a.slice(2, a.indexOf('=')))]);
   const args = upstreamArgs(upstreamFlags(upstreamBinaries().proxyServer), skip, samples(ws));
   const r = await runCli(['server', '--dry-run', ...base, ...args], 30_000);
   t.is(r.code, 0, r.stderr);
@@ -130,7 +129,7 @@ for (const c of COMMANDS) {
   const ws = await makeWorkspace(t);
   const { pki } = ws;
   const base = ['--proxy-server-host=127.0.0.1', `--ca-cert=${pki.caCert}`, `--agent-cert=${pki.agentCert}`, `--agent-key=${pki.agentKey}`];
-  const skip = new Set([...FLAGS_OWNED_ELSEWHERE.agent, 'help', ...base.map((a) => a.slice(2, a.indexOf('=')))]);
+  const skip = new Set(['help', ...base.map((a) => a.slice(2, a.indexOf('=')))]);
   const args = upstreamArgs(upstreamFlags(upstreamBinaries().proxyAgent), skip, samples(ws));
   const r = await runCli(['agent', '--dry-run', ...base, ...args], 30_000);
   t.is(r.code, 0, r.stderr);

@@ -277,7 +277,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   let kubeApi: KubeApi | undefined;
   if (config.leases) {
     const { kube, namespace, selector } = config.leases;
-    kubeApi = kubeClients(kube, log)();
+    kubeApi = (await kubeClients(kube, log))();
     leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
     const counter = leaseCounter;
     options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };

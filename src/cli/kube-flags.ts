@@ -6,7 +6,6 @@
  */
 import type { Logger } from 'pino';
 import { KubeApi, JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from '../kube/kube-api.js';
-import { loadKubeConfig } from '../kube/kube-config.js';
 import { DEFAULT_LEASE_NAMESPACE } from '../kube/lease.js';
 import { LabelSelector, parseLabels, type Labels } from '../kube/labels.js';
 import { UsageError } from './usage-error.js';
@@ -51,7 +50,9 @@ export function kubeClientConfig(a: { kubeconfig?: string | undefined; 'kube-api
  * kubeconfig is read here, once: a KubeConfigError names the file or
  * environment to fix before anything starts.
  */
-export function kubeClients(config: KubeClientConfig, log: Logger): () => KubeApi {
+export async function kubeClients(config: KubeClientConfig, log: Logger): Promise<() => KubeApi> {
+  // Loaded only when used: @kubernetes/client-node is a large module graph (start-up time, and descriptors under a low open-files limit).
+  const { loadKubeConfig } = await import('../kube/kube-config.js');
   const kubeConfig = loadKubeConfig({ kubeconfig: config.kubeconfig });
   let noticed = false;
   return () => {

@@ -30,7 +30,6 @@ import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOpti
 import { DEFAULT_LEASE_LABEL, serverLeaseName } from '../kube/lease.js';
 import type { Labels } from '../kube/labels.js';
 import { TokenAuthenticator } from '../server/token-authenticator.js';
-import { ServerLeaseController } from '../server/lease-controller.js';
 import type { KubeApi } from '../kube/kube-api.js';
 
 export const serverFlags = {
@@ -372,7 +371,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
   if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
-  const apiClients = useKubernetesApi(config, options);
+  const apiClients = await useKubernetesApi(config, options);
   const server = new KanalServer(options);
   let admin: HttpListener | undefined;
   try {
@@ -398,11 +397,11 @@ export async function runServer(args: ServerArgs): Promise<void> {
  * own (kube-flags.ts); returns the clients to close at the end. A kubeconfig
  * that cannot be used fails the start here, naming the file.
  */
-function useKubernetesApi(config: ServerConfig, options: ServerOptions): KubeApi[] {
+async function useKubernetesApi(config: ServerConfig, options: ServerOptions): Promise<KubeApi[]> {
   const { kube, leases } = config;
   const tokens = config.agent.tokens;
   if (!kube) return [];
-  const newClient = kubeClients(kube, options.log.child({ part: 'kube' }));
+  const newClient = await kubeClients(kube, options.log.child({ part: 'kube' }));
   const clients: KubeApi[] = [];
   const client = (): KubeApi => {
     const api = newClient();
@@ -411,6 +410,7 @@ function useKubernetesApi(config: ServerConfig, options: ServerOptions): KubeApi
   };
   if (tokens) options.agent.tokens = new TokenAuthenticator({ api: client(), ...tokens });
   if (leases) {
+    const { ServerLeaseController } = await import('../server/lease-controller.js');
     options.leases = new ServerLeaseController({ api: client(), serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
   }
   return clients;

@@ -61,24 +61,6 @@ export const agentIgnoredFlags = {
   'keepalive-time': ignored('string', 'the Kanal server PINGs each agent connection (server --keepalive-time) and closes it when unanswered; the agent reconnects'),
 } as const;
 
-/**
- * Upstream flags another part of Kanal owns (token authentication and leases,
- * routing strategies): implemented there, listed here for the flag-list test
- * and docs/upstream-flags.md.
- */
-export const FLAGS_OWNED_ELSEWHERE: Readonly<Record<'server' | 'agent', readonly string[]>> = {
-  server: [
-    'kubeconfig', 'kubeconfig-qps', 'kubeconfig-burst', 'kube-api-content-type',
-    'agent-namespace', 'agent-service-account', 'authentication-audience',
-    'enable-lease-controller', 'lease-namespace', 'lease-label',
-    'proxy-strategies',
-  ],
-  agent: [
-    'kubeconfig', 'kube-api-content-type', 'lease-namespace', 'lease-label',
-    'count-server-leases', 'server-count-source', 'sync-forever', 'service-account-token-path',
-  ],
-};
-
 /** The notices for the ignored flags given on this command line, one per flag. */
 export function upstreamNotices(args: Readonly<Record<string, unknown>>, flags: Readonly<Record<string, object>>): string[] {
   const notices: string[] = [];
