@@ -49,7 +49,24 @@ function upstreamFlags(binary: string): UpstreamFlag[] {
 
 /** Values for upstream flags that have no default to copy (paths, addresses, suites). */
 function samples(ws: Workspace): Record<string, string> {
+  const kubeconfig = path.join(ws.dir, 'kubeconfig');
+  fs.writeFileSync(kubeconfig, [
+    'apiVersion: v1', 'kind: Config', 'current-context: c',
+    'clusters: [{name: k, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]',
+    'users: [{name: u, user: {token: sample}}]',
+    'contexts: [{name: c, context: {cluster: k, user: u}}]', '',
+  ].join('\n'));
+  const token = path.join(ws.dir, 'token');
+  fs.writeFileSync(token, 'sample-token');
   return {
+    kubeconfig,
+    'service-account-token-path': token,
+    // Go's zero values, which pflag's help leaves out: client-go's defaults.
+    'kubeconfig-qps': '0',
+    'kubeconfig-burst': '0',
+    'agent-namespace': 'kube-system',
+    'agent-service-account': 'konnectivity-agent',
+    'authentication-audience': 'system:konnectivity-server',
     'backend-dial-timeout': '0s',
     'graceful-shutdown-timeout': '0s',
     'cipher-suites': 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384',
