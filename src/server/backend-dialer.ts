@@ -3,6 +3,7 @@
  * HTTP CONNECT and gRPC frontends so both route and fail the same way.
  */
 import type { Logger } from 'pino';
+import type { CancelSignal } from '../common/cancel.js';
 import { DialError } from '../tunnel/errors.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
 import type { AgentRegistry } from './agent-registry.js';
@@ -26,7 +27,7 @@ export class BackendDialer {
   }
 
   /** `peer` is the frontend client the dial is for (logs only). */
-  async dial(address: string, signal?: AbortSignal, peer = 'unknown'): Promise<TunnelConnection> {
+  async dial(address: string, signal?: CancelSignal, peer = 'unknown'): Promise<TunnelConnection> {
     const t0 = performance.now();
     try {
       parseHostPort(address);

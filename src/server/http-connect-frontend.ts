@@ -16,6 +16,7 @@ import { truncateForLog } from '../common/log-safety.js';
 import { DialError, HTTP_STATUS_FOR_FAILURE } from '../tunnel/errors.js';
 import { splice } from '../tunnel/splice.js';
 import type { BackendDialer } from './backend-dialer.js';
+import { Cancel } from '../common/cancel.js';
 import type { Refusals } from './refusals.js';
 
 export interface HttpConnectLimits {
@@ -133,9 +134,9 @@ export class HttpConnectFrontend {
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
-    this.dialer.dial(address, early.gone.signal, peer).then(
+    this.dialer.dial(address, early.gone, peer).then(
       (conn) => {
-        if (early.gone.signal.aborted || socket.destroyed) {
+        if (early.gone.aborted || socket.destroyed) {
           conn.destroy();
           return;
         }
@@ -147,7 +148,7 @@ export class HttpConnectFrontend {
       },
       (err: Error) => {
         early.release();
-        if (early.gone.signal.aborted || socket.destroyed) {
+        if (early.gone.aborted || socket.destroyed) {
           socket.destroy();
           return;
         }
@@ -189,7 +190,7 @@ export class HttpConnectFrontend {
  * clients that left kept 1,000 pending dials until the dial timeout).
  */
 class EarlyBytes {
-  readonly gone = new AbortController();
+  readonly gone = new Cancel();
   private chunks: Buffer[];
   private bytes: number;
 
@@ -228,7 +229,7 @@ class EarlyBytes {
   };
 
   private readonly onGone = (): void => {
-    if (this.gone.signal.aborted) return;
+    if (this.gone.aborted) return;
     this.gone.abort();
     // Before its 200 a client has no tunnel to half-close: its FIN means it gave up.
     this.socket.destroy();
