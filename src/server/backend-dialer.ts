@@ -43,18 +43,21 @@ export class BackendDialer {
       this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address }, 'no agent available for dial');
       throw new DialError('no-backend', 'no agent is connected to this proxy server');
     }
-    const started = Date.now();
+    const started = performance.now();
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      // Per dial: no fields built unless they are logged (#15).
+      if (this.log.isLevelEnabled('debug')) {
+        this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Math.round(performance.now() - started) }, 'dial established');
+      }
       return conn;
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       this.metrics?.dialDone('cp_to_node', failure, t0);
       // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive (#11).
       if (failure === 'timeout') this.registry.verify(backend);
-      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Date.now() - started };
+      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Math.round(performance.now() - started) };
       if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
       else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
       throw err;

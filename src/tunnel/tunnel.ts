@@ -270,7 +270,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       else this.performerConnections--;
       this.recentlyGone.add(connectID);
       this.opts.onConnectionClosed?.(conn);
-      this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
+      // Per connection: no fields built unless they are logged (#15).
+      if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
     }
   }
 
@@ -505,7 +506,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.connections.set(connectID, conn);
     if (role === 'dialer') this.dialerConnections++;
     else this.performerConnections++;
-    this.log.debug({ connectID, dialID: String(dialID), address, role }, 'connection open');
+    if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(dialID), address, role }, 'connection open');
     return conn;
   }
 
