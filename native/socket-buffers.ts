@@ -37,8 +37,22 @@ export function growSendBuffer(fd: number, accounted: number): number {
   if (fd < 0) return -1;
   const now = sendBufferBytes(fd);
   if (now >= accounted) return now;
-  value.writeInt32LE(Math.ceil(accounted / 2));
+  return setSendBuffer(fd, accounted);
+}
+
+/**
+ * Makes the kernel account `accounted` bytes of send buffer for `fd`, larger
+ * or smaller than now, as growSendBuffer does. With CAP_NET_ADMIN that is one
+ * system call (SO_SNDBUFFORCE accounts exactly twice what is asked): it runs
+ * on every accepted frontend connection, i.e. on every dial (#15). Returns
+ * what the kernel now accounts, or -1.
+ */
+export function setSendBuffer(fd: number, accounted: number): number {
+  if (fd < 0) return -1;
+  const half = Math.ceil(accounted / 2);
+  value.writeInt32LE(half);
   const libc = getLibc();
-  if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, value, 4) !== 0) libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, 4);
+  if (libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, value, 4) === 0) return 2 * half;
+  libc.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, value, 4);
   return sendBufferBytes(fd);
 }

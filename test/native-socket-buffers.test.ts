@@ -10,8 +10,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
-import { growSendBuffer, sendBufferBytes, socketFd } from '../native/socket-buffers.js';
-import { sizeTunnelSendBuffer, TUNNEL_SEND_BUFFER_BYTES } from '../src/transport/socket-send-buffer.js';
+import { growSendBuffer, sendBufferBytes, setSendBuffer, socketFd } from '../native/socket-buffers.js';
+import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, TUNNEL_SEND_BUFFER_BYTES, UNIX_FRONTEND_SEND_BUFFER_BYTES } from '../src/transport/socket-send-buffer.js';
 import { writeThrowawayPki } from '../kit/pki/throwaway-pki.js';
 
 const canForce = process.getuid?.() === 0;
@@ -65,4 +65,22 @@ test('the descriptor under a TLS socket is found, so both tunnel ends can size t
   const { have } = sizeTunnelSendBuffer(client);
   t.is(have, sendBufferBytes(fd));
   t.true(have > 0);
+});
+
+test('a frontend Unix socket is sized in one call, and the size it reports is what the kernel accounts', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-sndbuf-'));
+  const server = net.createServer((s) => s.resume());
+  await new Promise<void>((resolve) => server.listen(path.join(dir, 's'), () => resolve()));
+  const client = net.connect(path.join(dir, 's'));
+  t.teardown(() => (client.destroy(), server.close(), fs.rmSync(dir, { recursive: true, force: true })));
+  await new Promise<void>((resolve) => client.once('connect', () => resolve()));
+  const fd = socketFd(client);
+  const { have, want } = sizeUnixFrontendSendBuffer(client);
+  t.is(want, UNIX_FRONTEND_SEND_BUFFER_BYTES);
+  t.is(have, sendBufferBytes(fd));
+  if (canForce || wmemMax * 2 >= want) t.true(have >= want, `have ${have} B`);
+  // Unlike growSendBuffer, a smaller size is set too.
+  t.is(setSendBuffer(fd, 64 * 1024), sendBufferBytes(fd));
+  t.true(sendBufferBytes(fd) < have || have <= 64 * 1024);
+  t.is(setSendBuffer(-1, 64 * 1024), -1);
 });

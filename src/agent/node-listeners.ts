@@ -15,6 +15,7 @@ import { DialError } from '../tunnel/errors.js';
 import type { Target } from './target.js';
 import { DEFAULT_LIMITS } from '../tunnel/limits.js';
 import type { KanalAgent } from './agent.js';
+import { Cancel } from '../common/cancel.js';
 
 export interface NodeListenersOptions {
   bindAddress: string;
@@ -123,7 +124,7 @@ export class NodeListeners {
     const log = this.opts.log.child({ peer, destination: target.destination });
     this.sockets.add(socket);
     socket.on('error', () => undefined);
-    const abort = new AbortController();
+    const abort = new Cancel();
     socket.on('close', () => {
       this.sockets.delete(socket);
       abort.abort();
@@ -143,7 +144,7 @@ export class NodeListeners {
           return undefined;
         }
         const t0 = performance.now();
-        return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort.signal }).then((conn) => {
+        return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort }).then((conn) => {
           this.opts.agent.metrics.dialDone('node_to_cp', 'ok', t0);
           if (socket.destroyed) {
             conn.destroy();

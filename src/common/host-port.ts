@@ -21,11 +21,16 @@ function quote(text: string): string {
   return JSON.stringify(truncateForLog(text, 80));
 }
 
-export function parsePort(text: string, what = 'port'): number {
-  if (!/^\d{1,5}$/.test(text)) throw new AddressError(`${what} ${quote(text)} is not a number from 1 to 65535`);
+/** `what` names the port in the error; a function is called only then (parseHostPort runs on every dial, #15). */
+export function parsePort(text: string, what: string | (() => string) = 'port'): number {
+  if (!/^\d{1,5}$/.test(text)) throw new AddressError(`${nameOf(what)} ${quote(text)} is not a number from 1 to 65535`);
   const port = Number(text);
-  if (port < 1 || port > 65535) throw new AddressError(`${what} ${port} is out of range 1-65535`);
+  if (port < 1 || port > 65535) throw new AddressError(`${nameOf(what)} ${port} is out of range 1-65535`);
   return port;
+}
+
+function nameOf(what: string | (() => string)): string {
+  return typeof what === 'string' ? what : what();
 }
 
 export function parseHostPort(text: string): HostPort {
@@ -48,7 +53,7 @@ export function parseHostPort(text: string): HostPort {
     if (host.includes(':')) throw new AddressError(`address ${quote(text)}: IPv6 hosts must be in brackets, e.g. [::1]:443`);
     if (isIP(host) === 0 && !HOSTNAME.test(host)) throw new AddressError(`address ${quote(text)}: ${quote(host)} is not a valid host`);
   }
-  return { host, port: parsePort(portText, `address ${quote(text)}: port`) };
+  return { host, port: parsePort(portText, () => `address ${quote(text)}: port`) };
 }
 
 export function formatHostPort({ host, port }: HostPort): string {

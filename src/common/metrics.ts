@@ -22,8 +22,9 @@ export class KanalMetrics {
   readonly upstreamDials: UpstreamDialMetrics;
 
   constructor(component: 'server' | 'agent') {
-    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_* (#14).
-    collectDefaultMetrics({ register: this.registry });
+    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_* (#14);
+    // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (#15 finding 6).
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
     this.upstreamDials = new UpstreamDialMetrics(component, this.registry);
     this.dials = new Counter({
       name: 'kanal_dials_total',

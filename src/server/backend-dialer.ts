@@ -3,6 +3,7 @@
  * HTTP CONNECT and gRPC frontends so both route and fail the same way.
  */
 import type { Logger } from 'pino';
+import type { CancelSignal } from '../common/cancel.js';
 import { DialError } from '../tunnel/errors.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
 import type { AgentRegistry } from './agent-registry.js';
@@ -28,7 +29,7 @@ export class BackendDialer {
   }
 
   /** `peer` is the frontend client the dial is for (logs only). */
-  async dial(address: string, signal?: AbortSignal, peer = 'unknown'): Promise<TunnelConnection> {
+  async dial(address: string, signal?: CancelSignal, peer = 'unknown'): Promise<TunnelConnection> {
     const t0 = performance.now();
     let host: string;
     try {
@@ -51,18 +52,21 @@ export class BackendDialer {
       throw new DialError('no-backend', message);
     }
     const { backend, strategy } = outcome;
-    const started = Date.now();
+    const started = performance.now();
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, strategy, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Date.now() - started }, 'dial established');
+      // Per dial: no fields built unless they are logged (#15).
+      if (this.log.isLevelEnabled('debug')) {
+        this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, strategy, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Math.round(performance.now() - started) }, 'dial established');
+      }
       return conn;
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       this.metrics?.dialDone('cp_to_node', failure, t0);
       // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive (#11).
       if (failure === 'timeout') this.registry.verify(backend);
-      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Date.now() - started };
+      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Math.round(performance.now() - started) };
       if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
       else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
       throw err;

@@ -2,21 +2,22 @@
  * HTTP CONNECT frontend: "CONNECT host:port HTTP/1.1" from the KAS becomes a
  * dial through an agent; answers use upstream's status codes.
  *
- * Node's http.Server only parses here: connections are accepted (and
- * sniffed, and TLS-terminated) by listeners.ts and handed in with serve().
- * Node enforces headersTimeout and requestTimeout from a timer it starts
- * when a server *listens* (lib/_http_server.js, setupConnectionsTracking),
- * so on injected sockets they never apply; the header deadline is enforced
- * here instead (#11 finding 7).
+ * Connections are accepted (and sniffed, and TLS-terminated) by
+ * listeners.ts and handed in with serve(); the request head is read by
+ * request-head.ts, bounded in size (16 KiB) and in time by the header
+ * deadline (#11 finding 7). node:http is not used: its per-connection state
+ * cost more than the rest of the frontend's work per dial (#15).
  */
-import http from 'node:http';
+import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { parseHostPort, formatHostPort } from '../common/host-port.js';
 import { truncateForLog } from '../common/log-safety.js';
 import { DialError, HTTP_STATUS_FOR_FAILURE } from '../tunnel/errors.js';
 import { splice } from '../tunnel/splice.js';
 import type { BackendDialer } from './backend-dialer.js';
+import { Cancel } from '../common/cancel.js';
 import type { Refusals } from './refusals.js';
+import { RequestHeadParser, type HeadVerdict } from './request-head.js';
 
 export interface HttpConnectLimits {
   /** Largest request head (request line and headers), bytes. */
@@ -33,19 +34,49 @@ export const DEFAULT_HTTP_CONNECT_LIMITS: HttpConnectLimits = {
   lingerMs: 5_000,
 };
 
-interface Client {
-  peer: string;
-  /** Cleared once the request head is complete. */
+/** One frontend connection until its request head is answered. */
+class Client {
+  /** Cleared once the request head is complete, or the connection answered or closed. */
   headerTimer: NodeJS.Timeout | undefined;
   /** Set once a final answer is on its way: nothing else happens on the connection. */
-  answered: boolean;
+  answered = false;
+  private readonly parser: RequestHeadParser;
+
+  constructor(
+    private readonly frontend: HttpConnectFrontend,
+    readonly socket: Duplex,
+    readonly peer: string,
+    maxHeadBytes: number,
+  ) {
+    this.parser = new RequestHeadParser(maxHeadBytes);
+    socket.on('data', this.onData);
+    socket.on('end', this.onEnd);
+    socket.on('error', this.onError);
+    socket.on('close', this.onClose);
+  }
+
+  /** The head is decided (or the connection gone): the parser's listeners go, the deadline no longer applies. */
+  stopReading(): void {
+    clearTimeout(this.headerTimer);
+    this.headerTimer = undefined;
+    this.socket.off('data', this.onData);
+    this.socket.off('end', this.onEnd);
+    this.socket.off('error', this.onError);
+    this.socket.off('close', this.onClose);
+  }
+
+  private readonly onData = (chunk: Buffer): void => this.frontend.decided(this, this.parser.push(chunk));
+  private readonly onEnd = (): void => this.frontend.decided(this, this.parser.end());
+  /** The connection failed (a reset): nothing to answer. */
+  private readonly onError = (): void => {
+    this.stopReading();
+    this.socket.destroy();
+  };
+  private readonly onClose = (): void => this.stopReading();
 }
 
 export class HttpConnectFrontend {
-  private readonly parser: http.Server;
   private readonly limits: HttpConnectLimits;
-  /** Connections served, until they close. */
-  private readonly clients = new Map<Duplex, Client>();
 
   constructor(
     private readonly dialer: BackendDialer,
@@ -53,15 +84,14 @@ export class HttpConnectFrontend {
     limits: Partial<HttpConnectLimits> = {},
   ) {
     this.limits = { ...DEFAULT_HTTP_CONNECT_LIMITS, ...limits };
-    this.parser = http.createServer({ maxHeaderSize: this.limits.maxHeaderBytes });
-    this.parser.on('request', this.onRequest);
-    this.parser.on('connect', this.onConnect);
-    this.parser.on('clientError', this.onClientError);
   }
+
+  /** Connections handed to serve() and not yet closed (every socket emits 'close' once). */
+  private open = 0;
 
   /** Connections served now (upstream's http_connections). */
   get size(): number {
-    return this.clients.size;
+    return this.open;
   }
 
   /**
@@ -70,65 +100,35 @@ export class HttpConnectFrontend {
    * the client in logs.
    */
   serve(socket: Duplex, peer: string, headerDeadlineMs: number): void {
-    const client: Client = { peer, headerTimer: undefined, answered: false };
+    this.open++;
+    socket.once('close', () => this.open--);
+    const client = new Client(this, socket, peer, this.limits.maxHeaderBytes);
     client.headerTimer = setTimeout(() => {
       client.headerTimer = undefined;
       this.refusals.refuse('frontend_header_timeout', peer, {}, 'closed frontend connection: request head not complete in time');
+      client.stopReading();
       this.answer(socket, client, 408, 'request head not complete in time');
     }, Math.max(0, headerDeadlineMs));
-    this.clients.set(socket, client);
-    socket.once('close', () => {
-      clearTimeout(client.headerTimer);
-      this.clients.delete(socket);
-    });
-    this.parser.emit('connection', socket);
   }
 
-  /**
-   * The client's head is complete: its header deadline no longer applies.
-   * Undefined when the connection already has its answer (a head that
-   * completes after its 408, or the parser failing again on more bytes):
-   * the answer's linger closes it, after the client could read the answer.
-   */
-  private headComplete(socket: Duplex): Client | undefined {
-    const client = this.clients.get(socket);
-    if (!client) {
-      socket.destroy();
-      return undefined;
+  /** Acts on the parser's verdict on `client`'s head. */
+  decided(client: Client, verdict: HeadVerdict): void {
+    if (verdict.kind === 'more') return;
+    client.stopReading();
+    const { peer, socket } = client;
+    if (verdict.kind === 'bad') {
+      this.refusals.refuse('frontend_bad_request', peer, { err: verdict.reason, code: verdict.code }, 'refused malformed HTTP request on frontend', verdict.code);
+      this.answer(socket, client, verdict.status, `bad request: ${verdict.code}`);
+    } else if (verdict.method !== 'CONNECT') {
+      this.refusals.refuse('frontend_method', peer, { method: verdict.method, url: verdict.target }, 'refused non-CONNECT request');
+      this.answer(socket, client, 405, `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`, 'Allow: CONNECT\r\n');
+    } else {
+      this.connect(client, verdict.target, verdict.rest);
     }
-    if (client.answered) return undefined;
-    clearTimeout(client.headerTimer);
-    client.headerTimer = undefined;
-    return client;
   }
 
-  private readonly onRequest = (req: http.IncomingMessage, res: http.ServerResponse): void => {
-    const client = this.headComplete(req.socket);
-    if (!client) return;
-    client.answered = true;
-    this.refusals.refuse('frontend_method', client.peer, { method: req.method, url: req.url }, 'refused non-CONNECT request');
-    res.writeHead(405, { allow: 'CONNECT', 'content-type': 'text/plain', connection: 'close' });
-    res.end(`method ${truncateForLog(req.method ?? '', 32)} not allowed: this is an HTTP CONNECT proxy\n`);
-  };
-
-  private readonly onClientError = (err: NodeJS.ErrnoException, socket: Duplex): void => {
-    const client = this.headComplete(socket);
-    if (!client) return;
-    // Parse errors carry an HPE_ code; anything else is the connection failing (a reset): nothing to answer.
-    if (!err.code?.startsWith('HPE_')) {
-      socket.destroy();
-      return;
-    }
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-    this.refusals.refuse('frontend_bad_request', client.peer, { err: err.message, code: err.code }, 'refused malformed HTTP request on frontend', err.code);
-    this.answer(socket, client, status, `bad request: ${err.code}`);
-  };
-
-  private readonly onConnect = (req: http.IncomingMessage, socket: Duplex, head: Buffer): void => {
-    const client = this.headComplete(socket);
-    if (!client) return;
-    const { peer } = client;
-    const authority = req.url ?? '';
+  private connect(client: Client, authority: string, head: Buffer): void {
+    const { peer, socket } = client;
     let address: string;
     try {
       address = formatHostPort(parseHostPort(authority));
@@ -138,9 +138,9 @@ export class HttpConnectFrontend {
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
-    this.dialer.dial(address, early.gone.signal, peer).then(
+    this.dialer.dial(address, early.gone, peer).then(
       (conn) => {
-        if (early.gone.signal.aborted || socket.destroyed) {
+        if (early.gone.aborted || socket.destroyed) {
           conn.destroy();
           return;
         }
@@ -152,7 +152,7 @@ export class HttpConnectFrontend {
       },
       (err: Error) => {
         early.release();
-        if (early.gone.signal.aborted || socket.destroyed) {
+        if (early.gone.aborted || socket.destroyed) {
           socket.destroy();
           return;
         }
@@ -160,19 +160,20 @@ export class HttpConnectFrontend {
         this.answer(socket, client, status, err.message);
       },
     );
-  };
+  }
 
   /**
    * Writes a complete answer and closes: reads (and drops) what the client
    * still sends so closing does not reset the answer away, and cuts the
-   * connection after lingerMs whatever the client does.
+   * connection after lingerMs whatever the client does. `headers` are
+   * extra header lines, each ending in CRLF.
    */
-  private answer(socket: Duplex, client: Client, status: number, message: string): void {
+  private answer(socket: Duplex, client: Client, status: number, message: string, headers = ''): void {
     if (client.answered) return;
     client.answered = true;
     socket.on('error', () => undefined);
     if (socket.destroyed) return;
-    const reason = http.STATUS_CODES[status] ?? 'Error';
+    const reason = STATUS_CODES[status] ?? 'Error';
     // Dial errors come from agents: bounded like any peer's text.
     const body = `${truncateForLog(message, 1024)}\n`;
     const timer = setTimeout(() => socket.destroy(), this.limits.lingerMs);
@@ -181,7 +182,7 @@ export class HttpConnectFrontend {
     socket.on('data', () => undefined);
     socket.once('end', () => socket.destroy());
     socket.end(
-      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `HTTP/1.1 ${status} ${reason}\r\n${headers}Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     );
     socket.resume();
   }
@@ -194,7 +195,7 @@ export class HttpConnectFrontend {
  * never holds a pending dial until the dial timeout (#11 finding 7).
  */
 class EarlyBytes {
-  readonly gone = new AbortController();
+  readonly gone = new Cancel();
   private chunks: Buffer[];
   private bytes: number;
 
@@ -233,7 +234,7 @@ class EarlyBytes {
   };
 
   private readonly onGone = (): void => {
-    if (this.gone.signal.aborted) return;
+    if (this.gone.aborted) return;
     this.gone.abort();
     // Before its 200 a client has no tunnel to half-close: its FIN means it gave up.
     this.socket.destroy();

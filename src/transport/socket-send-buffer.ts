@@ -13,7 +13,7 @@
  * one end getting it is enough to rule the stall out.
  */
 import type net from 'node:net';
-import { growSendBuffer, socketFd } from '../../native/socket-buffers.js';
+import { growSendBuffer, setSendBuffer, socketFd } from '../../native/socket-buffers.js';
 import { DEFAULT_STREAM_WINDOW_BYTES } from './h2/tuning.js';
 
 /** What the kernel must account (it counts about twice the payload it holds). */
@@ -25,9 +25,9 @@ export interface SendBufferResult {
   want: number;
 }
 
-/** Asks for TUNNEL_SEND_BUFFER_BYTES on a connected tunnel socket (TCP, or TLS over TCP). */
+/** Asks for TUNNEL_SEND_BUFFER_BYTES on a connected tunnel socket (TCP, or TLS over TCP); a larger (autotuned) one is kept. */
 export function sizeTunnelSendBuffer(socket: net.Socket): SendBufferResult {
-  return sizeSendBuffer(socket, TUNNEL_SEND_BUFFER_BYTES);
+  return sizeSendBuffer(socket, TUNNEL_SEND_BUFFER_BYTES, growSendBuffer);
 }
 
 /**
@@ -39,15 +39,18 @@ export function sizeTunnelSendBuffer(socket: net.Socket): SendBufferResult {
  */
 export const UNIX_FRONTEND_SEND_BUFFER_BYTES = 2 * 1024 * 1024;
 
-/** Asks for UNIX_FRONTEND_SEND_BUFFER_BYTES on an accepted frontend Unix socket. */
+/**
+ * Sets UNIX_FRONTEND_SEND_BUFFER_BYTES on an accepted frontend Unix socket
+ * without reading it first: it starts at wmem_default and nothing grows it.
+ */
 export function sizeUnixFrontendSendBuffer(socket: net.Socket): SendBufferResult {
-  return sizeSendBuffer(socket, UNIX_FRONTEND_SEND_BUFFER_BYTES);
+  return sizeSendBuffer(socket, UNIX_FRONTEND_SEND_BUFFER_BYTES, setSendBuffer);
 }
 
-function sizeSendBuffer(socket: net.Socket, want: number): SendBufferResult {
+function sizeSendBuffer(socket: net.Socket, want: number, size: (fd: number, accounted: number) => number): SendBufferResult {
   let have = -1;
   try {
-    have = growSendBuffer(socketFd(socket), want);
+    have = size(socketFd(socket), want);
   } catch {
     // no libc through koffi: leave the kernel's defaults alone
   }

@@ -1,11 +1,12 @@
 /** Dials TCP with a deadline and cancellation, as both sides perform a peer's DIAL_REQ; failures are the tunnel's DialErrors. */
 import net from 'node:net';
 import { DialError } from './errors.js';
+import type { CancelSignal } from '../common/cancel.js';
 import { parseHostPort, formatHostPort } from '../common/host-port.js';
 
 export interface TcpDialOptions {
   timeoutMs: number;
-  signal?: AbortSignal;
+  signal?: CancelSignal;
 }
 
 export function dialTcp(address: string, opts: TcpDialOptions): Promise<net.Socket> {
@@ -38,6 +39,6 @@ export function dialTcp(address: string, opts: TcpDialOptions): Promise<net.Sock
     socket.once('connect', onConnect);
     socket.once('error', onError);
     if (opts.signal?.aborted) onAbort();
-    else opts.signal?.addEventListener('abort', onAbort, { once: true });
+    else opts.signal?.addEventListener('abort', onAbort);
   });
 }

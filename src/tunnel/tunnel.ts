@@ -20,6 +20,7 @@ import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { RecentIds } from './recent-ids.js';
 import { GrpcStatus, GrpcStatusError } from '../transport/transport.js';
+import { Cancel, type CancelSignal } from '../common/cancel.js';
 
 /** Stream endings that mean the peer sent something it must not. */
 const PEER_FAULTS = new Set([GrpcStatus.RESOURCE_EXHAUSTED, GrpcStatus.INTERNAL, GrpcStatus.INVALID_ARGUMENT, GrpcStatus.UNIMPLEMENTED]);
@@ -30,7 +31,7 @@ export interface InboundDial {
   address: string;
   dialID: bigint;
   /** Aborted when the peer cancels (DIAL_CLS) or the tunnel closes. */
-  signal: AbortSignal;
+  signal: CancelSignal;
 }
 
 /** Performs a dial for the peer and returns the connected stream, or throws DialError/Error. */
@@ -56,7 +57,7 @@ export interface TunnelOptions {
 
 export interface DialOptions {
   timeoutMs: number;
-  signal?: AbortSignal;
+  signal?: CancelSignal;
   protocol?: string;
 }
 
@@ -97,7 +98,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   /** Our dials awaiting DIAL_RSP: at most maxPendingDials, and counted in maxOutboundConnections. */
   private readonly pendingDials = new Map<bigint, PendingDial>();
   /** The peer's dials we are performing: at most maxPendingDials, and counted in maxInboundConnections. */
-  private readonly inboundDials = new Map<bigint, AbortController>();
+  private readonly inboundDials = new Map<bigint, Cancel>();
   /** Open connections by role (dialer: we asked for it; performer: the peer did). */
   private dialerConnections = 0;
   private performerConnections = 0;
@@ -182,7 +183,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       };
       const timer = setTimeout(() => cancel('timeout', `dial to ${address} timed out after ${opts.timeoutMs} ms`), opts.timeoutMs);
       const onAbort = (): void => cancel('cancelled', 'dial cancelled by requester');
-      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      opts.signal?.addEventListener('abort', onAbort);
       this.pendingDials.set(dialID, {
         address,
         resolve,
@@ -269,7 +270,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       else this.performerConnections--;
       this.recentlyGone.add(connectID);
       this.opts.onConnectionClosed?.(conn);
-      this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
+      // Per connection: no fields built unless they are logged (#15).
+      if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
     }
   }
 
@@ -444,12 +446,12 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       this.overLimit('maxPendingDials', this.inboundDials.size, 'dials waiting for an answer') ??
       this.overLimit('maxInboundConnections', this.inboundDials.size + this.performerConnections, 'connections open or being dialled for the peer');
     if (refusal) return refuse(refusal);
-    const abort = new AbortController();
+    const abort = new Cancel();
     this.inboundDials.set(dialID, abort);
-    handler({ protocol, address, dialID, signal: abort.signal }).then(
+    handler({ protocol, address, dialID, signal: abort }).then(
       (endpoint) => {
         this.inboundDials.delete(dialID);
-        if (abort.signal.aborted || this.closed) {
+        if (abort.aborted || this.closed) {
           endpoint.destroy();
           return;
         }
@@ -460,7 +462,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       },
       (err: Error) => {
         this.inboundDials.delete(dialID);
-        if (abort.signal.aborted || this.closed) return;
+        if (abort.aborted || this.closed) return;
         this.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
         this.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
       },
@@ -504,7 +506,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.connections.set(connectID, conn);
     if (role === 'dialer') this.dialerConnections++;
     else this.performerConnections++;
-    this.log.debug({ connectID, dialID: String(dialID), address, role }, 'connection open');
+    if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(dialID), address, role }, 'connection open');
     return conn;
   }
 
