@@ -24,7 +24,7 @@ import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
-import { ServerLeaseCounter } from '../agent/server-lease-counter.js';
+import type { ServerLeaseCounter } from '../agent/server-lease-counter.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
 import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
@@ -278,6 +278,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   if (config.leases) {
     const { kube, namespace, selector } = config.leases;
     kubeApi = (await kubeClients(kube, log))();
+    const { ServerLeaseCounter } = await import('../agent/server-lease-counter.js');
     leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
     const counter = leaseCounter;
     options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };

@@ -5,7 +5,8 @@
  * src/kube/ (client) and the lease controller and counter.
  */
 import type { Logger } from 'pino';
-import { KubeApi, JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from '../kube/kube-api.js';
+import type { KubeApi } from '../kube/kube-api.js';
+import { JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from '../kube/content-types.js';
 import { DEFAULT_LEASE_NAMESPACE } from '../kube/lease.js';
 import { LabelSelector, parseLabels, type Labels } from '../kube/labels.js';
 import { UsageError } from './usage-error.js';
@@ -52,7 +53,7 @@ export function kubeClientConfig(a: { kubeconfig?: string | undefined; 'kube-api
  */
 export async function kubeClients(config: KubeClientConfig, log: Logger): Promise<() => KubeApi> {
   // Loaded only when used: @kubernetes/client-node is a large module graph (start-up time, and descriptors under a low open-files limit).
-  const { loadKubeConfig } = await import('../kube/kube-config.js');
+  const [{ loadKubeConfig }, { KubeApi }] = await Promise.all([import('../kube/kube-config.js'), import('../kube/kube-api.js')]);
   const kubeConfig = loadKubeConfig({ kubeconfig: config.kubeconfig });
   let noticed = false;
   return () => {

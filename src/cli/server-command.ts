@@ -29,7 +29,6 @@ import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
 import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
 import { DEFAULT_LEASE_LABEL, serverLeaseName } from '../kube/lease.js';
 import type { Labels } from '../kube/labels.js';
-import { TokenAuthenticator } from '../server/token-authenticator.js';
 import type { KubeApi } from '../kube/kube-api.js';
 
 export const serverFlags = {
@@ -408,7 +407,10 @@ async function useKubernetesApi(config: ServerConfig, options: ServerOptions): P
     clients.push(api);
     return api;
   };
-  if (tokens) options.agent.tokens = new TokenAuthenticator({ api: client(), ...tokens });
+  if (tokens) {
+    const { TokenAuthenticator } = await import('../server/token-authenticator.js');
+    options.agent.tokens = new TokenAuthenticator({ api: client(), ...tokens });
+  }
   if (leases) {
     const { ServerLeaseController } = await import('../server/lease-controller.js');
     options.leases = new ServerLeaseController({ api: client(), serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });

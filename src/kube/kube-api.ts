@@ -25,8 +25,8 @@ import {
 import { RequestSlots, SlotsUnavailableError } from './request-slots.js';
 import { TokenBucket } from './token-bucket.js';
 
-export const PROTOBUF_CONTENT_TYPE = 'application/vnd.kubernetes.protobuf';
-export const JSON_CONTENT_TYPE = 'application/json';
+import { JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from './content-types.js';
+export { JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE };
 
 export type KubeApiErrorKind =
   /** No answer within the deadline. */
