@@ -27,7 +27,14 @@ async function settledRss<T>(read: () => T, ms: number): Promise<T> {
 /** Kanal's row gets the ratios of its per-unit figures to upstream's (`keys`: the figures compared). */
 function compareWithUpstream(rows: Row[], keys: string[]): Row[] {
   const [kanal, upstream] = rows;
-  if (kanal && upstream) for (const k of keys) kanal.values[`${k}VsUpstream`] = kanal.values[k]! / upstream.values[k]!;
+  if (!kanal || !upstream) return rows;
+  for (const k of keys) {
+    const theirs = upstream.values[k]!;
+    if (theirs === 0) continue; // nothing to divide by (a small run's RSS noise)
+    kanal.values[`${k}VsUpstream`] = kanal.values[k]! / theirs;
+    // A ratio of figures that may be negative (RSS noise in a small run) may be negative too.
+    if (kanal.signed?.includes(k)) kanal.signed.push(`${k}VsUpstream`);
+  }
   return rows;
 }
 

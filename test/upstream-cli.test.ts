@@ -14,7 +14,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { serverFlags } from '../src/cli/server-command.js';
 import { agentFlags } from '../src/cli/agent-command.js';
-import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitStatus, type Workspace } from './helpers/kanal-processes.js';
+import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitHealthy, waitStatus, withPortRetry, type Workspace } from './helpers/kanal-processes.js';
 import { runUpstreamTestClient, upstreamBinaries, upstreamUnavailableReason } from './helpers/upstream.js';
 import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 
@@ -210,46 +210,54 @@ function sample(text: string, series: string): number | undefined {
  * (kubernetes/website content/en/examples/admin/konnectivity/), with this
  * host's paths and free ports, bind addresses kept on loopback, and client
  * certificates in place of the ServiceAccount token flags (token
- * authentication is wired by another part of #14).
+ * authentication has its own tests: kube-token-auth, kube-upstream-wire).
  */
 test('the setup-konnectivity manifests run: agent connects, admin ports serve every upstream metric name, notices once', async (t) => {
   const ws = await makeWorkspace(t);
   const { pki } = ws;
-  const [agentPort, adminPort, healthPort, agentAdmin, agentHealth] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
   const uds = path.join(ws.dir, 'konnectivity-server.socket');
-  const serverArgs = [
-    '--logtostderr=true',
-    `--uds-name=${uds}`,
-    `--cluster-cert=${pki.serverCert}`,
-    `--cluster-key=${pki.serverKey}`,
-    '--mode=grpc',
-    '--server-port=0',
-    `--agent-port=${agentPort}`,
-    `--admin-port=${adminPort}`,
-    `--health-port=${healthPort}`,
-    // In place of --agent-namespace, --agent-service-account, --kubeconfig, --authentication-audience:
-    `--cluster-ca-cert=${pki.caCert}`,
-    // This host, not a control plane node: loopback only.
-    '--agent-bind-address=127.0.0.1', '--health-bind-address=127.0.0.1',
-  ];
-  const server = spawnKanal(t, 'manifest-server', ['server', ...serverArgs], path.join(ws.dir, 'manifest-server.log'));
-  await waitStatus(`http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  // freePort() races other test files: a start that dies of EADDRINUSE is retried with fresh ports.
+  const { server, agentPort, adminPort, healthPort } = await withPortRetry(async () => {
+    const [agentPort, adminPort, healthPort] = [await freePort(), await freePort(), await freePort()];
+    const serverArgs = [
+      '--logtostderr=true',
+      `--uds-name=${uds}`,
+      `--cluster-cert=${pki.serverCert}`,
+      `--cluster-key=${pki.serverKey}`,
+      '--mode=grpc',
+      '--server-port=0',
+      `--agent-port=${agentPort}`,
+      `--admin-port=${adminPort}`,
+      `--health-port=${healthPort}`,
+      // In place of --agent-namespace, --agent-service-account, --kubeconfig, --authentication-audience:
+      `--cluster-ca-cert=${pki.caCert}`,
+      // This host, not a control plane node: loopback only.
+      '--agent-bind-address=127.0.0.1', '--health-bind-address=127.0.0.1',
+    ];
+    const server = spawnKanal(t, 'manifest-server', ['server', ...serverArgs], path.join(ws.dir, 'manifest-server.log'));
+    await waitHealthy(server, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
+    return { server, agentPort, adminPort, healthPort };
+  });
   const own = await issueAgentCertificate(pki, 'manifest-agent');
-  const agentArgs = [
-    '--logtostderr=true',
-    `--ca-cert=${pki.caCert}`,
-    '--proxy-server-host=127.0.0.1',
-    `--proxy-server-port=${agentPort}`,
-    `--admin-server-port=${agentAdmin}`,
-    `--health-server-port=${agentHealth}`,
-    // In place of --service-account-token-path:
-    `--agent-cert=${own.cert}`, `--agent-key=${own.key}`,
-    '--health-server-host=127.0.0.1',
-    // The kind example's agent flags (kubernetes-sigs/apiserver-network-proxy examples/kind/konnectivity-agent-ds.yaml).
-    '--sync-interval=5s', '--sync-interval-cap=30s', '--probe-interval=5s', '--agent-identifiers=ipv4=127.0.0.1',
-  ];
-  const agent = spawnKanal(t, 'manifest-agent', ['agent', ...agentArgs], path.join(ws.dir, 'manifest-agent.log'));
-  await waitStatus(`http://127.0.0.1:${agentHealth}/readyz`, 200, 20_000);
+  const { agent, agentAdmin } = await withPortRetry(async () => {
+    const [agentAdmin, agentHealth] = [await freePort(), await freePort()];
+    const agentArgs = [
+      '--logtostderr=true',
+      `--ca-cert=${pki.caCert}`,
+      '--proxy-server-host=127.0.0.1',
+      `--proxy-server-port=${agentPort}`,
+      `--admin-server-port=${agentAdmin}`,
+      `--health-server-port=${agentHealth}`,
+      // In place of --service-account-token-path:
+      `--agent-cert=${own.cert}`, `--agent-key=${own.key}`,
+      '--health-server-host=127.0.0.1',
+      // The kind example's agent flags (kubernetes-sigs/apiserver-network-proxy examples/kind/konnectivity-agent-ds.yaml).
+      '--sync-interval=5s', '--sync-interval-cap=30s', '--probe-interval=5s', '--agent-identifiers=ipv4=127.0.0.1',
+    ];
+    const agent = spawnKanal(t, 'manifest-agent', ['agent', ...agentArgs], path.join(ws.dir, 'manifest-agent.log'));
+    await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
+    return { agent, agentAdmin };
+  });
   await waitStatus(`http://127.0.0.1:${healthPort}/readyz`, 200, 20_000);
 
   if (unavailable) {

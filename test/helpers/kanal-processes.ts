@@ -203,7 +203,7 @@ export function spawnKanal(scope: Scope, name: string, args: string[], logFile: 
 }
 
 /** Waits for a process's health URL to answer 200, failing early if it exits. */
-async function waitHealthy(proc: KanalProcess, url: string, timeoutMs: number): Promise<void> {
+export async function waitHealthy(proc: KanalProcess, url: string, timeoutMs: number): Promise<void> {
   try {
     await waitReady(url, timeoutMs, proc.child);
   } catch (err) {
@@ -216,7 +216,7 @@ async function waitHealthy(proc: KanalProcess, url: string, timeoutMs: number): 
  * run at the same time. Retries `start` (with fresh ports) when the process
  * died of EADDRINUSE, a bounded number of times.
  */
-async function withPortRetry<T>(start: () => Promise<T>): Promise<T> {
+export async function withPortRetry<T>(start: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await start();
