@@ -114,7 +114,7 @@ test('refusals name the fix: no token, malformed, unknown, expired, revoked, wro
 });
 
 test('the API down, slow, or refusing the server (401, 403): refused as unavailable, not the agent\'s fault, with the cause; accepted once the API is back', async (t) => {
-  const s = await setup(t, { cacheTtlMs: 0 });
+  const s = await setup(t, { cacheTtlMs: 0, refusalCacheTtlMs: 0 });
   const token = s.token();
   const impatient = new TokenAuthenticator({
     api: await s.k.client({ user: SERVER_USER, auth: 'certificate' }),
@@ -225,4 +225,25 @@ test('configuration: all of --agent-namespace, --agent-service-account and --aut
   t.throws(() => new TokenAuthenticator({ ...base, audience: '' }), { message: /--authentication-audience must not be empty/ });
   t.throws(() => new TokenAuthenticator({ ...base, serviceAccount: 'a:b' }), { message: '--agent-service-account "a:b" must not contain \':\'' });
   t.is(new TokenAuthenticator(base).expectedUsername, 'system:serviceaccount:kube-system:konnectivity-agent');
+});
+
+test('one peer sending fresh tokens holds at most --maxReviewsPerPeer reviews: another peer is still reviewed; a refused token is not reviewed again within the refusal TTL', async (t) => {
+  const s = await setup(t, { reviewTimeoutMs: 3000, refusalCacheTtlMs: 400 }, { maxInFlight: 4, maxWaiting: 0 });
+  const hang = s.k.api.injectFault({ resource: 'tokenreviews' }, { hang: true }, 2);
+  const flood = [s.auth.authenticate(bearer(s.token()), '192.0.2.7'), s.auth.authenticate(bearer(s.token()), '192.0.2.7')];
+  await waitUntil(() => hang.hits === 2, 'two reviews of one peer hanging');
+  const third = refusal(t, await s.auth.authenticate(bearer(s.token()), '192.0.2.7'));
+  t.like(third, { kind: 'unavailable', agentFault: false }, 'a third review of the same peer is refused at once');
+  t.regex(third.reason, /2 token reviews from 192\.0\.2\.7 are still in flight \(the limit\)/);
+  t.true((await s.auth.authenticate(bearer(s.token()), '192.0.2.8')).ok, 'another peer is reviewed meanwhile');
+  for (const r of await Promise.all(flood)) t.like(r, { ok: false, refusal: { kind: 'unavailable' } });
+  t.true((await s.auth.authenticate(bearer(s.token()), '192.0.2.7')).ok, 'the peer is reviewed again once its reviews settled');
+
+  const junk = s.token({ audiences: ['another-audience'] });
+  const before = s.reviews();
+  for (let i = 0; i < 5; i++) t.is(refusal(t, await s.auth.authenticate(bearer(junk), '192.0.2.9')).kind, 'wrong-audience');
+  t.is(s.reviews() - before, 1, 'five refusals of one token, one review');
+  await new Promise((r) => setTimeout(r, 450));
+  t.is(refusal(t, await s.auth.authenticate(bearer(junk), '192.0.2.9')).kind, 'wrong-audience');
+  t.is(s.reviews() - before, 2, 'reviewed again after the refusal TTL');
 });

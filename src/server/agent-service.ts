@@ -20,6 +20,7 @@ import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics } from '../common/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
 import { truncateForLog } from '../common/log-safety.js';
+import { peerHost } from './refusals.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -68,7 +69,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
   const tokens = opts.tokens;
   if (!tokens) return (incoming) => serveAgentStream(incoming, incoming.context, opts);
   return (incoming) => {
-    tokens.authenticator.authenticate(incoming.metadata.get(MD_AUTHORIZATION) ?? []).then((result) => {
+    tokens.authenticator.authenticate(incoming.metadata.get(MD_AUTHORIZATION) ?? [], peerHost(incoming.peer)).then((result) => {
       if (result.ok) {
         serveAgentStream(incoming, tokenCredential(result.identity), opts);
         return;

@@ -16,8 +16,14 @@
  * kube-apiserver's own cache time for successful token authentication), never
  * past the token's expiry, keyed by the token's SHA-256: an agent reconnecting
  * to every server, or flapping, costs one review, while a revoked token stops
- * opening new streams within the TTL. Refusals are not cached. Concurrent
- * checks of one token share one review.
+ * opening new streams within the TTL. Refusals the agent's token earned
+ * (rejected, wrong audience or identity) are remembered for
+ * `refusalCacheTtlMs` (default 5 s), so a misconfigured DaemonSet that
+ * reconnects in a loop costs one review per token and interval. Concurrent
+ * checks of one token share one review, and one peer has at most
+ * `maxReviewsPerPeer` reviews of its own in flight: a peer sending fresh junk
+ * tokens cannot use up the client's review slots that other agents need (#11's
+ * principle: one peer is bounded by what it alone may take).
  */
 import { createHash } from 'node:crypto';
 import { KubeApiError, type KubeApi } from '../kube/kube-api.js';
@@ -86,6 +92,10 @@ export interface TokenAuthenticatorOptions {
   maxCacheEntries?: number;
   /** Longer tokens are refused without a review (default 16 KiB; Kubernetes tokens are ~1 KiB). */
   maxTokenBytes?: number;
+  /** How long a token's refusal is remembered (default 5 s; 0: never). Shares maxCacheEntries' bound. */
+  refusalCacheTtlMs?: number;
+  /** Reviews one peer (its address, without the port) may have in flight (default 2). */
+  maxReviewsPerPeer?: number;
   now?: () => number;
 }
 
@@ -102,6 +112,14 @@ interface CacheEntry {
   until: number;
 }
 
+interface RefusalEntry {
+  refusal: TokenRefusal;
+  until: number;
+}
+
+/** Refusals that follow from the token itself, worth remembering; the others are about the API or the request. */
+const TOKEN_REFUSALS: ReadonlySet<TokenRefusalKind> = new Set(['rejected', 'wrong-audience', 'wrong-identity']);
+
 const SCHEME = /^Bearer\s+(.*)$/i;
 
 export class TokenAuthenticator {
@@ -110,11 +128,17 @@ export class TokenAuthenticator {
   private readonly cacheTtlMs: number;
   private readonly maxCacheEntries: number;
   private readonly maxTokenBytes: number;
+  private readonly refusalCacheTtlMs: number;
+  private readonly maxReviewsPerPeer: number;
   private readonly now: () => number;
   /** Accepted tokens by SHA-256, least recently used first; never more than maxCacheEntries. */
   private readonly cache = new Map<string, CacheEntry>();
+  /** Refused tokens by SHA-256, oldest first; never more than maxCacheEntries. */
+  private readonly refused = new Map<string, RefusalEntry>();
   /** Reviews in flight by SHA-256; removed when they settle. */
   private readonly inFlight = new Map<string, Promise<TokenAuthentication>>();
+  /** Reviews each peer started and that have not settled; no zero entries. */
+  private readonly reviewsByPeer = new Map<string, number>();
   private readonly counts: TokenAuthenticatorStats = {
     reviews: 0,
     cacheHits: 0,
@@ -137,6 +161,8 @@ export class TokenAuthenticator {
     this.cacheTtlMs = options.cacheTtlMs ?? 10_000;
     this.maxCacheEntries = options.maxCacheEntries ?? 10_000;
     this.maxTokenBytes = options.maxTokenBytes ?? 16 * 1024;
+    this.refusalCacheTtlMs = options.refusalCacheTtlMs ?? 5000;
+    this.maxReviewsPerPeer = options.maxReviewsPerPeer ?? 2;
     this.now = options.now ?? Date.now;
   }
 
@@ -149,8 +175,11 @@ export class TokenAuthenticator {
     return { ...this.counts, cached: this.cache.size, inFlight: this.inFlight.size, refusals: { ...this.counts.refusals } };
   }
 
-  /** Checks the values of an agent stream's `authorization` metadata. */
-  async authenticate(authorization: readonly string[]): Promise<TokenAuthentication> {
+  /**
+   * Checks the values of an agent stream's `authorization` metadata; `peer`
+   * (the agent's address without its port; '' for none) bounds its reviews in flight.
+   */
+  async authenticate(authorization: readonly string[], peer = ''): Promise<TokenAuthentication> {
     if (authorization.length === 0) {
       return this.refuse('no-token', 'no service account token: the agent sent no authorization metadata (set --service-account-token-path on the agent)');
     }
@@ -159,10 +188,10 @@ export class TokenAuthenticator {
     if (token === undefined) return this.refuse('malformed', 'authorization metadata is not "Bearer <token>"');
     if (token === '') return this.refuse('malformed', 'empty bearer token');
     if (Buffer.byteLength(token) > this.maxTokenBytes) return this.refuse('malformed', `bearer token longer than ${this.maxTokenBytes} bytes`);
-    return this.authenticateToken(token);
+    return this.authenticateToken(token, peer);
   }
 
-  private async authenticateToken(token: string): Promise<TokenAuthentication> {
+  private async authenticateToken(token: string, peer: string): Promise<TokenAuthentication> {
     const key = createHash('sha256').update(token).digest('hex');
     const hit = this.cache.get(key);
     if (hit) {
@@ -173,12 +202,29 @@ export class TokenAuthenticator {
         return { ok: true, identity: hit.identity, cached: true };
       }
     }
-    let pending = this.inFlight.get(key);
-    if (!pending) {
-      pending = this.review(token, key).finally(() => this.inFlight.delete(key));
-      this.inFlight.set(key, pending);
+    const refused = this.refused.get(key);
+    if (refused) {
+      if (refused.until > this.now()) return this.refuse(refused.refusal.kind, refused.refusal.reason);
+      this.refused.delete(key);
     }
-    return pending;
+    const joined = this.inFlight.get(key);
+    if (joined) return joined;
+    const started = this.reviewsByPeer.get(peer) ?? 0;
+    if (peer && started >= this.maxReviewsPerPeer) {
+      return this.refuse('unavailable', `${started} token reviews from ${peer} are still in flight (the limit); retry`, false);
+    }
+    if (peer) this.reviewsByPeer.set(peer, started + 1);
+    const pending = this.review(token, key).finally(() => {
+      this.inFlight.delete(key);
+      if (!peer) return;
+      const left = (this.reviewsByPeer.get(peer) ?? 1) - 1;
+      if (left > 0) this.reviewsByPeer.set(peer, left);
+      else this.reviewsByPeer.delete(peer);
+    });
+    this.inFlight.set(key, pending);
+    const result = await pending;
+    if (!result.ok && TOKEN_REFUSALS.has(result.refusal.kind)) this.rememberRefusal(key, result.refusal);
+    return result;
   }
 
   private async review(token: string, key: string): Promise<TokenAuthentication> {
@@ -249,6 +295,12 @@ export class TokenAuthenticator {
     if (until <= this.now()) return;
     this.cache.set(key, { identity, until });
     while (this.cache.size > this.maxCacheEntries) this.cache.delete(this.cache.keys().next().value!);
+  }
+
+  private rememberRefusal(key: string, refusal: TokenRefusal): void {
+    if (this.refusalCacheTtlMs <= 0) return;
+    this.refused.set(key, { refusal, until: this.now() + this.refusalCacheTtlMs });
+    while (this.refused.size > this.maxCacheEntries) this.refused.delete(this.refused.keys().next().value!);
   }
 
   private refuse(kind: TokenRefusalKind, reason: string, agentFault = true): TokenAuthentication {
