@@ -8,7 +8,7 @@ import test from 'ava';
 import { execFile } from 'node:child_process';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { GC_PACE_BYTES, HEAP_GROWING_PERCENT, noteBytesMoved } from '../src/tunnel/gc-pacer.js';
+import { enableGcPacing, GC_PACE_BYTES, HEAP_GROWING_PERCENT, noteBytesMoved } from '../src/tunnel/gc-pacer.js';
 
 const PACER_URL = new URL('../src/tunnel/gc-pacer.js', import.meta.url).href;
 
@@ -17,9 +17,10 @@ const PACER_URL = new URL('../src/tunnel/gc-pacer.js', import.meta.url).href;
  * a mark-compact, and returns the growing factor V8's own trace reports for
  * the old-generation limit it computed last.
  */
-function factorAfterMovingData(env: NodeJS.ProcessEnv): Promise<string> {
+function factorAfterMovingData(env: NodeJS.ProcessEnv, enable = true): Promise<string> {
   const script = [
-    `import { GC_PACE_BYTES, noteBytesMoved } from ${JSON.stringify(PACER_URL)};`,
+    `import { enableGcPacing, GC_PACE_BYTES, noteBytesMoved } from ${JSON.stringify(PACER_URL)};`,
+    enable ? 'enableGcPacing();' : '',
     'noteBytesMoved(GC_PACE_BYTES);',
     'const garbage = []; for (let i = 0; i < 100000; i++) garbage.push({ i });',
     'globalThis.gc();',
@@ -45,6 +46,7 @@ test('a minor GC follows every GC_PACE_BYTES moved, without exposing gc globally
   });
   obs.observe({ entryTypes: ['gc'] });
   try {
+    enableGcPacing();
     for (let round = 0; round < 3; round++) {
       for (let moved = 0; moved < GC_PACE_BYTES; moved += 64 * 1024) noteBytesMoved(64 * 1024);
       await nextTurn();
@@ -59,9 +61,11 @@ test('a minor GC follows every GC_PACE_BYTES moved, without exposing gc globally
   }
 });
 
-test('once data moves, the old generation grows by the pinned factor, not the one V8 picks (KANAL_GC_PACING=0 keeps V8\'s)', async (t) => {
+test('once data moves in a process that enabled pacing, the old generation grows by the pinned factor, not the one V8 picks (KANAL_GC_PACING=0, or never enabling it, keeps V8\'s)', async (t) => {
   const pinned = (1 + HEAP_GROWING_PERCENT / 100).toFixed(1);
   t.is(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '' }), pinned);
   // A fresh V8 with no GC history picks its maximum (4.0, or at most 2.0 on small machines).
   t.not(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '0' }), pinned);
+  // A process that never enables pacing (a library user) keeps V8's own factor.
+  t.not(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '' }, false), pinned);
 });

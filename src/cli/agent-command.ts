@@ -11,6 +11,7 @@ import { NodeListeners } from '../agent/node-listeners.js';
 import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
+import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import type { ClientTlsOptions } from '../transport/transport.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -284,6 +285,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };
     counter.start();
   }
+  enableGcPacing();
   const agent = new KanalAgent(options);
   let admin: HttpListener | undefined;
   let hostInterface: HostInterfaceManager | undefined;

@@ -16,6 +16,7 @@ import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
+import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
@@ -371,6 +372,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   for (const notice of config.notices) options.log.warn(notice);
   if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   const apiClients = await useKubernetesApi(config, options);
+  enableGcPacing();
   const server = new KanalServer(options);
   let admin: HttpListener | undefined;
   try {

@@ -21,7 +21,9 @@
  * V8 only exposes `gc` with --expose-gc; the flag is turned on just long
  * enough to fetch the function from a fresh context, so the process's own
  * global stays untouched. Without it (an embedder that forbids the flag)
- * pacing is off and V8 behaves as before. KANAL_GC_PACING=0 turns both off.
+ * pacing is off and V8 behaves as before. Pacing is off until a command turns
+ * it on (enableGcPacing; `kanal server` and `kanal agent` do), so a process
+ * that embeds the tunnel keeps V8's settings; KANAL_GC_PACING=0 keeps it off.
  */
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -46,9 +48,17 @@ function fetchGc(): GcFunction | null {
   }
 }
 
+/** Set once by enableGcPacing; until then noteBytesMoved does nothing. */
+let enabled = false;
+/** undefined: not fetched yet (no GC_PACE_BYTES moved since enabling); null: unavailable. */
 let gc: GcFunction | null | undefined;
 let moved = 0;
 let scheduled = false;
+
+/** Turns pacing on for this process: from the first GC_PACE_BYTES moved on, V8's flags change process-wide. */
+export function enableGcPacing(): void {
+  enabled = true;
+}
 
 function collect(): void {
   scheduled = false;
@@ -58,6 +68,7 @@ function collect(): void {
 
 /** Counts `bytes` received into fresh buffers; schedules a minor GC every GC_PACE_BYTES. */
 export function noteBytesMoved(bytes: number): void {
+  if (!enabled) return;
   moved += bytes;
   if (moved < GC_PACE_BYTES || scheduled) return;
   if (gc === undefined) {
