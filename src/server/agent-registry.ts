@@ -16,7 +16,6 @@
  * Which agent a dial goes to is routing/router.ts's choice among one tunnel
  * per agent.
  */
-import { EventEmitter } from 'node:events';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import type { Liveness } from '../transport/liveness.js';
 import type { AgentIdentifiers } from '../wire/agent-identifiers.js';
@@ -57,13 +56,9 @@ export type Admission =
 /** What the registry decided for one candidate at one moment. */
 type Decision = { ok: true; replace: AgentBackend[] } | { ok: false; reason: RefusalReason; probe: AgentBackend[]; message: string };
 
-export interface AgentRegistryEvents {
-  change: [];
-}
-
 const DEFAULT_ROUTE: Route = { strategies: DEFAULT_PROXY_STRATEGIES };
 
-export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
+export class AgentRegistry {
   /**
    * credential key -> agentID -> its tunnels, oldest first. Invariant: no
    * empty inner map or array; exactly the backends of `all`.
@@ -76,9 +71,7 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
   /** Tunnels under suspicion, with the probe that settles it; dials to them wait for it. */
   private readonly verifying = new Map<AgentBackend, Promise<boolean>>();
 
-  constructor(readonly maxAgentsPerCredential = 1) {
-    super();
-  }
+  constructor(readonly maxAgentsPerCredential = 1) {}
 
   /**
    * Admits a tunnel of `credential` announcing `agentID`, replacing stale
@@ -161,7 +154,6 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
     if (tunnels) tunnels.push(backend);
     else agents.set(backend.agentID, [backend]);
     this.all.add(backend);
-    this.emit('change');
   }
 
   /**
@@ -187,7 +179,6 @@ export class AgentRegistry extends EventEmitter<AgentRegistryEvents> {
       if (tunnels.length === 0) agents.delete(backend.agentID);
       if (agents.size === 0) this.agents.delete(backend.credential.key);
     }
-    this.emit('change');
   }
 
   /** Registered tunnels. */
