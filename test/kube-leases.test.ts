@@ -10,7 +10,7 @@
  * can tell the agent there are three.
  */
 import test from 'ava';
-import { makeWorkspace, runCli, startAgent, startServer, waitMetrics, type KanalServerProcess } from './helpers/kanal-processes.js';
+import { makeWorkspace, runCli, scrapeMetrics, startAgent, startServer, waitMetrics, type KanalServerProcess } from './helpers/kanal-processes.js';
 import { roundRobin } from './helpers/round-robin.js';
 import { startKonnectivityKubeApi, waitUntil } from './helpers/kube-stand-in/fixture.js';
 import { LabelSelector } from '../src/kube/labels.js';
@@ -33,6 +33,10 @@ test('three servers with leases: the agent converges to three tunnels, drops to 
   const servers: KanalServerProcess[] = [];
   for (const name of ['server-a', 'server-b', 'server-c']) servers.push(await startServer(t, ws, { name, extraArgs: serverArgs }));
   await waitUntil(() => leaseHolders().join() === 'server-a,server-b,server-c', 'three leases, the stale one collected', 30_000);
+  // Upstream's garbage-collection metrics: one server culled it; each listed the leases.
+  const gc = await Promise.all(servers.map((s) => scrapeMetrics(s.healthPort)));
+  t.is(gc.reduce((n, m) => n + (m.get('konnectivity_network_proxy_server_culled_leases_count') ?? 0), 0), 1, 'culled once');
+  for (const m of gc) t.true((m.get('konnectivity_network_proxy_server_lease_list_total{http_status_code="200",reason=""}') ?? 0) >= 1, 'lease lists counted');
 
   const live = (): number[] => servers.filter((s) => s.running()).map((s) => s.agentPort);
   const lbPort = await roundRobin(t, live);

@@ -98,7 +98,7 @@ export function registerUpstreamServerMetrics(registry: Registry, r: UpstreamSer
   ]);
   liveGauge(registry, `${SERVER}http_connections`, 'Number of current HTTP CONNECT connections', [], () => [[{}, r.httpConnectConnections()]]);
   liveGauge(registry, `${SERVER}ready_backend_connections`, 'Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends', [], () => [[{}, r.readyAgents()]]);
-  // Kanal picks agents by one strategy, upstream's "default" (random among the ready ones).
+  // Reported under "default": the agents ready for any of the configured strategies (docs/metrics.md).
   liveGauge(registry, `${SERVER}ready_backends`, 'Number of konnectivity agent connected to the proxy server', ['proxy_strategy'], () => [[{ proxy_strategy: 'default' }, r.readyAgents()]]);
   liveGauge(registry, `${SERVER}pending_backend_dials`, 'Current number of pending backend dial requests', [], () => [[{}, r.pendingDials()]]);
   liveGauge(registry, `${SERVER}established_connections`, 'Current number of established end-to-end connections (after dial success)', [], () => [[{}, r.establishedConnections()]]);

@@ -59,6 +59,8 @@ export interface ServerLeaseControllerEvents {
   collected: [name: string];
   /** Listing expired leases, or deleting one, failed. */
   'gc-failed': [err: KubeApiError];
+  /** A call of the garbage collection ended: HTTP status (0: no answer) and the API's reason ('' on success). */
+  'gc-call': [op: 'list' | 'delete', status: number, reason: string, seconds: number];
 }
 
 export interface ServerLeaseControllerStats {
@@ -243,8 +245,10 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
   /** Deletes the expired leases carrying our labels (any server's, as upstream's GC does). */
   private async collect(): Promise<void> {
     try {
-      const list = await this.api(`list leases in ${this.namespace} (${this.selector})`, (o) =>
-        this.options.api.coordination.listNamespacedLease({ namespace: this.namespace, labelSelector: this.selector }, o),
+      const list = await this.gcCall('list', () =>
+        this.api(`list leases in ${this.namespace} (${this.selector})`, (o) =>
+          this.options.api.coordination.listNamespacedLease({ namespace: this.namespace, labelSelector: this.selector }, o),
+        ),
       );
       const now = Date.now();
       for (const lease of list.items) {
@@ -262,8 +266,10 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     const name = lease.metadata?.name ?? '';
     const rv = lease.metadata?.resourceVersion;
     try {
-      await this.api(`delete expired lease ${this.namespace}/${name}`, (o) =>
-        this.options.api.coordination.deleteNamespacedLease({ name, namespace: this.namespace, body: rv ? { preconditions: { resourceVersion: rv } } : {} }, o),
+      await this.gcCall('delete', () =>
+        this.api(`delete expired lease ${this.namespace}/${name}`, (o) =>
+          this.options.api.coordination.deleteNamespacedLease({ name, namespace: this.namespace, body: rv ? { preconditions: { resourceVersion: rv } } : {} }, o),
+        ),
       );
     } catch (err) {
       // Gone already, or renewed since we listed it: either way nothing to collect.
@@ -281,6 +287,21 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     this.counts.gcFailures++;
     this.options.log.warn({ namespace: this.namespace, err: e.message }, 'cannot collect expired server leases');
     this.emit('gc-failed', e);
+  }
+
+  /** Runs one call of the garbage collection and reports how it ended ('gc-call', upstream's lease_list/lease_delete metrics). */
+  private async gcCall<T>(op: 'list' | 'delete', call: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    const ended = (status: number, reason: string): boolean => this.emit('gc-call', op, status, reason, (performance.now() - started) / 1000);
+    try {
+      const result = await call();
+      ended(200, '');
+      return result;
+    } catch (err) {
+      if (err instanceof KubeApiError) ended(err.status ?? 0, err.reason ?? err.kind);
+      else ended(0, 'client');
+      throw err;
+    }
   }
 
   private api<T>(operation: string, fn: (options: ConfigurationOptions) => Promise<T>): Promise<T> {

@@ -163,7 +163,21 @@ export class KanalServer {
     const { serverID, serverCount, agent, leases } = this.opts;
     const keepalive = agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
     const tokens = agent.tokens && { user: agent.tokens.expectedUsername, audience: agent.tokens.audience, clientCertificate: agent.tls.ca ? 'required' : 'not asked for' };
-    leases?.start();
+    if (leases) {
+      const m = this.upstreamLeaseMetrics;
+      leases.on('collected', () => m.culled.inc());
+      leases.on('gc-call', (op, status, reason, seconds) => {
+        const code = String(status);
+        if (op === 'list') {
+          m.lists.inc({ http_status_code: code, reason });
+          m.listSeconds.observe({ http_status_code: code }, seconds);
+        } else {
+          m.deletes.inc({ http_status_code: code, reason });
+          m.deleteSeconds.observe({ http_status_code: code }, seconds);
+        }
+      });
+      leases.start();
+    }
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
     const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
     this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease }, 'kanal server started');
