@@ -45,6 +45,8 @@ export interface ServerLeaseCounterEvents {
   synced: [leases: number];
   /** A list or watch failed: counts are the last in-sync count until the next list. */
   'sync-lost': [err: KubeApiError];
+  /** A list, or a watch, ended: HTTP status (0: no answer) and the API's reason ('' on success); upstream's lease metrics. */
+  'api-call': [op: 'list' | 'watch', status: number, reason: string, seconds: number];
 }
 
 export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
@@ -132,11 +134,19 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
 
   private async list(): Promise<void> {
     const { api } = this.options;
-    const list = await api.call(
-      `list leases in ${this.namespace} (${this.selector.text})`,
-      (o) => api.coordination.listNamespacedLease({ namespace: this.namespace, labelSelector: this.selector.text }, o),
-      { timeoutMs: this.listTimeoutMs },
-    );
+    const started = performance.now();
+    let list;
+    try {
+      list = await api.call(
+        `list leases in ${this.namespace} (${this.selector.text})`,
+        (o) => api.coordination.listNamespacedLease({ namespace: this.namespace, labelSelector: this.selector.text }, o),
+        { timeoutMs: this.listTimeoutMs },
+      );
+    } catch (err) {
+      this.callEnded('list', started, err);
+      throw err;
+    }
+    this.callEnded('list', started);
     this.leases.clear();
     for (const lease of list.items) this.put(lease);
     this.resourceVersion = list.metadata?.resourceVersion ?? '';
@@ -153,7 +163,12 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
     if (!this.running) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       let idle: NodeJS.Timeout | undefined;
+      const started = performance.now();
+      let reported = false;
       const settle = (err?: KubeApiError): void => {
+        // The idle timeout settles, then stopping the handle ends it again: one report per watch.
+        if (!reported) this.callEnded('watch', started, err);
+        reported = true;
         clearTimeout(idle);
         this.watch = undefined;
         this.wake = undefined;
@@ -186,6 +201,13 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
       this.wake = () => handle.stop();
       armIdle();
     });
+  }
+
+  private callEnded(op: 'list' | 'watch', started: number, err?: unknown): void {
+    const seconds = (performance.now() - started) / 1000;
+    if (err === undefined) this.emit('api-call', op, 200, '', seconds);
+    else if (err instanceof KubeApiError) this.emit('api-call', op, err.status ?? 0, err.reason ?? err.kind, seconds);
+    else this.emit('api-call', op, 0, 'client', seconds);
   }
 
   private apply(type: string, lease: V1Lease): void {
