@@ -5,9 +5,9 @@ import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
-import { KanalAgent, type AgentOptions } from '../agent/agent.js';
-import { parseTarget, type Target } from '../agent/target.js';
-import { NodeListeners } from '../agent/node-listeners.js';
+import type { AgentOptions } from '../agent/agent.js';
+import { AssembledAgent, type NodeSideOptions } from '../agent/assembled-agent.js';
+import { parseTarget } from '../agent/target.js';
 import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
@@ -16,18 +16,15 @@ import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
-import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
+import { INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
-import { startAdminPort } from '../common/admin-server.js';
-import type { HttpListener } from '../common/http-listener.js';
 import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
-import type { ServerLeaseCounter } from '../agent/server-lease-counter.js';
-import type { KubeApi } from '../kube/kube-api.js';
 import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
-import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag } from './kube-flags.js';
+import type { KubeClientConfig } from '../kube/kube-clients.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -90,7 +87,7 @@ export interface AgentConfig {
   shutdownGraceMs: number;
   health?: { host: string; port: number };
   admin?: { host: string; port: number; profiling: boolean };
-  node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
+  node?: NodeSideOptions;
   maxConnectionWindowBytes: number;
   peerReadTimeoutMs: number;
   transport: string;
@@ -273,51 +270,9 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
   if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
-  let leaseCounter: ServerLeaseCounter | undefined;
-  let kubeApi: KubeApi | undefined;
-  if (config.leases) {
-    const { kube, namespace, selector } = config.leases;
-    kubeApi = (await kubeClients(kube, log))();
-    const { ServerLeaseCounter } = await import('../agent/server-lease-counter.js');
-    leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
-    const counter = leaseCounter;
-    options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };
-    counter.start();
-  }
-  const agent = new KanalAgent(options);
-  let admin: HttpListener | undefined;
-  let hostInterface: HostInterfaceManager | undefined;
-  let nodeListeners: NodeListeners | undefined;
-  const release = async (): Promise<void> => {
-    await admin?.close();
-    nodeListeners?.close();
-    await leaseCounter?.stop();
-    kubeApi?.close();
-    await hostInterface?.tearDown();
-  };
-  try {
-    if (config.node) {
-      const node = config.node;
-      const managed = new HostInterfaceManager({ name: node.interfaceName, type: node.interfaceType, address: node.bindAddress, agentID: config.agentID, log, metrics: agent.metrics });
-      hostInterface = managed;
-      await managed.setUp();
-      agent.addReadinessCondition(() => managed.readiness());
-      nodeListeners = new NodeListeners({
-        bindAddress: node.bindAddress,
-        targets: node.targets,
-        tunnelWaitMs: node.tunnelWaitMs,
-        dialTimeoutMs: config.dialTimeoutMs,
-        agent,
-        log: log.child({ part: 'node-listeners' }),
-      });
-      await nodeListeners.start();
-    }
-    await agent.start();
-    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: agent.metrics.registry, log }, '--admin-bind-address, --admin-server-port');
-  } catch (err) {
-    await release();
-    throw err;
-  }
+  const assembled = new AssembledAgent({ agent: options, leases: config.leases, node: config.node, admin: config.admin });
+  const agent = assembled.agent;
+  await assembled.start();
   // systemd (Type=notify): READY=1 once the listeners are bound and the first
   // tunnel is up, or after --connect-timeout at the latest so an unreachable
   // control plane never blocks the kubelet (ordered after us) for good.
@@ -327,9 +282,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
   runUntilSignalled(log, async () => {
     notifier.stopping('draining');
-    nodeListeners?.stopAccepting();
-    await agent.stop(config.shutdownGraceMs);
-    await release();
+    await assembled.stop(config.shutdownGraceMs);
     // Last line: everything the agent created is gone (#12 finding 6).
     log.info('kanal agent stopped');
   });
