@@ -7,7 +7,8 @@
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
 import net from 'node:net';
-import { AssembledAgent, type NodeSideOptions } from '../src/agent/assembled-agent.js';
+import { AssembledAgent } from '../src/agent/assembled-agent.js';
+import type { NodeSideOptions } from '../src/agent/node-side-config.js';
 import { h2Transport } from '../src/transport/h2/index.js';
 import { freePort } from '../kit/demo/processes.js';
 import { captureLogger, echoRoundTrip, makeEnv, startAgent, startEchoServer, startServer, waitFor, type TestEnv } from './helpers/in-process.js';

@@ -6,24 +6,14 @@
  */
 import type { Logger } from 'pino';
 import { KanalAgent, type AgentOptions } from './agent.js';
-import { HostInterfaceManager, type InterfaceType } from './host-interface-manager.js';
+import { HostInterfaceManager } from './host-interface-manager.js';
 import { NodeListeners } from './node-listeners.js';
-import type { Target } from './target.js';
+import type { NodeSideOptions } from './node-side-config.js';
 import type { ServerLeaseCounter } from './server-lease-counter.js';
 import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
-
-/** Node -> control plane: serve `targets` on `bindAddress`, carried by a host-scoped interface. */
-export interface NodeSideOptions {
-  bindAddress: string;
-  targets: Target[];
-  interfaceName: string;
-  interfaceType: InterfaceType;
-  /** How long a node connection waits for a tunnel before it is closed. */
-  tunnelWaitMs: number;
-}
 
 export interface AssembledAgentOptions {
   /** The tunnels; with `leases`, their server count comes from the lease counter made here. */

@@ -1,13 +1,12 @@
 /** `kanal agent`: flags (upstream names where the meaning matches), validation, start. */
 import os from 'node:os';
-import { isIP } from 'node:net';
 import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentOptions } from '../agent/agent.js';
-import { AssembledAgent, type NodeSideOptions } from '../agent/assembled-agent.js';
-import { parseTarget } from '../agent/target.js';
+import { AssembledAgent } from '../agent/assembled-agent.js';
+import { nodeSideFromFlags, type NodeSideOptions } from '../agent/node-side-config.js';
 import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
@@ -16,7 +15,7 @@ import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
-import { INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
+import { INTERFACE_TYPES } from '../agent/host-interface-manager.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
@@ -113,34 +112,13 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
   }
   const agentID = a['agent-id'] ?? (process.env.PROXY_AGENT_ID || defaultAgentID());
   if (!agentID || /\s/.test(agentID)) throw new UsageError(`--agent-id must be non-empty without spaces, got ${JSON.stringify(agentID)}`);
-  let node: AgentConfig['node'];
-  const targets = a.target.map((t) => {
-    try {
-      return parseTarget(t);
-    } catch (err) {
-      throw new UsageError(`--target: ${(err as Error).message}`);
-    }
-  });
-  if (targets.length > 0 || a['bind-address']) {
-    const bind = a['bind-address'];
-    if (!bind) throw new UsageError('--target needs --bind-address (the kube-apiserver advertise address)');
-    if (isIP(bind) === 0) throw new UsageError(`--bind-address ${JSON.stringify(bind)} is not an IP address`);
-    if (targets.length === 0) throw new UsageError('--bind-address needs at least one --target local_port:dst_host:dst_port');
-    const ports = new Set<number>();
-    for (const t of targets) {
-      if (ports.has(t.localPort)) throw new UsageError(`--target: local port ${t.localPort} is used twice`);
-      ports.add(t.localPort);
-    }
-    const name = a['bind-interface'];
-    if (!/^[A-Za-z0-9_.-]{1,15}$/.test(name)) throw new UsageError(`--bind-interface ${JSON.stringify(name)}: 1-15 letters, digits, '.', '_' or '-'`);
-    node = {
-      bindAddress: bind,
-      targets,
-      interfaceName: name,
-      interfaceType: a['bind-interface-type'] as InterfaceType,
-      tunnelWaitMs: duration('tunnel-wait-timeout', a['tunnel-wait-timeout']),
-    };
+  let nodeSide: ReturnType<typeof nodeSideFromFlags>;
+  try {
+    nodeSide = nodeSideFromFlags({ bindAddress: a['bind-address'], targets: a.target, interfaceName: a['bind-interface'], interfaceType: a['bind-interface-type'] });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
   }
+  const node = nodeSide && { ...nodeSide, tunnelWaitMs: duration('tunnel-wait-timeout', a['tunnel-wait-timeout']) };
   const healthPort = port('health-server-port', a['health-server-port'], true);
   const adminPort = port('admin-server-port', a['admin-server-port'], true);
   // Upstream's --health-server-host: empty means every address.
