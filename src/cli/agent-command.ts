@@ -5,7 +5,7 @@ import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentOptions } from '../agent/agent.js';
-import { AssembledAgent } from '../agent/assembled-agent.js';
+import { AssembledAgent, type AssembledAgentOptions } from '../agent/assembled-agent.js';
 import { nodeSideFromFlags, type NodeSideOptions } from '../agent/node-side-config.js';
 import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { CredentialCheck } from '../common/credential-files.js';
@@ -23,7 +23,6 @@ import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
 import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
 import { kubeApiContentTypeOption, kubeClientConfig, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag } from './kube-flags.js';
-import type { KubeClientConfig } from '../kube/kube-clients.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -77,7 +76,7 @@ export interface AgentConfig {
   server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
   tokenFile?: string;
   /** `--count-server-leases`: the API client and the leases counted. */
-  leases?: { kube: KubeClientConfig; namespace: string; selector: string };
+  leases?: AssembledAgentOptions['leases'];
   serverCountSource: ServerCountSource;
   syncForever: boolean;
   dialTimeoutMs: number;
@@ -85,7 +84,7 @@ export interface AgentConfig {
   reconnect: { initialMs: number; maxMs: number };
   shutdownGraceMs: number;
   health?: { host: string; port: number };
-  admin?: { host: string; port: number; profiling: boolean };
+  admin?: AssembledAgentOptions['admin'];
   node?: NodeSideOptions;
   maxConnectionWindowBytes: number;
   peerReadTimeoutMs: number;
