@@ -48,6 +48,7 @@ test('three servers with leases: the agent converges to three tunnels, drops to 
   await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 3, kanal_agent_expected_servers: 3 }, 60_000);
   t.log(`three tunnels ${Date.now() - since} ms after the agent started`);
   await agent.waitForLog((l) => l.msg === 'server count changed' && l.serverCount === 3 && l.from === 'KNP lease count', 5000, 'the count from leases');
+  t.true(((await scrapeMetrics(agent.healthPort)).get('konnectivity_network_proxy_agent_lease_lists_total{http_response_code="200",reason=""}') ?? 0) >= 1, 'upstream\'s agent lease list metric counts the list');
 
   // A clean stop deletes the server's lease: agents stop counting it at once.
   since = Date.now();

@@ -1,13 +1,12 @@
 /** `kanal agent`: flags (upstream names where the meaning matches), validation, start. */
 import os from 'node:os';
-import { isIP } from 'node:net';
 import type { Argv, InferredOptionTypes } from 'yargs';
 import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
-import { KanalAgent, type AgentOptions } from '../agent/agent.js';
-import { parseTarget, type Target } from '../agent/target.js';
-import { NodeListeners } from '../agent/node-listeners.js';
+import type { AgentOptions } from '../agent/agent.js';
+import { AssembledAgent, type AssembledAgentOptions } from '../agent/assembled-agent.js';
+import { nodeSideFromFlags, type NodeSideOptions } from '../agent/node-side-config.js';
 import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
@@ -17,18 +16,14 @@ import { UsageError } from './usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
-import { HostInterfaceManager, INTERFACE_TYPES, type InterfaceType } from '../agent/host-interface-manager.js';
+import { INTERFACE_TYPES } from '../agent/host-interface-manager.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
-import { startAdminPort } from '../common/admin-server.js';
-import type { HttpListener } from '../common/http-listener.js';
 import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
-import type { ServerLeaseCounter } from '../agent/server-lease-counter.js';
-import type { KubeApi } from '../kube/kube-api.js';
 import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
-import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag, type KubeClientConfig } from './kube-flags.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag } from './kube-flags.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -82,7 +77,7 @@ export interface AgentConfig {
   server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
   tokenFile?: string;
   /** `--count-server-leases`: the API client and the leases counted. */
-  leases?: { kube: KubeClientConfig; namespace: string; selector: string };
+  leases?: AssembledAgentOptions['leases'];
   serverCountSource: ServerCountSource;
   syncForever: boolean;
   dialTimeoutMs: number;
@@ -90,8 +85,8 @@ export interface AgentConfig {
   reconnect: { initialMs: number; maxMs: number };
   shutdownGraceMs: number;
   health?: { host: string; port: number };
-  admin?: { host: string; port: number; profiling: boolean };
-  node?: { bindAddress: string; targets: Target[]; interfaceName: string; interfaceType: InterfaceType; tunnelWaitMs: number };
+  admin?: AssembledAgentOptions['admin'];
+  node?: NodeSideOptions;
   maxConnectionWindowBytes: number;
   peerReadTimeoutMs: number;
   transport: string;
@@ -117,34 +112,13 @@ export function validateAgentArgs(a: AgentArgs): AgentConfig {
   }
   const agentID = a['agent-id'] ?? (process.env.PROXY_AGENT_ID || defaultAgentID());
   if (!agentID || /\s/.test(agentID)) throw new UsageError(`--agent-id must be non-empty without spaces, got ${JSON.stringify(agentID)}`);
-  let node: AgentConfig['node'];
-  const targets = a.target.map((t) => {
-    try {
-      return parseTarget(t);
-    } catch (err) {
-      throw new UsageError(`--target: ${(err as Error).message}`);
-    }
-  });
-  if (targets.length > 0 || a['bind-address']) {
-    const bind = a['bind-address'];
-    if (!bind) throw new UsageError('--target needs --bind-address (the kube-apiserver advertise address)');
-    if (isIP(bind) === 0) throw new UsageError(`--bind-address ${JSON.stringify(bind)} is not an IP address`);
-    if (targets.length === 0) throw new UsageError('--bind-address needs at least one --target local_port:dst_host:dst_port');
-    const ports = new Set<number>();
-    for (const t of targets) {
-      if (ports.has(t.localPort)) throw new UsageError(`--target: local port ${t.localPort} is used twice`);
-      ports.add(t.localPort);
-    }
-    const name = a['bind-interface'];
-    if (!/^[A-Za-z0-9_.-]{1,15}$/.test(name)) throw new UsageError(`--bind-interface ${JSON.stringify(name)}: 1-15 letters, digits, '.', '_' or '-'`);
-    node = {
-      bindAddress: bind,
-      targets,
-      interfaceName: name,
-      interfaceType: a['bind-interface-type'] as InterfaceType,
-      tunnelWaitMs: duration('tunnel-wait-timeout', a['tunnel-wait-timeout']),
-    };
+  let nodeSide: ReturnType<typeof nodeSideFromFlags>;
+  try {
+    nodeSide = nodeSideFromFlags({ bindAddress: a['bind-address'], targets: a.target, interfaceName: a['bind-interface'], interfaceType: a['bind-interface-type'] });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
   }
+  const node = nodeSide && { ...nodeSide, tunnelWaitMs: duration('tunnel-wait-timeout', a['tunnel-wait-timeout']) };
   const healthPort = port('health-server-port', a['health-server-port'], true);
   const adminPort = port('admin-server-port', a['admin-server-port'], true);
   // Upstream's --health-server-host: empty means every address.
@@ -274,52 +248,10 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
   if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
-  let leaseCounter: ServerLeaseCounter | undefined;
-  let kubeApi: KubeApi | undefined;
-  if (config.leases) {
-    const { kube, namespace, selector } = config.leases;
-    kubeApi = (await kubeClients(kube, log))();
-    const { ServerLeaseCounter } = await import('../agent/server-lease-counter.js');
-    leaseCounter = new ServerLeaseCounter({ api: kubeApi, namespace, selector, log: log.child({ part: 'lease' }) });
-    const counter = leaseCounter;
-    options.serverCount = { leases: () => counter.count(), source: config.serverCountSource };
-    counter.start();
-  }
   enableGcPacing();
-  const agent = new KanalAgent(options);
-  let admin: HttpListener | undefined;
-  let hostInterface: HostInterfaceManager | undefined;
-  let nodeListeners: NodeListeners | undefined;
-  const release = async (): Promise<void> => {
-    await admin?.close();
-    nodeListeners?.close();
-    await leaseCounter?.stop();
-    kubeApi?.close();
-    await hostInterface?.tearDown();
-  };
-  try {
-    if (config.node) {
-      const node = config.node;
-      const managed = new HostInterfaceManager({ name: node.interfaceName, type: node.interfaceType, address: node.bindAddress, agentID: config.agentID, log, metrics: agent.metrics });
-      hostInterface = managed;
-      await managed.setUp();
-      agent.addReadinessCondition(() => managed.readiness());
-      nodeListeners = new NodeListeners({
-        bindAddress: node.bindAddress,
-        targets: node.targets,
-        tunnelWaitMs: node.tunnelWaitMs,
-        dialTimeoutMs: config.dialTimeoutMs,
-        agent,
-        log: log.child({ part: 'node-listeners' }),
-      });
-      await nodeListeners.start();
-    }
-    await agent.start();
-    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: agent.metrics.registry, log }, '--admin-bind-address, --admin-server-port');
-  } catch (err) {
-    await release();
-    throw err;
-  }
+  const assembled = new AssembledAgent({ agent: options, leases: config.leases, node: config.node, admin: config.admin });
+  const agent = assembled.agent;
+  await assembled.start();
   // systemd (Type=notify): READY=1 once the listeners are bound and the first
   // tunnel is up, or after --connect-timeout at the latest so an unreachable
   // control plane never blocks the kubelet (ordered after us) for good.
@@ -329,9 +261,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
   runUntilSignalled(log, async () => {
     notifier.stopping('draining');
-    nodeListeners?.stopAccepting();
-    await agent.stop(config.shutdownGraceMs);
-    await release();
+    await assembled.stop(config.shutdownGraceMs);
     // Last line: everything the agent created is gone (#12 finding 6).
     log.info('kanal agent stopped');
   });

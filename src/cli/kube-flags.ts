@@ -2,10 +2,9 @@
  * The Kubernetes API flags `kanal server` and `kanal agent` share with
  * upstream v0.36 (#14): where the client finds the API, how fast it may ask,
  * and where the server-count Leases live. Checked here, used by
- * src/kube/ (client) and the lease controller and counter.
+ * src/kube/kube-clients.ts and the lease controller and counter.
  */
-import type { Logger } from 'pino';
-import type { KubeApi } from '../kube/kube-api.js';
+import type { KubeClientConfig } from '../kube/kube-clients.js';
 import { JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from '../kube/content-types.js';
 import { DEFAULT_LEASE_NAMESPACE } from '../kube/lease.js';
 import { LabelSelector, parseLabels, type Labels } from '../kube/labels.js';
@@ -24,15 +23,6 @@ export const kubeApiContentTypeOption = {
 
 export const leaseNamespaceOption = { type: 'string', default: DEFAULT_LEASE_NAMESPACE, describe: 'Namespace of the server-count Leases' } as const;
 
-/** Where the Kubernetes API is and how the client may use it. */
-export interface KubeClientConfig {
-  /** `--kubeconfig`; undefined: in-cluster. */
-  kubeconfig: string | undefined;
-  qps: number;
-  burst: number;
-  contentType: string;
-}
-
 export function kubeClientConfig(a: { kubeconfig?: string | undefined; 'kube-api-content-type': string; 'kubeconfig-qps'?: number; 'kubeconfig-burst'?: number }): KubeClientConfig {
   const contentType = a['kube-api-content-type'];
   if (contentType !== PROTOBUF_CONTENT_TYPE && contentType !== JSON_CONTENT_TYPE) {
@@ -43,25 +33,6 @@ export function kubeClientConfig(a: { kubeconfig?: string | undefined; 'kube-api
   if (!Number.isFinite(qps)) throw new UsageError('--kubeconfig-qps must be a number (0: client-go\'s 5; negative: no limit)');
   if (!Number.isInteger(burst) || burst < 0) throw new UsageError(`--kubeconfig-burst must be a whole number of at least 0 (0: client-go's 10), got ${burst}`);
   return { kubeconfig: a.kubeconfig || undefined, qps, burst, contentType };
-}
-
-/**
- * Makes clients of the API: each user (token reviews, leases) gets its own,
- * so lease renewals never queue behind a storm of agent reviews. The
- * kubeconfig is read here, once: a KubeConfigError names the file or
- * environment to fix before anything starts.
- */
-export async function kubeClients(config: KubeClientConfig, log: Logger): Promise<() => KubeApi> {
-  // Loaded only when used: @kubernetes/client-node is a large module graph (start-up time, and descriptors under a low open-files limit).
-  const [{ loadKubeConfig }, { KubeApi }] = await Promise.all([import('../kube/kube-config.js'), import('../kube/kube-api.js')]);
-  const kubeConfig = loadKubeConfig({ kubeconfig: config.kubeconfig });
-  let noticed = false;
-  return () => {
-    const api = new KubeApi({ kubeConfig, qps: config.qps, burst: config.burst, contentType: config.contentType });
-    if (api.contentTypeNotice && !noticed) log.info(api.contentTypeNotice);
-    noticed = true;
-    return api;
-  };
 }
 
 /** The server's `--lease-label`: exactly these labels on its Lease. */

@@ -27,7 +27,8 @@ import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './
 import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
-import { kubeApiContentTypeOption, kubeClientConfig, kubeClients, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption, type KubeClientConfig } from './kube-flags.js';
+import { kubeApiContentTypeOption, kubeClientConfig, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption } from './kube-flags.js';
+import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
 import { DEFAULT_LEASE_LABEL, serverLeaseName } from '../kube/lease.js';
 import type { Labels } from '../kube/labels.js';
 import type { KubeApi } from '../kube/kube-api.js';
@@ -395,7 +396,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
 
 /**
  * Token authentication and the lease controller, each with a client of its
- * own (kube-flags.ts); returns the clients to close at the end. A kubeconfig
+ * own (kube-clients.ts); returns the clients to close at the end. A kubeconfig
  * that cannot be used fails the start here, naming the file.
  */
 async function useKubernetesApi(config: ServerConfig, options: ServerOptions): Promise<KubeApi[]> {

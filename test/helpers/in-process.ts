@@ -13,8 +13,11 @@ import type { Duplex } from 'node:stream';
 import type { ExecutionContext } from 'ava';
 import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
-import { KanalAgent, type AgentOptions } from '../../src/agent/agent.js';
+import type { KanalAgent, AgentOptions } from '../../src/agent/agent.js';
+import { AssembledAgent } from '../../src/agent/assembled-agent.js';
+import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
+import type { Transport } from '../../src/transport/transport.js';
 import { Tunnel } from '../../src/tunnel/tunnel.js';
 import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import { formatFeatures, parseFeatures, type FeatureSet } from '../../src/wire/features.js';
@@ -67,6 +70,7 @@ export async function startServer(
     agentPort?: number;
     proxyStrategies?: ServerOptions['proxyStrategies'];
     maxAgentsPerCredential?: number;
+    transport?: Transport;
   } = {},
 ): Promise<StartedServer> {
   const logs = captureLogger('debug');
@@ -88,7 +92,7 @@ export async function startServer(
     allowedDestinations: opts.allowedDestinations ?? [],
     destinationDialTimeoutMs: 5000,
     maxReceiveMessageBytes: 4 * 1024 * 1024,
-    transport: grpcJsTransport,
+    transport: opts.transport ?? grpcJsTransport,
     log: logs.log,
   };
   const server = new KanalServer(options);
@@ -109,7 +113,17 @@ export async function startAgent(
   env: TestEnv,
   port: number,
   /** `credential`: name of the agent's own certificate (default: its agentID); agents given one name share a credential. */
-  opts: { agentID?: string; credential?: string; features?: FeatureSet; clientCert?: 'valid' | 'none' | 'rogue'; identifiers?: string; health?: boolean } = {},
+  opts: {
+    agentID?: string;
+    credential?: string;
+    features?: FeatureSet;
+    clientCert?: 'valid' | 'none' | 'rogue';
+    identifiers?: string;
+    health?: boolean;
+    transport?: Transport;
+    /** Node -> control plane listeners (AssembledAgent), e.g. on 127.0.0.2 with interfaceType 'none'. */
+    node?: NodeSideOptions;
+  } = {},
 ): Promise<StartedAgent> {
   const logs = captureLogger('debug');
   const read = (f: string): Buffer => fs.readFileSync(f);
@@ -133,20 +147,21 @@ export async function startAgent(
     connectTimeoutMs: 5000,
     reconnect: { initialMs: 100, maxMs: 500 },
     health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
-    transport: grpcJsTransport,
+    transport: opts.transport ?? grpcJsTransport,
     features: opts.features,
     log: logs.log,
   };
-  const agent = new KanalAgent(options);
-  await agent.start();
+  // Assembled as `kanal agent` assembles it (src/agent/assembled-agent.ts).
+  const assembled = new AssembledAgent({ agent: options, node: opts.node });
+  await assembled.start();
   const started: StartedAgent = {
-    agent,
+    agent: assembled.agent,
     logs,
     stopped: false,
     async stop(graceMs = 1000) {
       if (started.stopped) return;
       started.stopped = true;
-      await agent.stop(graceMs);
+      await assembled.stop(graceMs);
     },
   };
   t.teardown(() => started.stop(0));

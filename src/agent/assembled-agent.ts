@@ -1,0 +1,112 @@
+/**
+ * The whole agent, as `kanal agent` runs it (#13): the tunnels to the servers
+ * (KanalAgent) and, when configured, the lease counter with its Kubernetes
+ * client, the node -> control plane side (host interface, node listeners,
+ * KEP-2025) and the admin port, started and torn down in one order.
+ */
+import type { Logger } from 'pino';
+import { KanalAgent, type AgentOptions } from './agent.js';
+import { HostInterfaceManager } from './host-interface-manager.js';
+import { NodeListeners } from './node-listeners.js';
+import type { NodeSideOptions } from './node-side-config.js';
+import type { ServerLeaseCounter } from './server-lease-counter.js';
+import { startAdminPort } from '../common/admin-server.js';
+import type { HttpListener } from '../common/http-listener.js';
+import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
+import type { KubeApi } from '../kube/kube-api.js';
+
+export interface AssembledAgentOptions {
+  /** The tunnels; with `leases`, their server count comes from the lease counter made here. */
+  agent: AgentOptions;
+  /** `--count-server-leases`: the API client and the leases counted. */
+  leases?: { kube: KubeClientConfig; namespace: string; selector: string };
+  node?: NodeSideOptions;
+  admin?: { host: string; port: number; profiling: boolean };
+}
+
+export class AssembledAgent {
+  readonly agent: KanalAgent;
+  private readonly log: Logger;
+  // Each part is set once start() has created it, and released (in reverse) by release().
+  private kubeApi: KubeApi | undefined;
+  private leaseCounter: ServerLeaseCounter | undefined;
+  private hostInterface: HostInterfaceManager | undefined;
+  private nodeListeners: NodeListeners | undefined;
+  private admin: HttpListener | undefined;
+
+  constructor(private readonly opts: AssembledAgentOptions) {
+    const { agent, leases } = opts;
+    // The counter exists before the tunnels start (start()), so the count is never read without it.
+    const counted: AgentOptions['serverCount'] = { source: agent.serverCount?.source ?? 'default', leases: () => this.leaseCounter?.count() ?? 0 };
+    this.agent = new KanalAgent(leases ? { ...agent, serverCount: counted } : agent);
+    this.log = opts.agent.log;
+  }
+
+  /**
+   * Starts the lease counter (its kubeconfig read first: a bad one fails
+   * before anything is created), the host interface, the node listeners,
+   * the tunnels, then the admin port. On failure releases what was started.
+   */
+  async start(): Promise<void> {
+    const { leases, node, admin } = this.opts;
+    const log = this.log;
+    if (leases) {
+      // Loaded only with --count-server-leases (kube-clients.ts).
+      const api = (await kubeClients(leases.kube, log))();
+      this.kubeApi = api;
+      const { ServerLeaseCounter } = await import('./server-lease-counter.js');
+      const counter = new ServerLeaseCounter({ api, namespace: leases.namespace, selector: leases.selector, log: log.child({ part: 'lease' }) });
+      this.leaseCounter = counter;
+      // Upstream's agent lease metrics (lease_lists_total, lease_watches_total, lease_list_latency_seconds).
+      const m = this.agent.upstreamMetrics;
+      counter.on('api-call', (op, status, reason, seconds) => {
+        const code = String(status);
+        if (op === 'watch') {
+          m.leaseWatches.inc({ http_response_code: code, reason });
+        } else {
+          m.leaseLists.inc({ http_response_code: code, reason });
+          m.leaseListSeconds.observe({ http_response_code: code }, seconds);
+        }
+      });
+      counter.start();
+    }
+    try {
+      if (node) {
+        const managed = new HostInterfaceManager({ name: node.interfaceName, type: node.interfaceType, address: node.bindAddress, agentID: this.opts.agent.agentID, log, metrics: this.agent.metrics });
+        this.hostInterface = managed;
+        await managed.setUp();
+        this.agent.addReadinessCondition(() => managed.readiness());
+        this.nodeListeners = new NodeListeners({
+          bindAddress: node.bindAddress,
+          targets: node.targets,
+          tunnelWaitMs: node.tunnelWaitMs,
+          dialTimeoutMs: this.opts.agent.dialTimeoutMs,
+          agent: this.agent,
+          log: log.child({ part: 'node-listeners' }),
+        });
+        await this.nodeListeners.start();
+      }
+      await this.agent.start();
+      if (admin) this.admin = await startAdminPort({ ...admin, registry: this.agent.metrics.registry, log }, '--admin-bind-address, --admin-server-port');
+    } catch (err) {
+      await this.release();
+      throw err;
+    }
+  }
+
+  /** Stops accepting node connections, drains the tunnels for up to `graceMs`, then releases the rest. */
+  async stop(graceMs: number): Promise<void> {
+    this.nodeListeners?.stopAccepting();
+    await this.agent.stop(graceMs);
+    await this.release();
+  }
+
+  /** Admin port and listeners first, then the lease counter, its client, and the host interface last (it holds the owner lock). */
+  private async release(): Promise<void> {
+    await this.admin?.close();
+    this.nodeListeners?.close();
+    await this.leaseCounter?.stop();
+    this.kubeApi?.close();
+    await this.hostInterface?.tearDown();
+  }
+}
