@@ -17,6 +17,7 @@ import type { KanalAgent, AgentOptions } from '../../src/agent/agent.js';
 import { AssembledAgent } from '../../src/agent/assembled-agent.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
+import { h2Transport } from '../../src/transport/h2/index.js';
 import type { Transport } from '../../src/transport/transport.js';
 import { Tunnel } from '../../src/tunnel/tunnel.js';
 import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
@@ -92,7 +93,7 @@ export async function startServer(
     allowedDestinations: opts.allowedDestinations ?? [],
     destinationDialTimeoutMs: 5000,
     maxReceiveMessageBytes: 4 * 1024 * 1024,
-    transport: opts.transport ?? grpcJsTransport,
+    transport: opts.transport ?? h2Transport,
     log: logs.log,
   };
   const server = new KanalServer(options);
@@ -147,7 +148,7 @@ export async function startAgent(
     connectTimeoutMs: 5000,
     reconnect: { initialMs: 100, maxMs: 500 },
     health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
-    transport: opts.transport ?? grpcJsTransport,
+    transport: opts.transport ?? h2Transport,
     features: opts.features,
     log: logs.log,
   };
