@@ -158,3 +158,16 @@ test('frontend refusals: a 1 MiB gRPC dial address, 2,000 non-CONNECT requests a
   t.true(lines.length <= 2 + 4 * windows, lines.map((l) => l.msg).join('\n'));
   t.true(lines.every((l) => JSON.stringify(l).length < 2048), 'no line longer than 2 KiB');
 });
+
+test('agent stream refusals are rate-limited like the others: 100 streams with a too-long agentID from one peer are counted 100 times and logged once', async (t) => {
+  const ws = await makeWorkspace(t);
+  const server = await startServer(t, ws, { name: 'agent-refusals', extraArgs: ['--log-level', 'info'] });
+  for (let i = 0; i < 100; i++) {
+    const refused = await nodeAgent(t, ws, server, 'x'.repeat(300));
+    t.is((await refused.status).code, grpc.status.INVALID_ARGUMENT);
+    refused.cancel();
+  }
+  await waitMetrics(server.healthPort, { 'kanal_refusals_total{reason="agent_metadata"}': 100 }, 10_000);
+  const lines = readLog(server.logFile).filter((l) => l.msg === 'refused agent stream: agentID too long');
+  t.is(lines.length, 1, 'one line for the peer and reason within the interval');
+});

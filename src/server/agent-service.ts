@@ -48,12 +48,14 @@ export interface AgentServiceOptions {
   limits?: Partial<TunnelLimits>;
   log: Logger;
   metrics?: KanalMetrics;
+  /** Counts every refused stream and logs it, rate-limited per peer and reason (#11 finding 8). */
+  refusals: Refusals;
   /**
    * Service account token authentication (#14): every stream's bearer token
    * is reviewed before anything else, and the token's identity is the
-   * agent's credential. `refusals` logs and counts the refused ones.
+   * agent's credential.
    */
-  tokens?: { authenticator: TokenAuthenticator; refusals: Refusals };
+  tokens?: { authenticator: TokenAuthenticator };
 }
 
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent (#11 finding 8). */
@@ -77,7 +79,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       const { kind, reason, agentFault } = result.refusal;
       // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
       const who = incoming.context ? { credential: incoming.context.subject } : {};
-      tokens.refusals.refuse(`agent_token_${kind.replace(/-/g, '_')}`, incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
+      opts.refusals.refuse(`agent_token_${kind.replace(/-/g, '_')}`, incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
       // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
       incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
     }, (err: Error) => {
@@ -91,10 +93,9 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
 function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: AgentCredential | undefined, opts: AgentServiceOptions): void {
   // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
   const credential = context ?? unauthenticatedCredential(incoming.peer);
-  /** Logs, counts (by `reason`) and answers a refusal; `message` is what the agent logs. */
+  /** Counts, logs (rate-limited per peer, reason and credential) and answers a refusal; `message` is what the agent logs. */
   const refuse = (reason: string, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
-    opts.log.warn({ peer: incoming.peer, credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`);
-    opts.metrics?.refusals.inc({ reason });
+    opts.refusals.refuse(reason, incoming.peer, { credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`, credential.subject);
     incoming.reject(code, message);
   };
   const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];

@@ -234,7 +234,8 @@ export class KanalServer {
           limits: { ...opts.limits, ...opts.agentLimits },
           log: agentLog,
           metrics,
-          tokens: opts.agent.tokens && { authenticator: opts.agent.tokens, refusals: agentRefusals },
+          refusals: agentRefusals,
+          tokens: opts.agent.tokens && { authenticator: opts.agent.tokens },
         }),
       },
       {
