@@ -26,7 +26,6 @@ import { RequestSlots, SlotsUnavailableError } from './request-slots.js';
 import { TokenBucket } from './token-bucket.js';
 
 import { JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE } from './content-types.js';
-export { JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE };
 
 export type KubeApiErrorKind =
   /** No answer within the deadline. */
