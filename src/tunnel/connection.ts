@@ -11,9 +11,7 @@ import { Duplex, type Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
 import { noteBytesMoved } from './gc-pacer.js';
-
-/** A window consumed within this long counts as bulk traffic (see growWindow). */
-const GROW_WITHIN_MS = 250;
+import { ReceiveWindow, type WindowGrowthBudget } from './receive-window.js';
 
 /** After the peer closed, how long the local reader may take nothing of what is left before the connection is dropped. */
 const LINGER_IDLE_MS = 30_000;
@@ -24,10 +22,8 @@ export interface ConnectionHost {
   readonly writable: boolean;
   sendData(connectID: number, data: Uint8Array): void;
   sendWindow(connectID: number, increment: number): void;
-  /** Takes `bytes` of window growth from the tunnel's budget; false when it is spent. */
-  reserveWindowGrowth(bytes: number): boolean;
-  /** Returns window growth to the budget (the connection closed). */
-  releaseWindowGrowth(bytes: number): void;
+  /** The tunnel's budget for window growth, shared by its connections. */
+  readonly windowGrowth: WindowGrowthBudget;
   sendHalfClose(connectID: number): void;
   /** Tells the peer the connection is gone (CLOSE_REQ or CLOSE_RSP by role). */
   sendClose(connectID: number, role: ConnectionRole, reason: string): void;
@@ -73,13 +69,8 @@ export class TunnelConnection extends Duplex {
   bytesOut = 0;
 
   private sendWindow: number;
-  /** Receive window granted to the peer; grows from windowBytes to maxWindowBytes. */
-  private recvWindow: number;
-  private pushedBytes = 0;
-  private grantedBytes = 0;
-  /** Start of the current growth measurement: bytes consumed and when. */
-  private epochConsumed = 0;
-  private epochStartedAt = performance.now();
+  /** Credit granted to the peer (with flow control); grows from windowBytes to maxWindowBytes. */
+  private readonly recvWindow: ReceiveWindow;
   /** The one write being sent; the Writable holds further ones for writers that obey back-pressure (pipe does). */
   private pendingWrite: PendingWrite | null = null;
   private halfCloseSent = false;
@@ -117,7 +108,7 @@ export class TunnelConnection extends Duplex {
     this.role = opts.role;
     this.log = opts.log;
     this.sendWindow = opts.flowControl ? opts.limits.windowBytes : Number.POSITIVE_INFINITY;
-    this.recvWindow = opts.limits.windowBytes;
+    this.recvWindow = new ReceiveWindow(opts.limits, host.windowGrowth);
   }
 
   // ---------- packets from the peer (called by the tunnel) ----------
@@ -130,11 +121,10 @@ export class TunnelConnection extends Duplex {
     }
     this.bytesIn += data.length;
     noteBytesMoved(data.length);
-    this.pushedBytes += data.length;
-    const buffered = this.pushedBytes - this.grantedBytes;
+    const overrun = this.recvWindow.receive(data.length);
     if (this.opts.flowControl) {
-      if (buffered > this.recvWindow) {
-        const reason = `peer overran the flow-control window (${buffered} > ${this.recvWindow} bytes)`;
+      if (overrun > 0) {
+        const reason = `peer overran the flow-control window (${overrun} > ${this.recvWindow.size} bytes)`;
         this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
         this.destroy(new Error(reason));
         return;
@@ -178,7 +168,10 @@ export class TunnelConnection extends Duplex {
   private consumed(): void {
     this.lingerTimer?.refresh();
     if (!this.opts.flowControl) this.boundUnflowed();
-    else if (!this.peerGone) this.grantCredit(this.pushedBytes - this.queuedBytes());
+    else if (!this.peerGone) {
+      const credit = this.recvWindow.consumed(this.queuedBytes());
+      if (credit > 0) this.host.sendWindow(this.connectID, credit);
+    }
   }
 
   /**
@@ -219,43 +212,6 @@ export class TunnelConnection extends Duplex {
   private readonly onSinkWritten = (): void => {
     if (this.sink && !this.destroyed) this.consumed();
   };
-
-  /**
-   * Grants the peer credit for bytes consumed so far. Batching credit keeps
-   * WINDOW packets rare; it cannot deadlock because a blocked sender means
-   * window-sized credit is owed, well over a quarter.
-   */
-  private grantCredit(consumed: number): void {
-    const grant = consumed - this.grantedBytes;
-    if (grant >= this.recvWindow / 4) {
-      this.grantedBytes = consumed;
-      this.host.sendWindow(this.connectID, grant + this.growWindow(consumed));
-    }
-  }
-
-  /**
-   * Receive-window auto-tuning, as TCP does it, within a bound: a connection
-   * that consumed a whole window within GROW_WITHIN_MS while its reader kept
-   * up (little queued here) is held back by credit round trips, not by its
-   * reader, so its window doubles, up to maxWindowBytes. Returns the extra
-   * credit to grant. Memory stays bounded by maxWindowBytes per connection and
-   * by the tunnel's growth budget; a connection whose reader stalls keeps the
-   * window it has.
-   */
-  private growWindow(consumed: number): number {
-    if (consumed - this.epochConsumed < this.recvWindow) return 0;
-    const now = performance.now();
-    const bulk = now - this.epochStartedAt <= GROW_WITHIN_MS;
-    this.epochConsumed = consumed;
-    this.epochStartedAt = now;
-    const max = this.opts.limits.maxWindowBytes;
-    const readerKeepsUp = this.pushedBytes - consumed <= this.recvWindow / 4;
-    if (!bulk || !readerKeepsUp || this.recvWindow >= max) return 0;
-    const extra = Math.min(this.recvWindow, max - this.recvWindow);
-    if (!this.host.reserveWindowGrowth(extra)) return 0;
-    this.recvWindow += extra;
-    return extra;
-  }
 
   receiveWindow(increment: number): void {
     if (!this.opts.flowControl || this.destroyed) return;
@@ -342,8 +298,7 @@ export class TunnelConnection extends Duplex {
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
-    const grown = this.recvWindow - this.opts.limits.windowBytes;
-    if (grown > 0) this.host.releaseWindowGrowth(grown);
+    this.recvWindow.release();
     if (!this.opts.flowControl) this.boundUnflowed(); // releases the hold and the buffered bytes
     const completed = this.halfCloseSent && this.halfCloseReceived;
     if (!this.peerGone && !completed) {

@@ -15,6 +15,7 @@ import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './co
 import { DialError, TunnelClosedError } from './errors.js';
 import { resolveLimits, type TunnelLimitName, type TunnelLimits } from './limits.js';
 import { ReadPause } from './read-pause.js';
+import { WindowGrowthBudget } from './receive-window.js';
 import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
@@ -115,7 +116,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private unflowedBytes = 0;
   /** connectIDs recently closed or answered as unknown: late packets for them are dropped quietly. */
   private readonly recentlyGone = new RecentIds(1024);
-  private windowGrowth = 0;
+  /** Window growth its connections hold (limits.windowGrowthBudgetBytes). */
+  readonly windowGrowth: WindowGrowthBudget;
 
   constructor(
     readonly stream: PacketStream,
@@ -124,6 +126,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     super();
     this.features = opts.features;
     this.limits = resolveLimits(opts.limits);
+    this.windowGrowth = new WindowGrowthBudget(this.limits.windowGrowthBudgetBytes);
     this.log = opts.log;
     this.nextConnectID = opts.side === 'agent' ? 1 : 2;
     this.dialHandler = opts.dialHandler;
@@ -157,7 +160,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       connections: this.connections.size,
       pendingDials: this.pendingDials.size,
       inboundDials: this.inboundDials.size,
-      windowGrowthBytes: this.windowGrowth,
+      windowGrowthBytes: this.windowGrowth.held,
       readPaused: this.readPaused,
     };
   }
@@ -230,16 +233,6 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     // CLOSE_REQ, the side that dialled reports a closed endpoint with CLOSE_RSP.
     if (role === 'dialer') this.send({ type: PacketType.CLOSE_REQ, connectID });
     else this.send({ type: PacketType.CLOSE_RSP, connectID, error: reason });
-  }
-
-  reserveWindowGrowth(bytes: number): boolean {
-    if (this.windowGrowth + bytes > this.limits.windowGrowthBudgetBytes) return false;
-    this.windowGrowth += bytes;
-    return true;
-  }
-
-  releaseWindowGrowth(bytes: number): void {
-    this.windowGrowth -= bytes;
   }
 
   holdInbound(connectID: number, hold: boolean): void {
