@@ -35,8 +35,8 @@ export interface InboundDial {
   signal: CancelSignal;
 }
 
-/** Performs a dial for the peer and returns the connected stream, or throws DialError/Error. */
-export type DialHandler = (dial: InboundDial) => Promise<Duplex>;
+/** Performs a dial for the peer and returns the connected socket (or, relaying, a connection of another tunnel), or throws DialError/Error. */
+export type DialHandler = (dial: InboundDial) => Promise<Duplex | TunnelConnection>;
 
 export interface TunnelOptions {
   /** 'agent' assigns odd connectIDs, 'server' even ones. */
@@ -165,7 +165,12 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     };
   }
 
-  /** Opens a connection to `address` on the far side of the tunnel. */
+  /** The open connection with `connectID`, if any (diagnostics, tests). */
+  connection(connectID: number): TunnelConnection | undefined {
+    return this.connections.get(connectID);
+  }
+
+  /** Opens a connection to `address` on the far side of the tunnel; join it to a socket with splice(), or read it as a ConnectionStream. */
   dial(address: string, opts: DialOptions): Promise<TunnelConnection> {
     if (this.closed) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
     const refusal =
@@ -257,7 +262,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   forget(connectID: number): void {
     const conn = this.connections.get(connectID);
-    if (conn && conn.destroyed) {
+    if (conn && conn.state === 'closed') {
       this.connections.delete(connectID);
       if (conn.role === 'dialer') this.dialerConnections--;
       else this.performerConnections--;
@@ -445,7 +450,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       (endpoint) => {
         this.inboundDials.delete(dialID);
         if (abort.aborted || this.closed) {
-          endpoint.destroy();
+          if (endpoint instanceof TunnelConnection) endpoint.close();
+          else endpoint.destroy();
           return;
         }
         const connectID = this.allocateConnectID();
