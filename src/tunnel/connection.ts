@@ -7,25 +7,22 @@
  * (upstream peers) a full buffer pauses the whole stream, as upstream does,
  * and a slow reader never loses data (#12).
  *
- * Its parts: SendQueue (our bytes, the peer's credit), ReceiveWindow or
- * UnflowedHold (the peer's bytes), the local end, and the state below.
+ * Its parts: SendQueue (our bytes, the peer's credit), an InboundFlow (the
+ * peer's bytes, by the tunnel's ConnectionRules), the local end, and the
+ * state below.
  */
 import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
 import { noteBytesMoved } from './gc-pacer.js';
-import { ReceiveWindow, type WindowGrowthBudget } from './receive-window.js';
 import { SendQueue, type SendHost } from './send-queue.js';
-import { UnflowedHold, type UnflowedHost } from './unflowed-hold.js';
+import type { ConnectionRules, InboundFlow, InboundFlowHost } from './connection-rules.js';
 import { EarlyEnd, type LocalClose, type LocalEnd } from './local-end.js';
 
 /** How long a connection whose local end went away may make no progress sending what that end left before it is dropped. */
 export const FLUSH_IDLE_MS = 10_000;
 
 /** What a connection needs from its tunnel. */
-export interface ConnectionHost extends SendHost, UnflowedHost {
-  /** The tunnel's budget for window growth, shared by its connections. */
-  readonly windowGrowth: WindowGrowthBudget;
-  sendWindow(connectID: number, increment: number): void;
+export interface ConnectionHost extends SendHost, InboundFlowHost {
   sendHalfClose(connectID: number): void;
   /** Tells the peer the connection is gone (CLOSE_REQ or CLOSE_RSP by role). */
   sendClose(connectID: number, role: ConnectionRole, reason: string): void;
@@ -57,8 +54,7 @@ export interface ConnectionOptions {
   dialID: bigint;
   address: string;
   role: ConnectionRole;
-  flowControl: boolean;
-  halfClose: boolean;
+  rules: ConnectionRules;
   limits: TunnelLimits;
   log: Logger;
 }
@@ -78,9 +74,8 @@ export class TunnelConnection {
   private local: LocalEnd = new EarlyEnd();
   /** Our bytes for the peer; stopped (empty) once closed. */
   private readonly sender: SendQueue;
-  /** The peer's bytes: exactly one of these is set, the window with flow control, the hold without. */
-  private readonly recvWindow: ReceiveWindow | null;
-  private readonly unflowed: UnflowedHold | null;
+  /** Holds the peer's bytes back for a slow local reader: credit, or a stream pause. */
+  private readonly inbound: InboundFlow;
   /** The local end sent its FIN; ours goes out once the send queue is empty. Only while open or peer-ended. */
   private finPending = false;
   /** The local end went away cleanly: close once the send queue is empty and the FIN is out, unless flushTimer sees no progress. */
@@ -96,11 +91,8 @@ export class TunnelConnection {
     this.address = opts.address;
     this.role = opts.role;
     this.log = opts.log;
-    const { limits } = opts;
-    const sendWindow = opts.flowControl ? limits.windowBytes : Number.POSITIVE_INFINITY;
-    this.sender = new SendQueue(host, opts.connectID, sendWindow, limits.maxDataBytes, this.onSendProgress);
-    this.recvWindow = opts.flowControl ? new ReceiveWindow(limits, host.windowGrowth) : null;
-    this.unflowed = opts.flowControl ? null : new UnflowedHold(host, opts.connectID, limits.unflowedBufferBytes);
+    this.sender = new SendQueue(host, opts.connectID, opts.rules.sendWindow, opts.limits.maxDataBytes, this.onSendProgress);
+    this.inbound = opts.rules.inboundFlow(host, opts.connectID);
   }
 
   get limits(): TunnelLimits {
@@ -152,13 +144,7 @@ export class TunnelConnection {
   /** The local reader took bytes: credit goes back to the peer, or a hold is released. */
   taken(): void {
     if (this.current === 'closed') return;
-    const queued = this.local.undeliveredBytes;
-    if (this.unflowed) {
-      this.unflowed.update(queued);
-      return;
-    }
-    const credit = this.recvWindow!.consumed(queued);
-    if (credit > 0) this.host.sendWindow(this.connectID, credit);
+    this.inbound.queued(this.local.undeliveredBytes);
   }
 
   /** The local end went away cleanly: what it handed over is still sent (bounded by FLUSH_IDLE_MS without progress), then the connection closes. */
@@ -193,21 +179,19 @@ export class TunnelConnection {
     }
     this.bytesIn += data.length;
     noteBytesMoved(data.length);
-    if (this.recvWindow) {
-      const overrun = this.recvWindow.receive(data.length);
-      if (overrun > 0) {
-        const reason = `peer overran the flow-control window (${overrun} > ${this.recvWindow.size} bytes)`;
-        this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
-        this.close(new Error(reason));
-        return;
-      }
+    const fault = this.inbound.received(data.length);
+    if (fault) {
+      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
+      this.close(new Error(fault));
+      return;
     }
     this.local.deliver(Buffer.from(data.buffer, data.byteOffset, data.length));
-    this.unflowed?.update(this.local.undeliveredBytes);
+    // The delivery may have closed the connection (a relay partner closing at once); `state` escapes TS's narrowing.
+    if (this.state !== 'closed') this.inbound.queued(this.local.undeliveredBytes);
   }
 
   receiveWindow(increment: number): void {
-    if (this.current === 'closed' || !this.opts.flowControl) return;
+    if (this.current === 'closed' || !this.opts.rules.flowControl) return;
     this.sender.credit(increment);
   }
 
@@ -243,7 +227,7 @@ export class TunnelConnection {
   private sendFinWhenSent(): void {
     if (!this.finPending || this.sender.queuedBytes > 0) return;
     this.finPending = false;
-    if (!this.opts.halfClose) {
+    if (!this.opts.rules.halfClose) {
       // Plain Konnectivity has no half-close: a FIN closes the whole connection.
       this.close();
       return;
@@ -270,8 +254,7 @@ export class TunnelConnection {
     this.transition('closed');
     clearInterval(this.flushTimer);
     this.sender.stop();
-    this.recvWindow?.release();
-    this.unflowed?.update(0); // releases the hold and the buffered bytes
+    this.inbound.release();
     if (tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
     this.host.forget(this.connectID);
     if (error) this.log.debug({ connectID: this.connectID, dialID: String(this.dialID), err: error.message }, 'connection closed with error');

@@ -10,12 +10,13 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { PacketStream } from '../transport/packet-stream.js';
 import { PacketType, type Packet } from '../wire/packet.js';
-import { Feature, type FeatureSet } from '../wire/features.js';
+import type { FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import { DialError, TunnelClosedError } from './errors.js';
 import { resolveLimits, type TunnelLimitName, type TunnelLimits } from './limits.js';
 import { ReadPause } from './read-pause.js';
 import { WindowGrowthBudget } from './receive-window.js';
+import { connectionRules, type ConnectionRules } from './connection-rules.js';
 import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
@@ -118,6 +119,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private readonly recentlyGone = new RecentIds(1024);
   /** Window growth its connections hold (limits.windowGrowthBudgetBytes). */
   readonly windowGrowth: WindowGrowthBudget;
+  /** What the negotiated features make of every connection of this tunnel (flow control, half-close). */
+  private readonly rules: ConnectionRules;
 
   constructor(
     readonly stream: PacketStream,
@@ -127,6 +130,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.features = opts.features;
     this.limits = resolveLimits(opts.limits);
     this.windowGrowth = new WindowGrowthBudget(this.limits.windowGrowthBudgetBytes);
+    this.rules = connectionRules(opts.features, this.limits);
     this.log = opts.log;
     this.nextConnectID = opts.side === 'agent' ? 1 : 2;
     this.dialHandler = opts.dialHandler;
@@ -134,8 +138,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.readPause = new ReadPause(stream);
     // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
     stream.acceptDataInPieces?.();
-    // Without per-connection windows, a slow reader pauses the whole stream (#12).
-    if (!opts.features.has(Feature.Window)) stream.limitReceiveWindow?.(this.limits.unflowedReceiveWindowBytes);
+    this.rules.configureStream(stream);
     stream.on('packet', (p) => this.onPacket(p));
     stream.on('invalid', (reason) => this.noise.warn('invalid', { reason }, 'ignoring malformed packet from peer'));
     stream.on('drain', () => this.onTransportDrain());
@@ -497,8 +500,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       dialID,
       address,
       role,
-      flowControl: this.features.has(Feature.Window),
-      halfClose: this.features.has(Feature.HalfClose),
+      rules: this.rules,
       limits: this.limits,
       log: this.log,
     });

@@ -9,6 +9,8 @@ import { pino } from 'pino';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from '../../src/tunnel/connection.js';
 import type { LocalClose, LocalEnd } from '../../src/tunnel/local-end.js';
 import { resolveLimits } from '../../src/tunnel/limits.js';
+import { connectionRules } from '../../src/tunnel/connection-rules.js';
+import { Feature } from '../../src/wire/features.js';
 import { WindowGrowthBudget } from '../../src/tunnel/receive-window.js';
 import { duplexPair } from '../helpers/memory-stream.js';
 import { splice } from '../../src/tunnel/splice.js';
@@ -70,14 +72,17 @@ class RecordingEnd implements LocalEnd {
 
 function connection(opts: { halfClose?: boolean; flowControl?: boolean; windowBytes?: number } = {}) {
   const host = new RecordingHost();
+  const features = new Set<Feature>();
+  if (opts.flowControl ?? true) features.add(Feature.Window);
+  if (opts.halfClose ?? true) features.add(Feature.HalfClose);
+  const limits = resolveLimits({ windowBytes: opts.windowBytes ?? 64 * KiB });
   const conn = new TunnelConnection(host, {
     connectID: 1,
     dialID: 7n,
     address: 'pod:80',
     role: 'performer',
-    flowControl: opts.flowControl ?? true,
-    halfClose: opts.halfClose ?? true,
-    limits: resolveLimits({ windowBytes: opts.windowBytes ?? 64 * KiB }),
+    rules: connectionRules(features, limits),
+    limits,
     log: pino({ level: 'silent' }),
   });
   const end = new RecordingEnd();
@@ -212,8 +217,7 @@ test('what arrives before a local end is attached reaches it in order, with the 
     dialID: 8n,
     address: 'kas:6443',
     role: 'dialer',
-    flowControl: true,
-    halfClose: true,
+    rules: connectionRules(new Set([Feature.Window, Feature.HalfClose]), resolveLimits()),
     limits: resolveLimits(),
     log: pino({ level: 'silent' }),
   });
