@@ -129,7 +129,7 @@ test('node -> control plane: the server dials allow-listed destinations only', a
   t.is(server.stats().agentTunnels[0]!.connections, 1);
 
   const other = await closedPort();
-  const err = await t.throwsAsync(dialStream(tunnel, `127.0.0.1:${other}`, { timeoutMs: 5000 }));
+  const err = await t.throwsAsync(tunnel.dial(`127.0.0.1:${other}`, { timeoutMs: 5000 }));
   t.true(err instanceof DialError);
   t.regex(err!.message, /not allowed/);
   t.is(logs.matching('refused node dial: destination not on the allow-list').length, 1);
@@ -149,7 +149,7 @@ test('a server without --allowed-destination refuses every node dial; an agent w
   t.is(tunnel.features.size, 0);
   t.is(server.registry.list()[0]!.tunnel.features.size, 0);
   // Node -> CP was not negotiated: the server refuses it explicitly.
-  const err = await t.throwsAsync(dialStream(tunnel, echo.address, { timeoutMs: 5000 }));
+  const err = await t.throwsAsync(tunnel.dial(echo.address, { timeoutMs: 5000 }));
   t.regex(err!.message, /not negotiated/);
   // Control plane -> node still works.
   const r = await httpConnect(env.udsPath, echo.address);

@@ -129,7 +129,7 @@ test('DIAL_RSP with an error rejects the dial with DialError "refused" carrying 
     },
   });
   t.teardown(() => pair.close());
-  const err = dialError(await t.throwsAsync(dialStream(pair.agent, '10.0.0.9:443', { timeoutMs: 5000 })));
+  const err = dialError(await t.throwsAsync(pair.agent.dial('10.0.0.9:443', { timeoutMs: 5000 })));
   t.is(err.failure, 'refused');
   t.regex(err.message, /connection refused/);
   const rsp = pair.link.b.sent.find((p) => p.type === PacketType.DIAL_RSP);
@@ -144,12 +144,12 @@ test('a side without a dial handler refuses DIAL_REQ with its reason; other prot
   const server = new Tunnel(link.b, { side: 'server', features: ALL_FEATURES, log: logs.log, refuseDialsReason: 'node -> control plane dials were not negotiated' });
   const agent = new Tunnel(link.a, { side: 'agent', features: ALL_FEATURES, log: captureLogger().log, dialHandler: echo });
   t.teardown(() => (agent.close(), server.close()));
-  const err = dialError(await t.throwsAsync(dialStream(agent, 'kas:6443', { timeoutMs: 5000 })));
+  const err = dialError(await t.throwsAsync(agent.dial('kas:6443', { timeoutMs: 5000 })));
   t.is(err.failure, 'refused');
   t.regex(err.message, /not negotiated/);
   t.is(logs.matching('refusing dial request').length, 1);
 
-  const udp = dialError(await t.throwsAsync(dialStream(server, 'pod:53', { timeoutMs: 5000, protocol: 'udp' })));
+  const udp = dialError(await t.throwsAsync(server.dial('pod:53', { timeoutMs: 5000, protocol: 'udp' })));
   t.is(udp.failure, 'refused');
   t.regex(udp.message, /unsupported protocol "udp"/);
 });
@@ -158,7 +158,7 @@ test('dial timeout: DialError "timeout", DIAL_CLS sent with the dial ID, the per
   const seen: InboundDial[] = [];
   const pair = tunnelPair({ features: ALL_FEATURES, serverDialHandler: hangingHandler(seen) });
   t.teardown(() => pair.close());
-  const err = dialError(await t.throwsAsync(dialStream(pair.agent, 'slow:1', { timeoutMs: 100 })));
+  const err = dialError(await t.throwsAsync(pair.agent.dial('slow:1', { timeoutMs: 100 })));
   t.is(err.failure, 'timeout');
   t.regex(err.message, /timed out after 100 ms/);
   const req = pair.link.a.sent.find((p) => p.type === PacketType.DIAL_REQ);
@@ -194,7 +194,7 @@ test('abort signal: DialError "cancelled" and DIAL_CLS; an already aborted signa
   const before = pair.link.a.packetsSent;
   const gone = new AbortController();
   gone.abort();
-  const err2 = dialError(await t.throwsAsync(dialStream(pair.agent, 'kas:6443', { timeoutMs: 5000, signal: gone.signal })));
+  const err2 = dialError(await t.throwsAsync(pair.agent.dial('kas:6443', { timeoutMs: 5000, signal: gone.signal })));
   t.is(err2.failure, 'cancelled');
   t.is(pair.link.a.packetsSent, before, 'no DIAL_REQ for a dial cancelled before it started');
 });
@@ -418,7 +418,7 @@ test('pending dials are bounded in both directions (exhausted / "too many dials 
   const pair = tunnelPair({ features: ALL_FEATURES, serverDialHandler: hangingHandler(seen), limits: { maxPendingDials: 3 } });
   t.teardown(() => pair.close());
   const pending = [0, 1, 2].map((i) => dialStream(pair.agent, `h:${i + 1}`, { timeoutMs: 5000 }));
-  const err = dialError(await t.throwsAsync(dialStream(pair.agent, 'h:9', { timeoutMs: 5000 })));
+  const err = dialError(await t.throwsAsync(pair.agent.dial('h:9', { timeoutMs: 5000 })));
   t.is(err.failure, 'exhausted');
   await waitFor(() => seen.length === 3, 'three inbound dials');
 
@@ -508,6 +508,6 @@ for (const how of ['peer resets the stream', 'local close', 'graceful end by the
     t.is(serverClosed, 1);
     t.deepEqual(pair.server.stats(), zero);
     t.deepEqual(pair.agent.stats(), zero);
-    t.is(dialError(await t.throwsAsync(dialStream(pair.server, 'pod:1', { timeoutMs: 1000 }))).failure, 'tunnel-closed');
+    t.is(dialError(await t.throwsAsync(pair.server.dial('pod:1', { timeoutMs: 1000 }))).failure, 'tunnel-closed');
   });
 }

@@ -147,13 +147,13 @@ test('agent refusal and no agent become DIAL_RSP errors for the KAS', async (t) 
     },
   });
   t.teardown(() => refusing.close());
-  const err = await t.throwsAsync(dialStream(refusing.kas, '10.1.2.3:80', { timeoutMs: 5000 }));
+  const err = await t.throwsAsync(refusing.kas.dial('10.1.2.3:80', { timeoutMs: 5000 }));
   t.is((err as DialError).failure, 'refused');
   t.regex(err!.message, /connection refused/);
 
   const lonely = relay({ features: WINDOW, agentDialHandler: async () => new PassThrough(), withAgent: false });
   t.teardown(() => lonely.close());
-  const none = await t.throwsAsync(dialStream(lonely.kas, 'pod:80', { timeoutMs: 5000 }));
+  const none = await t.throwsAsync(lonely.kas.dial('pod:80', { timeoutMs: 5000 }));
   t.regex(none!.message, /no agent/);
   await waitFor(() => refusing.idle() && lonely.idle(), 'tables empty');
 });
