@@ -149,7 +149,7 @@ export class TunnelConnection {
 
   /** The local end went away cleanly: what it handed over is still sent (bounded by FLUSH_IDLE_MS without progress), then the connection closes. */
   finish(): void {
-    if (this.current === 'closed') return;
+    if (this.current === 'closed' || this.closeWhenSent) return;
     this.end();
     if (this.sender.queuedBytes === 0 && !this.finPending) {
       this.close();

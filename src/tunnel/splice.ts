@@ -39,6 +39,11 @@ class SocketEnd implements LocalEnd {
     socket.on('error', this.onError);
     socket.on('close', this.onClose);
     conn.attach(this);
+    // A socket that closed before the splice never emits 'close' again.
+    if (socket.closed) {
+      this.onClose();
+      return;
+    }
     if (conn.ready) {
       socket.resume();
     } else {

@@ -70,7 +70,7 @@ class RecordingEnd implements LocalEnd {
   sendProgress(): void {}
 }
 
-function connection(opts: { halfClose?: boolean; flowControl?: boolean; windowBytes?: number } = {}) {
+function connection(opts: { halfClose?: boolean; flowControl?: boolean; windowBytes?: number; spliced?: boolean } = {}) {
   const host = new RecordingHost();
   const features = new Set<Feature>();
   if (opts.flowControl ?? true) features.add(Feature.Window);
@@ -86,12 +86,12 @@ function connection(opts: { halfClose?: boolean; flowControl?: boolean; windowBy
     log: pino({ level: 'silent' }),
   });
   const end = new RecordingEnd();
-  conn.attach(end);
+  if (!opts.spliced) conn.attach(end);
   return { host, conn, end };
 }
 
 test('a connection is not a Node stream: it is spliced to its socket by four listeners and no pipe()', (t) => {
-  const { conn } = connection();
+  const { conn } = connection({ spliced: true });
   t.false(conn instanceof Stream);
   const [socket, other] = duplexPair();
   const before = socket.eventNames().map((e) => `${String(e)} ${socket.listenerCount(e)}`);
@@ -228,4 +228,14 @@ test('what arrives before a local end is attached reaches it in order, with the 
   const end = new RecordingEnd();
   conn.attach(end);
   t.deepEqual(end.events, ['data a', 'data b', 'end', 'flush']);
+});
+
+test('a socket that closed before the splice closes its connection at once', async (t) => {
+  const { host, conn } = connection({ spliced: true });
+  const [socket] = duplexPair();
+  socket.destroy();
+  await new Promise((resolve) => socket.once('close', resolve));
+  splice(socket, conn);
+  t.is(conn.state, 'closed');
+  t.deepEqual(host.sent, ['CLOSE_RSP ']);
 });
