@@ -16,8 +16,10 @@ import { UnflowedHold, type UnflowedHost } from './unflowed-hold.js';
 export interface InboundFlow {
   /** `bytes` arrived from the peer; returns the protocol fault when it sent more than it may, else undefined. */
   received(bytes: number): string | undefined;
-  /** `queued` bytes wait for the local reader now (after a delivery, or as the reader takes them). */
-  queued(queued: number): void;
+  /** A delivery left `queued` bytes waiting for the local reader. */
+  delivered(queued: number): void;
+  /** The local reader took bytes: `queued` are left. */
+  taken(queued: number): void;
   /** The connection closed: give back what it holds. Once. */
   release(): void;
 }
@@ -74,7 +76,10 @@ class WindowedFlow implements InboundFlow {
     return overrun > 0 ? `peer overran the flow-control window (${overrun} > ${this.window.size} bytes)` : undefined;
   }
 
-  queued(queued: number): void {
+  /** Credit is only counted as the reader takes bytes: right after a delivery the reader would look behind. */
+  delivered(): void {}
+
+  taken(queued: number): void {
     const credit = this.window.consumed(queued);
     if (credit > 0) this.host.sendWindow(this.connectID, credit);
   }
@@ -92,7 +97,11 @@ class UnflowedFlow implements InboundFlow {
     return undefined;
   }
 
-  queued(queued: number): void {
+  delivered(queued: number): void {
+    this.hold.update(queued);
+  }
+
+  taken(queued: number): void {
     this.hold.update(queued);
   }
 

@@ -144,7 +144,7 @@ export class TunnelConnection {
   /** The local reader took bytes: credit goes back to the peer, or a hold is released. */
   taken(): void {
     if (this.current === 'closed') return;
-    this.inbound.queued(this.local.undeliveredBytes);
+    this.inbound.taken(this.local.undeliveredBytes);
   }
 
   /** The local end went away cleanly: what it handed over is still sent (bounded by FLUSH_IDLE_MS without progress), then the connection closes. */
@@ -187,7 +187,7 @@ export class TunnelConnection {
     }
     this.local.deliver(Buffer.from(data.buffer, data.byteOffset, data.length));
     // The delivery may have closed the connection (a relay partner closing at once); `state` escapes TS's narrowing.
-    if (this.state !== 'closed') this.inbound.queued(this.local.undeliveredBytes);
+    if (this.state !== 'closed') this.inbound.delivered(this.local.undeliveredBytes);
   }
 
   receiveWindow(increment: number): void {
