@@ -152,7 +152,6 @@ export class NodeListeners {
           }
           log.debug({ connectID: conn.connectID, dialID: String(conn.dialID) }, 'node connection tunnelled');
           splice(socket, conn);
-          socket.resume();
         });
       })
       .catch((err: Error) => {

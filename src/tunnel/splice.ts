@@ -44,7 +44,9 @@ class SocketEnd implements LocalEnd {
       this.onClose();
       return;
     }
-    if (conn.ready) {
+    // Paused only behind queued bytes (their send is under way and reports progress); a full
+    // transport alone is found by the first send, which then waits for its drain.
+    if (conn.queuedBytes === 0) {
       socket.resume();
     } else {
       this.paused = true;

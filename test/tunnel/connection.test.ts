@@ -239,3 +239,17 @@ test('a socket that closed before the splice closes its connection at once', asy
   t.is(conn.state, 'closed');
   t.deepEqual(host.sent, ['CLOSE_RSP ']);
 });
+
+test('a socket spliced while the transport is full is read once it drains', async (t) => {
+  const { host, conn } = connection({ spliced: true });
+  host.writable = false;
+  const [socket, other] = duplexPair();
+  splice(socket, conn);
+  other.write('abc');
+  await new Promise((resolve) => setImmediate(resolve));
+  t.is(host.data, 0, 'nothing goes out while the transport is full');
+  host.drain();
+  await new Promise((resolve) => setImmediate(resolve));
+  t.is(host.data, 3);
+  other.destroy();
+});
