@@ -225,7 +225,8 @@ export class TunnelConnection {
 
   /** Sends our FIN once everything before it is sent. */
   private sendFinWhenSent(): void {
-    if (!this.finPending || this.sender.queuedBytes > 0) return;
+    // Also reached after the local end's sendProgress(), which may have closed the connection.
+    if (!this.finPending || this.sender.queuedBytes > 0 || this.current === 'closed') return;
     this.finPending = false;
     if (!this.opts.rules.halfClose) {
       // Plain Konnectivity has no half-close: a FIN closes the whole connection.
