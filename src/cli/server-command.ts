@@ -6,28 +6,31 @@ import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import { parseHostPort } from '../common/host-port.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
-import type { FrontendMode, TlsFiles } from '../server/listeners.js';
+import { FRONTEND_MODES, type FrontendMode, type TlsFiles } from '../server/listeners.js';
 import { parseEku, parseSubjectPattern, type RolePins } from '../server/client-roles.js';
 import { DEFAULT_AGENT_KEEPALIVE } from '../server/server.js';
 import { MIN_KEEPALIVE_INTERVAL_MS } from '../transport/liveness.js';
-import { connectionWindowFlag, countFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
+import { maxConnectionWindowOption, peerReadTimeoutOption } from './flag-values.js';
+import { connectionWindowFlag, countFlag, durationFlag as duration, portFlag as port } from '../common/flag-values.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../common/usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
-import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
+import { loadTransport, TRANSPORT_NAMES, type TransportName } from '../transport/choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { parseProxyStrategies, PROXY_STRATEGIES, type ProxyStrategy } from '../server/routing/proxy-strategies.js';
-import { klogFlags, logLevelFrom, serverIgnoredFlags, upstreamNotices } from './upstream-flags.js';
+import { klogFlags, serverIgnoredFlags, upstreamNotices } from './upstream-flags.js';
+import { logLevelFrom } from '../common/log-level.js';
 import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { tlsPolicyFlags, type TlsPolicy } from './tls-flags.js';
-import { kubeApiContentTypeOption, kubeClientConfig, kubeconfigOption, leaseLabelsFlag, leaseNamespaceOption } from './kube-flags.js';
+import { kubeApiContentTypeOption, kubeconfigOption, leaseNamespaceOption } from './kube-flags.js';
+import { kubeClientConfig, leaseLabelsFlag } from '../kube/flag-values.js';
 import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
 import { DEFAULT_LEASE_LABEL, serverLeaseName } from '../kube/lease.js';
 import type { Labels } from '../kube/labels.js';
@@ -59,7 +62,7 @@ export const serverFlags = {
   'frontend-client-eku': { type: 'string', array: true, default: [] as string[], describe: 'The frontend client certificate must carry this extended key usage OID (repeatable)' },
   'keepalive-time': { type: 'string', default: `${DEFAULT_AGENT_KEEPALIVE.intervalMs / 1000}s`, describe: 'How often the server PINGs each agent connection; an agent that does not answer within 2s is avoided for dials' },
   'keepalive-timeout': { type: 'string', default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`, describe: 'An agent connection whose PING stays unanswered this long is closed' },
-  mode: { type: 'string', choices: ['both', 'grpc', 'http-connect'], default: 'both', describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
+  mode: { type: 'string', choices: FRONTEND_MODES, default: FRONTEND_MODES[0], describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection' },
   'uds-name': { type: 'string', describe: 'Serve the frontend on this Unix socket instead of TCP' },
   // Upstream's default (true): its manifests rely on it across restarts; Kanal removes only a stale socket (#14).
   'delete-existing-uds-file': { type: 'boolean', default: true, describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)' },
@@ -140,7 +143,7 @@ export interface ServerConfig {
   perAgent: { maxNodeToCpConnections: number; maxCpToNodeConnections: number; maxPendingDials: number };
   maxNodeToCpConnections: number;
   peerReadTimeoutMs: number;
-  transport: string;
+  transport: TransportName;
   logLevel: LevelWithSilent;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
@@ -176,7 +179,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
   const keepalive = { intervalMs: duration('keepalive-time', a['keepalive-time']), timeoutMs: duration('keepalive-timeout', a['keepalive-timeout']) };
   if (keepalive.intervalMs < MIN_KEEPALIVE_INTERVAL_MS) throw new UsageError(`--keepalive-time must be at least ${MIN_KEEPALIVE_INTERVAL_MS / 1000}s`);
   const frontendPins = rolePins('frontend-client-subject', a['frontend-client-subject'], 'frontend-client-eku', a['frontend-client-eku']);
-  const frontend: ServerConfig['frontend'] = { mode: a.mode as FrontendMode, headerTimeoutMs: duration('frontend-header-timeout', a['frontend-header-timeout']) };
+  const frontend: ServerConfig['frontend'] = { mode: a.mode, headerTimeoutMs: duration('frontend-header-timeout', a['frontend-header-timeout']) };
   if (a['uds-name']) {
     frontend.uds = {
       path: a['uds-name'],
@@ -253,7 +256,7 @@ export function validateServerArgs(a: ServerArgs): ServerConfig {
     allowedDestinations,
     destinationDialTimeoutMs: duration('destination-dial-timeout', a['destination-dial-timeout']),
     maxReceiveMessageBytes: maxMessage,
-    maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
+    maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window'], DEFAULT_LIMITS.windowBytes),
     perAgent: {
       maxNodeToCpConnections: countFlag('max-node-to-cp-connections-per-agent', a['max-node-to-cp-connections-per-agent']),
       maxCpToNodeConnections: countFlag('max-cp-to-node-connections-per-agent', a['max-cp-to-node-connections-per-agent']),
@@ -313,7 +316,7 @@ export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   return { agent: agent!, frontend, warnings: check.warnings };
 }
 
-export function buildServerOptions(config: ServerConfig, credentials: ServerCredentials = loadServerCredentials(config)): ServerOptions {
+export async function buildServerOptions(config: ServerConfig, credentials: ServerCredentials = loadServerCredentials(config)): Promise<ServerOptions> {
   const log = createLogger(config.logLevel, 'server');
   return {
     serverID: config.serverID,
@@ -351,7 +354,7 @@ export function buildServerOptions(config: ServerConfig, credentials: ServerCred
       maxPendingDials: config.perAgent.maxPendingDials,
     },
     maxNodeToCpConnections: config.maxNodeToCpConnections,
-    transport: selectTransport(config.transport),
+    transport: await loadTransport(config.transport),
     log,
   };
 }
@@ -368,7 +371,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
   const credentials = loadServerCredentials(config);
-  const options = buildServerOptions(config, credentials);
+  const options = await buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
   if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
