@@ -14,6 +14,7 @@ import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs 
 import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../src/cli/agent-command.js';
 import { agentConfig, defaultAgentID } from '../src/agent/config.js';
 import { logLevelFrom } from '../src/common/log-level.js';
+import { serverConfig } from '../src/server/config.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { UsageError } from '../src/common/usage-error.js';
 
@@ -205,11 +206,15 @@ test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA 
   t.is(c.agent.caFile, undefined);
 });
 
-// yargs checks `choices` on the command line; src/agent/config.ts takes plain strings and checks them itself, typed (#13).
+// yargs checks `choices` on the command line; src/server/config.ts and src/agent/config.ts take plain strings and check them themselves, typed (#13).
 test('a choice outside its list is refused naming the flag and every choice', (t) => {
+  const server = parseServer(SERVER_OK);
   const agent = parseAgent(AGENT_OK);
   const node = parseAgent([...AGENT_OK, ...NODE, '--target', '80:a:1']);
   const cases: [() => unknown, string][] = [
+    [() => serverConfig({ ...server, mode: 'udp' }, []), '--mode "udp": use both, grpc, http-connect'],
+    [() => serverConfig({ ...server, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
+    [() => serverConfig({ ...server, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
     [() => agentConfig({ ...agent, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
     [() => agentConfig({ ...agent, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
     [() => agentConfig({ ...node, 'bind-interface-type': 'tun' }, []), '--bind-interface-type "tun": use dummy, bridge, none'],

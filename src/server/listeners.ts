@@ -24,7 +24,7 @@ export interface TlsFiles {
   key: Buffer;
   /** CA for client certificates; absent means clients cannot be verified. */
   ca?: Buffer;
-  /** --tls-min-version and --cipher-suites (src/cli/tls-flags.ts); absent: Node's defaults. */
+  /** --tls-min-version and --cipher-suites (src/server/tls-flags.ts); absent: Node's defaults. */
   minVersion?: tls.SecureVersion;
   ciphers?: string;
 }
