@@ -195,6 +195,7 @@ export class KanalAgent {
    */
   async stop(graceMs: number): Promise<void> {
     if (!this.transition(['running'], 'draining')) {
+      // Not started, or start() still opening the health port (it sees 'stopped' and closes it); or stopping already.
       this.transition(['created'], 'stopped');
       return;
     }
