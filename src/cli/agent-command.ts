@@ -4,7 +4,7 @@ import { createLogger, LOG_LEVELS } from '../common/logger.js';
 import type { AgentOptions } from '../agent/agent.js';
 import { AssembledAgent } from '../agent/assembled-agent.js';
 import { agentConfig, type AgentConfig } from '../agent/config.js';
-import { maxConnectionWindowOption, peerReadTimeoutOption } from './flag-values.js';
+import { maxConnectionWindowOption, peerReadTimeoutOption } from './shared-options.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';

@@ -5,7 +5,7 @@ import { KanalServer, DEFAULT_AGENT_KEEPALIVE, type ServerOptions } from '../ser
 import { FRONTEND_MODES, type TlsFiles } from '../server/listeners.js';
 import { DEFAULT_BACKEND_DIAL_TIMEOUT, serverConfig, type ServerConfig } from '../server/config.js';
 import type { TlsPolicy } from '../server/tls-flags.js';
-import { maxConnectionWindowOption, peerReadTimeoutOption } from './flag-values.js';
+import { maxConnectionWindowOption, peerReadTimeoutOption } from './shared-options.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
