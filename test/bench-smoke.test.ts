@@ -5,7 +5,7 @@
  * (`../shared/upstream/`), and the reason named when they are not. Nothing
  * here depends on speed: any positive figure passes.
  */
-import { TRANSPORT_NAMES } from '../src/cli/transport-choice.js';
+import { TRANSPORT_NAMES } from '../src/transport/choice.js';
 import test from 'ava';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';

@@ -11,9 +11,12 @@ import { fileURLToPath } from 'node:url';
 import yargs, { type Argv } from 'yargs';
 import fs from 'node:fs';
 import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../src/cli/server-command.js';
-import { agentBuilder, buildAgentOptions, validateAgentArgs, defaultAgentID, type AgentArgs } from '../src/cli/agent-command.js';
+import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../src/cli/agent-command.js';
+import { agentConfig, defaultAgentID } from '../src/agent/config.js';
+import { logLevelFrom } from '../src/common/log-level.js';
+import { serverConfig } from '../src/server/config.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
-import { UsageError } from '../src/cli/usage-error.js';
+import { UsageError } from '../src/common/usage-error.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const MAIN = path.resolve(here, '..', 'src', 'cli', 'main.js');
@@ -162,11 +165,11 @@ test('--max-connection-window reaches the options the server and agent build the
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-window-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
-  const server = buildServerOptions(
+  const server = await buildServerOptions(
     validateServerArgs(parseServer(['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock'), '--max-connection-window', '2097152'])),
   );
   t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
-  const agent = buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
+  const agent = await buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
   t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000 });
 });
 
@@ -175,7 +178,7 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
   const base = ['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock')];
-  const server = buildServerOptions(
+  const server = await buildServerOptions(
     validateServerArgs(
       parseServer([
         ...base,
@@ -201,6 +204,24 @@ test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA 
   const c = validateServerArgs(parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']));
   t.true(c.agent.allowUnauthenticated);
   t.is(c.agent.caFile, undefined);
+});
+
+// yargs checks `choices` on the command line; src/server/config.ts and src/agent/config.ts take plain strings and check them themselves, typed (#13).
+test('a choice outside its list is refused naming the flag and every choice', (t) => {
+  const server = parseServer(SERVER_OK);
+  const agent = parseAgent(AGENT_OK);
+  const node = parseAgent([...AGENT_OK, ...NODE, '--target', '80:a:1']);
+  const cases: [() => unknown, string][] = [
+    [() => serverConfig({ ...server, mode: 'udp' }, []), '--mode "udp": use both, grpc, http-connect'],
+    [() => serverConfig({ ...server, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
+    [() => serverConfig({ ...server, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [() => agentConfig({ ...agent, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
+    [() => agentConfig({ ...agent, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [() => agentConfig({ ...node, 'bind-interface-type': 'tun' }, []), '--bind-interface-type "tun": use dummy, bridge, none'],
+    [() => agentConfig({ ...agent, 'server-count-source': 'min' }, []), '--server-count-source "min": use default or max'],
+    [() => logLevelFrom('loud', undefined), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+  ];
+  for (const [validate, message] of cases) t.throws(validate, { instanceOf: UsageError, message });
 });
 
 // ---------- pure validation: agent ----------

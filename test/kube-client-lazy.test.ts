@@ -4,6 +4,8 @@
  * authentication or lease counting asks for a client (src/kube/kube-clients.ts),
  * so a process under a low open-files limit without those flags never opens
  * its files. Checked on the static import graph of the CLI's entry point.
+ * So is @grpc/grpc-js: loaded only when --transport grpc-js chooses it
+ * (src/transport/choice.ts).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -12,12 +14,13 @@ import test from 'ava';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const LIBRARY = '@kubernetes/client-node';
+const GRPC_JS = '@grpc/grpc-js';
 
 /** Specifiers of imports that load a module when this one loads (not `import type`, not `import()`). */
 const STATIC_IMPORT = /^(?:import|export)\s+(?!type\b)(?:[^;'"]*?\sfrom\s+)?['"]([^'"\s]+)['"]/gm;
 
-/** Every source file the entry point loads statically, each with the path that reached it. */
-function staticGraph(entry: string): Map<string, string[]> {
+/** Every source file the entry point loads statically, and the `libraries` among its packages, each with the path that reached it. */
+function staticGraph(entry: string, libraries: readonly string[]): Map<string, string[]> {
   const reached = new Map<string, string[]>([[entry, [entry]]]);
   const queue = [entry];
   for (let file = queue.shift(); file !== undefined; file = queue.shift()) {
@@ -26,7 +29,7 @@ function staticGraph(entry: string): Map<string, string[]> {
       const spec = m[1]!;
       const via = [...reached.get(file)!, spec];
       if (!spec.startsWith('.')) {
-        if (spec === LIBRARY || spec.startsWith(`${LIBRARY}/`)) reached.set(spec, via);
+        if (libraries.some((l) => spec === l || spec.startsWith(`${l}/`))) reached.set(spec, via);
         continue;
       }
       const target = path.posix.join(path.posix.dirname(file), spec).replace(/\.js$/, '.ts');
@@ -39,8 +42,15 @@ function staticGraph(entry: string): Map<string, string[]> {
 }
 
 test('the CLI loads the Kubernetes client library only on use', (t) => {
-  const graph = staticGraph('src/cli/main.ts');
+  const graph = staticGraph('src/cli/main.ts', [LIBRARY]);
   t.true(graph.has('src/cli/agent-command.ts') && graph.has('src/cli/server-command.ts'), 'the walk reaches both commands');
   const loads = [...graph].filter(([file]) => file.startsWith(LIBRARY)).map(([, via]) => via.join(' -> '));
   t.deepEqual(loads, [], 'import it with import() where a client is made (src/kube/kube-clients.ts)');
+});
+
+test('the CLI loads @grpc/grpc-js only when --transport grpc-js chooses it', (t) => {
+  const graph = staticGraph('src/cli/main.ts', [GRPC_JS]);
+  t.true(graph.has('src/transport/choice.ts'), 'the walk reaches the transport choice');
+  const loads = [...graph].filter(([file]) => file.startsWith(GRPC_JS)).map(([, via]) => via.join(' -> '));
+  t.deepEqual(loads, [], 'import it with import() where it is chosen (src/transport/choice.ts)');
 });

@@ -86,6 +86,8 @@ test('node -> control plane refusals: 20 dials to a 1 MiB address and 2,000 more
   // Every refusal is in the log, as a line or in a count; the last count comes at the latest at stop.
   await server.stop();
   const refusals = readLog(server.logFile).filter((l) => l.refusal === 'destination_not_allowed');
+  // Fields hold what they are named for: the agent refused, not a network peer.
+  t.true(refusals.every((l) => l.peer === undefined && l.agentID === 'flooding-node' && typeof l.credential === 'string'), JSON.stringify(refusals[0]));
   const logged = refusals.filter((l) => l.suppressed === undefined).length;
   const counted = refusals.reduce((n, l) => n + (typeof l.suppressed === 'number' ? l.suppressed : 0), 0);
   t.is(logged + counted, 2020);

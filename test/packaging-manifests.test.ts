@@ -13,7 +13,7 @@ import { readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { Pod, type IPod } from 'kubernetes-models/v1';
-import { parseDuration } from '../src/cli/duration.js';
+import { parseDuration } from '../src/common/duration.js';
 import { REPO, dryRunRefusal, kanal, parseEnvFile, run, tempDir } from './packaging-helpers.js';
 
 const STATIC_PODS = path.join(REPO, 'static-pods');

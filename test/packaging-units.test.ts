@@ -9,7 +9,7 @@ import path from 'node:path';
 import { agentFlags } from '../src/cli/agent-command.js';
 import { parseAgentFlags } from '../src/cli/install/agent-flags.js';
 import { unitDropIn, RESTART_BACKOFF_SYSTEMD } from '../src/cli/install/node-plan.js';
-import { parseDuration } from '../src/cli/duration.js';
+import { parseDuration } from '../src/common/duration.js';
 import { REPO, dryRunRefusal, expandExecStart, kanal, parseEnvFile, parseUnit, run, seconds, tempDir, unitValue, type UnitFile } from './packaging-helpers.js';
 
 const SYSTEMD = path.join(REPO, 'systemd');

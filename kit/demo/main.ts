@@ -12,7 +12,7 @@ import https from 'node:https';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { writeThrowawayPki } from '../pki/throwaway-pki.js';
-import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
+import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { freePort, startKanal, waitReady, type Child } from './processes.js';
 
@@ -96,6 +96,8 @@ async function main(): Promise<void> {
     await waitReady(`http://127.0.0.1:${serverHealth}/readyz`, 20_000, server);
     await waitReady(`http://127.0.0.1:${agentHealth}/readyz`, 20_000, agent);
     console.log(`server and agent up (agent port ${agentPort}, frontend ${uds})\n`);
+    // The kube-apiserver's side: grpc-js, a gRPC implementation independent of the server's default (h2).
+    const grpcJsTransport = await loadTransport('grpc-js');
 
     await time('CP -> node  HTTP CONNECT over UDS', async () => {
       const s = await httpConnect(await connectUnix(uds), backendAddr);

@@ -6,7 +6,7 @@ import { hideBin } from 'yargs/helpers';
 import { serverBuilder, runServer, type ServerArgs } from './server-command.js';
 import { agentBuilder, runAgent, type AgentArgs } from './agent-command.js';
 import { installNodeBuilder, runInstallNode, type InstallNodeArgs } from './install-node-command.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../common/usage-error.js';
 import { exitAfterLogs } from './lifecycle.js';
 
 const EXIT_USAGE = 2;

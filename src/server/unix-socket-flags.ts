@@ -1,6 +1,6 @@
 /** `--uds-mode` and `--uds-group`: the frontend socket's permission bits and group (#11 finding 9). */
 import fs from 'node:fs';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../common/usage-error.js';
 
 /** Octal permission bits, "0660" or "660"; no setuid/setgid/sticky bits (meaningless on a socket). */
 export function fileModeFlag(flag: string, text: string): number {
