@@ -164,12 +164,12 @@ function decodePayload(type: ControlType, buf: Uint8Array, start: number, end: n
       continue;
     }
     const want = kind === 'string' ? WIRE_LEN : WIRE_VARINT;
-    const what = `field ${num} of ${PacketType[type]}`;
-    if (wt !== want) throw new PacketDecodeError(`${what} has wire type ${wt}`);
+    const name = PacketType[type];
+    if (wt !== want) throw new PacketDecodeError(`field ${num} of ${name} has wire type ${wt}`);
     // int64 fields may legally carry negative values; connectIDs never do.
-    if (kind === 'int') out.ints.set(num, r.safeInt(what));
+    if (kind === 'int') out.ints.set(num, r.safeInt(num, name));
     else if (kind === 'big') out.bigs.set(num, r.bigVarint());
-    else out.strings.set(num, r.utf8(what));
+    else out.strings.set(num, r.utf8(num, name));
   }
   return out;
 }

@@ -86,9 +86,9 @@ export function decodeData(buf: Uint8Array, start: number, end: number): DataPac
     const want = num === 1 ? WIRE_VARINT : WIRE_LEN;
     if (wt !== want) throw new PacketDecodeError(`field ${num} of DATA has wire type ${wt}`);
     if (num === 1) {
-      connectID = r.safeInt('field 1 of DATA');
+      connectID = r.safeInt(1, 'DATA');
     } else if (num === 2) {
-      error = r.utf8('field 2 of DATA');
+      error = r.utf8(2, 'DATA');
     } else {
       const [s, e] = r.lengthDelimited();
       data = buf.subarray(s, e);

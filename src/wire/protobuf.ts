@@ -116,10 +116,10 @@ export class Reader {
     }
     throw new PacketDecodeError('varint too long');
   }
-  /** An int64 field that must hold a safe non-negative number (connectIDs, counts). */
-  safeInt(what: string): number {
+  /** Field `field` of `message`, an int64 that must hold a safe non-negative number (connectIDs, counts). */
+  safeInt(field: number, message: string): number {
     const v = this.bigVarint();
-    if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) throw new PacketDecodeError(`${what} out of range`);
+    if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) throw new PacketDecodeError(`field ${field} of ${message} out of range`);
     return Number(v);
   }
   lengthDelimited(): [number, number] {
@@ -129,13 +129,13 @@ export class Reader {
     this.pos += len;
     return [start, start + len];
   }
-  /** A length-delimited field as UTF-8 text. */
-  utf8(what: string): string {
+  /** Field `field` of `message`, length-delimited, as UTF-8 text. */
+  utf8(field: number, message: string): string {
     const [s, e] = this.lengthDelimited();
     try {
       return UTF8.decode(this.buf.subarray(s, e));
     } catch {
-      throw new PacketDecodeError(`${what} is not valid UTF-8`);
+      throw new PacketDecodeError(`field ${field} of ${message} is not valid UTF-8`);
     }
   }
   skip(wireType: number): void {
