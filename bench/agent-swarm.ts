@@ -28,7 +28,7 @@ const log = pino({ level: 'silent' });
 
 serveCommands<SwarmCommands>({
   async connect(a) {
-    const transport = selectTransport(a.transport);
+    const transport = await selectTransport(a.transport);
     const ca = fs.readFileSync(a.pki.caCert);
     let next = a.from;
     const end = a.from + a.count;

@@ -162,11 +162,11 @@ test('--max-connection-window reaches the options the server and agent build the
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-window-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
-  const server = buildServerOptions(
+  const server = await buildServerOptions(
     validateServerArgs(parseServer(['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock'), '--max-connection-window', '2097152'])),
   );
   t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
-  const agent = buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
+  const agent = await buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
   t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000 });
 });
 
@@ -175,7 +175,7 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
   const base = ['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock')];
-  const server = buildServerOptions(
+  const server = await buildServerOptions(
     validateServerArgs(
       parseServer([
         ...base,

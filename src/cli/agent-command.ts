@@ -182,7 +182,7 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   return { tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols }, warnings: check.warnings };
 }
 
-export function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): AgentOptions {
+export async function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): Promise<AgentOptions> {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
   const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
@@ -198,7 +198,7 @@ export function buildAgentOptions(config: AgentConfig, credentials: AgentCredent
     reconnect: config.reconnect,
     health: config.health,
     limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
-    transport: selectTransport(config.transport),
+    transport: await selectTransport(config.transport),
     log,
   };
 }
@@ -223,7 +223,7 @@ async function runAgentCheck(config: AgentConfig): Promise<void> {
     dialTimeoutMs: config.dialTimeoutMs,
     node: config.node,
     healthPort: config.health?.port,
-    transport: selectTransport(config.transport),
+    transport: await selectTransport(config.transport),
     log: createLogger('silent', 'agent-check'),
   });
   process.stdout.write(formatPreflight(results, `kanal agent --check (agent ID ${config.agentID}, server ${s.host}:${s.port})`));
@@ -243,7 +243,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
   const credentials = loadAgentCredentials(config);
-  const options = buildAgentOptions(config, credentials);
+  const options = await buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);

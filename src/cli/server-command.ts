@@ -313,7 +313,7 @@ export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   return { agent: agent!, frontend, warnings: check.warnings };
 }
 
-export function buildServerOptions(config: ServerConfig, credentials: ServerCredentials = loadServerCredentials(config)): ServerOptions {
+export async function buildServerOptions(config: ServerConfig, credentials: ServerCredentials = loadServerCredentials(config)): Promise<ServerOptions> {
   const log = createLogger(config.logLevel, 'server');
   return {
     serverID: config.serverID,
@@ -351,7 +351,7 @@ export function buildServerOptions(config: ServerConfig, credentials: ServerCred
       maxPendingDials: config.perAgent.maxPendingDials,
     },
     maxNodeToCpConnections: config.maxNodeToCpConnections,
-    transport: selectTransport(config.transport),
+    transport: await selectTransport(config.transport),
     log,
   };
 }
@@ -368,7 +368,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
   const credentials = loadServerCredentials(config);
-  const options = buildServerOptions(config, credentials);
+  const options = await buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
   if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');

@@ -1,16 +1,18 @@
 import type { Transport } from '../transport/transport.js';
-import { grpcJsTransport } from '../transport/grpc-js/index.js';
-import { h2Transport } from '../transport/h2/index.js';
 
 /** The first is the default: gRPC written on node:http2 (see docs/architecture.md, The transport). */
 export const TRANSPORT_NAMES = ['h2', 'grpc-js'] as const;
 
-export function selectTransport(name: string): Transport {
+/**
+ * Loads only the chosen implementation: @grpc/grpc-js (with its 65 modules)
+ * stays out of a process that runs on h2 (docs/memory.md, #15).
+ */
+export async function selectTransport(name: string): Promise<Transport> {
   switch (name) {
     case 'h2':
-      return h2Transport;
+      return (await import('../transport/h2/index.js')).h2Transport;
     case 'grpc-js':
-      return grpcJsTransport;
+      return (await import('../transport/grpc-js/index.js')).grpcJsTransport;
     default:
       throw new Error(`unknown transport ${name}`);
   }
