@@ -6,8 +6,8 @@
  * are set up, and keeps those pages for good: it shrinks them only after a
  * mark-compact at a low allocation rate, which an idle proxy never runs. A
  * proxy allocates little JavaScript per byte it moves (gc-pacer.ts collects
- * its buffers every 8 MiB anyway), so a small young generation costs no
- * measurable CPU per dial or per GB while saving ~20 MiB per process. V8
+ * its buffers every 8 MiB anyway): a small young generation saves ~20 MiB per
+ * process for more frequent, cheap scavenges (a few µs per dial). V8
  * reads the growth factor at each growth decision (Heap::ExpandNewSpaceSize),
  * so setting it before the commands load keeps the initial size.
  * KANAL_SMALL_YOUNG_GENERATION=0 leaves V8's default.
