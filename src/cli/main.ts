@@ -8,6 +8,7 @@ import { agentBuilder, runAgent, type AgentArgs } from './agent-command.js';
 import { installNodeBuilder, runInstallNode, type InstallNodeArgs } from './install-node-command.js';
 import { UsageError } from './usage-error.js';
 import { exitAfterLogs } from './lifecycle.js';
+import { PARSER_CONFIGURATION } from './parser-configuration.js';
 
 const EXIT_USAGE = 2;
 
@@ -44,7 +45,7 @@ async function main(argv: string[]): Promise<void> {
     .command<InstallNodeArgs>('install-node', 'Install the agent as a systemd unit that starts before the kubelet', installNodeBuilder, (args) => runInstallNode(args).catch(fail))
     .demandCommand(1, 'name a command: server, agent or install-node')
     .strict()
-    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
+    .parserConfiguration(PARSER_CONFIGURATION)
     .wrap(Math.min(110, process.stdout.columns || 110))
     .fail((message, err) => {
       if (err) process.exit(report(err));

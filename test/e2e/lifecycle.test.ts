@@ -23,7 +23,7 @@ import {
   waitStatus,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { killOnExit } from '../helpers/exit-cleanup.js';
+import { killOnExit } from '../../kit/launch/exit-cleanup.js';
 
 /** Longest a stop may take here (the grace periods below are 1 s). */
 const EXIT_BOUND_MS = 10_000;

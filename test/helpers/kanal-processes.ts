@@ -19,7 +19,7 @@ import tls from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate, writeThrowawayPki, type AgentCredential, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 import { CLI, freePort, startKanal, waitReady, type Child } from '../../kit/demo/processes.js';
-import { killOnExit, removeOnExit } from './exit-cleanup.js';
+import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 import * as grpc from '@grpc/grpc-js';
 import { ProxyStream } from './e2e-grpc-client.js';

@@ -23,7 +23,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createNetns, destroyAllNetns, type ExecResult, type Netns } from './netns.js';
-import { deleteNetnsOnExit, killOnExit } from './exit-cleanup.js';
+import { deleteNetnsOnExit, killOnExit } from '../../kit/launch/exit-cleanup.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 /** The kube-apiserver advertise address the agent serves on the node. */

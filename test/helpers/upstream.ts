@@ -15,7 +15,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
-import { killOnExit, removeOnExit } from './exit-cleanup.js';
+import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { freePort, httpGet, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
 
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');

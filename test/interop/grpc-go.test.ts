@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { killOnExit, removeOnExit } from '../helpers/exit-cleanup.js';
+import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { closedPort, waitFor } from '../helpers/in-process.js';
 import {
   connectThrough,

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { acquireOwnerLock, OwnerLockHeldError } from '../../native/owner-lock.js';
-import { killOnExit } from '../helpers/exit-cleanup.js';
+import { killOnExit } from '../../kit/launch/exit-cleanup.js';
 
 const LOCK_MODULE = fileURLToPath(new URL('../../native/owner-lock.js', import.meta.url));
 

@@ -23,6 +23,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ['src/cli'],
   // The demo's and tests' kit, outside the shipped package: nothing in the product may import it.
   ['kit/pki'],
+  // One way to launch Kanal (in process from flags, or as a CLI child), one log reader, one cleanup scope.
+  ['kit/launch'],
   ['kit/demo'],
 ];
 
