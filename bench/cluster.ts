@@ -4,7 +4,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CLI, freePort } from '../kit/demo/processes.js';
+import { KANAL_CLI as CLI, freePort } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { Worker } from './rpc.js';
@@ -35,7 +35,7 @@ function httpStatus(url: string): Promise<{ status: number; body: string }> {
 export async function waitHttpOk(url: string, timeoutMs: number, child: Child): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (!child.running) throw new Error(`${child.name} exited; log:\n${child.tail()}`);
+    if (!child.running()) throw new Error(`${child.name} exited; log:\n${child.tail()}`);
     const r = await httpStatus(url);
     if (r.status === 200) return r.body;
     await sleep(50);

@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../kit/demo/processes.js';
+import { freePort } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { waitHttpOk, type TunnelPair } from './cluster.js';

@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { killOnExit } from './exit-cleanup.js';
 import type { Scope } from './cleanup-scope.js';
-import { jsonObjects, logTail, readLog, readLogText, waitForLog, waitUntilLogged, type LogLine } from './log-reader.js';
+import { jsonObjects, logTail, pinoLines, readLog, readLogText, waitUntilLogged, type LogLine } from './log-reader.js';
 
 export interface ChildSpec {
   /** Short name for messages (and the default log file stem of callers). */
@@ -106,19 +106,22 @@ export class Child {
     return logTail(this.logFile, lines);
   }
 
-  /** Waits for a matching pino line; fails at timeoutMs, or as soon as the process ends without it. */
-  waitForLog(match: (l: LogLine) => boolean, timeoutMs: number, what: string): Promise<LogLine> {
-    return waitForLog(this.logFile, match, timeoutMs, `${this.name}: ${what}`, () => this.ended());
+  /**
+   * Waits until the log shows a pino line that `match` accepts, or (for a
+   * text log such as klog) text that the pattern matches, resolving with that
+   * line or the matched text. Fails at timeoutMs, or as soon as the process
+   * ends without it.
+   */
+  waitForLog(match: (l: LogLine) => boolean, timeoutMs: number, what: string): Promise<LogLine>;
+  waitForLog(match: RegExp, timeoutMs: number, what: string): Promise<string>;
+  waitForLog(match: RegExp | ((l: LogLine) => boolean), timeoutMs: number, what: string): Promise<LogLine | string> {
+    const find = match instanceof RegExp ? (text: string) => match.exec(text)?.[0] : (text: string) => pinoLines(jsonObjects(text)).find(match);
+    return waitUntilLogged<LogLine | string>(this.logFile, find, timeoutMs, `${this.name}: ${what}`, () => this.ended());
   }
 
-  /** Same for any JSON line. */
+  /** Same for any JSON line (events of the stand-in services). */
   waitForLine(match: (l: Record<string, unknown>) => boolean, timeoutMs: number, what = 'the expected line'): Promise<Record<string, unknown>> {
     return waitUntilLogged(this.logFile, (text) => jsonObjects(text).find(match), timeoutMs, `${this.name}: ${what}`, () => this.ended());
-  }
-
-  /** Same for a text log (klog): resolves with the first match of `pattern`. */
-  waitForText(pattern: RegExp, timeoutMs: number, what: string): Promise<string> {
-    return waitUntilLogged(this.logFile, (text) => pattern.exec(text)?.[0], timeoutMs, `${this.name}: ${what}`, () => this.ended());
   }
 
   /** Sends a signal unless the process already ended. */
@@ -131,15 +134,18 @@ export class Child {
     }
   }
 
-  /** SIGCONT (in case it was paused), then `signal`; SIGKILL after graceMs; resolves on exit. */
-  async stop(signal: NodeJS.Signals = 'SIGTERM', graceMs = STOP_GRACE_MS): Promise<ChildExit> {
-    if (this.exit) return this.exit;
+  /**
+   * SIGCONT (in case it was paused), then `signal`; SIGKILL after graceMs.
+   * Resolves on exit with the exit code (null when a signal ended it; `exited` tells which).
+   */
+  async stop(signal: NodeJS.Signals = 'SIGTERM', graceMs = STOP_GRACE_MS): Promise<number | null> {
+    if (this.exit) return this.exit.code;
     this.signal('SIGCONT');
     this.signal(signal);
     const timer = setTimeout(() => this.signal('SIGKILL'), graceMs);
     const exit = await this.exited;
     clearTimeout(timer);
-    return exit;
+    return exit.code;
   }
 
   /** SIGSTOP: the process stops answering anything. */

@@ -10,7 +10,7 @@ import net from 'node:net';
 import { AssembledAgent } from '../../src/agent/assembled-agent.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
-import { freePort } from '../../kit/demo/processes.js';
+import { freePort } from '../../kit/launch/kanal-cli.js';
 import { captureLogger, echoRoundTrip, makeEnv, startAgent, startEchoServer, startServer, waitFor, type TestEnv } from '../helpers/in-process.js';
 
 const NODE_ADDRESS = '127.0.0.2';

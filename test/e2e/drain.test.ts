@@ -63,7 +63,7 @@ async function drainScenario(
 ): Promise<void> {
   const { uds, backend, draining, fresh } = opts;
   const before = await dialsServed(draining);
-  draining.child.proc.kill('SIGTERM');
+  draining.signal('SIGTERM');
   await opts.drainSeen();
 
   await dialAll(t, uds, backend, DIALS);
