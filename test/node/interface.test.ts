@@ -89,7 +89,7 @@ kernelTest('agent creates kanal0 (bridge, ADVERTISE_IP/32 scope host), re-create
   t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
   t.like(interfaceLog(first)[0], { msg: 'host interface ready', interface: 'kanal0', kind: 'bridge', createdLink: true, addedAddress: true });
 
-  const firstExit = await first.stop('SIGTERM');
+  const firstExit = await first.stop('SIGTERM').then(() => first.exited);
   t.deepEqual(firstExit, { code: 0, signal: null });
   await expectNoInterface(t, topo.node);
   t.like(interfaceLog(first)[1], { msg: 'host interface cleaned up', removedLink: true });
@@ -100,7 +100,7 @@ kernelTest('agent creates kanal0 (bridge, ADVERTISE_IP/32 scope host), re-create
   t.like(interfaceLog(second)[0], { createdLink: true, addedAddress: true });
   t.deepEqual(errorLines(second), []);
 
-  t.deepEqual(await second.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await second.stop('SIGTERM').then(() => second.exited), { code: 0, signal: null });
   await expectNoInterface(t, topo.node);
   t.deepEqual(errorLines(first), []);
   t.deepEqual(errorLines(second), []);
@@ -113,7 +113,7 @@ kernelTest('after a crash (SIGKILL) the next agent reclaims the leftover kanal0,
   await startServer(topo);
   const crashed = await startAgent(topo, {}, 'agent-crashed');
   await expectInterface(t, topo.node, 'bridge');
-  t.deepEqual(await crashed.stop('SIGKILL'), { code: null, signal: 'SIGKILL' });
+  t.deepEqual(await crashed.stop('SIGKILL').then(() => crashed.exited), { code: null, signal: 'SIGKILL' });
   // Nothing could clean up: the link and address stay until someone removes them.
   await expectInterface(t, topo.node, 'bridge');
 
@@ -122,7 +122,7 @@ kernelTest('after a crash (SIGKILL) the next agent reclaims the leftover kanal0,
   // The link carries Kanal's ownership marker (its alias), so it is reclaimed, not merely adopted.
   t.like(interfaceLog(next)[0], { msg: 'host interface ready', createdLink: true, addedAddress: true, reclaimed: true });
   t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
-  t.deepEqual(await next.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await next.stop('SIGTERM').then(() => next.exited), { code: 0, signal: null });
   t.deepEqual(errorLines(next), []);
   await expectNoInterface(t, topo.node);
 });
@@ -140,7 +140,7 @@ kernelTest('--bind-interface-type dummy fails at start with a message naming the
     await startServer(topo);
     const agent = await startAgent(topo, { interfaceType: 'dummy' }, 'agent-dummy');
     await expectInterface(t, topo.node, 'dummy');
-    t.deepEqual(await agent.stop('SIGTERM'), { code: 0, signal: null });
+    t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
     await expectNoInterface(t, topo.node);
     return;
   }
@@ -198,7 +198,7 @@ kernelTest('a second agent on the same --bind-address (or --bind-interface) exit
     t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION, `${name}: still served by the first agent`);
     t.is((await topo.curl(topo.node, firstHealth)).status, 200);
   }
-  t.deepEqual(await first.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await first.stop('SIGTERM').then(() => first.exited), { code: 0, signal: null });
   await expectNoInterface(t, topo.node);
   t.deepEqual(errorLines(first), []);
 });
@@ -264,7 +264,7 @@ kernelTest('the address deleted, kanal0 set down, kanal0 deleted: each is restor
   });
   t.is((await readyz(topo)).status, 200);
   t.log(watchLog(agent).join('\n'));
-  t.deepEqual(await agent.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
   t.false((await ipLinks(topo.node)).some((l) => l.ifname === 'kanal0'), 'removed on the clean stop');
 });
 
@@ -294,7 +294,7 @@ kernelTest('while the address cannot be restored (IPv6 disabled on kanal0), /rea
   for (let i = 0; i < 100 && r.status !== 200; i++) r = await readyz(topo).finally(() => sleep(50));
   t.is(r.status, 200, r.body);
   t.is((await agentMetrics(topo)).get('kanal_agent_bind_address_ready'), 1);
-  t.deepEqual(await agent.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
 });
 
 kernelTest('--bind-interface-type none: an address that goes away is reported (not restored), and back when it returns', async (t) => {
@@ -319,5 +319,5 @@ kernelTest('--bind-interface-type none: an address that goes away is reported (n
   for (let i = 0; i < 300 && r.status !== 200; i++) r = await readyz(topo).finally(() => sleep(50));
   t.is(r.status, 200, r.body);
   await agent.waitForLine((l) => l.msg === 'advertise address usable again', 10_000);
-  t.deepEqual(await agent.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
 });

@@ -210,7 +210,7 @@ kernelTest('no process wrote an error-level log line', (t) => {
   const s = need();
   for (const p of [s.server, s.agent]) {
     const errors = p.jsonLines().filter((l) => Number(l.level) >= 50);
-    t.deepEqual(errors, [], `${p.label} logged errors`);
+    t.deepEqual(errors, [], `${p.name} logged errors`);
   }
   t.true(s.agent.running() && s.server.running());
 });

@@ -297,7 +297,7 @@ kernelTest('control plane -> node still works through the upstream server (DIAL_
 
 kernelTest('on SIGTERM the agent sends DRAIN and stops cleanly', async (t) => {
   const { upstream: up, agent: ag } = need();
-  t.deepEqual(await ag.stop('SIGTERM'), { code: 0, signal: null });
+  t.deepEqual(await ag.stop('SIGTERM').then(() => ag.exited), { code: 0, signal: null });
   await up.next((p) => p.type === TYPE.DRAIN, 2000);
   t.deepEqual(
     ag.jsonLines().filter((l) => Number(l.level) >= 50),
