@@ -1,6 +1,6 @@
-// Shared by the test/packaging-*.test.ts files: the repository layout, running
-// the CLI, reading unit and env files the way systemd does, and a datagram
-// listener standing in for systemd's NOTIFY_SOCKET.
+// Shared by the test/packaging/ files: the repository layout, running the CLI
+// (kit/launch/), reading unit and env files the way systemd does, and a
+// datagram listener standing in for systemd's NOTIFY_SOCKET.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -8,51 +8,16 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
+import { Child } from '../../kit/launch/child.js';
+import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
+import { KANAL_CLI } from '../../kit/launch/kanal-cli.js';
+import { waitUntilLogged } from '../../kit/launch/log-reader.js';
+import type { RunResult } from '../../kit/launch/run-to-end.js';
 
 /** Repository root (dist/test/helpers/ -> ../../..). */
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-export const CLI = path.join(REPO, 'dist', 'src', 'cli', 'main.js');
-
-export interface RunResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-export interface RunOptions {
-  env?: NodeJS.ProcessEnv;
-  timeoutMs?: number;
-  cwd?: string;
-  /** Command words to run kanal under, e.g. ['setpriv', '--reuid=65534', ...] (kanal() only). */
-  wrapper?: readonly string[];
-}
-
-/** Runs a command to completion with a hard timeout; never rejects. */
-export function run(cmd: string, args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  return new Promise((resolve) => {
-    const child = spawn(cmd, args, { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const timer = setTimeout(() => {
-      stderr += `\n[killed after ${opts.timeoutMs ?? 100_000} ms]`;
-      child.kill('SIGKILL');
-    }, opts.timeoutMs ?? 100_000);
-    child.on('error', (err) => (stderr += `\n[spawn error: ${err.message}]`));
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-}
-
-/** `node dist/src/cli/main.js ...args`. */
-export function kanal(args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  const argv = [...(opts.wrapper ?? []), process.execPath, CLI, ...args];
-  return run(argv[0]!, argv.slice(1), opts);
-}
+export { KANAL_CLI as CLI, runKanal as kanal } from '../../kit/launch/kanal-cli.js';
+export { run, type RunOptions, type RunResult } from '../../kit/launch/run-to-end.js';
 
 /**
  * Why a `--dry-run` refused the command line, or undefined when it accepted
@@ -259,75 +224,48 @@ export class NotifyListener {
   }
 }
 
-/** Lines of a child's stdout, with a way to wait for one. */
-export class LineWatcher {
-  readonly lines: string[] = [];
-  private readonly waiters = new Set<() => void>();
-
-  constructor(stream: NodeJS.ReadableStream) {
-    createInterface({ input: stream }).on('line', (line) => {
-      this.lines.push(line);
-      for (const wake of [...this.waiters]) wake();
-    });
-  }
-
-  waitFor(match: (line: string) => boolean, timeoutMs = 60_000): Promise<string> {
-    return new Promise((resolve, reject) => {
-      const check = (): void => {
-        const found = this.lines.find(match);
-        if (found === undefined) return;
-        this.waiters.delete(check);
-        clearTimeout(timer);
-        resolve(found);
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        reject(new Error(`no matching line within ${timeoutMs} ms; got:\n${this.lines.join('\n')}`));
-      }, timeoutMs);
-      this.waiters.add(check);
-      check();
-    });
-  }
-}
-
 // ---------------------------------------------------------------- real processes
 
+/** The output of a started command, line by line, with a bounded wait for one. */
+export interface OutputLines {
+  readonly lines: string[];
+  /** Fails after timeoutMs, or as soon as the process ends without such a line. */
+  waitFor(match: (line: string) => boolean, timeoutMs?: number): Promise<string>;
+}
+
 export interface Started {
-  child: ChildProcess;
-  out: LineWatcher;
-  stderr: () => string;
+  child: Child;
+  out: OutputLines;
+  /** Everything it wrote (stdout and stderr), for failure messages. */
+  output: () => string;
   /** SIGTERM, then SIGKILL after graceMs; resolves with the exit code. */
   stop: (graceMs?: number) => Promise<number | null>;
 }
 
-/** Starts `kanal <args>` in the background (optionally under a wrapper like `ip netns exec`). */
+/** Log directories of started commands: removed when the test process exits (kit/launch/exit-cleanup.ts). */
+const logDirs = new CleanupStack();
+
+/** Starts `kanal <args>` in the background (optionally under a wrapper like `ip netns exec`); the caller stops it. */
 export function startKanal(args: readonly string[], opts: { env?: NodeJS.ProcessEnv; wrapper?: readonly string[] } = {}): Started {
-  const wrapper = opts.wrapper ?? [];
-  const argv = [...wrapper, process.execPath, CLI, ...args];
-  const child = spawn(argv[0]!, argv.slice(1), { env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-  const out = new LineWatcher(child.stdout!);
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const logFile = path.join(scopedTempDir(logDirs, 'kanal-packaging-'), 'output.log');
+  const child = new Child({ name: `kanal ${args[0] ?? ''}`.trim(), argv: [process.execPath, KANAL_CLI, ...args], logFile, wrapper: opts.wrapper, env: opts.env });
+  const lines = (): string[] => child.log().split('\n').filter((l) => l !== '');
   return {
     child,
-    out,
-    stderr: () => stderr,
-    stop: async (graceMs = 10_000) => {
-      if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-        const code = await exited;
-        clearTimeout(timer);
-        return code;
-      }
-      return exited;
+    out: {
+      get lines() {
+        return lines();
+      },
+      waitFor: (match, timeoutMs = 60_000) =>
+        waitUntilLogged(logFile, (text) => text.split('\n').find((l) => l !== '' && match(l)), timeoutMs, `${child.name}: a matching line`, () => child.ended()),
     },
+    output: () => child.log(),
+    stop: (graceMs = 10_000) => child.stop('SIGTERM', graceMs),
   };
 }
 
 /** The JSON field `key` of the first log line whose msg is `msg`. */
-export async function logField(out: LineWatcher, msg: string, key: string, timeoutMs = 60_000): Promise<string> {
+export async function logField(out: OutputLines, msg: string, key: string, timeoutMs = 60_000): Promise<string> {
   const line = await out.waitFor((l) => l.includes(`"msg":"${msg}"`), timeoutMs);
   const value = (JSON.parse(line) as Record<string, unknown>)[key];
   return String(value);

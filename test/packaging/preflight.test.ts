@@ -315,7 +315,7 @@ nobodyNetnsTest('the agent runs with only CAP_NET_ADMIN as a non-root user: inte
   );
   t.teardown(() => agent.stop(2000));
   const ready = await notify.waitFor((m) => m.startsWith('READY=1')).catch((err: Error) => {
-    throw new Error(`${err.message}\nagent stderr: ${agent.stderr()}\nagent log:\n${agent.out.lines.join('\n')}`);
+    throw new Error(`${err.message}\nagent output:\n${agent.output()}`);
   });
   t.regex(ready, /STATUS=1\/1 server tunnel\(s\) up/);
   const addr = await ns.ip(['-o', 'addr', 'show', 'dev', 'kanal0']);
@@ -323,7 +323,7 @@ nobodyNetnsTest('the agent runs with only CAP_NET_ADMIN as a non-root user: inte
   // A client on the node reaches the control plane through the advertise address.
   const curl = await ns.exec(['curl', '-sS', '--max-time', '10', 'http://10.200.0.1:6443/healthz']);
   t.is(curl.stdout, 'ok\n', curl.stderr);
-  t.is(await agent.stop(), 0, agent.stderr());
+  t.is(await agent.stop(), 0, agent.output());
   t.true(notify.messages.some((m) => m.startsWith('STOPPING=1')));
   const gone = await ns.ip(['link', 'show', 'kanal0']);
   t.not(gone.code, 0, 'the interface is removed on stop');
