@@ -20,6 +20,7 @@ import type { Transport } from '../../src/transport/transport.js';
 function parseFlags<T>(builder: (y: Argv) => Argv<T>, argv: readonly string[]): T {
   return builder(yargs([...argv]))
     .strict()
+    .exitProcess(false)
     .parserConfiguration(PARSER_CONFIGURATION)
     .fail((message, err) => {
       throw err ?? new Error(message);
