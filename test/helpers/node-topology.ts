@@ -21,8 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createNetns, destroyAllNetns, type ExecResult, type Netns } from './netns.js';
-import { deleteNetnsOnExit } from '../../kit/launch/exit-cleanup.js';
+import { createNetns, destroyAllNetns, type ExecResult, type Netns } from '../../kit/launch/netns.js';
 import { Child } from '../../kit/launch/child.js';
 import { KANAL_CLI } from '../../kit/launch/kanal-cli.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
@@ -130,7 +129,6 @@ export async function createTopology(): Promise<Topology> {
       // Deleting one end of the pair deletes both; the namespaces go next.
       if (ns === created[0]) await ns.ip(['link', 'del', 'kv-cp'], 5000);
       await ns.destroy();
-      deleteNetnsOnExit.delete(ns.name);
     }
     if (topoRef) liveTopologies.delete(topoRef);
     if (!keepDir) fs.rmSync(dir, { recursive: true, force: true });
@@ -139,10 +137,8 @@ export async function createTopology(): Promise<Topology> {
   try {
     const cp = await createNetns('kanal-cp');
     created.push(cp);
-    deleteNetnsOnExit.add(cp.name);
     const node = await createNetns('kanal-node');
     created.push(node);
-    deleteNetnsOnExit.add(node.name);
     await must('veth pair', cp.ip(['link', 'add', 'kv-cp', 'type', 'veth', 'peer', 'name', 'kv-node', 'netns', node.name]));
     for (const [ns, dev, addr] of [
       [cp, 'kv-cp', cpAddr],

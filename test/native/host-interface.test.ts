@@ -6,7 +6,7 @@
 
 import test, { type ExecutionContext } from 'ava';
 import { fileURLToPath } from 'node:url';
-import { createNetns, destroyAllNetns, netnsUnavailableReason, type Netns } from '../helpers/netns.js';
+import { createNetns, destroyAllNetns, netnsUnavailableReason, type Netns } from '../../kit/launch/netns.js';
 import { KANAL_LINK_ALIAS, type HostInterfaceSpec, type HostInterfaceState } from '../../native/host-interface.js';
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/netlink-fixture.js', import.meta.url));

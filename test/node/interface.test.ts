@@ -9,7 +9,7 @@
 
 import test, { type ExecutionContext } from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { netnsUnavailableReason, type Netns } from '../helpers/netns.js';
+import { netnsUnavailableReason, type Netns } from '../../kit/launch/netns.js';
 import {
   ADVERTISE_IP,
   AGENT_HEALTH_PORT,

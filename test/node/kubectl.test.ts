@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { netnsUnavailableReason, run } from '../helpers/netns.js';
+import { netnsUnavailableReason, run } from '../../kit/launch/netns.js';
 import { ADVERTISE_IP, AGENT_ID, KAS_PORT, createTopology, destroyAllTopologies, startAgent, startServer, type NsProcess, type Topology } from '../helpers/node-topology.js';
 import { CONFIGMAP_DATA, CONFIGMAP_NAME, KAS_GIT_VERSION } from '../helpers/kas-stand-in.js';
 

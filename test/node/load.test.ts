@@ -10,7 +10,7 @@
 import test, { type ExecutionContext } from 'ava';
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
-import { netnsUnavailableReason } from '../helpers/netns.js';
+import { netnsUnavailableReason } from '../../kit/launch/netns.js';
 import { ADVERTISE_IP, createTopology, destroyAllTopologies, startAgent, startServer, type NsProcess, type Topology } from '../helpers/node-topology.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 

@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
-import { netnsUnavailableReason } from '../helpers/netns.js';
+import { netnsUnavailableReason } from '../../kit/launch/netns.js';
 import { ADVERTISE_IP, AGENT_HEALTH_PORT, AGENT_ID, AGENT_PORT, KAS_PORT, createTopology, destroyAllTopologies, startAgent, type NsProcess, type Topology } from '../helpers/node-topology.js';
 
 const UPSTREAM_SERVER_ID = 'upstream-konnectivity-0';

@@ -12,7 +12,7 @@ import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pk
 import { runPreflight, formatPreflight, preflightPassed, type CheckResult } from '../../src/agent/preflight.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import { createLogger } from '../../src/common/logger.js';
-import { createNetns, destroyAllNetns, netnsUnavailableReason } from '../helpers/netns.js';
+import { createNetns, destroyAllNetns, netnsUnavailableReason } from '../../kit/launch/netns.js';
 import { CLI, NotifyListener, kanal, logField, portOf, startKanal, tempDir, type RunResult, type Started } from '../helpers/packaging.js';
 
 const NOBODY = 65534;

@@ -1,9 +1,12 @@
 // Throwaway network namespaces for kernel-touching tests. Everything that
 // creates links or addresses must run inside one of these, never in the
-// machine's root namespace.
+// machine's root namespace. Each is registered for deletion at exit
+// (exit-cleanup.ts) until destroyed; scopedNetns() ties one to a cleanup scope.
 
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import type { Scope } from './cleanup-scope.js';
+import { deleteNetnsOnExit } from './exit-cleanup.js';
+import { run as runToEnd } from './run-to-end.js';
 
 export interface ExecResult {
   code: number;
@@ -27,20 +30,10 @@ const DEFAULT_TIMEOUT_MS = 20_000;
 // test.after.always hook can sweep up after tests that never reached teardown.
 const live = new Set<Netns>();
 
-/** Run a command with a hard timeout; never rejects. */
-export function run(cmd: string, args: string[], timeoutMs = DEFAULT_TIMEOUT_MS): Promise<ExecResult> {
-  return new Promise((resolve) => {
-    execFile(cmd, args, { timeout: timeoutMs, killSignal: 'SIGKILL', encoding: 'utf8' }, (err, stdout, stderr) => {
-      let code = 0;
-      if (err) {
-        const c = (err as NodeJS.ErrnoException & { code?: unknown }).code;
-        code = typeof c === 'number' ? c : -1;
-        if (err.killed) stderr += `\n[killed after ${timeoutMs} ms]`;
-        else if (typeof c === 'string') stderr += `\n[${c}: ${err.message}]`;
-      }
-      resolve({ code, stdout, stderr });
-    });
-  });
+/** Run a command with a hard timeout; never rejects (code -1 when it did not exit by itself). */
+export async function run(cmd: string, args: string[], timeoutMs = DEFAULT_TIMEOUT_MS): Promise<ExecResult> {
+  const r = await runToEnd(cmd, args, { timeoutMs });
+  return { code: r.code ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
 /** Why kernel tests cannot run here, or undefined when they can. */
@@ -69,9 +62,18 @@ export async function createNetns(prefix: string): Promise<Netns> {
       if (del.code !== 0 && !/No such file|not found/i.test(del.stderr)) {
         throw new Error(`ip netns del ${name} failed: ${del.stderr.trim()}`);
       }
+      deleteNetnsOnExit.delete(name);
     },
   };
   live.add(ns);
+  deleteNetnsOnExit.add(name);
+  return ns;
+}
+
+/** A namespace the scope deletes at teardown. */
+export async function scopedNetns(scope: Scope, prefix: string): Promise<Netns> {
+  const ns = await createNetns(prefix);
+  scope.teardown(() => ns.destroy());
   return ns;
 }
 
