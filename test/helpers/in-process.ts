@@ -126,13 +126,13 @@ export async function startAgent(
   const agentID = opts.agentID ?? 'node-1';
   // Each agent holds a credential of its own, as each node does.
   const own = await issueAgentCertificate(env.pki, opts.credential ?? agentID);
-  const pair = cert === 'valid' ? [own.cert, own.key] : cert === 'rogue' ? [env.pki.rogueAgentCert, env.pki.rogueAgentKey] : undefined;
+  const pair: [cert: string, key: string] | undefined = cert === 'valid' ? [own.cert, own.key] : cert === 'rogue' ? [env.pki.rogueAgentCert, env.pki.rogueAgentKey] : undefined;
   const flags = [
     '--agent-id', agentID,
     '--agent-identifiers', opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
     '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(port),
     '--ca-cert', env.pki.caCert,
-    ...(pair ? ['--agent-cert', pair[0]!, '--agent-key', pair[1]!] : []),
+    ...(pair ? ['--agent-cert', pair[0], '--agent-key', pair[1]] : []),
     '--dial-timeout', '5s', '--connect-timeout', '5s',
     '--sync-interval', '100ms', '--sync-interval-cap', '500ms',
     '--health-server-port', '0', '--admin-server-port', '0',
