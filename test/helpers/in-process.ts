@@ -4,9 +4,7 @@
  * health on 127.0.0.1:0, logs captured into arrays. Options become `kanal`
  * flags, assembled by the CLI's own functions (kit/launch/in-process.ts).
  */
-import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -16,6 +14,7 @@ import type { KanalServer, ServerOptions } from '../../src/server/server.js';
 import type { KanalAgent } from '../../src/agent/agent.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
 import { startAgentInProcess, startServerInProcess, transportFlag } from '../../kit/launch/in-process.js';
+import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
@@ -35,21 +34,18 @@ export interface TestEnv {
 }
 
 let sharedPki: Promise<ThrowawayPki> | undefined;
+/** Holds the shared PKI's directory; never run, so the directory goes at exit (kit/launch/exit-cleanup.ts). */
+const processScope = new CleanupStack();
 
 /** One throwaway PKI per test process (key generation is the slow part), removed at exit. */
 function pkiOnce(): Promise<ThrowawayPki> {
-  if (!sharedPki) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-pki-'));
-    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
-    sharedPki = writeThrowawayPki(dir);
-  }
+  sharedPki ??= writeThrowawayPki(scopedTempDir(processScope, 'kanal-pki-'));
   return sharedPki;
 }
 
 /** A temp dir (for Unix sockets) and the throwaway certificates; the dir is removed at teardown. */
 export async function makeEnv(t: ExecutionContext): Promise<TestEnv> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-inproc-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const dir = scopedTempDir(t, 'kanal-inproc-');
   const pki = await pkiOnce();
   return { dir, pki, udsPath: path.join(dir, 'frontend.sock') };
 }
