@@ -5,6 +5,7 @@ import type { Argv } from 'yargs';
 import { UsageError } from '../common/usage-error.js';
 import { exitAfterLogs } from './lifecycle.js';
 import { keepYoungGenerationSmall } from './young-generation.js';
+import { PARSER_CONFIGURATION } from './parser-configuration.js';
 
 const EXIT_USAGE = 2;
 
@@ -81,7 +82,7 @@ async function main(): Promise<void> {
   await y
     .demandCommand(1, 'name a command: server, agent or install-node')
     .strict()
-    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
+    .parserConfiguration(PARSER_CONFIGURATION)
     .wrap(Math.min(110, process.stdout.columns || 110))
     .fail((message, err) => {
       if (err) process.exit(report(err));
