@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { serveCommands } from './rpc.js';
 import { connectToServer, type ServerConnection } from '../src/agent/server-connection.js';
-import { selectTransport } from '../src/cli/transport-choice.js';
+import { isTransportName, loadTransport } from '../src/transport/choice.js';
 import { ALL_FEATURES } from '../src/wire/features.js';
 import { DialError } from '../src/tunnel/errors.js';
 
@@ -28,7 +28,8 @@ const log = pino({ level: 'silent' });
 
 serveCommands<SwarmCommands>({
   async connect(a) {
-    const transport = selectTransport(a.transport);
+    if (!isTransportName(a.transport)) throw new Error(`unknown transport ${a.transport}`);
+    const transport = await loadTransport(a.transport);
     const ca = fs.readFileSync(a.pki.caCert);
     let next = a.from;
     const end = a.from + a.count;

@@ -3,8 +3,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { CLI, freePort } from '../kit/demo/processes.js';
+import { KANAL_CLI as CLI, freePort, waitHealthy } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { Worker } from './rpc.js';
@@ -29,18 +28,6 @@ function httpStatus(url: string): Promise<{ status: number; body: string }> {
     req.on('error', () => resolve({ status: 0, body: '' }));
     req.on('timeout', () => req.destroy());
   });
-}
-
-/** Polls `url` until it answers 200; fails early if the child exits. */
-export async function waitHttpOk(url: string, timeoutMs: number, child: Child): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (!child.running) throw new Error(`${child.name} exited; log:\n${child.tail()}`);
-    const r = await httpStatus(url);
-    if (r.status === 200) return r.body;
-    await sleep(50);
-  }
-  throw new Error(`${url} not ready after ${timeoutMs} ms; ${child.name} log:\n${child.tail()}`);
 }
 
 export async function readyDetail(url: string): Promise<string> {
@@ -100,7 +87,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
   const child = spawnChild({ name: `${o.tag}-server`, script: o.cli ?? CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  await waitHttpOk(`${healthUrl}/healthz`, 20_000, child);
+  await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
   return { child, uds, agentPort, healthUrl };
 }
 
@@ -127,8 +114,8 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
       '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
     ],
   });
-  await waitHttpOk(`http://127.0.0.1:${agentHealth}/readyz`, 20_000, agent);
-  await waitHttpOk(`${server.healthUrl}/readyz`, 20_000, server.child);
+  await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
+  await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'kanal',
     uds: server.uds,

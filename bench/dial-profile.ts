@@ -13,6 +13,9 @@
  *   and minor page faults per dial of each server and agent (/proc);
  *   `--compare DIR` adds a second Kanal pair run from another checkout's
  *   build (DIR/dist), in the same interleaved rounds: an A/B test of a change;
+ *   `--next-to-bulk` measures the dials while one download runs through the
+ *   same pair (the bench's "dial next to a bulk download"; the CPU columns
+ *   then include the download's);
  * - `--strace`: system calls per dial by name (strace -f -c on each process;
  *   a separate pass, as tracing slows the processes down);
  * - `--timeline FILE`: one dial's system calls in both processes of each
@@ -29,7 +32,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cleanUp } from './children.js';
-import { aimClient, pairOf, products, setUp, waitIdle, withFreshPair, type Env } from './env.js';
+import { aimClient, openFlows, pairOf, products, setUp, waitIdle, withFreshPair, type Env } from './env.js';
 import { startPair, type KanalPair } from './cluster.js';
 import type { Path, Product } from './loadgen-protocol.js';
 import { PARAMS } from './params.js';
@@ -49,6 +52,7 @@ const USAGE = `usage: node dist/bench/dial-profile.js [--dials N] [--rounds R] [
   --v8-trace       with --cpu-prof: also count V8's optimisations and deoptimisations (--trace-opt --trace-deopt)
   --keep DIR       copy the raw .cpuprofile and strace files into DIR
   --compare DIR    also run a Kanal pair from DIR/dist (another checkout, built) in the same rounds
+  --next-to-bulk   dial while one download runs through the same pair (its CPU is counted too)
   --upstream       as for npm run bench`;
 
 const PATH_OF: Record<Product, Path> = { kanal: 'kanal-cp', upstream: 'upstream-cp' };
@@ -65,6 +69,7 @@ interface Options {
   v8Trace: boolean;
   keep?: string;
   compare?: string;
+  nextToBulk: boolean;
   upstream?: string;
 }
 
@@ -82,6 +87,7 @@ function parseOptions(): Options {
       'v8-trace': { type: 'boolean', default: false },
       keep: { type: 'string' },
       compare: { type: 'string' },
+      'next-to-bulk': { type: 'boolean', default: false },
       upstream: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -108,16 +114,27 @@ function parseOptions(): Options {
     v8Trace: values['v8-trace'],
     keep: values.keep,
     compare: values.compare,
+    nextToBulk: values['next-to-bulk'],
     upstream: values.upstream,
   };
 }
 
-/** Runs `n` dials of `product`, then waits until every connection is torn down (teardown is part of a dial's cost). */
-async function dials(env: Env, product: Product, n: number, concurrency: number): Promise<number[]> {
-  const r = await env.client.call('dials', { path: PATH_OF[product], n, concurrency }, 600_000);
-  if (r.errors > 0) env.warnings.push(`${product}: ${r.errors} dial(s) failed, first: ${r.firstError ?? '?'}`);
-  await waitIdle(env);
-  return r.latenciesMs;
+/**
+ * Runs `n` dials of `product` (next to one download through it with
+ * `nextToBulk`), then waits until every connection is torn down (teardown
+ * is part of a dial's cost).
+ */
+async function dials(env: Env, product: Product, n: number, concurrency: number, nextToBulk = false): Promise<number[]> {
+  const flow = nextToBulk ? await openFlows(env, PATH_OF[product], 'down', 1) : undefined;
+  try {
+    if (flow) await sleep(env.params.warmupMs); // the flow is up to speed and its window has grown
+    const r = await env.client.call('dials', { path: PATH_OF[product], n, concurrency }, 600_000);
+    if (r.errors > 0) env.warnings.push(`${product}: ${r.errors} dial(s) failed, first: ${r.firstError ?? '?'}`);
+    return r.latenciesMs;
+  } finally {
+    await flow?.stop();
+    await waitIdle(env);
+  }
 }
 
 type Role = 'server' | 'agent';
@@ -177,7 +194,7 @@ async function measure(env: Env, contestants: Contestant[], o: Options): Promise
       env.progress(`${c.name}: ${o.dials} dials, round ${round + 1}/${o.rounds}`);
       const pids = pidsOf(c.env, c.product);
       const before = { server: cpuTimes(pids.server), agent: cpuTimes(pids.agent) };
-      const lat = await aimedAt(env, c, () => dials(c.env, c.product, o.dials, o.concurrency));
+      const lat = await aimedAt(env, c, () => dials(c.env, c.product, o.dials, o.concurrency, o.nextToBulk));
       const r = runs.get(c.name)!;
       r.latencies.push(...lat);
       r.dials += o.dials;
@@ -361,7 +378,7 @@ function render(runs: Map<string, ProductRuns>, o: Options): string[] {
   const out: string[] = [];
   const us = (s: number, n: number): string => ((s * 1e6) / n).toFixed(0);
   const per = (x: number, n: number): string => (x / n).toFixed(2);
-  out.push(`dials ${o.concurrency === 1 ? 'one at a time' : `${o.concurrency} at a time`}; ${o.rounds} rounds of ${o.dials}, products interleaved`);
+  out.push(`dials ${o.concurrency === 1 ? 'one at a time' : `${o.concurrency} at a time`}${o.nextToBulk ? ' next to one download' : ''}; ${o.rounds} rounds of ${o.dials}, products interleaved`);
   out.push('  product   p50 ms  p99 ms  mean ms | process  user µs  sys µs  total µs  vol cs  invol cs  minflt   (all per dial)');
   for (const [p, r] of runs) {
     const head = `  ${p.padEnd(9)} ${percentile(r.latencies, 50).toFixed(3).padStart(6)}  ${percentile(r.latencies, 99).toFixed(3).padStart(6)}  ${(r.latencies.reduce((a, b) => a + b, 0) / r.latencies.length).toFixed(3).padStart(7)}`;

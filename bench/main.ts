@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { TRANSPORT_NAMES } from '../src/cli/transport-choice.js';
+import { isTransportName, TRANSPORT_NAMES } from '../src/transport/choice.js';
 import { cleanUp } from './children.js';
 import { upstreamOptionProblem } from './upstream.js';
 import { sideBySide } from './side-by-side.js';
@@ -99,8 +99,8 @@ function parseOptions(argv: string[]): Options {
   }
   const upstreamProblem = values.upstream === undefined ? undefined : upstreamOptionProblem(values.upstream);
   if (upstreamProblem) throw new Error(upstreamProblem);
-  if (!(TRANSPORT_NAMES as readonly string[]).includes(values.transport)) {
-    throw new Error(`--transport ${values.transport}: the kanal CLI knows ${TRANSPORT_NAMES.join(', ')} (src/cli/transport-choice.ts)`);
+  if (!isTransportName(values.transport)) {
+    throw new Error(`--transport ${values.transport}: the kanal CLI knows ${TRANSPORT_NAMES.join(', ')} (src/transport/choice.ts)`);
   }
   return {
     mode,

@@ -32,7 +32,7 @@ export class Worker<C extends CommandMap> {
       if (msg.ok) w.resolve(msg.result);
       else w.reject(new Error(`${child.name}: ${msg.error ?? 'failed'}`));
     });
-    void child.exited.then((code) => {
+    void child.exited.then(({ code }) => {
       for (const w of this.waiting.values()) w.reject(new Error(`${child.name} exited (${code}); log: ${child.tail(5)}`));
       this.waiting.clear();
     });

@@ -10,10 +10,10 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../kit/demo/processes.js';
+import { freePort, waitHealthy } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
-import { waitHttpOk, type TunnelPair } from './cluster.js';
+import type { TunnelPair } from './cluster.js';
 
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const SHARED_UPSTREAM = path.resolve(REPO_ROOT, '..', 'shared', 'upstream');
@@ -102,7 +102,7 @@ export async function startUpstreamServer(o: UpstreamStartOptions): Promise<Upst
     ],
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  await waitHttpOk(`${healthUrl}/healthz`, 20_000, child);
+  await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
   return { child, uds, agentPort, healthUrl, metricsUrl: `http://127.0.0.1:${adminPort}/metrics` };
 }
 
@@ -124,8 +124,8 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
       '--v=1',
     ],
   });
-  await waitHttpOk(`http://127.0.0.1:${healthPort}/readyz`, 20_000, agent);
-  await waitHttpOk(`${server.healthUrl}/readyz`, 20_000, server.child);
+  await waitHealthy(agent, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
+  await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'upstream',
     uds: server.uds,

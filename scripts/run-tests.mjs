@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // Runs the ava suite with the TAP reporter, streams its output, and ends with exactly one
 // summary line: `N passed, M failed` (`, K skipped` appended when K > 0; todo counts as skipped).
-// Extra arguments go to ava: `npm test -- dist/test/pki.test.js`.
+// Extra arguments go to ava: `npm test -- dist/test/kit/pki.test.js`.
+// Compiled tests whose source is gone (a test moved or deleted; tsc never removes outputs) are
+// deleted first, so the suite runs each test once.
 // Exit status is non-zero when a test failed or ava itself failed (crash, no tests, bad args).
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
@@ -29,6 +31,21 @@ if (!existsSync(avaCli)) {
   summarize(`ava not found at ${avaCli} (run npm ci)`);
   process.exit(1);
 }
+
+/** Deletes dist/test/**\/X.test.js (and its .map) when test/**\/X.test.ts does not exist. */
+function removeStaleTests(dir) {
+  if (!existsSync(dir)) return;
+  for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (!entry.isFile() || !entry.name.endsWith('.test.js')) continue;
+    const compiled = join(entry.parentPath, entry.name);
+    const source = join(root, relative(join(root, 'dist'), compiled)).replace(/\.js$/, '.ts');
+    if (existsSync(source)) continue;
+    rmSync(compiled, { force: true });
+    rmSync(`${compiled}.map`, { force: true });
+    process.stdout.write(`# removed ${relative(root, compiled)}: its source ${relative(root, source)} is gone\n`);
+  }
+}
+removeStaleTests(join(root, 'dist', 'test'));
 
 // TAP test point: `ok 12 - name # SKIP reason`, `not ok 3 - name # TODO`.
 const TEST_POINT = /^(not ok|ok)\b(?:\s+\d+)?(?:\s*-)?\s*(.*)$/;

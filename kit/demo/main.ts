@@ -12,9 +12,10 @@ import https from 'node:https';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { writeThrowawayPki } from '../pki/throwaway-pki.js';
-import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
+import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
-import { freePort, startKanal, waitReady, type Child } from './processes.js';
+import { CleanupStack } from '../launch/cleanup-scope.js';
+import { freePort, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
 
 const ADVERTISE = '127.0.0.2';
 
@@ -43,7 +44,8 @@ function statusOf(raw: Buffer): string {
 
 async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-demo-'));
-  const children: Child[] = [];
+  // Children and listeners; the directory stays when a step failed (its logs).
+  const scope = new CleanupStack();
   const servers: net.Server[] = [];
   const rows: Row[] = [];
   const time = async (what: string, fn: () => Promise<{ result: string; bytes: number }>): Promise<void> => {
@@ -72,7 +74,9 @@ async function main(): Promise<void> {
     const [agentPort, serverHealth, agentHealth, kasLocal, refusedLocal] = await Promise.all([freePort(), freePort(), freePort(), freePort(ADVERTISE), freePort(ADVERTISE)]);
     const uds = path.join(dir, 'konnectivity.sock');
 
-    const server = startKanal(
+    const server = spawnKanal(
+      scope,
+      'server',
       [
         'server', '--uds-name', uds, '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
         '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
@@ -81,8 +85,9 @@ async function main(): Promise<void> {
       ],
       path.join(dir, 'server.log'),
     );
-    children.push(server);
-    const agent = startKanal(
+    const agent = spawnKanal(
+      scope,
+      'agent',
       [
         'agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
         '--ca-cert', pki.caCert, '--agent-cert', pki.agentCert, '--agent-key', pki.agentKey, '--agent-id', 'demo-node',
@@ -92,10 +97,11 @@ async function main(): Promise<void> {
       ],
       path.join(dir, 'agent.log'),
     );
-    children.push(agent);
-    await waitReady(`http://127.0.0.1:${serverHealth}/readyz`, 20_000, server);
-    await waitReady(`http://127.0.0.1:${agentHealth}/readyz`, 20_000, agent);
+    await waitHealthy(server, `http://127.0.0.1:${serverHealth}/readyz`, 20_000);
+    await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
     console.log(`server and agent up (agent port ${agentPort}, frontend ${uds})\n`);
+    // The kube-apiserver's side: grpc-js, a gRPC implementation independent of the server's default (h2).
+    const grpcJsTransport = await loadTransport('grpc-js');
 
     await time('CP -> node  HTTP CONNECT over UDS', async () => {
       const s = await httpConnect(await connectUnix(uds), backendAddr);
@@ -158,7 +164,7 @@ async function main(): Promise<void> {
       console.log('\nall demo steps behaved as expected');
     }
   } finally {
-    for (const c of children) await c.stop();
+    await scope.run();
     for (const s of servers) s.close();
     if (process.exitCode !== 1) fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -66,17 +66,36 @@ const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
   peerReadTimeoutMs: '--peer-read-timeout',
 };
 
+/**
+ * Where a KanalAgent is in its life; it only moves forward (transition()).
+ * - created: nothing started; stop() has nothing to do.
+ * - running: maintain() keeps a tunnel to every server; a tunnel lost is a warning and a
+ *   server_connection_failure_count.
+ * - draining: stop() sent DRAIN and opens no tunnel; the tunnels still serve dials until their
+ *   connections end or the grace period does (a tunnel lost is expected: logged at info).
+ * - stopped: every tunnel closed, maintain() returned, the health port closed.
+ */
+export type AgentState = 'created' | 'running' | 'draining' | 'stopped';
+
 export class KanalAgent {
+  /** See AgentState; changed only by transition(). */
+  private state: AgentState = 'created';
+  /** Aborted on leaving 'running': wakes maintain() from any wait so it sees the state. */
+  private readonly stopping = new AbortController();
+  /** maintain(), from start() until it returns (after leaving 'running'). */
+  private loop: Promise<void> | undefined;
+  /** Set while maintain() waits for a tunnel to go down; a tunnel's close calls it. */
+  private wakeMaintain: (() => void) | undefined;
+  /** Tunnels up, by serverID: at most one per server; a tunnel leaves on its 'close'. */
   private readonly connections = new Map<string, ServerConnection>();
   /** The serverCount header of the last server connected to (0: none yet). */
   private announcedServers = 0;
   /** What maintain() last aimed at; only it updates this. */
   private expected: ServerCount = { count: 1, from: 'fallback to 1' };
-  private running = false;
-  private readonly stopping = new AbortController();
-  private loop: Promise<void> | undefined;
-  private health: HealthServer | undefined;
+  /** Why the last connect failed ('' once one succeeds), for /readyz. */
   private lastError = '';
+  /** Set by start() when a health port is configured; closed by stop(). */
+  private health: HealthServer | undefined;
   private readonly listeners = new Set<(tunnel: Tunnel, change: 'up' | 'down') => void>();
   /** More conditions /readyz requires besides a tunnel (e.g. the advertise address in place). */
   private readonly conditions: (() => Readiness)[] = [];
@@ -146,11 +165,24 @@ export class KanalAgent {
     };
   }
 
+  /** Moves from one of `from` to `to`; false (and no change) from any other state. */
+  private transition(from: readonly AgentState[], to: AgentState): boolean {
+    if (!from.includes(this.state)) return false;
+    this.state = to;
+    if (to !== 'running') this.stopping.abort();
+    return true;
+  }
+
   async start(): Promise<void> {
+    if (this.state !== 'created') throw new Error(`the agent cannot start when ${this.state}`);
     if (this.opts.health) {
       this.health = await startHealthServer({ ...this.opts.health, readiness: () => this.readiness(), registry: this.metrics.registry, log: this.opts.log });
     }
-    this.running = true;
+    // stop() during the await above found nothing started yet: the health port is all there is.
+    if (!this.transition(['created'], 'running')) {
+      await this.health?.close();
+      return;
+    }
     this.loop = this.maintain();
     this.opts.log.info({ server: `${this.opts.server.host}:${this.opts.server.port}` }, 'kanal agent started');
   }
@@ -162,9 +194,11 @@ export class KanalAgent {
    * connections to finish (at most graceMs), then close everything.
    */
   async stop(graceMs: number): Promise<void> {
-    if (!this.running) return;
-    this.running = false;
-    this.stopping.abort();
+    if (!this.transition(['running'], 'draining')) {
+      // Not started, or start() still opening the health port (it sees 'stopped' and closes it); or stopping already.
+      this.transition(['created'], 'stopped');
+      return;
+    }
     for (const c of this.connections.values()) c.tunnel.sendDrain();
     const deadline = Date.now() + graceMs;
     while (Date.now() < deadline && this.openConnections() > 0) await sleep(50);
@@ -176,6 +210,7 @@ export class KanalAgent {
     await Promise.race([Promise.all(closing.map((c) => c.finished)), sleep(2000, undefined, { ref: false })]);
     await this.loop;
     await this.health?.close();
+    this.transition(['draining'], 'stopped');
   }
 
   private openConnections(): number {
@@ -205,7 +240,7 @@ export class KanalAgent {
     const { reconnect, syncForever } = this.opts;
     const leases = this.opts.serverCount?.leases;
     let lastAttempt = 0;
-    while (this.running) {
+    while (this.state === 'running') {
       if (this.connections.size >= this.updateExpected()) {
         const probeIn = syncForever ? lastAttempt + reconnect.maxMs - Date.now() : Infinity;
         if (probeIn > 0) {
@@ -234,10 +269,11 @@ export class KanalAgent {
           limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
         });
         this.announcedServers = conn.serverCount;
-        if (!this.running || this.connections.has(conn.serverID)) {
+        const running = this.state === 'running';
+        if (!running || this.connections.has(conn.serverID)) {
           // Landed on a server we already hold (HA behind one address): retry later.
           conn.close();
-          if (this.running) this.opts.log.debug({ serverID: conn.serverID }, 'already connected to this server; will retry for the others');
+          if (running) this.opts.log.debug({ serverID: conn.serverID }, 'already connected to this server; will retry for the others');
           await sleep(backoff.next(), undefined, { signal: this.stopping.signal }).catch(() => undefined);
           continue;
         }
@@ -262,9 +298,6 @@ export class KanalAgent {
     this.expected = c;
     return c.count;
   }
-
-  /** Set while maintain() waits for a tunnel to go down. */
-  private wakeMaintain: (() => void) | undefined;
 
   /** Resolves when a tunnel goes down, the agent stops, or after `timeoutMs` (Infinity: never). */
   private tunnelLostOrStopping(timeoutMs = Infinity): Promise<void> {
@@ -293,8 +326,9 @@ export class KanalAgent {
       if (this.connections.get(conn.serverID) === conn) this.connections.delete(conn.serverID);
       this.wakeMaintain?.();
       // A tunnel closed by our own stop is planned; any other loss is worth a warning.
-      const level = this.running ? 'warn' : 'info';
-      if (this.running && err) this.upstreamMetrics.serverFailures.inc({ direction: 'from_server' });
+      const running = this.state === 'running';
+      const level = running ? 'warn' : 'info';
+      if (running && err) this.upstreamMetrics.serverFailures.inc({ direction: 'from_server' });
       this.opts.log[level]({ serverID: conn.serverID, reason: err?.message ?? 'stream ended' }, 'tunnel down');
       for (const l of this.listeners) l(conn.tunnel, 'down');
     });

@@ -5,6 +5,7 @@
  * announced; with it, the lease count ('default') or the larger of the two
  * ('max'); never less than 1.
  */
+import { UsageError } from '../common/usage-error.js';
 
 export type ServerCountSource = 'default' | 'max';
 
@@ -12,7 +13,7 @@ export const SERVER_COUNT_SOURCES: readonly ServerCountSource[] = ['default', 'm
 
 export function parseServerCountSource(value: string): ServerCountSource {
   const source = SERVER_COUNT_SOURCES.find((s) => s === value);
-  if (!source) throw new RangeError(`--server-count-source ${JSON.stringify(value)}: use ${SERVER_COUNT_SOURCES.join(' or ')}`);
+  if (!source) throw new UsageError(`--server-count-source ${JSON.stringify(value)}: use ${SERVER_COUNT_SOURCES.join(' or ')}`);
   return source;
 }
 

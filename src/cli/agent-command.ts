@@ -1,29 +1,26 @@
 /** `kanal agent`: flags (upstream names where the meaning matches), validation, start. */
-import os from 'node:os';
 import type { Argv, InferredOptionTypes } from 'yargs';
-import type { LevelWithSilent } from 'pino';
 import { createLogger, LOG_LEVELS } from '../common/logger.js';
-import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentOptions } from '../agent/agent.js';
-import { AssembledAgent, type AssembledAgentOptions } from '../agent/assembled-agent.js';
-import { nodeSideFromFlags, type NodeSideOptions } from '../agent/node-side-config.js';
-import { connectionWindowFlag, durationFlag as duration, maxConnectionWindowOption, peerReadTimeoutOption, portFlag as port } from './flag-values.js';
+import { AssembledAgent } from '../agent/assembled-agent.js';
+import { agentConfig, type AgentConfig } from '../agent/config.js';
+import { maxConnectionWindowOption, peerReadTimeoutOption } from './shared-options.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import type { ClientTlsOptions } from '../transport/transport.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../common/usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
-import { selectTransport, TRANSPORT_NAMES } from './transport-choice.js';
+import { loadTransport, TRANSPORT_NAMES } from '../transport/choice.js';
 import { INTERFACE_TYPES } from '../agent/host-interface-manager.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
-import { agentIgnoredFlags, klogFlags, logLevelFrom, upstreamNotices } from './upstream-flags.js';
+import { agentIgnoredFlags, klogFlags, upstreamNotices } from './upstream-flags.js';
 import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
-import { parseServerCountSource, SERVER_COUNT_SOURCES, type ServerCountSource } from '../agent/server-count.js';
+import { SERVER_COUNT_SOURCES } from '../agent/server-count.js';
 import { DEFAULT_LEASE_LABEL } from '../kube/lease.js';
-import { kubeApiContentTypeOption, kubeClientConfig, kubeconfigOption, leaseNamespaceOption, leaseSelectorFlag } from './kube-flags.js';
+import { kubeApiContentTypeOption, kubeconfigOption, leaseNamespaceOption } from './kube-flags.js';
 
 export const agentFlags = {
   'proxy-server-host': { type: 'string', describe: 'Host name or address of the proxy server(s) agent port' },
@@ -71,98 +68,9 @@ export const agentFlags = {
 
 export type AgentArgs = InferredOptionTypes<typeof agentFlags>;
 
-export interface AgentConfig {
-  agentID: string;
-  agentIdentifiers: string;
-  server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
-  tokenFile?: string;
-  /** `--count-server-leases`: the API client and the leases counted. */
-  leases?: AssembledAgentOptions['leases'];
-  serverCountSource: ServerCountSource;
-  syncForever: boolean;
-  dialTimeoutMs: number;
-  connectTimeoutMs: number;
-  reconnect: { initialMs: number; maxMs: number };
-  shutdownGraceMs: number;
-  health?: { host: string; port: number };
-  admin?: AssembledAgentOptions['admin'];
-  node?: NodeSideOptions;
-  maxConnectionWindowBytes: number;
-  peerReadTimeoutMs: number;
-  transport: string;
-  logLevel: LevelWithSilent;
-  /** Upstream flags given that Kanal ignores, one line each (logged at start). */
-  notices: string[];
-}
-
-/** Default agent ID: the host name, which is stable across restarts and readable in server logs. */
-export function defaultAgentID(): string {
-  return os.hostname().toLowerCase();
-}
-
+/** The agent's configuration from its command line: the checks are in src/agent/config.ts, the notices about ignored upstream flags here. */
 export function validateAgentArgs(a: AgentArgs): AgentConfig {
-  const host = a['proxy-server-host'];
-  if (!host) throw new UsageError('--proxy-server-host is required');
-  if (!a['ca-cert']) throw new UsageError('--ca-cert is required: the agent always verifies the proxy server');
-  if (!!a['agent-cert'] !== !!a['agent-key']) throw new UsageError('--agent-cert and --agent-key go together');
-  try {
-    parseAgentIdentifiers(a['agent-identifiers']);
-  } catch (err) {
-    throw new UsageError(`--agent-identifiers: ${(err as Error).message}`);
-  }
-  const agentID = a['agent-id'] ?? (process.env.PROXY_AGENT_ID || defaultAgentID());
-  if (!agentID || /\s/.test(agentID)) throw new UsageError(`--agent-id must be non-empty without spaces, got ${JSON.stringify(agentID)}`);
-  let nodeSide: ReturnType<typeof nodeSideFromFlags>;
-  try {
-    nodeSide = nodeSideFromFlags({ bindAddress: a['bind-address'], targets: a.target, interfaceName: a['bind-interface'], interfaceType: a['bind-interface-type'] });
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const node = nodeSide && { ...nodeSide, tunnelWaitMs: duration('tunnel-wait-timeout', a['tunnel-wait-timeout']) };
-  const healthPort = port('health-server-port', a['health-server-port'], true);
-  const adminPort = port('admin-server-port', a['admin-server-port'], true);
-  // Upstream's --health-server-host: empty means every address.
-  const healthHost = a['health-server-host'] === undefined ? a['health-bind-address'] : a['health-server-host'] || '0.0.0.0';
-  const alpnProtocols = a['alpn-proto'].flatMap((p) => p.split(',')).filter((p) => p !== '');
-  for (const p of alpnProtocols) {
-    if (p.length > 255 || !/^[\x21-\x7e]+$/.test(p)) throw new UsageError(`--alpn-proto ${JSON.stringify(p.slice(0, 40))}: 1-255 printable characters without spaces`);
-  }
-  const initialMs = duration('sync-interval', a['sync-interval']);
-  const maxMs = duration('sync-interval-cap', a['sync-interval-cap']);
-  if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
-  const leases = a['count-server-leases']
-    ? { kube: kubeClientConfig(a), namespace: a['lease-namespace'], selector: leaseSelectorFlag(a['lease-label']) }
-    : undefined;
-  if (a['service-account-token-path'] === '') throw new UsageError('--service-account-token-path must not be empty');
-  return {
-    agentID,
-    agentIdentifiers: a['agent-identifiers'],
-    server: {
-      host,
-      port: port('proxy-server-port', a['proxy-server-port'], false),
-      caFile: a['ca-cert'],
-      certFile: a['agent-cert'],
-      keyFile: a['agent-key'],
-      serverName: a['tls-server-name'],
-      alpnProtocols,
-    },
-    tokenFile: a['service-account-token-path'],
-    ...(leases ? { leases } : {}),
-    serverCountSource: parseServerCountSource(a['server-count-source']),
-    syncForever: a['sync-forever'],
-    dialTimeoutMs: duration('dial-timeout', a['dial-timeout']),
-    connectTimeoutMs: duration('connect-timeout', a['connect-timeout']),
-    reconnect: { initialMs, maxMs },
-    shutdownGraceMs: duration('shutdown-grace-period', a['shutdown-grace-period']),
-    health: healthPort > 0 ? { host: healthHost, port: healthPort } : undefined,
-    admin: adminPort > 0 ? { host: a['admin-bind-address'], port: adminPort, profiling: a['enable-profiling'] } : undefined,
-    node,
-    maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window']),
-    peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
-    transport: a.transport,
-    logLevel: logLevelFrom(a['log-level'], a.v),
-    notices: upstreamNotices(a, agentFlags),
-  };
+  return agentConfig(a, upstreamNotices(a, agentFlags));
 }
 
 export interface AgentCredentials {
@@ -182,7 +90,7 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   return { tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols }, warnings: check.warnings };
 }
 
-export function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): AgentOptions {
+export async function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): Promise<AgentOptions> {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
   const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
@@ -198,7 +106,7 @@ export function buildAgentOptions(config: AgentConfig, credentials: AgentCredent
     reconnect: config.reconnect,
     health: config.health,
     limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
-    transport: selectTransport(config.transport),
+    transport: await loadTransport(config.transport),
     log,
   };
 }
@@ -223,7 +131,7 @@ async function runAgentCheck(config: AgentConfig): Promise<void> {
     dialTimeoutMs: config.dialTimeoutMs,
     node: config.node,
     healthPort: config.health?.port,
-    transport: selectTransport(config.transport),
+    transport: await loadTransport(config.transport),
     log: createLogger('silent', 'agent-check'),
   });
   process.stdout.write(formatPreflight(results, `kanal agent --check (agent ID ${config.agentID}, server ${s.host}:${s.port})`));
@@ -243,7 +151,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
   const credentials = loadAgentCredentials(config);
-  const options = buildAgentOptions(config, credentials);
+  const options = await buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);

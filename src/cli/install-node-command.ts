@@ -11,7 +11,7 @@ import { parseAgentFlags, FILE_FLAGS } from './install/agent-flags.js';
 import { planNodeInstall, PATHS, RESTART_BACKOFF_SYSTEMD } from './install/node-plan.js';
 import { applyPlan, uninstall, underRoot, type Change } from './install/apply.js';
 import { detectSystemdVersion, systemctl, systemdRunning } from './install/systemd.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../common/usage-error.js';
 
 export const installNodeFlags = {
   root: { type: 'string', default: '/', describe: 'Install into this directory as if it were / (image builds, tests)' },

@@ -1,13 +1,11 @@
 #!/usr/bin/env node
 /** The `kanal` command: yargs parses, the command modules validate and run. */
 import fs from 'node:fs';
-import yargs from 'yargs';
-import { hideBin } from 'yargs/helpers';
-import { serverBuilder, runServer, type ServerArgs } from './server-command.js';
-import { agentBuilder, runAgent, type AgentArgs } from './agent-command.js';
-import { installNodeBuilder, runInstallNode, type InstallNodeArgs } from './install-node-command.js';
-import { UsageError } from './usage-error.js';
+import type { Argv } from 'yargs';
+import { UsageError } from '../common/usage-error.js';
 import { exitAfterLogs } from './lifecycle.js';
+import { keepYoungGenerationSmall } from './young-generation.js';
+import { PARSER_CONFIGURATION } from './parser-configuration.js';
 
 const EXIT_USAGE = 2;
 
@@ -35,16 +33,56 @@ function fail(err: unknown): void {
   exitAfterLogs(report(err));
 }
 
-async function main(argv: string[]): Promise<void> {
-  await yargs(argv)
+/**
+ * Each command with its flags and handler, imported only when it is the one
+ * run: one command's module graph is memory another never uses (#15).
+ */
+const COMMANDS = {
+  server: {
+    describe: 'Run the proxy server beside the kube-apiserver',
+    async add(y: Argv): Promise<Argv> {
+      const { serverBuilder, runServer } = await import('./server-command.js');
+      return y.command('server', this.describe, serverBuilder, (args) => runServer(args).catch(fail));
+    },
+  },
+  agent: {
+    describe: 'Run the proxy agent on a node',
+    async add(y: Argv): Promise<Argv> {
+      const { agentBuilder, runAgent } = await import('./agent-command.js');
+      return y.command('agent', this.describe, agentBuilder, (args) => runAgent(args).catch(fail));
+    },
+  },
+  'install-node': {
+    describe: 'Install the agent as a systemd unit that starts before the kubelet',
+    async add(y: Argv): Promise<Argv> {
+      const { installNodeBuilder, runInstallNode } = await import('./install-node-command.js');
+      return y.command('install-node', this.describe, installNodeBuilder, (args) => runInstallNode(args).catch(fail));
+    },
+  },
+};
+type CommandName = keyof typeof COMMANDS;
+
+function isCommandName(s: string): s is CommandName {
+  return Object.hasOwn(COMMANDS, s);
+}
+
+async function main(): Promise<void> {
+  // Before the modules that allocate most at start-up load (yargs, the command).
+  keepYoungGenerationSmall();
+  const [{ default: yargs }, { hideBin }] = await Promise.all([import('yargs'), import('yargs/helpers')]);
+  const argv = hideBin(process.argv);
+  let y = yargs(argv)
     .scriptName('kanal')
-    .usage('$0 <command> [flags]\n\nBidirectional Kubernetes apiserver network proxy (Konnectivity-compatible).')
-    .command<ServerArgs>('server', 'Run the proxy server beside the kube-apiserver', serverBuilder, (args) => runServer(args).catch(fail))
-    .command<AgentArgs>('agent', 'Run the proxy agent on a node', agentBuilder, (args) => runAgent(args).catch(fail))
-    .command<InstallNodeArgs>('install-node', 'Install the agent as a systemd unit that starts before the kubelet', installNodeBuilder, (args) => runInstallNode(args).catch(fail))
+    .usage('$0 <command> [flags]\n\nBidirectional Kubernetes apiserver network proxy (Konnectivity-compatible).');
+  // The first word naming a command is the command yargs will run; the others are listed by name only.
+  const chosen = argv.find(isCommandName);
+  for (const [name, command] of Object.entries(COMMANDS)) {
+    y = name === chosen ? await command.add(y) : y.command(name, command.describe);
+  }
+  await y
     .demandCommand(1, 'name a command: server, agent or install-node')
     .strict()
-    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
+    .parserConfiguration(PARSER_CONFIGURATION)
     .wrap(Math.min(110, process.stdout.columns || 110))
     .fail((message, err) => {
       if (err) process.exit(report(err));
@@ -56,4 +94,4 @@ async function main(argv: string[]): Promise<void> {
     .parseAsync();
 }
 
-main(hideBin(process.argv)).catch(fail);
+main().catch(fail);

@@ -5,8 +5,6 @@
  * accepted so upstream's manifests run unchanged and named once in the log.
  * docs/upstream-flags.md lists every upstream flag and what Kanal does with it.
  */
-import type { LevelWithSilent } from 'pino';
-import { UsageError } from './usage-error.js';
 
 interface NoticeFlag {
   type: 'string' | 'number' | 'boolean';
@@ -68,12 +66,4 @@ export function upstreamNotices(args: Readonly<Record<string, unknown>>, flags: 
     if ('notice' in spec && typeof spec.notice === 'string' && args[name] !== undefined) notices.push(`--${name} ignored: ${spec.notice}`);
   }
   return notices;
-}
-
-/** The log level: --log-level when given, else klog's --v mapped (#14), else info. */
-export function logLevelFrom(logLevel: string | undefined, v: number | undefined): LevelWithSilent {
-  if (logLevel !== undefined) return logLevel as LevelWithSilent;
-  if (v === undefined) return 'info';
-  if (!Number.isInteger(v) || v < 0) throw new UsageError(`--v must be a whole number of at least 0, got ${Number.isNaN(v) ? 'a value that is not a number' : v}`);
-  return v >= 5 ? 'trace' : v === 4 ? 'debug' : 'info';
 }

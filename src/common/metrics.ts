@@ -5,19 +5,25 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { UpstreamDialMetrics } from './upstream-metrics.js';
+import type { DialResult } from './dial-result.js';
+import type { RefusalReason } from './refusal-reason.js';
 
 export type Direction = 'cp_to_node' | 'node_to_cp';
 
+/** A Counter whose label values are typed: a misspelt value fails to compile. */
+export type LabelledCounter<L extends Record<string, string>> = Omit<Counter<Extract<keyof L, string>>, 'inc'> & { inc(labels: L, value?: number): void };
+
 export class KanalMetrics {
   readonly registry = new Registry();
-  readonly dials: Counter<'direction' | 'result'>;
+  readonly dials: LabelledCounter<{ direction: Direction; result: DialResult }>;
   readonly dialSeconds: Histogram<'direction'>;
-  readonly bytes: Counter<'direction' | 'flow'>;
-  readonly refusals: Counter<'reason'>;
-  readonly readPauses: Counter<'reason'>;
-  readonly streamsClosed: Counter<'reason'>;
+  readonly bytes: LabelledCounter<{ direction: Direction; flow: 'to_peer' | 'from_peer' }>;
+  readonly refusals: LabelledCounter<{ reason: RefusalReason }>;
+  /** slow_reader: a peer without flow control sends faster than its connection's reader takes; peer_not_reading: see limits.ts. */
+  readonly readPauses: LabelledCounter<{ reason: 'slow_reader' | 'peer_not_reading' }>;
+  readonly streamsClosed: LabelledCounter<{ reason: 'peer_not_reading' }>;
   /** Agent tunnels closed because their peer stopped answering (#11). */
-  readonly deadTunnels: Counter<'reason'>;
+  readonly deadTunnels: LabelledCounter<{ reason: 'keepalive_timeout' | 'replaced' }>;
   /** Upstream's names for control plane -> node dials (upstream-metrics.ts). */
   readonly upstreamDials: UpstreamDialMetrics;
 
@@ -84,7 +90,7 @@ export class KanalMetrics {
   }
 
   /** Records a finished dial; `started` is a performance.now() timestamp. */
-  dialDone(direction: Direction, result: string, started: number): void {
+  dialDone(direction: Direction, result: DialResult, started: number): void {
     this.dials.inc({ direction, result });
     const seconds = (performance.now() - started) / 1000;
     if (result === 'ok') this.dialSeconds.observe({ direction }, seconds);

@@ -5,6 +5,7 @@
  * keep working (#14 must-have 7). docs/metrics.md maps each onto Kanal.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { DialResult } from './dial-result.js';
 
 const SERVER = 'konnectivity_network_proxy_server_';
 const AGENT = 'konnectivity_network_proxy_agent_';
@@ -12,13 +13,13 @@ const AGENT = 'konnectivity_network_proxy_agent_';
 const SERVER_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
 const AGENT_BUCKETS = [0.005, 0.025, 0.1, 0.5, 2.5, 10, 30];
 
-/** Upstream's server dial_failure_count reasons, keyed by Kanal's dial results (DialFailure, src/tunnel/errors.ts); absent = not counted there. */
-const SERVER_DIAL_FAILURE = new Map<string, string>([
-  ['refused', 'error_response'],
-  ['timeout', 'timeout'],
-  ['cancelled', 'frontend_close'],
-  ['tunnel-closed', 'backend_close'],
-]);
+/** Upstream's server dial_failure_count reasons, keyed by Kanal's dial results; absent = not counted there. */
+const SERVER_DIAL_FAILURE: Partial<Record<DialResult, 'error_response' | 'timeout' | 'frontend_close' | 'backend_close'>> = {
+  refused: 'error_response',
+  timeout: 'timeout',
+  cancelled: 'frontend_close',
+  'tunnel-closed': 'backend_close',
+};
 
 /** Control plane -> node dials (the direction upstream has), on whichever side this process is. */
 export class UpstreamDialMetrics {
@@ -42,13 +43,12 @@ export class UpstreamDialMetrics {
         : new Counter({ name: `${AGENT}endpoint_dial_failure_total`, help: 'Number of failures dialing the remote endpoint, by reason (example: timeout).', labelNames: ['reason'], registers: [registry] });
   }
 
-  /** `result` is 'ok' or a DialFailure (kanal_dials_total's result label). */
-  dialDone(result: string, seconds: number): void {
+  dialDone(result: DialResult, seconds: number): void {
     if (result === 'ok') {
       this.seconds.observe(seconds);
       return;
     }
-    const reason = this.component === 'server' ? SERVER_DIAL_FAILURE.get(result) : result === 'timeout' ? 'timeout' : 'unknown';
+    const reason = this.component === 'server' ? SERVER_DIAL_FAILURE[result] : result === 'timeout' ? 'timeout' : 'unknown';
     if (reason !== undefined) this.failures.inc({ reason });
   }
 }

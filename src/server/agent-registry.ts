@@ -20,7 +20,8 @@ import type { Tunnel } from '../tunnel/tunnel.js';
 import type { Liveness } from '../transport/liveness.js';
 import type { AgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentCredential } from './agent-credential.js';
-import { quiet, route, type Route, type RouteOutcome } from './routing/router.js';
+import { route, type Route, type RouteOutcome } from './routing/router.js';
+import { RouteIndex } from './routing/route-index.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 
 export interface AgentBackend {
@@ -70,6 +71,8 @@ export class AgentRegistry {
   private readonly pending = new Map<string, number>();
   /** Tunnels under suspicion, with the probe that settles it; dials to them wait for it. */
   private readonly verifying = new Map<AgentBackend, Promise<boolean>>();
+  /** What routing reads, kept with `agents`: the same agents and tunnels. */
+  private readonly routes = new RouteIndex();
 
   constructor(readonly maxAgentsPerCredential = 1) {}
 
@@ -150,10 +153,11 @@ export class AgentRegistry {
   add(backend: AgentBackend): void {
     let agents = this.agents.get(backend.credential.key);
     if (!agents) this.agents.set(backend.credential.key, (agents = new Map()));
-    const tunnels = agents.get(backend.agentID);
+    let tunnels = agents.get(backend.agentID);
     if (tunnels) tunnels.push(backend);
-    else agents.set(backend.agentID, [backend]);
+    else agents.set(backend.agentID, (tunnels = [backend]));
     this.all.add(backend);
+    this.routes.add(backend, tunnels);
   }
 
   /**
@@ -178,6 +182,7 @@ export class AgentRegistry {
       tunnels.splice(tunnels.indexOf(backend), 1);
       if (tunnels.length === 0) agents.delete(backend.agentID);
       if (agents.size === 0) this.agents.delete(backend.credential.key);
+      this.routes.remove(backend, tunnels.length === 0);
     }
   }
 
@@ -225,14 +230,6 @@ export class AgentRegistry {
    * so it is never picked.
    */
   pick(r: Route = DEFAULT_ROUTE): RouteOutcome {
-    const candidates: AgentBackend[] = [];
-    for (const agents of this.agents.values()) {
-      for (const tunnels of agents.values()) {
-        const open = tunnels.filter((b) => !b.tunnel.closed);
-        const choice = open.find((b) => !quiet(b)) ?? open[open.length - 1];
-        if (choice) candidates.push(choice);
-      }
-    }
-    return route(candidates, r);
+    return route(this.routes, r);
   }
 }

@@ -12,15 +12,16 @@ import { Feature, formatFeatures, intersectFeatures, parseFeatures, type Feature
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
-import type { AgentRegistry, AgentBackend, RefusalReason } from './agent-registry.js';
+import type { AgentRegistry, AgentBackend, RefusalReason as AdmissionRefusal } from './agent-registry.js';
 import { tokenCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
-import type { TokenAuthenticator } from './token-authenticator.js';
+import type { TokenAuthenticator, TokenRefusalKind } from './token-authenticator.js';
 import type { Refusals } from './refusals.js';
 import type { DestinationDialer } from './destination-dialer.js';
 import type { KanalMetrics } from '../common/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
 import { truncateForLog } from '../common/log-safety.js';
 import { peerHost } from './refusals.js';
+import type { RefusalReason } from '../common/refusal-reason.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -61,7 +62,17 @@ export interface AgentServiceOptions {
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent (#11 finding 8). */
 export const MAX_AGENT_ID_LENGTH = 253;
 
-const REFUSALS: Record<RefusalReason, string> = {
+/** kanal_refusals_total{reason} of each token refusal. */
+const TOKEN_REFUSALS: Record<TokenRefusalKind, RefusalReason> = {
+  'no-token': 'agent_token_no_token',
+  malformed: 'agent_token_malformed',
+  rejected: 'agent_token_rejected',
+  'wrong-audience': 'agent_token_wrong_audience',
+  'wrong-identity': 'agent_token_wrong_identity',
+  unavailable: 'agent_token_unavailable',
+};
+
+const REFUSALS: Record<AdmissionRefusal, string> = {
   agent_credential_full: 'its credential already holds as many live agents as allowed',
   agent_tunnels_full: 'the agent already holds as many live tunnels as allowed',
   agent_admissions_busy: 'too many tunnels of its credential are being admitted at once',
@@ -79,7 +90,7 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
       const { kind, reason, agentFault } = result.refusal;
       // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
       const who = incoming.context ? { credential: incoming.context.subject } : {};
-      opts.refusals.refuse(`agent_token_${kind.replace(/-/g, '_')}`, incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
+      opts.refusals.refuse(TOKEN_REFUSALS[kind], incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
       // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
       incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
     }, (err: Error) => {
@@ -94,7 +105,7 @@ function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: Ag
   // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
   const credential = context ?? unauthenticatedCredential(incoming.peer);
   /** Counts, logs (rate-limited per peer, reason and credential) and answers a refusal; `message` is what the agent logs. */
-  const refuse = (reason: string, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
+  const refuse = (reason: RefusalReason, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
     opts.refusals.refuse(reason, incoming.peer, { credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`, credential.subject);
     incoming.reject(code, message);
   };

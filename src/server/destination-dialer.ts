@@ -12,12 +12,7 @@ import type { InboundDial } from '../tunnel/tunnel.js';
 import type { AllowList } from './allow-list.js';
 import type { KanalMetrics } from '../common/metrics.js';
 import type { ConnectionBudget } from '../common/connection-budget.js';
-import type { Refusals } from './refusals.js';
-
-/** The rate-limit key of an agent's refusals: its credential and the agentID it announced. */
-function agentKey(agent: { agentID: string; credential: string }): string {
-  return `agent ${agent.credential} ${agent.agentID}`;
-}
+import type { DialingAgent, Refusals } from './refusals.js';
 
 export class DestinationDialer {
   constructor(
@@ -31,15 +26,14 @@ export class DestinationDialer {
   ) {}
 
   /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
-  async dial(agent: { agentID: string; credential: string }, dial: InboundDial): Promise<Duplex> {
+  async dial(agent: DialingAgent, dial: InboundDial): Promise<Duplex> {
     const t0 = performance.now();
     if (!this.allowList.allows(dial.address)) {
       this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
-      // Keyed by agent: one agent's refusals cannot hide another's.
-      this.refusals.refuse(
+      this.refusals.refuseAgent(
         'destination_not_allowed',
-        agentKey(agent),
-        { ...agent, dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
+        agent,
+        { dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
         this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
       );
       throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
@@ -47,10 +41,10 @@ export class DestinationDialer {
     const release = this.budget.take();
     if (!release) {
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
-      this.refusals.refuse(
+      this.refusals.refuseAgent(
         'node_to_cp_connections',
-        agentKey(agent),
-        { ...agent, address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
+        agent,
+        { address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
         'refused node dial: the server holds as many node -> control plane connections as it may',
       );
       throw new DialError('exhausted', `the proxy server holds its maximum of ${this.budget.limit} node -> control plane connections`);

@@ -24,7 +24,7 @@ export interface TlsFiles {
   key: Buffer;
   /** CA for client certificates; absent means clients cannot be verified. */
   ca?: Buffer;
-  /** --tls-min-version and --cipher-suites (src/cli/tls-flags.ts); absent: Node's defaults. */
+  /** --tls-min-version and --cipher-suites (src/server/tls-flags.ts); absent: Node's defaults. */
   minVersion?: tls.SecureVersion;
   ciphers?: string;
 }
@@ -183,7 +183,10 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }
 
-export type FrontendMode = 'both' | 'grpc' | 'http-connect';
+/** `--mode`: which frontend protocols are served; the first is the default (both, told apart by their first bytes). */
+export const FRONTEND_MODES = ['both', 'grpc', 'http-connect'] as const;
+
+export type FrontendMode = (typeof FRONTEND_MODES)[number];
 
 export interface FrontendListenerOptions {
   mode: FrontendMode;

@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { KanalMetrics } from '../common/metrics.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { truncateForLog } from '../common/log-safety.js';
+import type { RefusalReason } from '../common/refusal-reason.js';
 
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 
@@ -19,6 +20,12 @@ export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 export function peerHost(peer: string): string {
   const m = /^\[([^\]]*)\]:\d+$/.exec(peer) ?? /^([^:]*):\d+$/.exec(peer) ?? /^(.*:.*):\d+$/.exec(peer);
   return m?.[1] ?? peer;
+}
+
+/** An agent as its node -> control plane dials name it: the credential that authenticated it and the agentID it announced. */
+export interface DialingAgent {
+  agentID: string;
+  credential: string;
 }
 
 export class Refusals {
@@ -33,12 +40,19 @@ export class Refusals {
   }
 
   /**
-   * Counts a refusal; logs it unless this peer had one for `reason` (and
-   * `detail`, a finer cause such as a parser error code) within the interval.
+   * Counts a refusal of a network peer ("host:port", "unix:path"); logs it
+   * unless this peer's host had one for `reason` (and `detail`, a finer cause
+   * such as a parser error code) within the interval.
    */
-  refuse(reason: string, peer: string, fields: Record<string, unknown>, message: string, detail = ''): void {
+  refuse(reason: RefusalReason, peer: string, fields: Record<string, unknown>, message: string, detail = ''): void {
     this.metrics?.refusals.inc({ reason });
     this.log.warn(`${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`, { peer, refusal: reason, ...fields }, message);
+  }
+
+  /** Counts a refusal of an agent's dial; logs it unless this agent had one for `reason` within the interval (one agent's refusals cannot hide another's). */
+  refuseAgent(reason: RefusalReason, agent: DialingAgent, fields: Record<string, unknown>, message: string): void {
+    this.metrics?.refusals.inc({ reason });
+    this.log.warn(`${reason} agent ${truncateForLog(agent.credential, 64)} ${truncateForLog(agent.agentID, 64)}`, { agentID: agent.agentID, credential: agent.credential, refusal: reason, ...fields }, message);
   }
 
   /** Logs the counts still suppressed (at shutdown). */

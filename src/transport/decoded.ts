@@ -1,5 +1,6 @@
 /** Deserialization result shared by transports: a packet, or why it is not one. */
-import { decodePacket, PacketDecodeError } from '../wire/codec.js';
+import { decodePacket } from '../wire/codec.js';
+import { PacketDecodeError } from '../wire/protobuf.js';
 import type { Packet } from '../wire/packet.js';
 
 export interface InvalidPacket {

@@ -8,8 +8,8 @@
  * session, its streams and every tunnelled connection stay open. The kernel
  * knows, so its TCP state is read once a second: closed (reset, or both
  * sides done), or the peer's FIN still unanswered a second later, means the
- * connection is over. Proven by test/transport-peer-gone.test.ts and the
- * SIGKILL case of test/e2e-failover.test.ts.
+ * connection is over. Proven by test/transport/peer-gone.test.ts and the
+ * SIGKILL case of test/e2e/failover.test.ts.
  */
 import type net from 'node:net';
 import { socketFd } from '../../native/socket-buffers.js';

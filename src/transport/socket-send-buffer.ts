@@ -7,7 +7,7 @@
  * that both send bulk data through one connection can then each wait for
  * the other to read: once both directions hold more than the kernel's
  * buffers, the tunnel stalls until keepalive closes it (the 64 MiB echo of
- * test/e2e-transfer.test.ts). A write never stays pending while the
+ * test/e2e/transfer.test.ts). A write never stays pending while the
  * socket's send buffer can hold everything the peer's stream window lets
  * this side have in flight, so both ends of a tunnel ask for such a buffer;
  * one end getting it is enough to rule the stall out.

@@ -1,7 +1,7 @@
 /**
  * How streams are opened and accepted. Both gRPC implementations (h2/, on
  * node:http2, and grpc-js/) provide these two shapes; the commands choose one
- * in src/cli/transport-choice.ts (--transport).
+ * in src/transport/choice.ts (--transport).
  */
 import type { Duplex } from 'node:stream';
 import type { PacketStream } from './packet-stream.js';

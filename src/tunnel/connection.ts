@@ -7,14 +7,14 @@
  * (upstream peers) a full buffer pauses the whole stream, as upstream does,
  * and a slow reader never loses data (#12).
  *
- * Its parts: SendQueue (our bytes, the peer's credit), an InboundFlow (the
+ * Its parts: ConnectionSendQueue (our bytes, the peer's credit), an InboundFlow (the
  * peer's bytes, by the tunnel's ConnectionRules), the local end, and the
  * state below.
  */
 import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
 import { noteBytesMoved } from './gc-pacer.js';
-import { SendQueue, type SendHost } from './send-queue.js';
+import { ConnectionSendQueue, type SendHost } from './connection-send-queue.js';
 import type { ConnectionRules, InboundFlow, InboundFlowHost } from './connection-rules.js';
 import { EarlyEnd, type LocalClose, type LocalEnd } from './local-end.js';
 
@@ -73,7 +73,7 @@ export class TunnelConnection {
   /** Where the peer's bytes go: an EarlyEnd until attach(), then the socket or the relay partner. */
   private local: LocalEnd = new EarlyEnd();
   /** Our bytes for the peer; stopped (empty) once closed. */
-  private readonly sender: SendQueue;
+  private readonly sender: ConnectionSendQueue;
   /** Holds the peer's bytes back for a slow local reader: credit, or a stream pause. */
   private readonly inbound: InboundFlow;
   /** The local end sent its FIN; ours goes out once the send queue is empty. Only while open or peer-ended. */
@@ -91,7 +91,7 @@ export class TunnelConnection {
     this.address = opts.address;
     this.role = opts.role;
     this.log = opts.log;
-    this.sender = new SendQueue(host, opts.connectID, opts.rules.sendWindow, opts.limits.maxDataBytes, this.onSendProgress);
+    this.sender = new ConnectionSendQueue(host, opts.connectID, opts.rules.sendWindow, opts.limits.maxDataBytes, this.onSendProgress);
     this.inbound = opts.rules.inboundFlow(host, opts.connectID);
   }
 

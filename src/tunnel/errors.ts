@@ -1,15 +1,5 @@
-/**
- * Why a dial through a tunnel failed. Frontends map these onto HTTP CONNECT
- * status codes (DESIGN.md section 2) and gRPC DIAL_RSP errors.
- */
-export type DialFailure =
-  | 'no-backend' // nobody to dial through (HTTP 500)
-  | 'refused' // the far side tried and failed (HTTP 502)
-  | 'exhausted' // too many pending dials (HTTP 503)
-  | 'timeout' // no DIAL_RSP in time (HTTP 504)
-  | 'cancelled' // the requester went away
-  | 'tunnel-closed' // the tunnel died while the dial was pending (HTTP 502)
-  | 'forbidden'; // destination not allowed (HTTP 403)
+/** Dial failures as exceptions, and their HTTP CONNECT status codes (DESIGN.md section 2). */
+import type { DialFailure } from '../common/dial-result.js';
 
 export class DialError extends Error {
   override name = 'DialError';

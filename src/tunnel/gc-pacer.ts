@@ -16,7 +16,7 @@
  * after an idle spell it picks the low end, and the headroom left is so
  * small that the next mark-compact starts as soon as one finishes. Once this
  * process moves data, the factor is pinned at HEAP_GROWING_PERCENT, inside
- * V8's own range. Figures: bench/RESULTS.md; test: test/tunnel-gc-pacer.test.ts.
+ * V8's own range. Figures: bench/RESULTS.md; test: test/tunnel/gc-pacer.test.ts.
  *
  * V8 only exposes `gc` with --expose-gc; the flag is turned on just long
  * enough to fetch the function from a fresh context, so the process's own

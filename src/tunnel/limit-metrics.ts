@@ -1,9 +1,10 @@
 /** Which metric counts a tunnel limit being hit (docs/limits.md names it for each limit). */
 import type { KanalMetrics } from '../common/metrics.js';
+import type { RefusalReason } from '../common/refusal-reason.js';
 import type { TunnelLimitName } from './limits.js';
 
 /** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */
-export type RefusalReasons = Partial<Record<TunnelLimitName, string>>;
+export type RefusalReasons = Partial<Record<TunnelLimitName, RefusalReason>>;
 
 /** Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal, a read pause, or a closed stream. */
 export function countTunnelLimit(metrics: KanalMetrics | undefined, limit: TunnelLimitName, refusals: RefusalReasons): void {

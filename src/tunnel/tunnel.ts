@@ -158,6 +158,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.dialHandler = handler;
   }
 
+  /** Open connections plus dials awaiting an answer: what routing balances (src/server/routing/router.ts). */
+  get load(): number {
+    return this.connections.size + this.pendingDials.size;
+  }
+
   stats(): TunnelStats {
     return {
       connections: this.connections.size,

@@ -10,7 +10,7 @@ import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import type { Transport } from '../../src/transport/transport.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
-import { removeOnExit } from './exit-cleanup.js';
+import { removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { writeThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 // ---------- grpc-js Transport ----------

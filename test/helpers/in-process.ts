@@ -1,20 +1,20 @@
 /**
  * KanalServer and KanalAgent in the test process: throwaway PKI in a temp
  * dir, agent port on 127.0.0.1:0 with mTLS, frontend on a Unix socket,
- * health on 127.0.0.1:0, logs captured into arrays. Options are assembled
- * the way src/cli/server-command.ts and agent-command.ts assemble them.
+ * health on 127.0.0.1:0, logs captured into arrays. Options become `kanal`
+ * flags, assembled by the CLI's own functions (kit/launch/in-process.ts).
  */
-import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ExecutionContext } from 'ava';
 import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
-import { KanalServer, type ServerOptions } from '../../src/server/server.js';
-import type { KanalAgent, AgentOptions } from '../../src/agent/agent.js';
-import { AssembledAgent } from '../../src/agent/assembled-agent.js';
+import type { KanalServer, ServerOptions } from '../../src/server/server.js';
+import type { KanalAgent } from '../../src/agent/agent.js';
+import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
+import { startAgentInProcess, startServerInProcess, transportFlag } from '../../kit/launch/in-process.js';
+import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
@@ -34,21 +34,18 @@ export interface TestEnv {
 }
 
 let sharedPki: Promise<ThrowawayPki> | undefined;
+/** Holds the shared PKI's directory; never run, so the directory goes at exit (kit/launch/exit-cleanup.ts). */
+const processScope = new CleanupStack();
 
 /** One throwaway PKI per test process (key generation is the slow part), removed at exit. */
 function pkiOnce(): Promise<ThrowawayPki> {
-  if (!sharedPki) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-pki-'));
-    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
-    sharedPki = writeThrowawayPki(dir);
-  }
+  sharedPki ??= writeThrowawayPki(scopedTempDir(processScope, 'kanal-pki-'));
   return sharedPki;
 }
 
 /** A temp dir (for Unix sockets) and the throwaway certificates; the dir is removed at teardown. */
 export async function makeEnv(t: ExecutionContext): Promise<TestEnv> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-inproc-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const dir = scopedTempDir(t, 'kanal-inproc-');
   const pki = await pkiOnce();
   return { dir, pki, udsPath: path.join(dir, 'frontend.sock') };
 }
@@ -59,6 +56,7 @@ export interface StartedServer {
   options: ServerOptions;
 }
 
+/** `kanal server` in this process (kit/launch/in-process.ts): these options become its flags. */
 export async function startServer(
   t: ExecutionContext,
   env: TestEnv,
@@ -69,35 +67,26 @@ export async function startServer(
     health?: boolean;
     udsPath?: string;
     agentPort?: number;
-    proxyStrategies?: ServerOptions['proxyStrategies'];
+    proxyStrategies?: ProxyStrategy[];
     maxAgentsPerCredential?: number;
     transport?: Transport;
   } = {},
 ): Promise<StartedServer> {
   const logs = captureLogger('debug');
-  const read = (f: string): Buffer => fs.readFileSync(f);
-  const options: ServerOptions = {
-    serverID: opts.serverID ?? 'test-server',
-    serverCount: 1,
-    agent: {
-      host: '127.0.0.1',
-      port: opts.agentPort ?? 0,
-      tls: { cert: read(env.pki.serverCert), key: read(env.pki.serverKey), ca: read(env.pki.caCert) },
-      allowUnauthenticated: opts.allowUnauthenticated ?? false,
-      maxAgentsPerCredential: opts.maxAgentsPerCredential,
-    },
-    frontend: { mode: 'both', uds: { path: opts.udsPath ?? env.udsPath, deleteExisting: true } },
-    health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
-    backendDialTimeoutMs: 5000,
-    proxyStrategies: opts.proxyStrategies,
-    allowedDestinations: opts.allowedDestinations ?? [],
-    destinationDialTimeoutMs: 5000,
-    maxReceiveMessageBytes: 4 * 1024 * 1024,
-    transport: opts.transport ?? h2Transport,
-    log: logs.log,
-  };
-  const server = new KanalServer(options);
-  await server.start();
+  const flags = [
+    '--server-id', opts.serverID ?? 'test-server',
+    '--cluster-cert', env.pki.serverCert, '--cluster-key', env.pki.serverKey, '--cluster-ca-cert', env.pki.caCert,
+    '--agent-bind-address', '127.0.0.1', '--agent-port', String(opts.agentPort ?? 0),
+    '--uds-name', opts.udsPath ?? env.udsPath,
+    '--health-port', '0', '--admin-port', '0',
+    '--backend-dial-timeout', '5s', '--destination-dial-timeout', '5s',
+    '--transport', await transportFlag(opts.transport ?? h2Transport),
+    ...(opts.allowUnauthenticated ? ['--allow-unauthenticated-agents'] : []),
+    ...(opts.proxyStrategies ? ['--proxy-strategies', opts.proxyStrategies.join(',')] : []),
+    ...(opts.maxAgentsPerCredential === undefined ? [] : ['--max-agents-per-credential', String(opts.maxAgentsPerCredential)]),
+    ...(opts.allowedDestinations ?? []).flatMap((d) => ['--allowed-destination', d]),
+  ];
+  const { server, options } = await startServerInProcess(flags, { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) });
   t.teardown(() => server.stop());
   return { server, logs, options };
 }
@@ -109,6 +98,7 @@ export interface StartedAgent {
   stop(graceMs?: number): Promise<void>;
 }
 
+/** `kanal agent` in this process (kit/launch/in-process.ts): these options become its flags. */
 export async function startAgent(
   t: ExecutionContext,
   env: TestEnv,
@@ -117,44 +107,37 @@ export async function startAgent(
   opts: {
     agentID?: string;
     credential?: string;
+    /** What the agent offers (no flag: stands for an agent without Kanal's extensions). */
     features?: FeatureSet;
     clientCert?: 'valid' | 'none' | 'rogue';
     identifiers?: string;
     health?: boolean;
     transport?: Transport;
-    /** Node -> control plane listeners (AssembledAgent), e.g. on 127.0.0.2 with interfaceType 'none'. */
+    /** Node -> control plane listeners, given as the assembled options (e.g. on 127.0.0.2 with interfaceType 'none'). */
     node?: NodeSideOptions;
   } = {},
 ): Promise<StartedAgent> {
   const logs = captureLogger('debug');
-  const read = (f: string): Buffer => fs.readFileSync(f);
   const cert = opts.clientCert ?? 'valid';
   const agentID = opts.agentID ?? 'node-1';
   // Each agent holds a credential of its own, as each node does.
   const own = await issueAgentCertificate(env.pki, opts.credential ?? agentID);
-  const options: AgentOptions = {
-    agentID,
-    agentIdentifiers: opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
-    server: {
-      host: '127.0.0.1',
-      port,
-      tls: {
-        ca: read(env.pki.caCert),
-        cert: cert === 'valid' ? read(own.cert) : cert === 'rogue' ? read(env.pki.rogueAgentCert) : undefined,
-        key: cert === 'valid' ? read(own.key) : cert === 'rogue' ? read(env.pki.rogueAgentKey) : undefined,
-      },
-    },
-    dialTimeoutMs: 5000,
-    connectTimeoutMs: 5000,
-    reconnect: { initialMs: 100, maxMs: 500 },
-    health: opts.health === false ? undefined : { host: '127.0.0.1', port: 0 },
-    transport: opts.transport ?? h2Transport,
-    features: opts.features,
-    log: logs.log,
-  };
-  // Assembled as `kanal agent` assembles it (src/agent/assembled-agent.ts).
-  const assembled = new AssembledAgent({ agent: options, node: opts.node });
-  await assembled.start();
+  const pair: [cert: string, key: string] | undefined = cert === 'valid' ? [own.cert, own.key] : cert === 'rogue' ? [env.pki.rogueAgentCert, env.pki.rogueAgentKey] : undefined;
+  const flags = [
+    '--agent-id', agentID,
+    '--agent-identifiers', opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
+    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(port),
+    '--ca-cert', env.pki.caCert,
+    ...(pair ? ['--agent-cert', pair[0], '--agent-key', pair[1]] : []),
+    '--dial-timeout', '5s', '--connect-timeout', '5s',
+    '--sync-interval', '100ms', '--sync-interval-cap', '500ms',
+    '--health-server-port', '0', '--admin-server-port', '0',
+    '--transport', await transportFlag(opts.transport ?? h2Transport),
+  ];
+  const assembled = await startAgentInProcess(flags, { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) }, (assembly) => {
+    if (opts.features) assembly.agent.features = opts.features;
+    if (opts.node) assembly.node = opts.node;
+  });
   const started: StartedAgent = {
     agent: assembled.agent,
     logs,

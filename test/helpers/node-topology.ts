@@ -14,7 +14,6 @@
 // echo servers, connection counters and byte relays between a TCP address in
 // the namespace and a Unix socket the test process can reach.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -22,8 +21,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createNetns, destroyAllNetns, type ExecResult, type Netns } from './netns.js';
-import { deleteNetnsOnExit, killOnExit } from './exit-cleanup.js';
+import { createNetns, destroyAllNetns, type ExecResult, type Netns } from '../../kit/launch/netns.js';
+import { Child } from '../../kit/launch/child.js';
+import { KANAL_CLI } from '../../kit/launch/kanal-cli.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 /** The kube-apiserver advertise address the agent serves on the node. */
@@ -36,105 +36,14 @@ export const AGENT_ID = 'node-1';
 
 const SELF = fileURLToPath(import.meta.url);
 const HERE = path.dirname(SELF);
-export const KANAL_CLI = path.resolve(HERE, '../../src/cli/main.js');
 export const KAS_STAND_IN = path.join(HERE, 'kas-stand-in.js');
 
 // ------------------------------------------------------------ processes
 
 export type LogLine = Record<string, unknown>;
 
-export interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-/** A process running inside a namespace; stdout and stderr go to logFile. */
-export interface NsProcess {
-  readonly label: string;
-  readonly pid: number;
-  readonly logFile: string;
-  readonly exited: Promise<Exit>;
-  running(): boolean;
-  log(): string;
-  /** stdout/stderr lines that parse as JSON objects (pino logs, service events). */
-  jsonLines(): LogLine[];
-  /** Waits for a JSON line matching `pred`; throws after timeoutMs or if the process exits first. */
-  waitForLine(pred: (line: LogLine) => boolean, timeoutMs: number): Promise<LogLine>;
-  /** Signals the process (by pid), escalates to SIGKILL after killAfterMs, resolves on exit. */
-  stop(signal?: NodeJS.Signals, killAfterMs?: number): Promise<Exit>;
-}
-
-function startProcess(ns: Netns, label: string, argv: string[], logFile: string, env?: NodeJS.ProcessEnv): NsProcess {
-  const out = fs.openSync(logFile, 'a');
-  const child: ChildProcess = spawn('ip', ['netns', 'exec', ns.name, ...argv], { stdio: ['ignore', out, out], env: env ?? process.env });
-  fs.closeSync(out);
-  if (child.pid === undefined) throw new Error(`could not start ${label} in ${ns.name}`);
-  const pid = child.pid;
-  let exit: Exit | undefined;
-  const exited = new Promise<Exit>((resolve) => {
-    child.once('exit', (code, signal) => {
-      exit = { code, signal };
-      resolve(exit);
-    });
-  });
-  const readLog = (): string => {
-    try {
-      return fs.readFileSync(logFile, 'utf8');
-    } catch {
-      return '';
-    }
-  };
-  const jsonLines = (): LogLine[] => {
-    const lines: LogLine[] = [];
-    for (const text of readLog().split('\n')) {
-      if (!text.startsWith('{')) continue;
-      try {
-        const v: unknown = JSON.parse(text);
-        if (v && typeof v === 'object' && !Array.isArray(v)) lines.push(v as LogLine);
-      } catch {
-        // a partly written line; the next read sees it whole
-      }
-    }
-    return lines;
-  };
-  return {
-    label,
-    pid,
-    logFile,
-    exited,
-    running: () => exit === undefined,
-    log: readLog,
-    jsonLines,
-    async waitForLine(pred, timeoutMs) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const hit = jsonLines().find(pred);
-        if (hit) return hit;
-        if (exit) throw new Error(`${label} exited (${exit.code ?? exit.signal}) before the expected log line; log:\n${readLog()}`);
-        if (Date.now() > deadline) throw new Error(`${label}: expected log line not seen within ${timeoutMs} ms; log:\n${readLog()}`);
-        await sleep(50);
-      }
-    },
-    async stop(signal: NodeJS.Signals = 'SIGTERM', killAfterMs = 10_000) {
-      if (exit) return exit;
-      try {
-        process.kill(pid, signal);
-      } catch {
-        // already gone
-      }
-      const timer = setTimeout(() => {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }, killAfterMs);
-      const e = await exited;
-      clearTimeout(timer);
-      return e;
-    },
-  };
-}
+/** A process running inside a namespace (kit/launch/child.ts); stdout and stderr go to its log file. */
+export type NsProcess = Child;
 
 // ------------------------------------------------------------ namespace services
 
@@ -214,14 +123,12 @@ export async function createTopology(): Promise<Topology> {
     destroyed = true;
     // Agents first (they remove their interface on SIGTERM), then everything else.
     const all = [...procs];
-    await Promise.all(all.filter((p) => p.label.startsWith('agent')).map((p) => p.stop('SIGTERM', 8000)));
+    await Promise.all(all.filter((p) => p.name.startsWith('agent')).map((p) => p.stop('SIGTERM', 8000)));
     await Promise.all(all.map((p) => p.stop('SIGTERM', 5000)));
-    for (const p of all) killOnExit.delete(p.pid);
     for (const ns of created) {
       // Deleting one end of the pair deletes both; the namespaces go next.
       if (ns === created[0]) await ns.ip(['link', 'del', 'kv-cp'], 5000);
       await ns.destroy();
-      deleteNetnsOnExit.delete(ns.name);
     }
     if (topoRef) liveTopologies.delete(topoRef);
     if (!keepDir) fs.rmSync(dir, { recursive: true, force: true });
@@ -230,10 +137,8 @@ export async function createTopology(): Promise<Topology> {
   try {
     const cp = await createNetns('kanal-cp');
     created.push(cp);
-    deleteNetnsOnExit.add(cp.name);
     const node = await createNetns('kanal-node');
     created.push(node);
-    deleteNetnsOnExit.add(node.name);
     await must('veth pair', cp.ip(['link', 'add', 'kv-cp', 'type', 'veth', 'peer', 'name', 'kv-node', 'netns', node.name]));
     for (const [ns, dev, addr] of [
       [cp, 'kv-cp', cpAddr],
@@ -247,10 +152,8 @@ export async function createTopology(): Promise<Topology> {
 
     const spawnIn = (ns: Netns, label: string, argv: string[], env?: NodeJS.ProcessEnv): NsProcess => {
       if (destroyed) throw new Error('topology already destroyed');
-      const p = startProcess(ns, label, argv, path.join(dir, `${label}.log`), env);
+      const p = new Child({ name: label, argv, logFile: path.join(dir, `${label}.log`), netns: ns.name, env });
       procs.add(p);
-      killOnExit.add(p.pid);
-      void p.exited.then(() => killOnExit.delete(p.pid));
       return p;
     };
 
@@ -288,7 +191,7 @@ export async function createTopology(): Promise<Topology> {
         const deadline = Date.now() + timeoutMs;
         let last = '';
         while (Date.now() < deadline) {
-          if (proc && !proc.running()) throw new Error(`${proc.label} exited before ${url} was ready; log:\n${proc.log()}`);
+          if (proc && !proc.running()) throw new Error(`${proc.name} exited before ${url} was ready; log:\n${proc.log()}`);
           const r = await curl(ns, url, [], 2000);
           if (r.status === 200) return r.body;
           last = `${r.status} ${r.body}${r.result.stderr}`.trim();

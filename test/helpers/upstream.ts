@@ -8,14 +8,15 @@
  * archive is absent (a user's fresh clone has no `../shared`).
  * KANAL_UPSTREAM_DIR names a directory that already holds the binaries.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
-import { killOnExit, removeOnExit } from './exit-cleanup.js';
+import { removeOnExit } from '../../kit/launch/exit-cleanup.js';
+import { Child } from '../../kit/launch/child.js';
 import { freePort, httpGet, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
 
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -71,98 +72,24 @@ export function upstreamBinaries(): UpstreamBinaries {
 
 // ---------- processes ----------
 
-export interface UpstreamProcess {
-  readonly name: string;
-  readonly logFile: string;
-  readonly pid: number;
-  readonly child: ChildProcess;
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  running(): boolean;
-  /** The klog text written so far. */
-  log(): string;
-  /** Polls the log until `pattern` matches; throws with the log's tail after timeoutMs. */
-  waitForLog(pattern: RegExp, timeoutMs: number, what: string): Promise<string>;
-  /** Sends `signal` (SIGCONT first); SIGKILL if the process has not exited within 10 s. */
-  stop(signal?: NodeJS.Signals): Promise<void>;
-  /** Sends a signal without waiting (upstream's agent drains on its first SIGTERM and exits on the second). */
-  signal(signal: NodeJS.Signals): void;
-  kill(): Promise<void>;
-}
+/** An upstream binary as a kit child (kit/launch/child.ts): its klog text is matched with waitForLog(/pattern/). */
+export type UpstreamProcess = Child;
 
-function tail(file: string, lines = 20): string {
-  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n') : '(no log file)';
-}
-
-/** Runs `file args` with stdout and stderr appended to logFile; stopped by pid when the scope ends. */
+/** Runs `file args` with stdout and stderr appended to logFile; killed by pid when the scope ends. */
 export function spawnUpstream(scope: Scope, name: string, file: string, args: string[], logFile: string): UpstreamProcess {
-  const out = fs.openSync(logFile, 'a');
-  const child = spawn(file, args, { stdio: ['ignore', out, out] });
-  fs.closeSync(out);
-  const pid = child.pid;
-  if (pid === undefined) throw new Error(`could not start ${name} (${file})`);
-  killOnExit.add(pid);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => {
-      killOnExit.delete(pid);
-      resolve({ code, signal });
-    }),
-  );
-  const running = (): boolean => child.exitCode === null && child.signalCode === null;
-  const signal = (s: NodeJS.Signals): void => {
-    if (!running()) return;
-    try {
-      process.kill(pid, s);
-    } catch {
-      // exited meanwhile
-    }
-  };
-  const proc: UpstreamProcess = {
-    name,
-    logFile,
-    pid,
-    child,
-    exited,
-    running,
-    log: () => (fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : ''),
-    async waitForLog(pattern, timeoutMs, what) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const m = pattern.exec(proc.log());
-        if (m) return m[0];
-        if (Date.now() >= deadline) throw new Error(`${name}: no log line "${what}" after ${timeoutMs} ms; tail:\n${tail(logFile)}`);
-        await sleep(50);
-      }
-    },
-    async stop(s: NodeJS.Signals = 'SIGTERM') {
-      if (!running()) return;
-      signal('SIGCONT');
-      signal(s);
-      const timer = setTimeout(() => signal('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
-    },
-    signal,
-    async kill() {
-      signal('SIGKILL');
-      await exited;
-    },
-  };
-  scope.teardown(async () => {
-    // Upstream's agent only drains on its first SIGTERM; end it for good.
-    if (running()) {
-      signal('SIGKILL');
-      await exited;
-    }
-  });
+  const proc = new Child({ name, argv: [file, ...args], logFile });
+  // Upstream's agent only drains on its first SIGTERM; end it for good.
+  scope.teardown(() => proc.kill());
   return proc;
 }
 
 async function waitHttp(proc: UpstreamProcess, url: string, status: number, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (!proc.running()) throw new Error(`${proc.name} exited (${proc.child.exitCode ?? proc.child.signalCode}); tail:\n${tail(proc.logFile)}`);
+    const ended = proc.ended();
+    if (ended !== undefined) throw new Error(`${proc.name} ${ended}; tail:\n${proc.tail(20)}`);
     if ((await httpGet(url, 1000)).status === status) return;
-    if (Date.now() >= deadline) throw new Error(`${proc.name}: ${url} did not answer ${status} within ${timeoutMs} ms; tail:\n${tail(proc.logFile)}`);
+    if (Date.now() >= deadline) throw new Error(`${proc.name}: ${url} did not answer ${status} within ${timeoutMs} ms; tail:\n${proc.tail(20)}`);
     await sleep(100);
   }
 }
@@ -228,7 +155,7 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
     const deadline = Date.now() + 10_000;
     while (!fs.existsSync(uds) && Date.now() < deadline) await sleep(50);
   }
-  return { ...proc, agentPort, healthPort, adminPort, uds, frontendPort, serverID: name };
+  return Object.assign(proc, { agentPort, healthPort, adminPort, uds, frontendPort, serverID: name });
 }
 
 export interface UpstreamAgentSpec {
@@ -277,7 +204,7 @@ export async function startUpstreamAgent(
   const readyzUrl = (): string => `http://127.0.0.1:${healthPort}/readyz`;
   await waitHttp(proc, `http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
   if (spec.waitReady ?? true) await waitStatus(readyzUrl(), 200, 20_000);
-  return { ...proc, agentID, healthPort, adminPort, readyzUrl };
+  return Object.assign(proc, { agentID, healthPort, adminPort, readyzUrl });
 }
 
 // ---------- the konnectivity-client (proxy-test-client) ----------
@@ -304,22 +231,18 @@ export async function runUpstreamTestClient(
 ): Promise<TestClientResult> {
   const bin = upstreamBinaries();
   const logFile = path.join(ws.dir, `test-client-${Date.now()}-${Math.floor(Math.random() * 1e6)}.log`);
-  const out = fs.openSync(logFile, 'w');
   // The client closes its tunnel on *any* signal it receives (signal.Notify
   // without a list), Go's own SIGURG preemption signals included, which cut
   // long transfers; asyncpreemptoff stops the runtime from sending them.
-  const child = spawn(
-    bin.testClient,
-    [`--mode=${opts.mode}`, `--proxy-uds=${opts.uds}`, '--proxy-host=', '--proxy-port=0', `--request-host=${opts.host}`, `--request-port=${opts.port}`, `--request-path=${opts.path}`, '--v=4'],
-    { stdio: ['ignore', out, out], env: { ...process.env, GODEBUG: 'asyncpreemptoff=1' } },
-  );
-  fs.closeSync(out);
-  const pid = child.pid;
-  if (pid !== undefined) killOnExit.add(pid);
-  const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  const child = new Child({
+    name: 'test-client',
+    argv: [bin.testClient, `--mode=${opts.mode}`, `--proxy-uds=${opts.uds}`, '--proxy-host=', '--proxy-port=0', `--request-host=${opts.host}`, `--request-port=${opts.port}`, `--request-path=${opts.path}`, '--v=4'],
+    logFile,
+    env: { ...process.env, GODEBUG: 'asyncpreemptoff=1' },
+  });
+  const timer = setTimeout(() => child.signal('SIGKILL'), opts.timeoutMs);
+  const { code } = await child.exited;
   clearTimeout(timer);
-  if (pid !== undefined) killOnExit.delete(pid);
   const text = fs.readFileSync(logFile);
   fs.rmSync(logFile, { force: true });
   const marker = text.indexOf('HTML Response:\n');

@@ -6,8 +6,9 @@
  */
 import path from 'node:path';
 import yargs from 'yargs';
-import { agentBuilder, validateAgentArgs, type AgentArgs, type AgentConfig } from '../agent-command.js';
-import { UsageError } from '../usage-error.js';
+import { agentBuilder, validateAgentArgs, type AgentArgs } from '../agent-command.js';
+import type { AgentConfig } from '../../agent/config.js';
+import { UsageError } from '../../common/usage-error.js';
 
 /** Flags that make no sense in a unit's command line. */
 const FORBIDDEN = new Set(['dry-run', 'check', 'help', 'version']);

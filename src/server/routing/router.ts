@@ -19,11 +19,17 @@
  * loaded (open connections + pending dials), ties at random. A strategy whose
  * agents are all quiet (PING unanswered) yields to later strategies; quiet
  * agents are used only when no strategy has a live one.
+ *
+ * Per dial (#15): no allocation per agent; `destHost` looks up only the
+ * agents announcing the host (route-index.ts) and those announcing a cidr,
+ * `defaultRoute` only those announcing it, `default` takes one pass over the
+ * agents, and a strategy is looked at only if those before it have no live agent.
  */
 import { isIP } from 'node:net';
 import { canonicalHost, prefixContains } from '../../wire/agent-identifiers.js';
 import type { AgentBackend } from '../agent-registry.js';
 import type { ProxyStrategy } from './proxy-strategies.js';
+import { chooseTunnel, quiet, type RouteIndex } from './route-index.js';
 
 export interface Route {
   strategies: readonly ProxyStrategy[];
@@ -41,89 +47,120 @@ export interface Contest {
   subjects: string[];
 }
 
-/** Routing avoids these: closed, or a PING unanswered (liveness.ts). */
-export function quiet(b: AgentBackend): boolean {
-  return b.tunnel.closed || b.liveness?.quiet === true;
-}
-
 /** A tunnel not being read (a slow reader with an upstream agent, or an agent that does not read, #11/#12) would hold the dial's answer too. */
 function fresh(b: AgentBackend): boolean {
   return !b.tunnel.drainRequested && !b.tunnel.readPaused;
 }
 
-function load(b: AgentBackend): number {
-  const s = b.tunnel.stats();
-  return s.connections + s.pendingDials;
-}
+/** The least loaded of the agents offered, ties at random (each of n tied with probability 1/n). */
+class LeastLoaded {
+  best: AgentBackend | undefined;
+  private min = Infinity;
+  private ties = 0;
 
-/** The least loaded of `pool` (non-empty), ties at random. */
-function leastLoaded(pool: AgentBackend[]): AgentBackend {
-  let best: AgentBackend[] = [];
-  let min = Infinity;
-  for (const b of pool) {
-    const l = load(b);
-    if (l < min) [best, min] = [[b], l];
-    else if (l === min) best.push(b);
+  offer(b: AgentBackend): void {
+    const load = b.tunnel.load;
+    if (load < this.min) {
+      this.best = b;
+      this.min = load;
+      this.ties = 1;
+    } else if (load === this.min && Math.random() * ++this.ties < 1) {
+      this.best = b;
+    }
   }
-  return best[Math.floor(Math.random() * best.length)]!;
 }
 
+/** What one strategy allows, and the agent each preference class would get. */
 interface Allowed {
-  agents: AgentBackend[];
+  strategy: ProxyStrategy;
+  /** Live and fresh, live, any: the least loaded of each class. */
+  freshLive: LeastLoaded;
+  live: LeastLoaded;
+  any: LeastLoaded;
   /** Why the strategy allows nobody, for the dial's error. */
-  none?: string;
+  none: string;
   contested?: Contest;
 }
 
-function destHost(candidates: AgentBackend[], host: string | undefined): Allowed {
-  if (!host) return { agents: [], none: 'destHost: the dial names no host' };
+function allowedSet(strategy: ProxyStrategy, none: string, contested?: Contest): Allowed {
+  return { strategy, freshLive: new LeastLoaded(), live: new LeastLoaded(), any: new LeastLoaded(), none, contested };
+}
+
+function offer(a: Allowed, b: AgentBackend): void {
+  a.any.offer(b);
+  if (quiet(b)) return;
+  a.live.offer(b);
+  if (fresh(b)) a.freshLive.offer(b);
+}
+
+/** `candidates` holds tunnels of any agents; only each agent's chosen tunnel counts. */
+function offerChosen(a: Allowed, index: RouteIndex, candidates: Iterable<AgentBackend>): void {
+  for (const b of candidates) if (index.chosen(b) === b) offer(a, b);
+}
+
+function destHost(index: RouteIndex, host: string | undefined): Allowed {
+  if (!host) return allowedSet('destHost', 'destHost: the dial names no host');
   const dest = canonicalHost(host);
-  const ip = isIP(dest) !== 0;
   /** Exact matches score Infinity, cidr matches their prefix length. */
   const scored: Array<[AgentBackend, number]> = [];
-  for (const b of candidates) {
-    const ids = b.identifiers;
-    if (ids.hosts.includes(dest) || ids.ipv4.includes(dest) || ids.ipv6.includes(dest)) scored.push([b, Infinity]);
-    else if (ip) {
-      const longest = Math.max(-1, ...ids.cidrs.filter((c) => prefixContains(c, dest)).map((c) => c.length));
+  for (const b of index.announcing(dest)) if (index.chosen(b) === b) scored.push([b, Infinity]);
+  if (isIP(dest) !== 0) {
+    for (const b of index.withCidrs) {
+      if (index.chosen(b) !== b || scored.some(([s]) => s === b)) continue;
+      let longest = -1;
+      for (const c of b.identifiers.cidrs) if (c.length > longest && prefixContains(c, dest)) longest = c.length;
       if (longest >= 0) scored.push([b, longest]);
     }
   }
-  if (scored.length === 0) return { agents: [], none: `destHost: no agent announces ${dest}` };
+  if (scored.length === 0) return allowedSet('destHost', `destHost: no agent announces ${dest}`);
   const credentials = new Map(scored.map(([b]) => [b.credential.key, b.credential.subject]));
   if (credentials.size > 1) {
     const contested = { host: dest, subjects: [...credentials.values()] };
-    return { agents: [], none: `destHost: agents of ${credentials.size} credentials announce ${dest}, so none is trusted with it`, contested };
+    return allowedSet('destHost', `destHost: agents of ${credentials.size} credentials announce ${dest}, so none is trusted with it`, contested);
   }
   const best = Math.max(...scored.map(([, s]) => s));
-  return { agents: scored.filter(([, s]) => s === best).map(([b]) => b) };
+  const a = allowedSet('destHost', '');
+  for (const [b, s] of scored) if (s === best) offer(a, b);
+  return a;
 }
 
-function allowed(strategy: ProxyStrategy, candidates: AgentBackend[], host: string | undefined): Allowed {
+function allowed(strategy: ProxyStrategy, index: RouteIndex, host: string | undefined): Allowed {
   switch (strategy) {
-    case 'default':
-      return { agents: candidates, none: 'default: no agent is connected' };
+    case 'default': {
+      const a = allowedSet(strategy, 'default: no agent is connected');
+      for (const tunnels of index.agents) {
+        const b = chooseTunnel(tunnels);
+        if (b) offer(a, b);
+      }
+      return a;
+    }
     case 'defaultRoute': {
-      const agents = candidates.filter((b) => b.identifiers.defaultRoute);
-      return { agents, none: 'defaultRoute: no agent announces default-route=true' };
+      const a = allowedSet(strategy, 'defaultRoute: no agent announces default-route=true');
+      offerChosen(a, index, index.defaultRoute);
+      return a;
     }
     case 'destHost':
-      return destHost(candidates, host);
+      return destHost(index, host);
   }
 }
 
-/** `candidates`: one tunnel per agent (the registry's choice). */
-export function route(candidates: AgentBackend[], r: Route): RouteOutcome {
-  const sets = r.strategies.map((strategy) => ({ strategy, ...allowed(strategy, candidates, r.host) }));
-  const contested = sets.find((s) => s.contested)?.contested;
-  for (const s of sets) {
-    const live = s.agents.filter((b) => !quiet(b));
-    if (live.length === 0) continue;
-    const preferred = live.filter(fresh);
-    return { ok: true, backend: leastLoaded(preferred.length > 0 ? preferred : live), strategy: s.strategy, contested };
+/**
+ * The agent `r` routes to, among one tunnel per agent of `index`. Strategies
+ * are looked at in order until one has a live agent; destHost's always, as
+ * its contest is reported whichever strategy wins.
+ */
+export function route(index: RouteIndex, r: Route): RouteOutcome {
+  const dest = r.strategies.includes('destHost') ? destHost(index, r.host) : undefined;
+  const contested = dest?.contested;
+  const sets: Allowed[] = [];
+  for (const strategy of r.strategies) {
+    const s = (strategy === 'destHost' ? dest : undefined) ?? allowed(strategy, index, r.host);
+    sets.push(s);
+    const backend = s.freshLive.best ?? s.live.best;
+    if (backend) return { ok: true, backend, strategy, contested };
   }
   for (const s of sets) {
-    if (s.agents.length > 0) return { ok: true, backend: leastLoaded(s.agents), strategy: s.strategy, contested };
+    if (s.any.best) return { ok: true, backend: s.any.best, strategy: s.strategy, contested };
   }
   return { ok: false, reason: sets.map((s) => s.none).join('; '), contested };
 }

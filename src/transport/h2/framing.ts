@@ -1,6 +1,7 @@
 /**
  * gRPC length-prefixed messages (PROTOCOL-HTTP2.md, "Length-Prefixed-Message"):
- * a 1-byte compressed flag, a 4-byte big-endian length, then the message.
+ * a 1-byte compressed flag, a 4-byte big-endian length, then the message
+ * (its bytes: src/wire/codec.ts, DATA's in src/wire/data-frame.ts).
  *
  * Sending: a DATA packet is framed as two buffers — the 5-byte prefix plus
  * the protobuf bytes that precede the payload, then the payload itself — so
@@ -16,7 +17,8 @@
  * the size against the limit, so an oversized message is refused before any
  * of it is buffered).
  */
-import { encodePacket, matchDataHeader } from '../../wire/codec.js';
+import { encodePacket } from '../../wire/codec.js';
+import { encodeData, matchDataHeader } from '../../wire/data-frame.js';
 import { PacketType, type Packet } from '../../wire/packet.js';
 import { GrpcStatus } from '../transport.js';
 
@@ -25,83 +27,25 @@ const SEPARATE_PAYLOAD_BYTES = 1024;
 
 export const MESSAGE_PREFIX_BYTES = 5;
 
-function varintSize(v: number): number {
-  let n = 1;
-  while (v >= 0x80) {
-    v = Math.floor(v / 128);
-    n++;
+/**
+ * Frames a packet as one gRPC message. Returns one buffer, or two (header and
+ * payload, uncopied) for DATA packets with a large payload. The concatenation
+ * of the parts minus the first five bytes is exactly `encodePacket(packet)`.
+ */
+export function framePacket(packet: Packet): [Buffer] | [Buffer, Uint8Array] {
+  if (packet.type === PacketType.DATA && packet.data.length >= SEPARATE_PAYLOAD_BYTES) {
+    const header = encodeData(packet.connectID, packet.error, packet.data, MESSAGE_PREFIX_BYTES, false);
+    writePrefix(header, header.length - MESSAGE_PREFIX_BYTES + packet.data.length);
+    return [header, packet.data];
   }
-  return n;
-}
-
-function writeVarint(buf: Buffer, pos: number, v: number): number {
-  while (v >= 0x80) {
-    buf[pos++] = (v % 128) | 0x80;
-    v = Math.floor(v / 128);
-  }
-  buf[pos++] = v;
-  return pos;
+  const out = encodePacket(packet, MESSAGE_PREFIX_BYTES);
+  writePrefix(out, out.length - MESSAGE_PREFIX_BYTES);
+  return [out];
 }
 
 function writePrefix(buf: Buffer, messageLength: number): void {
   buf[0] = 0;
   buf.writeUInt32BE(messageLength, 1);
-}
-
-/**
- * Frames a packet as one gRPC message. Returns one buffer, or two (header and
- * payload) for DATA packets with a large payload. The concatenation of the
- * parts minus the first five bytes is exactly `encodePacket(packet)`.
- */
-export function framePacket(packet: Packet): [Buffer] | [Buffer, Uint8Array] {
-  if (
-    packet.type === PacketType.DATA &&
-    packet.data.length >= SEPARATE_PAYLOAD_BYTES &&
-    Number.isSafeInteger(packet.connectID) &&
-    packet.connectID >= 0
-  ) {
-    return frameData(packet.connectID, packet.error, packet.data);
-  }
-  const body = encodePacket(packet);
-  const out = Buffer.allocUnsafe(MESSAGE_PREFIX_BYTES + body.length);
-  writePrefix(out, body.length);
-  out.set(body, MESSAGE_PREFIX_BYTES);
-  return [out];
-}
-
-// Packet{type=1 (varint), data=4 (len)} and Data{connectID=1, error=2, data=3}.
-const TAG_TYPE = (1 << 3) | 0;
-const TAG_PAYLOAD_DATA = (4 << 3) | 2;
-const TAG_CONNECT_ID = (1 << 3) | 0;
-const TAG_ERROR = (2 << 3) | 2;
-const TAG_DATA = (3 << 3) | 2;
-
-function frameData(connectID: number, error: string, data: Uint8Array): [Buffer, Uint8Array] {
-  const errorBytes = error.length === 0 ? 0 : Buffer.byteLength(error, 'utf8');
-  let inner = 1 + varintSize(data.length) + data.length;
-  if (connectID !== 0) inner += 1 + varintSize(connectID);
-  if (errorBytes !== 0) inner += 1 + varintSize(errorBytes) + errorBytes;
-  const messageLength = 2 + 1 + varintSize(inner) + inner;
-  const headerLength = MESSAGE_PREFIX_BYTES + messageLength - data.length;
-  const h = Buffer.allocUnsafe(headerLength);
-  writePrefix(h, messageLength);
-  let p = MESSAGE_PREFIX_BYTES;
-  h[p++] = TAG_TYPE;
-  h[p++] = PacketType.DATA;
-  h[p++] = TAG_PAYLOAD_DATA;
-  p = writeVarint(h, p, inner);
-  if (connectID !== 0) {
-    h[p++] = TAG_CONNECT_ID;
-    p = writeVarint(h, p, connectID);
-  }
-  if (errorBytes !== 0) {
-    h[p++] = TAG_ERROR;
-    p = writeVarint(h, p, errorBytes);
-    p += h.write(error, p, errorBytes, 'utf8');
-  }
-  h[p++] = TAG_DATA;
-  writeVarint(h, p, data.length);
-  return [h, data];
 }
 
 /** Why the parser stopped: the stream must end with this status. */

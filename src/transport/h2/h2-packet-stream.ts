@@ -1,15 +1,12 @@
 /**
  * PacketStream over one node:http2 stream, for either side of the call.
  *
- * Sending: packets are framed by framing.ts and written while the stream is
- * corked until the next tick, so everything sent in one turn of the event
- * loop reaches nghttp2 as one writev. Small messages (control packets, small
- * DATA) are copied into one buffer per turn instead of one write each: a
- * queued write costs ≈ 200 bytes of objects, so a flood of 30-byte replies
- * to a peer that does not read took 8 times their size in memory (#11).
- * DATA payloads are never copied. send() returns false once `queuedBytes`
- * reaches `sendBufferBytes`, and 'drain' is emitted when it has fallen to
- * half of that.
+ * Sending: packets go through a SendQueue (send-queue.ts: small messages
+ * gathered per turn, bulk DATA held back so control packets pass it) and are
+ * written while the stream is corked until the next tick, so everything sent
+ * in one turn of the event loop reaches nghttp2 as one writev. send()
+ * returns false once `queuedBytes` reaches `sendBufferBytes`, and 'drain' is
+ * emitted when it has fallen to half of that.
  *
  * Receiving: DATA chunks go through MessageParser; every message is decoded
  * and emitted as 'packet' (or 'invalid'); after acceptDataInPieces(), a DATA
@@ -27,7 +24,8 @@ import type { MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
 import { decodeOrExplain, isInvalid } from '../decoded.js';
 import { GrpcStatus, GrpcStatusError } from '../transport.js';
-import { framePacket, MessageParser } from './framing.js';
+import { MessageParser } from './framing.js';
+import { SendQueue } from './send-queue.js';
 import { decodeGrpcMessage, encodeGrpcMessage, grpcStatusFromRstCode, parseGrpcStatus } from './grpc-headers.js';
 
 export type StreamRole = 'client' | 'server';
@@ -43,8 +41,45 @@ export interface H2PacketStreamOptions {
 
 export const DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024;
 
-/** Small messages gathered this far are written before more are gathered. */
-const BATCH_FLUSH_BYTES = 64 * 1024;
+interface Status {
+  readonly code: GrpcStatus;
+  readonly message: string;
+}
+
+/**
+ * Where the call is, as this side sees it. The allowed transitions are
+ * NEXT_STATES; transition() refuses any other.
+ *
+ * - open: packets flow both ways.
+ * - half-closed (client): end() sent END_STREAM; the status is awaited.
+ * - sending-status (server): END_STREAM follows the queued packets, then the
+ *   trailers carry `status` ('wantTrailers').
+ * - status-sent (server): the trailers are out; the call is complete.
+ * - status-received (client): the trailers arrived; packets received before
+ *   them are still being emitted, then 'close' carries `error`.
+ * - reset: this side sent RST_STREAM; 'close' follows.
+ * - closed: 'close' was emitted; nothing more is sent or emitted.
+ */
+type CallState =
+  | { readonly name: 'open' }
+  | { readonly name: 'half-closed' }
+  | { readonly name: 'sending-status'; readonly status: Status }
+  | { readonly name: 'status-sent'; readonly status: Status }
+  | { readonly name: 'status-received'; readonly error: GrpcStatusError | undefined }
+  | { readonly name: 'reset' }
+  | { readonly name: 'closed' };
+
+type StateName = CallState['name'];
+
+const NEXT_STATES: Record<StateName, readonly StateName[]> = {
+  open: ['half-closed', 'sending-status', 'status-received', 'reset', 'closed'],
+  'half-closed': ['status-received', 'reset', 'closed'],
+  'sending-status': ['status-sent', 'reset', 'closed'],
+  'status-sent': ['reset', 'closed'],
+  'status-received': ['reset', 'closed'],
+  reset: ['closed'],
+  closed: [],
+};
 
 /** Trailers for a server-side status. */
 export function statusTrailers(code: GrpcStatus, message: string): Record<string, string> {
@@ -86,23 +121,24 @@ export function releaseAfterStatus(h2: Http2Stream): void {
 export class H2PacketStream extends EventEmitter implements PacketStream {
   readonly metadata: MetadataMap;
   readonly peer: string;
-  closed = false;
-
   private readonly role: StreamRole;
+  /** The stream's session, kept: the stream forgets it once closed. */
+  private readonly session: Http2Session | undefined;
   private readonly parser: MessageParser;
+  private readonly sendQueue: SendQueue;
+  /** send() returns false from `highWater` queued bytes on; 'drain' follows once they are down to `lowWater`. */
   private readonly highWater: number;
   private readonly lowWater: number;
-  /** No more packets from this side (end() called or status being sent). */
-  private ended = false;
+  /** Where the call is; changed only by transition(). */
+  private state: CallState = { name: 'open' };
+  /** send() returned false and 'drain' has not been emitted since. */
   private wantDrain = false;
+  /** The stream is corked from this turn's first send until `uncork` runs on the next tick. */
   private corked = false;
-  /** Small framed messages of this turn, written as one buffer by flushBatch(); at most BATCH_FLUSH_BYTES. */
-  private batch: Buffer[] = [];
-  private batchBytes = 0;
-  /** Server: the status the trailers carry. */
-  private trailerStatus: { code: GrpcStatus; message: string } | null = null;
-  private trailersSent = false;
-  private readonly session: Http2Session | undefined;
+  /** 'data' is listened to: from the first 'packet'/'invalid' listener on, or from the next turn. */
+  private reading = false;
+  /** The listener takes a DATA packet in pieces (acceptDataInPieces). */
+  private dataInPieces = false;
   /** Why the session was destroyed, when it was destroyed with a gRPC status (liveness.ts). */
   private sessionStatus: GrpcStatusError | undefined;
 
@@ -115,6 +151,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     this.metadata = opts.metadata;
     this.peer = opts.peer;
     this.parser = new MessageParser(opts.maxReceiveMessageBytes);
+    this.sendQueue = new SendQueue(h2, this.onWritten);
     this.highWater = opts.sendBufferBytes;
     this.lowWater = Math.floor(opts.sendBufferBytes / 2);
     this.session = h2.session;
@@ -132,34 +169,31 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     h2.on('drain', this.onWritten);
     h2.on('end', this.onEnd);
     h2.on('close', this.onH2Close);
-    if (this.role === 'server') {
-      h2.on('wantTrailers', this.onWantTrailers);
-    } else {
-      h2.on('trailers', this.onTrailers);
-    }
+    if (this.role === 'client') h2.on('trailers', this.onTrailers);
+  }
+
+  get closed(): boolean {
+    return this.state.name === 'closed';
+  }
+
+  /** Moves to `to` if NEXT_STATES allows it from where the call is; false (and no change) otherwise. */
+  private transition(to: CallState): boolean {
+    if (!NEXT_STATES[this.state.name].includes(to.name)) return false;
+    this.state = to;
+    return true;
   }
 
   // ---------- sending ----------
 
   send(packet: Packet): boolean {
-    if (this.closed || this.ended) return true; // dropped: 'close' tells the caller
-    const h2 = this.h2;
+    if (this.state.name !== 'open') return true; // dropped: 'close' tells the caller
     if (!this.corked) {
       this.corked = true;
-      h2.cork();
+      this.h2.cork();
       process.nextTick(this.uncork);
     }
-    const parts = framePacket(packet);
-    this.batch.push(parts[0]);
-    this.batchBytes += parts[0].length;
-    if (parts.length === 2) {
-      // The payload follows its header at once, uncopied.
-      this.flushBatch();
-      h2.write(parts[1], this.onWritten);
-    } else if (this.batchBytes >= BATCH_FLUSH_BYTES) {
-      this.flushBatch();
-    }
-    if (this.queuedBytes >= this.highWater) {
+    this.sendQueue.push(packet);
+    if (this.sendQueue.queuedBytes >= this.highWater) {
       this.wantDrain = true;
       return false;
     }
@@ -167,46 +201,38 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   }
 
   get queuedBytes(): number {
-    return this.h2.writableLength + this.batchBytes;
-  }
-
-  private flushBatch(): void {
-    const n = this.batch.length;
-    if (n === 0) return;
-    const buf = n === 1 ? this.batch[0]! : Buffer.concat(this.batch, this.batchBytes);
-    this.batch = [];
-    this.batchBytes = 0;
-    if (!this.h2.destroyed) this.h2.write(buf, this.onWritten);
+    return this.sendQueue.queuedBytes;
   }
 
   private readonly uncork = (): void => {
     this.corked = false;
-    this.flushBatch();
+    this.sendQueue.flush();
     this.h2.uncork();
   };
 
   private readonly onWritten = (): void => {
-    if (this.wantDrain && this.queuedBytes <= this.lowWater) {
+    this.sendQueue.pump();
+    if (this.wantDrain && this.sendQueue.queuedBytes <= this.lowWater) {
       this.wantDrain = false;
       if (!this.closed) this.emit('drain');
     }
   };
 
   end(): void {
-    if (this.closed || this.ended) return;
-    this.flushBatch();
+    if (this.state.name !== 'open') return;
+    this.sendQueue.flushAll();
     if (this.role === 'client') {
-      this.ended = true;
+      this.transition({ name: 'half-closed' });
       this.h2.end();
     } else {
-      this.endWithStatus(GrpcStatus.OK, '');
+      this.endWithStatus({ code: GrpcStatus.OK, message: '' });
     }
   }
 
   destroy(error?: Error): void {
     if (this.closed) return;
-    if (error instanceof GrpcStatusError) this.stop(error.code, error.message);
-    else this.stop(this.role === 'server' ? GrpcStatus.UNAVAILABLE : GrpcStatus.CANCELLED, error?.message ?? 'stream destroyed');
+    if (error instanceof GrpcStatusError) this.stop({ code: error.code, message: error.message });
+    else this.stop({ code: this.role === 'server' ? GrpcStatus.UNAVAILABLE : GrpcStatus.CANCELLED, message: error?.message ?? 'stream destroyed' });
     this.finish(error);
   }
 
@@ -216,43 +242,38 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
    */
   abort(code: GrpcStatus, message: string): void {
     if (this.closed) return;
-    this.stop(code, message);
+    this.stop({ code, message });
     this.finish(new GrpcStatusError(code, message));
   }
 
   /** Server: trailers with the status if nothing is queued; otherwise (and on the client) RST_STREAM. */
-  private stop(code: GrpcStatus, message: string): void {
+  private stop(status: Status): void {
     const h2 = this.h2;
-    // What was gathered this turn is dropped with the rest of the queue.
-    this.batch = [];
-    this.batchBytes = 0;
+    // What was not written yet is dropped with the rest of the queue.
+    this.sendQueue.clear();
     if (h2.destroyed || h2.closed) return;
-    if (this.role === 'server' && !this.ended && h2.writableLength === 0) {
-      this.endWithStatus(code, message);
+    if (this.role === 'server' && this.state.name === 'open' && h2.writableLength === 0) {
+      this.endWithStatus(status);
     } else {
-      this.ended = true;
+      this.transition({ name: 'reset' });
       h2.close(h2c.NGHTTP2_CANCEL);
     }
   }
 
-  /** Server: ends the response with trailers once queued packets are written. */
-  private endWithStatus(code: GrpcStatus, message: string): void {
-    this.ended = true;
-    this.trailerStatus = { code, message };
-    this.h2.end();
+  /** Server: ends the response with trailers carrying `status` once queued packets are written. */
+  private endWithStatus(status: Status): void {
+    const h2 = this.h2;
+    this.transition({ name: 'sending-status', status });
+    // The status goes out even if 'close' was emitted meanwhile (destroy() sends it, then closes).
+    h2.once('wantTrailers', () => {
+      h2.sendTrailers(statusTrailers(status.code, status.message));
+      this.transition({ name: 'status-sent', status });
+      releaseAfterStatus(h2);
+    });
+    h2.end();
   }
 
-  private readonly onWantTrailers = (): void => {
-    const h2 = this.h2;
-    const status = this.trailerStatus ?? { code: GrpcStatus.OK, message: '' };
-    h2.sendTrailers(statusTrailers(status.code, status.message));
-    this.trailersSent = true;
-    releaseAfterStatus(h2);
-  };
-
   // ---------- receiving ----------
-
-  private reading = false;
 
   private readonly onNewListener = (event: string | symbol): void => {
     if (event === 'packet' || event === 'invalid') this.startReading();
@@ -286,8 +307,6 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     else this.emit('packet', d);
     return !this.closed;
   };
-
-  private dataInPieces = false;
 
   acceptDataInPieces(): void {
     this.dataInPieces = true;
@@ -323,42 +342,42 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
       this.abort(GrpcStatus.INTERNAL, 'stream ended in the middle of a message');
       return;
     }
+    const state = this.state;
     if (this.role === 'server') {
       // The client half-closed: answer with OK, which ends the call. 'close'
       // follows when the stream is gone — a client that cancels sends
       // END_STREAM and then RST_STREAM(CANCEL), and must be seen as cancelled.
       this.end();
-    } else if (this.receivedStatus) {
+    } else if (state.name === 'status-received') {
       // Client: every packet sent before the trailers has been emitted; now the status.
-      this.finish(this.receivedStatus.error);
+      this.finish(state.error);
     }
   };
 
   /** Client: the status from the trailers, delivered once every packet before it was. */
-  private receivedStatus: { error: GrpcStatusError | undefined } | null = null;
-
   private readonly onTrailers = (headers: IncomingHttpHeaders): void => {
     if (this.closed) return;
-    this.receivedStatus = { error: statusFromTrailers(headers) };
+    const error = statusFromTrailers(headers);
+    this.transition({ name: 'status-received', error });
     // The server is done; stop our half too (grpc-go sends RST_STREAM NO_ERROR).
-    this.ended = true;
     if (!this.h2.writableEnded) this.h2.close(h2c.NGHTTP2_NO_ERROR);
     // Messages still buffered in the readable side come first: 'end' (or
     // 'close') delivers the status after them.
-    if (this.h2.readableEnded) this.finish(this.receivedStatus.error);
+    if (this.h2.readableEnded) this.finish(error);
   };
 
   private readonly onH2Close = (): void => {
     if (this.closed) return;
     const h2 = this.h2;
     const rst = h2.rstCode;
+    const state = this.state;
     const connectionGone = this.session === undefined || this.session.destroyed;
-    if (this.receivedStatus) {
-      this.finish(this.receivedStatus.error);
-    } else if (this.role === 'server' && this.trailersSent && (rst === undefined || rst === h2c.NGHTTP2_NO_ERROR)) {
+    if (state.name === 'status-received') {
+      this.finish(state.error);
+    } else if (state.name === 'status-sent' && (rst === undefined || rst === h2c.NGHTTP2_NO_ERROR)) {
       // The status went out; the call is complete whatever happens to the connection now.
-      const status = this.trailerStatus;
-      this.finish(status && status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
+      const status = state.status;
+      this.finish(status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
     } else if (connectionGone) {
       this.finish(this.sessionStatus ?? new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
     } else if (this.role === 'server') {
@@ -372,8 +391,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
 
   /** Emits 'close' once. */
   finish(error: Error | undefined): void {
-    if (this.closed) return;
-    this.closed = true;
+    if (!this.transition({ name: 'closed' })) return;
     this.emit('close', error);
   }
 }

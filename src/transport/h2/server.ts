@@ -97,15 +97,23 @@ class ClosedPacketStream extends EventEmitter implements PacketStream {
   destroy(): void {}
 }
 
+/**
+ * Where an incoming call is before the handler decided: waiting for it;
+ * accepted (its PacketStream carries the call from then on); rejected with a
+ * status; expired (its grpc-timeout passed while waiting: refused with
+ * DEADLINE_EXCEEDED); gone (the client closed the stream while waiting).
+ * Only 'waiting' moves, and only once.
+ */
+type IncomingState = { readonly name: 'waiting' | 'rejected' | 'expired' | 'gone' } | { readonly name: 'accepted'; readonly stream: H2PacketStream };
+
 class H2IncomingStream<C> implements IncomingStream<C> {
-  /** Set once accepted, rejected, expired or gone. */
-  private settled = false;
-  private stream: H2PacketStream | null = null;
-  private deadline: NodeJS.Timeout | undefined;
-  private expired = false;
   readonly peer: string;
   readonly context: C | undefined;
   readonly liveness: Liveness | undefined;
+  /** Changed only by settle(). */
+  private state: IncomingState = { name: 'waiting' };
+  /** The grpc-timeout; it aborts an accepted call too. Cleared once the stream is closed or the call rejected. */
+  private readonly deadline: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly h2: ServerHttp2Stream,
@@ -123,24 +131,31 @@ class H2IncomingStream<C> implements IncomingStream<C> {
     }
     h2.once('close', () => {
       clearTimeout(this.deadline);
-      this.settled = true;
+      this.settle({ name: 'gone' });
     });
   }
 
+  /** Leaves 'waiting' for `to`; false when the call was already settled. */
+  private settle(to: IncomingState): boolean {
+    if (this.state.name !== 'waiting') return false;
+    this.state = to;
+    return true;
+  }
+
   private readonly onDeadline = (): void => {
-    this.expired = true;
-    if (this.stream) this.stream.abort(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
-    else this.reject(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+    const state = this.state;
+    if (state.name === 'accepted') state.stream.abort(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+    else if (this.settle({ name: 'expired' })) trailersOnly(this.h2, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
   };
 
   accept(headers: Record<string, string>): PacketStream {
     const h2 = this.h2;
-    if (this.settled || h2.destroyed || h2.closed || h2.headersSent) {
+    if (this.state.name !== 'waiting' || h2.destroyed || h2.closed || h2.headersSent) {
       // Too late (expired, rejected, or the client went away): a stream that is already over.
       return new ClosedPacketStream(
         this.metadata,
         this.peer,
-        this.expired
+        this.state.name === 'expired'
           ? new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded')
           : new GrpcStatusError(GrpcStatus.CANCELLED, 'stream closed before it was accepted'),
       );
@@ -152,8 +167,7 @@ class H2IncomingStream<C> implements IncomingStream<C> {
       maxReceiveMessageBytes: this.opts.maxReceiveMessageBytes,
       sendBufferBytes: this.opts.sendBufferBytes,
     });
-    this.settled = true;
-    this.stream = stream;
+    this.settle({ name: 'accepted', stream });
     const response: Record<string, string> = {};
     addMetadataHeaders(response, headers);
     h2.respond(
@@ -165,8 +179,7 @@ class H2IncomingStream<C> implements IncomingStream<C> {
   }
 
   reject(code: GrpcStatus, message: string): void {
-    if (this.settled) return;
-    this.settled = true;
+    if (!this.settle({ name: 'rejected' })) return;
     clearTimeout(this.deadline);
     trailersOnly(this.h2, code, message);
   }

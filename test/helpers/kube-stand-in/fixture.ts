@@ -12,7 +12,7 @@ import type { ExecutionContext } from 'ava';
 import pino from 'pino';
 import { KubeApi, type KubeApiOptions } from '../../../src/kube/kube-api.js';
 import { loadKubeConfig } from '../../../src/kube/kube-config.js';
-import { removeOnExit } from '../exit-cleanup.js';
+import { removeOnExit } from '../../../kit/launch/exit-cleanup.js';
 import { KubeApiStandIn, type KubeApiStandInOptions, type KubeconfigUser } from './kube-api-stand-in.js';
 import { Rbac } from './rbac.js';
 

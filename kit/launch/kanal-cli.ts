@@ -1,0 +1,77 @@
+/**
+ * The `kanal` command as a child: where the built CLI is, starting it on a
+ * cleanup scope, waiting until its health port answers (failing early with its
+ * log when it exits), and free loopback ports for its listeners.
+ */
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { spawnChild, type Child, type ChildSpec } from './child.js';
+import type { Scope } from './cleanup-scope.js';
+import { run, type RunOptions, type RunResult } from './run-to-end.js';
+
+/** dist/src/cli/main.js (this file runs from dist/kit/launch/). */
+export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
+
+/** `kanal ...args` as a child the scope stops; its output (the JSON log) goes to `logFile`. */
+export function spawnKanal(scope: Scope, name: string, args: readonly string[], logFile: string, opts: Omit<ChildSpec, 'name' | 'argv' | 'logFile'> = {}): Child {
+  return spawnChild(scope, { ...opts, name, argv: [process.execPath, KANAL_CLI, ...args], logFile });
+}
+
+/** `kanal ...args` to completion (bounded, never rejects). */
+export function runKanal(args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+  return run(process.execPath, [KANAL_CLI, ...args], opts);
+}
+
+/** A port that was free on `host` a moment ago (see withPortRetry). */
+export function freePort(host = '127.0.0.1'): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, host, () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** The status of GET url (0 when nothing answers within a second). */
+function getStatus(url: string): Promise<number> {
+  return new Promise<number>((resolve) => {
+    const req = http.get(url, { timeout: 1000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', () => resolve(0));
+    req.on('timeout', () => req.destroy());
+  });
+}
+
+/** Polls a health URL until it answers 200; fails with the child's log when it ends first or after timeoutMs. */
+export async function waitHealthy(child: Child, url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const ended = child.ended();
+    if (ended !== undefined) throw new Error(`${child.name} ${ended} before ${url} answered; log ${child.logFile}:\n${child.tail()}`);
+    if ((await getStatus(url)) === 200) return;
+    await sleep(100);
+  }
+  throw new Error(`${child.name}: ${url} not ready after ${timeoutMs} ms; log ${child.logFile}:\n${child.tail()}`);
+}
+
+/**
+ * freePort() only finds a port that was free a moment ago; other test files
+ * run at the same time. Retries `start` (with fresh ports) when the process
+ * died of EADDRINUSE, a bounded number of times.
+ */
+export async function withPortRetry<T>(start: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+    }
+  }
+}

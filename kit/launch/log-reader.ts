@@ -1,0 +1,90 @@
+/**
+ * Reading a child's JSON log (pino lines, or any one-object-per-line output)
+ * from its log file while it runs: the one log reader of the kit.
+ */
+import fs from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [field: string]: unknown;
+}
+
+export const WARN = 40;
+
+/** The file's text ('' while it does not exist). */
+export function readLogText(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** Every line of `text` that is a JSON object; a line being written (not yet whole) is skipped. */
+export function jsonObjects(text: string): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      const parsed: unknown = JSON.parse(line);
+      if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) out.push(parsed as Record<string, unknown>);
+    } catch {
+      // a line being written right now; the next read sees it whole
+    }
+  }
+  return out;
+}
+
+/** Lines of a JSON log that look like pino's (a string msg). */
+export function pinoLines(objects: Record<string, unknown>[]): LogLine[] {
+  return objects.filter((o): o is LogLine => typeof o.msg === 'string');
+}
+
+/** The pino lines of a log file. */
+export function readLog(file: string): LogLine[] {
+  return pinoLines(jsonObjects(readLogText(file)));
+}
+
+/** The last lines of a log file, for failure messages. */
+export function logTail(file: string, lines = 15): string {
+  return fs.existsSync(file) ? readLogText(file).split('\n').slice(-lines).join('\n') : '(no log file)';
+}
+
+/**
+ * Polls a log file until `find` finds something in its text; throws with the
+ * log's tail after timeoutMs, or as soon as `ended()` tells the writer is gone
+ * without it.
+ */
+export async function waitUntilLogged<T>(
+  file: string,
+  find: (text: string) => T | undefined,
+  timeoutMs: number,
+  what: string,
+  ended: () => string | undefined = () => undefined,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    // Exit first, then the read: a line written just before the exit still counts.
+    const gone = ended();
+    const found = find(readLogText(file));
+    if (found !== undefined) return found;
+    if (gone !== undefined) throw new Error(`no log line "${what}" in ${file}: the process ${gone}; tail:\n${logTail(file)}`);
+    if (Date.now() >= deadline) {
+      throw new Error(`no log line "${what}" in ${file} after ${timeoutMs} ms; tail:\n${logTail(file)}`);
+    }
+    await sleep(50);
+  }
+}
+
+/** Polls a JSON log file until a pino line matches (see waitUntilLogged). */
+export function waitForLog(file: string, match: (l: LogLine) => boolean, timeoutMs: number, what: string, ended?: () => string | undefined): Promise<LogLine> {
+  return waitUntilLogged(file, (text) => pinoLines(jsonObjects(text)).find(match), timeoutMs, what, ended);
+}
+
+/** A warn (or worse) line whose msg contains `text`. */
+export const warnLine =
+  (text: string, extra: (l: LogLine) => boolean = () => true) =>
+  (l: LogLine): boolean =>
+    l.level >= WARN && l.msg.includes(text) && extra(l);

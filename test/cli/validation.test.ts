@@ -1,0 +1,398 @@
+/**
+ * Command-line validation: the pure validateServerArgs/validateAgentArgs
+ * (flags parsed by yargs exactly as the CLI declares them), and the real
+ * `kanal` process for exit codes and messages (2 on usage errors).
+ */
+import test, { type ExecutionContext } from 'ava';
+import os from 'node:os';
+import path from 'node:path';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import yargs, { type Argv } from 'yargs';
+import fs from 'node:fs';
+import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../../src/cli/server-command.js';
+import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../../src/cli/agent-command.js';
+import { agentConfig, defaultAgentID } from '../../src/agent/config.js';
+import { logLevelFrom } from '../../src/common/log-level.js';
+import { serverConfig } from '../../src/server/config.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
+import { UsageError } from '../../src/common/usage-error.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const MAIN = path.resolve(here, '..', '..', 'src', 'cli', 'main.js');
+
+/** Parses with the commands' own builders (flags and middleware), but throws instead of exiting. */
+function parse<T>(builder: (y: Argv) => Argv<T>, argv: string[]): T {
+  return builder(yargs(argv))
+    .strict()
+    .exitProcess(false)
+    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
+    .fail((message, err) => {
+      throw err ?? new Error(message);
+    })
+    .parseSync() as unknown as T;
+}
+
+const parseServer = (argv: string[]): ServerArgs => parse<ServerArgs>(serverBuilder, argv);
+const parseAgent = (argv: string[]): AgentArgs => parse<AgentArgs>(agentBuilder, argv);
+
+// Files are never read by validation, so these need not exist (--dry-run reads them: see realPki).
+const SERVER_OK = ['--cluster-cert', '/nonexistent/agent-port.crt', '--cluster-key', '/nonexistent/agent-port.key', '--cluster-ca-cert', '/nonexistent/ca.crt', '--uds-name', '/tmp/kanal-test.sock'];
+const AGENT_OK = ['--proxy-server-host', 'cp.example', '--ca-cert', '/nonexistent/ca.crt'];
+const NODE = ['--bind-address', '10.200.0.1'];
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function kanal(args: string[]): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [MAIN, ...args], { timeout: 20_000, env: { ...process.env, NODE_OPTIONS: '' } }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+// ---------- pure validation: server ----------
+
+test('validateServerArgs accepts a minimal UDS configuration and fills upstream defaults', (t) => {
+  const c = validateServerArgs(parseServer(SERVER_OK));
+  t.is(c.agent.port, 8091);
+  t.is(c.agent.host, '0.0.0.0');
+  t.is(c.agent.caFile, '/nonexistent/ca.crt');
+  t.false(c.agent.allowUnauthenticated);
+  t.deepEqual(c.frontend, { mode: 'both', headerTimeoutMs: 30_000, uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 } });
+  t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
+  t.deepEqual(c.admin, { host: '127.0.0.1', port: 8095, profiling: false }, "upstream's admin port, loopback only, no profiling");
+  t.is(c.logLevel, 'info');
+  t.deepEqual(c.notices, []);
+  t.is(c.backendDialTimeoutMs, 10_000);
+  t.deepEqual(c.proxyStrategies, ['default']);
+  t.deepEqual(c.allowedDestinations, []);
+  t.is(c.serverCount, 1);
+  t.true(c.serverID.length > 0);
+});
+
+test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables', (t) => {
+  const c = validateServerArgs(
+    parseServer([
+      '--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c',
+      '--server-cert', 'fc', '--server-key', 'fk', '--server-ca-cert', 'fca', '--server-port', '0',
+      '--backend-dial-timeout', '1m30s', '--destination-dial-timeout', '500ms',
+      '--allowed-destination', '10.0.0.1:6443', '--allowed-destination', '[fd00::1]:443', '--allowed-destination', 'kas.internal:6443',
+      '--health-port', '0', '--server-count', '3', '--server-id', 'cp-1',
+      '--frontend-client-subject', 'CN=kube-apiserver', '--agent-client-eku', '1.3.6.1.4.1.55555.1',
+      '--max-agents-per-credential', '50', '--keepalive-time', '5s', '--keepalive-timeout', '15s',
+      '--proxy-strategies', 'destHost,,defaultRoute,default',
+    ]),
+  );
+  t.deepEqual(c.proxyStrategies, ['destHost', 'defaultRoute', 'default']);
+  t.is(c.backendDialTimeoutMs, 90_000);
+  t.is(c.destinationDialTimeoutMs, 500);
+  t.deepEqual(c.frontend.tcp, {
+    host: '0.0.0.0',
+    port: 0,
+    certFile: 'fc',
+    keyFile: 'fk',
+    caFile: 'fca',
+    clientPins: { subjects: [{ attribute: 'CN', value: 'kube-apiserver', prefix: false, text: 'CN=kube-apiserver' }], ekus: [] },
+  });
+  t.deepEqual(c.agent.clientPins, { subjects: [], ekus: ['1.3.6.1.4.1.55555.1'] });
+  t.is(c.agent.maxAgentsPerCredential, 50);
+  t.deepEqual(c.agent.keepalive, { intervalMs: 5000, timeoutMs: 15_000 });
+  t.is(c.frontend.uds, undefined);
+  t.deepEqual(c.allowedDestinations, ['10.0.0.1:6443', '[fd00::1]:443', 'kas.internal:6443']);
+  t.is(c.health, undefined);
+  t.is(c.serverCount, 3);
+  t.is(c.serverID, 'cp-1');
+});
+
+const serverRefusals: [string, string[], RegExp][] = [
+  ['no agent-port certificate', ['--cluster-ca-cert', 'c', '--uds-name', 's'], /--cluster-cert and --cluster-key/],
+  ['no client CA and not explicitly insecure', ['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's'], /--cluster-ca-cert is required.*--allow-unauthenticated-agents/],
+  ['no frontend', ['--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c'], /--uds-name, or --server-cert and --server-key/],
+  ['TCP frontend without client CA', ['--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c', '--server-cert', 'x', '--server-key', 'y'], /--server-ca-cert is required/],
+  ['agent port out of range', [...SERVER_OK, '--agent-port', '70000'], /--agent-port must be a port number 0-65535, got 70000/],
+  ['agent port not a number', [...SERVER_OK, '--agent-port', 'abc'], /--agent-port must be a port number/],
+  ['negative health port', [...SERVER_OK, '--health-port', '-1'], /--health-port must be a port number/],
+  ['fractional port', [...SERVER_OK, '--agent-port', '80.5'], /--agent-port must be a port number/],
+  ['server count 0', [...SERVER_OK, '--server-count', '0'], /--server-count must be a positive integer/],
+  ['duration without unit', [...SERVER_OK, '--backend-dial-timeout', '10'], /--backend-dial-timeout: duration "10" needs a unit/],
+  ['garbage duration', [...SERVER_OK, '--backend-dial-timeout', '5x'], /--backend-dial-timeout: invalid duration "5x"/],
+  ['zero duration', [...SERVER_OK, '--destination-dial-timeout', '0s'], /--destination-dial-timeout: must be positive/],
+  ['allowed destination without port', [...SERVER_OK, '--allowed-destination', 'kas.internal'], /--allowed-destination: .*expected host:port/],
+  ['allowed destination with bare IPv6', [...SERVER_OK, '--allowed-destination', 'fd00::1:443'], /--allowed-destination: .*IPv6 hosts must be in brackets/],
+  ['keepalive below 1 s', [...SERVER_OK, '--keepalive-time', '500ms'], /--keepalive-time must be at least 1s/],
+  ['agents per credential not a whole number', [...SERVER_OK, '--max-agents-per-credential', '1.5'], /--max-agents-per-credential must be a whole number of at least 1, got 1.5/],
+  ['allowed destination port 0', [...SERVER_OK, '--allowed-destination', '10.0.0.1:0'], /--allowed-destination: .*out of range/],
+  ['tiny max message size', [...SERVER_OK, '--max-message-size', '100'], /--max-message-size must be at least 65536/],
+  ['connection window below the first window', [...SERVER_OK, '--max-connection-window', '65536'], /--max-connection-window must be a whole number of bytes from 1048576 .* to 67108864, got 65536/],
+  ['connection window above the ceiling', [...SERVER_OK, '--max-connection-window', String(128 * 1024 * 1024)], /--max-connection-window .*got 134217728/],
+  ['connection window not a number', [...SERVER_OK, '--max-connection-window', '4MiB'], /--max-connection-window .*got a value that is not a number/],
+  ['socket mode not octal', [...SERVER_OK, '--uds-mode', '0x1b6'], /--uds-mode must be octal permission bits such as 0660 or 0600, got "0x1b6"/],
+  ['socket mode with special bits', [...SERVER_OK, '--uds-mode', '4660'], /--uds-mode must be octal permission bits/],
+  ['socket mode the owner cannot connect with', [...SERVER_OK, '--uds-mode', '0460'], /--uds-mode 0460 leaves the owner without write permission/],
+  ['socket group unknown', [...SERVER_OK, '--uds-group', 'no-such-group-kanal'], /--uds-group: no group "no-such-group-kanal" in \/etc\/group; pass an existing group or its numeric ID/],
+  ['unknown proxy strategy', [...SERVER_OK, '--proxy-strategies', 'destHost,nearest'], /--proxy-strategies: unknown proxy strategy "nearest" \(known: destHost, defaultRoute, default\)/],
+  ['proxy strategy twice', [...SERVER_OK, '--proxy-strategies', 'default,default'], /--proxy-strategies: proxy strategy default is listed twice/],
+  ['no proxy strategy', [...SERVER_OK, '--proxy-strategies', ','], /--proxy-strategies: proxy strategies cannot be empty/],
+];
+
+test('validateServerArgs: --uds-mode and --uds-group set the socket\'s mode and group (names looked up, numbers taken as they are)', (t) => {
+  const c = validateServerArgs(parseServer([...SERVER_OK, '--uds-mode', '600', '--uds-group', 'root']));
+  t.deepEqual(c.frontend.uds, { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o600, gid: 0 });
+  t.is(validateServerArgs(parseServer([...SERVER_OK, '--uds-group', '4242'])).frontend.uds?.gid, 4242);
+});
+
+for (const [name, argv, message] of serverRefusals) {
+  test(`validateServerArgs refuses: ${name}`, (t) => {
+    const err = t.throws(() => validateServerArgs(parseServer(argv)), { instanceOf: UsageError });
+    t.regex(err?.message ?? '', message);
+  });
+}
+
+test('--max-connection-window: 4 MiB unless set; accepted from 1 MiB (no growth) on both commands', (t) => {
+  t.is(validateServerArgs(parseServer(SERVER_OK)).maxConnectionWindowBytes, 4 * 1024 * 1024);
+  t.is(validateAgentArgs(parseAgent(AGENT_OK)).maxConnectionWindowBytes, 4 * 1024 * 1024);
+  t.is(validateServerArgs(parseServer([...SERVER_OK, '--max-connection-window', '1048576'])).maxConnectionWindowBytes, 1024 * 1024);
+  t.is(validateAgentArgs(parseAgent([...AGENT_OK, '--max-connection-window', '8388608'])).maxConnectionWindowBytes, 8 * 1024 * 1024);
+});
+
+test('--max-connection-window reaches the options the server and agent build their tunnels from', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-window-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
+  const server = await buildServerOptions(
+    validateServerArgs(parseServer(['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock'), '--max-connection-window', '2097152'])),
+  );
+  t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
+  const agent = await buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
+  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000 });
+});
+
+test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the server options; the server-wide cap defaults to half the open-files limit', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-caps-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
+  const base = ['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock')];
+  const server = await buildServerOptions(
+    validateServerArgs(
+      parseServer([
+        ...base,
+        '--max-node-to-cp-connections-per-agent', '10', '--max-cp-to-node-connections-per-agent', '20', '--max-pending-dials-per-agent', '30',
+        '--max-node-to-cp-connections', '40', '--peer-read-timeout', '5s',
+      ]),
+    ),
+  );
+  t.deepEqual(server.agentLimits, { maxInboundConnections: 10, maxOutboundConnections: 20, maxPendingDials: 30 });
+  t.is(server.maxNodeToCpConnections, 40);
+  t.is(server.limits?.peerReadTimeoutMs, 5000);
+  const defaults = validateServerArgs(parseServer(base));
+  t.deepEqual(defaults.perAgent, { maxNodeToCpConnections: 1024, maxCpToNodeConnections: 8192, maxPendingDials: 1024 });
+  const nofile = Number(/^Max open files\s+(\d+)/m.exec(fs.readFileSync('/proc/self/limits', 'utf8'))![1]);
+  t.is(defaults.maxNodeToCpConnections, Math.floor(nofile / 2));
+  t.throws(() => validateServerArgs(parseServer([...base, '--max-node-to-cp-connections-per-agent', '0'])), {
+    message: '--max-node-to-cp-connections-per-agent must be a whole number of at least 1, got 0',
+  });
+  t.throws(() => validateServerArgs(parseServer([...base, '--peer-read-timeout', '0s'])), { message: /--peer-read-timeout: .*positive/ });
+});
+
+test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA requirement', (t) => {
+  const c = validateServerArgs(parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']));
+  t.true(c.agent.allowUnauthenticated);
+  t.is(c.agent.caFile, undefined);
+});
+
+// yargs checks `choices` on the command line; src/server/config.ts and src/agent/config.ts take plain strings and check them themselves, typed (#13).
+test('a choice outside its list is refused naming the flag and every choice', (t) => {
+  const server = parseServer(SERVER_OK);
+  const agent = parseAgent(AGENT_OK);
+  const node = parseAgent([...AGENT_OK, ...NODE, '--target', '80:a:1']);
+  const cases: [() => unknown, string][] = [
+    [() => serverConfig({ ...server, mode: 'udp' }, []), '--mode "udp": use both, grpc, http-connect'],
+    [() => serverConfig({ ...server, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
+    [() => serverConfig({ ...server, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [() => agentConfig({ ...agent, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
+    [() => agentConfig({ ...agent, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [() => agentConfig({ ...node, 'bind-interface-type': 'tun' }, []), '--bind-interface-type "tun": use dummy, bridge, none'],
+    [() => agentConfig({ ...agent, 'server-count-source': 'min' }, []), '--server-count-source "min": use default or max'],
+    [() => logLevelFrom('loud', undefined), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+  ];
+  for (const [validate, message] of cases) t.throws(validate, { instanceOf: UsageError, message });
+});
+
+// ---------- pure validation: agent ----------
+
+test('validateAgentArgs accepts a minimal configuration and fills upstream defaults', (t) => {
+  const c = validateAgentArgs(parseAgent(AGENT_OK));
+  t.is(c.server.host, 'cp.example');
+  t.is(c.server.port, 8091);
+  t.is(c.agentID, defaultAgentID());
+  t.is(c.dialTimeoutMs, 10_000);
+  t.deepEqual(c.reconnect, { initialMs: 1000, maxMs: 30_000 });
+  t.deepEqual(c.health, { host: '0.0.0.0', port: 8093 });
+  t.is(c.node, undefined);
+  t.is(c.shutdownGraceMs, 30_000);
+});
+
+test('validateAgentArgs parses --target mappings (IPv4, IPv6 in brackets, names)', (t) => {
+  const c = validateAgentArgs(
+    parseAgent([...AGENT_OK, ...NODE, '--target', '6443:10.0.0.10:6443', '--target', '443:[fd00::10]:6443', '--target', '8132:kas.internal:8132', '--bind-interface-type', 'none']),
+  );
+  t.deepEqual(c.node?.targets, [
+    { localPort: 6443, destination: '10.0.0.10:6443' },
+    { localPort: 443, destination: '[fd00::10]:6443' },
+    { localPort: 8132, destination: 'kas.internal:8132' },
+  ]);
+  t.is(c.node?.bindAddress, '10.200.0.1');
+  t.is(c.node?.interfaceType, 'none');
+  t.is(c.node?.tunnelWaitMs, 10_000);
+});
+
+const agentRefusals: [string, string[], RegExp][] = [
+  ['no server host', ['--ca-cert', 'ca'], /--proxy-server-host is required/],
+  ['no CA', ['--proxy-server-host', 'cp'], /--ca-cert is required/],
+  ['cert without key', [...AGENT_OK, '--agent-cert', 'a.crt'], /--agent-cert and --agent-key go together/],
+  ['target local port out of range', [...AGENT_OK, ...NODE, '--target', '70000:a:1'], /--target: "70000:a:1": local port 70000 is out of range/],
+  ['target local port 0', [...AGENT_OK, ...NODE, '--target', '0:a:1'], /--target: .*local port 0 is out of range/],
+  ['target with unclosed IPv6 bracket', [...AGENT_OK, ...NODE, '--target', '80:[::1:443'], /--target: address "\[::1:443": expected \[ipv6\]:port/],
+  ['target without destination port', [...AGENT_OK, ...NODE, '--target', '80:host'], /--target: address "host": expected host:port/],
+  ['target without anything after the local port', [...AGENT_OK, ...NODE, '--target', '80'], /--target: "80": expected local_port:dst_host:dst_port/],
+  ['target with bare IPv6 destination', [...AGENT_OK, ...NODE, '--target', '80:fd00::1:443'], /--target: .*IPv6 hosts must be in brackets/],
+  ['target with non-numeric local port', [...AGENT_OK, ...NODE, '--target', 'http:a:1'], /--target: .*local port "http" is not a number/],
+  ['target destination port out of range', [...AGENT_OK, ...NODE, '--target', '80:a:65536'], /--target: .*out of range/],
+  ['target with a bad host name', [...AGENT_OK, ...NODE, '--target', '80:bad host:1'], /--target: .*is not a valid host/],
+  ['the same local port twice', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--target', '80:b:2'], /local port 80 is used twice/],
+  ['target without bind address', [...AGENT_OK, '--target', '80:a:1'], /--target needs --bind-address/],
+  ['bind address without target', [...AGENT_OK, ...NODE], /--bind-address needs at least one --target/],
+  ['bind address not an IP', [...AGENT_OK, '--bind-address', 'kas', '--target', '80:a:1'], /--bind-address "kas" is not an IP address/],
+  ['interface name too long', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--bind-interface', 'a-very-long-interface-name'], /--bind-interface .*1-15/],
+  ['unknown agent identifier', [...AGENT_OK, '--agent-identifiers', 'planet=mars'], /--agent-identifiers: unknown agent identifier "planet"/],
+  ['ipv4 identifier not an IPv4 address', [...AGENT_OK, '--agent-identifiers', 'host=node-1&ipv4=10.0.0.256'], /--agent-identifiers: ipv4 "10.0.0.256" is not an IPv4 address/],
+  ['ipv6 identifier as in upstream\'s help text', [...AGENT_OK, '--agent-identifiers', 'ipv6=:::::'], /--agent-identifiers: ipv6 ":::::" is not an IPv6 address/],
+  ['cidr identifier without a prefix length', [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0'], /--agent-identifiers: cidr "10.0.0.0" is not an address block such as 10.0.0.0\/24/],
+  ['cidr identifier with a prefix too long', [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0/33'], /--agent-identifiers: cidr "10.0.0.0\/33" is not an address block/],
+  ['host identifier with a space', [...AGENT_OK, '--agent-identifiers', 'host=node+1'], /--agent-identifiers: host "node 1" is not a host name/],
+  ['default-route not a boolean', [...AGENT_OK, '--agent-identifiers', 'default-route=yes'], /--agent-identifiers: default-route "yes" is neither true nor false/],
+  ['too many identifiers', [...AGENT_OK, '--agent-identifiers', Array.from({ length: 65 }, (_, i) => `host=n${i}`).join('&')], /--agent-identifiers: more than 64 identifiers/],
+  ['agent ID with spaces', [...AGENT_OK, '--agent-id', 'node 1'], /--agent-id must be non-empty without spaces/],
+  ['server port 0', [...AGENT_OK, '--proxy-server-port', '0'], /--proxy-server-port must be a port number 1-65535, got 0/],
+  ['server port not a number', [...AGENT_OK, '--proxy-server-port', 'https'], /--proxy-server-port must be a port number/],
+  ['duration without unit', [...AGENT_OK, '--dial-timeout', '10'], /--dial-timeout: duration "10" needs a unit/],
+  ['negative duration', [...AGENT_OK, '--connect-timeout=-5s'], /--connect-timeout: invalid duration/],
+  ['cap shorter than interval', [...AGENT_OK, '--sync-interval', '5s', '--sync-interval-cap', '1s'], /--sync-interval-cap must not be shorter than --sync-interval/],
+  ['tunnel wait without unit', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--tunnel-wait-timeout', '3'], /--tunnel-wait-timeout: duration "3" needs a unit/],
+  ['fractional connection window', [...AGENT_OK, '--max-connection-window', '2000000.5'], /--max-connection-window must be a whole number of bytes/],
+];
+
+for (const [name, argv, message] of agentRefusals) {
+  test(`validateAgentArgs refuses: ${name}`, (t) => {
+    const err = t.throws(() => validateAgentArgs(parseAgent(argv)), { instanceOf: UsageError });
+    t.regex(err?.message ?? '', message);
+  });
+}
+
+test('a repeated scalar flag keeps its last value (as Go flags do); repeatable flags accumulate', (t) => {
+  const s = validateServerArgs(parseServer([...SERVER_OK, '--agent-port', '8091', '--agent-port', '9000', '--mode', 'grpc', '--mode', 'http-connect']));
+  t.is(s.agent.port, 9000);
+  t.is(s.frontend.mode, 'http-connect');
+  const a = validateAgentArgs(parseAgent([...AGENT_OK, '--proxy-server-host', 'cp2.example', ...NODE, '--target', '1:a:1', '--target', '2:b:2']));
+  t.is(a.server.host, 'cp2.example');
+  t.is(a.node?.targets.length, 2);
+});
+
+// ---------- the real process ----------
+
+test('kanal: unknown flags exit 2 with a message naming the flag', async (t) => {
+  const server = await kanal(['server', ...SERVER_OK, '--bogus-flag', '1']);
+  t.is(server.code, 2);
+  t.regex(server.stderr, /Unknown argument.*bogus-flag/);
+  t.regex(server.stderr, /kanal --help/);
+  const agent = await kanal(['agent', ...AGENT_OK, '--proxy-server-hots', 'x']);
+  t.is(agent.code, 2);
+  t.regex(agent.stderr, /Unknown argument.*proxy-server-hots/);
+});
+
+test('kanal: no command or an unknown command exits 2', async (t) => {
+  const none = await kanal([]);
+  t.is(none.code, 2);
+  t.regex(none.stderr, /name a command/);
+  const unknown = await kanal(['frobnicate']);
+  t.is(unknown.code, 2);
+  t.regex(unknown.stderr, /frobnicate/);
+});
+
+test('kanal: malformed targets, ports and durations exit 2 with the reason', async (t) => {
+  const cases: [string[], RegExp][] = [
+    [['agent', ...AGENT_OK, ...NODE, '--target', '70000:a:1'], /^kanal: --target: "70000:a:1": local port 70000 is out of range 1-65535\n$/],
+    [['agent', ...AGENT_OK, ...NODE, '--target', '80:[::1:443'], /^kanal: --target: address "\[::1:443": expected \[ipv6\]:port\n$/],
+    [['agent', ...AGENT_OK, ...NODE, '--target', '80:host'], /^kanal: --target: address "host": expected host:port\n$/],
+    [['server', ...SERVER_OK, '--agent-port', '99999'], /--agent-port must be a port number 0-65535, got 99999/],
+    [['agent', ...AGENT_OK, '--dial-timeout', '10'], /--dial-timeout: duration "10" needs a unit/],
+    [['server', ...SERVER_OK, '--mode', 'telepathy'], /Invalid values[\s\S]*mode/],
+  ];
+  const runs = await Promise.all(cases.map(([args]) => kanal(args)));
+  for (const [i, r] of runs.entries()) {
+    t.is(r.code, 2, cases[i]![0].join(' '));
+    t.regex(r.stderr, cases[i]![1]);
+    t.is(r.stdout, '');
+  }
+});
+
+test('kanal: missing required flags exit 2 with a clear message', async (t) => {
+  const [server, agent] = await Promise.all([kanal(['server', '--uds-name', '/tmp/x.sock']), kanal(['agent', '--ca-cert', 'ca.crt'])]);
+  t.is(server.code, 2);
+  t.regex(server.stderr, /^kanal: the agent port needs a certificate/);
+  t.is(agent.code, 2);
+  t.regex(agent.stderr, /^kanal: --proxy-server-host is required/);
+});
+
+/** Real credential files (--dry-run checks them), removed when the test ends. */
+async function realPki(t: ExecutionContext): Promise<ThrowawayPki> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-pki-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return writeThrowawayPki(dir);
+}
+
+test('kanal --dry-run prints the validated configuration as JSON and exits 0 without touching anything', async (t) => {
+  const pki = await realPki(t);
+  const uds = path.join(os.tmpdir(), `kanal-dry-run-${process.pid}.sock`);
+  const [server, agent] = await Promise.all([
+    kanal(['server', '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', uds, '--allowed-destination', '10.0.0.1:6443', '--dry-run']),
+    kanal(['agent', '--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, ...NODE, '--target', '6443:[fd00::1]:6443', '--agent-id', 'node-7', '--dry-run']),
+  ]);
+  t.is(server.code, 0, server.stderr);
+  const sc = JSON.parse(server.stdout) as { frontend: { uds: { path: string } }; allowedDestinations: string[]; agent: { port: number } };
+  t.is(sc.frontend.uds.path, uds);
+  t.deepEqual(sc.allowedDestinations, ['10.0.0.1:6443']);
+  t.is(sc.agent.port, 8091);
+  t.is(agent.code, 0, agent.stderr);
+  const ac = JSON.parse(agent.stdout) as { agentID: string; node: { bindAddress: string; targets: unknown[] } };
+  t.is(ac.agentID, 'node-7');
+  t.deepEqual(ac.node.targets, [{ localPort: 6443, destination: '[fd00::1]:6443' }]);
+  t.is(ac.node.bindAddress, '10.200.0.1');
+  // Nothing was created.
+  const { existsSync } = await import('node:fs');
+  t.false(existsSync(uds));
+});
+
+test('kanal: a repeated flag keeps the last value in the printed configuration', async (t) => {
+  const pki = await realPki(t);
+  const r = await kanal(['server', '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', '/tmp/kanal-test.sock', '--agent-port', '8091', '--agent-port', '9000', '--dry-run']);
+  t.is(r.code, 0, r.stderr);
+  t.is((JSON.parse(r.stdout) as { agent: { port: number } }).agent.port, 9000);
+});
+
+test('kanal --help exits 0 and lists the commands and upstream flag names', async (t) => {
+  const [top, server, agent] = await Promise.all([kanal(['--help']), kanal(['server', '--help']), kanal(['agent', '--help'])]);
+  t.is(top.code, 0);
+  t.regex(top.stdout, /server/);
+  t.regex(top.stdout, /agent/);
+  t.is(server.code, 0);
+  for (const flag of ['--agent-port', '--uds-name', '--cluster-ca-cert', '--allowed-destination', '--health-port']) t.true(server.stdout.includes(flag), flag);
+  t.is(agent.code, 0);
+  for (const flag of ['--proxy-server-host', '--proxy-server-port', '--ca-cert', '--agent-cert', '--agent-key', '--target', '--bind-address']) t.true(agent.stdout.includes(flag), flag);
+});

@@ -1,0 +1,85 @@
+/**
+ * LogDestination (#12 finding 5) on a real pipe: a reader that stops reading
+ * costs a bounded queue, never a blocked caller, and the drop is reported
+ * once the reader catches up; a reader that is gone (EPIPE) ends logging and
+ * nothing else; flush never waits longer than asked.
+ */
+import test, { type ExecutionContext } from 'ava';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { LogDestination } from '../../src/common/log-destination.js';
+
+interface Pipe {
+  /** Read end (non-blocking), until closed. */
+  readFd: number;
+  /** Write end, as a process's stdout would be. */
+  writeFd: number;
+}
+
+function fifo(t: ExecutionContext): Pipe {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-log-'));
+  const file = path.join(dir, 'pipe');
+  execFileSync('mkfifo', [file]);
+  const readFd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+  const writeFd = fs.openSync(file, 'w');
+  t.teardown(() => {
+    for (const fd of [readFd, writeFd]) {
+      try {
+        fs.closeSync(fd);
+      } catch {
+        // closed by the test
+      }
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return { readFd, writeFd };
+}
+
+const line = (i: number): string => `${JSON.stringify({ level: 30, msg: 'x'.repeat(1000), i })}\n`;
+
+test('a reader that stops: the queue stays bounded, writes never block, drops are counted and reported later', async (t) => {
+  const pipe = fifo(t);
+  const max = 256 * 1024;
+  const dest = new LogDestination(pipe.writeFd, max);
+  const t0 = Date.now();
+  for (let i = 0; i < 4000; i++) dest.write(line(i)); // ~4 MB against a 64 KiB pipe and a 256 KiB queue
+  t.true(Date.now() - t0 < 5000, 'writing returned (it never waits for the reader)');
+  const flushStarted = Date.now();
+  await dest.flush(300);
+  const flushMs = Date.now() - flushStarted;
+  t.true(flushMs < 5000, `flush gave up after its bound (${flushMs} ms)`);
+  const stats = dest.stats();
+  t.true(stats.queuedBytes <= max, `queued ${stats.queuedBytes} <= ${max}`);
+  t.true(stats.dropped > 3000, `dropped ${stats.dropped}`);
+
+  // The reader comes back: what was queued arrives, then one line with the count.
+  const reader = new net.Socket({ fd: pipe.readFd, readable: true, writable: false });
+  let text = '';
+  reader.setEncoding('utf8').on('data', (c: string) => (text += c));
+  const deadline = Date.now() + 10_000;
+  while (!text.includes('log lines dropped') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  reader.destroy();
+  const report = text.split('\n').find((l) => l.includes('log lines dropped'));
+  t.truthy(report, 'a line reports the drop');
+  t.is((JSON.parse(report!) as { dropped: number }).dropped, stats.dropped);
+  const delivered = text.split('\n').filter((l) => l.includes('"i":')).map((l) => (JSON.parse(l) as { i: number }).i);
+  t.deepEqual(delivered, [...delivered].sort((a, b) => a - b), 'in order');
+  t.is(delivered[0], 0, 'the oldest lines were kept');
+});
+
+test('a reader that is gone (EPIPE): logging stops for good, the caller never notices, flush returns at once', async (t) => {
+  const pipe = fifo(t);
+  fs.closeSync(pipe.readFd);
+  const dest = new LogDestination(pipe.writeFd);
+  dest.write(line(0));
+  await dest.flush(5000);
+  t.is(dest.stats().failure, 'EPIPE');
+  t.notThrows(() => dest.write(line(1)));
+  const t0 = Date.now();
+  await dest.flush(5000);
+  t.true(Date.now() - t0 < 1000, 'nothing left to wait for');
+  t.is(dest.stats().queuedBytes, 0);
+});

@@ -1,0 +1,155 @@
+/**
+ * The server checks each agent tunnel with HTTP/2 PINGs (#11, finding 4): a
+ * tunnel cut silently (a relay that stops forwarding: no FIN, no RST) or an
+ * agent frozen with SIGSTOP goes quiet (dials avoid it) and is closed at the
+ * keepalive timeout; a newer tunnel of the same agent wins over a quiet older
+ * one at once; no dial goes to a tunnel known dead. Upstream's grpc-go agent
+ * answers the server's PINGs and is never closed for them. Detection times
+ * are logged (t.log), not asserted beyond the bounds of their waits.
+ */
+import test from 'ava';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  connectThrough,
+  echoRoundTrip,
+  makeWorkspace,
+  scrapeMetrics,
+  startAgent,
+  startEchoBackend,
+  startServer,
+  waitMetrics,
+  waitStatus,
+  warnLine,
+  type KanalServerProcess,
+  type LogLine,
+} from '../helpers/kanal-processes.js';
+import { connectStatus, startStallingRelay } from '../helpers/raw-agent.js';
+import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
+
+/** Short PING timing so the tests run in seconds (the defaults are 10 s / 20 s). */
+const FAST_KEEPALIVE = ['--keepalive-time', '1s', '--keepalive-timeout', '4s'];
+
+const quietLine = (agentID: string) => (l: LogLine): boolean => l.msg.startsWith('agent tunnel quiet') && l.agentID === agentID;
+const deadLine = (l: LogLine): boolean => l.msg === 'closing agent connection: it stopped answering PINGs';
+
+/** `n` CONNECTs to `address`, one after another; their HTTP statuses. */
+async function statuses(server: KanalServerProcess, address: string, n: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) out.push(await connectStatus(server, address));
+  return out;
+}
+
+test('silent cut between agent and server: the tunnel goes quiet, then is closed; no dial goes to it', async (t) => {
+  const ws = await makeWorkspace(t);
+  const backend = await startEchoBackend(t);
+  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--backend-dial-timeout', '3s'] });
+  const relay = await startStallingRelay(t, { host: '127.0.0.1', port: server.agentPort });
+  await startAgent(t, ws, { agentPort: relay.port }, { agentID: 'cut-off' });
+  await startAgent(t, ws, server, { agentID: 'healthy' });
+  await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
+  relay.stall();
+  const cutAt = Date.now();
+  await server.waitForLog(quietLine('cut-off'), 10_000, 'the cut tunnel goes quiet');
+  const quietMs = Date.now() - cutAt;
+  t.deepEqual(await statuses(server, backend.address, 10), Array(10).fill(200));
+  await server.waitForLog(deadLine, 15_000, 'the cut tunnel is closed');
+  t.log(`silent cut: quiet after ${quietMs} ms, closed after ${Date.now() - cutAt} ms (keepalive 1s/4s)`);
+  const m = await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
+  t.is(m.get('kanal_dead_tunnels_total{reason="keepalive_timeout"}'), 1);
+  const disconnected = await server.waitForLog((l) => l.msg === 'agent disconnected' && l.agentID === 'cut-off', 5000, 'disconnect logged');
+  t.regex(String(disconnected.reason), /no answer to an HTTP\/2 PING within 4000 ms/);
+  t.regex(String(disconnected.credential), /^CN=cut-off /);
+});
+
+test('an agent frozen with SIGSTOP is avoided once quiet and closed at the timeout; after SIGCONT it comes back', async (t) => {
+  const ws = await makeWorkspace(t);
+  const backend = await startEchoBackend(t);
+  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--backend-dial-timeout', '3s'] });
+  const frozen = await startAgent(t, ws, server, { agentID: 'frozen' });
+  await startAgent(t, ws, server, { agentID: 'healthy' });
+  await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
+  frozen.pause();
+  const stoppedAt = Date.now();
+  await server.waitForLog(quietLine('frozen'), 10_000, 'the frozen agent goes quiet');
+  const quietMs = Date.now() - stoppedAt;
+  t.deepEqual(await statuses(server, backend.address, 10), Array(10).fill(200));
+  await server.waitForLog(deadLine, 15_000, 'the frozen agent is closed');
+  t.log(`SIGSTOP: quiet after ${quietMs} ms, closed after ${Date.now() - stoppedAt} ms (keepalive 1s/4s)`);
+  await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
+  frozen.resume();
+  await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 20_000);
+  await waitStatus(frozen.readyzUrl(), 200, 10_000);
+});
+
+test('a reconnect while the old tunnel is silently dead: dials go to the new tunnel at once (default timing)', async (t) => {
+  const ws = await makeWorkspace(t);
+  const backend = await startEchoBackend(t);
+  const server = await startServer(t, ws, { extraArgs: ['--backend-dial-timeout', '3s'] });
+  const relay = await startStallingRelay(t, { host: '127.0.0.1', port: server.agentPort });
+  const old = await startAgent(t, ws, { agentPort: relay.port }, { agentID: 'node-1' });
+  await waitStatus(server.readyzUrl(), 200, 10_000);
+  relay.stall();
+  // The same node's agent comes back on a path that works (same credential, same agentID).
+  await old.kill();
+  const again = await startAgent(t, ws, server, { agentID: 'node-1' });
+  const arrived = Date.now();
+  const codes = await statuses(server, backend.address, 8);
+  t.log(`first dial answered ${Date.now() - arrived} ms after the new tunnel was up; the old one was probed on its arrival`);
+  t.deepEqual(codes, Array(8).fill(200), 'no dial went to the dead tunnel');
+  await server.waitForLog(quietLine('node-1'), 5000, 'the old tunnel is quiet');
+  const s = await connectThrough(server, backend.address);
+  t.true(await echoRoundTrip(s, randomBytes(64 * 1024)));
+  s.destroy();
+  t.true(again.running());
+});
+
+test('an agent that restarted with a new agentID replaces its own silently dead tunnel under a bound of one', async (t) => {
+  const ws = await makeWorkspace(t);
+  const server = await startServer(t, ws);
+  const relay = await startStallingRelay(t, { host: '127.0.0.1', port: server.agentPort });
+  const old = await startAgent(t, ws, { agentPort: relay.port }, { agentID: 'uuid-1', cert: 'shared' });
+  await waitStatus(server.readyzUrl(), 200, 10_000);
+  relay.stall();
+  await old.kill();
+  await startAgent(t, ws, server, { agentID: 'uuid-2', cert: 'shared' });
+  const replaced = await server.waitForLog(warnLine('replaced a stale tunnel of the same credential'), 5000, 'replacement logged');
+  t.is(replaced.agentID, 'uuid-2');
+  t.is(replaced.replacedAgentID, 'uuid-1');
+  const m = await waitMetrics(server.healthPort, { kanal_server_agents: 1, 'kanal_dead_tunnels_total{reason="replaced"}': 1 }, 5000);
+  t.is(m.get('kanal_refusals_total{reason="agent_credential_full"}'), undefined);
+});
+
+test('the grpc-js transport closes a frozen agent at the keepalive timeout too', async (t) => {
+  const ws = await makeWorkspace(t);
+  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--transport', 'grpc-js'] });
+  const frozen = await startAgent(t, ws, server, { agentID: 'frozen' });
+  await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
+  frozen.pause();
+  const stoppedAt = Date.now();
+  const m = await waitMetrics(server.healthPort, { kanal_server_agents: 0 }, 15_000);
+  t.log(`grpc-js transport: frozen agent closed after ${Date.now() - stoppedAt} ms (keepalive 1s/4s)`);
+  t.is(m.get('kanal_server_agent_identities'), 0);
+  frozen.resume();
+});
+
+const upstreamMissing = upstreamUnavailableReason();
+(upstreamMissing ? test.skip : test)("upstream's grpc-go agent answers 1 s PINGs for as long as it runs; frozen, it is closed", async (t) => {
+  const ws = await makeWorkspace(t);
+  const backend = await startEchoBackend(t);
+  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--mode', 'http-connect'] });
+  const agent = await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' });
+  await waitStatus(server.readyzUrl(), 200, 10_000);
+  await sleep(8000);
+  t.deepEqual(server.logLines().filter((l) => quietLine('upstream-node')(l) || deadLine(l)), []);
+  t.is((await scrapeMetrics(server.healthPort)).get('kanal_server_agents'), 1);
+  t.notRegex(agent.log(), /too_many_pings|ENHANCE_YOUR_CALM/);
+  const s = await connectThrough(server, backend.address);
+  t.true(await echoRoundTrip(s, randomBytes(16 * 1024)));
+  s.destroy();
+  agent.signal('SIGSTOP');
+  const stoppedAt = Date.now();
+  await server.waitForLog(deadLine, 15_000, 'the frozen upstream agent is closed');
+  t.log(`upstream agent frozen: closed after ${Date.now() - stoppedAt} ms`);
+  agent.signal('SIGCONT');
+});

@@ -1,0 +1,128 @@
+/**
+ * Reply amplification (#11 finding 1): a peer that sends packets which make
+ * us answer (CLOSE_REQ for unknown connectIDs) and never reads the answers.
+ * Every reply obeys the stream's back-pressure: past a bounded queue the
+ * flooded side stops reading, then closes the stream after
+ * --peer-read-timeout, logs and counts it; memory stays bounded and other
+ * agents keep working. Both transports, both sides, real processes.
+ */
+import test from 'ava';
+import fs from 'node:fs';
+import net from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
+import { PacketType } from '../../src/wire/packet.js';
+import {
+  connectThrough,
+  echoRoundTrip,
+  freePort,
+  makeWorkspace,
+  scrapeMetrics,
+  startAgent,
+  startEchoBackend,
+  startServer,
+  waitStatus,
+  warnLine,
+} from '../helpers/kanal-processes.js';
+import { openFloodingPeer, startFloodingServer, streamsAnswered } from '../helpers/flooding-peer.js';
+
+/**
+ * What a flood may add to a process's RSS in the first seconds. Unbounded it
+ * grew by ≈ 100 MiB a second; bounded, h2 adds ≈ 8 MiB and grpc-js churns
+ * through ≈ 40 MiB of garbage (its objects per message) before it settles.
+ */
+const RSS_BUDGET_MIB = 64;
+const FLOOD_SAMPLE_MS = 3000;
+
+function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : 0;
+}
+
+/** Samples `pid`'s RSS every 100 ms for `ms`; returns the highest. */
+async function peakRss(pid: number, ms: number): Promise<number> {
+  let peak = 0;
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(100)) peak = Math.max(peak, rssMiB(pid));
+  return peak;
+}
+
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return Promise.race([p, sleep(ms).then(() => Promise.reject(new Error(`not within ${ms} ms: ${what}`)))]);
+}
+
+const closeRequests = (i: number) => ({ type: PacketType.CLOSE_REQ, connectID: 1001 + 2 * i }) as const;
+
+for (const transport of ['h2', 'grpc-js']) {
+  test.serial(`server (${transport}): an agent that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded and another agent keeps working`, async (t) => {
+    t.timeout(90_000);
+    const ws = await makeWorkspace(t);
+    const echo = await startEchoBackend(t);
+    const server = await startServer(t, ws, { extraArgs: ['--transport', transport, '--peer-read-timeout', '3s', '--allowed-destination', echo.address] });
+    const localPort = await freePort('127.0.0.2');
+    await startAgent(t, ws, server, {
+      agentID: 'node-1',
+      extraArgs: ['--transport', transport, '--bind-address', '127.0.0.2', '--bind-interface-type', 'none', '--target', `${localPort}:${echo.address}`],
+    });
+    await waitStatus(server.readyzUrl(), 200, 10_000);
+    const cred = await issueAgentCertificate(ws.pki, 'flooder');
+    const flooder = openFloodingPeer({ agentPort: server.agentPort, cert: { ...cred, ca: ws.pki.caCert }, agentID: 'flooder' });
+    t.teardown(() => flooder.destroy());
+    t.is(await flooder.accepted, 200);
+    const baseline = rssMiB(server.pid);
+
+    flooder.flood(closeRequests);
+    const peak = await peakRss(server.pid, FLOOD_SAMPLE_MS);
+    t.log(`server RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${flooder.sent()} packets`);
+    t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+    await server.waitForLog(warnLine('peer does not read what we send', (l) => l.agentID === 'flooder'), 10_000, 'reading paused');
+
+    // Both directions keep working for the other agent meanwhile.
+    for (let i = 0; i < 5; i++) {
+      const s = await connectThrough(server, echo.address);
+      t.true(await echoRoundTrip(s, randomBytes(64 * 1024)), 'control plane -> node');
+      s.destroy();
+      const n = net.connect({ host: '127.0.0.2', port: localPort });
+      await new Promise<void>((resolve, reject) => n.once('connect', resolve).once('error', reject));
+      t.true(await echoRoundTrip(n, randomBytes(64 * 1024)), 'node -> control plane');
+      n.destroy();
+    }
+
+    const closed = await server.waitForLog(warnLine('closing stream: the peer does not read', (l) => l.agentID === 'flooder'), 10_000, 'flooder closed');
+    t.is(closed.flag, '--peer-read-timeout');
+    t.regex(await within(flooder.closed, 10_000, 'the flooder sees its stream closed'), /closed/);
+    const m = await scrapeMetrics(server.healthPort);
+    t.true((m.get('kanal_stream_read_pauses_total{reason="peer_not_reading"}') ?? 0) >= 1);
+    t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
+    t.is(m.get('kanal_server_agents'), 1, 'the flooder is gone, node-1 stays');
+    t.true(rssMiB(server.pid) - baseline < RSS_BUDGET_MIB);
+  });
+
+  test.serial(`agent (${transport}): a server that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded`, async (t) => {
+    t.timeout(90_000);
+    const ws = await makeWorkspace(t);
+    const hostile = await startFloodingServer({ cert: ws.pki.serverCert, key: ws.pki.serverKey }, closeRequests);
+    t.teardown(() => hostile.close());
+    const agent = await startAgent(t, ws, { agentPort: hostile.port }, { agentID: 'node-1', extraArgs: ['--transport', transport, '--peer-read-timeout', '3s'] });
+    await hostile.accepted;
+    const baseline = rssMiB(agent.pid);
+    hostile.flood();
+    const peak = await peakRss(agent.pid, FLOOD_SAMPLE_MS);
+    t.log(`agent RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${hostile.sent()} packets`);
+    t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+    await agent.waitForLog(warnLine('peer does not read what we send'), 10_000, 'reading paused');
+    await agent.waitForLog(warnLine('closing stream: the peer does not read'), 10_000, 'stream closed');
+    await within(hostile.streamClosed, 10_000, 'the hostile server sees its stream closed');
+    const m = await scrapeMetrics(agent.healthPort);
+    t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
+  });
+}
+
+for (const transport of ['h2', 'grpc-js']) {
+  // The agent port allows two streams per connection (agent-identity.test.ts).
+  test.serial(`server (${transport}): one frontend connection holds at most 100 streams`, async (t) => {
+    const ws = await makeWorkspace(t);
+    const server = await startServer(t, ws, { extraArgs: ['--transport', transport] });
+    t.is(await streamsAnswered({ uds: server.uds }, 101, 3000), 100);
+  });
+}

@@ -1,0 +1,231 @@
+/**
+ * Stopping, through the real CLI (#12 findings 5 and 6): a stdout nobody
+ * reads (reader gone, or not reading) never keeps a process from exiting on
+ * SIGTERM; a planned stop is logged at info with "stopped" as its last line;
+ * connections on the node listeners do not hold the agent past its grace
+ * period; no DEP0123 warning when the server is named by an IP.
+ */
+import test, { type ExecutionContext } from 'ava';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
+import {
+  CLI,
+  freePort,
+  makeWorkspace,
+  readLog,
+  startAgent,
+  startPair,
+  startServer,
+  waitStatus,
+  type Workspace,
+} from '../helpers/kanal-processes.js';
+import { killOnExit } from '../../kit/launch/exit-cleanup.js';
+
+/** Longest a stop may take here (the grace periods below are 1 s). */
+const EXIT_BOUND_MS = 10_000;
+
+interface PipedKanal {
+  child: ChildProcess;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
+  /** Closes the only read end of the process's stdout (as `head -5` does when it exits). */
+  closeReader(): void;
+}
+
+/**
+ * `kanal ...args` with stdout a FIFO (a real pipe, 64 KiB) whose only reader
+ * is this test, which never reads it; stderr to a file.
+ */
+function spawnPiped(t: ExecutionContext, ws: Workspace, name: string, args: string[]): PipedKanal {
+  const fifo = path.join(ws.dir, `${name}.stdout`);
+  execFileSync('mkfifo', [fifo]);
+  let reader: number | undefined = fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+  const writer = fs.openSync(fifo, 'w');
+  const err = fs.openSync(path.join(ws.dir, `${name}.stderr`), 'a');
+  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', writer, err] });
+  fs.closeSync(writer);
+  fs.closeSync(err);
+  const pid = child.pid!;
+  killOnExit.add(pid);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
+    child.once('exit', (code, signal) => {
+      killOnExit.delete(pid);
+      resolve({ code, signal, at: Date.now() });
+    }),
+  );
+  const closeReader = (): void => {
+    if (reader !== undefined) fs.closeSync(reader);
+    reader = undefined;
+  };
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await exited;
+    }
+    closeReader();
+  });
+  return { child, exited, closeReader };
+}
+
+async function serverArgs(ws: Workspace): Promise<{ args: string[]; agentPort: number; healthPort: number }> {
+  const [agentPort, healthPort] = [await freePort(), await freePort()];
+  const { pki } = ws;
+  const args = [
+    'server',
+    '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
+    '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
+    '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
+    '--uds-name', path.join(ws.dir, 'piped.sock'), '--delete-existing-uds-file',
+    '--log-level', 'debug',
+  ];
+  return { args, agentPort, healthPort };
+}
+
+async function agentArgs(ws: Workspace, agentPort: number, agentID: string, extra: string[] = []): Promise<{ args: string[]; healthPort: number }> {
+  const healthPort = await freePort();
+  const own = await issueAgentCertificate(ws.pki, agentID);
+  const args = [
+    'agent',
+    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
+    '--ca-cert', ws.pki.caCert, '--agent-cert', own.cert, '--agent-key', own.key,
+    '--agent-id', agentID,
+    '--health-bind-address', '127.0.0.1', '--health-server-port', String(healthPort),
+    '--shutdown-grace-period', '1s',
+    '--log-level', 'debug',
+    ...extra,
+  ];
+  return { args, healthPort };
+}
+
+/** SIGTERM, then the time until exit (fails the test beyond EXIT_BOUND_MS, killing the process). */
+async function stopWithin(t: ExecutionContext, p: PipedKanal, what: string): Promise<number> {
+  const t0 = Date.now();
+  p.child.kill('SIGTERM');
+  const exit = await Promise.race([p.exited, sleep(EXIT_BOUND_MS).then(() => undefined)]);
+  if (!exit) {
+    p.child.kill('SIGKILL');
+    await p.exited;
+    t.fail(`${what}: still running ${EXIT_BOUND_MS} ms after SIGTERM (needed SIGKILL)`);
+    return NaN;
+  }
+  t.is(exit.code, 0, `${what} exit code`);
+  return exit.at - t0;
+}
+
+for (const reader of ['gone', 'stalled'] as const) {
+  test(`stdout ${reader === 'gone' ? 'closed by its reader (kanal ... | head -5)' : 'never read (a full pipe)'}: SIGTERM still ends server and agent`, async (t) => {
+    const ws = await makeWorkspace(t);
+    const s = await serverArgs(ws);
+    const server = spawnPiped(t, ws, 'server', s.args);
+    await waitStatus(`http://127.0.0.1:${s.healthPort}/healthz`, 200, 20_000);
+    const a = await agentArgs(ws, s.agentPort, 'piped-agent');
+    const agent = spawnPiped(t, ws, 'agent', a.args);
+    await waitStatus(`http://127.0.0.1:${a.healthPort}/readyz`, 200, 20_000);
+    if (reader === 'stalled') {
+      // More warn lines (refused requests) than the 64 KiB pipe holds.
+      for (const port of [s.healthPort, a.healthPort]) {
+        for (let i = 0; i < 8; i++) await Promise.all(Array.from({ length: 100 }, () => garbageRequest(port)));
+      }
+    }
+    // The agent first (it drains to the server), then the server. A reader that
+    // goes away does so just before the signal, as `head` does after its lines:
+    // the lines of the stop are the first to meet EPIPE.
+    if (reader === 'gone') agent.closeReader();
+    const agentMs = await stopWithin(t, agent, 'agent');
+    if (reader === 'gone') server.closeReader();
+    const serverMs = await stopWithin(t, server, 'server');
+    t.log(`agent exited ${agentMs} ms after SIGTERM, server ${serverMs} ms`);
+  });
+}
+
+/** A malformed HTTP request to a health port: logged at warn, answered 400. */
+function garbageRequest(port: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port });
+    s.on('error', () => resolve());
+    s.on('close', () => resolve());
+    s.on('data', () => undefined);
+    s.end('NOT HTTP AT ALL\r\n\r\n');
+    setTimeout(() => s.destroy(), 5000).unref();
+  });
+}
+
+test('a planned stop logs "tunnel down" at info and "kanal agent stopped" last; a server stop is not a planned loss', async (t) => {
+  const ws = await makeWorkspace(t);
+  const { server, agent } = await startPair(t, ws);
+  const sent = Date.now();
+  t.is(await agent.stop('SIGTERM'), 0);
+  const exitedAt = Date.now();
+  const lines = agent.logLines();
+  const down = lines.filter((l) => l.msg === 'tunnel down');
+  t.deepEqual(down.map((l) => l.level), [30], 'one tunnel down, at info');
+  const last = lines[lines.length - 1]!;
+  t.is(last.msg, 'kanal agent stopped');
+  t.log(`SIGTERM -> "stopped" ${Date.parse(String(last.time)) - sent} ms, SIGTERM -> exit ${exitedAt - sent} ms (measured by the test, not asserted)`);
+
+  // An unplanned loss (the server goes away) is still a warning.
+  const other = await startAgent(t, ws, server, { agentID: 'agent-2' });
+  t.is(await server.stop('SIGTERM'), 0);
+  const lost = await other.waitForLog((l) => l.msg === 'tunnel down', 10_000, 'tunnel down');
+  t.is(lost.level, 40);
+});
+
+test('open node-listener connections do not hold the agent past its grace period', async (t) => {
+  const ws = await makeWorkspace(t);
+  // A destination that accepts and never answers: the connections stay open until someone closes them.
+  const held = new Set<net.Socket>();
+  const silent = net.createServer((s) => {
+    held.add(s);
+    s.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', () => resolve()));
+  t.teardown(() => {
+    for (const s of held) s.destroy();
+    silent.close();
+  });
+  const destination = `127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+  const server = await startServer(t, ws, { extraArgs: ['--allowed-destination', destination] });
+  const localPort = await freePort('127.0.0.2');
+  const agent = await startAgent(t, ws, server, {
+    extraArgs: ['--bind-address', '127.0.0.2', '--bind-interface-type', 'none', '--target', `${localPort}:${destination}`],
+  });
+  const clients = await Promise.all(
+    Array.from({ length: 3 }, () =>
+      new Promise<net.Socket>((resolve, reject) => {
+        const c = net.connect({ host: '127.0.0.2', port: localPort }, () => resolve(c));
+        c.on('error', reject);
+      }),
+    ),
+  );
+  t.teardown(() => clients.forEach((c) => c.destroy()));
+  const deadline = Date.now() + 10_000;
+  while (held.size < 3 && Date.now() < deadline) await sleep(50);
+  t.is(held.size, 3, 'three connections reached the destination through the tunnel');
+
+  const sent = Date.now();
+  const stopping = agent.stop('SIGTERM');
+  const exit = await Promise.race([agent.exited, sleep(EXIT_BOUND_MS).then(() => undefined)]);
+  if (!exit) t.fail(`agent still running ${EXIT_BOUND_MS} ms after SIGTERM with a 1 s grace period`);
+  t.is(await stopping, 0);
+  t.log(`agent exited ${Date.now() - sent} ms after SIGTERM (grace period 1 s, 3 node connections open)`);
+  t.true(agent.logLines().some((l) => l.msg === 'grace period over; closing remaining connections'));
+});
+
+test('no DEP0123 (TLS ServerName set to an IP): grpc-js and h2 agents naming the server by IP, and --tls-server-name', async (t) => {
+  const ws = await makeWorkspace(t);
+  const server = await startServer(t, ws);
+  const agents = [
+    await startAgent(t, ws, server, { agentID: 'ip-grpc-js', extraArgs: ['--transport', 'grpc-js'] }),
+    await startAgent(t, ws, server, { agentID: 'ip-h2', extraArgs: ['--tls-server-name', '127.0.0.1'] }),
+    await startAgent(t, ws, server, { agentID: 'ip-grpc-js-name', extraArgs: ['--transport', 'grpc-js', '--tls-server-name', '127.0.0.1'] }),
+  ];
+  for (const a of agents) {
+    t.is(await a.stop('SIGTERM'), 0);
+    const text = fs.readFileSync(a.logFile, 'utf8');
+    t.false(text.includes('DEP0123'), `${a.name}: ${text.split('\n').find((l) => l.includes('DEP0123'))}`);
+    t.true(readLog(a.logFile).some((l) => l.msg === 'tunnel up'), `${a.name} had a tunnel up`);
+  }
+});

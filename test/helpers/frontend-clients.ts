@@ -1,0 +1,135 @@
+/**
+ * Clients of a Kanal server's frontends as the kube-apiserver (or an attacker
+ * in its place) uses them: CONNECT on the Unix socket, mTLS on TCP, gRPC
+ * ProxyService, raw requests and garbage.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import tls from 'node:tls';
+import * as grpc from '@grpc/grpc-js';
+import type { AgentCredential } from '../../kit/pki/throwaway-pki.js';
+import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
+import { ProxyStream } from './e2e-grpc-client.js';
+import { readToEnd, waitClosed } from './byte-streams.js';
+import type { KanalServerProcess } from './kanal-children.js';
+import type { Workspace } from './workspace.js';
+
+/** CONNECT through a server's Unix-socket frontend; resolves with the tunnelled socket. */
+export async function connectThrough(server: KanalServerProcess, address: string, timeoutMs = 15_000): Promise<net.Socket> {
+  const s = await connectUnix(server.uds);
+  return httpConnect(s, address, timeoutMs);
+}
+
+/**
+ * Opens an mTLS connection to the TCP frontend (HTTP/1.1 via ALPN) with the
+ * KAS's client certificate (default), none, or another one (an agent's, to
+ * check that roles never mix).
+ */
+export function tlsToFrontend(
+  server: KanalServerProcess,
+  ws: Workspace,
+  opts: { clientCert?: boolean; credential?: AgentCredential } = {},
+): Promise<tls.TLSSocket> {
+  const { pki } = ws;
+  const credential = opts.clientCert === false ? undefined : (opts.credential ?? { cert: pki.frontendClientCert, key: pki.frontendClientKey });
+  return new Promise<tls.TLSSocket>((resolve, reject) => {
+    const s = tls.connect({
+      host: '127.0.0.1',
+      port: server.frontendPort,
+      ca: fs.readFileSync(pki.frontendCaCert),
+      cert: credential && fs.readFileSync(credential.cert),
+      key: credential && fs.readFileSync(credential.key),
+      ALPNProtocols: ['http/1.1'],
+    });
+    s.once('secureConnect', () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+/** The TCP frontend over mTLS, with the TCP socket under it (to reset it: `raw.resetAndDestroy()`). */
+export function tlsToFrontendRaw(server: KanalServerProcess, ws: Workspace): Promise<{ raw: net.Socket; tls: tls.TLSSocket }> {
+  const { pki } = ws;
+  return new Promise((resolve, reject) => {
+    const raw = net.connect({ host: '127.0.0.1', port: server.frontendPort });
+    raw.on('error', () => undefined);
+    const s = tls.connect({
+      socket: raw,
+      servername: 'localhost',
+      ca: fs.readFileSync(pki.frontendCaCert),
+      cert: fs.readFileSync(pki.frontendClientCert),
+      key: fs.readFileSync(pki.frontendClientKey),
+    });
+    s.once('secureConnect', () => resolve({ raw, tls: s }));
+    s.once('error', reject);
+  });
+}
+
+/** A gRPC ProxyService stream to a server's frontend (Unix socket, or mTLS TCP with the frontend client certificate). */
+export function frontendProxyStream(server: KanalServerProcess, ws: Workspace): ProxyStream {
+  if (server.uds) return new ProxyStream(`unix://${server.uds}`);
+  const { pki } = ws;
+  return new ProxyStream(`127.0.0.1:${server.frontendPort}`, {
+    credentials: grpc.credentials.createSsl(fs.readFileSync(pki.frontendCaCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert)),
+    channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
+  });
+}
+
+export interface RawAnswer {
+  status: number;
+  statusLine: string;
+  body: string;
+  raw: string;
+}
+
+/**
+ * Sends `request` as-is on a fresh Unix-socket connection and reads the
+ * answer until the server closes (bounded). For refusals (4xx/5xx).
+ */
+export async function rawRequest(uds: string, request: string | Buffer, timeoutMs = 10_000): Promise<RawAnswer> {
+  const s = await connectUnix(uds);
+  s.on('error', () => undefined);
+  const reading = readToEnd(s, timeoutMs);
+  s.write(request);
+  let buf: Buffer;
+  try {
+    buf = await reading;
+  } finally {
+    s.destroy();
+  }
+  const raw = buf.toString('utf8');
+  const statusLine = raw.split('\r\n', 1)[0] ?? '';
+  const end = raw.indexOf('\r\n\r\n');
+  return { status: Number(statusLine.split(' ')[1] ?? 0), statusLine, body: end >= 0 ? raw.slice(end + 4) : '', raw };
+}
+
+/** Connects to a TCP port, writes `bytes`, and waits (bounded) for the peer to close. */
+export async function sendGarbage(port: number, bytes: Buffer, timeoutMs = 10_000): Promise<Buffer> {
+  const s = net.connect({ host: '127.0.0.1', port });
+  s.on('error', () => undefined);
+  await new Promise<void>((resolve, reject) => {
+    s.once('connect', () => resolve());
+    s.once('error', reject);
+  });
+  return sendAndCollect(s, bytes, timeoutMs);
+}
+
+/** Same as sendGarbage for a Unix socket. */
+export async function sendGarbageUnix(uds: string, bytes: Buffer, timeoutMs = 10_000): Promise<Buffer> {
+  const s = await connectUnix(uds);
+  s.on('error', () => undefined);
+  return sendAndCollect(s, bytes, timeoutMs);
+}
+
+/** Writes `bytes`, then collects whatever comes back until the peer closes (bounded). */
+async function sendAndCollect(s: net.Socket, bytes: Buffer, timeoutMs: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  s.on('data', (c: Buffer) => chunks.push(c));
+  s.write(bytes);
+  try {
+    await waitClosed(s, timeoutMs);
+  } finally {
+    s.destroy();
+  }
+  return Buffer.concat(chunks);
+}
+

@@ -1,0 +1,96 @@
+/**
+ * The kit's own failure modes (kit/launch/): a child that exits at start is
+ * reported with its log, at once rather than at the timeout; a wait on a log
+ * fails as soon as the writer is gone; a failed start leaves no process, no
+ * directory and no exit-time registration behind; the in-process launcher
+ * refuses flags as the CLI does.
+ */
+import test from 'ava';
+import fs from 'node:fs';
+import path from 'node:path';
+import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
+import { spawnChild } from '../../kit/launch/child.js';
+import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
+import { freePort, spawnKanal, waitHealthy } from '../../kit/launch/kanal-cli.js';
+import { serverOptionsFromFlags } from '../../kit/launch/in-process.js';
+import { captureLogger } from '../helpers/memory-stream.js';
+
+/** Whether a process with this pid exists (signal 0 probes without sending). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const node = (script: string): string[] => [process.execPath, '-e', script];
+
+test('a kanal child that exits at start fails the readiness wait with its exit and its log, before the timeout', async (t) => {
+  const scope = new CleanupStack();
+  t.teardown(() => scope.run());
+  const dir = scopedTempDir(scope, 'kanal-kit-');
+  const server = spawnKanal(scope, 'no-certs', ['server', '--uds-name', path.join(dir, 's.sock')], path.join(dir, 'no-certs.log'));
+  // A timeout far beyond the test's own: only the exit can end this wait.
+  const err = await t.throwsAsync(waitHealthy(server, `http://127.0.0.1:${await freePort()}/healthz`, 600_000));
+  t.regex(err!.message, /^no-certs exited with 2 before http:\/\/127\.0\.0\.1:\d+\/healthz answered/);
+  t.regex(err!.message, /the agent port needs a certificate: pass --cluster-cert and --cluster-key/, 'the log tail names what to fix');
+  t.deepEqual(await server.exited, { code: 2, signal: null });
+});
+
+test('a log wait fails as soon as the process ends without the line, and a line written just before the exit still counts', async (t) => {
+  const scope = new CleanupStack();
+  t.teardown(() => scope.run());
+  const dir = scopedTempDir(scope, 'kanal-kit-');
+  const child = spawnChild(scope, {
+    name: 'short',
+    argv: node(`console.log(JSON.stringify({ level: 30, msg: 'last words' })); process.exit(3)`),
+    logFile: path.join(dir, 'short.log'),
+  });
+  await child.exited;
+  t.like(await child.waitForLog((l) => l.msg === 'last words', 1000, 'the last line'), { level: 30, msg: 'last words' });
+  const err = await t.throwsAsync(child.waitForLog((l) => l.msg === 'never written', 600_000, 'a line never written'));
+  t.regex(err!.message, /short: a line never written.*the process exited with 3/s);
+  t.regex(err!.message, /last words/, 'with the log tail');
+  const text = await t.throwsAsync(child.waitForLog(/never/, 600_000, 'a text never written'));
+  t.regex(text!.message, /exited with 3/);
+});
+
+test('cleanup after a failed start leaves nothing: the child (even one ignoring SIGTERM) is gone, its directory removed, nothing left for exit', async (t) => {
+  t.timeout(60_000);
+  const scope = new CleanupStack();
+  const dir = scopedTempDir(scope, 'kanal-kit-');
+  // Never healthy, and deaf to SIGTERM: the teardown must escalate to SIGKILL.
+  const stubborn = spawnChild(scope, {
+    name: 'stubborn',
+    argv: node(`process.on('SIGTERM', () => console.log('ignoring SIGTERM')); console.log('up'); setInterval(() => undefined, 1000)`),
+    logFile: path.join(dir, 'stubborn.log'),
+  });
+  await stubborn.waitForLog(/up/, 10_000, 'started');
+  const err = await t.throwsAsync(waitHealthy(stubborn, `http://127.0.0.1:${await freePort()}/healthz`, 300));
+  t.regex(err!.message, /^stubborn: http:\/\/127\.0\.0\.1:\d+\/healthz not ready after 300 ms/);
+  t.true(killOnExit.has(stubborn.pid) && removeOnExit.has(dir), 'registered for exit while running');
+
+  await scope.run();
+  t.deepEqual(await stubborn.exited, { code: null, signal: 'SIGKILL' });
+  t.false(alive(stubborn.pid), 'the process is gone');
+  t.false(fs.existsSync(dir), 'the directory is removed');
+  t.false(killOnExit.has(stubborn.pid), 'no pid left for exit');
+  t.false(removeOnExit.has(dir), 'no directory left for exit');
+});
+
+test('a program that cannot be started throws at once, naming it, and registers nothing', (t) => {
+  const scope = new CleanupStack();
+  t.teardown(() => scope.run());
+  const before = killOnExit.size;
+  const err = t.throws(() => spawnChild(scope, { name: 'missing', argv: ['/nonexistent/kanal-kit-test'], logFile: '/dev/null' }));
+  t.regex(err!.message, /could not start missing \(\/nonexistent\/kanal-kit-test\)/);
+  t.is(killOnExit.size, before);
+});
+
+test('the in-process launcher reads flags as the CLI does: unknown flags and invalid values are refused with the CLI\'s message', async (t) => {
+  const log = captureLogger('silent').log;
+  await t.throwsAsync(() => serverOptionsFromFlags(['--bogus-flag'], { log }), { message: /Unknown argument: bogus-flag/ });
+  await t.throwsAsync(() => serverOptionsFromFlags(['--uds-name', '/tmp/x.sock'], { log }), { message: 'the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)' });
+});

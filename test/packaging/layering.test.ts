@@ -1,0 +1,119 @@
+/**
+ * The folder tree is the architecture (#13): each folder is a layer and
+ * imports only from the layers below it, never from a layer above nor from
+ * another folder of its own layer. LAYERS is the one place the order is
+ * written (docs/architecture.md explains it); a new folder must be placed
+ * in it before anything in it can pass.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import test from 'ava';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+
+/** Bottom first. Folders are repository paths; a file belongs to the longest one that holds it. */
+const LAYERS: readonly (readonly string[])[] = [
+  ['native', 'src/wire'],
+  ['src/common'],
+  ['src/transport'],
+  ['src/tunnel'],
+  ['src/kube'],
+  ['src/server', 'src/agent'],
+  ['src/cli'],
+  // The demo's and tests' kit, outside the shipped package: nothing in the product may import it.
+  ['kit/pki'],
+  // One way to launch Kanal (in process from flags, or as a CLI child), one log reader, one cleanup scope.
+  ['kit/launch'],
+  ['kit/demo'],
+];
+
+/** What the package ships (package.json "files": dist/src, dist/native). */
+const PRODUCT_ROOTS = ['src', 'native'];
+const SOURCE_ROOTS = [...PRODUCT_ROOTS, 'kit'];
+
+/** Module specifiers of static imports, re-exports and dynamic imports. */
+const IMPORT = /(?:\bfrom\s+|\bimport\s*\(\s*|\bimport\s+)['"]([^'"\s]+)['"]/g;
+
+interface Placement {
+  folder: string;
+  rank: number;
+}
+
+function placementOf(file: string): Placement | undefined {
+  let best: Placement | undefined;
+  LAYERS.forEach((folders, rank) => {
+    for (const folder of folders) {
+      const inside = file === folder || file.startsWith(`${folder}/`);
+      if (inside && (!best || folder.length > best.folder.length)) best = { folder, rank };
+    }
+  });
+  return best;
+}
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const entry of fs.readdirSync(path.join(REPO, dir), { withFileTypes: true })) {
+    const rel = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) out.push(...sourceFiles(rel));
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.d.ts')) out.push(rel);
+  }
+  return out;
+}
+
+/** Every import that runs up the layers or sideways within one, as "file imports spec: why". */
+function layerViolations(files: readonly string[], read: (file: string) => string): string[] {
+  const problems: string[] = [];
+  for (const file of files) {
+    const from = placementOf(file);
+    if (!from) {
+      problems.push(`${file}: its folder is in no layer; place it in LAYERS (test/packaging/layering.test.ts)`);
+      continue;
+    }
+    for (const match of read(file).matchAll(IMPORT)) {
+      const spec = match[1]!;
+      if (!spec.startsWith('.')) continue;
+      const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
+      const to = placementOf(target);
+      if (!to || to.folder === from.folder) continue;
+      if (to.rank > from.rank) problems.push(`${file} imports ${spec}: ${from.folder} is below ${to.folder}`);
+      else if (to.rank === from.rank) problems.push(`${file} imports ${spec}: ${from.folder} and ${to.folder} are one layer and must not import each other`);
+    }
+  }
+  return problems;
+}
+
+test('no source file imports from a folder above its own layer', (t) => {
+  const files = SOURCE_ROOTS.flatMap(sourceFiles);
+  t.true(files.length > 50, `found only ${files.length} source files under ${SOURCE_ROOTS.join(', ')}`);
+  t.deepEqual(layerViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+});
+
+test('runtime dependencies are exactly the packages the shipped code imports', (t) => {
+  const imported = new Set<string>();
+  for (const file of PRODUCT_ROOTS.flatMap(sourceFiles)) {
+    for (const match of fs.readFileSync(path.join(REPO, file), 'utf8').matchAll(IMPORT)) {
+      const spec = match[1]!;
+      if (spec.startsWith('.') || spec.startsWith('node:')) continue;
+      // "@scope/name/sub" -> "@scope/name", "name/sub" -> "name"
+      imported.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'));
+    }
+  }
+  const pkg = JSON.parse(fs.readFileSync(path.join(REPO, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+  t.deepEqual(Object.keys(pkg.dependencies).sort(), [...imported].sort());
+});
+
+test('the check sees imports up, sideways, dynamic and multi-line, and folders in no layer', (t) => {
+  const sources: Record<string, string> = {
+    'src/common/a.ts': "import { x } from '../tunnel/b.js';\nimport {\n  y,\n} from '../wire/c.js';",
+    'src/server/d.ts': "export { z } from '../agent/e.js';\nconst m = await import('../cli/f.js');",
+    'src/tunnel/g.ts': "import type { T } from './h.js';\nimport '../common/i.js';",
+    'src/elsewhere/j.ts': "import { k } from '../wire/l.js';",
+  };
+  t.deepEqual(layerViolations(Object.keys(sources), (f) => sources[f]!), [
+    'src/common/a.ts imports ../tunnel/b.js: src/common is below src/tunnel',
+    'src/server/d.ts imports ../agent/e.js: src/server and src/agent are one layer and must not import each other',
+    'src/server/d.ts imports ../cli/f.js: src/server is below src/cli',
+    'src/elsewhere/j.ts: its folder is in no layer; place it in LAYERS (test/packaging/layering.test.ts)',
+  ]);
+});

@@ -1,0 +1,71 @@
+/**
+ * GC pacing: bytes moved through tunnelled connections schedule minor GCs,
+ * so the per-read ArrayBuffers are freed by scavenges instead of piling up
+ * into external-memory-pressure mark-compacts. The process's own global
+ * must not gain `gc`.
+ */
+import test from 'ava';
+import { execFile } from 'node:child_process';
+import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { enableGcPacing, GC_PACE_BYTES, HEAP_GROWING_PERCENT, noteBytesMoved } from '../../src/tunnel/gc-pacer.js';
+
+const PACER_URL = new URL('../../src/tunnel/gc-pacer.js', import.meta.url).href;
+
+/**
+ * Runs a fresh node that moves GC_PACE_BYTES through the pacer, then forces
+ * a mark-compact, and returns the growing factor V8's own trace reports for
+ * the old-generation limit it computed last.
+ */
+function factorAfterMovingData(env: NodeJS.ProcessEnv, enable = true): Promise<string> {
+  const script = [
+    `import { enableGcPacing, GC_PACE_BYTES, noteBytesMoved } from ${JSON.stringify(PACER_URL)};`,
+    enable ? 'enableGcPacing();' : '',
+    'noteBytesMoved(GC_PACE_BYTES);',
+    'const garbage = []; for (let i = 0; i < 100000; i++) garbage.push({ i });',
+    'globalThis.gc();',
+  ].join('\n');
+  const args = ['--expose-gc', '--trace-gc-verbose', '--input-type=module', '-e', script];
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, args, { env, timeout: 20_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout) => {
+      if (err) return reject(err);
+      const factors = [...stdout.matchAll(/\[HeapController\] Limit: .*\((\d+\.\d)\)/g)].map((m) => m[1]!);
+      if (factors.length === 0) return reject(new Error(`no old-generation limit in V8's trace:\n${stdout.slice(-2000)}`));
+      resolve(factors[factors.length - 1]!);
+    });
+  });
+}
+
+test('a minor GC follows every GC_PACE_BYTES moved, without exposing gc globally', async (t) => {
+  let minor = 0;
+  const obs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const detail = (e as unknown as { detail?: { kind?: number } }).detail;
+      if (detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR) minor++;
+    }
+  });
+  obs.observe({ entryTypes: ['gc'] });
+  try {
+    enableGcPacing();
+    for (let round = 0; round < 3; round++) {
+      for (let moved = 0; moved < GC_PACE_BYTES; moved += 64 * 1024) noteBytesMoved(64 * 1024);
+      await nextTurn();
+      await nextTurn();
+    }
+    // GC entries are delivered asynchronously.
+    for (let i = 0; i < 50 && minor < 3; i++) await new Promise((r) => setTimeout(r, 10));
+    t.true(minor >= 3, `expected at least 3 minor GCs, saw ${minor}`);
+    t.is((globalThis as { gc?: unknown }).gc, undefined);
+  } finally {
+    obs.disconnect();
+  }
+});
+
+test('once data moves in a process that enabled pacing, the old generation grows by the pinned factor, not the one V8 picks (KANAL_GC_PACING=0, or never enabling it, keeps V8\'s)', async (t) => {
+  const pinned = (1 + HEAP_GROWING_PERCENT / 100).toFixed(1);
+  t.is(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '' }), pinned);
+  // A fresh V8 with no GC history picks its maximum (4.0, or at most 2.0 on small machines).
+  t.not(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '0' }), pinned);
+  // A process that never enables pacing (a library user) keeps V8's own factor.
+  t.not(await factorAfterMovingData({ ...process.env, KANAL_GC_PACING: '' }, false), pinned);
+});
