@@ -10,6 +10,7 @@ import type { Transport } from '../../src/transport/transport.js';
 import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import { ALL_FEATURES, formatFeatures, parseFeatures, intersectFeatures, NO_FEATURES } from '../../src/wire/features.js';
 import { Tunnel } from '../../src/tunnel/tunnel.js';
+import { ConnectionStream } from '../../src/tunnel/connection-stream.js';
 
 export class ConnectRefused extends Error {
   constructor(
@@ -79,7 +80,7 @@ export async function grpcDial(
     const stream = await channel.openStream(PROXY_SERVICE_PROXY, metadata, opts.timeoutMs ?? 15_000);
     const features = opts.kanal ? intersectFeatures(parseFeatures(stream.metadata.get(MD_KANAL_FEATURES)?.[0]), ALL_FEATURES) : NO_FEATURES;
     const tunnel = new Tunnel(stream, { side: 'agent', features, log: pino({ level: 'silent' }) });
-    const conn = await tunnel.dial(address, { timeoutMs: opts.timeoutMs ?? 15_000 });
+    const conn = new ConnectionStream(await tunnel.dial(address, { timeoutMs: opts.timeoutMs ?? 15_000 }));
     conn.once('close', () => tunnel.close());
     tunnel.once('close', () => channel.close());
     return { conn, close: () => tunnel.close() };

@@ -147,12 +147,11 @@ export class NodeListeners {
         return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort }).then((conn) => {
           this.opts.agent.metrics.dialDone('node_to_cp', 'ok', t0);
           if (socket.destroyed) {
-            conn.destroy();
+            conn.close();
             return;
           }
           log.debug({ connectID: conn.connectID, dialID: String(conn.dialID) }, 'node connection tunnelled');
           splice(socket, conn);
-          socket.resume();
         });
       })
       .catch((err: Error) => {

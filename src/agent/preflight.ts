@@ -251,7 +251,7 @@ async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): 
           const t0 = Date.now();
           try {
             const c = await conn.tunnel.dial(t.destination, { timeoutMs: opts.dialTimeoutMs });
-            c.destroy();
+            c.close();
             results.push({ name, status: 'pass', detail: `server ${conn.serverID} dialled ${t.destination} in ${Date.now() - t0} ms` });
           } catch (err) {
             const e = err as Error;

@@ -141,13 +141,13 @@ export class HttpConnectFrontend {
     this.dialer.dial(address, early.gone, peer).then(
       (conn) => {
         if (early.gone.aborted || socket.destroyed) {
-          conn.destroy();
+          conn.close();
           return;
         }
         const pending = early.release();
         // The status line goes out before the first byte of the tunnel (issue 12, "Also check").
         socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        if (pending.length > 0) conn.write(pending);
+        if (pending.length > 0) conn.send(pending);
         splice(socket, conn);
       },
       (err: Error) => {

@@ -1,386 +1,264 @@
 /**
- * One tunnelled TCP connection as a Node Duplex: writes become DATA packets,
- * DATA packets from the peer become readable bytes. Each connection has its
- * own bounded buffer. With the window extension the peer stops sending when
- * our window is spent, so a slow local reader never stalls its neighbours.
- * Without it (upstream peers) nothing but the stream's HTTP/2 flow control
- * can stop the peer: a full buffer pauses the whole stream, as upstream does,
+ * One tunnelled TCP connection, joined to its local end (a socket, or in a
+ * relay the partner connection; splice.ts): the peer's DATA goes to the local
+ * end, the local end's bytes go out as DATA. Each connection bounds what it
+ * buffers. With the window extension the peer stops sending when our window
+ * is spent, so a slow local reader never stalls its neighbours. Without it
+ * (upstream peers) a full buffer pauses the whole stream, as upstream does,
  * and a slow reader never loses data (#12).
+ *
+ * Its parts: ConnectionSendQueue (our bytes, the peer's credit), an InboundFlow (the
+ * peer's bytes, by the tunnel's ConnectionRules), the local end, and the
+ * state below.
  */
-import { Duplex, type Writable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { TunnelLimits } from './limits.js';
 import { noteBytesMoved } from './gc-pacer.js';
+import { ConnectionSendQueue, type SendHost } from './connection-send-queue.js';
+import type { ConnectionRules, InboundFlow, InboundFlowHost } from './connection-rules.js';
+import { EarlyEnd, type LocalClose, type LocalEnd } from './local-end.js';
 
-/** A window consumed within this long counts as bulk traffic (see growWindow). */
-const GROW_WITHIN_MS = 250;
-
-/** After the peer closed, how long the local reader may take nothing of what is left before the connection is dropped. */
-const LINGER_IDLE_MS = 30_000;
+/** How long a connection whose local end went away may make no progress sending what that end left before it is dropped. */
+export const FLUSH_IDLE_MS = 10_000;
 
 /** What a connection needs from its tunnel. */
-export interface ConnectionHost {
-  /** True while the transport accepts more bulk data. */
-  readonly writable: boolean;
-  sendData(connectID: number, data: Uint8Array): void;
-  sendWindow(connectID: number, increment: number): void;
-  /** Takes `bytes` of window growth from the tunnel's budget; false when it is spent. */
-  reserveWindowGrowth(bytes: number): boolean;
-  /** Returns window growth to the budget (the connection closed). */
-  releaseWindowGrowth(bytes: number): void;
+export interface ConnectionHost extends SendHost, InboundFlowHost {
   sendHalfClose(connectID: number): void;
   /** Tells the peer the connection is gone (CLOSE_REQ or CLOSE_RSP by role). */
   sendClose(connectID: number, role: ConnectionRole, reason: string): void;
-  /**
-   * Asks the tunnel to stop (true) or resume (false) reading its stream on
-   * behalf of this connection, for peers without per-connection windows.
-   */
-  holdInbound(connectID: number, hold: boolean): void;
-  /** Bytes buffered for this connection's local reader changed by `delta` (peers without windows). */
-  noteUnflowedBytes(delta: number): void;
-  /** Calls `resume` once when the transport drains. */
-  whenWritable(resume: () => void): void;
+  /** The connection closed: it leaves the tunnel's table. */
   forget(connectID: number): void;
 }
 
 /** Whether we asked for this connection (dialer) or performed the dial (performer). */
 export type ConnectionRole = 'dialer' | 'performer';
 
+/**
+ * 'open': bytes flow both ways. 'local-ended': our FIN went out
+ * (KANAL_HALF_CLOSE), the peer's bytes still come. 'peer-ended': the peer's
+ * FIN came, ours still go. 'closed': out of the tunnel's table; nothing moves
+ * any more (what the local end holds may still reach its reader).
+ */
+export type ConnectionState = 'open' | 'local-ended' | 'peer-ended' | 'closed';
+
+/** The transitions transition() allows: both FINs, or any close, lead to 'closed'. */
+const NEXT_STATES: Readonly<Record<ConnectionState, readonly ConnectionState[]>> = {
+  open: ['local-ended', 'peer-ended', 'closed'],
+  'local-ended': ['closed'],
+  'peer-ended': ['closed'],
+  closed: [],
+};
+
 export interface ConnectionOptions {
   connectID: number;
   dialID: bigint;
   address: string;
   role: ConnectionRole;
-  flowControl: boolean;
-  halfClose: boolean;
+  rules: ConnectionRules;
   limits: TunnelLimits;
   log: Logger;
 }
 
-interface PendingWrite {
-  chunk: Buffer;
-  offset: number;
-  callback: (error?: Error | null) => void;
-}
-
-export class TunnelConnection extends Duplex {
+export class TunnelConnection {
   readonly connectID: number;
   readonly dialID: bigint;
   readonly address: string;
   readonly role: ConnectionRole;
   readonly log: Logger;
+  /** Bytes received from the peer. */
   bytesIn = 0;
-  bytesOut = 0;
 
-  private sendWindow: number;
-  /** Receive window granted to the peer; grows from windowBytes to maxWindowBytes. */
-  private recvWindow: number;
-  private pushedBytes = 0;
-  private grantedBytes = 0;
-  /** Start of the current growth measurement: bytes consumed and when. */
-  private epochConsumed = 0;
-  private epochStartedAt = performance.now();
-  /** The one write being sent; the Writable holds further ones for writers that obey back-pressure (pipe does). */
-  private pendingWrite: PendingWrite | null = null;
-  private halfCloseSent = false;
-  private halfCloseReceived = false;
-  /** Set when the peer already forgot the connection: send nothing more. */
-  private peerGone = false;
-  private lingerTimer: NodeJS.Timeout | null = null;
-  /** True while this connection holds its tunnel's stream paused. */
-  private holding = false;
-  /** Without flow control: the buffered bytes last reported to the host (noteUnflowedBytes). */
-  private reportedUnflowed = 0;
-  private readonly resumeSend = (): void => this.pump();
-  /**
-   * Where inbound bytes go when delivered directly (deliverTo), else null.
-   * What it (or our readable side) holds is bounded by the receive window,
-   * or without flow control by unflowedBufferBytes (then the stream pauses).
-   */
-  private sink: Writable | null = null;
-  private sinkCorked = false;
+  /** Changes only in transition(), along NEXT_STATES. */
+  private current: ConnectionState = 'open';
+  /** Where the peer's bytes go: an EarlyEnd until attach(), then the socket or the relay partner. */
+  private local: LocalEnd = new EarlyEnd();
+  /** Our bytes for the peer; stopped (empty) once closed. */
+  private readonly sender: ConnectionSendQueue;
+  /** Holds the peer's bytes back for a slow local reader: credit, or a stream pause. */
+  private readonly inbound: InboundFlow;
+  /** The local end sent its FIN; ours goes out once the send queue is empty. Only while open or peer-ended. */
+  private finPending = false;
+  /** The local end went away cleanly: close once the send queue is empty and the FIN is out, unless flushTimer sees no progress. */
+  private closeWhenSent = false;
+  private flushTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly host: ConnectionHost,
     private readonly opts: ConnectionOptions,
   ) {
-    super({
-      allowHalfOpen: true,
-      // Below windowBytes/2 so _read runs (and grants credit) before the
-      // window is exhausted.
-      readableHighWaterMark: Math.min(64 * 1024, opts.limits.windowBytes / 4),
-      writableHighWaterMark: 64 * 1024,
-    });
     this.connectID = opts.connectID;
     this.dialID = opts.dialID;
     this.address = opts.address;
     this.role = opts.role;
     this.log = opts.log;
-    this.sendWindow = opts.flowControl ? opts.limits.windowBytes : Number.POSITIVE_INFINITY;
-    this.recvWindow = opts.limits.windowBytes;
+    this.sender = new ConnectionSendQueue(host, opts.connectID, opts.rules.sendWindow, opts.limits.maxDataBytes, this.onSendProgress);
+    this.inbound = opts.rules.inboundFlow(host, opts.connectID);
+  }
+
+  get limits(): TunnelLimits {
+    return this.opts.limits;
+  }
+
+  get state(): ConnectionState {
+    return this.current;
+  }
+
+  /** Bytes sent to the peer. */
+  get bytesOut(): number {
+    return this.sender.sent;
+  }
+
+  /** True when the local end may hand over more bytes (else it waits for its sendProgress()). */
+  get ready(): boolean {
+    return this.sender.idle;
+  }
+
+  /** Bytes handed over by the local end and not sent yet. */
+  get queuedBytes(): number {
+    return this.sender.queuedBytes;
+  }
+
+  /** Joins the local end; what arrived before goes to it first. Once. */
+  attach(end: LocalEnd): void {
+    const early = this.local;
+    this.local = end;
+    if (early instanceof EarlyEnd) early.replayInto(end);
+  }
+
+  // ---------- from the local end ----------
+
+  /** Sends `chunk` to the peer. False: hand over nothing more until `ready` (sendProgress tells). */
+  send(chunk: Buffer): boolean {
+    // After our FIN or the close, bytes have nowhere to go: dropped, the close is under way.
+    if (this.current === 'closed' || this.current === 'local-ended' || this.finPending) return true;
+    return this.sender.push(chunk);
+  }
+
+  /** The local end sent its FIN. */
+  end(): void {
+    if (this.current === 'closed' || this.current === 'local-ended' || this.finPending) return;
+    this.finPending = true;
+    this.sendFinWhenSent();
+  }
+
+  /** The local reader took bytes: credit goes back to the peer, or a hold is released. */
+  taken(): void {
+    if (this.current === 'closed') return;
+    this.inbound.taken(this.local.undeliveredBytes);
+  }
+
+  /** The local end went away cleanly: what it handed over is still sent (bounded by FLUSH_IDLE_MS without progress), then the connection closes. */
+  finish(): void {
+    if (this.current === 'closed' || this.closeWhenSent) return;
+    this.end();
+    if (this.sender.queuedBytes === 0 && !this.finPending) {
+      this.close();
+      return;
+    }
+    this.closeWhenSent = true;
+    let left = this.sender.queuedBytes;
+    this.flushTimer = setInterval(() => {
+      if (this.sender.queuedBytes < left) left = this.sender.queuedBytes;
+      else this.close(); // stalled, not slow
+    }, FLUSH_IDLE_MS);
+    this.flushTimer.unref();
+  }
+
+  /** Closes the connection now: the peer is told (with `error` as the reason when it failed), the local end drops what it holds. */
+  close(error?: Error): void {
+    this.shut(error, 'abort', true);
   }
 
   // ---------- packets from the peer (called by the tunnel) ----------
 
   receiveData(data: Uint8Array): void {
-    if (this.destroyed) return;
-    if (this.halfCloseReceived || this.peerGone) {
-      this.destroy(new Error('peer sent DATA after closing its side'));
+    if (this.current === 'closed') return;
+    if (this.current === 'peer-ended') {
+      this.close(new Error('peer sent DATA after closing its side'));
       return;
     }
     this.bytesIn += data.length;
     noteBytesMoved(data.length);
-    this.pushedBytes += data.length;
-    const buffered = this.pushedBytes - this.grantedBytes;
-    if (this.opts.flowControl) {
-      if (buffered > this.recvWindow) {
-        const reason = `peer overran the flow-control window (${buffered} > ${this.recvWindow} bytes)`;
-        this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${reason}`);
-        this.destroy(new Error(reason));
-        return;
-      }
+    const fault = this.inbound.received(data.length);
+    if (fault) {
+      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
+      this.close(new Error(fault));
+      return;
     }
-    const chunk = Buffer.from(data.buffer, data.byteOffset, data.length);
-    if (this.sink) this.writeToSink(this.sink, chunk);
-    else this.push(chunk);
-    if (!this.opts.flowControl) this.boundUnflowed();
-  }
-
-  /** Received bytes the local reader has not taken yet: our readable buffer, or the sink's write buffer. */
-  private queuedBytes(): number {
-    return this.sink ? this.sink.writableLength : this.readableLength;
-  }
-
-  /**
-   * Without flow control only pausing the stream stops the peer (#12): at
-   * unflowedBufferBytes buffered for this reader the tunnel stops reading,
-   * and resumes once the reader took half of them. Every byte is delivered,
-   * however slow the reader; the other connections on the stream wait
-   * meanwhile, as they do with upstream.
-   */
-  private boundUnflowed(): void {
-    const queued = this.destroyed ? 0 : this.queuedBytes();
-    if (queued !== this.reportedUnflowed) {
-      this.host.noteUnflowedBytes(queued - this.reportedUnflowed);
-      this.reportedUnflowed = queued;
-    }
-    const limit = this.opts.limits.unflowedBufferBytes;
-    if (!this.holding && queued >= limit) {
-      this.holding = true;
-      this.host.holdInbound(this.connectID, true);
-    } else if (this.holding && queued < limit / 2) {
-      this.holding = false;
-      this.host.holdInbound(this.connectID, false);
-    }
-  }
-
-  /** The local reader took bytes: release a hold, return credit to the peer. */
-  private consumed(): void {
-    this.lingerTimer?.refresh();
-    if (!this.opts.flowControl) this.boundUnflowed();
-    else if (!this.peerGone) this.grantCredit(this.pushedBytes - this.queuedBytes());
-  }
-
-  /**
-   * Delivers inbound bytes straight into `sink` (the socket or tunnelled
-   * connection this one is spliced to) instead of through the readable side and
-   * pipe(): the readable side then only carries the end of the stream.
-   * Writes made in one turn of the event loop (a TLS read holds several
-   * HTTP/2 frames) reach the socket as one writev, and credit is granted as
-   * the socket's own buffer empties, so the window bounds what the socket
-   * holds just as it bounded our readable buffer.
-   */
-  deliverTo(sink: Writable): void {
-    // Bytes that arrived before the splice go first.
-    for (let c = this.read() as Buffer | null; c !== null; c = this.read() as Buffer | null) sink.write(c);
-    this.sink = sink;
-    // A pipe in all but name: tell the sink who feeds it, as pipe() does.
-    sink.emit('pipe', this);
-    this.on('end', () => sink.end()); // 'end' comes once; on() is lighter than once()
-    this.resume(); // flowing, so 'end' is emitted once the peer's end is pushed
-  }
-
-  private writeToSink(sink: Writable, chunk: Buffer): void {
-    if (sink.destroyed) return; // the splice is closing this connection
-    if (!this.sinkCorked) {
-      this.sinkCorked = true;
-      sink.cork();
-      setImmediate(this.uncorkSink);
-    }
-    sink.write(chunk, this.onSinkWritten);
-  }
-
-  private readonly uncorkSink = (): void => {
-    this.sinkCorked = false;
-    this.sink?.uncork();
-  };
-
-  /** A write to the sink completed: what left its buffer is consumed. */
-  private readonly onSinkWritten = (): void => {
-    if (this.sink && !this.destroyed) this.consumed();
-  };
-
-  /**
-   * Grants the peer credit for bytes consumed so far. Batching credit keeps
-   * WINDOW packets rare; it cannot deadlock because a blocked sender means
-   * window-sized credit is owed, well over a quarter.
-   */
-  private grantCredit(consumed: number): void {
-    const grant = consumed - this.grantedBytes;
-    if (grant >= this.recvWindow / 4) {
-      this.grantedBytes = consumed;
-      this.host.sendWindow(this.connectID, grant + this.growWindow(consumed));
-    }
-  }
-
-  /**
-   * Receive-window auto-tuning, as TCP does it, within a bound: a connection
-   * that consumed a whole window within GROW_WITHIN_MS while its reader kept
-   * up (little queued here) is held back by credit round trips, not by its
-   * reader, so its window doubles, up to maxWindowBytes. Returns the extra
-   * credit to grant. Memory stays bounded by maxWindowBytes per connection and
-   * by the tunnel's growth budget; a connection whose reader stalls keeps the
-   * window it has.
-   */
-  private growWindow(consumed: number): number {
-    if (consumed - this.epochConsumed < this.recvWindow) return 0;
-    const now = performance.now();
-    const bulk = now - this.epochStartedAt <= GROW_WITHIN_MS;
-    this.epochConsumed = consumed;
-    this.epochStartedAt = now;
-    const max = this.opts.limits.maxWindowBytes;
-    const readerKeepsUp = this.pushedBytes - consumed <= this.recvWindow / 4;
-    if (!bulk || !readerKeepsUp || this.recvWindow >= max) return 0;
-    const extra = Math.min(this.recvWindow, max - this.recvWindow);
-    if (!this.host.reserveWindowGrowth(extra)) return 0;
-    this.recvWindow += extra;
-    return extra;
+    this.local.deliver(Buffer.from(data.buffer, data.byteOffset, data.length));
+    // The delivery may have closed the connection (a relay partner closing at once); `state` escapes TS's narrowing.
+    if (this.state !== 'closed') this.inbound.delivered(this.local.undeliveredBytes);
   }
 
   receiveWindow(increment: number): void {
-    if (!this.opts.flowControl || this.destroyed) return;
-    this.sendWindow += increment;
-    this.pump();
+    if (this.current === 'closed' || !this.opts.rules.flowControl) return;
+    this.sender.credit(increment);
   }
 
   receiveHalfClose(): void {
-    if (this.halfCloseReceived || this.destroyed) return;
-    this.halfCloseReceived = true;
-    this.push(null);
+    if (this.current === 'closed' || this.current === 'peer-ended') return;
+    // The state changes before the local end hears of it: a relay partner may answer at once.
+    const bothEnded = this.current === 'local-ended';
+    if (!bothEnded) this.transition('peer-ended');
+    this.local.peerEnded();
+    // Both FINs passed: nothing more to tell the peer.
+    if (bothEnded) this.shut(undefined, 'flush', false);
   }
 
-  /**
-   * The peer closed the connection (CLOSE_REQ/CLOSE_RSP/DIAL_CLS). What it
-   * sent before is still delivered; nothing more goes out.
-   */
+  /** The peer closed the connection (CLOSE_REQ/CLOSE_RSP/DIAL_CLS): what it sent before still reaches the local reader unless it failed. */
   receiveClose(error: string): void {
-    if (this.destroyed) return;
-    this.peerGone = true;
-    if (error) {
-      this.destroy(new Error(`closed by peer: ${error}`));
-      return;
-    }
-    if (this.pendingWrite) {
-      const w = this.pendingWrite;
-      this.pendingWrite = null;
-      w.callback();
-    }
-    if (!this.halfCloseReceived) {
-      this.halfCloseReceived = true;
-      this.push(null);
-    }
-    if (this.readableEnded) {
-      this.destroy();
-      return;
-    }
-    this.once('end', () => this.destroy());
-    // A reader that stops taking what is left must not pin the connection
-    // forever; one that takes it slowly keeps it (consumed() refreshes).
-    this.lingerTimer = setTimeout(() => this.destroy(), LINGER_IDLE_MS);
-    this.lingerTimer.unref();
+    if (error) this.shut(new Error(`closed by peer: ${error}`), 'abort', false);
+    else this.shut(undefined, 'flush', false);
   }
 
   /** The tunnel died: nothing can be sent or received any more. */
   abandon(error: Error): void {
-    this.peerGone = true;
-    this.destroy(error);
+    this.shut(error, 'abort', false);
   }
 
-  // ---------- Duplex implementation ----------
+  // ---------- state ----------
 
-  override _read(): void {
-    // With a sink, consumption is tracked by onSinkWritten.
-    if (!this.sink) this.consumed();
+  private transition(next: ConnectionState): void {
+    if (!NEXT_STATES[this.current].includes(next)) throw new Error(`connection ${this.connectID}: no transition from ${this.current} to ${next}`);
+    this.current = next;
   }
 
-  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
-    if (this.peerGone) {
-      // The peer forgot this connection; drop quietly, the close is under way.
-      callback();
+  /** Sends our FIN once everything before it is sent. */
+  private sendFinWhenSent(): void {
+    // Also reached after the local end's sendProgress(), which may have closed the connection.
+    if (!this.finPending || this.sender.queuedBytes > 0 || this.current === 'closed') return;
+    this.finPending = false;
+    if (!this.opts.rules.halfClose) {
+      // Plain Konnectivity has no half-close: a FIN closes the whole connection.
+      this.close();
       return;
     }
-    noteBytesMoved(chunk.length);
-    this.pendingWrite = { chunk, offset: 0, callback };
-    this.pump();
-  }
-
-  override _final(callback: (error?: Error | null) => void): void {
-    if (this.peerGone) {
-      callback();
-      return;
-    }
-    if (this.opts.halfClose) {
-      this.halfCloseSent = true;
+    if (this.current === 'peer-ended') {
       this.host.sendHalfClose(this.connectID);
-      callback();
-      return;
+      this.shut(undefined, 'flush', false);
+    } else {
+      this.transition('local-ended');
+      this.host.sendHalfClose(this.connectID);
     }
-    // Plain Konnectivity has no half-close: a FIN closes the whole connection.
-    callback();
-    this.destroy();
   }
 
-  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
-    if (this.lingerTimer) clearTimeout(this.lingerTimer);
-    const grown = this.recvWindow - this.opts.limits.windowBytes;
-    if (grown > 0) this.host.releaseWindowGrowth(grown);
-    if (!this.opts.flowControl) this.boundUnflowed(); // releases the hold and the buffered bytes
-    const completed = this.halfCloseSent && this.halfCloseReceived;
-    if (!this.peerGone && !completed) {
-      this.host.sendClose(this.connectID, this.role, error?.message ?? '');
-    }
+  private readonly onSendProgress = (): void => {
+    if (this.current === 'closed') return;
+    this.local.sendProgress();
+    this.sendFinWhenSent();
+    if (this.closeWhenSent && !this.finPending && this.sender.queuedBytes === 0) this.close();
+  };
+
+  /** The one way to 'closed': releases what the connection holds, tells the peer when `tellPeer`, and closes the local end. */
+  private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean): void {
+    if (this.current === 'closed') return;
+    this.transition('closed');
+    clearInterval(this.flushTimer);
+    this.sender.stop();
+    this.inbound.release();
+    if (tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
     this.host.forget(this.connectID);
-    const w = this.pendingWrite;
-    this.pendingWrite = null;
-    if (w) w.callback(error ?? new Error('connection closed'));
     if (error) this.log.debug({ connectID: this.connectID, dialID: String(this.dialID), err: error.message }, 'connection closed with error');
-    callback(error);
-  }
-
-  /** Sends as much of the pending write as window and transport allow. */
-  private pump(): void {
-    const w = this.pendingWrite;
-    if (!w || this.destroyed) return;
-    const max = this.opts.limits.maxDataBytes;
-    while (w.offset < w.chunk.length) {
-      if (!this.host.writable) {
-        this.host.whenWritable(this.resumeSend);
-        return;
-      }
-      const n = Math.min(w.chunk.length - w.offset, max, this.sendWindow);
-      if (n <= 0) return; // wait for KANAL_WINDOW
-      const slice = w.chunk.subarray(w.offset, w.offset + n);
-      w.offset += n;
-      this.sendWindow -= n;
-      this.bytesOut += n;
-      this.host.sendData(this.connectID, slice);
-    }
-    if (!this.host.writable) {
-      // Hold the write callback until the transport drains: back-pressure.
-      this.host.whenWritable(this.resumeSend);
-      return;
-    }
-    this.pendingWrite = null;
-    w.callback();
+    this.local.connectionClosed(local, error);
   }
 }

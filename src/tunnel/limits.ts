@@ -9,7 +9,7 @@ export interface TunnelLimits {
   /**
    * What that window may grow to for a connection whose reader keeps up at a
    * high rate, so credit round trips do not limit bulk transfers (see
-   * TunnelConnection.growWindow). A reader that falls behind never grows it.
+   * ReceiveWindow in receive-window.ts). A reader that falls behind never grows it.
    */
   maxWindowBytes: number;
   /**

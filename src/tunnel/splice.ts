@@ -1,54 +1,163 @@
 /**
- * Joins two byte streams (a local socket and a tunnelled connection, or two
- * tunnelled connections) in both directions. pipe() carries back-pressure
- * and turns one side's end into the other's end (half-close); the rest here
- * makes sure an error or close on either side releases both. Bytes coming
- * out of a tunnelled connection skip pipe() (see deliverTo): that is the
- * bulk receive path.
+ * Joins a tunnelled connection to its local end: a socket (any Duplex), or
+ * another tunnelled connection (the server relaying a frontend stream's
+ * connection to an agent's). No pipe() and no closure per packet: the
+ * socket's 'data' goes to TunnelConnection.send, which says when to pause;
+ * the peer's bytes go to socket.write, whose callbacks return credit; FIN and
+ * close take one listener each.
  */
 import type { Duplex } from 'node:stream';
-import { TunnelConnection } from './connection.js';
+import { FLUSH_IDLE_MS, TunnelConnection } from './connection.js';
+import type { LocalClose, LocalEnd } from './local-end.js';
 
-/** How long a side may make no progress flushing after its partner is gone. */
-const FLUSH_IDLE_MS = 10_000;
-
-export function splice(a: Duplex, b: Duplex): void {
-  forward(a, b);
-  forward(b, a);
-  const failures = new Map<Duplex, Error>();
-  a.on('error', (err: Error) => failures.set(a, err));
-  b.on('error', (err: Error) => failures.set(b, err));
-  const follow = (gone: Duplex, other: Duplex): void => {
-    // 'close' comes once: on() spares the once() wrapper (≈ 120 B per listener, per connection).
-    gone.on('close', () => {
-      if (other.destroyed) return;
-      const err = failures.get(gone);
-      if (err || !gone.readableEnded) {
-        // Abrupt: the partner cannot be finished cleanly.
-        other.destroy(err);
-        return;
-      }
-      // Clean: let what is queued flush, however slowly (#12), then release the partner.
-      if (other.writableFinished) {
-        other.destroy();
-        return;
-      }
-      let left = other.writableLength;
-      const timer = setInterval(() => {
-        if (other.writableLength < left) left = other.writableLength;
-        else other.destroy(); // stalled, not slow
-      }, FLUSH_IDLE_MS);
-      timer.unref();
-      other.once('finish', () => other.destroy());
-      other.once('close', () => clearInterval(timer));
-      other.end();
-    });
-  };
-  follow(a, b);
-  follow(b, a);
+export function splice(endpoint: Duplex | TunnelConnection, conn: TunnelConnection): void {
+  if (endpoint instanceof TunnelConnection) {
+    conn.attach(new PartnerEnd(endpoint));
+    endpoint.attach(new PartnerEnd(conn));
+  } else {
+    new SocketEnd(endpoint, conn);
+  }
 }
 
-function forward(from: Duplex, to: Duplex): void {
-  if (from instanceof TunnelConnection) from.deliverTo(to);
-  else from.pipe(to);
+/** A socket as a connection's local end; it lives as long as its listeners on the socket. */
+class SocketEnd implements LocalEnd {
+  /** True while the socket is paused because the connection is not ready for more. */
+  private paused = false;
+  /** True while writes to the socket are corked until the next turn (one writev per TLS read's worth of DATA). */
+  private corked = false;
+  /** The socket's error, if it failed: its close is then abrupt. */
+  private failure: Error | undefined;
+  /** After the connection closed cleanly: cuts a socket whose reader takes nothing for FLUSH_IDLE_MS. */
+  private flushTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly socket: Duplex,
+    private readonly conn: TunnelConnection,
+  ) {
+    socket.on('data', this.onData);
+    socket.on('end', this.onEnd);
+    socket.on('error', this.onError);
+    socket.on('close', this.onClose);
+    conn.attach(this);
+    // A socket that closed before the splice never emits 'close' again.
+    if (socket.closed) {
+      this.onClose();
+      return;
+    }
+    // Paused only behind queued bytes (their send is under way and reports progress); a full
+    // transport alone is found by the first send, which then waits for its drain.
+    if (conn.queuedBytes === 0) {
+      socket.resume();
+    } else {
+      this.paused = true;
+      socket.pause();
+    }
+  }
+
+  // ---------- the socket's bytes for the peer ----------
+
+  private readonly onData = (chunk: Buffer): void => {
+    if (!this.conn.send(chunk) && !this.paused) {
+      this.paused = true;
+      this.socket.pause();
+    }
+  };
+
+  sendProgress(): void {
+    if (this.paused && this.conn.ready) {
+      this.paused = false;
+      this.socket.resume();
+    }
+  }
+
+  private readonly onEnd = (): void => this.conn.end();
+
+  private readonly onError = (err: Error): void => {
+    this.failure = err;
+  };
+
+  private readonly onClose = (): void => {
+    clearInterval(this.flushTimer);
+    // Abrupt (error, or closed before its FIN): the connection cannot finish cleanly.
+    if (this.failure || !this.socket.readableEnded) this.conn.close(this.failure);
+    else this.conn.finish();
+  };
+
+  // ---------- the peer's bytes for the socket ----------
+
+  deliver(chunk: Buffer): void {
+    const s = this.socket;
+    if (s.destroyed) return; // the close is under way
+    if (!this.corked) {
+      this.corked = true;
+      s.cork();
+      setImmediate(this.uncork);
+    }
+    s.write(chunk, this.onWritten);
+  }
+
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.socket.uncork();
+  };
+
+  /** A write left the socket's buffer: its reader took it. */
+  private readonly onWritten = (): void => this.conn.taken();
+
+  get undeliveredBytes(): number {
+    return this.socket.writableLength;
+  }
+
+  peerEnded(): void {
+    this.socket.end();
+  }
+
+  connectionClosed(how: LocalClose, error?: Error): void {
+    const s = this.socket;
+    if (how === 'abort' || s.destroyed) {
+      s.destroy(error);
+      return;
+    }
+    if (s.writableFinished) {
+      s.destroy();
+      return;
+    }
+    // Let what is queued flush, however slowly (#12), then release the socket; a stalled reader is cut.
+    let left = s.writableLength;
+    this.flushTimer = setInterval(() => {
+      if (s.writableLength < left) left = s.writableLength;
+      else s.destroy();
+    }, FLUSH_IDLE_MS);
+    this.flushTimer.unref();
+    s.once('finish', () => s.destroy());
+    s.end();
+  }
+}
+
+/** A relay partner as a connection's local end: the peer's bytes are sent on by the partner. */
+class PartnerEnd implements LocalEnd {
+  constructor(private readonly partner: TunnelConnection) {}
+
+  deliver(chunk: Buffer): void {
+    // The partner's queue is bounded by our receive window (or hold): its answer is not needed.
+    this.partner.send(chunk);
+  }
+
+  get undeliveredBytes(): number {
+    return this.partner.queuedBytes;
+  }
+
+  peerEnded(): void {
+    this.partner.end();
+  }
+
+  connectionClosed(how: LocalClose, error?: Error): void {
+    if (how === 'flush') this.partner.finish();
+    else this.partner.close(error);
+  }
+
+  /** The partner sent bytes it took from us: credit for them. */
+  sendProgress(): void {
+    this.partner.taken();
+  }
 }

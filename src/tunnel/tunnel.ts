@@ -10,11 +10,13 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { PacketStream } from '../transport/packet-stream.js';
 import { PacketType, type Packet } from '../wire/packet.js';
-import { Feature, type FeatureSet } from '../wire/features.js';
+import type { FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import { DialError, TunnelClosedError } from './errors.js';
 import { resolveLimits, type TunnelLimitName, type TunnelLimits } from './limits.js';
 import { ReadPause } from './read-pause.js';
+import { WindowGrowthBudget } from './receive-window.js';
+import { connectionRules, type ConnectionRules } from './connection-rules.js';
 import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
@@ -34,8 +36,8 @@ export interface InboundDial {
   signal: CancelSignal;
 }
 
-/** Performs a dial for the peer and returns the connected stream, or throws DialError/Error. */
-export type DialHandler = (dial: InboundDial) => Promise<Duplex>;
+/** Performs a dial for the peer and returns the connected socket (or, relaying, a connection of another tunnel), or throws DialError/Error. */
+export type DialHandler = (dial: InboundDial) => Promise<Duplex | TunnelConnection>;
 
 export interface TunnelOptions {
   /** 'agent' assigns odd connectIDs, 'server' even ones. */
@@ -115,7 +117,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private unflowedBytes = 0;
   /** connectIDs recently closed or answered as unknown: late packets for them are dropped quietly. */
   private readonly recentlyGone = new RecentIds(1024);
-  private windowGrowth = 0;
+  /** Window growth its connections hold (limits.windowGrowthBudgetBytes). */
+  readonly windowGrowth: WindowGrowthBudget;
+  /** What the negotiated features make of every connection of this tunnel (flow control, half-close). */
+  private readonly rules: ConnectionRules;
 
   constructor(
     readonly stream: PacketStream,
@@ -124,6 +129,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     super();
     this.features = opts.features;
     this.limits = resolveLimits(opts.limits);
+    this.windowGrowth = new WindowGrowthBudget(this.limits.windowGrowthBudgetBytes);
+    this.rules = connectionRules(opts.features, this.limits);
     this.log = opts.log;
     this.nextConnectID = opts.side === 'agent' ? 1 : 2;
     this.dialHandler = opts.dialHandler;
@@ -131,8 +138,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.readPause = new ReadPause(stream);
     // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
     stream.acceptDataInPieces?.();
-    // Without per-connection windows, a slow reader pauses the whole stream (#12).
-    if (!opts.features.has(Feature.Window)) stream.limitReceiveWindow?.(this.limits.unflowedReceiveWindowBytes);
+    this.rules.configureStream(stream);
     stream.on('packet', (p) => this.onPacket(p));
     stream.on('invalid', (reason) => this.noise.warn('invalid', { reason }, 'ignoring malformed packet from peer'));
     stream.on('drain', () => this.onTransportDrain());
@@ -162,12 +168,17 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       connections: this.connections.size,
       pendingDials: this.pendingDials.size,
       inboundDials: this.inboundDials.size,
-      windowGrowthBytes: this.windowGrowth,
+      windowGrowthBytes: this.windowGrowth.held,
       readPaused: this.readPaused,
     };
   }
 
-  /** Opens a connection to `address` on the far side of the tunnel. */
+  /** The open connection with `connectID`, if any (diagnostics, tests). */
+  connection(connectID: number): TunnelConnection | undefined {
+    return this.connections.get(connectID);
+  }
+
+  /** Opens a connection to `address` on the far side of the tunnel; join it to a socket with splice(), or read it as a ConnectionStream. */
   dial(address: string, opts: DialOptions): Promise<TunnelConnection> {
     if (this.closed) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
     const refusal =
@@ -237,16 +248,6 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     else this.send({ type: PacketType.CLOSE_RSP, connectID, error: reason });
   }
 
-  reserveWindowGrowth(bytes: number): boolean {
-    if (this.windowGrowth + bytes > this.limits.windowGrowthBudgetBytes) return false;
-    this.windowGrowth += bytes;
-    return true;
-  }
-
-  releaseWindowGrowth(bytes: number): void {
-    this.windowGrowth -= bytes;
-  }
-
   holdInbound(connectID: number, hold: boolean): void {
     if (!hold) this.readPause.release(connectID);
     else if (this.readPause.hold(connectID)) this.opts.onLimit?.('unflowedBufferBytes');
@@ -269,7 +270,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   forget(connectID: number): void {
     const conn = this.connections.get(connectID);
-    if (conn && conn.destroyed) {
+    if (conn && conn.state === 'closed') {
       this.connections.delete(connectID);
       if (conn.role === 'dialer') this.dialerConnections--;
       else this.performerConnections--;
@@ -457,7 +458,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       (endpoint) => {
         this.inboundDials.delete(dialID);
         if (abort.aborted || this.closed) {
-          endpoint.destroy();
+          if (endpoint instanceof TunnelConnection) endpoint.close();
+          else endpoint.destroy();
           return;
         }
         const connectID = this.allocateConnectID();
@@ -503,8 +505,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       dialID,
       address,
       role,
-      flowControl: this.features.has(Feature.Window),
-      halfClose: this.features.has(Feature.HalfClose),
+      rules: this.rules,
       limits: this.limits,
       log: this.log,
     });

@@ -320,8 +320,6 @@ export interface Sink extends Duplex {
   readonly accepted: number;
   /** sha256 of the accepted bytes so far. */
   digest(): string;
-  /** The stream piped into this sink (the TunnelConnection, when used as a dial endpoint). */
-  readonly source: Duplex | undefined;
   /** Starts accepting bytes (completes the held write). */
   release(): void;
   /** Stops accepting: the next write is held until release(). */
@@ -339,7 +337,6 @@ export function sinkEndpoint(opts: { stalled?: boolean; highWaterMark?: number }
   let stalled = opts.stalled ?? false;
   let held: { chunk: Buffer; callback: () => void } | null = null;
   let accepted = 0;
-  let source: Duplex | undefined;
   const hash = createHash('sha256');
   const accept = (chunk: Buffer): void => {
     accepted += chunk.length;
@@ -362,11 +359,9 @@ export function sinkEndpoint(opts: { stalled?: boolean; highWaterMark?: number }
       callback();
     },
   });
-  d.on('pipe', (src: Duplex) => (source = src));
   // defineProperties, not Object.assign: the getters must stay live.
   Object.defineProperties(d, {
     accepted: { get: () => accepted },
-    source: { get: () => source },
     digest: { value: () => hash.copy().digest('hex') },
     release: {
       value: (): void => {

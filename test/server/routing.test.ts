@@ -9,6 +9,7 @@ import type { KanalServer } from '../../src/server/server.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
 import { NO_FEATURES } from '../../src/wire/features.js';
 import { echoRoundTrip, grpcFrontendClient, httpConnect, makeEnv, startAgent, startEchoServer, startServer, waitFor, type ConnectReply, type TestEnv } from '../helpers/in-process.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 /** Which agent the server logged as carrying the dial to `address`, and by which strategy. */
 function carriedBy(lines: ReadonlyArray<Record<string, unknown>>, address: string): Array<{ agentID: unknown; strategy: unknown }> {
@@ -64,7 +65,7 @@ test('destHost routes by host name, ipv4, ipv6 and cidr; what no agent announces
 
   // The gRPC frontend (the kube-apiserver's konnectivity client) routes the same way.
   const client = await grpcFrontendClient(t, env.udsPath, NO_FEATURES);
-  const viaGrpc = await client.tunnel.dial(nodeB.address, { timeoutMs: 5000 });
+  const viaGrpc = await dialStream(client.tunnel, nodeB.address, { timeoutMs: 5000 });
   t.is(await echoRoundTrip(viaGrpc, 'grpc'), 'grpc');
   viaGrpc.destroy();
   t.is(carriedBy(logs.lines, nodeB.address).length, 5);
@@ -138,7 +139,7 @@ test('destHost prefers an agent of the destination that is not draining, and fal
   await startAgent(t, env, server.agentPort, { agentID: 'elsewhere', identifiers: '' });
   await waitFor(() => server.registry.size === 3, 'three agents');
   // zone-b-1 keeps a connection (node -> control plane) open, so its stop waits after DRAIN.
-  const held = await leaving.agent.tunnels()[0]!.dial(echo.address, { timeoutMs: 5000 });
+  const held = await dialStream(leaving.agent.tunnels()[0]!, echo.address, { timeoutMs: 5000 });
   t.teardown(() => held.destroy());
   const stopping = leaving.stop(30_000);
   await waitFor(() => server.registry.list().find((b) => b.agentID === 'zone-b-1')?.tunnel.drainRequested === true, 'DRAIN seen');
@@ -166,7 +167,7 @@ test('among the agents a strategy allows, the least loaded gets the dial', async
   await waitFor(() => server.registry.size === 2, 'two agents');
   const backendOf = (id: string) => server.registry.list().find((b) => b.agentID === id)!;
   // Eight connections already open through `busy` (dialled by the server directly).
-  const held = await Promise.all(Array.from({ length: 8 }, () => backendOf('busy').tunnel.dial(echo.address, { timeoutMs: 5000 })));
+  const held = await Promise.all(Array.from({ length: 8 }, () => dialStream(backendOf('busy').tunnel, echo.address, { timeoutMs: 5000 })));
   t.teardown(() => held.forEach((c) => c.destroy()));
   const replies: ConnectReply[] = [];
   t.teardown(() => closeAll(replies));

@@ -26,6 +26,7 @@ import {
   startServer,
   waitFor,
 } from '../helpers/in-process.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 function serverIdle(server: KanalServer): boolean {
   const s = server.stats();
@@ -76,7 +77,7 @@ test('control plane -> node: HTTP CONNECT and gRPC frontend through the agent; t
   // The gRPC frontend, with Kanal features negotiated.
   const client = await grpcFrontendClient(t, env.udsPath, new Set([Feature.Window, Feature.HalfClose]));
   t.deepEqual([...client.tunnel.features].sort(), ['half-close', 'window']);
-  const conns = await Promise.all([1, 2, 3].map(() => client.tunnel.dial(echo.address, { timeoutMs: 5000 })));
+  const conns = await Promise.all([1, 2, 3].map(() => dialStream(client.tunnel, echo.address, { timeoutMs: 5000 })));
   for (const [i, c] of conns.entries()) t.is(await echoRoundTrip(c, `grpc ${i}`), `grpc ${i}`);
   t.is(server.stats().frontendStreams, 1);
   t.is(server.stats().frontendTunnels[0]!.connections, 3);
@@ -122,8 +123,8 @@ test('node -> control plane: the server dials allow-listed destinations only', a
   const tunnel = agent.tunnels()[0]!;
   t.true(tunnel.features.has(Feature.NodeDial));
 
-  const conn = await tunnel.dial(echo.address, { timeoutMs: 5000 });
-  t.is(conn.connectID % 2, 0, 'the server assigns even connectIDs');
+  const conn = await dialStream(tunnel, echo.address, { timeoutMs: 5000 });
+  t.is(conn.connection.connectID % 2, 0, 'the server assigns even connectIDs');
   t.is(await echoRoundTrip(conn, 'kubelet says hi'), 'kubelet says hi');
   t.is(server.stats().agentTunnels[0]!.connections, 1);
 
@@ -168,7 +169,7 @@ test('agent.stop(grace) sends DRAIN: the server prefers the other agent, and the
   const backendOf = (id: string) => server.registry.list().find((b) => b.agentID === id);
 
   // Keep one connection open through node-a (node -> CP) so its stop has to wait.
-  const held = await a1.agent.tunnels()[0]!.dial(echo.address, { timeoutMs: 5000 });
+  const held = await dialStream(a1.agent.tunnels()[0]!, echo.address, { timeoutMs: 5000 });
   t.is(await echoRoundTrip(held, 'held'), 'held');
 
   let stopped = false;
@@ -184,7 +185,7 @@ test('agent.stop(grace) sends DRAIN: the server prefers the other agent, and the
   t.is(backendOf('node-b')!.tunnel.stats().connections, 8);
   t.is(backendOf('node-a')!.tunnel.stats().connections, 1, 'only the held connection');
   // DRAIN means "prefer others": a draining agent still serves a dial it is asked for (#12 finding 2).
-  const direct = await backendOf('node-a')!.tunnel.dial(echo.address, { timeoutMs: 5000 });
+  const direct = await dialStream(backendOf('node-a')!.tunnel, echo.address, { timeoutMs: 5000 });
   t.is(await echoRoundTrip(direct, 'direct'), 'direct');
   await closeSocket(direct);
 
@@ -207,7 +208,7 @@ test('when only draining agents are left, the server still uses them', async (t)
   const { server } = await startServer(t, env, { allowedDestinations: [echo.address] });
   const a1 = await startAgent(t, env, server.agentPort, { agentID: 'only' });
   await waitFor(() => server.registry.size === 1 && a1.agent.tunnels().length === 1, 'agent');
-  const held = await a1.agent.tunnels()[0]!.dial(echo.address, { timeoutMs: 5000 });
+  const held = await dialStream(a1.agent.tunnels()[0]!, echo.address, { timeoutMs: 5000 });
   const stopping = a1.stop(30_000);
   await waitFor(() => server.registry.list()[0]!.tunnel.drainRequested, 'drain');
   t.is(pickedAgentID(server), 'only');
@@ -334,7 +335,7 @@ test('half-close end to end: a client FIN through HTTP CONNECT and the gRPC fron
 
   // gRPC frontend with the half-close feature.
   const client = await grpcFrontendClient(t, env.udsPath, new Set([Feature.Window, Feature.HalfClose]));
-  const conn = await client.tunnel.dial(echo.address, { timeoutMs: 5000 });
+  const conn = await dialStream(client.tunnel, echo.address, { timeoutMs: 5000 });
   const back = new Promise<number>((resolve, reject) => {
     let n = 0;
     conn.on('data', (c: Buffer) => (n += c.length));

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Tunnel, type DialHandler, type InboundDial } from '../../src/tunnel/tunnel.js';
 import { DialError } from '../../src/tunnel/errors.js';
 import type { TunnelLimits } from '../../src/tunnel/limits.js';
-import type { TunnelConnection } from '../../src/tunnel/connection.js';
+import type { ConnectionStream } from '../../src/tunnel/connection-stream.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
 import { ALL_FEATURES, NO_FEATURES } from '../../src/wire/features.js';
 import {
@@ -25,6 +25,7 @@ import {
   waitFor,
   type MemoryPacketStream,
 } from '../helpers/memory-stream.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 const echo: DialHandler = async () => new PassThrough();
 
@@ -92,22 +93,22 @@ test('either side dials and the other performs; agent assigns odd connectIDs, se
   t.teardown(() => pair.close());
 
   const n = 12;
-  const fromServer = Array.from({ length: n }, (_, i) => pair.server.dial(`pod-${i}:80`, { timeoutMs: 5000 }));
-  const fromAgent = Array.from({ length: n }, (_, i) => pair.agent.dial(`kas-${i}:6443`, { timeoutMs: 5000 }));
+  const fromServer = Array.from({ length: n }, (_, i) => dialStream(pair.server, `pod-${i}:80`, { timeoutMs: 5000 }));
+  const fromAgent = Array.from({ length: n }, (_, i) => dialStream(pair.agent, `kas-${i}:6443`, { timeoutMs: 5000 }));
   const serverConns = await Promise.all(fromServer);
   const agentConns = await Promise.all(fromAgent);
 
   // The agent performed the server's dials and assigned odd IDs; the server the agent's, even IDs.
-  for (const c of serverConns) t.is(c.connectID % 2, 1, `server-dialled connectID ${c.connectID}`);
-  for (const c of agentConns) t.is(c.connectID % 2, 0, `agent-dialled connectID ${c.connectID}`);
-  const ids = new Set([...serverConns, ...agentConns].map((c) => c.connectID));
+  for (const c of serverConns) t.is(c.connection.connectID % 2, 1, `server-dialled connectID ${c.connection.connectID}`);
+  for (const c of agentConns) t.is(c.connection.connectID % 2, 0, `agent-dialled connectID ${c.connection.connectID}`);
+  const ids = new Set([...serverConns, ...agentConns].map((c) => c.connection.connectID));
   t.is(ids.size, 2 * n, 'connectIDs of both directions never collide');
   t.is(pair.agent.stats().connections, 2 * n);
   t.is(pair.server.stats().connections, 2 * n);
 
   // The performer saw the address and the dial ID the dialer chose.
-  t.deepEqual(agentDials.map((d) => d.address).sort(), serverConns.map((c) => c.address).sort());
-  t.deepEqual(new Set(agentDials.map((d) => d.dialID)), new Set(serverConns.map((c) => c.dialID)));
+  t.deepEqual(agentDials.map((d) => d.address).sort(), serverConns.map((c) => c.connection.address).sort());
+  t.deepEqual(new Set(agentDials.map((d) => d.dialID)), new Set(serverConns.map((c) => c.connection.dialID)));
   t.true(agentDials.every((d) => d.protocol === 'tcp' && d.dialID > 0n));
   t.is(serverDials.length, n);
 
@@ -176,7 +177,7 @@ test('abort signal: DialError "cancelled" and DIAL_CLS; an already aborted signa
   const pair = tunnelPair({ features: ALL_FEATURES, serverDialHandler: hangingHandler(seen) });
   t.teardown(() => pair.close());
   const abort = new AbortController();
-  const dialing = pair.agent.dial('kas:6443', { timeoutMs: 5000, signal: abort.signal });
+  const dialing = dialStream(pair.agent, 'kas:6443', { timeoutMs: 5000, signal: abort.signal });
   await waitFor(() => seen.length === 1, 'performer started');
   t.is(pair.agent.stats().pendingDials, 1);
   t.is(pair.server.stats().inboundDials, 1);
@@ -203,7 +204,7 @@ test('a DIAL_RSP that arrives after the dial was cancelled is answered with CLOS
   t.teardown(() => tunnel.close());
   const abort = new AbortController();
   const reqP = nextPacket(peer, PacketType.DIAL_REQ);
-  const dialing = tunnel.dial('pod:80', { timeoutMs: 5000, signal: abort.signal });
+  const dialing = dialStream(tunnel, 'pod:80', { timeoutMs: 5000, signal: abort.signal });
   const req = await reqP;
   const clsP = nextPacket(peer, PacketType.DIAL_CLS);
   abort.abort();
@@ -260,7 +261,7 @@ test('DIAL_CLS from the performer rejects the pending dial', async (t) => {
   const { tunnel, peer } = rawPeer('server');
   t.teardown(() => tunnel.close());
   const reqP = nextPacket(peer, PacketType.DIAL_REQ);
-  const dialing = tunnel.dial('pod:80', { timeoutMs: 5000 });
+  const dialing = dialStream(tunnel, 'pod:80', { timeoutMs: 5000 });
   const req = await reqP;
   peer.send({ type: PacketType.DIAL_CLS, random: req.random });
   const err = dialError(await t.throwsAsync(dialing));
@@ -272,17 +273,17 @@ test('a DIAL_RSP with connectID 0 and no error, or a connectID in use, is refuse
   const { tunnel, peer } = rawPeer('server');
   t.teardown(() => tunnel.close());
   const req1P = nextPacket(peer, PacketType.DIAL_REQ);
-  const d1 = tunnel.dial('pod:80', { timeoutMs: 5000 });
+  const d1 = dialStream(tunnel, 'pod:80', { timeoutMs: 5000 });
   peer.send({ type: PacketType.DIAL_RSP, random: (await req1P).random, connectID: 0, error: '' });
   t.regex(dialError(await t.throwsAsync(d1)).message, /unusable connectID 0/);
 
   const req2P = nextPacket(peer, PacketType.DIAL_REQ);
-  const d2 = tunnel.dial('pod:81', { timeoutMs: 5000 });
+  const d2 = dialStream(tunnel, 'pod:81', { timeoutMs: 5000 });
   peer.send({ type: PacketType.DIAL_RSP, random: (await req2P).random, connectID: 5, error: '' });
   const c2 = await d2;
-  t.is(c2.connectID, 5);
+  t.is(c2.connection.connectID, 5);
   const req3P = nextPacket(peer, PacketType.DIAL_REQ);
-  const d3 = tunnel.dial('pod:82', { timeoutMs: 5000 });
+  const d3 = dialStream(tunnel, 'pod:82', { timeoutMs: 5000 });
   peer.send({ type: PacketType.DIAL_RSP, random: (await req3P).random, connectID: 5, error: '' });
   t.regex(dialError(await t.throwsAsync(d3)).message, /unusable connectID 5/);
   t.false(c2.destroyed, 'the existing connection is untouched');
@@ -339,18 +340,18 @@ test('the performer reports a closed endpoint with CLOSE_RSP; the dialer closes 
     },
   });
   t.teardown(() => pair.close());
-  const c1 = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  const c1 = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
   c1.resume();
   far[0]!.destroy(); // the pod's socket goes away
   await closed(c1);
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === c1.connectID), 'agent (performer) sent CLOSE_RSP');
+  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === c1.connection.connectID), 'agent (performer) sent CLOSE_RSP');
 
-  const c2 = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  const c2 = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
   const farEnd = far[1]!;
   const farEnded = readAll(farEnd);
   c2.destroy();
   t.is((await farEnded).length, 0, 'the far endpoint sees EOF');
-  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === c2.connectID), 'server (dialer) sent CLOSE_REQ');
+  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === c2.connection.connectID), 'server (dialer) sent CLOSE_REQ');
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 });
 
@@ -384,8 +385,8 @@ for (const side of ['server', 'agent'] as const) {
     const sentBefore = targetStream.packetsSent;
     await sleep(30);
     t.is(targetStream.packetsSent, sentBefore, 'quiet after answering');
-    const c1 = await pair.agent.dial('x:1', { timeoutMs: 5000 });
-    const c2 = await pair.server.dial('y:2', { timeoutMs: 5000 });
+    const c1 = await dialStream(pair.agent, 'x:1', { timeoutMs: 5000 });
+    const c2 = await dialStream(pair.server, 'y:2', { timeoutMs: 5000 });
     t.is(await roundTrip(c1, 'still'), 'still');
     t.is(await roundTrip(c2, 'alive'), 'alive');
     c1.destroy();
@@ -405,7 +406,7 @@ test('malformed packets are logged (rate-limited) and ignored; the tunnel stays 
   t.is(lines.length, 1);
   t.regex(String(lines[0]!.reason), /unknown packet type 7/);
   t.false(pair.server.closed);
-  const c = await pair.agent.dial('x:1', { timeoutMs: 5000 });
+  const c = await dialStream(pair.agent, 'x:1', { timeoutMs: 5000 });
   t.is(await roundTrip(c, 'ok'), 'ok');
   c.destroy();
 });
@@ -416,7 +417,7 @@ test('pending dials are bounded in both directions (exhausted / "too many dials 
   const seen: InboundDial[] = [];
   const pair = tunnelPair({ features: ALL_FEATURES, serverDialHandler: hangingHandler(seen), limits: { maxPendingDials: 3 } });
   t.teardown(() => pair.close());
-  const pending = [0, 1, 2].map((i) => pair.agent.dial(`h:${i + 1}`, { timeoutMs: 5000 }));
+  const pending = [0, 1, 2].map((i) => dialStream(pair.agent, `h:${i + 1}`, { timeoutMs: 5000 }));
   const err = dialError(await t.throwsAsync(pair.agent.dial('h:9', { timeoutMs: 5000 })));
   t.is(err.failure, 'exhausted');
   await waitFor(() => seen.length === 3, 'three inbound dials');
@@ -482,12 +483,12 @@ for (const how of ['peer resets the stream', 'local close', 'graceful end by the
       serverDialHandler: hangingHandler(seen),
     });
     t.teardown(() => pair.close());
-    const open: TunnelConnection[] = [];
-    for (let i = 0; i < 3; i++) open.push(await pair.server.dial(`pod:${i + 1}`, { timeoutMs: 5000 }));
+    const open: ConnectionStream[] = [];
+    for (let i = 0; i < 3; i++) open.push(await dialStream(pair.server, `pod:${i + 1}`, { timeoutMs: 5000 }));
     const closes = open.map((c) => (c.on('error', () => undefined), closed(c)));
     const farCloses = far.map((f) => closed(f));
-    const pendingFromServer = [pair.server.dial('pod:10', { timeoutMs: 10_000 }), pair.server.dial('pod:11', { timeoutMs: 10_000 })];
-    const pendingFromAgent = [pair.agent.dial('kas:1', { timeoutMs: 10_000 })];
+    const pendingFromServer = [dialStream(pair.server, 'pod:10', { timeoutMs: 10_000 }), dialStream(pair.server, 'pod:11', { timeoutMs: 10_000 })];
+    const pendingFromAgent = [dialStream(pair.agent, 'kas:1', { timeoutMs: 10_000 })];
     await waitFor(() => seen.length === 3, 'three hanging inbound dials');
     t.is(pair.server.stats().pendingDials, 2);
     t.is(pair.server.stats().inboundDials, 1);

@@ -10,10 +10,11 @@ import { createHash } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Tunnel } from '../../src/tunnel/tunnel.js';
-import type { TunnelConnection } from '../../src/tunnel/connection.js';
+import type { ConnectionStream } from '../../src/tunnel/connection-stream.js';
 import { Feature, type FeatureSet } from '../../src/wire/features.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
 import { captureLogger, createMemoryLink, drainOrClose, nextPacket, sinkEndpoint, tunnelPair, waitFor, type Sink } from '../helpers/memory-stream.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 const MiB = 1024 * 1024;
 const KiB = 1024;
@@ -95,10 +96,10 @@ async function dialSinks(
   from: Tunnel,
   endpoints: Map<string, Sink>,
   addresses: string[],
-): Promise<{ conn: TunnelConnection; sink: Sink }[]> {
-  const out: { conn: TunnelConnection; sink: Sink }[] = [];
+): Promise<{ conn: ConnectionStream; sink: Sink }[]> {
+  const out: { conn: ConnectionStream; sink: Sink }[] = [];
   for (const address of addresses) {
-    const conn = await from.dial(address, { timeoutMs: 5000 });
+    const conn = await dialStream(from, address, { timeoutMs: 5000 });
     conn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
     out.push({ conn, sink: endpoints.get(address)! });
   }
@@ -144,7 +145,7 @@ test('window: a stalled reader stops its sender after one window; a neighbour mo
 
   // The stalled connection: the sender's writes stopped completing after about one window.
   await sleep(50);
-  const receiver = stalledSink.source as TunnelConnection;
+  const receiver = pair.server.connection(stalledConn.connection.connectID)!;
   t.truthy(receiver, 'performer-side connection found');
   const completed = stalledWrite.completed;
   const receivedBytes = receiver.bytesIn;
@@ -152,7 +153,7 @@ test('window: a stalled reader stops its sender after one window; a neighbour mo
   t.true(completed <= windowBytes + 64 * KiB, `sender completed ${completed} B`);
   t.true(completed >= windowBytes / 2, 'the sender did use its window');
   // Memory bound: nothing was read by the application, so all of it is buffered.
-  const bound = windowBytes + receiver.readableHighWaterMark + stalledSink.writableHighWaterMark;
+  const bound = windowBytes + stalledSink.writableHighWaterMark;
   t.true(receivedBytes <= bound, `receiver buffered ${receivedBytes} B, bound ${bound} B`);
   t.true(accounting.maxOutstanding() <= windowBytes, `sender never exceeded the window (max outstanding ${accounting.maxOutstanding()} B)`);
   t.false(stalledConn.destroyed, 'a stalled connection with flow control stays open');
@@ -178,7 +179,7 @@ test('window: the receiver grants credit as it reads; a single connection moves 
   const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
   t.teardown(() => pair.close());
   const accounting = windowAccounting(pair.link.b);
-  const conn = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  const conn = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
   conn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
   const w = writeStream(conn, 3, 16 * MiB, 100_000, true);
   await w.done;
@@ -243,7 +244,7 @@ test('window growth budget: once a tunnel spent it, other connections keep the f
   const receiverSide = pair.agent; // the performer receives what the server-side dialer writes
 
   /** Moves 8 MiB through `conn`, stalls its reader, reports what the sender got through after the stall. */
-  async function inFlightAfterStall(conn: TunnelConnection, sink: Sink, seed: number, before: number): Promise<{ inFlight: number; w: WriteProgress }> {
+  async function inFlightAfterStall(conn: ConnectionStream, sink: Sink, seed: number, before: number): Promise<{ inFlight: number; w: WriteProgress }> {
     const bulk = writeStream(conn, seed, 8 * MiB, 64 * KiB, false);
     await bulk.done;
     await waitFor(() => sink.accepted === before + 8 * MiB, 'the reader took the bulk');
@@ -302,7 +303,7 @@ async function stallUpstreamStream(t: { log(...values: unknown[]): void; teardow
   const stalledWrite = writeStream(stalled!.conn, 1, total, 64 * KiB, true);
   const nextWrite = writeStream(next!.conn, 2, total, 64 * KiB, true);
   await waitFor(() => pair.server.stats().readPaused, 'the server stops reading the stream');
-  const receiver = stalled!.sink.source as TunnelConnection;
+  const receiver = pair.server.connection(stalled!.conn.connection.connectID)!;
   return { pair, stalled: stalled!, next: next!, receiver, stalledWrite, nextWrite, errors };
 }
 
@@ -314,7 +315,7 @@ test('no window (upstream peer): a stalled reader pauses the stream, as upstream
   // Held back, not closed: the receiver buffers at most the limit plus what one read carried.
   const bound = limits.unflowedBufferBytes + 256 * KiB + limits.maxDataBytes;
   t.true(stalled.sink.writableLength <= bound, `buffered ${stalled.sink.writableLength} B, bound ${bound}`);
-  t.false(receiver.destroyed);
+  t.not(receiver.state, 'closed');
   t.is(errors.length, 0);
   // The cost, as with upstream: the neighbour on the same stream waits too.
   t.is(next.sink.accepted, nextBefore, 'head-of-line blocking: the neighbour waits while the stream is paused');
@@ -335,7 +336,7 @@ test('no window: a stalled reader whose client gives up releases the stream; the
   const limits = { unflowedBufferBytes: 1 * MiB, maxDataBytes: 16 * KiB };
   const { pair, stalled, next, receiver, nextWrite } = await stallUpstreamStream(t, limits, 8 * MiB);
   stalled.sink.destroy(); // the local client (say the KAS) closes its connection
-  await closed(receiver);
+  await waitFor(() => receiver.state === 'closed', 'the receiver closed');
   await nextWrite.done;
   await finished(next.sink);
   t.is(next.sink.digest(), nextWrite.digest);
@@ -417,7 +418,7 @@ test('transport back-pressure: write callbacks wait for drain; the tunnel queues
     serverDialHandler: sinks(endpoints),
   });
   t.teardown(() => pair.close());
-  const conn = await pair.agent.dial('pod:1', { timeoutMs: 5000 });
+  const conn = await dialStream(pair.agent, 'pod:1', { timeoutMs: 5000 });
   conn.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
   pair.link.a.pauseDelivery(); // the transport stops taking bytes
   let done = false;
@@ -450,7 +451,7 @@ for (const [name, features] of [
     t.teardown(() => pair.close());
     const n = 4;
     const total = 8 * MiB;
-    const conns = await Promise.all(Array.from({ length: n }, (_, i) => pair.agent.dial(`bulk:${i + 1}`, { timeoutMs: 5000 })));
+    const conns = await Promise.all(Array.from({ length: n }, (_, i) => dialStream(pair.agent, `bulk:${i + 1}`, { timeoutMs: 5000 })));
     for (const c of conns) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`)).resume();
     const writes = conns.map((c, i) => writeStream(c, 20 + i, total, 64 * KiB, true));
     await Promise.race(writes.map((w) => w.done));

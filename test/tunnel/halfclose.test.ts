@@ -11,6 +11,7 @@ import { Feature, NO_FEATURES, type FeatureSet } from '../../src/wire/features.j
 import { PacketType } from '../../src/wire/packet.js';
 import { duplexPair, readAll, tunnelPair, waitFor, createMemoryLink, captureLogger, nextPacket } from '../helpers/memory-stream.js';
 import { Tunnel, type DialHandler } from '../../src/tunnel/tunnel.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 const HALF_CLOSE: FeatureSet = new Set([Feature.HalfClose, Feature.Window]);
 
@@ -64,7 +65,7 @@ test('half-close: the dialer ends its side, the other direction keeps flowing, t
   const far: Duplex[] = [];
   const pair = tunnelPair({ features: HALF_CLOSE, serverDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
-  const conn = await pair.agent.dial('kas:6443', { timeoutMs: 5000 });
+  const conn = await dialStream(pair.agent, 'kas:6443', { timeoutMs: 5000 });
   const endpoint = far[0]!;
   const request = pattern(200_000, 1);
   const response = pattern(3 * 1024 * 1024, 2);
@@ -72,7 +73,7 @@ test('half-close: the dialer ends its side, the other direction keeps flowing, t
   const endpointGot = readAll(endpoint);
   conn.end(request); // request, then FIN
   t.is(sha(await endpointGot), sha(request), 'endpoint got the whole request, then end');
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.KANAL_HALF_CLOSE && p.connectID === conn.connectID));
+  t.true(pair.link.a.sent.some((p) => p.type === PacketType.KANAL_HALF_CLOSE && p.connectID === conn.connection.connectID));
   t.false(endpoint.destroyed, 'endpoint still open for writing');
   t.false(conn.destroyed);
 
@@ -91,7 +92,7 @@ test('half-close: the far endpoint ends first, the dialer keeps sending, then bo
   const far: Duplex[] = [];
   const pair = tunnelPair({ features: HALF_CLOSE, agentDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
-  const conn = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  const conn = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
   const endpoint = far[0]!;
   const greeting = Buffer.from('220 ready, and done talking\r\n');
   const upload = pattern(2 * 1024 * 1024, 3);
@@ -113,7 +114,7 @@ test('half-close between two tunnelled connections spliced together (relay)', as
   const far: Duplex[] = [];
   const pair = tunnelPair({ features: HALF_CLOSE, serverDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
-  const conns = await Promise.all([0, 1, 2, 3].map((i) => pair.agent.dial(`kas:${6443 + i}`, { timeoutMs: 5000 })));
+  const conns = await Promise.all([0, 1, 2, 3].map((i) => dialStream(pair.agent, `kas:${6443 + i}`, { timeoutMs: 5000 })));
   await Promise.all(
     conns.map(async (conn, i) => {
       const endpoint = far[i]!;
@@ -132,7 +133,7 @@ test('without the half-close feature (upstream): a FIN from the dialer closes th
   const far: Duplex[] = [];
   const pair = tunnelPair({ features: NO_FEATURES, serverDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
-  const conn = await pair.agent.dial('kas:6443', { timeoutMs: 5000 });
+  const conn = await dialStream(pair.agent, 'kas:6443', { timeoutMs: 5000 });
   const endpoint = far[0]!;
   const endpointGot = readAll(endpoint);
   conn.end('last words');
@@ -145,11 +146,11 @@ test('without the half-close feature (upstream): a FIN from the dialer closes th
   await closed(endpoint);
   await sleep(20);
   t.is(late, 0);
-  t.is(conn.bytesIn, 0);
+  t.is(conn.connection.bytesIn, 0);
   const sent = [...pair.link.a.sent, ...pair.link.b.sent];
   t.false(sent.some((p) => p.type === PacketType.KANAL_HALF_CLOSE), 'no extension packet to a peer without the feature');
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === conn.connectID), 'dialer sent CLOSE_REQ');
-  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connectID), 'performer answered CLOSE_RSP');
+  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === conn.connection.connectID), 'dialer sent CLOSE_REQ');
+  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connection.connectID), 'performer answered CLOSE_RSP');
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 });
 
@@ -157,7 +158,7 @@ test('without the half-close feature: a FIN from the far endpoint closes the con
   const far: Duplex[] = [];
   const pair = tunnelPair({ features: NO_FEATURES, agentDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
-  const conn = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  const conn = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
   const endpoint = far[0]!;
   const body = pattern(500_000, 9);
   const got = readAll(conn);
@@ -166,7 +167,7 @@ test('without the half-close feature: a FIN from the far endpoint closes the con
   await closed(conn);
   // The dialer can no longer send: the connection is gone on both sides.
   t.true(conn.destroyed);
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connectID), 'performer sent CLOSE_RSP');
+  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connection.connectID), 'performer sent CLOSE_RSP');
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 });
 

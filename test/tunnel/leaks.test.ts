@@ -11,6 +11,7 @@ import { DialError } from '../../src/tunnel/errors.js';
 import { ALL_FEATURES, NO_FEATURES } from '../../src/wire/features.js';
 import { PacketType } from '../../src/wire/packet.js';
 import { tunnelPair, waitFor } from '../helpers/memory-stream.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 function resourceCounts(): Map<string, number> {
   const counts = new Map<string, number>();
@@ -49,7 +50,7 @@ function handler(hung: InboundDial[]): DialHandler {
 }
 
 async function echoCycle(dialer: Tunnel, i: number): Promise<void> {
-  const conn = await dialer.dial(`echo:${i}`, { timeoutMs: 5000 });
+  const conn = await dialStream(dialer, `echo:${i}`, { timeoutMs: 5000 });
   const text = `cycle ${i}`;
   const echoed = new Promise<string>((resolve, reject) => {
     conn.once('data', (c: Buffer) => resolve(c.toString()));
@@ -95,7 +96,7 @@ for (const [name, features] of [
       const seenBefore = hung.length;
       if (i % 5 === 4) {
         // Every fifth one times out instead of being aborted.
-        const err = await dialer.dial(`hang:${i}`, { timeoutMs: 30 }).then(
+        const err = await dialStream(dialer, `hang:${i}`, { timeoutMs: 30 }).then(
           () => undefined,
           (e: unknown) => e,
         );
@@ -103,7 +104,7 @@ for (const [name, features] of [
         return;
       }
       const abort = new AbortController();
-      const dialing = dialer.dial(`hang:${i}`, { timeoutMs: 5000, signal: abort.signal });
+      const dialing = dialStream(dialer, `hang:${i}`, { timeoutMs: 5000, signal: abort.signal });
       await waitFor(() => hung.length > seenBefore && hung.some((d) => d.address === `hang:${i}`), 'performer started', 5000);
       abort.abort();
       const err = await dialing.then(
@@ -119,7 +120,7 @@ for (const [name, features] of [
 
     // And some refusals for good measure.
     await inBatches(100, 50, async (i) => {
-      const err = await pair.agent.dial(`refuse:${i}`, { timeoutMs: 5000 }).then(
+      const err = await dialStream(pair.agent, `refuse:${i}`, { timeoutMs: 5000 }).then(
         () => undefined,
         (e: unknown) => e,
       );

@@ -21,6 +21,7 @@ import { Feature, formatFeatures, parseFeatures, type FeatureSet } from '../../s
 import { MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import { PacketType } from '../../src/wire/packet.js';
 import { captureLogger, createMemoryLink, drainOrClose, sinkEndpoint, waitFor, type MemoryLink, type Sink } from '../helpers/memory-stream.js';
+import { dialStream } from '../helpers/connection-stream.js';
 
 const KiB = 1024;
 const MiB = 1024 * 1024;
@@ -106,7 +107,7 @@ test('KAS -> server -> agent: bytes flow both ways through two spliced tunnels; 
   const r = relay({ features: WINDOW, agentDialHandler: async () => new PassThrough() });
   t.teardown(() => r.close());
   t.deepEqual([...r.kas.features].sort(), ['half-close', 'window'], 'features negotiated on the frontend stream');
-  const conns = await Promise.all([1, 2, 3, 4].map((i) => r.kas.dial(`pod-${i}:80`, { timeoutMs: 5000 })));
+  const conns = await Promise.all([1, 2, 3, 4].map((i) => dialStream(r.kas, `pod-${i}:80`, { timeoutMs: 5000 })));
   for (const [i, c] of conns.entries()) {
     const got = new Promise<string>((resolve) => c.once('data', (b: Buffer) => resolve(b.toString())));
     c.write(`hello ${i}`);
@@ -115,7 +116,7 @@ test('KAS -> server -> agent: bytes flow both ways through two spliced tunnels; 
   t.is(r.serverAgent.stats().connections, 4);
   t.is(r.serverFrontend().stats().connections, 4);
   // KAS-side connectIDs are assigned by the server (even).
-  t.true(conns.every((c) => c.connectID % 2 === 0));
+  t.true(conns.every((c) => c.connection.connectID % 2 === 0));
   for (const c of conns) c.destroy();
   await waitFor(() => r.idle(), 'all tables empty');
   t.pass();
@@ -126,7 +127,7 @@ test('KAS cancels a pending dial: DIAL_CLS reaches the agent and its dial is abo
   const r = relay({ features: WINDOW, agentDialHandler: hanging(seen) });
   t.teardown(() => r.close());
   const abort = new AbortController();
-  const dialing = r.kas.dial('pod:80', { timeoutMs: 5000, signal: abort.signal });
+  const dialing = dialStream(r.kas, 'pod:80', { timeoutMs: 5000, signal: abort.signal });
   await waitFor(() => seen.length === 1, 'agent started dialling');
   t.is(r.serverFrontend().stats().inboundDials, 1);
   t.is(r.serverAgent.stats().pendingDials, 1);
@@ -168,7 +169,7 @@ test('the KAS stream goes away: the agent-side connections are closed too', asyn
     },
   });
   t.teardown(() => r.close());
-  const conns = await Promise.all([1, 2, 3].map((i) => r.kas.dial(`pod-${i}:80`, { timeoutMs: 5000 })));
+  const conns = await Promise.all([1, 2, 3].map((i) => dialStream(r.kas, `pod-${i}:80`, { timeoutMs: 5000 })));
   for (const c of conns) c.on('error', () => undefined);
   t.is(r.agent.stats().connections, 3);
   r.frontendLink.a.destroy(new Error('KAS restarted'));
@@ -180,7 +181,7 @@ test('the KAS stream goes away: the agent-side connections are closed too', asyn
 test('the agent tunnel goes away: the KAS connections are closed with an error', async (t) => {
   const r = relay({ features: WINDOW, agentDialHandler: async () => new PassThrough() });
   t.teardown(() => r.close());
-  const conns = await Promise.all([1, 2].map((i) => r.kas.dial(`pod-${i}:80`, { timeoutMs: 5000 })));
+  const conns = await Promise.all([1, 2].map((i) => dialStream(r.kas, `pod-${i}:80`, { timeoutMs: 5000 })));
   const errors: Error[] = [];
   for (const c of conns) c.on('error', (e: Error) => errors.push(e)).resume();
   r.agentLink.a.destroy(new Error('agent crashed'));
@@ -204,8 +205,8 @@ test('back-pressure across the relay: a KAS that stops reading one connection st
     },
   });
   t.teardown(() => r.close());
-  const slow = await r.kas.dial('slow:80', { timeoutMs: 5000 });
-  const fast = await r.kas.dial('fast:80', { timeoutMs: 5000 });
+  const slow = await dialStream(r.kas, 'slow:80', { timeoutMs: 5000 });
+  const fast = await dialStream(r.kas, 'fast:80', { timeoutMs: 5000 });
   for (const c of [slow, fast]) c.on('error', (e: Error) => t.log(`connection error: ${e.message}`));
   const [slowPod, fastPod] = sources as [PassThrough, PassThrough];
   // The slow KAS reader never reads; the fast one counts.
