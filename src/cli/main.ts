@@ -4,7 +4,6 @@ import fs from 'node:fs';
 import type { Argv } from 'yargs';
 import { UsageError } from '../common/usage-error.js';
 import { exitAfterLogs } from './lifecycle.js';
-import { keepYoungGenerationSmall } from './young-generation.js';
 import { PARSER_CONFIGURATION } from './parser-configuration.js';
 
 const EXIT_USAGE = 2;
@@ -67,8 +66,6 @@ function isCommandName(s: string): s is CommandName {
 }
 
 async function main(): Promise<void> {
-  // Before the modules that allocate most at start-up load (yargs, the command).
-  keepYoungGenerationSmall();
   const [{ default: yargs }, { hideBin }] = await Promise.all([import('yargs'), import('yargs/helpers')]);
   const argv = hideBin(process.argv);
   let y = yargs(argv)
