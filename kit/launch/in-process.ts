@@ -11,10 +11,8 @@ import type { Logger } from 'pino';
 import { serverBuilder, validateServerArgs, loadServerCredentials, buildServerOptions, type ServerArgs } from '../../src/cli/server-command.js';
 import { agentBuilder, validateAgentArgs, loadAgentCredentials, buildAgentOptions, type AgentArgs } from '../../src/cli/agent-command.js';
 import { PARSER_CONFIGURATION } from '../../src/cli/parser-configuration.js';
-import { TRANSPORT_NAMES, loadTransport } from '../../src/transport/choice.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
 import { AssembledAgent, type AssembledAgentOptions } from '../../src/agent/assembled-agent.js';
-import type { Transport } from '../../src/transport/transport.js';
 
 /** Parses `argv` (flags after the command name) as `kanal` does; a usage error throws. */
 function parseFlags<T>(builder: (y: Argv) => Argv<T>, argv: readonly string[]): T {
@@ -30,12 +28,6 @@ function parseFlags<T>(builder: (y: Argv) => Argv<T>, argv: readonly string[]): 
 
 export const parseServerFlags = (argv: readonly string[]): ServerArgs => parseFlags<ServerArgs>(serverBuilder, argv);
 export const parseAgentFlags = (argv: readonly string[]): AgentArgs => parseFlags<AgentArgs>(agentBuilder, argv);
-
-/** The `--transport` value that selects `transport`. */
-export async function transportFlag(transport: Transport): Promise<string> {
-  for (const name of TRANSPORT_NAMES) if ((await loadTransport(name)) === transport) return name;
-  throw new Error('this transport has no --transport name');
-}
 
 export interface InProcessOverrides {
   /** Replaces the logger the CLI would create (stdout). */

@@ -46,8 +46,8 @@ function closed(s: net.Socket, timeoutMs = 10_000): Promise<string> {
 }
 
 async function started(t: ExecutionContext, env: TestEnv, allowed: string[], node: NodeSideOptions): Promise<Awaited<ReturnType<typeof startAgent>>> {
-  const { server } = await startServer(t, env, { allowedDestinations: allowed, transport: h2Transport });
-  const agent = await startAgent(t, env, server.agentPort, { transport: h2Transport, node });
+  const { server } = await startServer(t, env, { allowedDestinations: allowed, transport: 'h2' });
+  const agent = await startAgent(t, env, server.agentPort, { transport: 'h2', node });
   await waitFor(() => agent.agent.tunnels().length === 1, 'the tunnel', 10_000);
   return agent;
 }
@@ -94,7 +94,7 @@ test('stop closes the node listeners: the advertise port refuses afterwards and 
 
 test('a start that cannot bind a target fails naming the address and releases what it started', async (t) => {
   const env = await makeEnv(t);
-  const { server } = await startServer(t, env, { transport: h2Transport });
+  const { server } = await startServer(t, env, { transport: 'h2' });
   const node = await nodeSide('127.0.0.1:1');
   const taken = await freePort(NODE_ADDRESS);
   const holder = net.createServer();

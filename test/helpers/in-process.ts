@@ -13,12 +13,11 @@ import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../
 import type { KanalServer, ServerOptions } from '../../src/server/server.js';
 import type { KanalAgent } from '../../src/agent/agent.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
-import { startAgentInProcess, startServerInProcess, transportFlag } from '../../kit/launch/in-process.js';
+import { startAgentInProcess, startServerInProcess } from '../../kit/launch/in-process.js';
 import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
-import { h2Transport } from '../../src/transport/h2/index.js';
-import type { Transport } from '../../src/transport/transport.js';
+import type { TransportName } from '../../src/transport/choice.js';
 import { Tunnel } from '../../src/tunnel/tunnel.js';
 import { PROXY_SERVICE_PROXY, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import { formatFeatures, parseFeatures, type FeatureSet } from '../../src/wire/features.js';
@@ -69,7 +68,7 @@ export async function startServer(
     agentPort?: number;
     proxyStrategies?: ProxyStrategy[];
     maxAgentsPerCredential?: number;
-    transport?: Transport;
+    transport?: TransportName;
   } = {},
 ): Promise<StartedServer> {
   const logs = captureLogger('debug');
@@ -80,7 +79,7 @@ export async function startServer(
     '--uds-name', opts.udsPath ?? env.udsPath,
     '--health-port', '0', '--admin-port', '0',
     '--backend-dial-timeout', '5s', '--destination-dial-timeout', '5s',
-    '--transport', await transportFlag(opts.transport ?? h2Transport),
+    '--transport', opts.transport ?? 'h2',
     ...(opts.allowUnauthenticated ? ['--allow-unauthenticated-agents'] : []),
     ...(opts.proxyStrategies ? ['--proxy-strategies', opts.proxyStrategies.join(',')] : []),
     ...(opts.maxAgentsPerCredential === undefined ? [] : ['--max-agents-per-credential', String(opts.maxAgentsPerCredential)]),
@@ -112,7 +111,7 @@ export async function startAgent(
     clientCert?: 'valid' | 'none' | 'rogue';
     identifiers?: string;
     health?: boolean;
-    transport?: Transport;
+    transport?: TransportName;
     /** Node -> control plane listeners, given as the assembled options (e.g. on 127.0.0.2 with interfaceType 'none'). */
     node?: NodeSideOptions;
   } = {},
@@ -132,7 +131,7 @@ export async function startAgent(
     '--dial-timeout', '5s', '--connect-timeout', '5s',
     '--sync-interval', '100ms', '--sync-interval-cap', '500ms',
     '--health-server-port', '0', '--admin-server-port', '0',
-    '--transport', await transportFlag(opts.transport ?? h2Transport),
+    '--transport', opts.transport ?? 'h2',
   ];
   const assembled = await startAgentInProcess(flags, { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) }, (assembly) => {
     if (opts.features) assembly.agent.features = opts.features;
