@@ -23,6 +23,7 @@ import type { AgentCredential } from './agent-credential.js';
 import { route, type Route, type RouteOutcome } from './routing/router.js';
 import { RouteIndex } from './routing/route-index.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
+import type { RefusalReason } from '../common/refusal-reason.js';
 
 export interface AgentBackend {
   /** The label the agent announced (upstream's agentID). */
@@ -48,14 +49,15 @@ const MAX_PENDING_PER_CREDENTIAL = 2;
  */
 export const REPLACE_AFTER_MS = 5000;
 
-export type RefusalReason = 'agent_credential_full' | 'agent_tunnels_full' | 'agent_admissions_busy';
+/** Why admission refuses a tunnel: a subset of kanal_refusals_total's reasons. */
+export type AdmissionRefusal = Extract<RefusalReason, 'agent_credential_full' | 'agent_tunnels_full' | 'agent_admissions_busy'>;
 
 export type Admission =
   | { ok: true; backend: AgentBackend; replaced: AgentBackend[] }
-  | { ok: false; reason: RefusalReason; message: string };
+  | { ok: false; reason: AdmissionRefusal; message: string };
 
 /** What the registry decided for one candidate at one moment. */
-type Decision = { ok: true; replace: AgentBackend[] } | { ok: false; reason: RefusalReason; probe: AgentBackend[]; message: string };
+type Decision = { ok: true; replace: AgentBackend[] } | { ok: false; reason: AdmissionRefusal; probe: AgentBackend[]; message: string };
 
 const DEFAULT_ROUTE: Route = { strategies: DEFAULT_PROXY_STRATEGIES };
 

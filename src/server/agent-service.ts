@@ -12,7 +12,7 @@ import { Feature, formatFeatures, intersectFeatures, parseFeatures, type Feature
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
-import type { AgentRegistry, AgentBackend, RefusalReason as AdmissionRefusal } from './agent-registry.js';
+import type { AgentRegistry, AgentBackend, AdmissionRefusal } from './agent-registry.js';
 import { tokenCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { TokenAuthenticator, TokenRefusalKind } from './token-authenticator.js';
 import type { Refusals } from './refusals.js';
