@@ -1,10 +1,9 @@
 // Throwaway network namespaces for kernel-touching tests. Everything that
 // creates links or addresses must run inside one of these, never in the
 // machine's root namespace. Each is registered for deletion at exit
-// (exit-cleanup.ts) until destroyed; scopedNetns() ties one to a cleanup scope.
+// (exit-cleanup.ts) until destroyed.
 
 import { randomBytes } from 'node:crypto';
-import type { Scope } from './cleanup-scope.js';
 import { deleteNetnsOnExit } from './exit-cleanup.js';
 import { run as runToEnd } from './run-to-end.js';
 
@@ -67,13 +66,6 @@ export async function createNetns(prefix: string): Promise<Netns> {
   };
   live.add(ns);
   deleteNetnsOnExit.add(name);
-  return ns;
-}
-
-/** A namespace the scope deletes at teardown. */
-export async function scopedNetns(scope: Scope, prefix: string): Promise<Netns> {
-  const ns = await createNetns(prefix);
-  scope.teardown(() => ns.destroy());
   return ns;
 }
 
