@@ -17,7 +17,6 @@ import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
 import type { HttpConnectFrontend } from './http-connect-frontend.js';
 import type { Refusals } from './refusals.js';
-import { defaultCipherList } from './tls-flags.js';
 import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './unix-socket.js';
 
 export interface TlsFiles {
@@ -25,7 +24,7 @@ export interface TlsFiles {
   key: Buffer;
   /** CA for client certificates; absent means clients cannot be verified. */
   ca?: Buffer;
-  /** --tls-min-version and --cipher-suites (src/server/tls-flags.ts); absent: Node's minimum version, defaultCipherList(). */
+  /** --tls-min-version and --cipher-suites (src/server/tls-flags.ts); absent: Node's defaults. */
   minVersion?: tls.SecureVersion;
   ciphers?: string;
 }
@@ -154,7 +153,6 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
   const peers = new WeakMap<net.Socket, string>();
   const server = tls.createServer({
     ...opts.tls,
-    ciphers: opts.tls.ciphers ?? defaultCipherList(),
     requestCert: true,
     // Verified below so the refusal can be logged with its reason.
     rejectUnauthorized: false,
@@ -264,7 +262,6 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   if (!tcp) throw new Error('frontend needs --uds-name or --server-port');
   const server = tls.createServer({
     ...tcp.tls,
-    ciphers: tcp.tls.ciphers ?? defaultCipherList(),
     requestCert: !!tcp.tls.ca,
     rejectUnauthorized: false,
     ALPNProtocols: ['h2', 'http/1.1'],

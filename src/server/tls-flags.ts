@@ -3,13 +3,12 @@
  * mapped onto Node's TLS options for the agent port and the TCP frontend.
  * Below TLS 1.2 and the broken suites (RC4, 3DES) are refused, not served.
  */
-import fs from 'node:fs';
-import tls, { type SecureVersion } from 'node:tls';
+import type { SecureVersion } from 'node:tls';
 import { UsageError } from '../common/usage-error.js';
 
 export interface TlsPolicy {
   minVersion?: SecureVersion;
-  /** OpenSSL cipher list: the chosen TLS 1.2 suites, then tls13Suites() (upstream: no effect on TLS 1.3). */
+  /** OpenSSL cipher list: the chosen TLS 1.2 suites, then Node's TLS 1.3 ones (upstream: no effect on TLS 1.3). */
   ciphers?: string;
 }
 
@@ -35,43 +34,7 @@ const GO_CIPHER_SUITES: Record<string, string> = {
   TLS_RSA_WITH_AES_256_CBC_SHA: 'AES256-SHA',
 };
 
-/**
- * True when the CPU has the AES and carry-less multiply instructions AES-GCM
- * runs fast with (x86 `aes` + `pclmulqdq`, arm64 `aes` + `pmull`), as Go's
- * crypto/tls decides; assumed when /proc/cpuinfo cannot be read.
- */
-function hasAesGcmInstructions(): boolean {
-  let cpuinfo: string;
-  try {
-    cpuinfo = fs.readFileSync('/proc/cpuinfo', 'latin1');
-  } catch {
-    return true;
-  }
-  const flags = new Set(/^(?:flags|Features)\s*:(.*)$/m.exec(cpuinfo)?.[1]?.trim().split(/\s+/) ?? []);
-  return flags.has('aes') && (flags.has('pclmulqdq') || flags.has('pmull'));
-}
-
-/**
- * The TLS 1.3 suites in Go's order of preference (crypto/tls
- * cipher_suites.go): AES-128-GCM first where the CPU has AES instructions,
- * ChaCha20 first where it has not. An OpenSSL server picks by its own order,
- * so this is what agents and frontends get; Node's default puts AES-256-GCM
- * first, which costs about a third more per byte than AES-128-GCM
- * (`openssl speed`), both of them strong (bench/RESULTS.md, #15).
- */
-export function tls13Suites(aesGcmInstructions = hasAesGcmInstructions()): string {
-  return aesGcmInstructions
-    ? 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256'
-    : 'TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384';
-}
-
-let defaultCiphers: string | undefined;
-
-/** The cipher list a server listener uses without --cipher-suites: tls13Suites(), then Node's TLS 1.2 list. */
-export function defaultCipherList(): string {
-  defaultCiphers ??= [tls13Suites(), ...tls.DEFAULT_CIPHERS.split(':').filter((c) => !c.startsWith('TLS_'))].join(':');
-  return defaultCiphers;
-}
+const TLS13_SUITES = 'TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256';
 
 export function tlsPolicyFlags(minVersion: string, cipherSuites: readonly string[]): TlsPolicy {
   const policy: TlsPolicy = {};
@@ -90,7 +53,7 @@ export function tlsPolicyFlags(minVersion: string, cipherSuites: readonly string
       if (!o) throw new UsageError(`--cipher-suites: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`);
       return o;
     });
-    policy.ciphers = [...new Set(openssl), tls13Suites()].join(':');
+    policy.ciphers = [...new Set(openssl), TLS13_SUITES].join(':');
   }
   return policy;
 }
