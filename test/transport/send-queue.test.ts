@@ -7,7 +7,7 @@
  */
 import test from 'ava';
 import fs from 'node:fs';
-import { SendQueue, type MessageSink } from '../../src/transport/h2/send-queue.js';
+import { BULK_WRITE_AHEAD_BYTES, MIXED_HOLD_MS, MIXED_WRITE_AHEAD_BYTES, SendQueue, type MessageSink, type WriteAhead } from '../../src/transport/h2/send-queue.js';
 import { framePacket, MessageParser } from '../../src/transport/h2/framing.js';
 import { createH2Channel, createH2Server } from '../../src/transport/h2/index.js';
 import { decodePacket } from '../../src/wire/codec.js';
@@ -45,6 +45,9 @@ class FakeStream implements MessageSink {
 }
 
 const KB = 1024;
+const DEFAULT_FOR_TEST: WriteAhead = { mixedBytes: MIXED_WRITE_AHEAD_BYTES, bulkBytes: BULK_WRITE_AHEAD_BYTES, mixedHoldMs: MIXED_HOLD_MS, now: () => 0 };
+/** A write-ahead of `bytes` whatever is sent. */
+const fixed = (bytes: number): WriteAhead => ({ mixedBytes: bytes, bulkBytes: bytes, mixedHoldMs: 0, now: () => 0 });
 const data = (connectID: number, bytes: number, fill = 0): Packet => ({ type: PacketType.DATA, connectID, error: '', data: Buffer.alloc(bytes, fill) });
 
 /** "DATA 1 65536", "DIAL_RSP 2", … */
@@ -55,7 +58,7 @@ function describe(p: Packet): string {
 
 test('control packets and a new connection\'s first bytes go ahead of held DATA; the held connection keeps its order', (t) => {
   const sink = new FakeStream();
-  const queue = new SendQueue(sink, () => undefined, 256 * KB);
+  const queue = new SendQueue(sink, () => undefined, fixed(256 * KB));
   const packets: Packet[] = [
     ...Array.from({ length: 16 }, () => data(1, 64 * KB)),
     { type: PacketType.DIAL_RSP, random: 7n, connectID: 2, error: '' },
@@ -85,7 +88,7 @@ test('control packets and a new connection\'s first bytes go ahead of held DATA;
 
 test('held DATA is written as the stream takes bytes, never more than the write-ahead at once', (t) => {
   const sink = new FakeStream();
-  const queue = new SendQueue(sink, () => queue.pump(), 256 * KB);
+  const queue = new SendQueue(sink, () => queue.pump(), fixed(256 * KB));
   for (let i = 0; i < 64; i++) queue.push(data(1, 64 * KB));
   queue.flush();
   let rounds = 0;
@@ -97,10 +100,36 @@ test('held DATA is written as the stream takes bytes, never more than the write-
   t.is(sink.packets().length, 64);
 });
 
+test('the write-ahead is large while only bulk DATA is sent, small for MIXED_HOLD_MS after a small message', (t) => {
+  let clock = 1000;
+  const sink = new FakeStream();
+  const queue = new SendQueue(sink, () => undefined, { ...DEFAULT_FOR_TEST, now: () => clock });
+  t.is(queue.writeAheadBytes, BULK_WRITE_AHEAD_BYTES, 'nothing small sent yet');
+  for (let i = 0; i < 64; i++) queue.push(data(1, 64 * KB));
+  const bulkInStream = sink.writableLength;
+  t.true(bulkInStream >= BULK_WRITE_AHEAD_BYTES && bulkInStream < BULK_WRITE_AHEAD_BYTES + 65 * KB, `${bulkInStream} B in the stream`);
+
+  queue.push({ type: PacketType.DIAL_RSP, random: 7n, connectID: 2, error: '' });
+  t.is(queue.writeAheadBytes, MIXED_WRITE_AHEAD_BYTES, 'a small message was just sent');
+  queue.flush();
+  sink.take();
+  queue.pump();
+  t.true(sink.writableLength < MIXED_WRITE_AHEAD_BYTES + 65 * KB, `refilled to ${sink.writableLength} B while small messages are recent`);
+
+  clock += MIXED_HOLD_MS;
+  t.is(queue.writeAheadBytes, BULK_WRITE_AHEAD_BYTES, `${MIXED_HOLD_MS} ms later`);
+  sink.take();
+  queue.pump();
+  t.true(sink.writableLength >= BULK_WRITE_AHEAD_BYTES, `refilled to ${sink.writableLength} B once only bulk DATA is sent`);
+  queue.flushAll();
+  sink.take();
+  t.is(sink.packets().length, 65);
+});
+
 test('random traffic over four connections: every packet arrives once, each connection in the order sent', (t) => {
   for (let round = 0; round < 200; round++) {
     const sink = new FakeStream();
-    const queue = new SendQueue(sink, () => queue.pump(), 64 * KB);
+    const queue = new SendQueue(sink, () => queue.pump(), fixed(64 * KB));
     const sent = new Map<number, string[]>();
     let seq = 0;
     for (let i = 0; i < 300; i++) {
@@ -142,7 +171,7 @@ test('random traffic over four connections: every packet arrives once, each conn
 
 test('clear() drops what is held and gathered; the stream keeps what it has', (t) => {
   const sink = new FakeStream();
-  const queue = new SendQueue(sink, () => undefined, 128 * KB);
+  const queue = new SendQueue(sink, () => undefined, fixed(128 * KB));
   for (let i = 0; i < 8; i++) queue.push(data(1, 64 * KB));
   queue.push({ type: PacketType.CLOSE_REQ, connectID: 3 });
   const inStream = sink.writableLength;
@@ -153,7 +182,7 @@ test('clear() drops what is held and gathered; the stream keeps what it has', (t
   t.is(sink.writableLength, inStream);
 });
 
-test.serial('over node:http2: a DIAL_RSP sent after 1 MiB of another connection\'s DATA arrives before that DATA has all arrived', async (t) => {
+test.serial('over node:http2: a DIAL_RSP sent after 2 MiB of another connection\'s DATA arrives before that DATA has all arrived', async (t) => {
   const order: string[] = [];
   let done: () => void = () => undefined;
   const received = new Promise<void>((resolve) => (done = resolve));
@@ -175,14 +204,14 @@ test.serial('over node:http2: a DIAL_RSP sent after 1 MiB of another connection\
   try {
     const stream = await channel.openStream(AGENT_SERVICE_CONNECT, {}, 5000);
     // One turn, as an agent splicing a download and answering a dial at once.
-    for (let i = 0; i < 16; i++) stream.send(data(1, 64 * KB));
+    for (let i = 0; i < 32; i++) stream.send(data(1, 64 * KB));
     stream.send({ type: PacketType.DIAL_RSP, random: 7n, connectID: 2, error: '' });
     stream.send(data(2, 1));
     stream.send({ type: PacketType.CLOSE_REQ, connectID: 1 });
     await Promise.race([received, new Promise((_, reject) => setTimeout(() => reject(new Error('not all packets arrived within 10 s')), 10_000))]);
     const dialRsp = order.indexOf('DIAL_RSP 2');
     const lastData = order.lastIndexOf('DATA 1 65536');
-    t.is(order.filter((o) => o === 'DATA 1 65536').length, 16);
+    t.is(order.filter((o) => o === 'DATA 1 65536').length, 32);
     t.true(dialRsp >= 0 && dialRsp < lastData, `DIAL_RSP went ahead of held DATA: ${order.join(', ')}`);
     t.is(order[dialRsp + 1], 'DATA 2 1');
     t.is(order.at(-1), 'CLOSE_REQ 1', 'CLOSE_REQ 1 stays behind its DATA');
