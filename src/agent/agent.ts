@@ -61,6 +61,7 @@ const SERVER_TUNNEL_REFUSALS: RefusalReasons = {
   maxOutboundConnections: 'node_to_cp_connections',
 };
 const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
+  maxInboundConnections: '--max-cp-to-node-connections',
   pauseReadingQueuedBytes: '--peer-read-timeout',
   maxQueuedBytes: '--peer-read-timeout',
   peerReadTimeoutMs: '--peer-read-timeout',

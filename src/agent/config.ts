@@ -8,7 +8,7 @@ import os from 'node:os';
 import type { LevelWithSilent } from 'pino';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import { UsageError } from '../common/usage-error.js';
-import { choiceFlag, connectionWindowFlag, durationFlag as duration, portFlag as port } from '../common/flag-values.js';
+import { choiceFlag, connectionWindowFlag, countFlag, durationFlag as duration, portFlag as port } from '../common/flag-values.js';
 import { logLevelFrom } from '../common/log-level.js';
 import { DEFAULT_LIMITS } from '../tunnel/limits.js';
 import { TRANSPORT_NAMES, type TransportName } from '../transport/choice.js';
@@ -53,6 +53,7 @@ export interface AgentFlagValues {
   'bind-interface-type': string;
   'tunnel-wait-timeout': string;
   'max-connection-window': number;
+  'max-cp-to-node-connections': number;
   'peer-read-timeout': string;
   transport: string;
   'log-level'?: string | undefined;
@@ -77,6 +78,8 @@ export interface AgentConfig {
   admin?: AssembledAgentOptions['admin'];
   node?: NodeSideOptions;
   maxConnectionWindowBytes: number;
+  /** Control plane -> node connections per server tunnel, dialling or open. */
+  maxCpToNodeConnections: number;
   peerReadTimeoutMs: number;
   transport: TransportName;
   logLevel: LevelWithSilent;
@@ -143,6 +146,7 @@ export function agentConfig(a: AgentFlagValues, notices: string[]): AgentConfig 
     admin: adminPort > 0 ? { host: a['admin-bind-address'], port: adminPort, profiling: a['enable-profiling'] } : undefined,
     node,
     maxConnectionWindowBytes: connectionWindowFlag('max-connection-window', a['max-connection-window'], DEFAULT_LIMITS.windowBytes),
+    maxCpToNodeConnections: countFlag('max-cp-to-node-connections', a['max-cp-to-node-connections']),
     peerReadTimeoutMs: duration('peer-read-timeout', a['peer-read-timeout']),
     transport: choiceFlag('transport', a.transport, TRANSPORT_NAMES),
     logLevel: logLevelFrom(a['log-level'], a.v),

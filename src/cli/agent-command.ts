@@ -14,6 +14,7 @@ import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport, TRANSPORT_NAMES } from '../transport/choice.js';
 import { INTERFACE_TYPES } from '../agent/host-interface-manager.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS } from '../tunnel/limits.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { agentIgnoredFlags, klogFlags, upstreamNotices } from './upstream-flags.js';
@@ -57,6 +58,7 @@ export const agentFlags = {
   'bind-interface-type': { type: 'string', choices: INTERFACE_TYPES, default: 'dummy', describe: 'Kind of --bind-interface to create; "none" uses an existing address' },
   'tunnel-wait-timeout': { type: 'string', default: '10s', describe: 'How long a node connection waits for a tunnel before it is closed' },
   'max-connection-window': maxConnectionWindowOption,
+  'max-cp-to-node-connections': { type: 'number', default: DEFAULT_CP_TO_NODE_CONNECTIONS, describe: 'Control plane -> node connections this agent dials or holds per server tunnel; more are refused' },
   'peer-read-timeout': peerReadTimeoutOption,
   transport: { type: 'string', choices: TRANSPORT_NAMES, default: TRANSPORT_NAMES[0], describe: 'gRPC implementation' },
   'log-level': { type: 'string', choices: LOG_LEVELS, describe: 'Log level (JSON logs on stdout; default: from --v, else info)' },
@@ -105,7 +107,7 @@ export async function buildAgentOptions(config: AgentConfig, credentials: AgentC
     connectTimeoutMs: config.connectTimeoutMs,
     reconnect: config.reconnect,
     health: config.health,
-    limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
+    limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs, maxInboundConnections: config.maxCpToNodeConnections },
     transport: await loadTransport(config.transport),
     log,
   };

@@ -12,6 +12,7 @@ import yargs, { type Argv } from 'yargs';
 import fs from 'node:fs';
 import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../../src/cli/server-command.js';
 import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../../src/cli/agent-command.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS } from '../../src/tunnel/limits.js';
 import { agentConfig, defaultAgentID } from '../../src/agent/config.js';
 import { logLevelFrom } from '../../src/common/log-level.js';
 import { serverConfig } from '../../src/server/config.js';
@@ -170,7 +171,7 @@ test('--max-connection-window reaches the options the server and agent build the
   );
   t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
   const agent = await buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
-  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000 });
+  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000, maxInboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS });
 });
 
 test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the server options; the server-wide cap defaults to half the open-files limit', async (t) => {
@@ -286,6 +287,8 @@ const agentRefusals: [string, string[], RegExp][] = [
   ['cap shorter than interval', [...AGENT_OK, '--sync-interval', '5s', '--sync-interval-cap', '1s'], /--sync-interval-cap must not be shorter than --sync-interval/],
   ['tunnel wait without unit', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--tunnel-wait-timeout', '3'], /--tunnel-wait-timeout: duration "3" needs a unit/],
   ['fractional connection window', [...AGENT_OK, '--max-connection-window', '2000000.5'], /--max-connection-window must be a whole number of bytes/],
+  ['no control plane -> node connections', [...AGENT_OK, '--max-cp-to-node-connections', '0'], /--max-cp-to-node-connections must be a whole number of at least 1, got 0/],
+  ['connection cap not a number', [...AGENT_OK, '--max-cp-to-node-connections', 'lots'], /--max-cp-to-node-connections must be a whole number/],
 ];
 
 for (const [name, argv, message] of agentRefusals) {

@@ -109,6 +109,25 @@ test.serial('--max-node-to-cp-connections-per-agent: one agent gets its share an
   t.regex(String(refusal.reason), /too many connections open or being dialled for the peer: 40, limit 40 \(--max-node-to-cp-connections-per-agent\)/);
 });
 
+test.serial('the agent\'s --max-cp-to-node-connections: dials beyond its cap are refused naming the flag and counted; closing one makes room', async (t) => {
+  t.timeout(60_000);
+  const ws = await makeWorkspace(t);
+  const echo = await startEchoBackend(t);
+  const server = await startServer(t, ws);
+  const agent = await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--max-cp-to-node-connections', '3'] });
+  await waitStatus(server.readyzUrl(), 200, 10_000);
+  const open = [];
+  for (let i = 0; i < 3; i++) open.push(await connectThrough(server, echo.address));
+  const err = await t.throwsAsync(httpConnect(await connectUnix(server.uds), echo.address));
+  t.regex(err?.message ?? '', /^HTTP\/1\.1 502 Bad Gateway: too many connections open or being dialled for the peer: 3, limit 3 \(--max-cp-to-node-connections\)/);
+  t.is((await scrapeMetrics(agent.adminPort)).get('kanal_refusals_total{reason="cp_to_node_connections"}'), 1);
+  open.pop()!.destroy();
+  await waitMetrics(server.healthPort, { kanal_server_connections_open: 2 }, 10_000);
+  const again = await connectThrough(server, echo.address);
+  t.true(await echoRoundTrip(again, randomBytes(1000)));
+  for (const s of [...open, again]) s.destroy();
+});
+
 test.serial('--max-cp-to-node-connections-per-agent: CONNECTs beyond the cap get 503 naming the flag; closing one makes room', async (t) => {
   t.timeout(60_000);
   const ws = await makeWorkspace(t);
