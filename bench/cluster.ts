@@ -69,6 +69,10 @@ export interface StartOptions {
   logLevel?: string;
   /** Server --max-agents-per-credential, for agents that share one certificate (a DaemonSet's). */
   maxAgentsPerCredential?: number;
+  /** More `kanal server` flags. */
+  serverArgs?: string[];
+  /** More `kanal agent` flags (startPair). */
+  agentArgs?: string[];
   /** The kanal CLI to run (another build's dist/src/cli/main.js, for A/B comparisons); default this checkout's. */
   cli?: string;
 }
@@ -85,6 +89,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   ];
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
+  args.push(...(o.serverArgs ?? []));
   const child = spawnChild({ name: `${o.tag}-server`, script: o.cli ?? CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
@@ -112,6 +117,7 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
       '--target', `${echo}:${BACKEND_HOST}:${b.echoTcp}`,
       '--target', `${httpPort}:${BACKEND_HOST}:${b.httpTcp}`,
       '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
+      ...(o.agentArgs ?? []),
     ],
   });
   await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);

@@ -363,7 +363,7 @@ async function instrumented(env: Env, o: Options): Promise<Instrumented> {
       fs.writeFileSync(path.join(dir, 'window.json'), JSON.stringify({ fromUs: window[0], toUs: window[1], dials: n, ...pids }));
       return { pids, gcs: { server: v8Events(logs.server, offsets.server), agent: v8Events(logs.agent, offsets.agent) } };
     },
-    ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-interval', '100', '--trace-gc', ...(o.v8Trace ? ['--trace-opt', '--trace-deopt'] : [])],
+    { nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-interval', '100', '--trace-gc', ...(o.v8Trace ? ['--trace-opt', '--trace-deopt'] : [])] },
   );
   const profiles: ProfileSummary[] = [];
   for (const role of ROLES) {

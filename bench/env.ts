@@ -5,7 +5,7 @@ import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.j
 import type { Worker } from './rpc.js';
 import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
 import { makeTempDir } from './children.js';
-import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair, type KanalPair, type TunnelPair } from './cluster.js';
+import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair, type KanalPair, type StartOptions, type TunnelPair } from './cluster.js';
 import type { Params } from './params.js';
 import { cpuSecondsOf, rssBytes } from './proc.js';
 import { findUpstream, startUpstreamPair, type UpstreamBinaries } from './upstream.js';
@@ -99,11 +99,11 @@ export function pairOf(env: Env, product: Product): TunnelPair {
  * (memory figures free of what earlier runs left on the heap, or extra node
  * flags for Kanal's), then stops them and points the client back at the main pairs.
  */
-export async function withFreshPair<T>(env: Env, product: Product, tag: string, fn: (env: Env) => Promise<T>, nodeArgs?: string[]): Promise<T> {
+export async function withFreshPair<T>(env: Env, product: Product, tag: string, fn: (env: Env) => Promise<T>, kanal: Pick<StartOptions, 'nodeArgs' | 'serverArgs' | 'agentArgs'> = {}): Promise<T> {
   const o = { dir: env.dir, tag, pki: env.pki };
   let fresh: Env;
   if (product === 'kanal') {
-    fresh = { ...env, pair: await startPair({ ...o, transport: env.transport, backend: env.ports, nodeArgs }) };
+    fresh = { ...env, pair: await startPair({ ...o, transport: env.transport, backend: env.ports, ...kanal }) };
   } else {
     if (!env.upstreamBinaries) throw new Error('upstream is not running');
     fresh = { ...env, upstream: await startUpstreamPair({ ...o, binaries: env.upstreamBinaries }) };

@@ -154,7 +154,7 @@ async function profileRun(env: Env, mode: 'up' | 'down'): Promise<ProfileSummary
       }
       return { server: penv.pair.server.pid, agent: penv.pair.agent.pid };
     },
-    ['--cpu-prof', '--cpu-prof-dir', profDir],
+    { nodeArgs: ['--cpu-prof', '--cpu-prof-dir', profDir] },
   ); // the pair is stopped with SIGTERM: a clean exit writes the profiles
   const out: ProfileSummary[] = [];
   for (const [name, pid] of Object.entries(pids)) {

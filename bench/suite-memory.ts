@@ -82,7 +82,10 @@ async function idleConnections(env: Env, product: Product): Promise<Row> {
 /** Idle tunnelled connections through a freshly started pair of each product. */
 export async function runIdleConnections(env: Env): Promise<Row[]> {
   const rows: Row[] = [];
-  for (const product of products(env)) rows.push(await withFreshPair(env, product, `memory-${product}`, (e) => idleConnections(e, product)));
+  // Kanal caps connections per agent tunnel, at both ends (8,192 by default); the full run holds 10,000 through one.
+  const cap = String(2 * env.params.idleConnections);
+  const kanal = { serverArgs: ['--max-cp-to-node-connections-per-agent', cap], agentArgs: ['--max-cp-to-node-connections', cap] };
+  for (const product of products(env)) rows.push(await withFreshPair(env, product, `memory-${product}`, (e) => idleConnections(e, product), kanal));
   return compareWithUpstream(rows, ['serverKiBPerConn', 'agentKiBPerConn']);
 }
 
