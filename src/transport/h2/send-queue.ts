@@ -45,8 +45,9 @@ const BATCH_FLUSH_BYTES = 64 * 1024;
 export const MIXED_WRITE_AHEAD_BYTES = 256 * 1024;
 
 /**
- * The same while only bulk DATA has been sent for MIXED_HOLD_MS: refilling
- * the stream a quarter as often took 15-20% less CPU per bulk GB (bench/RESULTS.md).
+ * The same while no small message has been sent for MIXED_HOLD_MS: refilling
+ * the stream a quarter as often took 2-12% less proxy CPU per bulk GB than
+ * 256 KiB (bench/RESULTS.md, 2026-11-24).
  */
 export const BULK_WRITE_AHEAD_BYTES = 1024 * 1024;
 
