@@ -87,8 +87,8 @@ function latencyValues(r: DialRuns, baseline?: DialRuns, upstream?: DialRuns): R
 function cpuValues(path: Path, r: DialRuns, upstream?: DialRuns): Record<string, number> {
   if (!productOf(path)) return {};
   const values: Record<string, number> = { cpuUsPerDial: (r.cpuS * 1e6) / pooled(r).length };
-  // CPU comes in 10 ms ticks: a short run may have none to divide by.
-  if (upstream && upstream.cpuS > 0) values.vsUpstreamCpu = values.cpuUsPerDial! / ((upstream.cpuS * 1e6) / pooled(upstream).length);
+  // CPU comes in 10 ms ticks: a short run may have none on either side, and then no ratio.
+  if (upstream && upstream.cpuS > 0 && r.cpuS > 0) values.vsUpstreamCpu = values.cpuUsPerDial! / ((upstream.cpuS * 1e6) / pooled(upstream).length);
   return values;
 }
 
