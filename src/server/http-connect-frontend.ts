@@ -28,9 +28,6 @@ export interface HttpConnectLimits {
   lingerMs: number;
 }
 
-/** The answer to a CONNECT whose dial succeeded, encoded once. */
-const ESTABLISHED = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n', 'latin1');
-
 export const DEFAULT_HTTP_CONNECT_LIMITS: HttpConnectLimits = {
   maxHeaderBytes: 16 * 1024,
   maxEarlyBytes: 64 * 1024,
@@ -149,7 +146,7 @@ export class HttpConnectFrontend {
         }
         const pending = early.release();
         // The status line goes out before the first byte of the tunnel (issue 12, "Also check").
-        socket.write(ESTABLISHED);
+        socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
         if (pending.length > 0) conn.send(pending);
         splice(socket, conn);
       },

@@ -243,9 +243,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     const peer = `unix:${opts.uds.path}`;
     const server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, peer));
     track(server, sockets, peers);
-    // Sized when a write first waits for the client ('drain'): a dial that never fills the default buffer costs no system call (#15).
-    const sizeFrontend = sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets');
-    server.on('connection', (socket: net.Socket) => socket.once('drain', () => sizeFrontend(socket)));
+    server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
     const file: UnixSocketFile = await listenUnix(server, opts.uds);
     reportErrors(server, opts.log);
     opts.log.info({ uds: file.path, mode: opts.mode, fileMode: `0${(opts.uds.mode ?? DEFAULT_UDS_MODE).toString(8)}`, gid: opts.uds.gid }, 'frontend listener ready');

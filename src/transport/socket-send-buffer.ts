@@ -42,8 +42,6 @@ export const UNIX_FRONTEND_SEND_BUFFER_BYTES = 2 * 1024 * 1024;
 /**
  * Sets UNIX_FRONTEND_SEND_BUFFER_BYTES on an accepted frontend Unix socket
  * without reading it first: it starts at wmem_default and nothing grows it.
- * The server calls this when a write first waits for the client, not per
- * accepted socket: most dials never fill the default buffer.
  */
 export function sizeUnixFrontendSendBuffer(socket: net.Socket): SendBufferResult {
   return sizeSendBuffer(socket, UNIX_FRONTEND_SEND_BUFFER_BYTES, setSendBuffer);
