@@ -163,13 +163,15 @@ export class SendQueue {
   }
 
   /** Called as the stream takes written bytes: refills it from the held DATA. */
-  pump(limit = this.writeAheadBytes): void {
+  pump(limit?: number): void {
     if (this.head === this.held.length) return;
+    // Read the clock only with DATA held: pump runs on every write callback.
+    const max = limit ?? this.writeAheadBytes;
     // What this turn gathered precedes anything held (it was sent ahead of it).
     this.writeBatch();
     const held = this.held;
     const keys = this.heldKeys;
-    while (this.head < held.length && this.sink.writableLength < limit && !this.sink.destroyed) {
+    while (this.head < held.length && this.sink.writableLength < max && !this.sink.destroyed) {
       const i = this.head;
       const key = keys[i]!;
       const withPayload = keys[i + 1] === PAYLOAD;
