@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { decodePacket, encodePacket } from '../../src/wire/codec.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
+import { Wakeup } from './wakeup.js';
 
 /** A packet, or raw bytes sent as one gRPC message (for malformed-input tests). */
 export type Outgoing = Packet | Buffer;
@@ -23,7 +24,7 @@ export class ProxyStream {
   /** Resolves with the call's final status (never rejects). */
   readonly status: Promise<grpc.StatusObject>;
   private readonly queue: Packet[] = [];
-  private readonly waiters = new Set<() => void>();
+  private readonly arrivals = new Wakeup();
   private ended = false;
 
   constructor(
@@ -51,13 +52,13 @@ export class ProxyStream {
     ) as Call;
     this.call.on('data', (p: Packet) => {
       this.queue.push(p);
-      this.wakeAll();
+      this.arrivals.wakeAll();
     });
     this.call.on('error', () => undefined); // the status carries it
     this.status = new Promise<grpc.StatusObject>((resolve) =>
       this.call.on('status', (s: grpc.StatusObject) => {
         this.ended = true;
-        this.wakeAll();
+        this.arrivals.wakeAll();
         resolve(s);
       }),
     );
@@ -82,20 +83,8 @@ export class ProxyStream {
       if (this.ended) throw new Error(`stream ended while waiting for ${PacketType[type]}`);
       const left = deadline - Date.now();
       if (left <= 0) throw new Error(`no ${PacketType[type]} within ${timeoutMs} ms (queued: ${this.queue.map((p) => PacketType[p.type]).join(',') || 'none'})`);
-      await new Promise<void>((resolve) => {
-        const wake = (): void => {
-          clearTimeout(timer);
-          this.waiters.delete(wake);
-          resolve();
-        };
-        const timer = setTimeout(wake, left);
-        this.waiters.add(wake);
-      });
+      await this.arrivals.wait(left);
     }
-  }
-
-  private wakeAll(): void {
-    for (const w of [...this.waiters]) w();
   }
 
   /** Packets received and not taken yet. */

@@ -18,6 +18,7 @@ import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
+import { Wakeup } from '../helpers/wakeup.js';
 import { ADVERTISE_IP, AGENT_HEALTH_PORT, AGENT_ID, AGENT_PORT, KAS_PORT, createTopology, destroyAllTopologies, startAgent, type NsProcess, type Topology } from '../helpers/node-topology.js';
 
 const UPSTREAM_SERVER_ID = 'upstream-konnectivity-0';
@@ -86,7 +87,7 @@ class UpstreamServer {
   readonly agentMetadata: Record<string, string[]>[] = [];
   call: AgentCall | undefined;
   private readonly server = new grpc.Server();
-  private readonly waiters = new Set<() => void>();
+  private readonly arrivals = new Wakeup();
 
   constructor() {
     this.server.addService({ Connect: connectMethod }, {
@@ -106,7 +107,7 @@ class UpstreamServer {
           this.received.push(p);
           // Upstream: DIAL_RSP, DATA, CLOSE_RSP and DRAIN are handled; anything else,
           // a DIAL_REQ from an agent included, is ignored.
-          for (const wake of [...this.waiters]) wake();
+          this.arrivals.wakeAll();
         });
         call.on('error', () => undefined);
         call.on('end', () => call.end());
@@ -136,15 +137,7 @@ class UpstreamServer {
       if (hit) return hit;
       const left = deadline - Date.now();
       if (left <= 0) throw new Error(`upstream stand-in: expected packet not received within ${timeoutMs} ms; got types ${this.received.map((p) => p.type).join(',')}`);
-      await new Promise<void>((resolve) => {
-        const wake = (): void => {
-          clearTimeout(timer);
-          this.waiters.delete(wake);
-          resolve();
-        };
-        const timer = setTimeout(wake, left);
-        this.waiters.add(wake);
-      });
+      await this.arrivals.wait(left);
     }
   }
 
