@@ -8,6 +8,7 @@
  * The upstream cases skip with the reason when the binaries are absent.
  */
 import test, { type ExecutionContext } from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { randomBytes } from 'node:crypto';
 import type net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -29,7 +30,7 @@ import { startUpstreamAgent, startUpstreamServer, upstreamUnavailableReason } fr
 const DIALS = 8;
 const unavailable = upstreamUnavailableReason();
 const withUpstream = unavailable ? test.skip : test;
-if (unavailable) test('upstream DRAIN interop skipped', (t) => t.log(unavailable));
+if (unavailable) skippedBecause('upstream DRAIN interop', unavailable);
 
 /** CONNECTs through a frontend Unix socket to the echo backend and checks the bytes come back. */
 async function dialAll(t: ExecutionContext, uds: string, backend: Backend, n: number): Promise<void> {

@@ -5,13 +5,14 @@
  * answering PINGs yielding to the next strategy.
  */
 import test from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { randomBytes } from 'node:crypto';
 import { connectThrough, echoRoundTrip, makeWorkspace, startAgent, startEchoBackend, startServer, waitMetrics, waitUntil, type KanalServerProcess } from '../helpers/kanal-processes.js';
 import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
 
 const unavailable = upstreamUnavailableReason();
 const withUpstream = unavailable ? test.skip : test;
-if (unavailable) test('upstream routing interop skipped', (t) => t.log(unavailable));
+if (unavailable) skippedBecause('upstream routing interop', unavailable);
 
 function loggedCarriers(server: KanalServerProcess, address: string): string[] {
   return server.logLines().filter((l) => l.msg === 'dial established' && l.address === address).map((l) => `${String(l.agentID)} by ${String(l.strategy)}`);

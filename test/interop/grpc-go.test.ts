@@ -10,6 +10,7 @@
 // framing meet Kanal's, and a dial to a closed port must come back refused.
 
 import test, { type ExecutionContext } from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -41,12 +42,7 @@ const ECHO_BYTES = 8 * 1024 * 1024;
 const goMissing = [GO, path.join(GO_PATH, 'src/google.golang.org/grpc'), path.join(GO_PATH, 'src/google.golang.org/protobuf')]
   .filter((p) => !fs.existsSync(p))
   .map((p) => `${p} not found (scripts/setup.sh installs golang-go, golang-google-grpc-dev and golang-google-protobuf-dev)`)[0];
-if (goMissing) {
-  test(`grpc-go interop tests skipped: ${goMissing}`, (t) => {
-    t.log(`skipped: ${goMissing}`);
-    t.pass();
-  });
-}
+if (goMissing) skippedBecause('grpc-go interop tests', goMissing);
 const goTest = goMissing ? test.skip : test.serial;
 
 let buildDir = '';

@@ -8,6 +8,7 @@
  * Skips with the reason when upstream's binaries are absent.
  */
 import test from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { LabelSelector } from '../../src/kube/labels.js';
@@ -17,7 +18,7 @@ import { startKonnectivityKubeApi, waitUntil } from '../helpers/kube-stand-in/fi
 
 const unavailable = upstreamUnavailableReason();
 const maybe = unavailable ? test.skip : test;
-if (unavailable) test('upstream client-go against the Kubernetes API stand-in skipped', (t) => t.log(unavailable));
+if (unavailable) skippedBecause('upstream client-go against the Kubernetes API stand-in', unavailable);
 
 const NS = 'kube-system';
 const EVERYTHING = LabelSelector.parse('');

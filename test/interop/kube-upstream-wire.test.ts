@@ -8,6 +8,7 @@
  * absent.
  */
 import test, { type ExecutionContext } from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { makeWorkspace, startAgent, startServer, waitMetrics, type KanalServerProcess, type Workspace } from '../helpers/kanal-processes.js';
@@ -18,7 +19,7 @@ import { LabelSelector } from '../../src/kube/labels.js';
 
 const unavailable = upstreamUnavailableReason();
 const maybe = unavailable ? test.skip : test;
-if (unavailable) test('token and lease interop with upstream skipped', (t) => t.log(unavailable));
+if (unavailable) skippedBecause('token and lease interop with upstream', unavailable);
 
 const NS = 'kube-system';
 const TOKEN_FLAGS = ['--agent-namespace=kube-system', '--agent-service-account=konnectivity-agent', '--authentication-audience=system:konnectivity-server'];

@@ -9,6 +9,7 @@
  * Skips with the reason when upstream's binaries are absent.
  */
 import test, { type ExecutionContext } from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -38,7 +39,7 @@ import { runUpstreamTestClient, startUpstreamAgent, startUpstreamServer, upstrea
 
 const unavailable = upstreamUnavailableReason();
 const maybe = unavailable ? test.skip : test.serial;
-if (unavailable) test('upstream transfer tests skipped', (t) => t.log(unavailable));
+if (unavailable) skippedBecause('upstream transfer tests', unavailable);
 
 type Mode = 'grpc' | 'http-connect';
 

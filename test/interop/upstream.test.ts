@@ -4,13 +4,14 @@
  * an upstream server. Skips with the reason when the binaries are absent.
  */
 import test from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { randomBytes } from 'node:crypto';
 import { connectUnix, echoRoundTrip, httpConnect, makeWorkspace, startAgent, startEchoBackend, startServer, waitStatus } from '../helpers/kanal-processes.js';
 import { startUpstreamAgent, startUpstreamServer, upstreamUnavailableReason } from '../helpers/upstream.js';
 
 const unavailable = upstreamUnavailableReason();
 const maybe = unavailable ? test.skip : test.serial;
-if (unavailable) test('upstream interop skipped', (t) => t.log(unavailable));
+if (unavailable) skippedBecause('upstream interop', unavailable);
 
 maybe('upstream agent under a Kanal server carries a CONNECT dial', async (t) => {
   const ws = await makeWorkspace(t);

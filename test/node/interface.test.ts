@@ -8,6 +8,7 @@
 // not ready with the reason and kanal_agent_bind_address_ready is 0.
 
 import test, { type ExecutionContext } from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { netnsUnavailableReason, type Netns } from '../../kit/launch/netns.js';
 import {
@@ -28,12 +29,7 @@ import { KAS_GIT_VERSION } from '../helpers/kas-stand-in.js';
 
 const unavailable = await netnsUnavailableReason();
 test.after.always('destroy any topology or namespace left behind', destroyAllTopologies);
-if (unavailable) {
-  test(`host interface tests skipped: ${unavailable}`, (t) => {
-    t.log(`skipped: ${unavailable}`);
-    t.pass();
-  });
-}
+if (unavailable) skippedBecause('host interface tests', unavailable);
 // Serial: each test runs a server, an agent and a KAS stand-in in two namespaces.
 const kernelTest = unavailable ? test.skip : test.serial;
 

@@ -6,6 +6,7 @@
 // server's allow-list is refused, logged, and never dialled.
 
 import test from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -21,20 +22,10 @@ const OFF_LIST_PORT = 7001;
 const unavailable = await netnsUnavailableReason();
 const kubectlMissing = fs.existsSync(KUBECTL) ? undefined : `${KUBECTL} not found`;
 test.after.always('destroy any topology or namespace left behind', destroyAllTopologies);
-if (unavailable) {
-  test(`node -> control plane kubectl tests skipped: ${unavailable}`, (t) => {
-    t.log(`skipped: ${unavailable}`);
-    t.pass();
-  });
-}
+if (unavailable) skippedBecause('node -> control plane kubectl tests', unavailable);
 const kernelTest = unavailable ? test.skip : test.serial;
 const kubectlTest = unavailable || kubectlMissing ? test.skip : test.serial;
-if (!unavailable && kubectlMissing) {
-  test(`kubectl tests skipped: ${kubectlMissing}`, (t) => {
-    t.log(`skipped: ${kubectlMissing}`);
-    t.pass();
-  });
-}
+if (!unavailable && kubectlMissing) skippedBecause('kubectl tests', kubectlMissing);
 
 interface Stack {
   topo: Topology;

@@ -8,6 +8,7 @@
 // Every client sends its bytes, half-closes, and reads the echo to the end.
 
 import test, { type ExecutionContext } from 'ava';
+import { skippedBecause } from '../helpers/skipped.js';
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
@@ -21,12 +22,7 @@ const MiB = 1024 * 1024;
 
 const unavailable = await netnsUnavailableReason();
 test.after.always('destroy any topology or namespace left behind', destroyAllTopologies);
-if (unavailable) {
-  test(`node <-> control plane load tests skipped: ${unavailable}`, (t) => {
-    t.log(`skipped: ${unavailable}`);
-    t.pass();
-  });
-}
+if (unavailable) skippedBecause('node <-> control plane load tests', unavailable);
 const kernelTest = unavailable ? test.skip : test;
 
 interface Stack {
