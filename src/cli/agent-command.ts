@@ -169,7 +169,9 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const status = (): string => agent.readiness().detail;
   agent.onTunnelChange(() => (notifier.isReady ? notifier.status(status()) : notifier.ready(status())));
   setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
+  const reclaimer = agent.metrics.reclaimMemory(log);
   runUntilSignalled(log, async () => {
+    reclaimer.stop();
     notifier.stopping('draining');
     await assembled.stop(config.shutdownGraceMs);
     // Last line: everything the agent created is gone (#12 finding 6).

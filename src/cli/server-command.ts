@@ -191,8 +191,10 @@ export async function runServer(args: ServerArgs): Promise<void> {
   // systemd (Type=notify): every listener is bound now.
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
+  const reclaimer = server.metrics.reclaimMemory(options.log);
   runUntilSignalled(options.log, async () => {
     notifier.stopping();
+    reclaimer.stop();
     await Promise.all([admin?.close(), server.stop()]);
     for (const c of apiClients) c.close();
   });

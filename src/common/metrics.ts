@@ -3,8 +3,10 @@
  * health port. Gauges are read from live tables at scrape time so they can
  * never drift from the truth; counters are bumped where things happen.
  */
+import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { UpstreamDialMetrics } from './upstream-metrics.js';
+import { MemoryReclaimer } from './memory-reclaimer.js';
 import type { DialResult } from './dial-result.js';
 import type { RefusalReason } from './refusal-reason.js';
 
@@ -24,6 +26,9 @@ export class KanalMetrics {
   readonly streamsClosed: LabelledCounter<{ reason: 'peer_not_reading' }>;
   /** Agent tunnels closed because their peer stopped answering (#11). */
   readonly deadTunnels: LabelledCounter<{ reason: 'keepalive_timeout' | 'replaced' }>;
+  /** Major GCs the memory reclaimer ran (memory-reclaimer.ts), and the RSS its checks gave back. */
+  readonly memoryCollections: Counter;
+  readonly memoryReclaimedBytes: Counter;
   /** Upstream's names for control plane -> node dials (upstream-metrics.ts). */
   readonly upstreamDials: UpstreamDialMetrics;
 
@@ -69,6 +74,16 @@ export class KanalMetrics {
       labelNames: ['reason'],
       registers: [this.registry],
     });
+    this.memoryCollections = new Counter({
+      name: 'kanal_memory_collections_total',
+      help: 'Major GCs run because resident memory stood 8 MiB above its floor (docs/memory.md)',
+      registers: [this.registry],
+    });
+    this.memoryReclaimedBytes = new Counter({
+      name: 'kanal_memory_reclaimed_bytes_total',
+      help: 'Resident memory given back to the kernel by those GCs and by malloc_trim every 10 s',
+      registers: [this.registry],
+    });
     this.streamsClosed = new Counter({
       name: 'kanal_streams_closed_total',
       help: 'Tunnel streams this side closed because of a limit (reason: peer_not_reading)',
@@ -95,6 +110,20 @@ export class KanalMetrics {
     const seconds = (performance.now() - started) / 1000;
     if (result === 'ok') this.dialSeconds.observe({ direction }, seconds);
     if (direction === 'cp_to_node') this.upstreamDials.dialDone(result, seconds);
+  }
+
+  /** Starts a MemoryReclaimer that counts into this registry (and logs each reclaim at debug); stop it with the process. */
+  reclaimMemory(log: Logger): MemoryReclaimer {
+    const mib = (bytes: number): number => Math.round(bytes / 104857.6) / 10;
+    const reclaimer = new MemoryReclaimer({
+      onReclaim: (r) => {
+        if (r.collected || r.before - r.after >= 1024 * 1024) log.debug({ rssBeforeMiB: mib(r.before), rssAfterMiB: mib(r.after), collected: r.collected, ms: Math.round(r.ms * 10) / 10 }, 'memory reclaimed');
+        if (r.collected) this.memoryCollections.inc();
+        this.memoryReclaimedBytes.inc(Math.max(0, r.before - r.after));
+      },
+    });
+    reclaimer.start();
+    return reclaimer;
   }
 
   connectionClosed(direction: Direction, toPeer: number, fromPeer: number): void {

@@ -18,35 +18,19 @@
  * process moves data, the factor is pinned at HEAP_GROWING_PERCENT, inside
  * V8's own range. Figures: bench/RESULTS.md; test: test/tunnel/gc-pacer.test.ts.
  *
- * V8 only exposes `gc` with --expose-gc; the flag is turned on just long
- * enough to fetch the function from a fresh context, so the process's own
- * global stays untouched. Without it (an embedder that forbids the flag)
- * pacing is off and V8 behaves as before. Pacing is off until a command turns
- * it on (enableGcPacing; `kanal server` and `kanal agent` do), so a process
- * that embeds the tunnel keeps V8's settings; KANAL_GC_PACING=0 keeps it off.
+ * `gc` comes from common/v8-gc.ts; without it pacing is off and V8 behaves
+ * as before. Pacing is off until a command turns it on (enableGcPacing;
+ * `kanal server` and `kanal agent` do), so a process that embeds the tunnel
+ * keeps V8's settings; KANAL_GC_PACING=0 keeps it off.
  */
 import v8 from 'node:v8';
-import vm from 'node:vm';
+import { v8Gc, type GcFunction } from '../common/v8-gc.js';
 
 /** Bytes moved between two minor GCs. */
 export const GC_PACE_BYTES = 8 * 1024 * 1024;
 
 /** Old-generation limit after a mark-compact = live size × (1 + this / 100). */
 export const HEAP_GROWING_PERCENT = 200;
-
-type GcFunction = (options: { type: 'minor' | 'major'; execution?: 'sync' | 'async' }) => void;
-
-function fetchGc(): GcFunction | null {
-  if (process.env.KANAL_GC_PACING === '0') return null;
-  try {
-    v8.setFlagsFromString('--expose-gc');
-    const gc = vm.runInNewContext('gc') as unknown;
-    v8.setFlagsFromString('--no-expose-gc');
-    return typeof gc === 'function' ? (gc as GcFunction) : null;
-  } catch {
-    return null;
-  }
-}
 
 /** Set once by enableGcPacing; until then noteBytesMoved does nothing. */
 let enabled = false;
@@ -72,7 +56,7 @@ export function noteBytesMoved(bytes: number): void {
   moved += bytes;
   if (moved < GC_PACE_BYTES || scheduled) return;
   if (gc === undefined) {
-    gc = fetchGc();
+    gc = v8Gc();
     // V8 reads the flag whenever it sets a new limit, so it applies from the next collection on.
     if (gc) v8.setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
   }

@@ -1,0 +1,95 @@
+/**
+ * Gives memory back after connection churn. Each connection leaves native
+ * memory behind that neither V8 nor glibc hands back on its own: pages glibc
+ * keeps in its arenas once freed (it returns only a free tail of the main
+ * heap), and buffers of sockets whose JS wrappers wait for a major GC (V8
+ * does not count them, so nothing hurries it). Every RECLAIM_CHECK_MS,
+ * malloc_trim(0) returns the free pages (microseconds when there are none);
+ * when RSS stands RECLAIM_GROWTH_BYTES above its floor (the lowest seen since
+ * the last collection), a major GC runs first. Figures and the cost of each:
+ * docs/memory.md, "Connection churn".
+ */
+import { mallocTrim, type MallocTrim } from '../../native/malloc-trim.js';
+import { v8Gc, type GcFunction } from './v8-gc.js';
+
+export const RECLAIM_CHECK_MS = 10_000;
+export const RECLAIM_GROWTH_BYTES = 8 * 1024 * 1024;
+
+export interface Reclaim {
+  /** RSS before and after, bytes. */
+  before: number;
+  after: number;
+  /** Whether a major GC ran (RSS stood RECLAIM_GROWTH_BYTES above its floor). */
+  collected: boolean;
+  /** Wall time the reclaim held the event loop. */
+  ms: number;
+}
+
+export interface MemoryReclaimerOptions {
+  checkMs?: number;
+  growthBytes?: number;
+  /** Injected by tests; default process.memoryUsage.rss, v8Gc(), mallocTrim(). */
+  rss?: () => number;
+  gc?: GcFunction | null;
+  trim?: MallocTrim | null;
+  /** Called after every check that collected or gave memory back. */
+  onReclaim?: (r: Reclaim) => void;
+}
+
+/**
+ * stopped: no timer. watching: a timer checks every `checkMs`.
+ * Invariant (watching): floor ≤ every RSS read since the last collection,
+ * and ≤ the RSS right after it.
+ */
+type State = { kind: 'stopped' } | { kind: 'watching'; timer: NodeJS.Timeout; floor: number };
+
+export class MemoryReclaimer {
+  private state: State = { kind: 'stopped' };
+  private readonly rss: () => number;
+  private readonly gc: GcFunction | null;
+  private readonly trim: MallocTrim | null;
+
+  constructor(private readonly opts: MemoryReclaimerOptions = {}) {
+    this.rss = opts.rss ?? (() => process.memoryUsage.rss());
+    this.gc = opts.gc !== undefined ? opts.gc : v8Gc();
+    this.trim = opts.trim !== undefined ? opts.trim : mallocTrim();
+  }
+
+  /** Whether a reclaim can do anything here (a V8 gc or a glibc malloc_trim). */
+  get available(): boolean {
+    return this.gc !== null || this.trim !== null;
+  }
+
+  start(): void {
+    if (this.state.kind === 'watching' || !this.available) return;
+    const timer = setInterval(() => this.check(), this.opts.checkMs ?? RECLAIM_CHECK_MS);
+    timer.unref();
+    this.to({ kind: 'watching', timer, floor: this.rss() });
+  }
+
+  stop(): void {
+    this.to({ kind: 'stopped' });
+  }
+
+  /** One check (the timer's); returns what it did, if it collected or gave memory back. */
+  check(): Reclaim | undefined {
+    const s = this.state;
+    if (s.kind !== 'watching') return undefined;
+    const started = performance.now();
+    const before = this.rss();
+    const collected = this.gc !== null && before - s.floor >= (this.opts.growthBytes ?? RECLAIM_GROWTH_BYTES);
+    if (collected) this.gc?.({ type: 'major' });
+    this.trim?.();
+    const after = this.rss();
+    this.to({ ...s, floor: collected ? after : Math.min(s.floor, after) });
+    if (!collected && after >= before) return undefined;
+    const reclaim = { before, after, collected, ms: performance.now() - started };
+    this.opts.onReclaim?.(reclaim);
+    return reclaim;
+  }
+
+  private to(next: State): void {
+    if (this.state.kind === 'watching' && next.kind === 'stopped') clearInterval(this.state.timer);
+    this.state = next;
+  }
+}
