@@ -48,6 +48,10 @@ export interface TunnelPair {
   uds: string;
   server: Child;
   agent: Child;
+  /** The server's mTLS agent port (127.0.0.1). */
+  agentPort: number;
+  /** Prometheus metrics of each process (Kanal: the health ports; upstream: the server's admin port, the agent's health port). */
+  metricsUrls: { server: string; agent: string };
   stop(): Promise<void>;
 }
 
@@ -127,6 +131,8 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
     uds: server.uds,
     server: server.child,
     agent,
+    agentPort: server.agentPort,
+    metricsUrls: { server: `${server.healthUrl}/metrics`, agent: `http://127.0.0.1:${agentHealth}/metrics` },
     node: { bulk, echo, http: httpPort },
     async stop() {
       await agent.stop();

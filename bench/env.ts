@@ -14,6 +14,8 @@ export interface Env {
   dir: string;
   pki: ThrowawayPki;
   transport: string;
+  /** The kanal CLI every Kanal pair runs (--kanal-cli: another build's, for A/B runs); undefined: this checkout's. */
+  kanalCli?: string;
   params: Params;
   pair: KanalPair;
   /** Upstream's server and agent in the same topology; both undefined when its binaries are absent. */
@@ -32,6 +34,8 @@ export interface Env {
 export interface SetUpOptions {
   transport: string;
   params: Params;
+  /** --kanal-cli: another build's dist/src/cli/main.js. */
+  kanalCli?: string;
   /** --upstream: a directory, "none", or undefined (look in the usual places; see upstream.ts). */
   upstreamOption: string | undefined;
   warnings: string[];
@@ -50,8 +54,8 @@ export async function setUp(o: SetUpOptions): Promise<Env> {
   const backend = startLoadgen(dir, 'backend');
   const client = startLoadgen(dir, 'client');
   const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: o.params.chunkBytes });
-  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports });
-  const env: Env = { dir, pki, transport: o.transport, params: o.params, pair, ports, client, backend, warnings: o.warnings, progress: o.progress };
+  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports, cli: o.kanalCli });
+  const env: Env = { dir, pki, transport: o.transport, kanalCli: o.kanalCli, params: o.params, pair, ports, client, backend, warnings: o.warnings, progress: o.progress };
   const found = findUpstream(o.upstreamOption, dir);
   if ('binaries' in found) {
     o.progress(`starting upstream's proxy-server and proxy-agent (${found.binaries.origin})`);
@@ -103,7 +107,7 @@ export async function withFreshPair<T>(env: Env, product: Product, tag: string, 
   const o = { dir: env.dir, tag, pki: env.pki };
   let fresh: Env;
   if (product === 'kanal') {
-    fresh = { ...env, pair: await startPair({ ...o, transport: env.transport, backend: env.ports, ...kanal }) };
+    fresh = { ...env, pair: await startPair({ ...o, transport: env.transport, backend: env.ports, cli: env.kanalCli, ...kanal }) };
   } else {
     if (!env.upstreamBinaries) throw new Error('upstream is not running');
     fresh = { ...env, upstream: await startUpstreamPair({ ...o, binaries: env.upstreamBinaries }) };

@@ -74,6 +74,39 @@ export interface Failures {
   firstError?: string;
 }
 
+/**
+ * What the churn soak does to a server's agent port, one connection each:
+ * mtls: a valid agent certificate, half the HTTP/2 client preface, closed after holdMs;
+ * tcp: connect and close, no TLS byte; no-cert: TLS without a client certificate;
+ * rogue: TLS with an agent certificate from a CA the server does not trust.
+ */
+export type HandshakeKind = 'mtls' | 'tcp' | 'no-cert' | 'rogue';
+
+/** The mix the soak repeats: mostly the case that leaked (mtls), 70/10/10/10. */
+export const HANDSHAKE_MIX: readonly HandshakeKind[] = ['mtls', 'mtls', 'mtls', 'mtls', 'mtls', 'mtls', 'mtls', 'tcp', 'no-cert', 'rogue'];
+
+export interface HandshakeTarget {
+  host: string;
+  port: number;
+  caPem: string;
+  agentCertPem: string;
+  agentKeyPem: string;
+  rogueCertPem: string;
+  rogueKeyPem: string;
+}
+
+/**
+ * Short tunnelled connections of the soak: request (GET, answer, close),
+ * half (close right after the CONNECT's 200), refused (CONNECT to a closed port: 502).
+ */
+export type ChurnKind = 'request' | 'half' | 'refused';
+
+/** 80/10/10. */
+export const CHURN_MIX: readonly ChurnKind[] = ['request', 'request', 'request', 'request', 'request', 'request', 'request', 'request', 'half', 'refused'];
+
+/** Connections of a soak batch by how they ended, e.g. "mtls held" or "refused 502". */
+export type Outcomes = Record<string, number>;
+
 export type LoadgenCommands = {
   serve: { args: { host: string; certPem: string; keyPem: string; chunkBytes: number }; result: BackendPorts };
   configure: { args: ClientConfig; result: null };
@@ -86,6 +119,10 @@ export type LoadgenCommands = {
   requests: { args: { path: Path; concurrency: number; durationMs: number; maxRequests: number }; result: { completed: number; elapsedMs: number } & Failures };
   hold: { args: { path: Path; n: number; concurrency: number }; result: { held: number } & Failures };
   release: { args: null; result: null };
+  /** Connections `from` .. `from + n - 1` of the HANDSHAKE_MIX to a server's agent port, `concurrency` at a time. */
+  handshakes: { args: { target: HandshakeTarget; from: number; n: number; concurrency: number; holdMs: number }; result: { outcomes: Outcomes; elapsedMs: number } & Failures };
+  /** Connections `from` .. `from + n - 1` of the CHURN_MIX along a CONNECT path; `refusedPort`: a backend port nothing listens on. */
+  churn: { args: { path: Path; from: number; n: number; concurrency: number; refusedPort: number }; result: { outcomes: Outcomes; elapsedMs: number } & Failures };
   /** Backend: destroys the connections it stopped reading (a stalled reader never sees its peer's FIN). */
   unstall: { args: null; result: { destroyed: number } };
   /** Destroys every socket the worker has open (what a proxy left open that it should have closed). */

@@ -13,11 +13,17 @@ import { serveCommands } from './rpc.js';
 import {
   BULK_HEADER_BYTES,
   BULK_MODE,
+  CHURN_MIX,
+  HANDSHAKE_MIX,
   type BackendPorts,
+  type ChurnKind,
   type ClientConfig,
   type Counters,
   type FlowMode,
+  type HandshakeKind,
+  type HandshakeTarget,
   type LoadgenCommands,
+  type Outcomes,
   type Path,
   type Service,
   productOf,
@@ -156,6 +162,16 @@ function once<T>(emitter: Duplex, ok: string, timeoutMs: number, what: string, v
   });
 }
 
+/** A CONNECT answered with another status than 200 (the status tells a refused dial from a failure). */
+class ConnectRefused extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** CONNECT handshake; leaves the socket paused with any early tunnel bytes unshifted. */
 function httpConnect(sock: net.Socket, authority: string, timeoutMs: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {
@@ -185,7 +201,7 @@ function httpConnect(sock: net.Socket, authority: string, timeoutMs: number): Pr
       const statusLine = head.subarray(0, head.indexOf('\r\n')).toString('latin1');
       if (statusLine.split(' ')[1] !== '200') {
         sock.destroy();
-        reject(new Error(`CONNECT ${authority}: ${statusLine} ${head.subarray(end + 4).toString('utf8').trim()}`));
+        reject(new ConnectRefused(Number(statusLine.split(' ')[1]), `CONNECT ${authority}: ${statusLine} ${head.subarray(end + 4).toString('utf8').trim()}`));
         return;
       }
       const rest = head.subarray(end + 4);
@@ -223,19 +239,25 @@ async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS): 
     case 'kanal-cp-tls':
     case 'upstream-cp':
     case 'upstream-cp-tls': {
-      const product = productOf(path)!;
-      const uds = c.uds[product];
-      if (!uds) throw new Error(`${path}: no ${product} server configured`);
-      const s = net.connect({ path: uds });
-      await once(s, 'connect', timeoutMs, 'uds connect', () => s);
       const plain = !path.endsWith('-tls');
       const port = plain ? c.backend[TCP_PORT[service]] : c.backend[TLS_PORT[service]];
-      await httpConnect(s, `${c.backendHost}:${port}`, timeoutMs);
+      const s = await connectThrough(path, `${c.backendHost}:${port}`, timeoutMs);
       if (plain) return s;
       const t = tls.connect({ socket: s, ca: c.caPem, servername: 'localhost' });
       return once(t, 'secureConnect', timeoutMs, 'tls through the tunnel', () => t);
     }
   }
+}
+
+/** CONNECT `authority` over the server's Unix socket of `path`'s product; paused, as httpConnect leaves it. */
+async function connectThrough(path: Path, authority: string, timeoutMs: number): Promise<net.Socket> {
+  const product = productOf(path);
+  const uds = product && cfg().uds[product];
+  if (!uds) throw new Error(`${path}: no ${product ?? 'proxy'} server configured`);
+  const s = net.connect({ path: uds });
+  await once(s, 'connect', timeoutMs, 'uds connect', () => s);
+  await httpConnect(s, authority, timeoutMs);
+  return s;
 }
 
 function header(mode: number, limit: number): Buffer {
@@ -344,6 +366,76 @@ async function requestOnce(path: Path): Promise<void> {
   }
 }
 
+// ------------------------------------------------------------ churn soak
+
+/** The first half of the HTTP/2 client preface: a client that stops mid-handshake. */
+const HALF_PREFACE = 'PRI * HTTP/2.0\r\n';
+
+/**
+ * One connection of `kind` to a server's agent port, resolved with how it
+ * ended (never rejected: every end is an outcome). TLS kinds write half the
+ * HTTP/2 preface once the handshake is done and close after `holdMs` unless
+ * the server closes first ("closed by server": what a refusal looks like
+ * once TLS 1.3 has finished on the client's side).
+ */
+function handshakeOnce(t: HandshakeTarget, kind: HandshakeKind, holdMs: number): Promise<string> {
+  return new Promise<string>((resolve) => {
+    const credentials = kind === 'mtls' ? { cert: t.agentCertPem, key: t.agentKeyPem } : kind === 'rogue' ? { cert: t.rogueCertPem, key: t.rogueKeyPem } : {};
+    const s =
+      kind === 'tcp'
+        ? net.connect({ host: t.host, port: t.port })
+        : tls.connect({ host: t.host, port: t.port, ca: t.caPem, servername: 'localhost', ALPNProtocols: ['h2'], ...credentials });
+    let stage: 'connecting' | 'open' | 'held' = 'connecting';
+    // Bounds a server that neither answers nor closes.
+    let timer = setTimeout(() => s.destroy(), OPEN_TIMEOUT_MS);
+    const opened = (): void => {
+      stage = 'open';
+      clearTimeout(timer);
+      if (kind === 'tcp') {
+        stage = 'held';
+        s.destroy();
+        return;
+      }
+      s.write(HALF_PREFACE);
+      timer = setTimeout(() => {
+        stage = 'held';
+        s.destroy();
+      }, holdMs);
+    };
+    s.once(kind === 'tcp' ? 'connect' : 'secureConnect', opened);
+    s.on('error', () => undefined);
+    s.on('data', () => undefined);
+    s.once('close', () => {
+      clearTimeout(timer);
+      resolve(`${kind} ${stage === 'held' ? (kind === 'tcp' ? 'closed' : 'held') : stage === 'open' ? 'closed by server' : 'refused in handshake'}`);
+    });
+  });
+}
+
+/** One short tunnelled connection of `kind`; resolves with its outcome, rejects on an unexpected one. */
+async function churnOnce(path: Path, kind: ChurnKind, refusedPort: number): Promise<string> {
+  switch (kind) {
+    case 'request':
+      await requestOnce(path);
+      return 'request answered';
+    case 'half':
+      (await open(path, 'http')).destroy();
+      return 'closed after 200';
+    case 'refused':
+      try {
+        (await connectThrough(path, `${cfg().backendHost}:${refusedPort}`, OPEN_TIMEOUT_MS)).destroy();
+      } catch (err) {
+        if (err instanceof ConnectRefused) return `refused ${err.status}`;
+        throw err;
+      }
+      throw new Error(`CONNECT to the closed port ${refusedPort} answered 200`);
+  }
+}
+
+function count(outcomes: Outcomes, outcome: string): void {
+  outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
+}
+
 function failures(): { errors: number; firstError?: string; note(err: unknown): void } {
   const f = {
     errors: 0,
@@ -433,6 +525,25 @@ serveCommands<LoadgenCommands>({
       }
     });
     return { held: held.length, errors: f.errors, firstError: f.firstError };
+  },
+  async handshakes({ target, from, n, concurrency, holdMs }) {
+    const outcomes: Outcomes = {};
+    const t0 = performance.now();
+    await pool(n, concurrency, async (i) => count(outcomes, await handshakeOnce(target, HANDSHAKE_MIX[(from + i) % HANDSHAKE_MIX.length]!, holdMs)));
+    return { outcomes, elapsedMs: performance.now() - t0, errors: 0 };
+  },
+  async churn({ path, from, n, concurrency, refusedPort }) {
+    const outcomes: Outcomes = {};
+    const f = failures();
+    const t0 = performance.now();
+    await pool(n, concurrency, async (i) => {
+      try {
+        count(outcomes, await churnOnce(path, CHURN_MIX[(from + i) % CHURN_MIX.length]!, refusedPort));
+      } catch (err) {
+        f.note(err);
+      }
+    });
+    return { outcomes, elapsedMs: performance.now() - t0, errors: f.errors, firstError: f.firstError };
   },
   release() {
     for (const s of held) s.destroy();

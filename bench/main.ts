@@ -1,12 +1,13 @@
 /**
- * `npm run bench [-- --full | --smoke] [--json] [--transport NAME] [--only LIST] [--profile] [--upstream DIR|none]`
+ * `npm run bench [-- --full | --smoke] [--json] [--transport NAME] [--only LIST] [--profile] [--upstream DIR|none] [--kanal-cli FILE] [--soak-count N]`
  *
  * Starts a Kanal server and agent (the real CLI, throwaway PKI), upstream
  * Konnectivity's proxy-server and proxy-agent when their binaries are there,
  * a backend and a load generator (separate worker processes), and measures
  * Kanal against upstream and against the same endpoints without a proxy, in
  * the same run: bulk throughput, dial latency (idle and next to a bulk flow),
- * short requests, memory, isolation. Prints one report (or JSON with --json).
+ * short requests, memory, isolation; and, asked for (--only soak, --full), a
+ * connection churn soak. Prints one report (or JSON with --json).
  * Every child process and temp dir is removed on the way out, also on failure and SIGINT.
  */
 import fs from 'node:fs';
@@ -21,20 +22,25 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { measureReceive, openFlows, setUp, waitIdle, withFreshPair, type Env } from './env.js';
 import { PARAMS, type Mode, type Params } from './params.js';
 import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from './proc.js';
-import { renderText, SECTION_ORDER, type Report, type Row, type Section } from './report.js';
+import { renderText, SECTION_ORDER, type Report, type Row, type Section, type SoakReport } from './report.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { runThroughput } from './suite-throughput.js';
 import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
 import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
+import { runSoak } from './suite-soak.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
-  (default)      quick mode, a few minutes
-  --full         longer runs, 10,000 idle connections, 1,000 agents
+                            [--kanal-cli FILE] [--soak-count N]
+  (default)      quick mode, a few minutes (every section but soak)
+  --full         longer runs, 10,000 idle connections, 1,000 agents, and the soak
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
   --transport    gRPC implementation for server, agent and bench agents (default h2)
-  --only         comma-separated: ${SECTION_ORDER.join(',')}
+  --only         comma-separated: ${SECTION_ORDER.join(',')},soak
+                 (soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
+  --kanal-cli    the kanal CLI every Kanal pair runs (another build's dist/src/cli/main.js, for a before/after run)
+  --soak-count   connections per soak phase and product (default 100,000; --smoke 2,000)
   --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
                  (upload unless =down) and summarise their top self-time functions
   --reps N       override the number of interleaved repetitions
@@ -49,6 +55,9 @@ interface Options {
   json: boolean;
   transport: string;
   sections: Section[];
+  /** The churn soak: long, so only when named (--only soak) or --full. */
+  soak: boolean;
+  kanalCli?: string;
   profile?: 'up' | 'down';
   /** --upstream: a directory, "none", or undefined (look in the usual places). */
   upstream?: string;
@@ -68,6 +77,8 @@ function parseOptions(argv: string[]): Options {
       profile: { type: 'string' },
       reps: { type: 'string' },
       upstream: { type: 'string' },
+      'kanal-cli': { type: 'string' },
+      'soak-count': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -79,14 +90,18 @@ function parseOptions(argv: string[]): Options {
   }
   if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
   const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
-  const sections = values.only
-    ? values.only.split(',').map((s) => {
-        const name = s.trim() as Section;
-        if (!SECTION_ORDER.includes(name)) throw new Error(`--only: unknown section ${s} (known: ${SECTION_ORDER.join(', ')})`);
-        return name;
-      })
-    : SECTION_ORDER;
+  const named = values.only?.split(',').map((s) => s.trim());
+  const unknown = named?.find((s) => s !== 'soak' && !SECTION_ORDER.some((known) => known === s));
+  if (unknown !== undefined) throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, soak)`);
+  const sections = named ? SECTION_ORDER.filter((s) => named.includes(s)) : SECTION_ORDER;
   const params = { ...PARAMS[mode] };
+  if (values['soak-count'] !== undefined) {
+    const n = Number(values['soak-count']);
+    if (!Number.isInteger(n) || n < 1) throw new Error('--soak-count must be a positive integer');
+    params.soakConnections = n;
+  }
+  const kanalCli = values['kanal-cli'] === undefined ? undefined : path.resolve(values['kanal-cli']);
+  if (kanalCli !== undefined && !fs.existsSync(kanalCli)) throw new Error(`--kanal-cli ${kanalCli}: no such file (build that tree first: npx tsc -p .)`);
   if (values.reps !== undefined) {
     const reps = Number(values.reps);
     if (!Number.isInteger(reps) || reps < 1) throw new Error('--reps must be a positive integer');
@@ -107,6 +122,8 @@ function parseOptions(argv: string[]): Options {
     json: values.json,
     transport: values.transport,
     sections: RUN_ORDER.filter((s) => sections.includes(s)),
+    soak: named ? named.includes('soak') : mode === 'full',
+    kanalCli,
     profile,
     upstream: values.upstream,
     params,
@@ -172,7 +189,7 @@ async function profileRun(env: Env, mode: 'up' | 'down'): Promise<ProfileSummary
  * A figure that could not be measured (a ratio to zero, CPU of a run too short
  * for /proc's 10 ms ticks) is left out rather than reported as NaN or null.
  */
-function withoutNonFinite(rows: Row[]): Row[] {
+function withoutNonFinite<R extends Pick<Row, 'values'>>(rows: R[]): R[] {
   return rows.map((row) => ({ ...row, values: Object.fromEntries(Object.entries(row.values).filter(([, v]) => Number.isFinite(v))) }));
 }
 
@@ -194,11 +211,12 @@ async function main(): Promise<void> {
   const warnings: string[] = [];
   const rows: Row[] = [];
   let profile: ProfileSummary[] | undefined;
+  let soak: SoakReport | undefined;
   let upstream: Report['upstream'] = { absent: 'not looked for' };
   let failed = false;
   try {
     progress(`setting up (mode ${opts.mode}, transport ${opts.transport})`);
-    const env = await setUp({ transport: opts.transport, params: opts.params, upstreamOption: opts.upstream, warnings, progress });
+    const env = await setUp({ transport: opts.transport, params: opts.params, kanalCli: opts.kanalCli, upstreamOption: opts.upstream, warnings, progress });
     upstream = env.upstreamBinaries ? { origin: env.upstreamBinaries.origin } : { absent: env.upstreamAbsent ?? '?' };
 
     const suites: Record<Section, () => Promise<Row[]>> = {
@@ -217,6 +235,16 @@ async function main(): Promise<void> {
         failed = true;
         warnings.push(`${s} failed: ${(err as Error).message}`);
         progress(`${s} FAILED: ${(err as Error).message}`);
+      }
+    }
+    // Last: every other section's figures come first, and the soak starts its own pairs.
+    if (opts.soak) {
+      try {
+        soak = await runSoak(env);
+      } catch (err) {
+        failed = true;
+        warnings.push(`soak failed: ${(err as Error).message}`);
+        progress(`soak FAILED: ${(err as Error).message}`);
       }
     }
     if (opts.profile) {
@@ -250,6 +278,8 @@ async function main(): Promise<void> {
     upstream,
     rows: withoutNonFinite([...sideBySide(rows, 'origin' in upstream), ...rows]),
     profile,
+    soak: soak && { ...soak, readings: withoutNonFinite(soak.readings), summary: withoutNonFinite(soak.summary) },
+    kanalCli: opts.kanalCli,
     warnings,
   };
   process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${renderText(report)}\n`);

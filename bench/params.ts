@@ -31,7 +31,18 @@ export interface Params {
   /** Isolation: time for the stalled connection to fill the tunnel before measuring. */
   stallFillMs: number;
   profileMs: number;
+  /** Churn soak (--only soak, --full): connections of each phase per product, and how often RSS and heap are read. */
+  soakConnections: number;
+  soakEvery: number;
+  /** Handshakes to the agent port at a time, and how long the valid ones stay open (ms). */
+  soakHandshakeConcurrency: number;
+  soakHoldMs: number;
+  /** Short tunnelled connections at a time. */
+  soakTunnelConcurrency: number;
 }
+
+/** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
+export const SOAK_GOAL_MIB = 16;
 
 export const PARAMS: Record<Mode, Params> = {
   smoke: {
@@ -52,6 +63,11 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 500,
     stallFillMs: 100,
     profileMs: 1000,
+    soakConnections: 2_000,
+    soakEvery: 500,
+    soakHandshakeConcurrency: 50,
+    soakHoldMs: 200,
+    soakTunnelConcurrency: 32,
   },
   quick: {
     reps: 3,
@@ -73,6 +89,11 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 500,
     stallFillMs: 300,
     profileMs: 3000,
+    soakConnections: 100_000,
+    soakEvery: 5_000,
+    soakHandshakeConcurrency: 50,
+    soakHoldMs: 200,
+    soakTunnelConcurrency: 32,
   },
   full: {
     reps: 5,
@@ -92,5 +113,10 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 250,
     stallFillMs: 500,
     profileMs: 5000,
+    soakConnections: 100_000,
+    soakEvery: 5_000,
+    soakHandshakeConcurrency: 50,
+    soakHoldMs: 200,
+    soakTunnelConcurrency: 32,
   },
 };

@@ -41,7 +41,32 @@ export interface Report {
   params: Record<string, number>;
   rows: Row[];
   profile?: ProfileSummary[];
+  /** The churn soak (--only soak, --full): tables of its own, so the other sections' rows keep their shape. */
+  soak?: SoakReport;
+  /** --kanal-cli: the build every Kanal pair ran, when not this checkout's. */
+  kanalCli?: string;
   warnings: string[];
+}
+
+/** A line of a soak table: a reading every `every` connections, or a phase's summary for one process. */
+export interface SoakRow {
+  /** Stable identifier, e.g. "soak.kanal.handshakes.15000" or "soak.kanal.handshakes.server". */
+  id: string;
+  label: string;
+  values: Record<string, number>;
+}
+
+export interface SoakReport {
+  /** Connections per phase and product, RSS and heap read every `every`. */
+  connections: number;
+  every: number;
+  goalMiB: number;
+  /** The last reading of a phase comes this long after its last connection. */
+  idleS: number;
+  readings: SoakRow[];
+  summary: SoakRow[];
+  /** How the connections of each phase ended, one line per product and phase. */
+  outcomes: string[];
 }
 
 interface Column {
@@ -141,6 +166,32 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
 
 export const SECTION_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'memory', 'agents', 'isolation'];
 
+/** Growth columns are signed: RSS may come back below the first reading. */
+const SOAK_READING_COLUMNS: Column[] = [
+  { key: 'connections', title: 'conns', digits: 0 },
+  { key: 'perS', title: 'conns/s', digits: 0 },
+  { key: 'serverRssMiB', title: 'server RSS MiB', digits: 1 },
+  { key: 'serverGrowthMiB', title: 'server +MiB', digits: 1 },
+  { key: 'serverHeapMiB', title: 'server heap MiB', digits: 1 },
+  { key: 'agentRssMiB', title: 'agent RSS MiB', digits: 1 },
+  { key: 'agentGrowthMiB', title: 'agent +MiB', digits: 1 },
+  { key: 'agentHeapMiB', title: 'agent heap MiB', digits: 1 },
+];
+
+const SOAK_SUMMARY_COLUMNS: Column[] = [
+  { key: 'connections', title: 'conns', digits: 0 },
+  { key: 'firstRssMiB', title: 'RSS at first', digits: 1 },
+  { key: 'endRssMiB', title: 'RSS at end', digits: 1 },
+  { key: 'growthMiB', title: 'growth MiB', digits: 1 },
+  { key: 'peakGrowthMiB', title: 'peak growth', digits: 1 },
+  { key: 'idleGrowthMiB', title: 'growth, idle', digits: 1 },
+  { key: 'firstHeapMiB', title: 'heap at first', digits: 1 },
+  { key: 'endHeapMiB', title: 'heap at end', digits: 1 },
+  { key: 'heapGrowthMiB', title: 'heap growth', digits: 1 },
+  { key: 'endRssVsUpstream', title: 'RSS at end /upstream', digits: 2 },
+  { key: 'growthVsUpstream', title: 'growth /upstream', digits: 2 },
+];
+
 function fmt(v: number | undefined, c: Column): string {
   if (v === undefined || !Number.isFinite(v)) return '—';
   const x = c.suffix === '%' ? v * 100 : v;
@@ -178,6 +229,45 @@ function renderVersus(rows: Row[], labelWidth: number): string[] {
   ];
 }
 
+/** One table: the columns some row fills, labels padded to `labelWidth`. */
+function renderTable(title: string, columns: Column[], rows: { label: string; values: Record<string, number>; baseline?: string }[], labelWidth: number): string[] {
+  // Columns no row of this run fills (e.g. the upstream ratios without upstream) are left out.
+  const shown = columns.filter((c) => rows.some((row) => row.values[c.key] !== undefined));
+  const widths = shown.map((c) => Math.max(c.title.length, ...rows.map((row) => fmt(row.values[c.key], c).length)));
+  const out = ['', title];
+  out.push(`  ${''.padEnd(labelWidth)}  ${shown.map((c, i) => c.title.padStart(widths[i]!)).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`);
+  for (const row of rows) {
+    const cells = shown.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i]!)).join('  ');
+    out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}`);
+  }
+  return out;
+}
+
+function renderSoak(s: SoakReport): string[] {
+  const width = Math.max(...[...s.readings, ...s.summary].map((row) => row.label.length));
+  const every = s.every.toLocaleString('en-US');
+  return [
+    ...renderTable(
+      `5a. Connection churn soak: RSS (VmRSS) and heap every ${every} connections, a freshly started pair per product and phase\n` +
+        `    (heap: Kanal's JS heap used, upstream's Go heap in use; +MiB: since the reading at ${every}; a last reading ${s.idleS} s after the last connection)`,
+      SOAK_READING_COLUMNS,
+      s.readings,
+      width,
+    ),
+    ...renderTable(
+      `5b. Soak summary: RSS growth after the first ${every} connections, to the last batch (goal: at most ${s.goalMiB} MiB per process),\n` +
+        `    its peak, and ${s.idleS} s after the last batch; ratios: Kanal / upstream`,
+      SOAK_SUMMARY_COLUMNS,
+      s.summary,
+      width,
+    ),
+    '',
+    'Soak outcomes (handshakes: 70% mTLS + half an HTTP/2 preface held 200 ms, 10% TCP connect/close, 10% TLS without a client',
+    'certificate, 10% an untrusted CA\'s certificate; tunnelled: 80% GET answered, 10% closed right after the 200, 10% CONNECT to a closed port):',
+    ...s.outcomes.map((line) => `  ${line}`),
+  ];
+}
+
 export function renderText(r: Report): string {
   const m = r.machine;
   const out: string[] = [];
@@ -187,6 +277,7 @@ export function renderText(r: Report): string {
   out.push(
     'origin' in r.upstream ? `Upstream Konnectivity: ${r.upstream.origin}, proxy-server --mode http-connect on a Unix socket, --v=1.` : `Upstream Konnectivity: ${r.upstream.absent}; Kanal is compared with direct connections only.`,
     `Loopback only. Figures are medians of ${r.params.reps} interleaved runs; a ratio is the median of per-run ratios to the baseline measured next to it (latency: ratio of pooled percentiles).`,
+    ...(r.kanalCli ? [`Kanal: every pair ran ${r.kanalCli} (--kanal-cli).`] : []),
     `Other processes kept ${r.backgroundCores.toFixed(2)} of ${m.nproc} cores busy on average during the run; load average ${r.loadAvg.start.toFixed(2)} at the start, ${r.loadAvg.end.toFixed(2)} at the end (noise; spread = (max - min) / median of the runs).`,
   );
   const labelWidth = Math.max(...r.rows.map((row) => row.label.length), 30);
@@ -195,17 +286,9 @@ export function renderText(r: Report): string {
   for (const section of SECTION_ORDER) {
     const rows = r.rows.filter((row) => row.section === section);
     if (rows.length === 0) continue;
-    const spec = COLUMNS[section];
-    // Columns no row of this run fills (e.g. the upstream ratios without upstream) are left out.
-    const columns = spec.columns.filter((c) => rows.some((row) => row.values[c.key] !== undefined));
-    const widths = columns.map((c) => Math.max(c.title.length, ...rows.map((row) => fmt(row.values[c.key], c).length)));
-    out.push('', spec.title);
-    out.push(`  ${''.padEnd(labelWidth)}  ${columns.map((c, i) => c.title.padStart(widths[i]!)).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`);
-    for (const row of rows) {
-      const cells = columns.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i]!)).join('  ');
-      out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}`);
-    }
+    out.push(...renderTable(COLUMNS[section].title, COLUMNS[section].columns, rows, labelWidth));
   }
+  if (r.soak) out.push(...renderSoak(r.soak));
   if (r.profile && r.profile.length > 0) {
     for (const p of r.profile) {
       out.push('', `CPU profile of the ${p.process} (${p.scenario}; ${p.totalMs.toFixed(0)} ms sampled, ${(p.idleShare * 100).toFixed(0)}% idle); share of busy time:`);
@@ -222,6 +305,7 @@ export function renderText(r: Report): string {
     'baseline pays TLS there, the proxies\' endpoints speak plain TCP). All processes share the same cores, so the load',
     'generators compete with the proxies for CPU. Goals (issue 15): bulk >= 2x upstream at <= 0.5x its CPU per GB; dial p50 and',
     'p99 <= upstream\'s, dials/s >= upstream\'s; memory per idle connection and per agent <= upstream\'s; isolation ratio >= 0.9.',
+    ...(r.soak ? [`Soak goal: RSS growth of each process after the first ${r.soak.every.toLocaleString('en-US')} connections <= ${r.soak.goalMiB} MiB.`] : []),
     'Results and their history: bench/RESULTS.md.',
     `Total bench time ${r.durationS.toFixed(0)} s.`,
   );

@@ -100,7 +100,7 @@ interface SwarmTarget {
 async function startTarget(env: Env, product: Product, agents: number): Promise<SwarmTarget> {
   const o = { dir: env.dir, tag: `agents-${product}`, pki: env.pki };
   if (product === 'kanal') {
-    const server = await startServer({ ...o, transport: env.transport, maxAgentsPerCredential: agents });
+    const server = await startServer({ ...o, transport: env.transport, cli: env.kanalCli, maxAgentsPerCredential: agents });
     return {
       child: server.child,
       agentPort: server.agentPort,

@@ -131,6 +131,9 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
     uds: server.uds,
     server: server.child,
     agent,
+    agentPort: server.agentPort,
+    // Upstream's agent serves /metrics on its health port; its admin port has only pprof.
+    metricsUrls: { server: server.metricsUrl, agent: `http://127.0.0.1:${healthPort}/metrics` },
     async stop() {
       // Upstream's agent only starts draining on its first SIGTERM.
       await agent.stop('SIGKILL');
