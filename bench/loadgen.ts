@@ -9,6 +9,7 @@ import tls from 'node:tls';
 import http from 'node:http';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
+import { ConnectRefused } from '../kit/demo/proxy-client.js';
 import { serveCommands } from './rpc.js';
 import {
   BULK_HEADER_BYTES,
@@ -160,16 +161,6 @@ function once<T>(emitter: Duplex, ok: string, timeoutMs: number, what: string, v
     emitter.once('error', onErr);
     emitter.once('close', onClose);
   });
-}
-
-/** A CONNECT answered with another status than 200 (the status tells a refused dial from a failure). */
-class ConnectRefused extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 /** CONNECT handshake; leaves the socket paused with any early tunnel bytes unshifted. */

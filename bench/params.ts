@@ -44,6 +44,15 @@ export interface Params {
 /** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
 export const SOAK_GOAL_MIB = 16;
 
+/** The soak's parameters: the same in every mode but --smoke's counts. */
+const SOAK = {
+  soakConnections: 100_000,
+  soakEvery: 5_000,
+  soakHandshakeConcurrency: 50,
+  soakHoldMs: 200,
+  soakTunnelConcurrency: 32,
+} satisfies Partial<Params>;
+
 export const PARAMS: Record<Mode, Params> = {
   smoke: {
     reps: 1,
@@ -63,11 +72,9 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 500,
     stallFillMs: 100,
     profileMs: 1000,
+    ...SOAK,
     soakConnections: 2_000,
     soakEvery: 500,
-    soakHandshakeConcurrency: 50,
-    soakHoldMs: 200,
-    soakTunnelConcurrency: 32,
   },
   quick: {
     reps: 3,
@@ -89,11 +96,7 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 500,
     stallFillMs: 300,
     profileMs: 3000,
-    soakConnections: 100_000,
-    soakEvery: 5_000,
-    soakHandshakeConcurrency: 50,
-    soakHoldMs: 200,
-    soakTunnelConcurrency: 32,
+    ...SOAK,
   },
   full: {
     reps: 5,
@@ -113,10 +116,6 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 250,
     stallFillMs: 500,
     profileMs: 5000,
-    soakConnections: 100_000,
-    soakEvery: 5_000,
-    soakHandshakeConcurrency: 50,
-    soakHoldMs: 200,
-    soakTunnelConcurrency: 32,
+    ...SOAK,
   },
 };

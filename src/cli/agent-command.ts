@@ -8,6 +8,7 @@ import { maxConnectionWindowOption, peerReadTimeoutOption } from './shared-optio
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
+import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import type { ClientTlsOptions } from '../transport/transport.js';
 import { UsageError } from '../common/usage-error.js';
 import { lastValueWins } from './last-value-wins.js';
@@ -169,7 +170,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const status = (): string => agent.readiness().detail;
   agent.onTunnelChange(() => (notifier.isReady ? notifier.status(status()) : notifier.ready(status())));
   setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
-  const reclaimer = agent.metrics.reclaimMemory(log);
+  const reclaimer = startMemoryReclaimer(agent.metrics, log);
   runUntilSignalled(log, async () => {
     reclaimer.stop();
     notifier.stopping('draining');

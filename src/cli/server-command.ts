@@ -10,6 +10,7 @@ import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONN
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
+import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import { lastValueWins } from './last-value-wins.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport, TRANSPORT_NAMES } from '../transport/choice.js';
@@ -191,7 +192,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   // systemd (Type=notify): every listener is bound now.
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
-  const reclaimer = server.metrics.reclaimMemory(options.log);
+  const reclaimer = startMemoryReclaimer(server.metrics, options.log);
   runUntilSignalled(options.log, async () => {
     notifier.stopping();
     reclaimer.stop();

@@ -9,7 +9,9 @@
  * the last collection), a major GC runs first. Figures and the cost of each:
  * docs/memory.md, "Connection churn".
  */
+import type { Logger } from 'pino';
 import { mallocTrim, type MallocTrim } from '../../native/malloc-trim.js';
+import type { KanalMetrics } from './metrics.js';
 import { v8Gc, type GcFunction } from './v8-gc.js';
 
 export const RECLAIM_CHECK_MS = 10_000;
@@ -92,4 +94,21 @@ export class MemoryReclaimer {
     if (this.state.kind === 'watching' && next.kind === 'stopped') clearInterval(this.state.timer);
     this.state = next;
   }
+}
+
+const mib = (bytes: number): number => Math.round(bytes / 104857.6) / 10;
+
+/** Starts a process's reclaimer: counted in `metrics`, a reclaim of 1 MiB or more logged at debug. Stop it with the process. */
+export function startMemoryReclaimer(metrics: KanalMetrics, log: Logger): MemoryReclaimer {
+  const reclaimer = new MemoryReclaimer({
+    onReclaim: (r) => {
+      if (r.collected) metrics.memoryCollections.inc();
+      metrics.memoryReclaimedBytes.inc(Math.max(0, r.before - r.after));
+      if (r.collected || r.before - r.after >= 1024 * 1024) {
+        log.debug({ rssBeforeMiB: mib(r.before), rssAfterMiB: mib(r.after), collected: r.collected, ms: Math.round(r.ms * 10) / 10 }, 'memory reclaimed');
+      }
+    },
+  });
+  reclaimer.start();
+  return reclaimer;
 }

@@ -3,10 +3,8 @@
  * health port. Gauges are read from live tables at scrape time so they can
  * never drift from the truth; counters are bumped where things happen.
  */
-import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { UpstreamDialMetrics } from './upstream-metrics.js';
-import { MemoryReclaimer } from './memory-reclaimer.js';
 import type { DialResult } from './dial-result.js';
 import type { RefusalReason } from './refusal-reason.js';
 
@@ -110,20 +108,6 @@ export class KanalMetrics {
     const seconds = (performance.now() - started) / 1000;
     if (result === 'ok') this.dialSeconds.observe({ direction }, seconds);
     if (direction === 'cp_to_node') this.upstreamDials.dialDone(result, seconds);
-  }
-
-  /** Starts a MemoryReclaimer that counts into this registry (and logs each reclaim at debug); stop it with the process. */
-  reclaimMemory(log: Logger): MemoryReclaimer {
-    const mib = (bytes: number): number => Math.round(bytes / 104857.6) / 10;
-    const reclaimer = new MemoryReclaimer({
-      onReclaim: (r) => {
-        if (r.collected || r.before - r.after >= 1024 * 1024) log.debug({ rssBeforeMiB: mib(r.before), rssAfterMiB: mib(r.after), collected: r.collected, ms: Math.round(r.ms * 10) / 10 }, 'memory reclaimed');
-        if (r.collected) this.memoryCollections.inc();
-        this.memoryReclaimedBytes.inc(Math.max(0, r.before - r.after));
-      },
-    });
-    reclaimer.start();
-    return reclaimer;
   }
 
   connectionClosed(direction: Direction, toPeer: number, fromPeer: number): void {

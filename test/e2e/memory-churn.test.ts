@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { rssBytes } from '../../bench/proc.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 import { HEAP_SNAPSHOT_PATH } from '../../src/common/admin-server.js';
 import { RECLAIM_CHECK_MS } from '../../src/common/memory-reclaimer.js';
@@ -27,12 +28,6 @@ const GROWTH_BOUND_BYTES = 16 * 1024 * 1024;
 const CONCURRENCY = 25;
 /** Heap snapshots on the admin port (settledRss); info, as a debug line per connection would be most of the work. */
 const PROFILED = ['--enable-profiling', '--log-level', 'info'];
-
-function rssBytes(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
-  return Number(m[1]) * 1024;
-}
 
 interface Watched {
   pid: number;
@@ -55,7 +50,10 @@ async function settledRss(p: Watched): Promise<number> {
   await snapshot.arrayBuffer();
   let low = Infinity;
   for (let waited = 0; waited <= RECLAIM_CHECK_MS + 1000; waited += 500) {
-    low = Math.min(low, rssBytes(p.pid));
+    const rss = rssBytes(p.pid);
+    // 0: the process is gone, which must fail the test rather than read as memory given back.
+    if (rss === 0) throw new Error(`pid ${p.pid} exited during the churn`);
+    low = Math.min(low, rss);
     await sleep(500);
   }
   const youngGeneration = (await scrapeMetrics(p.healthPort)).get('nodejs_heap_space_size_total_bytes{space="new"}');
