@@ -12,11 +12,13 @@
  *
  * The scavenges promote what is still in flight, so the old generation grows
  * by a little garbage each time. V8 sizes the old generation's limit by a
- * factor it picks between 1.1 and 4 (deps/v8/src/heap/heap-controller.h);
+ * factor it picks between 1.1 and 4 (deps/v8/src/heap/heap-controller.h):
  * after an idle spell it picks the low end, and the headroom left is so
- * small that the next mark-compact starts as soon as one finishes. Once this
- * process moves data, the factor is pinned at HEAP_GROWING_PERCENT, inside
- * V8's own range. Figures: bench/RESULTS.md; test: test/tunnel/gc-pacer.test.ts.
+ * small that the next mark-compact starts as soon as one finishes; under
+ * connection churn it picks the high end, and the old generation swings by
+ * three times its live size. From enableGcPacing on, the factor is pinned at
+ * HEAP_GROWING_PERCENT, inside V8's own range. Figures: docs/memory.md
+ * ("Connection churn"), bench/RESULTS.md; test: test/tunnel/gc-pacer.test.ts.
  *
  * `gc` comes from common/v8-gc.ts; without it pacing is off and V8 behaves
  * as before. Pacing is off until a command turns it on (enableGcPacing;
@@ -29,19 +31,23 @@ import { v8Gc, type GcFunction } from '../common/v8-gc.js';
 /** Bytes moved between two minor GCs. */
 export const GC_PACE_BYTES = 8 * 1024 * 1024;
 
-/** Old-generation limit after a mark-compact = live size × (1 + this / 100). */
-export const HEAP_GROWING_PERCENT = 200;
+/** Old-generation limit after a mark-compact = live size × (1 + this / 100); why 100: docs/memory.md, "Connection churn". */
+export const HEAP_GROWING_PERCENT = 100;
 
 /** Set once by enableGcPacing; until then noteBytesMoved does nothing. */
 let enabled = false;
-/** undefined: not fetched yet (no GC_PACE_BYTES moved since enabling); null: unavailable. */
-let gc: GcFunction | null | undefined;
+/** Fetched by enableGcPacing; null: unavailable (or not enabled). */
+let gc: GcFunction | null = null;
 let moved = 0;
 let scheduled = false;
 
-/** Turns pacing on for this process: from the first GC_PACE_BYTES moved on, V8's flags change process-wide. */
+/** Turns pacing on for this process and pins V8's heap growing factor (process-wide); KANAL_GC_PACING=0 leaves both off. */
 export function enableGcPacing(): void {
+  if (enabled) return;
   enabled = true;
+  gc = v8Gc();
+  // V8 reads the flag whenever it sets a new limit, so it applies from the next collection on.
+  if (gc) v8.setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
 }
 
 function collect(): void {
@@ -55,12 +61,7 @@ export function noteBytesMoved(bytes: number): void {
   if (!enabled) return;
   moved += bytes;
   if (moved < GC_PACE_BYTES || scheduled) return;
-  if (gc === undefined) {
-    gc = v8Gc();
-    // V8 reads the flag whenever it sets a new limit, so it applies from the next collection on.
-    if (gc) v8.setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
-  }
-  if (gc === null) {
+  if (!gc) {
     moved = 0;
     return;
   }
