@@ -12,8 +12,8 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { serverFlags } from '../../src/cli/server-command.js';
-import { agentFlags } from '../../src/cli/agent-command.js';
+import { serverSettings } from '../../src/server/settings.js';
+import { agentSettings } from '../../src/agent/settings.js';
 import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitHealthy, waitStatus, withPortRetry, type Workspace } from '../helpers/kanal-processes.js';
 import { runUpstreamTestClient, upstreamBinaries, upstreamUnavailableReason } from '../helpers/upstream.js';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
@@ -103,8 +103,8 @@ function ignoredFlags(flags: Readonly<Record<string, object>>): string[] {
 }
 
 const COMMANDS = [
-  { command: 'server', binary: () => upstreamBinaries().proxyServer, kanal: serverFlags },
-  { command: 'agent', binary: () => upstreamBinaries().proxyAgent, kanal: agentFlags },
+  { command: 'server', binary: () => upstreamBinaries().proxyServer, kanal: serverSettings },
+  { command: 'agent', binary: () => upstreamBinaries().proxyAgent, kanal: agentSettings },
 ] as const;
 
 for (const c of COMMANDS) {
@@ -131,7 +131,7 @@ for (const c of COMMANDS) {
   const r = await runCli(['server', '--dry-run', ...base, ...args], 30_000);
   t.is(r.code, 0, r.stderr);
   const config = JSON.parse(r.stdout) as { notices: string[]; logLevel: string; backendDialTimeoutMs: number; admin: { host: string; port: number; profiling: boolean }; tls: { minVersion: string; ciphers: string } };
-  const given = ignoredFlags(serverFlags).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
+  const given = ignoredFlags(serverSettings).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
   t.true(given.length >= 15, `${given.length} ignored flags given`);
   for (const n of given) t.is(config.notices.filter((m) => m.startsWith(`--${n} ignored: `)).length, 1, `one notice for --${n}`);
   t.true(config.notices.some((m) => m.startsWith('--backend-dial-timeout 0s: ')), 'upstream\'s "no timeout" is named');
@@ -151,7 +151,7 @@ for (const c of COMMANDS) {
   const r = await runCli(['agent', '--dry-run', ...base, ...args], 30_000);
   t.is(r.code, 0, r.stderr);
   const config = JSON.parse(r.stdout) as { notices: string[]; logLevel: string; health: { host: string }; admin: { host: string; port: number }; server: { alpnProtocols: string[] } };
-  const given = ignoredFlags(agentFlags).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
+  const given = ignoredFlags(agentSettings).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
   t.true(given.length >= 15, `${given.length} ignored flags given`);
   for (const n of given) t.is(config.notices.filter((m) => m.startsWith(`--${n} ignored: `)).length, 1, `one notice for --${n}`);
   t.is(config.logLevel, 'debug');

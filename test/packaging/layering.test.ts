@@ -16,6 +16,8 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const LAYERS: readonly (readonly string[])[] = [
   ['native', 'src/wire'],
   ['src/common'],
+  // The vocabulary of settings (a setting's kinds, its table's derived views); each command's table sits beside what it configures.
+  ['src/settings'],
   ['src/transport'],
   ['src/tunnel'],
   ['src/kube'],

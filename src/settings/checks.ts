@@ -1,6 +1,6 @@
 /** Checks for flag values shared by the commands; a mistake is a UsageError naming the flag (exit 2). */
-import { parseDuration } from './duration.js';
-import { UsageError } from './usage-error.js';
+import { parseDuration } from '../common/duration.js';
+import { UsageError } from '../common/usage-error.js';
 
 /** What a number flag was given, for the message. */
 function got(value: number): string {

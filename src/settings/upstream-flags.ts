@@ -1,28 +1,36 @@
 /**
  * Upstream Konnectivity v0.36's flags that Kanal accepts without giving
- * them its own meaning (#14 must-have 5): klog's logging flags, mapped onto
+ * them its own meaning: klog's logging flags, mapped onto
  * Kanal's JSON logs where they can be, and flags that mean nothing in Kanal,
  * accepted so upstream's manifests run unchanged and named once in the log.
  * docs/upstream-flags.md lists every upstream flag and what Kanal does with it.
  */
+import { UsageError } from '../common/usage-error.js';
+import type { GivenType, Setting } from './setting.js';
 
-interface NoticeFlag {
-  type: 'string' | 'number' | 'boolean';
-  describe: string;
-  hidden: true;
-  /** Why Kanal does nothing with it; logged once when the flag is given. */
-  notice: string;
+const GROUP = 'Upstream flags Kanal ignores';
+
+/** An upstream flag accepted, hidden from --help, and named once in the log when given (`notice`: why Kanal does nothing with it). */
+function ignored(type: GivenType, notice: string): Setting<unknown, undefined> {
+  return { type, describe: `Upstream flag, accepted and ignored: ${notice}`, group: GROUP, hidden: true, notice, parse: () => undefined };
 }
 
-function ignored(type: NoticeFlag['type'], notice: string): NoticeFlag {
-  return { type, describe: `Upstream flag, accepted and ignored: ${notice}`, hidden: true, notice };
-}
+/** klog's verbosity: 0-3 info, 4 debug, 5 and more trace (mapped onto --log-level by logLevelFrom). */
+const verbosity: Setting<number | undefined, number | undefined> = {
+  type: 'number',
+  describe: 'klog verbosity, used when --log-level is not given: 0-3 info, 4 debug, 5 and more trace',
+  group: 'Logging',
+  parse: (v: number | undefined, flag) => {
+    if (v !== undefined && (!Number.isInteger(v) || v < 0)) throw new UsageError(`--${flag} must be a whole number of at least 0, got ${Number.isNaN(v) ? 'a value that is not a number' : v}`);
+    return v;
+  },
+};
 
 const KLOG_OUTPUT = 'Kanal writes JSON lines to stdout (klog output flags have no meaning)';
 
 /** klog's flags, as upstream's binaries define them; `-v`/`--v` is mapped, the rest is output shaping Kanal's JSON logs do not have. */
 export const klogFlags = {
-  v: { type: 'number', describe: 'klog verbosity, used when --log-level is not given: 0-3 info, 4 debug, 5 and more trace' },
+  v: verbosity,
   vmodule: ignored('string', 'per-file verbosity has no equivalent; use --log-level or --v'),
   logtostderr: ignored('boolean', KLOG_OUTPUT),
   alsologtostderr: ignored('boolean', KLOG_OUTPUT),
@@ -58,12 +66,3 @@ export const agentIgnoredFlags = {
   'probe-interval': ignored('string', 'Kanal\'s /readyz follows its tunnels as they go up and down; there is nothing to poll'),
   'keepalive-time': ignored('string', 'the Kanal server PINGs each agent connection (server --keepalive-time) and closes it when unanswered; the agent reconnects'),
 } as const;
-
-/** The notices for the ignored flags given on this command line, one per flag. */
-export function upstreamNotices(args: Readonly<Record<string, unknown>>, flags: Readonly<Record<string, object>>): string[] {
-  const notices: string[] = [];
-  for (const [name, spec] of Object.entries(flags)) {
-    if ('notice' in spec && typeof spec.notice === 'string' && args[name] !== undefined) notices.push(`--${name} ignored: ${spec.notice}`);
-  }
-  return notices;
-}
