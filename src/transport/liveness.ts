@@ -12,7 +12,7 @@
  */
 import { EventEmitter } from 'node:events';
 import type { Http2Session } from 'node:http2';
-import { GrpcStatus, GrpcStatusError } from './transport.js';
+import { GrpcStatus, GrpcStatusError } from './grpc-status.js';
 
 /** A PING unanswered this long marks the connection quiet, unless the timeout is shorter. */
 export const QUIET_AFTER_MS = 2000;
