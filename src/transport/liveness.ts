@@ -1,5 +1,5 @@
 /**
- * Liveness of one HTTP/2 connection, proven by PING answers (#11). A peer
+ * Liveness of one HTTP/2 connection, proven by PING answers. A peer
  * that is frozen (SIGSTOP) or behind a path that drops packets silently
  * sends no FIN or RST; only an unanswered PING tells. The connection is
  * pinged every `intervalMs` (and on demand, probe()); a PING unanswered for
