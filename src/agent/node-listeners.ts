@@ -90,7 +90,7 @@ export class NodeListeners {
   }
 
   private usableTunnels(): Tunnel[] {
-    return this.opts.agent.tunnels().filter((t) => !t.closed && t.features.has(Feature.NodeDial));
+    return this.opts.agent.tunnels().filter((t) => t.isOpen && t.features.has(Feature.NodeDial));
   }
 
   private pickTunnel(): Tunnel | undefined {

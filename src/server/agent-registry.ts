@@ -1,5 +1,5 @@
 /**
- * Connected agents, who may join, and how a dial picks one (#11).
+ * Connected agents, who may join, and how a dial picks one.
  *
  * An agent is its credential plus the agentID it announces (a label): a
  * second credential announcing the same agentID is another agent and never
@@ -16,27 +16,12 @@
  * Which agent a dial goes to is routing/router.ts's choice among one tunnel
  * per agent.
  */
-import type { Tunnel } from '../tunnel/tunnel.js';
-import type { Liveness } from '../transport/liveness.js';
-import type { AgentIdentifiers } from '../wire/agent-identifiers.js';
 import type { AgentCredential } from './agent-credential.js';
+import type { AgentBackend } from './routing/agent-backend.js';
 import { route, type Route, type RouteOutcome } from './routing/router.js';
 import { RouteIndex } from './routing/route-index.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 import type { RefusalReason } from '../common/refusal-reason.js';
-
-export interface AgentBackend {
-  /** The label the agent announced (upstream's agentID). */
-  agentID: string;
-  /** What authenticated the connection: the agent's identity. */
-  credential: AgentCredential;
-  identifiers: AgentIdentifiers;
-  tunnel: Tunnel;
-  /** PING liveness of the connection, where the transport checks it. */
-  liveness?: Liveness;
-  peer: string;
-  connectedAt: Date;
-}
 
 /** One tunnel, plus one arriving to replace it (a reconnect) or a load balancer's short-lived duplicate. */
 export const MAX_TUNNELS_PER_AGENT = 2;
@@ -73,7 +58,7 @@ export class AgentRegistry {
   private readonly pending = new Map<string, number>();
   /** Tunnels under suspicion, with the probe that settles it; dials to them wait for it. */
   private readonly verifying = new Map<AgentBackend, Promise<boolean>>();
-  /** What routing reads, kept with `agents`: the same agents and tunnels. */
+  /** What routing reads, kept with `agents` (add, remove): the same agents and tunnels, in arrays of its own. */
   private readonly routes = new RouteIndex();
 
   constructor(readonly maxAgentsPerCredential = 1) {}
@@ -122,7 +107,7 @@ export class AgentRegistry {
 
   /** `unanswered`: tunnels that left this admission's probe unanswered (stale, with closed ones). */
   private decide(credential: AgentCredential, agentID: string, unanswered: ReadonlySet<AgentBackend>): Decision {
-    const stale = (b: AgentBackend): boolean => b.tunnel.closed || unanswered.has(b);
+    const stale = (b: AgentBackend): boolean => !b.tunnel.isOpen || unanswered.has(b);
     const agents = this.agents.get(credential.key);
     const tunnels = agents?.get(agentID);
     if (tunnels) {
@@ -159,7 +144,7 @@ export class AgentRegistry {
     if (tunnels) tunnels.push(backend);
     else agents.set(backend.agentID, (tunnels = [backend]));
     this.all.add(backend);
-    this.routes.add(backend, tunnels);
+    this.routes.add(backend);
   }
 
   /**
@@ -184,8 +169,8 @@ export class AgentRegistry {
       tunnels.splice(tunnels.indexOf(backend), 1);
       if (tunnels.length === 0) agents.delete(backend.agentID);
       if (agents.size === 0) this.agents.delete(backend.credential.key);
-      this.routes.remove(backend, tunnels.length === 0);
     }
+    this.routes.remove(backend);
   }
 
   /** Registered tunnels. */

@@ -6,13 +6,14 @@
  */
 import type { Logger } from 'pino';
 import type { IncomingStream } from '../transport/transport.js';
-import { GrpcStatus } from '../transport/transport.js';
+import { GrpcStatus } from '../transport/grpc-status.js';
 import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_AUTHORIZATION, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../wire/metadata.js';
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
-import type { AgentRegistry, AgentBackend, AdmissionRefusal } from './agent-registry.js';
+import type { AgentRegistry, AdmissionRefusal } from './agent-registry.js';
+import type { AgentBackend } from './routing/agent-backend.js';
 import { tokenCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
 import type { TokenAuthenticator, TokenRefusalKind } from './token-authenticator.js';
 import type { Refusals } from './refusals.js';

@@ -1,14 +1,16 @@
 /**
- * The folder tree is the architecture (#13): each folder is a layer and
- * imports only from the layers below it, never from a layer above nor from
- * another folder of its own layer. LAYERS is the one place the order is
- * written (docs/architecture.md explains it); a new folder must be placed
- * in it before anything in it can pass.
+ * The folder tree is the architecture: each folder is a layer and imports
+ * only from the layers below it, never from a layer above nor from another
+ * folder of its own layer. LAYERS is the one place the order is written
+ * (docs/architecture.md explains it); a new folder must be placed in it
+ * before anything in it can pass. Within a folder, files import each other
+ * in one direction only: no circle of imports (import-graph.ts).
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
+import { IMPORT, importCircles, importGraph } from './import-graph.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
@@ -33,9 +35,6 @@ const LAYERS: readonly (readonly string[])[] = [
 /** What the package ships (package.json "files": dist/src, dist/native). */
 const PRODUCT_ROOTS = ['src', 'native'];
 const SOURCE_ROOTS = [...PRODUCT_ROOTS, 'kit'];
-
-/** Module specifiers of static imports, re-exports and dynamic imports. */
-const IMPORT = /(?:\bfrom\s+|\bimport\s*\(\s*|\bimport\s+)['"]([^'"\s]+)['"]/g;
 
 interface Placement {
   folder: string;
@@ -89,6 +88,58 @@ test('no source file imports from a folder above its own layer', (t) => {
   const files = SOURCE_ROOTS.flatMap(sourceFiles);
   t.true(files.length > 50, `found only ${files.length} source files under ${SOURCE_ROOTS.join(', ')}`);
   t.deepEqual(layerViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+});
+
+/** One line per circle, naming its files, for the failure message. */
+function describeCircles(circles: readonly string[][]): string[] {
+  return circles.map((files) => `${files.length === 1 ? 'imports itself' : `${files.length} files import each other`}: ${files.join(' <-> ')}`);
+}
+
+test('no import circle between source files', (t) => {
+  const files = SOURCE_ROOTS.flatMap(sourceFiles);
+  const graph = importGraph(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8'));
+  const edges = [...graph.values()].reduce((n, to) => n + to.length, 0);
+  t.true(edges > files.length, `only ${edges} imports among ${files.length} files: is the graph read at all?`);
+  t.deepEqual(describeCircles(importCircles(graph)), []);
+});
+
+test('the circle finder finds direct, long, self and nested circles and nothing in a tree', (t) => {
+  const graph = new Map<string, string[]>([
+    // a <-> b directly; c -> d -> e -> c around; f imports itself; g, h, i form no circle (a diamond).
+    ['a.ts', ['b.ts', 'g.ts']],
+    ['b.ts', ['a.ts']],
+    ['c.ts', ['d.ts']],
+    ['d.ts', ['e.ts', 'g.ts']],
+    ['e.ts', ['c.ts']],
+    ['f.ts', ['f.ts']],
+    ['g.ts', ['h.ts', 'i.ts']],
+    ['h.ts', ['i.ts']],
+    ['i.ts', []],
+    // Two loops through j make one circle.
+    ['j.ts', ['k.ts', 'l.ts']],
+    ['k.ts', ['j.ts']],
+    ['l.ts', ['j.ts']],
+  ]);
+  t.deepEqual(importCircles(graph), [['a.ts', 'b.ts'], ['c.ts', 'd.ts', 'e.ts'], ['f.ts'], ['j.ts', 'k.ts', 'l.ts']]);
+  t.deepEqual(importCircles(new Map([['g.ts', ['h.ts', 'i.ts']], ['h.ts', ['i.ts']], ['i.ts', []]])), []);
+  t.deepEqual(describeCircles([['a.ts', 'b.ts'], ['f.ts']]), ['2 files import each other: a.ts <-> b.ts', 'imports itself: f.ts']);
+});
+
+test('the import graph resolves relative specifiers of every form to files, and leaves packages out', (t) => {
+  const sources: Record<string, string> = {
+    'src/server/a.ts': "import type { B } from './b.js';\nexport { c } from '../common/c.js';\nimport pino from 'pino';",
+    'src/server/b.ts': "const a = await import('./a.js');\nimport {\n  d,\n} from './sub/index.js';",
+    'src/common/c.ts': "import { gone } from './missing.js';",
+    'src/server/sub/index.ts': '',
+  };
+  const graph = importGraph(Object.keys(sources), (f) => sources[f]!);
+  t.deepEqual(Object.fromEntries(graph), {
+    'src/server/a.ts': ['src/server/b.ts', 'src/common/c.ts'],
+    'src/server/b.ts': ['src/server/a.ts', 'src/server/sub/index.ts'],
+    'src/common/c.ts': [],
+    'src/server/sub/index.ts': [],
+  });
+  t.deepEqual(importCircles(graph), [['src/server/a.ts', 'src/server/b.ts']]);
 });
 
 test('runtime dependencies are exactly the packages the shipped code imports', (t) => {

@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Packet } from '../../wire/packet.js';
 import type { ChannelOptions, GrpcChannel } from '../transport.js';
-import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { decodeOrExplain, type Decoded } from '../decoded.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
 import { serializePacket } from './service-definition.js';

@@ -9,7 +9,7 @@ import type { Packet } from '../../wire/packet.js';
 import { encodePacket } from '../../wire/codec.js';
 import type { MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
-import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { isInvalid, type Decoded } from '../decoded.js';
 
 /** Packets are encoded here, so their size is known (service-definition.ts passes Buffers through). */

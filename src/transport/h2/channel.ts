@@ -14,7 +14,8 @@ import http2, {
 import net from 'node:net';
 import tls from 'node:tls';
 import type { PacketStream } from '../packet-stream.js';
-import { clientAlpn, GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { clientAlpn, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
 import {
   addMetadataHeaders,
