@@ -101,7 +101,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     dryRun(config, () => loadAgentCredentials(config));
     return;
   }
-  // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
+  // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadAgentCredentials(config);
   const options = await buildAgentOptions(config, credentials);
   const log = options.log;
@@ -124,7 +124,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     reclaimer.stop();
     notifier.stopping('draining');
     await assembled.stop(config.shutdownGraceMs);
-    // Last line: everything the agent created is gone (#12 finding 6).
+    // Last line: everything the agent created is gone.
     log.info('kanal agent stopped');
   });
 }

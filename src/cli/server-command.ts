@@ -19,6 +19,7 @@ import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
+import { errorMessage } from '../common/error-message.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
 export type ServerArgs = ServerGiven;
@@ -105,7 +106,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
     dryRun(config, () => loadServerCredentials(config));
     return;
   }
-  // Before anything else: a bad file is a permanent mistake, not worth a retry (#12 finding 4).
+  // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
   const options = await buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
@@ -120,7 +121,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
     if (config.admin) admin = await startAdminPort({ ...config.admin, registry: server.metrics.registry, log: options.log }, '--admin-bind-address, --admin-port');
   } catch (err) {
     for (const c of apiClients) c.close();
-    options.log.fatal({ err: (err as Error).message }, 'cannot start; released everything started so far');
+    options.log.fatal({ err: errorMessage(err) }, 'cannot start; released everything started so far');
     throw err;
   }
   // systemd (Type=notify): every listener is bound now.

@@ -1,7 +1,7 @@
 /**
  * A count of connections (file descriptors) held against a cap, shared by
  * everything that opens them: one agent must not take the descriptors the
- * frontends and the health endpoint need (#11).
+ * frontends and the health endpoint need.
  */
 export class ConnectionBudget {
   /** Connections taken and not yet released; never above `limit`. */

@@ -22,7 +22,7 @@ export class KanalMetrics {
   /** slow_reader: a peer without flow control sends faster than its connection's reader takes; peer_not_reading: see limits.ts. */
   readonly readPauses: LabelledCounter<{ reason: 'slow_reader' | 'peer_not_reading' }>;
   readonly streamsClosed: LabelledCounter<{ reason: 'peer_not_reading' }>;
-  /** Agent tunnels closed because their peer stopped answering (#11). */
+  /** Agent tunnels closed because their peer stopped answering (docs/trust-model.md, "Liveness of agent tunnels"). */
   readonly deadTunnels: LabelledCounter<{ reason: 'keepalive_timeout' | 'replaced' }>;
   /** Major GCs the memory reclaimer ran (memory-reclaimer.ts), and the RSS its checks gave back. */
   readonly memoryCollections: Counter;
@@ -31,8 +31,8 @@ export class KanalMetrics {
   readonly upstreamDials: UpstreamDialMetrics;
 
   constructor(component: 'server' | 'agent') {
-    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_* (#14);
-    // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (#15 finding 6).
+    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*;
+    // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (bench/notes/dial-profile.md finding 6).
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
     this.upstreamDials = new UpstreamDialMetrics(component, this.registry);
     this.dials = new Counter({

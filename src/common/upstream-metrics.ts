@@ -2,7 +2,7 @@
  * Upstream Konnectivity's metric names (konnectivity_network_proxy_server_*
  * and _agent_*, v0.36 pkg/server/metrics and pkg/agent/metrics) beside
  * Kanal's own, with upstream's labels and buckets, so dashboards and alerts
- * keep working (#14 must-have 7). docs/metrics.md maps each onto Kanal.
+ * keep working. docs/metrics.md maps each onto Kanal.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { DialResult } from './dial-result.js';

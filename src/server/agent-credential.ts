@@ -1,5 +1,5 @@
 /**
- * Who an agent is (#11): what authenticated its connection. The agentID an
+ * Who an agent is (docs/trust-model.md): what authenticated its connection. The agentID an
  * agent announces is only a label; the registry groups and bounds agents by
  * credential, so one node's certificate cannot pose as other nodes.
  *
@@ -10,7 +10,7 @@
  *   vouch for each other's names.
  * - Without authentication (--allow-unauthenticated-agents) the only thing
  *   the server knows is the peer's address: agents are keyed by it.
- * - A service account token (#14) is identified by the account (name and
+ * - A service account token is identified by the account (name and
  *   uid) and the pod it is bound to: a projected token names its pod, so
  *   each DaemonSet pod is its own credential (one agent per pod with the
  *   default --max-agents-per-credential) while its rotated tokens stay the

@@ -23,6 +23,7 @@ import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.j
 import { truncateForLog } from '../common/log-safety.js';
 import { peerHost } from './refusals.js';
 import type { RefusalReason } from '../common/refusal-reason.js';
+import { errorMessage } from '../common/error-message.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -50,17 +51,17 @@ export interface AgentServiceOptions {
   limits?: Partial<TunnelLimits>;
   log: Logger;
   metrics?: KanalMetrics;
-  /** Counts every refused stream and logs it, rate-limited per peer and reason (#11 finding 8). */
+  /** Counts every refused stream and logs it, rate-limited per peer and reason. */
   refusals: Refusals;
   /**
-   * Service account token authentication (#14): every stream's bearer token
+   * Service account token authentication (docs/kubernetes-api.md): every stream's bearer token
    * is reviewed before anything else, and the token's identity is the
    * agent's credential.
    */
   tokens?: { authenticator: TokenAuthenticator };
 }
 
-/** Host names and UUIDs fit; longer IDs would ride on every log line of the agent (#11 finding 8). */
+/** Host names and UUIDs fit; longer IDs would ride on every log line of the agent. */
 export const MAX_AGENT_ID_LENGTH = 253;
 
 /** kanal_refusals_total{reason} of each token refusal. */
@@ -125,7 +126,7 @@ function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: Ag
   try {
     identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
   } catch (err) {
-    refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, (err as Error).message, { agentID });
+    refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, errorMessage(err), { agentID });
     return;
   }
   const log = opts.log.child({ agentID, credential: credential.subject });

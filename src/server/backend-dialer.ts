@@ -12,6 +12,7 @@ import { parseHostPort } from '../common/host-port.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from './refusals.js';
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
+import { errorMessage } from '../common/error-message.js';
 
 export class BackendDialer {
   /** Failed dials are logged once per interval per frontend peer and kind of failure. */
@@ -37,8 +38,8 @@ export class BackendDialer {
     } catch (err) {
       // Not worth an agent's time, and not worth a line per request.
       this.metrics?.dialDone('cp_to_node', 'refused', t0);
-      this.refusals.refuse('frontend_bad_address', peer, { address, err: (err as Error).message }, 'refused dial: malformed address');
-      throw new DialError('refused', `bad address: ${(err as Error).message}`);
+      this.refusals.refuse('frontend_bad_address', peer, { address, err: errorMessage(err) }, 'refused dial: malformed address');
+      throw new DialError('refused', `bad address: ${errorMessage(err)}`);
     }
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
     if (outcome.contested) {
@@ -56,7 +57,7 @@ export class BackendDialer {
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
-      // Per dial: no fields built unless they are logged (#15).
+      // Per dial: no fields built unless they are logged (the dial path's CPU counts).
       if (this.log.isLevelEnabled('debug')) {
         this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, strategy, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Math.round(performance.now() - started) }, 'dial established');
       }
@@ -64,9 +65,9 @@ export class BackendDialer {
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       this.metrics?.dialDone('cp_to_node', failure, t0);
-      // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive (#11).
+      // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive.
       if (failure === 'timeout') this.registry.verify(backend);
-      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: (err as Error).message, ms: Math.round(performance.now() - started) };
+      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: errorMessage(err), ms: Math.round(performance.now() - started) };
       if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
       else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
       throw err;

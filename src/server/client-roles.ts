@@ -1,5 +1,5 @@
 /**
- * Role separation of client certificates (#11): a credential that
+ * Role separation of client certificates (docs/trust-model.md): a credential that
  * authenticates an agent is never accepted on the frontend, and the
  * kube-apiserver's frontend credential never registers as an agent. With a
  * separate CA per role the trust stores keep them apart; when both roles

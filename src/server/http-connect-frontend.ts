@@ -5,8 +5,8 @@
  * Connections are accepted (and sniffed, and TLS-terminated) by
  * listeners.ts and handed in with serve(); the request head is read by
  * request-head.ts, bounded in size (16 KiB) and in time by the header
- * deadline (#11 finding 7). node:http is not used: its per-connection state
- * cost more than the rest of the frontend's work per dial (#15).
+ * deadline (docs/frontends.md). node:http is not used: its per-connection state
+ * cost more than the rest of the frontend's work per dial (bench/notes/dial-profile.md finding 3).
  */
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -18,6 +18,7 @@ import type { BackendDialer } from './backend-dialer.js';
 import { Cancel } from '../common/cancel.js';
 import type { Refusals } from './refusals.js';
 import { RequestHeadParser, type HeadVerdict } from './request-head.js';
+import { errorMessage } from '../common/error-message.js';
 
 export interface HttpConnectLimits {
   /** Largest request head (request line and headers), bytes. */
@@ -133,8 +134,8 @@ export class HttpConnectFrontend {
     try {
       address = formatHostPort(parseHostPort(authority));
     } catch (err) {
-      this.refusals.refuse('frontend_bad_authority', peer, { authority, err: (err as Error).message }, 'refused CONNECT: malformed authority');
-      this.answer(socket, client, 400, `bad CONNECT authority: ${(err as Error).message}`);
+      this.refusals.refuse('frontend_bad_authority', peer, { authority, err: errorMessage(err) }, 'refused CONNECT: malformed authority');
+      this.answer(socket, client, 400, `bad CONNECT authority: ${errorMessage(err)}`);
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
@@ -145,7 +146,7 @@ export class HttpConnectFrontend {
           return;
         }
         const pending = early.release();
-        // The status line goes out before the first byte of the tunnel (issue 12, "Also check").
+        // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
         socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
         if (pending.length > 0) conn.send(pending);
         splice(socket, conn);
@@ -192,7 +193,7 @@ export class HttpConnectFrontend {
  * A CONNECT client while its dial is pending: what it sends early is kept
  * (bounded) for the tunnel, and its going away (FIN, reset, close) aborts
  * `gone`, which cancels the dial (DIAL_CLS) at once, so a client that left
- * never holds a pending dial until the dial timeout (#11 finding 7).
+ * never holds a pending dial until the dial timeout.
  */
 class EarlyBytes {
   readonly gone = new Cancel();

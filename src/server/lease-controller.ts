@@ -1,5 +1,5 @@
 /**
- * The server's Lease (`--enable-lease-controller`, #14), as upstream v0.36
+ * The server's Lease (`--enable-lease-controller`), as upstream v0.36
  * keeps it (pkg/server/leases, k8s.io/component-helpers lease controller):
  * `konnectivity-proxy-server-<server-id>` in `--lease-namespace`, labelled
  * exactly `--lease-label`, held by the server ID, 30 s long, renewed every
@@ -31,6 +31,7 @@ import {
   serverLeaseName,
   timeMs,
 } from '../kube/lease.js';
+import { errorMessage } from '../common/error-message.js';
 
 export interface ServerLeaseControllerOptions {
   api: KubeApi;
@@ -141,7 +142,7 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
       this.options.log.info({ lease: this.leaseName, namespace: this.namespace }, 'deleted this server\'s lease');
     } catch (err) {
       // Conflict: someone renewed it after us (a server sharing our ID); otherwise it expires on its own.
-      this.options.log.warn({ lease: this.leaseName, err: (err as Error).message }, 'could not delete this server\'s lease; it expires on its own');
+      this.options.log.warn({ lease: this.leaseName, err: errorMessage(err) }, 'could not delete this server\'s lease; it expires on its own');
     }
     this.current = undefined;
   }

@@ -57,7 +57,7 @@ function peerOf(socket: net.Socket, fallback: string): string {
 /**
  * Tracks accepted sockets (to close them with the listener) and remembers
  * each one's peer: once a socket is destroyed (a handshake aborted by a
- * reset), Node no longer knows its address (issue 12: logged as
+ * reset), Node no longer knows its address (it would be logged as
  * "undefined:undefined").
  */
 function track(server: net.Server, sockets: Set<net.Socket>, peers: WeakMap<net.Socket, string>): void {
@@ -131,7 +131,7 @@ export interface AgentListenerOptions {
   port: number;
   tls: TlsFiles;
   allowUnauthenticated: boolean;
-  /** Every stream proves itself with a service account token (#14): without a client CA, no certificate is needed. */
+  /** Every stream proves itself with a service account token: without a client CA, no certificate is needed. */
   tokenAuthentication?: boolean;
   /** Role pins of client certificates (default: none; separate CAs keep the roles apart). */
   roles?: ClientRoles;

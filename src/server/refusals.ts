@@ -2,7 +2,8 @@
  * Where the server's refusals go: each one is counted
  * (kanal_refusals_total{reason}) and logged as a warning, at most once per
  * interval per peer and reason, then with the number suppressed, so a flood
- * of refusals costs a bounded number of log lines (#11 finding 8).
+ * of refusals costs a bounded number of log lines (docs/frontends.md, "Logs:
+ * bounded and rate-limited").
  */
 import type { Logger } from 'pino';
 import type { KanalMetrics } from '../common/metrics.js';

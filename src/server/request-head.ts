@@ -2,8 +2,9 @@
  * A bounded, incremental parser of one HTTP/1.x request head (request line
  * and header fields, RFC 9112 sections 2-3 and 5) for the CONNECT frontend.
  * node:http built a parser, an IncomingMessage and timers per connection to
- * read one line (#15: about 50 µs of the server's CPU per dial); this reads
- * the bytes as they come, once each, and keeps at most `maxBytes` of head.
+ * read one line (about 50 µs of the server's CPU per dial,
+ * bench/notes/dial-profile.md finding 3); this reads the bytes as they come,
+ * once each, and keeps at most `maxBytes` of head.
  *
  * Strict where a proxy must be (RFC 9112 section 11.2, request smuggling):
  * CRLF line ends only, no obs-fold, no whitespace before a field's colon,

@@ -1,5 +1,5 @@
 /**
- * Agent authentication by Kubernetes service account token (#14): the
+ * Agent authentication by Kubernetes service account token (docs/kubernetes-api.md): the
  * agent's `authorization: Bearer <token>` is checked with a TokenReview
  * (authentication.k8s.io/v1) for `--authentication-audience`, and accepted
  * only when the API authenticated it, confirmed that audience in
@@ -22,8 +22,8 @@
  * reconnects in a loop costs one review per token and interval. Concurrent
  * checks of one token share one review, and one peer has at most
  * `maxReviewsPerPeer` reviews of its own in flight: a peer sending fresh junk
- * tokens cannot use up the client's review slots that other agents need (#11's
- * principle: one peer is bounded by what it alone may take).
+ * tokens cannot use up the client's review slots that other agents need (one
+ * peer is bounded by what it alone may take).
  */
 import { createHash } from 'node:crypto';
 import { KubeApiError, type KubeApi } from '../kube/kube-api.js';

@@ -1,6 +1,7 @@
-/** `--uds-mode` and `--uds-group`: the frontend socket's permission bits and group (#11 finding 9). */
+/** `--uds-mode` and `--uds-group`: the frontend socket's permission bits and group (see unix-socket.ts). */
 import fs from 'node:fs';
 import { UsageError } from '../common/usage-error.js';
+import { errorMessage } from '../common/error-message.js';
 
 /** Octal permission bits, "0660" or "660"; no setuid/setgid/sticky bits (meaningless on a socket). */
 export function fileModeFlag(flag: string, text: string): number {
@@ -24,7 +25,7 @@ export function groupFlag(flag: string, text: string, groupFile = '/etc/group'):
   try {
     lines = fs.readFileSync(groupFile, 'utf8').split('\n');
   } catch (err) {
-    throw new UsageError(`--${flag} ${JSON.stringify(text)}: cannot read ${groupFile} to look the group up (${(err as Error).message}); pass the numeric group ID`);
+    throw new UsageError(`--${flag} ${JSON.stringify(text)}: cannot read ${groupFile} to look the group up (${errorMessage(err)}); pass the numeric group ID`);
   }
   for (const line of lines) {
     const [name, , gid] = line.split(':');

@@ -1,6 +1,6 @@
 /**
  * The frontend's Unix socket, never reachable with more than its final mode
- * and group (#11 finding 9). bind() creates the file with 0777 & ~umask; a
+ * and group. bind() creates the file with 0777 & ~umask; a
  * chmod after listen() left a window in which any local user could connect
  * (0777 under umask 0000). So bind() runs under a umask that leaves only the
  * owner's bits of the final mode, the group is set, and then the mode.
@@ -14,6 +14,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { errorMessage } from '../common/error-message.js';
 
 export interface UnixSocketOptions {
   path: string;
@@ -76,7 +77,7 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw new UnixSocketError(`--uds-name ${file}: directory ${dir} does not exist; create it first (systemd: RuntimeDirectory=)`);
-    throw new UnixSocketError(`--uds-name ${file}: cannot use directory ${dir}: ${(err as Error).message}`);
+    throw new UnixSocketError(`--uds-name ${file}: cannot use directory ${dir}: ${errorMessage(err)}`);
   }
   if (!dirStat.isDirectory()) throw new UnixSocketError(`--uds-name ${file}: ${dir} is not a directory`);
   let existing: fs.Stats;
@@ -84,7 +85,7 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
     existing = fs.lstatSync(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw new UnixSocketError(`--uds-name ${file}: ${(err as Error).message}`);
+    throw new UnixSocketError(`--uds-name ${file}: ${errorMessage(err)}`);
   }
   if (!existing.isSocket()) {
     throw new UnixSocketError(
@@ -96,7 +97,7 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
   try {
     fs.unlinkSync(file);
   } catch (err) {
-    throw new UnixSocketError(`--delete-existing-uds-file: cannot remove the stale socket ${file}: ${(err as Error).message}`);
+    throw new UnixSocketError(`--delete-existing-uds-file: cannot remove the stale socket ${file}: ${errorMessage(err)}`);
   }
 }
 
@@ -137,14 +138,14 @@ export async function listenUnix(server: net.Server, opts: UnixSocketOptions): P
     if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
       throw new UnixSocketError(`--uds-name ${file}: no permission to create files in ${path.dirname(file)} (${code})`);
     }
-    throw new UnixSocketError(`--uds-name ${file}: cannot listen: ${(err as Error).message}`);
+    throw new UnixSocketError(`--uds-name ${file}: cannot listen: ${errorMessage(err)}`);
   }
   try {
     if (opts.gid !== undefined) {
       try {
         fs.chownSync(file, -1, opts.gid);
       } catch (err) {
-        throw new UnixSocketError(`--uds-group: cannot give ${file} group ${opts.gid}: ${(err as Error).message} (the server must be root or a member of that group)`);
+        throw new UnixSocketError(`--uds-group: cannot give ${file} group ${opts.gid}: ${errorMessage(err)} (the server must be root or a member of that group)`);
       }
     }
     fs.chmodSync(file, mode);

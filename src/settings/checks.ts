@@ -1,6 +1,7 @@
 /** Checks for flag values shared by the commands; a mistake is a UsageError naming the flag (exit 2). */
 import { parseDuration } from '../common/duration.js';
 import { UsageError } from '../common/usage-error.js';
+import { errorMessage } from '../common/error-message.js';
 
 /** What a number flag was given, for the message. */
 function got(value: number): string {
@@ -14,7 +15,7 @@ export function durationFlag(flag: string, value: string): number {
     if (ms <= 0) throw new Error('must be positive');
     return ms;
   } catch (err) {
-    throw new UsageError(`--${flag}: ${(err as Error).message}`);
+    throw new UsageError(`--${flag}: ${errorMessage(err)}`);
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * The logger bounds every field a peer can fill (#11 finding 8): the fields
+ * The logger bounds every field a peer can fill: the fields
  * of each call, the message, the bindings of child loggers (an agentID on
  * every line of an agent), nested objects, arrays and errors. And repeated
  * events are logged once per interval and key, then counted.

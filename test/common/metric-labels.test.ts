@@ -1,4 +1,4 @@
-/** docs/metrics.md lists every value of Kanal's metric label vocabularies, and nothing else under those names (#13). */
+/** docs/metrics.md lists every value of Kanal's metric label vocabularies, and nothing else under those names. */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

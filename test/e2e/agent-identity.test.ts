@@ -1,5 +1,5 @@
 /**
- * An agent is what authenticated it (#11, finding 2): one node's credential
+ * An agent is what authenticated it (docs/trust-model.md): one node's credential
  * cannot register invented agentIDs, cannot take over another credential's
  * agent by announcing its agentID, and one TLS connection cannot register
  * thousands of agents; a credential shared on purpose holds as many agents as

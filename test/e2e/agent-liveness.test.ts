@@ -1,5 +1,5 @@
 /**
- * The server checks each agent tunnel with HTTP/2 PINGs (#11, finding 4): a
+ * The server checks each agent tunnel with HTTP/2 PINGs (docs/trust-model.md): a
  * tunnel cut silently (a relay that stops forwarding: no FIN, no RST) or an
  * agent frozen with SIGSTOP goes quiet (dials avoid it) and is closed at the
  * keepalive timeout; a newer tunnel of the same agent wins over a quiet older

@@ -1,5 +1,5 @@
 /**
- * Per-agent and server-wide caps on tunnelled connections (#11 finding 6):
+ * Per-agent and server-wide caps on tunnelled connections (docs/limits.md):
  * one agent opening node -> control plane connections it never closes must
  * not take the file descriptors the frontends and the health endpoint need,
  * nor another agent's share; control plane -> node connections through one

@@ -108,7 +108,7 @@ test.serial('a method other than CONNECT answers 405', async (t) => {
     t.regex(res.raw, /\r\nallow: CONNECT\r\n/i);
     t.regex(res.body, new RegExp(`method ${method} not allowed`));
   }
-  // The first is logged; the rest from the same peer within the interval only counted (#11 finding 8).
+  // The first is logged; the rest from the same peer within the interval only counted.
   await server.waitForLog(warnLine('refused non-CONNECT request', (l) => l.method === 'GET'), 10_000, 'non-CONNECT refusal');
   await waitMetrics(server.healthPort, { 'kanal_refusals_total{reason="frontend_method"}': 3 }, 10_000);
   await stillServing(t, t.context);

@@ -1,5 +1,5 @@
 /**
- * Reply amplification (#11 finding 1): a peer that sends packets which make
+ * Reply amplification (docs/limits.md): a peer that sends packets which make
  * us answer (CLOSE_REQ for unknown connectIDs) and never reads the answers.
  * Every reply obeys the stream's back-pressure: past a bounded queue the
  * flooded side stops reading, then closes the stream after

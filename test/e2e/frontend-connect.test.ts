@@ -1,6 +1,6 @@
 /**
  * The HTTP CONNECT frontend keeps no work for clients that left, and holds
- * no connection past its limits (#11 finding 7), on the Unix socket and on
+ * no connection past its limits (docs/frontends.md), on the Unix socket and on
  * mTLS TCP:
  * - a client that goes away (FIN or reset) before its dial is answered
  *   cancels it: DIAL_CLS reaches the agent and the pending dial leaves the
@@ -8,7 +8,7 @@
  * - a request head must be complete within --frontend-header-timeout from
  *   accept, however slowly its bytes trickle in, and fit in 16 KiB;
  * - when the backend speaks first, its bytes never come before the
- *   "200 Connection Established" line (issue 12, "Also check"), and bytes a
+ *   "200 Connection Established" line, and bytes a
  *   client sends right after its CONNECT reach the backend.
  */
 import test, { type ExecutionContext } from 'ava';

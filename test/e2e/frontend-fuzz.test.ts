@@ -1,5 +1,5 @@
 /**
- * One client's bytes must never hurt the server (#11 finding 5: "P" and a
+ * One client's bytes must never hurt the server ("P" and a
  * FIN on the Unix socket crashed it with ERR_STREAM_UNSHIFT_AFTER_END_EVENT,
  * dropping every agent's tunnels).
  *

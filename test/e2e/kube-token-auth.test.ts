@@ -1,6 +1,6 @@
 /**
  * Service account token authentication wired into `kanal server` and
- * `kanal agent` (#14 must-haves 1 and 2), with real CLI processes and the
+ * `kanal agent`, with real CLI processes and the
  * Kubernetes API stand-in (TokenReview through @kubernetes/client-node, the
  * RBAC in deploy/rbac/): a valid token opens a tunnel; every bad token, and an
  * API that is down or slow, is refused with the reason on both sides while the

@@ -1,5 +1,5 @@
 /**
- * Stopping, through the real CLI (#12 findings 5 and 6): a stdout nobody
+ * Stopping, through the real CLI (docs/operations.md): a stdout nobody
  * reads (reader gone, or not reading) never keeps a process from exiting on
  * SIGTERM; a planned stop is logged at info with "stopped" as its last line;
  * connections on the node listeners do not hold the agent past its grace

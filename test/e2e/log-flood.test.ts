@@ -1,5 +1,5 @@
 /**
- * A peer cannot flood the server's log (#11 finding 8), measured on the real
+ * A peer cannot flood the server's log (docs/frontends.md), measured on the real
  * CLI as log bytes and lines per refusal: oversized addresses and agentIDs
  * are cut (or refused outright), and refusals are logged once per interval
  * per peer and reason, then counted. The count of what was held back is

@@ -1,5 +1,5 @@
 /**
- * Roles never mix (#11, finding 3): an agent's certificate never opens the
+ * Roles never mix (docs/trust-model.md): an agent's certificate never opens the
  * frontend and the kube-apiserver's never registers as an agent. The shipped
  * TCP example runs as shipped (separate CAs); one CA for both roles refuses
  * to start unless each role is pinned, and pinned roles are enforced.

@@ -1,5 +1,5 @@
 /**
- * --proxy-strategies with `kanal server` processes (#14): upstream's own
+ * --proxy-strategies with `kanal server` processes (docs/routing.md): upstream's own
  * proxy-agents announcing --agent-identifiers (skipped with the reason when
  * ../shared/upstream is absent), and a destination's Kanal agent that stops
  * answering PINGs yielding to the next strategy.

@@ -1,5 +1,5 @@
 /**
- * Upstream Konnectivity's command line and metric names (#14 must-haves 5-7):
+ * Upstream Konnectivity's command line and metric names (docs/upstream-flags.md, docs/metrics.md):
  * every flag of upstream v0.36's own `--help` is accepted, the argument lists
  * of Kubernetes' "Set up Konnectivity service" manifests run, the admin port
  * serves /metrics and (only when enabled) profiles, and every upstream
@@ -182,7 +182,7 @@ test('unknown flags stay refused; upstream values Kanal will not serve are refus
   t.regex(agentBadAlpn.stderr, /--alpn-proto "a b": 1-255 printable characters without spaces/);
 });
 
-/** Upstream's metric names (#14 must-have 7, v0.36's pkg/server/metrics and pkg/agent/metrics). */
+/** Upstream's metric names (v0.36's pkg/server/metrics and pkg/agent/metrics). */
 const SERVER_METRICS = [
   'dial_duration_seconds', 'frontend_write_duration_seconds', 'grpc_connections', 'http_connections', 'ready_backend_connections',
   'ready_backends', 'pending_backend_dials', 'established_connections', 'full_receive_channels', 'dial_failure_count',

@@ -1,5 +1,5 @@
 /**
- * Lease-based server counting (#14) against the API stand-in with the RBAC
+ * Lease-based server counting against the API stand-in with the RBAC
  * Kanal ships: servers' lease controllers create, renew, collect and delete
  * their Leases as upstream v0.36 does; an agent's lease counter follows them
  * through conflicts, watch drops and stalls and an API outage. Durations are

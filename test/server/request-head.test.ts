@@ -1,5 +1,5 @@
 /**
- * The CONNECT frontend's request head parser (#15): every prefix of a valid
+ * The CONNECT frontend's request head parser: every prefix of a valid
  * head asks for more, every split of it into two chunks gives the same head
  * and the same bytes after it, a head beyond the cap is 431 however it
  * arrives, and malformed lines are 400 with the code Node's parser used.

@@ -1,5 +1,5 @@
 /**
- * Server-side agent authentication by service account token (#14), through
+ * Server-side agent authentication by service account token, through
  * @kubernetes/client-node against the API stand-in with the RBAC Kanal ships:
  * who is accepted, every refusal and its reason, an API that is down, slow or
  * refusing the server, and that one slow review never stalls the others.
