@@ -17,7 +17,7 @@
 import { Counter } from 'prom-client';
 import type { Logger } from 'pino';
 import type { Readiness } from '../common/health-server.js';
-import type { KanalMetrics } from '../common/metrics.js';
+import type { KanalMetrics } from '../domain/metrics.js';
 import { NetlinkMonitor, RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK } from '../../native/netlink-monitor.js';
 import { errorMessage } from '../common/error-message.js';
 

@@ -16,9 +16,9 @@ import { dialTcp } from '../tunnel/tcp-dial.js';
 import { formatHostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
-import { KanalMetrics } from '../common/metrics.js';
+import { KanalMetrics } from '../domain/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
-import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../common/upstream-metrics.js';
+import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../domain/upstream-metrics.js';
 import { serverCount, type ServerCount, type ServerCountSource } from './server-count.js';
 import { errorMessage } from '../common/error-message.js';
 

@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { ensureHostInterface, inspectHostInterface, removeHostInterface, type HostInterfaceState, type InterfaceKind } from '../../native/host-interface.js';
 import { acquireOwnerLock, OwnerLockHeldError, type OwnerLock } from '../../native/owner-lock.js';
 import type { Readiness } from '../common/health-server.js';
-import type { KanalMetrics } from '../common/metrics.js';
+import type { KanalMetrics } from '../domain/metrics.js';
 import { AddressWatch } from './address-watch.js';
 import { bindProblem, describeBindProblem } from './bind-probe.js';
 import { errorMessage } from '../common/error-message.js';

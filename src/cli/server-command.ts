@@ -1,11 +1,11 @@
-/** `kanal server`: its settings (src/server/settings.ts) on the command line, validation, start. */
+/** `kanal server`: its settings (src/server/config/settings.ts) on the command line, validation, start. */
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { TlsFiles } from '../server/listeners.js';
-import { serverConfig, type ServerConfig } from '../server/config.js';
-import { serverSettings, type ServerGiven } from '../server/settings.js';
-import type { TlsPolicy } from '../server/tls-flags.js';
+import { serverConfig, type ServerConfig } from '../server/config/config.js';
+import { serverSettings, type ServerGiven } from '../server/config/settings.js';
+import type { TlsPolicy } from '../server/config/tls-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
@@ -24,7 +24,7 @@ import { errorMessage } from '../common/error-message.js';
 /** What yargs hands `kanal server`, typed by its settings. */
 export type ServerArgs = ServerGiven;
 
-/** The server's configuration from its command line: each setting parsed by its entry (src/server/settings.ts), then the checks that tie them together (src/server/config.ts). */
+/** The server's configuration from its command line: each setting parsed by its entry (src/server/config/settings.ts), then the checks that tie them together (src/server/config/config.ts). */
 export function validateServerArgs(a: ServerArgs): ServerConfig {
   return serverConfig(readSettings(serverSettings, a), upstreamNotices(a, serverSettings));
 }
@@ -153,11 +153,11 @@ async function useKubernetesApi(config: ServerConfig, options: ServerOptions): P
     return api;
   };
   if (tokens) {
-    const { TokenAuthenticator } = await import('../server/token-authenticator.js');
+    const { TokenAuthenticator } = await import('../server/identity/token-authenticator.js');
     options.agent.tokens = new TokenAuthenticator({ api: client(), ...tokens });
   }
   if (leases) {
-    const { ServerLeaseController } = await import('../server/lease-controller.js');
+    const { ServerLeaseController } = await import('../server/leases/lease-controller.js');
     options.leases = new ServerLeaseController({ api: client(), serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
   }
   return clients;

@@ -10,21 +10,21 @@ import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { listenError } from '../common/listen-error.js';
 import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
-import { verifyClientCertificate } from './tls-policy.js';
-import type { AgentCredential } from './agent-credential.js';
-import { ClientRoles } from './client-roles.js';
+import { verifyClientCertificate } from './identity/tls-policy.js';
+import type { AgentCredential } from './identity/agent-credential.js';
+import { ClientRoles } from './identity/client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
-import type { HttpConnectFrontend } from './http-connect-frontend.js';
-import type { Refusals } from './refusals.js';
-import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './unix-socket.js';
+import type { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
+import type { Refusals } from '../domain/refusal-log.js';
+import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './frontends/unix-socket.js';
 
 export interface TlsFiles {
   cert: Buffer;
   key: Buffer;
   /** CA for client certificates; absent means clients cannot be verified. */
   ca?: Buffer;
-  /** --tls-min-version and --cipher-suites (src/server/tls-flags.ts); absent: Node's defaults. */
+  /** --tls-min-version and --cipher-suites (src/server/config/tls-flags.ts); absent: Node's defaults. */
   minVersion?: tls.SecureVersion;
   ciphers?: string;
 }

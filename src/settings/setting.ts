@@ -3,7 +3,7 @@
  * name (the key in its table), the type it is given as, its default, its
  * help text and help group, and the parser that turns what was given into
  * the value the code uses. Everything else is derived from the tables
- * (src/agent/settings.ts, src/server/settings.ts): yargs' options, the
+ * (src/agent/settings.ts, src/server/config/settings.ts): yargs' options, the
  * --help groups, the notices for upstream flags Kanal ignores, and the flag
  * reference in docs/flags.md. The path of one setting from its entry to its
  * use: docs/architecture.md, "Settings".

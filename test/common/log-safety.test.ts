@@ -8,7 +8,7 @@ import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { boundForLog, MAX_LOG_STRING, truncateForLog } from '../../src/common/log-safety.js';
 import { RateLimitedLog } from '../../src/common/rate-limited-log.js';
-import { peerHost } from '../../src/server/refusals.js';
+import { peerHost } from '../../src/domain/refusal-log.js';
 import { captureLogger } from '../helpers/memory-stream.js';
 
 const HUGE = 'x'.repeat(1 << 20);

@@ -3,8 +3,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
-import { DIAL_RESULTS } from '../../src/common/dial-result.js';
-import { REFUSAL_REASONS } from '../../src/common/refusal-reason.js';
+import { DIAL_RESULTS } from '../../src/domain/dial-result.js';
+import { REFUSAL_REASONS } from '../../src/domain/refusal-reason.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const doc = fs.readFileSync(path.join(REPO, 'docs', 'metrics.md'), 'utf8');

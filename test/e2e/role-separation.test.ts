@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createCertificateAuthority } from '../../kit/pki/certificate-authority.js';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
-import { ClientRoles, parseEku, parseSubjectPattern, sharedTrust } from '../../src/server/client-roles.js';
+import { ClientRoles, parseEku, parseSubjectPattern, sharedTrust } from '../../src/server/identity/client-roles.js';
 import {
   freePort,
   httpConnect,

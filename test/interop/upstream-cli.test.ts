@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { serverSettings } from '../../src/server/settings.js';
+import { serverSettings } from '../../src/server/config/settings.js';
 import { agentSettings } from '../../src/agent/settings.js';
 import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitHealthy, waitStatus, withPortRetry, type Workspace } from '../helpers/kanal-processes.js';
 import { runUpstreamTestClient, upstreamBinaries, upstreamUnavailableReason } from '../helpers/upstream.js';

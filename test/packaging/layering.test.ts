@@ -18,6 +18,8 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const LAYERS: readonly (readonly string[])[] = [
   ['native', 'src/wire'],
   ['src/common'],
+  // Kanal's own terms that server and agent share: metrics and their label values, refusals, dial results.
+  ['src/domain'],
   // The vocabulary of settings (a setting's kinds, its table's derived views); each command's table sits beside what it configures.
   ['src/settings'],
   ['src/transport'],
@@ -31,6 +33,60 @@ const LAYERS: readonly (readonly string[])[] = [
   ['kit/launch'],
   ['kit/demo'],
 ];
+
+/**
+ * Rooms of a folder, bottom first, like LAYERS one level down: a file in a
+ * room imports only from lower rooms or its own ('.' is the folder's own
+ * files). Every subfolder must be placed.
+ */
+const ROOMS: Readonly<Record<string, readonly (readonly string[])[]>> = {
+  'src/server': [
+    // Who a peer is (certificates, tokens, roles) and the server's leases: they need nothing else here.
+    ['identity', 'leases'],
+    // Which agent a dial goes to; where node -> control plane dials may go.
+    ['routing', 'destinations'],
+    // Agents joining, and the registry of those that did.
+    ['agents'],
+    // The kube-apiserver's side: HTTP CONNECT, gRPC, the Unix socket, dials through an agent.
+    ['frontends'],
+    // The assembly: KanalServer and its listeners.
+    ['.'],
+    // Settings and configuration, read by the CLI before the server is built.
+    ['config'],
+  ],
+};
+
+/** The room of `file` inside `folder` ('.' for the folder's own files). */
+function roomOf(folder: string, file: string): string {
+  const rest = file.slice(folder.length + 1);
+  return rest.includes('/') ? rest.slice(0, rest.indexOf('/')) : '.';
+}
+
+/** Every import between rooms of one folder that runs up or sideways, and every file in no room. */
+function roomViolations(files: readonly string[], read: (file: string) => string): string[] {
+  const problems: string[] = [];
+  for (const [folder, rooms] of Object.entries(ROOMS)) {
+    const rank = (room: string): number => rooms.findIndex((r) => r.includes(room));
+    for (const file of files.filter((f) => f.startsWith(`${folder}/`))) {
+      const from = roomOf(folder, file);
+      if (rank(from) < 0) {
+        problems.push(`${file}: room ${from} of ${folder} is not placed; add it to ROOMS (test/packaging/layering.test.ts)`);
+        continue;
+      }
+      for (const match of read(file).matchAll(IMPORT)) {
+        const spec = match[1]!;
+        if (!spec.startsWith('.')) continue;
+        const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
+        if (!target.startsWith(`${folder}/`)) continue;
+        const to = roomOf(folder, target);
+        if (to === from) continue;
+        if (rank(to) > rank(from)) problems.push(`${file} imports ${spec}: room ${from} is below room ${to} of ${folder}`);
+        else if (rank(to) === rank(from)) problems.push(`${file} imports ${spec}: rooms ${from} and ${to} of ${folder} are one level and must not import each other`);
+      }
+    }
+  }
+  return problems;
+}
 
 /** What the package ships (package.json "files": dist/src, dist/native). */
 const PRODUCT_ROOTS = ['src', 'native'];
@@ -94,6 +150,26 @@ test('no source file imports from a folder above its own layer', (t) => {
 function describeCircles(circles: readonly string[][]): string[] {
   return circles.map((files) => `${files.length === 1 ? 'imports itself' : `${files.length} files import each other`}: ${files.join(' <-> ')}`);
 }
+
+test('within a folder with rooms, no file imports from a room above its own or beside it', (t) => {
+  const files = SOURCE_ROOTS.flatMap(sourceFiles);
+  t.deepEqual(roomViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+});
+
+test('the room check refuses an import up, an import sideways and a file in no room', (t) => {
+  const sources: Record<string, string> = {
+    'src/server/identity/a.ts': "import { r } from '../routing/r.js';",
+    'src/server/routing/r.ts': "import { d } from '../destinations/d.js';\nimport { a } from '../identity/a.js';",
+    'src/server/destinations/d.ts': '',
+    'src/server/attic/x.ts': '',
+    'src/server/server.ts': "import { r } from './routing/r.js';",
+  };
+  t.deepEqual(roomViolations(Object.keys(sources), (f) => sources[f]!), [
+    'src/server/identity/a.ts imports ../routing/r.js: room identity is below room routing of src/server',
+    'src/server/routing/r.ts imports ../destinations/d.js: rooms routing and destinations of src/server are one level and must not import each other',
+    'src/server/attic/x.ts: room attic of src/server is not placed; add it to ROOMS (test/packaging/layering.test.ts)',
+  ]);
+});
 
 test('no import circle between source files', (t) => {
   const files = SOURCE_ROOTS.flatMap(sourceFiles);

@@ -5,7 +5,7 @@
  * arrives, and malformed lines are 400 with the code Node's parser used.
  */
 import test from 'ava';
-import { RequestHeadParser, type HeadVerdict } from '../../src/server/request-head.js';
+import { RequestHeadParser, type HeadVerdict } from '../../src/server/frontends/request-head.js';
 
 const MAX = 16 * 1024;
 const HEAD = 'CONNECT 10.0.0.1:10250 HTTP/1.1\r\nHost: 10.0.0.1:10250\r\nUser-Agent: kube-apiserver\r\nX-Empty:\r\nX-Tab:\tv a l\r\n\r\n';

@@ -8,7 +8,7 @@
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
 import test from 'ava';
-import { AgentRegistry } from '../../src/server/agent-registry.js';
+import { AgentRegistry } from '../../src/server/agents/agent-registry.js';
 import type { AgentBackend } from '../../src/server/routing/agent-backend.js';
 import type { Route, RouteOutcome } from '../../src/server/routing/router.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';

@@ -7,7 +7,7 @@
 import test from 'ava';
 import type { ExecutionContext } from 'ava';
 import type { KubeApiOptions } from '../../src/kube/kube-api.js';
-import { TokenAuthenticator, type TokenAuthenticatorOptions, type TokenAuthentication } from '../../src/server/token-authenticator.js';
+import { TokenAuthenticator, type TokenAuthenticatorOptions, type TokenAuthentication } from '../../src/server/identity/token-authenticator.js';
 import { shippedRbac, startKubeApi, waitUntil, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';
 import type { ServiceAccountTokenSpec } from '../helpers/kube-stand-in/tokens.js';
 

@@ -12,7 +12,7 @@ import { count, duration, list, optionalText, port, toggle } from '../../src/set
 import { helpGroups, readSettings, upstreamNotices, yargsOptions } from '../../src/settings/table.js';
 import { renderReference } from '../../src/settings/reference.js';
 import { agentSettings } from '../../src/agent/settings.js';
-import { serverSettings } from '../../src/server/settings.js';
+import { serverSettings } from '../../src/server/config/settings.js';
 import { flagsPage } from '../../src/cli/flags-page.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');

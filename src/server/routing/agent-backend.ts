@@ -6,7 +6,7 @@
 import type { Tunnel } from '../../tunnel/tunnel.js';
 import type { Liveness } from '../../transport/liveness.js';
 import type { AgentIdentifiers } from '../../wire/agent-identifiers.js';
-import type { AgentCredential } from '../agent-credential.js';
+import type { AgentCredential } from '../identity/agent-credential.js';
 
 export interface AgentBackend {
   /** The label the agent announced (upstream's agentID). */

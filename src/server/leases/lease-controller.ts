@@ -18,9 +18,9 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import { V1MicroTime, type ConfigurationOptions, type V1Lease } from '@kubernetes/client-node';
-import { Backoff } from '../common/backoff.js';
-import { KubeApiError, type KubeApi } from '../kube/kube-api.js';
-import { formatLabels, type Labels } from '../kube/labels.js';
+import { Backoff } from '../../common/backoff.js';
+import { KubeApiError, type KubeApi } from '../../kube/kube-api.js';
+import { formatLabels, type Labels } from '../../kube/labels.js';
 import {
   DEFAULT_LEASE_NAMESPACE,
   LEASE_DURATION_SECONDS,
@@ -30,8 +30,8 @@ import {
   leaseExpiresAt,
   serverLeaseName,
   timeMs,
-} from '../kube/lease.js';
-import { errorMessage } from '../common/error-message.js';
+} from '../../kube/lease.js';
+import { errorMessage } from '../../common/error-message.js';
 
 export interface ServerLeaseControllerOptions {
   api: KubeApi;

@@ -16,12 +16,12 @@
  * Which agent a dial goes to is routing/router.ts's choice among one tunnel
  * per agent.
  */
-import type { AgentCredential } from './agent-credential.js';
-import type { AgentBackend } from './routing/agent-backend.js';
-import { route, type Route, type RouteOutcome } from './routing/router.js';
-import { RouteIndex } from './routing/route-index.js';
-import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
-import type { RefusalReason } from '../common/refusal-reason.js';
+import type { AgentCredential } from '../identity/agent-credential.js';
+import type { AgentBackend } from '../routing/agent-backend.js';
+import { route, type Route, type RouteOutcome } from '../routing/router.js';
+import { RouteIndex } from '../routing/route-index.js';
+import { DEFAULT_PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
+import type { RefusalReason } from '../../domain/refusal-reason.js';
 
 /** One tunnel, plus one arriving to replace it (a reconnect) or a load balancer's short-lived duplicate. */
 export const MAX_TUNNELS_PER_AGENT = 2;

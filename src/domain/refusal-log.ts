@@ -6,10 +6,10 @@
  * bounded and rate-limited").
  */
 import type { Logger } from 'pino';
-import type { KanalMetrics } from '../common/metrics.js';
+import type { KanalMetrics } from './metrics.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { truncateForLog } from '../common/log-safety.js';
-import type { RefusalReason } from '../common/refusal-reason.js';
+import type { RefusalReason } from './refusal-reason.js';
 
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 

@@ -10,15 +10,15 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { parseHostPort, formatHostPort } from '../common/host-port.js';
-import { truncateForLog } from '../common/log-safety.js';
-import { DialError, HTTP_STATUS_FOR_FAILURE } from '../tunnel/errors.js';
-import { splice } from '../tunnel/splice.js';
+import { parseHostPort, formatHostPort } from '../../common/host-port.js';
+import { truncateForLog } from '../../common/log-safety.js';
+import { DialError, HTTP_STATUS_FOR_FAILURE } from '../../tunnel/errors.js';
+import { splice } from '../../tunnel/splice.js';
 import type { BackendDialer } from './backend-dialer.js';
-import { Cancel } from '../common/cancel.js';
-import type { Refusals } from './refusals.js';
+import { Cancel } from '../../common/cancel.js';
+import type { Refusals } from '../../domain/refusal-log.js';
 import { RequestHeadParser, type HeadVerdict } from './request-head.js';
-import { errorMessage } from '../common/error-message.js';
+import { errorMessage } from '../../common/error-message.js';
 
 export interface HttpConnectLimits {
   /** Largest request head (request line and headers), bytes. */

@@ -5,14 +5,14 @@
  */
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { dialTcp } from '../tunnel/tcp-dial.js';
-import { truncateForLog } from '../common/log-safety.js';
-import { DialError } from '../tunnel/errors.js';
-import type { InboundDial } from '../tunnel/tunnel.js';
+import { dialTcp } from '../../tunnel/tcp-dial.js';
+import { truncateForLog } from '../../common/log-safety.js';
+import { DialError } from '../../tunnel/errors.js';
+import type { InboundDial } from '../../tunnel/tunnel.js';
 import type { AllowList } from './allow-list.js';
-import type { KanalMetrics } from '../common/metrics.js';
-import type { ConnectionBudget } from '../common/connection-budget.js';
-import type { DialingAgent, Refusals } from './refusals.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import type { ConnectionBudget } from '../../domain/connection-budget.js';
+import type { DialingAgent, Refusals } from '../../domain/refusal-log.js';
 
 export class DestinationDialer {
   constructor(

@@ -4,7 +4,7 @@
  * every node into a door to the whole control-plane network.
  */
 import { isIP } from 'node:net';
-import { formatHostPort, parseHostPort, type HostPort } from '../common/host-port.js';
+import { formatHostPort, parseHostPort, type HostPort } from '../../common/host-port.js';
 
 function canonical(hp: HostPort): string {
   const host = isIP(hp.host) ? hp.host.toLowerCase() : hp.host.toLowerCase().replace(/\.$/, '');

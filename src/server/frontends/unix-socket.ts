@@ -14,7 +14,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { errorMessage } from '../common/error-message.js';
+import { errorMessage } from '../../common/error-message.js';
 
 export interface UnixSocketOptions {
   path: string;

@@ -5,25 +5,25 @@
  * dial through it. Every log line about an agent names its credential.
  */
 import type { Logger } from 'pino';
-import type { IncomingStream } from '../transport/transport.js';
-import { GrpcStatus } from '../transport/grpc-status.js';
-import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_AUTHORIZATION, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../wire/metadata.js';
-import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../wire/features.js';
-import { Tunnel } from '../tunnel/tunnel.js';
-import type { TunnelLimitName, TunnelLimits } from '../tunnel/limits.js';
-import { parseAgentIdentifiers, type AgentIdentifiers } from '../wire/agent-identifiers.js';
+import type { IncomingStream } from '../../transport/transport.js';
+import { GrpcStatus } from '../../transport/grpc-status.js';
+import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_AUTHORIZATION, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../../wire/metadata.js';
+import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../../wire/features.js';
+import { Tunnel } from '../../tunnel/tunnel.js';
+import type { TunnelLimitName, TunnelLimits } from '../../tunnel/limits.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../../wire/agent-identifiers.js';
 import type { AgentRegistry, AdmissionRefusal } from './agent-registry.js';
-import type { AgentBackend } from './routing/agent-backend.js';
-import { tokenCredential, unauthenticatedCredential, type AgentCredential } from './agent-credential.js';
-import type { TokenAuthenticator, TokenRefusalKind } from './token-authenticator.js';
-import type { Refusals } from './refusals.js';
-import type { DestinationDialer } from './destination-dialer.js';
-import type { KanalMetrics } from '../common/metrics.js';
-import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
-import { truncateForLog } from '../common/log-safety.js';
-import { peerHost } from './refusals.js';
-import type { RefusalReason } from '../common/refusal-reason.js';
-import { errorMessage } from '../common/error-message.js';
+import type { AgentBackend } from '../routing/agent-backend.js';
+import { tokenCredential, unauthenticatedCredential, type AgentCredential } from '../identity/agent-credential.js';
+import type { TokenAuthenticator, TokenRefusalKind } from '../identity/token-authenticator.js';
+import type { Refusals } from '../../domain/refusal-log.js';
+import type { DestinationDialer } from '../destinations/destination-dialer.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../../tunnel/limit-metrics.js';
+import { truncateForLog } from '../../common/log-safety.js';
+import { peerHost } from '../../domain/refusal-log.js';
+import type { RefusalReason } from '../../domain/refusal-reason.js';
+import { errorMessage } from '../../common/error-message.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {

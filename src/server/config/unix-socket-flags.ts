@@ -1,7 +1,7 @@
 /** `--uds-mode` and `--uds-group`: the frontend socket's permission bits and group (see unix-socket.ts). */
 import fs from 'node:fs';
-import { UsageError } from '../common/usage-error.js';
-import { errorMessage } from '../common/error-message.js';
+import { UsageError } from '../../common/usage-error.js';
+import { errorMessage } from '../../common/error-message.js';
 
 /** Octal permission bits, "0660" or "660"; no setuid/setgid/sticky bits (meaningless on a socket). */
 export function fileModeFlag(flag: string, text: string): number {

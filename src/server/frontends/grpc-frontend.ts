@@ -4,14 +4,14 @@
  * dialling through an agent and splicing the two connections.
  */
 import type { Logger } from 'pino';
-import type { IncomingStream } from '../transport/transport.js';
-import { MD_KANAL_FEATURES, firstValue } from '../wire/metadata.js';
-import { Feature, formatFeatures, intersectFeatures, parseFeatures } from '../wire/features.js';
-import { Tunnel } from '../tunnel/tunnel.js';
-import type { TunnelLimits } from '../tunnel/limits.js';
+import type { IncomingStream } from '../../transport/transport.js';
+import { MD_KANAL_FEATURES, firstValue } from '../../wire/metadata.js';
+import { Feature, formatFeatures, intersectFeatures, parseFeatures } from '../../wire/features.js';
+import { Tunnel } from '../../tunnel/tunnel.js';
+import type { TunnelLimits } from '../../tunnel/limits.js';
 import type { BackendDialer } from './backend-dialer.js';
-import type { KanalMetrics } from '../common/metrics.js';
-import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../../tunnel/limit-metrics.js';
 
 const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
 

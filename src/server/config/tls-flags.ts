@@ -4,7 +4,7 @@
  * Below TLS 1.2 and the broken suites (RC4, 3DES) are refused, not served.
  */
 import type { SecureVersion } from 'node:tls';
-import { UsageError } from '../common/usage-error.js';
+import { UsageError } from '../../common/usage-error.js';
 
 export interface TlsPolicy {
   minVersion?: SecureVersion;

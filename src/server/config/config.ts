@@ -4,18 +4,18 @@
  * assembled from. Reads no credential file; mistakes are UsageErrors (exit 2).
  */
 import type { LevelWithSilent } from 'pino';
-import { UsageError } from '../common/usage-error.js';
-import { errorMessage } from '../common/error-message.js';
-import { defaultNodeToCpConnections } from '../common/open-files-limit.js';
-import { logLevelFrom } from '../settings/process-settings.js';
-import type { TransportName } from '../transport/choice.js';
-import { kubeClientConfig } from '../kube/settings.js';
-import type { KubeClientConfig } from '../kube/kube-clients.js';
-import { serverLeaseName } from '../kube/lease.js';
-import type { Labels } from '../kube/labels.js';
-import type { FrontendMode } from './listeners.js';
-import type { RolePins } from './client-roles.js';
-import type { ProxyStrategy } from './routing/proxy-strategies.js';
+import { UsageError } from '../../common/usage-error.js';
+import { errorMessage } from '../../common/error-message.js';
+import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
+import { logLevelFrom } from '../../settings/process-settings.js';
+import type { TransportName } from '../../transport/choice.js';
+import { kubeClientConfig } from '../../kube/settings.js';
+import type { KubeClientConfig } from '../../kube/kube-clients.js';
+import { serverLeaseName } from '../../kube/lease.js';
+import type { Labels } from '../../kube/labels.js';
+import type { FrontendMode } from '../listeners.js';
+import type { RolePins } from '../identity/client-roles.js';
+import type { ProxyStrategy } from '../routing/proxy-strategies.js';
 import type { TlsPolicy } from './tls-flags.js';
 import type { ServerSettings } from './settings.js';
 

@@ -82,7 +82,7 @@ export interface UpstreamServerReadings {
   pausedProxyStreams(): number;
 }
 
-/** Lease metrics of the server's lease controller, named as upstream's (fed by src/server/lease-controller.ts users). */
+/** Lease metrics of the server's lease controller, named as upstream's (fed by src/server/leases/lease-controller.ts users). */
 export interface UpstreamServerLeaseMetrics {
   culled: Counter;
   deletes: Counter<'http_status_code' | 'reason'>;

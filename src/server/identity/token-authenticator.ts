@@ -26,7 +26,7 @@
  * peer is bounded by what it alone may take).
  */
 import { createHash } from 'node:crypto';
-import { KubeApiError, type KubeApi } from '../kube/kube-api.js';
+import { KubeApiError, type KubeApi } from '../../kube/kube-api.js';
 
 /** `status.user.extra` keys the kube-apiserver sets for bound service account tokens. */
 export const EXTRA_POD_NAME = 'authentication.kubernetes.io/pod-name';

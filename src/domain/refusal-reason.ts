@@ -1,6 +1,6 @@
 /**
  * Why a connection, stream or dial was refused: the values of
- * kanal_refusals_total's `reason` label, on the server (src/server/refusals.ts
+ * kanal_refusals_total's `reason` label, on the server (src/domain/refusal-log.ts
  * and the tunnels' limits) and on the agent (its tunnels' limits).
  * docs/metrics.md lists them; test/common/metric-labels.test.ts holds the two lists together.
  */

@@ -5,25 +5,25 @@
  */
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { UsageError } from '../common/usage-error.js';
-import { errorMessage } from '../common/error-message.js';
-import { parseHostPort } from '../common/host-port.js';
-import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../settings/kinds.js';
-import { durationFlag } from '../settings/checks.js';
-import { processSettings } from '../settings/process-settings.js';
-import { klogFlags, serverIgnoredFlags } from '../settings/upstream-flags.js';
-import type { GivenOf, ValuesOf } from '../settings/setting.js';
-import { MIN_KEEPALIVE_INTERVAL_MS } from '../transport/liveness.js';
-import { transportSettings } from '../transport/settings.js';
-import { tunnelSettings, LIMITS } from '../tunnel/settings.js';
-import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
-import { kubeRateSettings, kubeSettings, leaseLabelsSetting, LEASES } from '../kube/settings.js';
-import { parseEku, parseSubjectPattern } from './client-roles.js';
-import { FRONTEND_MODES } from './listeners.js';
-import { parseProxyStrategies, PROXY_STRATEGIES } from './routing/proxy-strategies.js';
+import { UsageError } from '../../common/usage-error.js';
+import { errorMessage } from '../../common/error-message.js';
+import { parseHostPort } from '../../common/host-port.js';
+import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
+import { durationFlag } from '../../settings/checks.js';
+import { processSettings } from '../../settings/process-settings.js';
+import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
+import type { GivenOf, ValuesOf } from '../../settings/setting.js';
+import { MIN_KEEPALIVE_INTERVAL_MS } from '../../transport/liveness.js';
+import { transportSettings } from '../../transport/settings.js';
+import { tunnelSettings, LIMITS } from '../../tunnel/settings.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../../tunnel/limits.js';
+import { kubeRateSettings, kubeSettings, leaseLabelsSetting, LEASES } from '../../kube/settings.js';
+import { parseEku, parseSubjectPattern } from '../identity/client-roles.js';
+import { FRONTEND_MODES } from '../listeners.js';
+import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
 import { tlsPolicyFlags } from './tls-flags.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
-import { DEFAULT_AGENT_KEEPALIVE } from './server.js';
+import { DEFAULT_AGENT_KEEPALIVE } from '../server.js';
 
 /** `--backend-dial-timeout`'s default, also what upstream's 0 ("no timeout") becomes. */
 export const DEFAULT_BACKEND_DIAL_TIMEOUT = '10s';

@@ -3,16 +3,16 @@
  * HTTP CONNECT and gRPC frontends so both route and fail the same way.
  */
 import type { Logger } from 'pino';
-import type { CancelSignal } from '../common/cancel.js';
-import { DialError } from '../tunnel/errors.js';
-import type { TunnelConnection } from '../tunnel/connection.js';
-import type { AgentRegistry } from './agent-registry.js';
-import type { KanalMetrics } from '../common/metrics.js';
-import { parseHostPort } from '../common/host-port.js';
-import { RateLimitedLog } from '../common/rate-limited-log.js';
-import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from './refusals.js';
-import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
-import { errorMessage } from '../common/error-message.js';
+import type { CancelSignal } from '../../common/cancel.js';
+import { DialError } from '../../tunnel/errors.js';
+import type { TunnelConnection } from '../../tunnel/connection.js';
+import type { AgentRegistry } from '../agents/agent-registry.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { parseHostPort } from '../../common/host-port.js';
+import { RateLimitedLog } from '../../common/rate-limited-log.js';
+import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from '../../domain/refusal-log.js';
+import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from '../routing/proxy-strategies.js';
+import { errorMessage } from '../../common/error-message.js';
 
 export class BackendDialer {
   /** Failed dials are logged once per interval per frontend peer and kind of failure. */
