@@ -10,8 +10,7 @@ import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  connectThrough,
-  echoRoundTrip,
+  echoesThrough,
   makeWorkspace,
   restartServer,
   runCli,
@@ -53,9 +52,7 @@ function tokenAgent(t: ExecutionContext, ws: Workspace, server: KanalServerProce
 }
 
 async function assertTunnel(t: ExecutionContext, server: KanalServerProcess, backend: Backend, what: string): Promise<void> {
-  const s = await connectThrough(server, backend.address);
-  t.true(await echoRoundTrip(s, Buffer.from(what)), what);
-  s.destroy();
+  t.true(await echoesThrough(server, backend.address, Buffer.from(what)), what);
 }
 
 /** The agent logs the server's reason; the server warns and counts the refusal. */
