@@ -5,12 +5,20 @@
  * `npm run fuzz`. KANAL_FUZZ_SECONDS sets the seconds per target (default 3).
  */
 import test from 'ava';
+import fs from 'node:fs';
 import path from 'node:path';
 import { describeFailure, runFuzz, type FuzzTarget } from './engine.js';
-import { CORPUS, TARGETS_MODULE } from './paths.js';
+import { CORPUS, ROOT, TARGETS_MODULE } from './paths.js';
 
 const SECONDS = Number(process.env.KANAL_FUZZ_SECONDS ?? 3);
 const { targets } = (await import(TARGETS_MODULE)) as { targets: readonly FuzzTarget[] };
+
+// A covered path that names no compiled file would leave a target without coverage guidance, silently.
+test('every file a target covers exists in the build', (t) => {
+  for (const target of targets) {
+    for (const file of target.covers) t.true(fs.existsSync(path.join(ROOT, 'dist', file)), `${target.name} covers ${file}, which the build does not have`);
+  }
+});
 
 for (const target of targets) {
   // Serial: each target has a worker thread of its own, and the machine has two cores.

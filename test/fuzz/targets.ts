@@ -5,7 +5,7 @@
  * (a TypeError or RangeError from deep inside a parser) is a finding too.
  */
 import { parseAgentIdentifiers, canonicalHost, prefixContains, MAX_IDENTIFIER_VALUES, type AgentIdentifiers } from '../../src/wire/agent-identifiers.js';
-import { RequestHeadParser, type HeadVerdict } from '../../src/server/request-head.js';
+import { RequestHeadParser, type HeadVerdict } from '../../src/server/frontends/request-head.js';
 import { framePacket, MessageParser, MESSAGE_PREFIX_BYTES } from '../../src/transport/h2/framing.js';
 import {
   decodeGrpcMessage,
@@ -423,7 +423,7 @@ const requestHead: FuzzTarget = {
   name: 'request-head',
   description:
     'RequestHeadParser accepts exactly the heads a strict RFC 9112 reading accepts within its byte limit (same method, target and following bytes), refuses with 431 only past the limit and asks for more only below it, gives the same verdict however the bytes are split, and turns "more" into 400 at end of input',
-  covers: ['src/server/request-head.js'],
+  covers: ['src/server/frontends/request-head.js'],
   maxLen: 4096,
   dictionary: ['CONNECT ', 'GET ', ' HTTP/1.1\r\n', ' HTTP/1.0\r\n', 'HTTP/1.', '\r\n', '\r\n\r\n', 'Host: ', ':', ' ', '\t', '\n', '\r', '10.0.0.1:443', '[::1]:6443', '\x7f', '\xff', '\x00'],
   run(data) {
