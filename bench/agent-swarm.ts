@@ -13,6 +13,7 @@ import { connectToServer, type ServerConnection } from '../src/agent/server-conn
 import { isTransportName, loadTransport } from '../src/transport/choice.js';
 import { ALL_FEATURES } from '../src/wire/features.js';
 import { DialError } from '../src/tunnel/errors.js';
+import { errorMessage } from '../src/common/error-message.js';
 
 export type SwarmCommands = {
   connect: {
@@ -58,7 +59,7 @@ serveCommands<SwarmCommands>({
             connections.push(conn);
           } catch (err) {
             errors++;
-            firstError ??= (err as Error).message;
+            firstError ??= errorMessage(err);
           }
         }
       }),

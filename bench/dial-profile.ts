@@ -1,6 +1,6 @@
 /**
  * `npm run build && node dist/bench/dial-profile.js [options]`: where the time
- * and CPU of one dial go (issue 15.2), Kanal next to upstream.
+ * and CPU of one dial go (findings: bench/notes/dial-profile.md), Kanal next to upstream.
  *
  * The topology is the bench's (bench/env.ts setUp): a dial is a Unix-socket
  * connect + HTTP CONNECT to the server's frontend, the server's DIAL_REQ
@@ -39,6 +39,7 @@ import { PARAMS } from './params.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { cpuTimes, type CpuTimes } from './proc.js';
 import { inRepOrder, percentile } from './stats.js';
+import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: node dist/bench/dial-profile.js [--dials N] [--rounds R] [--concurrency C] [--strace] [--timeline FILE] [--cpu-prof] [--upstream DIR|none]
   --dials N        dials per product per round (default 1000)
@@ -443,7 +444,7 @@ async function main(): Promise<void> {
   try {
     o = parseOptions();
   } catch (err) {
-    process.stderr.write(`dial-profile: ${(err as Error).message}\n${USAGE}\n`);
+    process.stderr.write(`dial-profile: ${errorMessage(err)}\n${USAGE}\n`);
     process.exitCode = 2;
     return;
   }

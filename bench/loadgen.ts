@@ -29,6 +29,7 @@ import {
   type Service,
   productOf,
 } from './loadgen-protocol.js';
+import { errorMessage } from '../src/common/error-message.js';
 
 const counters: Counters = { rx: 0, tx: 0, t: 0, lastRxAt: 0, open: 0 };
 let chunk = Buffer.alloc(256 * 1024, 0x6b);
@@ -433,7 +434,7 @@ function failures(): { errors: number; firstError?: string; note(err: unknown): 
     firstError: undefined as string | undefined,
     note(err: unknown) {
       f.errors++;
-      f.firstError ??= (err as Error).message;
+      f.firstError ??= errorMessage(err);
     },
   };
   return f;
@@ -455,7 +456,7 @@ serveCommands<LoadgenCommands>({
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {
       for (const s of flows) s.destroy();
-      throw new Error(`${count - flows.length} of ${count} flows failed to open: ${(failed.reason as Error).message}`);
+      throw new Error(`${count - flows.length} of ${count} flows failed to open: ${errorMessage(failed.reason)}`);
     }
     groups.set(group, [...(groups.get(group) ?? []), ...flows]);
     return { opened: flows.length };

@@ -29,6 +29,7 @@ import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
 import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 import { runSoak } from './suite-soak.js';
+import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
                             [--kanal-cli FILE] [--soak-count N]
@@ -198,7 +199,7 @@ async function main(): Promise<void> {
   try {
     opts = parseOptions(normaliseArgv(process.argv.slice(2)));
   } catch (err) {
-    process.stderr.write(`bench: ${(err as Error).message}\n${USAGE}\n`);
+    process.stderr.write(`bench: ${errorMessage(err)}\n${USAGE}\n`);
     process.exitCode = 2;
     return;
   }
@@ -233,8 +234,8 @@ async function main(): Promise<void> {
         rows.push(...(await suites[s]()));
       } catch (err) {
         failed = true;
-        warnings.push(`${s} failed: ${(err as Error).message}`);
-        progress(`${s} FAILED: ${(err as Error).message}`);
+        warnings.push(`${s} failed: ${errorMessage(err)}`);
+        progress(`${s} FAILED: ${errorMessage(err)}`);
       }
     }
     // Last: every other section's figures come first, and the soak starts its own pairs.
@@ -243,8 +244,8 @@ async function main(): Promise<void> {
         soak = await runSoak(env);
       } catch (err) {
         failed = true;
-        warnings.push(`soak failed: ${(err as Error).message}`);
-        progress(`soak FAILED: ${(err as Error).message}`);
+        warnings.push(`soak failed: ${errorMessage(err)}`);
+        progress(`soak FAILED: ${errorMessage(err)}`);
       }
     }
     if (opts.profile) {
@@ -252,7 +253,7 @@ async function main(): Promise<void> {
         profile = await profileRun(env, opts.profile);
       } catch (err) {
         failed = true;
-        warnings.push(`profile failed: ${(err as Error).message}`);
+        warnings.push(`profile failed: ${errorMessage(err)}`);
       }
     }
     progress('stopping');

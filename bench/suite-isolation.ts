@@ -9,6 +9,7 @@ import { bulkRun, measureReceive, openFlows, pairOf, pairRss, restartUpstream, r
 import { productOf, type Path } from './loadgen-protocol.js';
 import type { Row } from './report.js';
 import { inRepOrder, median, medianRatio } from './stats.js';
+import { errorMessage } from '../src/common/error-message.js';
 
 const MiB = 1024 * 1024;
 
@@ -63,7 +64,7 @@ async function nextToStall(env: Env, c: (typeof CASES)[number], path: Path, runs
       }
     } catch (err) {
       runs.blocked++;
-      env.progress(`isolation ${path} ${c.label}: blocked (${(err as Error).message.split('\n')[0]})`);
+      env.progress(`isolation ${path} ${c.label}: blocked (${errorMessage(err).split('\n')[0]})`);
     }
     runs.stalled.push(bytesPerSec);
     sample();

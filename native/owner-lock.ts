@@ -1,5 +1,5 @@
 // The owner lock: which live process manages a host-scoped link and address
-// (#11 finding 10). It sits beside the link's KANAL_LINK_ALIAS marker: the
+// (docs/operations.md). It sits beside the link's KANAL_LINK_ALIAS marker: the
 // marker says "Kanal made this link", the lock says "and this Kanal process is
 // still using it".
 //

@@ -64,13 +64,13 @@ export function sdNotify(state: string, socketPath: string | undefined = process
   try {
     address = encodeNotifyAddress(socketPath);
   } catch (err) {
-    return { sent: false, reason: (err as Error).message };
+    return { sent: false, reason: err instanceof Error ? err.message : String(err) };
   }
   let c: Libc;
   try {
     c = getLibc();
   } catch (err) {
-    return { sent: false, reason: `cannot load libc: ${(err as Error).message}` };
+    return { sent: false, reason: `cannot load libc: ${err instanceof Error ? err.message : String(err)}` };
   }
   const fd = c.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return { sent: false, reason: `socket(AF_UNIX, SOCK_DGRAM) failed (${errnoName(koffi.errno())})` };

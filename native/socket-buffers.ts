@@ -44,7 +44,7 @@ export function growSendBuffer(fd: number, accounted: number): number {
  * Makes the kernel account `accounted` bytes of send buffer for `fd`, larger
  * or smaller than now, as growSendBuffer does. With CAP_NET_ADMIN that is one
  * system call (SO_SNDBUFFORCE accounts exactly twice what is asked): it runs
- * on every accepted frontend connection, i.e. on every dial (#15). Returns
+ * on every accepted frontend connection, i.e. on every dial. Returns
  * what the kernel now accounts, or -1.
  */
 export function setSendBuffer(fd: number, accounted: number): number {

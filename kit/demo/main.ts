@@ -16,6 +16,7 @@ import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { CleanupStack } from '../launch/cleanup-scope.js';
 import { freePort, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
+import { errorMessage } from '../../src/common/error-message.js';
 
 const ADVERTISE = '127.0.0.2';
 
@@ -54,7 +55,7 @@ async function main(): Promise<void> {
       const r = await fn();
       rows.push({ what, ...r, ms: performance.now() - t0 });
     } catch (err) {
-      rows.push({ what, result: `ERROR ${(err as Error).message}`, bytes: 0, ms: performance.now() - t0 });
+      rows.push({ what, result: `ERROR ${errorMessage(err)}`, bytes: 0, ms: performance.now() - t0 });
     }
   };
   try {
@@ -124,7 +125,7 @@ async function main(): Promise<void> {
         await httpConnect(await connectUnix(uds), `127.0.0.1:${closed}`);
         return { result: 'unexpectedly connected', bytes: 0 };
       } catch (err) {
-        return { result: `refused as expected: ${(err as Error).message.split('\n')[0]}`, bytes: 0 };
+        return { result: `refused as expected: ${errorMessage(err).split('\n')[0]}`, bytes: 0 };
       }
     });
     await time(`node -> CP  https://${ADVERTISE}:${kasLocal}/version (TLS passes through)`, async () => {

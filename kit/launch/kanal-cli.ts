@@ -11,6 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { spawnChild, type Child, type ChildSpec } from './child.js';
 import type { Scope } from './cleanup-scope.js';
 import { run, type RunOptions, type RunResult } from './run-to-end.js';
+import { errorMessage } from '../../src/common/error-message.js';
 
 /** dist/src/cli/main.js (this file runs from dist/kit/launch/). */
 export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
@@ -71,7 +72,7 @@ export async function withPortRetry<T>(start: () => Promise<T>): Promise<T> {
     try {
       return await start();
     } catch (err) {
-      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+      if (attempt >= 3 || !/EADDRINUSE/.test(errorMessage(err))) throw err;
     }
   }
 }

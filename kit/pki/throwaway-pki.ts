@@ -6,7 +6,7 @@
  *   server.crt / server.key         agent-facing listener of the kanal server
  *   agent.crt / agent.key           agent client certificate (CN kanal-agent), shared by
  *                                   tests that model one credential across a DaemonSet
- *   frontend-ca.crt / .key          CA of the frontend side, a different one (#11: an agent
+ *   frontend-ca.crt / .key          CA of the frontend side, a different one (an agent
  *                                   credential must never open the frontend): signs ...
  *   frontend.crt / frontend.key     ... the frontend listener (the KAS connects here)
  *   frontend-client.crt / .key      ... and the KAS's client certificate (--server-ca-cert)

@@ -1,5 +1,5 @@
 /**
- * Keeps the node's advertise address usable (#12 finding 3): notices when the
+ * Keeps the node's advertise address usable (docs/operations.md): notices when the
  * address is removed or its link goes down or away, restores it when the
  * agent manages it, logs both, and reports the state to /readyz and /metrics
  * until it is restored.
@@ -17,8 +17,9 @@
 import { Counter } from 'prom-client';
 import type { Logger } from 'pino';
 import type { Readiness } from '../common/health-server.js';
-import type { KanalMetrics } from '../common/metrics.js';
+import type { KanalMetrics } from '../domain/metrics.js';
 import { NetlinkMonitor, RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK } from '../../native/netlink-monitor.js';
+import { errorMessage } from '../common/error-message.js';
 
 export interface AddressWatchOptions {
   /** e.g. "10.200.0.1 on kanal0", for logs and /readyz. */
@@ -70,7 +71,7 @@ export class AddressWatch {
     try {
       this.monitor = NetlinkMonitor.open(RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR);
     } catch (err) {
-      this.opts.log.warn({ err: (err as Error).message, checkEveryMs: CHECK_MS }, 'cannot subscribe to rtnetlink notifications; checking the advertise address periodically only');
+      this.opts.log.warn({ err: errorMessage(err), checkEveryMs: CHECK_MS }, 'cannot subscribe to rtnetlink notifications; checking the advertise address periodically only');
     }
     await this.check();
     this.timer = setInterval(() => this.tick(), POLL_MS);
@@ -97,7 +98,7 @@ export class AddressWatch {
       const batch = this.monitor?.poll();
       if (batch && (batch.messages.length > 0 || batch.overflowed)) this.eventsPending = true;
     } catch (err) {
-      this.opts.log.warn({ err: (err as Error).message, checkEveryMs: CHECK_MS }, 'rtnetlink notifications failed; checking the advertise address periodically only');
+      this.opts.log.warn({ err: errorMessage(err), checkEveryMs: CHECK_MS }, 'rtnetlink notifications failed; checking the advertise address periodically only');
       this.monitor?.close();
       this.monitor = undefined;
     }
@@ -128,7 +129,7 @@ export class AddressWatch {
         this.lostWith = [];
       }
     } catch (err) {
-      this.opts.log.warn({ address: this.opts.what, err: (err as Error).message }, 'cannot check the advertise address');
+      this.opts.log.warn({ address: this.opts.what, err: errorMessage(err) }, 'cannot check the advertise address');
     } finally {
       this.nextCheckAt = Date.now() + (this.problems.length > 0 ? RETRY_MS : CHECK_MS);
       this.checking = false;
@@ -144,7 +145,7 @@ export class AddressWatch {
       this.restorations.inc();
       return true;
     } catch (err) {
-      const message = (err as Error).message;
+      const message = errorMessage(err);
       if (message !== this.restoreError) this.opts.log.error({ address: this.opts.what, err: message, retryInMs: RETRY_MS }, 'cannot restore the advertise address');
       this.restoreError = message;
       return false;

@@ -16,10 +16,11 @@ import { dialTcp } from '../tunnel/tcp-dial.js';
 import { formatHostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
-import { KanalMetrics } from '../common/metrics.js';
+import { KanalMetrics } from '../domain/metrics.js';
 import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
-import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../common/upstream-metrics.js';
+import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../domain/upstream-metrics.js';
 import { serverCount, type ServerCount, type ServerCountSource } from './server-count.js';
+import { errorMessage } from '../common/error-message.js';
 
 export interface AgentOptions {
   agentID: string;
@@ -28,7 +29,7 @@ export interface AgentOptions {
   /** Read for every connect (projected tokens rotate); throws when the token cannot be read. */
   token?: () => string | undefined;
   /**
-   * How many servers to hold tunnels to (#14, server-count.ts): `leases` is
+   * How many servers to hold tunnels to (server-count.ts): `leases` is
    * the lease counter's count (`--count-server-leases`), combined with the
    * servers' serverCount headers by `source`.
    */
@@ -282,7 +283,7 @@ export class KanalAgent {
         backoff.reset();
         this.lastError = '';
       } catch (err) {
-        this.lastError = (err as Error).message;
+        this.lastError = errorMessage(err);
         const wait = backoff.next();
         this.opts.log.warn({ server: target, err: this.lastError, retryInMs: wait }, 'cannot connect to proxy server');
         await sleep(wait, undefined, { signal: this.stopping.signal }).catch(() => undefined);

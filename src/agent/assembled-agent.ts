@@ -1,5 +1,5 @@
 /**
- * The whole agent, as `kanal agent` runs it (#13): the tunnels to the servers
+ * The whole agent, as `kanal agent` runs it: the tunnels to the servers
  * (KanalAgent) and, when configured, the lease counter with its Kubernetes
  * client, the node -> control plane side (host interface, node listeners,
  * KEP-2025) and the admin port, started and torn down in one order.

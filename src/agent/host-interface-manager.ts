@@ -4,15 +4,16 @@
  * while the agent runs, removed after the listeners closed. Only what Kanal
  * created is removed (a link Kanal made carries a marker alias, so an agent
  * restarted after a crash reclaims it), and never while another live agent
- * owns it (#11 finding 10: the owner lock is checked before anything else).
+ * owns it (the owner lock, native/owner-lock.ts, is checked before anything else).
  */
 import type { Logger } from 'pino';
 import { ensureHostInterface, inspectHostInterface, removeHostInterface, type HostInterfaceState, type InterfaceKind } from '../../native/host-interface.js';
 import { acquireOwnerLock, OwnerLockHeldError, type OwnerLock } from '../../native/owner-lock.js';
 import type { Readiness } from '../common/health-server.js';
-import type { KanalMetrics } from '../common/metrics.js';
+import type { KanalMetrics } from '../domain/metrics.js';
 import { AddressWatch } from './address-watch.js';
 import { bindProblem, describeBindProblem } from './bind-probe.js';
+import { errorMessage } from '../common/error-message.js';
 
 export const INTERFACE_TYPES = ['dummy', 'bridge', 'none'] as const;
 export type InterfaceType = (typeof INTERFACE_TYPES)[number];
@@ -77,7 +78,7 @@ export class HostInterfaceManager {
         removeHostInterface(state);
         this.opts.log.info({ interface: state.name, removedLink: state.createdLink, removedAddress: state.addedAddress }, 'host interface cleaned up');
       } catch (err) {
-        this.opts.log.error({ interface: state.name, err: (err as Error).message }, 'could not clean up host interface');
+        this.opts.log.error({ interface: state.name, err: errorMessage(err) }, 'could not clean up host interface');
       }
     }
     await this.unlock();

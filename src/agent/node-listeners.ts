@@ -76,7 +76,7 @@ export class NodeListeners {
   /**
    * Closes the listening sockets; accepted connections continue. Does not wait
    * for them: net.Server's close callback would, and a kubelet's watch keeps
-   * its connection open for minutes, past any grace period (#12 finding 6).
+   * its connection open for minutes, past any grace period.
    */
   stopAccepting(): void {
     for (const server of this.servers.splice(0)) server.close();
@@ -90,7 +90,7 @@ export class NodeListeners {
   }
 
   private usableTunnels(): Tunnel[] {
-    return this.opts.agent.tunnels().filter((t) => !t.closed && t.features.has(Feature.NodeDial));
+    return this.opts.agent.tunnels().filter((t) => t.isOpen && t.features.has(Feature.NodeDial));
   }
 
   private pickTunnel(): Tunnel | undefined {
@@ -101,7 +101,7 @@ export class NodeListeners {
 
   private waitForTunnel(socket: net.Socket): Promise<Tunnel | undefined> {
     const now = this.pickTunnel();
-    // Waiting sockets hold descriptors with no tunnel to bound them: as many as a tunnel's pending dials (#11).
+    // Waiting sockets hold descriptors with no tunnel to bound them: as many as a tunnel's pending dials.
     if (now || this.opts.agent.tunnels().length > 0 || this.waiting >= DEFAULT_LIMITS.maxPendingDials) return Promise.resolve(now);
     this.waiting++;
     return new Promise<Tunnel | undefined>((resolve) => {

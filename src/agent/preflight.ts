@@ -26,6 +26,7 @@ import { ServiceAccountTokenSource } from './service-account-token.js';
 import type { Target } from './target.js';
 import type { InterfaceType } from './host-interface-manager.js';
 import { bindProblem, describeBindProblem } from './bind-probe.js';
+import { errorMessage } from '../common/error-message.js';
 
 export type CheckStatus = 'pass' | 'fail' | 'warn' | 'skip';
 
@@ -220,7 +221,7 @@ async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): 
       log: opts.log,
     });
   } catch (err) {
-    const msg = (err as Error).message;
+    const msg = errorMessage(err);
     const hint = /UNAUTHENTICATED|drop|closed|reset|refused|UNAVAILABLE/i.test(msg)
       ? ' (the server likely refused the agent credentials: is --agent-cert signed by the CA in the server\'s --cluster-ca-cert, or is the token accepted?)'
       : '';
@@ -254,9 +255,8 @@ async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): 
             c.close();
             results.push({ name, status: 'pass', detail: `server ${conn.serverID} dialled ${t.destination} in ${Date.now() - t0} ms` });
           } catch (err) {
-            const e = err as Error;
             const hint = err instanceof DialError && err.failure === 'forbidden' ? ` (add --allowed-destination ${t.destination} on the server)` : '';
-            results.push({ name, status: 'fail', detail: `server ${conn.serverID} could not dial ${t.destination}: ${e.message}${hint}` });
+            results.push({ name, status: 'fail', detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}${hint}` });
           }
         }
       }
@@ -300,7 +300,7 @@ async function kernelChecks(opts: PreflightOptions): Promise<CheckResult[]> {
     results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed without --bind-address' });
   } else if (node.interfaceType === 'none') {
     results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed with --bind-interface-type none' });
-    // The agent only needs to listen there: 127.0.0.2 is on no interface, yet usable (#12 finding 6).
+    // The agent only needs to listen there: 127.0.0.2 is on no interface, yet usable through lo (docs/operations.md).
     const problem = await bindProblem(node.bindAddress);
     results.push(
       problem

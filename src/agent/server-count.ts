@@ -1,6 +1,6 @@
 /**
- * How many servers an agent should hold tunnels to (`--server-count-source`,
- * #14), with upstream v0.36's rule (pkg/agent/server_counter.go):
+ * How many servers an agent should hold tunnels to (`--server-count-source`),
+ * with upstream v0.36's rule (pkg/agent/server_counter.go):
  * without lease counting, the serverCount the last newly connected server
  * announced; with it, the lease count ('default') or the larger of the two
  * ('max'); never less than 1.

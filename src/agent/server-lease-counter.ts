@@ -1,5 +1,5 @@
 /**
- * Counts servers by their Leases (`--count-server-leases`, #14): a list and
+ * Counts servers by their Leases (`--count-server-leases`): a list and
  * watch of the leases in `--lease-namespace` matching `--lease-label` (as
  * upstream's informer), counted at the moment of asking, so a lease counts
  * exactly while renewTime + duration is in the future, whether or not a

@@ -1,5 +1,5 @@
 /**
- * The agent's service account token (`--service-account-token-path`, #14):
+ * The agent's service account token (`--service-account-token-path`):
  * read afresh for every (re)connect, because the kubelet rotates projected
  * tokens in place; a missing, empty, oversized or unprintable file is an
  * error naming the file, so the agent never dials without the credential it

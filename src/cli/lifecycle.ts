@@ -2,7 +2,7 @@
  * Runs a started component until SIGTERM/SIGINT. The first signal starts a
  * graceful stop; a second one exits at once. Logs are flushed before exit,
  * for a bounded time only: a stdout nobody reads never keeps the process
- * alive (#12 finding 5).
+ * alive.
  */
 import type { Logger } from 'pino';
 import { flushLogs } from '../common/log-destination.js';

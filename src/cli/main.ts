@@ -2,6 +2,7 @@
 /** The `kanal` command: yargs parses, the command modules validate and run. */
 import fs from 'node:fs';
 import type { Argv } from 'yargs';
+import { errorMessage } from '../common/error-message.js';
 import { UsageError } from '../common/usage-error.js';
 import { exitAfterLogs } from './lifecycle.js';
 import { PARSER_CONFIGURATION } from './parser-configuration.js';
@@ -22,8 +23,7 @@ function packageVersion(): string {
 }
 
 function report(err: unknown): number {
-  const message = err instanceof Error ? err.message : String(err);
-  process.stderr.write(`kanal: ${message}\n`);
+  process.stderr.write(`kanal: ${errorMessage(err)}\n`);
   return err instanceof UsageError ? EXIT_USAGE : 1;
 }
 
@@ -34,7 +34,7 @@ function fail(err: unknown): void {
 
 /**
  * Each command with its flags and handler, imported only when it is the one
- * run: one command's module graph is memory another never uses (#15).
+ * run: one command's module graph is memory another never uses (docs/memory.md).
  */
 const COMMANDS = {
   server: {

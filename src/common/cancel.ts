@@ -1,7 +1,7 @@
 /**
  * Cancellation for the dial path. An AbortController with its AbortSignal (an
  * EventTarget) costs about 12 µs per dial to create, listen on and drop; a
- * dial makes one on each side (#15, bench/notes/dial-profile.md finding 4).
+ * dial makes one on each side (bench/notes/dial-profile.md finding 4).
  * Cancel does the same job for a plain object's price.
  */
 

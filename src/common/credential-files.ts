@@ -1,7 +1,7 @@
 /**
  * Credential files (certificates, keys, CA bundles, tokens) read and checked
  * once at start, with messages that name the flag, the path and the cause
- * (#12 finding 4). What TLS would otherwise say later is an OpenSSL code
+ * (docs/operations.md, "Start-up checks"). What TLS would otherwise say later is an OpenSSL code
  * ("key values mismatch", "DECODER routines::unsupported") or nothing at all
  * (a CA file without a certificate is accepted and every peer refused).
  *
@@ -11,6 +11,7 @@
  */
 import fs from 'node:fs';
 import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
+import { errorMessage } from './error-message.js';
 
 /** A file named by a flag, e.g. { flag: 'agent-key', path: '/etc/kanal/agent.key' }. */
 export interface FlagFile {
@@ -103,7 +104,7 @@ export function loadCertificates(file: FlagFile): CertificateFile {
     try {
       return new X509Certificate(block);
     } catch (err) {
-      throw problem(file, `certificate #${i + 1} does not parse (${(err as Error).message})`);
+      throw problem(file, `certificate #${i + 1} does not parse (${errorMessage(err)})`);
     }
   });
   return { ...file, pem, certs };
@@ -121,7 +122,7 @@ export function loadPrivateKey(file: FlagFile, certFlag: string): KeyFile {
   try {
     return { ...file, pem, key: createPrivateKey(pem) };
   } catch (err) {
-    throw problem(file, `the private key does not parse (${(err as Error).message})`);
+    throw problem(file, `the private key does not parse (${errorMessage(err)})`);
   }
 }
 

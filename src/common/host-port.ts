@@ -16,12 +16,12 @@ const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$/;
 /** No valid "host:port" is longer: a 253-character name, ":" and 5 digits. */
 export const MAX_ADDRESS_LENGTH = 259;
 
-/** `text` quoted for an error message, cut short: peers send these (#11 finding 8). */
+/** `text` quoted for an error message, cut short: peers send these. */
 function quote(text: string): string {
   return JSON.stringify(truncateForLog(text, 80));
 }
 
-/** `what` names the port in the error; a function is called only then (parseHostPort runs on every dial, #15). */
+/** `what` names the port in the error; a function is called only then (parseHostPort runs on every dial). */
 export function parsePort(text: string, what: string | (() => string) = 'port'): number {
   if (!/^\d{1,5}$/.test(text)) throw new AddressError(`${nameOf(what)} ${quote(text)} is not a number from 1 to 65535`);
   const port = Number(text);

@@ -1,6 +1,6 @@
 /**
  * A listener that cannot start, said so that an operator knows which flag to
- * change (issue 12 finding 4: a bare "listen EADDRINUSE" named neither).
+ * change (a bare "listen EADDRINUSE" named neither).
  */
 export class ListenError extends Error {
   override name = 'ListenError';

@@ -1,6 +1,6 @@
 /**
  * Where log lines go: a file descriptor (stdout), written so that logging
- * never blocks the event loop or shutdown (#12 finding 5). pino's default
+ * never blocks the event loop or shutdown (docs/operations.md). pino's default
  * destination (sonic-boom) flushes synchronously at exit and retries a failed
  * write there forever: with stdout a pipe whose reader is gone
  * (`kanal server | head -5`) every write fails with EPIPE, and SIGTERM, SIGINT

@@ -3,7 +3,7 @@ import type { LoggerOptions } from 'pino';
 /**
  * Bounds what one log field can hold. Peers control many logged values
  * (addresses, agentIDs, authorities, metadata, their error texts); a 1 MiB
- * address must not become megabytes of log per line (#11 finding 8).
+ * address must not become megabytes of log per line.
  * Applied to every field, message and child-logger binding by the logger
  * (see logger.ts), so no call site has to remember it.
  */

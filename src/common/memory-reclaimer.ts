@@ -11,7 +11,6 @@
  */
 import type { Logger } from 'pino';
 import { mallocTrim, type MallocTrim } from '../../native/malloc-trim.js';
-import type { KanalMetrics } from './metrics.js';
 import { v8Gc, type GcFunction } from './v8-gc.js';
 
 export const RECLAIM_CHECK_MS = 10_000;
@@ -98,8 +97,14 @@ export class MemoryReclaimer {
 
 const mib = (bytes: number): number => Math.round(bytes / 104857.6) / 10;
 
+/** The counters a reclaimer moves (KanalMetrics' kanal_memory_collections_total and kanal_memory_reclaimed_bytes_total). */
+export interface ReclaimCounters {
+  memoryCollections: { inc(): void };
+  memoryReclaimedBytes: { inc(bytes: number): void };
+}
+
 /** Starts a process's reclaimer: counted in `metrics`, a reclaim of 1 MiB or more logged at debug. Stop it with the process. */
-export function startMemoryReclaimer(metrics: KanalMetrics, log: Logger): MemoryReclaimer {
+export function startMemoryReclaimer(metrics: ReclaimCounters, log: Logger): MemoryReclaimer {
   const reclaimer = new MemoryReclaimer({
     onReclaim: (r) => {
       if (r.collected) metrics.memoryCollections.inc();

@@ -20,7 +20,7 @@ export function openFilesLimit(limitsFile = '/proc/self/limits'): number | undef
 /**
  * Default cap on the server's node -> control plane connections: half the
  * open-files limit, so frontends, agent tunnels and the health endpoint keep
- * the other half whatever agents do (#11).
+ * the other half whatever agents do (docs/limits.md).
  */
 export function defaultNodeToCpConnections(limit = openFilesLimit()): number {
   return Math.max(1, Math.floor((limit ?? 1024) / 2));

@@ -1,6 +1,6 @@
 /**
  * On-demand CPU profiles and heap snapshots through Node's inspector, for the
- * admin port with --enable-profiling (#14 must-have 6). One at a time: each
+ * admin port with --enable-profiling (docs/upstream-flags.md, "Admin port and profiles"). One at a time: each
  * costs CPU, and a heap snapshot stops the event loop while it is taken.
  */
 import { Session } from 'node:inspector/promises';

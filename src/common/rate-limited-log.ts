@@ -1,7 +1,7 @@
 /**
  * Logs a repeated event at most once per interval per key (a peer and a
  * reason, say), then one line with the count of what was suppressed, so a
- * misbehaving peer cannot flood the logs (#11 finding 8). Memory is bounded
+ * misbehaving peer cannot flood the logs. Memory is bounded
  * too: past `maxKeys` keys in their window, new keys share one overflow key.
  */
 import type { Logger } from 'pino';

@@ -22,6 +22,7 @@ import {
   type ResponseContext,
   type Observable,
 } from '@kubernetes/client-node';
+import { errorMessage } from '../common/error-message.js';
 import { RequestSlots, SlotsUnavailableError } from './request-slots.js';
 import { TokenBucket } from './token-bucket.js';
 
@@ -279,7 +280,7 @@ export class KubeApi {
     if (typeof code === 'string' || e?.name === 'FetchError') {
       return new KubeApiError('unreachable', operation, `cannot reach the Kubernetes API at ${this.server}: ${e.message}`);
     }
-    return new KubeApiError('client', operation, e instanceof Error ? e.message : String(err));
+    return new KubeApiError('client', operation, errorMessage(err));
   }
 
   private fromStatus(operation: string, code: number, body: string): KubeApiError {

@@ -10,6 +10,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { KubeConfig, type User } from '@kubernetes/client-node';
 import { parse as parseYaml } from 'yaml';
+import { errorMessage } from '../common/error-message.js';
 
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
@@ -57,7 +58,7 @@ function fromFile(file: string): KubeConfig {
     kc.loadFromString(text);
     kc.makePathsAbsolute(path.dirname(file));
   } catch (err) {
-    throw new KubeConfigError(`--kubeconfig ${file}: ${(err as Error).message}`);
+    throw new KubeConfigError(`--kubeconfig ${file}: ${errorMessage(err)}`);
   }
   useTokenFile(kc, text, path.dirname(file));
   return kc;

@@ -10,21 +10,21 @@ import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { listenError } from '../common/listen-error.js';
 import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
-import { verifyClientCertificate } from './tls-policy.js';
-import type { AgentCredential } from './agent-credential.js';
-import { ClientRoles } from './client-roles.js';
+import { verifyClientCertificate } from './identity/tls-policy.js';
+import type { AgentCredential } from './identity/agent-credential.js';
+import { ClientRoles } from './identity/client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
-import type { HttpConnectFrontend } from './http-connect-frontend.js';
-import type { Refusals } from './refusals.js';
-import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './unix-socket.js';
+import type { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
+import type { Refusals } from '../domain/refusal-log.js';
+import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './frontends/unix-socket.js';
 
 export interface TlsFiles {
   cert: Buffer;
   key: Buffer;
   /** CA for client certificates; absent means clients cannot be verified. */
   ca?: Buffer;
-  /** --tls-min-version and --cipher-suites (src/server/tls-flags.ts); absent: Node's defaults. */
+  /** --tls-min-version and --cipher-suites (src/server/config/tls-flags.ts); absent: Node's defaults. */
   minVersion?: tls.SecureVersion;
   ciphers?: string;
 }
@@ -57,7 +57,7 @@ function peerOf(socket: net.Socket, fallback: string): string {
 /**
  * Tracks accepted sockets (to close them with the listener) and remembers
  * each one's peer: once a socket is destroyed (a handshake aborted by a
- * reset), Node no longer knows its address (issue 12: logged as
+ * reset), Node no longer knows its address (it would be logged as
  * "undefined:undefined").
  */
 function track(server: net.Server, sockets: Set<net.Socket>, peers: WeakMap<net.Socket, string>): void {
@@ -131,7 +131,7 @@ export interface AgentListenerOptions {
   port: number;
   tls: TlsFiles;
   allowUnauthenticated: boolean;
-  /** Every stream proves itself with a service account token (#14): without a client CA, no certificate is needed. */
+  /** Every stream proves itself with a service account token: without a client CA, no certificate is needed. */
   tokenAuthentication?: boolean;
   /** Role pins of client certificates (default: none; separate CAs keep the roles apart). */
   roles?: ClientRoles;

@@ -6,7 +6,7 @@
  * ends or fails before the bytes decide anything ('closed') gets nothing put
  * back: unshift() after 'end' throws ERR_STREAM_UNSHIFT_AFTER_END_EVENT
  * (lib/internal/streams/readable.js), an 'error' that, with no listener,
- * ends the process (#11 finding 5).
+ * ends the process: one client's "P" and FIN would drop every agent's tunnels.
  */
 import type { Socket } from 'node:net';
 

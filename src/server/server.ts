@@ -8,27 +8,27 @@ import type { TunnelLimits } from '../tunnel/limits.js';
 import { Tunnel, type TunnelStats } from '../tunnel/tunnel.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
-import { KanalMetrics } from '../common/metrics.js';
-import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '../common/upstream-metrics.js';
-import { ConnectionBudget } from '../common/connection-budget.js';
+import { KanalMetrics } from '../domain/metrics.js';
+import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
+import { ConnectionBudget } from '../domain/connection-budget.js';
 import { defaultNodeToCpConnections, openFilesLimit } from '../common/open-files-limit.js';
-import { AgentRegistry } from './agent-registry.js';
-import { AllowList } from './allow-list.js';
-import { createAgentService } from './agent-service.js';
-import { BackendDialer } from './backend-dialer.js';
-import { DestinationDialer } from './destination-dialer.js';
-import { createGrpcFrontend } from './grpc-frontend.js';
-import { HttpConnectFrontend } from './http-connect-frontend.js';
+import { AgentRegistry } from './agents/agent-registry.js';
+import { AllowList } from './destinations/allow-list.js';
+import { createAgentService } from './agents/agent-service.js';
+import { BackendDialer } from './frontends/backend-dialer.js';
+import { DestinationDialer } from './destinations/destination-dialer.js';
+import { createGrpcFrontend } from './frontends/grpc-frontend.js';
+import { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
 import { listenForAgents, listenForFrontends, type FrontendMode, type Listener, type TlsFiles } from './listeners.js';
-import { Refusals } from './refusals.js';
-import type { UnixSocketOptions } from './unix-socket.js';
+import { Refusals } from '../domain/refusal-log.js';
+import type { UnixSocketOptions } from './frontends/unix-socket.js';
 import { listenError } from '../common/listen-error.js';
-import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './client-roles.js';
-import type { AgentCredential } from './agent-credential.js';
+import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './identity/client-roles.js';
+import type { AgentCredential } from './identity/agent-credential.js';
 import type { KeepaliveOptions } from '../transport/liveness.js';
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
-import type { TokenAuthenticator } from './token-authenticator.js';
-import type { ServerLeaseController } from './lease-controller.js';
+import type { TokenAuthenticator } from './identity/token-authenticator.js';
+import type { ServerLeaseController } from './leases/lease-controller.js';
 
 export interface ServerOptions {
   serverID: string;
@@ -45,7 +45,7 @@ export interface ServerOptions {
     /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
     keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
     /**
-     * Service account token authentication (#14): every agent stream needs a
+     * Service account token authentication: every agent stream needs a
      * valid token, whose identity is the agent's credential. Without a
      * client CA (`tls.ca`) the agent port then asks for no certificate (as
      * upstream); with one, the connection needs a valid certificate as well.
@@ -93,10 +93,45 @@ export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 }
 /** Streams one agent connection may have open: agents use one; room for a second while one closes. */
 const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
 
+/**
+ * Where a KanalServer is in its life; it only moves forward (transition()), so
+ * a server starts at most once.
+ * - created: nothing bound; the gauges are registered (constructor).
+ * - starting: start() binds the listeners and the health port; stop() waits
+ *   for it to finish, then stops what it started.
+ * - listening: every listener serves; the lease controller runs.
+ * - stopping: stop() takes everything down; another stop() waits for the same end.
+ * - stopped: listeners, tunnels, gRPC servers and the health port released
+ *   (also after a start that failed); a stop() again does nothing, a start() throws.
+ * Invariants: listeners are bound only in 'starting' and never again after it;
+ * the lease controller starts at the end of 'starting', once every listener
+ * serves, and is stopped first in 'stopping'.
+ */
+export type ServerState =
+  | { readonly kind: 'created' }
+  | { readonly kind: 'starting'; readonly started: Promise<void> }
+  | { readonly kind: 'listening' }
+  | { readonly kind: 'stopping'; readonly stopped: Promise<void> }
+  | { readonly kind: 'stopped' };
+
+/** The moves transition() allows. */
+const NEXT_STATES: Readonly<Record<ServerState['kind'], readonly ServerState['kind'][]>> = {
+  created: ['starting', 'stopped'],
+  starting: ['listening', 'stopped'],
+  listening: ['stopping'],
+  stopping: ['stopped'],
+  stopped: [],
+};
+
 export class KanalServer {
   readonly registry: AgentRegistry;
   readonly metrics = new KanalMetrics('server');
+  /** See ServerState; changed only by transition(). */
+  private current: ServerState = { kind: 'created' };
   private readonly frontendTunnels = new Set<Tunnel>();
+  /** Node -> control plane connections of all agents together (file descriptors here). */
+  private readonly nodeToCp: ConnectionBudget;
+  /** Set while starting and kept once closed, so their ports can still be read (tests, logs). */
   private agentListener: Listener | undefined;
   private frontendListener: Listener | undefined;
   private health: HealthServer | undefined;
@@ -120,6 +155,37 @@ export class KanalServer {
       pausedAgentStreams: () => agentTunnels().filter((t) => t.stats().readPaused).length,
       pausedProxyStreams: () => [...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
     });
+    this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
+    this.registerGauges();
+  }
+
+  /** Once per server: a prom-client registry refuses a name twice. */
+  private registerGauges(): void {
+    const metrics = this.metrics;
+    metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
+    metrics.gauge('kanal_server_agent_identities', 'Distinct agents (credential + agentID) connected to this server', () => this.registry.agentCount);
+    metrics.gauge('kanal_server_agent_tunnels_quiet', 'Agent tunnels whose liveness PING is unanswered (dials avoid them)', () =>
+      this.registry.list().filter((b) => b.liveness?.quiet).length,
+    );
+    metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
+    metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
+      this.registry.list().reduce((n, b) => n + b.tunnel.stats().connections, 0),
+    );
+    metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
+      this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
+    );
+    metrics.gauge('kanal_server_node_to_cp_connections', 'Node -> control plane connections the server holds (dialling or open), all agents', () => this.nodeToCp.used);
+    metrics.gauge('kanal_server_streams_read_paused', 'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)', () =>
+      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
+    );
+    metrics.gauge('kanal_server_window_growth_bytes', 'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams', () =>
+      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
+    );
+  }
+
+  /** Where the server is in its life (ServerState). */
+  get state(): ServerState['kind'] {
+    return this.current.kind;
   }
 
   get agentPort(): number {
@@ -151,13 +217,24 @@ export class KanalServer {
   /**
    * Starts every listener. On failure everything already started is
    * released (the Unix socket file included, so the next start is not
-   * blocked by it) before the error is rethrown.
+   * blocked by it) before the error is rethrown, and the server is stopped.
+   * Throws unless the server is new: a server starts once.
    */
   async start(): Promise<void> {
+    const s = this.current;
+    if (s.kind !== 'created') throw new Error(`the server cannot start when ${s.kind}: a KanalServer starts once (create a new one)`);
+    // Deferred a turn, so the state says 'starting' before anything is bound.
+    const started = Promise.resolve().then(() => this.bringUp());
+    this.transition({ kind: 'starting', started });
+    return started;
+  }
+
+  private async bringUp(): Promise<void> {
     try {
       await this.startListeners();
     } catch (err) {
       await this.release();
+      this.transition({ kind: 'stopped' });
       throw err;
     }
     const { serverID, serverCount, agent, leases } = this.opts;
@@ -180,6 +257,7 @@ export class KanalServer {
     }
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
     const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
+    this.transition({ kind: 'listening' });
     this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease }, 'kanal server started');
   }
 
@@ -189,30 +267,11 @@ export class KanalServer {
     const metrics = this.metrics;
     const roles = new ClientRoles(opts.agent.clientPins ?? NO_PINS, opts.frontend.tcp?.clientPins ?? NO_PINS);
     assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
-    metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
-    metrics.gauge('kanal_server_agent_identities', 'Distinct agents (credential + agentID) connected to this server', () => this.registry.agentCount);
-    metrics.gauge('kanal_server_agent_tunnels_quiet', 'Agent tunnels whose liveness PING is unanswered (dials avoid them)', () =>
-      this.registry.list().filter((b) => b.liveness?.quiet).length,
-    );
-    metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
-    metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
-      this.registry.list().reduce((n, b) => n + b.tunnel.stats().connections, 0),
-    );
-    metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
-      this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
-    );
-    const nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
+    const nodeToCp = this.nodeToCp;
     const openFiles = openFilesLimit();
     if (openFiles !== undefined && nodeToCp.limit >= openFiles) {
       log.warn({ maxNodeToCpConnections: nodeToCp.limit, openFilesLimit: openFiles }, '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit');
     }
-    metrics.gauge('kanal_server_node_to_cp_connections', 'Node -> control plane connections the server holds (dialling or open), all agents', () => nodeToCp.used);
-    metrics.gauge('kanal_server_streams_read_paused', 'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)', () =>
-      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
-    );
-    metrics.gauge('kanal_server_window_growth_bytes', 'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams', () =>
-      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
-    );
     const frontendLog = log.child({ part: 'frontend' });
     const agentLog = log.child({ part: 'agents' });
     const nodeDialLog = log.child({ part: 'node-dial' });
@@ -299,15 +358,52 @@ export class KanalServer {
     return r;
   }
 
-  /** Stops listening, closes every tunnel and connection. */
+  /**
+   * Stops listening, closes every tunnel and connection. Safe in any state:
+   * before start() it only marks the server stopped, during start() it waits
+   * for it, a second call waits for the first.
+   */
   async stop(): Promise<void> {
-    // The lease goes first: agents counting leases stop counting this server at once.
-    await this.opts.leases?.stop();
-    await this.release();
+    const s = this.current;
+    switch (s.kind) {
+      case 'created':
+        this.transition({ kind: 'stopped' });
+        return;
+      case 'starting':
+        await s.started.catch(() => undefined);
+        return this.stop();
+      case 'listening': {
+        // Deferred a turn, so the state says 'stopping' before anything closes.
+        const stopped = Promise.resolve().then(() => this.takeDown());
+        this.transition({ kind: 'stopping', stopped });
+        return stopped;
+      }
+      case 'stopping':
+        return s.stopped;
+      case 'stopped':
+        return;
+    }
+  }
+
+  private async takeDown(): Promise<void> {
+    try {
+      // The lease goes first: agents counting leases stop counting this server at once.
+      await this.opts.leases?.stop();
+    } finally {
+      // Released even when the lease could not be deleted: nothing may stay bound.
+      await this.release();
+      this.transition({ kind: 'stopped' });
+    }
     this.opts.log.info('kanal server stopped');
   }
 
-  /** Releases whatever start() got to; safe at any point of it, and twice (closing a listener again does nothing). */
+  /** Moves along NEXT_STATES; any other move is a bug here and throws. */
+  private transition(next: ServerState): void {
+    if (!NEXT_STATES[this.current.kind].includes(next.kind)) throw new Error(`server: no transition from ${this.current.kind} to ${next.kind}`);
+    this.current = next;
+  }
+
+  /** Releases whatever start() got to; safe at any point of it (closing a listener again does nothing). */
   private async release(): Promise<void> {
     await this.frontendListener?.close();
     await this.agentListener?.close();

@@ -1,5 +1,5 @@
 /**
- * Liveness of one HTTP/2 connection, proven by PING answers (#11). A peer
+ * Liveness of one HTTP/2 connection, proven by PING answers. A peer
  * that is frozen (SIGSTOP) or behind a path that drops packets silently
  * sends no FIN or RST; only an unanswered PING tells. The connection is
  * pinged every `intervalMs` (and on demand, probe()); a PING unanswered for
@@ -12,7 +12,7 @@
  */
 import { EventEmitter } from 'node:events';
 import type { Http2Session } from 'node:http2';
-import { GrpcStatus, GrpcStatusError } from './transport.js';
+import { GrpcStatus, GrpcStatusError } from './grpc-status.js';
 
 /** A PING unanswered this long marks the connection quiet, unless the timeout is shorter. */
 export const QUIET_AFTER_MS = 2000;

@@ -30,15 +30,15 @@ export interface PacketStream {
   /**
    * Bytes of sent packets the connection has not taken yet (queued here or
    * in the HTTP/2 layer because the peer, or its network, is not reading).
-   * The tunnel bounds it (see TunnelLimits.pauseReadingQueuedBytes, #11).
+   * The tunnel bounds it (see TunnelLimits.pauseReadingQueuedBytes).
    */
   readonly queuedBytes: number;
   /** Graceful end: no more packets from this side (gRPC half-close / OK status). */
   end(): void;
   /**
    * Stops reading from the peer (HTTP/2 flow control then holds it back):
-   * while the peer leaves what we sent unread (#11), or while a local reader
-   * is slower than a peer without Kanal's per-connection windows (#12).
+   * while the peer leaves what we sent unread, or while a local reader
+   * is slower than a peer without Kanal's per-connection windows.
    */
   pause(): void;
   resume(): void;
@@ -53,7 +53,7 @@ export interface PacketStream {
    * Lowers what the peer may send on this stream without our reading it (its
    * HTTP/2 receive window) to `bytes`: for peers without per-connection
    * windows, whose stream is paused for a slow reader, it is what lands at
-   * once when reading resumes (#12). Optional; it applies to the whole
+   * once when reading resumes. Optional; it applies to the whole
    * HTTP/2 connection, which such peers use for this one stream.
    */
   limitReceiveWindow?(bytes: number): void;

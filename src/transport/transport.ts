@@ -7,21 +7,10 @@ import type { Duplex } from 'node:stream';
 import type { PacketStream } from './packet-stream.js';
 import type { MetadataMap } from '../wire/metadata.js';
 import type { KeepaliveOptions, Liveness } from './liveness.js';
+import type { GrpcStatus } from './grpc-status.js';
 
-/** gRPC status codes used by Kanal (subset of grpc's codes). */
-export enum GrpcStatus {
-  OK = 0,
-  CANCELLED = 1,
-  UNKNOWN = 2,
-  INVALID_ARGUMENT = 3,
-  DEADLINE_EXCEEDED = 4,
-  RESOURCE_EXHAUSTED = 8,
-  FAILED_PRECONDITION = 9,
-  UNIMPLEMENTED = 12,
-  INTERNAL = 13,
-  UNAVAILABLE = 14,
-  UNAUTHENTICATED = 16,
-}
+// Also importable from here, where the transport's interface uses them (tests do).
+export { GrpcStatus, GrpcStatusError } from './grpc-status.js';
 
 /**
  * Streams one client connection may hold open at the server unless the
@@ -97,17 +86,6 @@ export interface ChannelOptions {
   tls?: ClientTlsOptions;
   /** Largest message accepted from the peer, bytes. */
   maxReceiveMessageBytes?: number;
-}
-
-/** Error carrying the gRPC status a stream ended with. */
-export class GrpcStatusError extends Error {
-  override name = 'GrpcStatusError';
-  constructor(
-    readonly code: GrpcStatus,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 /** Client half: one HTTP/2 connection to a server, on which streams are opened. */

@@ -2,7 +2,7 @@
  * What the features negotiated on a stream make of its connections, decided
  * once per tunnel: with the window extension each connection grants its peer
  * credit (ReceiveWindow); without it (upstream peers) only pausing the whole
- * stream holds the peer back (UnflowedHold, #12). With half-close a FIN
+ * stream holds the peer back (UnflowedHold). With half-close a FIN
  * travels as KANAL_HALF_CLOSE; without it a FIN closes the connection, as in
  * plain Konnectivity.
  */

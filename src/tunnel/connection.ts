@@ -5,7 +5,7 @@
  * buffers. With the window extension the peer stops sending when our window
  * is spent, so a slow local reader never stalls its neighbours. Without it
  * (upstream peers) a full buffer pauses the whole stream, as upstream does,
- * and a slow reader never loses data (#12).
+ * and a slow reader never loses data.
  *
  * Its parts: ConnectionSendQueue (our bytes, the peer's credit), an InboundFlow (the
  * peer's bytes, by the tunnel's ConnectionRules), the local end, and the

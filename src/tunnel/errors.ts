@@ -1,5 +1,5 @@
 /** Dial failures as exceptions, and their HTTP CONNECT status codes (DESIGN.md section 2). */
-import type { DialFailure } from '../common/dial-result.js';
+import type { DialFailure } from '../domain/dial-result.js';
 
 export class DialError extends Error {
   override name = 'DialError';

@@ -1,6 +1,6 @@
 /** Which metric counts a tunnel limit being hit (docs/limits.md names it for each limit). */
-import type { KanalMetrics } from '../common/metrics.js';
-import type { RefusalReason } from '../common/refusal-reason.js';
+import type { KanalMetrics } from '../domain/metrics.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { TunnelLimitName } from './limits.js';
 
 /** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */

@@ -22,8 +22,8 @@ export interface TunnelLimits {
    * With a peer without flow control (upstream Konnectivity, the KAS's
    * konnectivity-client): bytes buffered for one connection whose local
    * reader is slower than the peer's sender at which the tunnel stops reading
-   * its stream, as upstream does (#12: never close a connection for being
-   * slow). Reading resumes once that reader has taken half of them.
+   * its stream, as upstream does (never close a connection for being slow:
+   * no byte may be lost). Reading resumes once that reader has taken half of them.
    */
   unflowedBufferBytes: number;
   /** The same for all connections of the tunnel together. */
@@ -42,14 +42,14 @@ export interface TunnelLimits {
   /**
    * Connections the peer asked this side to dial, being dialled or open (on
    * an agent tunnel at the server: node -> control plane; at the agent:
-   * control plane -> node). Further DIAL_REQs are refused (#11).
+   * control plane -> node). Further DIAL_REQs are refused.
    */
   maxInboundConnections: number;
   /** Connections this side dialled through the peer, pending or open. Further dials fail with 'exhausted'. */
   maxOutboundConnections: number;
   /**
    * Bytes queued towards the peer (sent, not yet taken by it) at which the
-   * tunnel stops reading from the peer until it takes them (#11). Bulk DATA
+   * tunnel stops reading from the peer until it takes them. Bulk DATA
    * stops earlier, at the transport's send buffer (1 MiB; this must stay
    * above it plus maxDataBytes), so only replies and other control packets
    * reach it: a peer that sends requests and does not read the answers.

@@ -7,8 +7,8 @@ import type { PacketStream } from '../transport/packet-stream.js';
 
 /**
  * A connectID: that connection's local reader is slower than a peer without
- * flow control (#12). 'unflowed-stream': the same for all connections
- * together. 'peer-not-reading': the peer leaves what we sent unread (#11).
+ * flow control (docs/limits.md). 'unflowed-stream': the same for all connections
+ * together. 'peer-not-reading': the peer leaves what we sent unread.
  */
 export type PauseReason = number | 'unflowed-stream' | 'peer-not-reading';
 

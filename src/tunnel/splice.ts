@@ -122,7 +122,7 @@ class SocketEnd implements LocalEnd {
       s.destroy();
       return;
     }
-    // Let what is queued flush, however slowly (#12), then release the socket; a stalled reader is cut.
+    // Let what is queued flush, however slowly (no byte is lost to a slow reader), then release the socket; a stalled reader is cut.
     let left = s.writableLength;
     this.flushTimer = setInterval(() => {
       if (s.writableLength < left) left = s.writableLength;

@@ -3,6 +3,7 @@ import net from 'node:net';
 import { DialError } from './errors.js';
 import type { CancelSignal } from '../common/cancel.js';
 import { parseHostPort, formatHostPort } from '../common/host-port.js';
+import { errorMessage } from '../common/error-message.js';
 
 export interface TcpDialOptions {
   timeoutMs: number;
@@ -14,7 +15,7 @@ export function dialTcp(address: string, opts: TcpDialOptions): Promise<net.Sock
   try {
     target = parseHostPort(address);
   } catch (err) {
-    return Promise.reject(new DialError('refused', (err as Error).message));
+    return Promise.reject(new DialError('refused', errorMessage(err)));
   }
   const label = formatHostPort(target);
   return new Promise<net.Socket>((resolve, reject) => {

@@ -21,7 +21,7 @@ import { randomDialID } from './dial-id.js';
 import { splice } from './splice.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { RecentIds } from './recent-ids.js';
-import { GrpcStatus, GrpcStatusError } from '../transport/transport.js';
+import { GrpcStatus, GrpcStatusError } from '../transport/grpc-status.js';
 import { Cancel, type CancelSignal } from '../common/cancel.js';
 
 /** Stream endings that mean the peer sent something it must not. */
@@ -85,15 +85,51 @@ export interface TunnelEvents {
   close: [error: Error | undefined];
 }
 
+/**
+ * Where a tunnel is in its life; changed only by Tunnel.transition().
+ * - open: packets flow both ways. `writeBlocked`: the transport's send buffer
+ *   is full, so bulk DATA waits for its 'drain' (replies and control packets
+ *   still go, bounded by maxQueuedBytes). `peerDraining`: the peer sent DRAIN,
+ *   "prefer other tunnels for new dials"; it still serves the ones it gets, as
+ *   upstream's agent does (docs/protocol.md).
+ * - closing: close() is ending the stream. Nothing is sent; a 'close' the
+ *   stream emits meanwhile is this side's decision, never a peer's fault.
+ * - closed: the stream ended. Final.
+ *
+ * Invariants: open -> closing -> closed or open -> closed, never back;
+ * `peerDraining` never returns to false. Once closed: no dial pending in
+ * either direction, no connection in the table, no drain waiter, no
+ * peer-read timer. Open states are the four shared OPEN_STATES, so blocking
+ * and unblocking on the data path allocate nothing.
+ */
+export type TunnelState =
+  | { readonly kind: 'open'; readonly writeBlocked: boolean; readonly peerDraining: boolean }
+  | { readonly kind: 'closing' }
+  | { readonly kind: 'closed' };
+
+type OpenState = Extract<TunnelState, { kind: 'open' }>;
+
+/** Indexed by writeBlocked + 2 * peerDraining. */
+const OPEN_STATES: readonly OpenState[] = [
+  { kind: 'open', writeBlocked: false, peerDraining: false },
+  { kind: 'open', writeBlocked: true, peerDraining: false },
+  { kind: 'open', writeBlocked: false, peerDraining: true },
+  { kind: 'open', writeBlocked: true, peerDraining: true },
+];
+
+function openState(writeBlocked: boolean, peerDraining: boolean): OpenState {
+  return OPEN_STATES[(writeBlocked ? 1 : 0) + (peerDraining ? 2 : 0)]!;
+}
+
+const CLOSING: TunnelState = { kind: 'closing' };
+const CLOSED: TunnelState = { kind: 'closed' };
+
 export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost {
   readonly features: FeatureSet;
   readonly limits: TunnelLimits;
   readonly log: Logger;
-  closed = false;
-  /** Set when close() ended the stream (this side's decision, not a fault of the peer). */
-  private closedLocally = false;
-  /** Set once the peer sent DRAIN. */
-  drainRequested = false;
+  /** See TunnelState; changed only by transition(). */
+  private current: TunnelState = OPEN_STATES[0]!;
 
   /** Open connections: at most maxInboundConnections + maxOutboundConnections. */
   private readonly connections = new Map<number, TunnelConnection>();
@@ -105,7 +141,6 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private dialerConnections = 0;
   private performerConnections = 0;
   private nextConnectID: number;
-  private writeBlocked = false;
   /** Connections waiting for the transport to drain: at most one entry per connection. */
   private drainWaiters = new Set<() => void>();
   private dialHandler: DialHandler | undefined;
@@ -145,8 +180,39 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     stream.on('close', (err) => this.onStreamClose(err));
   }
 
+  // ---------- state, read-only ----------
+
+  /** Open: dials may start and packets flow (neither closing nor closed). */
+  get isOpen(): boolean {
+    return this.current.kind === 'open';
+  }
+
+  /** The stream has ended and everything of the tunnel is released. */
+  get closed(): boolean {
+    return this.current.kind === 'closed';
+  }
+
+  /** The peer sent DRAIN while the tunnel was open: it asks for no new dials, but still serves them. */
+  get drainRequested(): boolean {
+    const s = this.current;
+    return s.kind === 'open' && s.peerDraining;
+  }
+
+  /** Open and the transport takes more bulk data now (the data path asks this per packet). */
   get writable(): boolean {
-    return !this.writeBlocked && !this.closed;
+    const s = this.current;
+    return s.kind === 'open' && !s.writeBlocked;
+  }
+
+  /**
+   * Open, the peer has not asked to drain, and the tunnel reads its stream (a
+   * slow local reader with an upstream peer, or a peer that does not read,
+   * pauses it, and a DIAL_RSP would wait behind that): routing's first choice
+   * for a new dial (src/server/routing/router.ts).
+   */
+  get preferredForDials(): boolean {
+    const s = this.current;
+    return s.kind === 'open' && !s.peerDraining && !this.readPaused;
   }
 
   /** True while the tunnel does not read its stream: a DIAL_RSP would wait too. */
@@ -180,7 +246,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   /** Opens a connection to `address` on the far side of the tunnel; join it to a socket with splice(), or read it as a ConnectionStream. */
   dial(address: string, opts: DialOptions): Promise<TunnelConnection> {
-    if (this.closed) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
+    if (!this.isOpen) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
     const refusal =
       this.overLimit('maxPendingDials', this.pendingDials.size, 'dials waiting for an answer') ??
       this.overLimit('maxOutboundConnections', this.pendingDials.size + this.dialerConnections, 'connections open or being dialled through this tunnel');
@@ -220,8 +286,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   /** Ends the stream gracefully; connections still open are closed. */
   close(error?: Error): void {
-    if (this.closed) return;
-    this.closedLocally = true;
+    if (!this.isOpen) return;
+    this.transition(CLOSING);
     if (error) this.stream.destroy(error);
     else this.stream.end();
     this.onStreamClose(error ?? new TunnelClosedError('tunnel closed locally'));
@@ -264,7 +330,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   whenWritable(resume: () => void): void {
-    if (this.closed) return;
+    if (!this.isOpen) return;
     this.drainWaiters.add(resume);
   }
 
@@ -276,17 +342,38 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       else this.performerConnections--;
       this.recentlyGone.add(connectID);
       this.opts.onConnectionClosed?.(conn);
-      // Per connection: no fields built unless they are logged (#15).
+      // Per connection: no fields built unless they are logged.
       if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
     }
   }
 
-  // ---------- packets from the peer ----------
+  // ---------- state ----------
+
+  /** The one place the state changes: along the arrows of TunnelState, else it throws (a bug here, not the peer's). */
+  private transition(next: TunnelState): void {
+    const from = this.current;
+    const allowed =
+      from.kind === 'open'
+        ? next.kind !== 'open' || !from.peerDraining || next.peerDraining
+        : from.kind === 'closing' && next.kind === 'closed';
+    if (!allowed) throw new Error(`tunnel: no transition from ${describeState(from)} to ${describeState(next)}`);
+    this.current = next;
+  }
+
+  /** The transport took (true) or refused (false) more bulk data; nothing changes unless open. */
+  private setWriteBlocked(blocked: boolean): void {
+    const s = this.current;
+    if (s.kind === 'open' && s.writeBlocked !== blocked) this.transition(openState(blocked, s.peerDraining));
+  }
+
+  // ---------- packets to and from the peer ----------
 
   private send(packet: Packet): void {
-    if (this.closed) return;
+    if (!this.isOpen) return;
     if (!this.stream.send(packet)) {
-      this.writeBlocked = true;
+      // The stream may have closed while taking the packet: then there is nothing to bound.
+      if (!this.isOpen) return;
+      this.setWriteBlocked(true);
       this.boundSendQueue();
     }
   }
@@ -294,7 +381,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   /**
    * Past the transport's send buffer only replies and control packets are
    * sent (bulk DATA waits for 'drain'). A peer that makes us answer and does
-   * not read the answers is not read from either (#11), and loses its stream
+   * not read the answers is not read from either, and loses its stream
    * if that does not stop it. No deadlock between two Kanal peers: each
    * reads all the time, so neither queue reaches this point first.
    */
@@ -313,7 +400,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   private closeStalledPeer(limit: TunnelLimitName, why: string): void {
-    if (this.closed) return;
+    if (!this.isOpen) return;
     this.opts.onLimit?.(limit);
     this.log.warn({ peer: this.stream.peer, ...this.flagOf(limit) }, `closing stream: the peer does not read (${why})`);
     this.close(new GrpcStatusError(GrpcStatus.RESOURCE_EXHAUSTED, `peer does not read its stream: ${why}`));
@@ -335,7 +422,9 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   private onTransportDrain(): void {
-    this.writeBlocked = false;
+    // Closing or closed: the waiters are (about to be) dropped with the connections.
+    if (!this.isOpen) return;
+    this.setWriteBlocked(false);
     if (this.readPause.has('peer-not-reading')) {
       clearTimeout(this.peerReadTimer);
       this.readPause.release('peer-not-reading');
@@ -344,7 +433,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.drainWaiters = new Set();
     for (let i = 0; i < waiters.length; i++) {
       waiters[i]!();
-      if (this.writeBlocked) {
+      const s = this.current;
+      // Closed by what the waiter did: its close dropped the rest.
+      if (s.kind !== 'open') return;
+      if (s.writeBlocked) {
         // Round robin: whoever did not get a turn goes first next time, ahead
         // of the ones that just sent and queued again (else one bulk sender
         // that refills the transport on every drain starves the rest).
@@ -395,13 +487,15 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
         return;
       case PacketType.DIAL_CLS:
         return this.onCloseDial(p.random);
-      case PacketType.DRAIN:
-        if (!this.drainRequested) {
-          this.drainRequested = true;
+      case PacketType.DRAIN: {
+        const s = this.current;
+        if (s.kind === 'open' && !s.peerDraining) {
+          this.transition(openState(s.writeBlocked, true));
           this.log.info('peer requested drain');
           this.emit('drain-requested');
         }
         return;
+      }
     }
   }
 
@@ -457,7 +551,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     handler({ protocol, address, dialID, signal: abort }).then(
       (endpoint) => {
         this.inboundDials.delete(dialID);
-        if (abort.aborted || this.closed) {
+        if (abort.aborted || !this.isOpen) {
           if (endpoint instanceof TunnelConnection) endpoint.close();
           else endpoint.destroy();
           return;
@@ -469,7 +563,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       },
       (err: Error) => {
         this.inboundDials.delete(dialID);
-        if (abort.aborted || this.closed) return;
+        if (abort.aborted || !this.isOpen) return;
         this.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
         this.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
       },
@@ -517,10 +611,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   private onStreamClose(error: Error | undefined): void {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.current.kind === 'closed') return;
+    const closedLocally = this.current.kind === 'closing';
+    this.transition(CLOSED);
     const reason = error ?? new TunnelClosedError('tunnel closed by peer');
-    if (!this.closedLocally && error instanceof GrpcStatusError && PEER_FAULTS.has(error.code)) {
+    if (!closedLocally && error instanceof GrpcStatusError && PEER_FAULTS.has(error.code)) {
       // The peer broke the protocol (oversized or compressed message, ...): say so.
       this.log.warn({ grpcStatus: GrpcStatus[error.code], reason: error.message }, 'stream closed: peer violated the protocol');
     }
@@ -539,4 +634,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     clearTimeout(this.peerReadTimer);
     this.emit('close', error);
   }
+}
+
+function describeState(s: TunnelState): string {
+  return s.kind === 'open' ? `open (writeBlocked ${s.writeBlocked}, peerDraining ${s.peerDraining})` : s.kind;
 }

@@ -1,6 +1,6 @@
 /**
  * Without the window extension (upstream peers) only pausing the stream stops
- * the peer (#12): at unflowedBufferBytes buffered for one connection's local
+ * the peer (docs/mixed-versions.md): at unflowedBufferBytes buffered for one connection's local
  * reader the tunnel stops reading, and resumes once that reader took half of
  * them. Every byte is delivered, however slow the reader; the other
  * connections on the stream wait meanwhile, as they do with upstream.

@@ -1,5 +1,5 @@
 /**
- * The wire format of a DATA packet, in one place (#13):
+ * The wire format of a DATA packet, in one place:
  *
  *   Packet{ type(1) = DATA, data(4) = Data{ connectID(1), error(2), data(3) } }
  *

@@ -1,6 +1,6 @@
 /**
  * Node -> control plane (KEP-2025) through the agent as `kanal agent`
- * assembles it (src/agent/assembled-agent.ts, #13), in process and on the
+ * assembles it (src/agent/assembled-agent.ts), in process and on the
  * default transport (h2): node listeners on 127.0.0.2 with
  * --bind-interface-type none, so no root and no namespace is needed.
  */

@@ -1,5 +1,5 @@
 /**
- * The agent's service account token source (#14): the file is read afresh
+ * The agent's service account token source: the file is read afresh
  * for every connect, so a rotated projected token is the one sent; a missing,
  * empty, oversized or garbled file is an error naming the file, never an
  * anonymous dial.

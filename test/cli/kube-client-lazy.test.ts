@@ -5,7 +5,7 @@
  * so a process under a low open-files limit without those flags never opens
  * its files. Likewise @grpc/grpc-js loads only when --transport grpc-js asks
  * for it (src/transport/choice.ts): on the default h2 it cost start-up RSS
- * for nothing (#15). Checked on the static import graphs of the CLI's entry
+ * for nothing. Checked on the static import graphs of the CLI's entry
  * point and of each command's module.
  */
 import fs from 'node:fs';

@@ -13,9 +13,8 @@ import fs from 'node:fs';
 import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../../src/cli/server-command.js';
 import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../../src/cli/agent-command.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS } from '../../src/tunnel/limits.js';
-import { agentConfig, defaultAgentID } from '../../src/agent/config.js';
-import { logLevelFrom } from '../../src/common/log-level.js';
-import { serverConfig } from '../../src/server/config.js';
+import { defaultAgentID } from '../../src/agent/settings.js';
+import { logLevelFrom } from '../../src/settings/process-settings.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 import { UsageError } from '../../src/common/usage-error.js';
 
@@ -207,19 +206,19 @@ test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA 
   t.is(c.agent.caFile, undefined);
 });
 
-// yargs checks `choices` on the command line; src/server/config.ts and src/agent/config.ts take plain strings and check them themselves, typed (#13).
+// yargs checks `choices` on the command line; each setting's own parser checks them again, typed, for callers that bypass yargs (kanal install-node, tests).
 test('a choice outside its list is refused naming the flag and every choice', (t) => {
   const server = parseServer(SERVER_OK);
   const agent = parseAgent(AGENT_OK);
   const node = parseAgent([...AGENT_OK, ...NODE, '--target', '80:a:1']);
   const cases: [() => unknown, string][] = [
-    [() => serverConfig({ ...server, mode: 'udp' }, []), '--mode "udp": use both, grpc, http-connect'],
-    [() => serverConfig({ ...server, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
-    [() => serverConfig({ ...server, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
-    [() => agentConfig({ ...agent, transport: 'quic' }, []), '--transport "quic": use h2, grpc-js'],
-    [() => agentConfig({ ...agent, 'log-level': 'loud' }, []), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
-    [() => agentConfig({ ...node, 'bind-interface-type': 'tun' }, []), '--bind-interface-type "tun": use dummy, bridge, none'],
-    [() => agentConfig({ ...agent, 'server-count-source': 'min' }, []), '--server-count-source "min": use default or max'],
+    [() => validateServerArgs({ ...server, mode: 'udp' }), '--mode "udp": use both, grpc, http-connect'],
+    [() => validateServerArgs({ ...server, transport: 'quic' }), '--transport "quic": use h2, grpc-js'],
+    [() => validateServerArgs({ ...server, 'log-level': 'loud' }), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [() => validateAgentArgs({ ...agent, transport: 'quic' }), '--transport "quic": use h2, grpc-js'],
+    [() => validateAgentArgs({ ...agent, 'log-level': 'loud' }), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [() => validateAgentArgs({ ...node, 'bind-interface-type': 'tun' }), '--bind-interface-type "tun": use dummy, bridge, none'],
+    [() => validateAgentArgs({ ...agent, 'server-count-source': 'min' }), '--server-count-source "min": use default or max'],
     [() => logLevelFrom('loud', undefined), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
   ];
   for (const [validate, message] of cases) t.throws(validate, { instanceOf: UsageError, message });

@@ -1,5 +1,5 @@
 /**
- * LogDestination (#12 finding 5) on a real pipe: a reader that stops reading
+ * LogDestination on a real pipe: a reader that stops reading
  * costs a bounded queue, never a blocked caller, and the drop is reported
  * once the reader catches up; a reader that is gone (EPIPE) ends logging and
  * nothing else; flush never waits longer than asked.

@@ -1,5 +1,5 @@
 /**
- * The logger bounds every field a peer can fill (#11 finding 8): the fields
+ * The logger bounds every field a peer can fill: the fields
  * of each call, the message, the bindings of child loggers (an agentID on
  * every line of an agent), nested objects, arrays and errors. And repeated
  * events are logged once per interval and key, then counted.
@@ -8,7 +8,7 @@ import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { boundForLog, MAX_LOG_STRING, truncateForLog } from '../../src/common/log-safety.js';
 import { RateLimitedLog } from '../../src/common/rate-limited-log.js';
-import { peerHost } from '../../src/server/refusals.js';
+import { peerHost } from '../../src/domain/refusal-log.js';
 import { captureLogger } from '../helpers/memory-stream.js';
 
 const HUGE = 'x'.repeat(1 << 20);

@@ -1,10 +1,10 @@
-/** docs/metrics.md lists every value of Kanal's metric label vocabularies, and nothing else under those names (#13). */
+/** docs/metrics.md lists every value of Kanal's metric label vocabularies, and nothing else under those names. */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
-import { DIAL_RESULTS } from '../../src/common/dial-result.js';
-import { REFUSAL_REASONS } from '../../src/common/refusal-reason.js';
+import { DIAL_RESULTS } from '../../src/domain/dial-result.js';
+import { REFUSAL_REASONS } from '../../src/domain/refusal-reason.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const doc = fs.readFileSync(path.join(REPO, 'docs', 'metrics.md'), 'utf8');

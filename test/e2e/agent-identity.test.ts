@@ -1,5 +1,5 @@
 /**
- * An agent is what authenticated it (#11, finding 2): one node's credential
+ * An agent is what authenticated it (docs/trust-model.md): one node's credential
  * cannot register invented agentIDs, cannot take over another credential's
  * agent by announcing its agentID, and one TLS connection cannot register
  * thousands of agents; a credential shared on purpose holds as many agents as
@@ -13,12 +13,12 @@ import { randomBytes } from 'node:crypto';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { GrpcStatus, GrpcStatusError } from '../../src/transport/transport.js';
 import {
-  connectThrough,
-  echoRoundTrip,
+  echoesThrough,
   makeWorkspace,
   scrapeMetrics,
   startAgent,
   startEchoBackend,
+  startProxy,
   startServer,
   waitMetrics,
   waitStatus,
@@ -143,18 +143,12 @@ test.serial('a real agent refused for its credential logs the server\'s reason a
 });
 
 test.serial('an agent landing again on a server it already holds (HA behind one address) keeps its first tunnel and every dial', async (t) => {
-  const ws = await makeWorkspace(t);
   const backend = await startEchoBackend(t);
   // --server-count 2 with one server: the agent keeps opening a second stream here and closing it.
-  const server = await startServer(t, ws, { extraArgs: ['--server-count', '2'] });
-  const agent = await startAgent(t, ws, server, { agentID: 'node-1' });
+  const { server, agent } = await startProxy(t, { server: { extraArgs: ['--server-count', '2'] }, agents: [{ agentID: 'node-1' }], ready: 'agents-ready' });
   const duplicates = (): number => agent.logLines().filter((l) => l.msg === 'already connected to this server; will retry for the others').length;
   await waitFor(() => duplicates() >= 3, 'the agent lands on this server again, three times', 20_000);
-  for (let i = 0; i < 20; i++) {
-    const s = await connectThrough(server, backend.address);
-    t.true(await echoRoundTrip(s, randomBytes(1024)));
-    s.destroy();
-  }
+  for (let i = 0; i < 20; i++) t.true(await echoesThrough(server, backend.address, randomBytes(1024)));
   t.deepEqual(server.logLines().filter(warnLine('refused agent stream')), []);
   t.deepEqual(server.logLines().filter(warnLine('replaced')), []);
   t.is(agent.logLines().filter((l) => l.msg === 'tunnel down').length, 0);
@@ -173,10 +167,6 @@ const upstreamMissing = upstreamUnavailableReason();
   await startUpstreamAgent(t, ws, server, { agentID: 'up-a', randomAgentID: true });
   await waitMetrics(server.healthPort, { kanal_server_agent_identities: 2, kanal_server_agents: 2 }, 10_000);
   await waitStatus(server.readyzUrl(), 200, 5000);
-  for (let i = 0; i < 10; i++) {
-    const s = await connectThrough(server, backend.address);
-    t.true(await echoRoundTrip(s, randomBytes(4096)));
-    s.destroy();
-  }
+  for (let i = 0; i < 10; i++) t.true(await echoesThrough(server, backend.address, randomBytes(4096)));
   t.deepEqual(server.logLines().filter(warnLine('refused agent')), []);
 });

@@ -1,5 +1,5 @@
 /**
- * The server checks each agent tunnel with HTTP/2 PINGs (#11, finding 4): a
+ * The server checks each agent tunnel with HTTP/2 PINGs (docs/trust-model.md): a
  * tunnel cut silently (a relay that stops forwarding: no FIN, no RST) or an
  * agent frozen with SIGSTOP goes quiet (dials avoid it) and is closed at the
  * keepalive timeout; a newer tunnel of the same agent wins over a quiet older
@@ -7,20 +7,21 @@
  * answers the server's PINGs and is never closed for them. Detection times
  * are logged (t.log), not asserted beyond the bounds of their waits.
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
-  connectThrough,
-  echoRoundTrip,
+  echoesThrough,
   makeWorkspace,
   scrapeMetrics,
   startAgent,
   startEchoBackend,
+  startProxy,
   startServer,
   waitMetrics,
   waitStatus,
   warnLine,
+  type Backend,
   type KanalServerProcess,
   type LogLine,
 } from '../helpers/kanal-processes.js';
@@ -40,6 +41,23 @@ async function statuses(server: KanalServerProcess, address: string, n: number):
   return out;
 }
 
+/**
+ * Silences agent `agentID` (`silence`: cut its path, freeze it) with FAST_KEEPALIVE:
+ * its tunnel goes quiet, dials meanwhile go elsewhere, then the server closes it.
+ */
+async function quietThenClosed(
+  t: ExecutionContext,
+  o: { server: KanalServerProcess; backend: Backend; agentID: string; silence: () => void; what: string; label: string },
+): Promise<void> {
+  o.silence();
+  const silencedAt = Date.now();
+  await o.server.waitForLog(quietLine(o.agentID), 10_000, `${o.what} goes quiet`);
+  const quietMs = Date.now() - silencedAt;
+  t.deepEqual(await statuses(o.server, o.backend.address, 10), Array(10).fill(200));
+  await o.server.waitForLog(deadLine, 15_000, `${o.what} is closed`);
+  t.log(`${o.label}: quiet after ${quietMs} ms, closed after ${Date.now() - silencedAt} ms (keepalive 1s/4s)`);
+}
+
 test('silent cut between agent and server: the tunnel goes quiet, then is closed; no dial goes to it', async (t) => {
   const ws = await makeWorkspace(t);
   const backend = await startEchoBackend(t);
@@ -48,13 +66,7 @@ test('silent cut between agent and server: the tunnel goes quiet, then is closed
   await startAgent(t, ws, { agentPort: relay.port }, { agentID: 'cut-off' });
   await startAgent(t, ws, server, { agentID: 'healthy' });
   await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
-  relay.stall();
-  const cutAt = Date.now();
-  await server.waitForLog(quietLine('cut-off'), 10_000, 'the cut tunnel goes quiet');
-  const quietMs = Date.now() - cutAt;
-  t.deepEqual(await statuses(server, backend.address, 10), Array(10).fill(200));
-  await server.waitForLog(deadLine, 15_000, 'the cut tunnel is closed');
-  t.log(`silent cut: quiet after ${quietMs} ms, closed after ${Date.now() - cutAt} ms (keepalive 1s/4s)`);
+  await quietThenClosed(t, { server, backend, agentID: 'cut-off', silence: () => relay.stall(), what: 'the cut tunnel', label: 'silent cut' });
   const m = await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
   t.is(m.get('kanal_dead_tunnels_total{reason="keepalive_timeout"}'), 1);
   const disconnected = await server.waitForLog((l) => l.msg === 'agent disconnected' && l.agentID === 'cut-off', 5000, 'disconnect logged');
@@ -63,19 +75,13 @@ test('silent cut between agent and server: the tunnel goes quiet, then is closed
 });
 
 test('an agent frozen with SIGSTOP is avoided once quiet and closed at the timeout; after SIGCONT it comes back', async (t) => {
-  const ws = await makeWorkspace(t);
   const backend = await startEchoBackend(t);
-  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--backend-dial-timeout', '3s'] });
-  const frozen = await startAgent(t, ws, server, { agentID: 'frozen' });
-  await startAgent(t, ws, server, { agentID: 'healthy' });
-  await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
-  frozen.pause();
-  const stoppedAt = Date.now();
-  await server.waitForLog(quietLine('frozen'), 10_000, 'the frozen agent goes quiet');
-  const quietMs = Date.now() - stoppedAt;
-  t.deepEqual(await statuses(server, backend.address, 10), Array(10).fill(200));
-  await server.waitForLog(deadLine, 15_000, 'the frozen agent is closed');
-  t.log(`SIGSTOP: quiet after ${quietMs} ms, closed after ${Date.now() - stoppedAt} ms (keepalive 1s/4s)`);
+  const { server, agent: frozen } = await startProxy(t, {
+    server: { extraArgs: [...FAST_KEEPALIVE, '--backend-dial-timeout', '3s'] },
+    agents: [{ agentID: 'frozen' }, { agentID: 'healthy' }],
+    ready: 'every-agent',
+  });
+  await quietThenClosed(t, { server, backend, agentID: 'frozen', silence: () => frozen.pause(), what: 'the frozen agent', label: 'SIGSTOP' });
   await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
   frozen.resume();
   await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 20_000);
@@ -98,9 +104,7 @@ test('a reconnect while the old tunnel is silently dead: dials go to the new tun
   t.log(`first dial answered ${Date.now() - arrived} ms after the new tunnel was up; the old one was probed on its arrival`);
   t.deepEqual(codes, Array(8).fill(200), 'no dial went to the dead tunnel');
   await server.waitForLog(quietLine('node-1'), 5000, 'the old tunnel is quiet');
-  const s = await connectThrough(server, backend.address);
-  t.true(await echoRoundTrip(s, randomBytes(64 * 1024)));
-  s.destroy();
+  t.true(await echoesThrough(server, backend.address, randomBytes(64 * 1024)));
   t.true(again.running());
 });
 
@@ -121,10 +125,11 @@ test('an agent that restarted with a new agentID replaces its own silently dead 
 });
 
 test('the grpc-js transport closes a frozen agent at the keepalive timeout too', async (t) => {
-  const ws = await makeWorkspace(t);
-  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--transport', 'grpc-js'] });
-  const frozen = await startAgent(t, ws, server, { agentID: 'frozen' });
-  await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
+  const { server, agent: frozen } = await startProxy(t, {
+    server: { extraArgs: [...FAST_KEEPALIVE, '--transport', 'grpc-js'] },
+    agents: [{ agentID: 'frozen' }],
+    ready: 'every-agent',
+  });
   frozen.pause();
   const stoppedAt = Date.now();
   const m = await waitMetrics(server.healthPort, { kanal_server_agents: 0 }, 15_000);
@@ -144,9 +149,7 @@ const upstreamMissing = upstreamUnavailableReason();
   t.deepEqual(server.logLines().filter((l) => quietLine('upstream-node')(l) || deadLine(l)), []);
   t.is((await scrapeMetrics(server.healthPort)).get('kanal_server_agents'), 1);
   t.notRegex(agent.log(), /too_many_pings|ENHANCE_YOUR_CALM/);
-  const s = await connectThrough(server, backend.address);
-  t.true(await echoRoundTrip(s, randomBytes(16 * 1024)));
-  s.destroy();
+  t.true(await echoesThrough(server, backend.address, randomBytes(16 * 1024)));
   agent.signal('SIGSTOP');
   const stoppedAt = Date.now();
   await server.waitForLog(deadLine, 15_000, 'the frozen upstream agent is closed');

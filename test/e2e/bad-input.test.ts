@@ -6,7 +6,6 @@
  * long-lived tunnelled connections (CONNECT over the Unix socket and over
  * mTLS TCP, and a gRPC stream) are opened first and must keep echoing.
  */
-import fs from 'node:fs';
 import type net from 'node:net';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { randomBytes } from 'node:crypto';
@@ -14,9 +13,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { PacketType } from '../../src/wire/packet.js';
 import {
-  CleanupStack,
-  connectThrough,
+  echoesThrough,
   echoRoundTrip,
+  fileScope,
+  frontendProxyStream,
   httpConnect,
   httpGet,
   makeWorkspace,
@@ -28,6 +28,7 @@ import {
   startEchoBackend,
   startPair,
   tlsToFrontend,
+  tunnelThrough,
   warnLine,
   type Backend,
   type KanalAgentProcess,
@@ -35,7 +36,8 @@ import {
   type LogLine,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { ProxyStream } from '../helpers/e2e-grpc-client.js';
+import type { ProxyStream } from '../helpers/e2e-grpc-client.js';
+import { agentServiceStream } from '../helpers/agent-service-stream.js';
 
 interface Ctx {
   ws: Workspace;
@@ -51,7 +53,7 @@ interface Ctx {
 }
 
 const test = anyTest as TestFn<Ctx>;
-const shared = new CleanupStack();
+const shared = fileScope(test);
 
 test.before(async (t) => {
   const ws = await makeWorkspace(shared);
@@ -60,31 +62,22 @@ test.before(async (t) => {
     startPair(shared, ws, { server: { name: 'server-tcp', frontend: 'tcp' }, agent: { agentID: 'agent-tcp' } }),
     startEchoBackend(shared),
   ]);
-  const longUds = await connectThrough(u.server, echo.address);
-  shared.teardown(() => void longUds.destroy());
+  const longUds = await tunnelThrough(shared, u.server, echo.address);
   const longTcp = await httpConnect(await tlsToFrontend(tc.server, ws), echo.address);
   shared.teardown(() => void longTcp.destroy());
-  const stream = new ProxyStream(`unix://${u.server.uds}`);
-  shared.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(shared, u.server);
   const dial = await stream.dial(echo.address);
   if (dial.error) throw new Error(`long-lived gRPC dial failed: ${dial.error}`);
   t.context = { ws, uds: u.server, udsAgent: u.agent, tcp: tc.server, echo, longUds, longTcp, longGrpc: { stream, connectID: dial.connectID } };
 });
-
-test.after.always(() => shared.run());
 
 /** Everything opened before the bad input still works, and new connections too. */
 async function unharmed(t: ExecutionContext<Ctx>): Promise<void> {
   const { uds, tcp, echo, longUds, longTcp, longGrpc } = t.context;
   t.true(await echoRoundTrip(longUds, randomBytes(8192)), 'long-lived CONNECT over the Unix socket');
   t.true(await echoRoundTrip(longTcp, randomBytes(8192)), 'long-lived CONNECT over mTLS TCP');
-  const data = randomBytes(8192);
-  const reading = longGrpc.stream.read(longGrpc.connectID, data.length, 10_000);
-  await longGrpc.stream.write(longGrpc.connectID, data);
-  t.true((await reading).equals(data), 'long-lived gRPC connection');
-  const fresh = await connectThrough(uds, echo.address);
-  t.true(await echoRoundTrip(fresh, Buffer.from('fresh')), 'a new connection');
-  fresh.destroy();
+  t.true(await longGrpc.stream.echoes(longGrpc.connectID, randomBytes(8192), 10_000), 'long-lived gRPC connection');
+  t.true(await echoesThrough(uds, echo.address, Buffer.from('fresh')), 'a new connection');
   for (const server of [uds, tcp]) {
     const m = await scrapeMetrics(server.healthPort);
     t.is(m.get('kanal_server_agents'), 1, `${server.name} still has exactly its own agent`);
@@ -193,14 +186,7 @@ test.serial('an agent without a client certificate is refused and logged', async
 
 test.serial('an authenticated agent stream without agentID is refused with INVALID_ARGUMENT and logged', async (t) => {
   const { ws, uds } = t.context;
-  const { pki } = ws;
-  const credentials = grpc.credentials.createSsl(fs.readFileSync(pki.caCert), fs.readFileSync(pki.agentKey), fs.readFileSync(pki.agentCert));
-  const stream = new ProxyStream(`127.0.0.1:${uds.agentPort}`, {
-    credentials,
-    path: '/AgentService/Connect',
-    channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
-  });
-  t.teardown(() => stream.cancel());
+  const stream = agentServiceStream(t, { ws, server: uds, credential: { cert: ws.pki.agentCert, key: ws.pki.agentKey } });
   const status = await stream.status;
   t.is(status.code, grpc.status.INVALID_ARGUMENT);
   t.regex(status.details, /agentID/);
@@ -210,13 +196,11 @@ test.serial('an authenticated agent stream without agentID is refused with INVAL
 
 test.serial('an oversized gRPC message ends only its own stream, with RESOURCE_EXHAUSTED', async (t) => {
   const { uds, echo } = t.context;
-  const neighbour = new ProxyStream(`unix://${uds.uds}`);
-  t.teardown(() => neighbour.cancel());
+  const neighbour = frontendProxyStream(t, uds);
   const n = await neighbour.dial(echo.address);
   t.is(n.error, '');
 
-  const stream = new ProxyStream(`unix://${uds.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, uds);
   const dial = await stream.dial(echo.address);
   t.is(dial.error, '');
   // One DATA packet of 100 000 bytes against --max-message-size 65536.
@@ -226,10 +210,7 @@ test.serial('an oversized gRPC message ends only its own stream, with RESOURCE_E
   t.regex(status.details, /larger than max/);
 
   // The neighbouring stream on the same server is unaffected.
-  const data = randomBytes(60_000);
-  const reading = neighbour.read(n.connectID, data.length, 10_000);
-  await neighbour.write(n.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await neighbour.echoes(n.connectID, randomBytes(60_000), 10_000));
   t.is((await neighbour.closeConnection(n.connectID)).error, '');
   neighbour.close();
   await unharmed(t);
@@ -237,8 +218,7 @@ test.serial('an oversized gRPC message ends only its own stream, with RESOURCE_E
 
 test.serial('an oversized gRPC message is logged as a warning naming the limit', async (t) => {
   const { uds, echo } = t.context;
-  const stream = new ProxyStream(`unix://${uds.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, uds);
   const dial = await stream.dial(echo.address);
   await stream.send({ type: PacketType.DATA, connectID: dial.connectID, error: '', data: randomBytes(70_000) }).catch(() => undefined);
   t.is((await stream.status).code, grpc.status.RESOURCE_EXHAUSTED);
@@ -248,8 +228,7 @@ test.serial('an oversized gRPC message is logged as a warning naming the limit',
 
 test.serial('DATA for an unknown connectID on a gRPC stream: answered with a close, logged, stream keeps working', async (t) => {
   const { uds, echo } = t.context;
-  const stream = new ProxyStream(`unix://${uds.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, uds);
   await stream.send({ type: PacketType.DATA, connectID: 999_999, error: '', data: Buffer.from('who are you?') });
   const answer = await Promise.any([
     stream.take(PacketType.CLOSE_RSP, (p) => p.connectID === 999_999, 10_000),
@@ -262,10 +241,7 @@ test.serial('DATA for an unknown connectID on a gRPC stream: answered with a clo
   const dial = await stream.dial(echo.address);
   t.is(dial.error, '');
   t.not(dial.connectID, 999_999);
-  const data = randomBytes(5000);
-  const reading = stream.read(dial.connectID, data.length, 10_000);
-  await stream.write(dial.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await stream.echoes(dial.connectID, randomBytes(5000), 10_000));
   t.is((await stream.closeConnection(dial.connectID)).error, '');
   stream.close();
   t.is((await stream.status).code, grpc.status.OK);
@@ -274,8 +250,7 @@ test.serial('DATA for an unknown connectID on a gRPC stream: answered with a clo
 
 test.serial('malformed packet bytes on a gRPC stream: logged and ignored, stream keeps working', async (t) => {
   const { uds, echo } = t.context;
-  const stream = new ProxyStream(`unix://${uds.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, uds);
   // A truncated varint, then a packet type nobody knows (field 1 = 77).
   await stream.send(Buffer.from([0x08, 0xff]));
   await stream.send(Buffer.from([0x08, 77]));
@@ -284,10 +259,7 @@ test.serial('malformed packet bytes on a gRPC stream: logged and ignored, stream
 
   const dial = await stream.dial(echo.address);
   t.is(dial.error, '');
-  const data = randomBytes(3000);
-  const reading = stream.read(dial.connectID, data.length, 10_000);
-  await stream.write(dial.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await stream.echoes(dial.connectID, randomBytes(3000), 10_000));
   stream.close();
   t.is((await stream.status).code, grpc.status.OK);
   await unharmed(t);

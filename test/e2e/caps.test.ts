@@ -1,5 +1,5 @@
 /**
- * Per-agent and server-wide caps on tunnelled connections (#11 finding 6):
+ * Per-agent and server-wide caps on tunnelled connections (docs/limits.md):
  * one agent opening node -> control plane connections it never closes must
  * not take the file descriptors the frontends and the health endpoint need,
  * nor another agent's share; control plane -> node connections through one
@@ -13,24 +13,23 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   connectThrough,
   connectUnix,
+  echoesThrough,
   echoRoundTrip,
-  freePort,
   httpConnect,
   httpGet,
-  makeWorkspace,
+  nodeListener,
   scrapeMetrics,
-  startAgent,
   startEchoBackend,
-  startServer,
+  startProxy,
   waitMetrics,
-  waitStatus,
   waitUntil,
   warnLine,
+  type NodeListener,
   type Scope,
 } from '../helpers/kanal-processes.js';
 
-/** Opens `n` node connections to host:port and keeps them; counts those the agent closes. */
-async function openNodeConnections(scope: Scope, host: string, port: number, n: number): Promise<{ sockets: net.Socket[]; closed(): number }> {
+/** Opens `n` connections to a node listener and keeps them; counts those the agent closes. */
+async function openNodeConnections(scope: Scope, { host, port }: NodeListener, n: number): Promise<{ sockets: net.Socket[]; closed(): number }> {
   const sockets: net.Socket[] = [];
   let closed = 0;
   scope.teardown(() => {
@@ -46,10 +45,9 @@ async function openNodeConnections(scope: Scope, host: string, port: number, n: 
   return { sockets, closed: () => closed };
 }
 
-async function nodeEcho(host: string, port: number): Promise<boolean> {
-  const s = net.connect({ host, port });
+async function nodeEcho(listener: NodeListener): Promise<boolean> {
+  const s = await listener.connect();
   try {
-    await new Promise<void>((resolve, reject) => s.once('connect', resolve).once('error', reject));
     return await echoRoundTrip(s, randomBytes(1000));
   } finally {
     s.destroy();
@@ -59,14 +57,14 @@ async function nodeEcho(host: string, port: number): Promise<boolean> {
 test.serial('one agent holding 600 node -> control plane connections takes at most half the descriptors; CONNECTs and /healthz keep answering', async (t) => {
   t.timeout(120_000);
   const openFiles = 512;
-  const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
-  const server = await startServer(t, ws, { openFilesLimit: openFiles, extraArgs: ['--allowed-destination', echo.address] });
-  const localPort = await freePort('127.0.0.2');
-  await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--bind-address', '127.0.0.2', '--bind-interface-type', 'none', '--target', `${localPort}:${echo.address}`] });
-  await waitStatus(server.readyzUrl(), 200, 10_000);
+  const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
+  const { server } = await startProxy(t, {
+    server: { openFilesLimit: openFiles, extraArgs: ['--allowed-destination', echo.address] },
+    agents: [{ agentID: 'node-1', extraArgs: listener.args }],
+  });
 
-  const held = await openNodeConnections(t, '127.0.0.2', localPort, 600);
+  const held = await openNodeConnections(t, listener, 600);
   const cap = openFiles / 2;
   await waitUntil(() => held.closed() === 600 - cap, `the agent closed the ${600 - cap} refused connections (closed so far: ${held.closed()})`, 30_000);
   const m = await waitMetrics(server.healthPort, { kanal_server_node_to_cp_connections: cap }, 10_000);
@@ -78,31 +76,27 @@ test.serial('one agent holding 600 node -> control plane connections takes at mo
 
   // The kube-apiserver's path and health still answer.
   t.is((await httpGet(`http://127.0.0.1:${server.healthPort}/healthz`)).status, 200);
-  for (let i = 0; i < 5; i++) {
-    const s = await connectThrough(server, echo.address);
-    t.true(await echoRoundTrip(s, randomBytes(64 * 1024)), `CONNECT ${i + 1}`);
-    s.destroy();
-  }
+  for (let i = 0; i < 5; i++) t.true(await echoesThrough(server, echo.address, randomBytes(64 * 1024)), `CONNECT ${i + 1}`);
   for (const s of held.sockets) s.destroy();
   await waitMetrics(server.healthPort, { kanal_server_node_to_cp_connections: 0, kanal_server_connections_open: 0 }, 20_000);
 });
 
 test.serial('--max-node-to-cp-connections-per-agent: one agent gets its share and no more; another agent is unaffected', async (t) => {
   t.timeout(90_000);
-  const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
-  const server = await startServer(t, ws, { extraArgs: ['--allowed-destination', echo.address, '--max-node-to-cp-connections-per-agent', '40'] });
-  const port1 = await freePort('127.0.0.2');
-  const port2 = await freePort('127.0.0.3');
-  const node = (address: string, port: number): string[] => ['--bind-address', address, '--bind-interface-type', 'none', '--target', `${port}:${echo.address}`];
-  await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: node('127.0.0.2', port1) });
-  await startAgent(t, ws, server, { agentID: 'node-2', extraArgs: node('127.0.0.3', port2) });
+  const node1 = await nodeListener({ host: '127.0.0.2', destination: echo.address });
+  const node2 = await nodeListener({ host: '127.0.0.3', destination: echo.address });
+  const { server } = await startProxy(t, {
+    server: { extraArgs: ['--allowed-destination', echo.address, '--max-node-to-cp-connections-per-agent', '40'] },
+    agents: [{ agentID: 'node-1', extraArgs: node1.args }, { agentID: 'node-2', extraArgs: node2.args }],
+    ready: 'agents-ready',
+  });
 
-  const greedy = await openNodeConnections(t, '127.0.0.2', port1, 60);
+  const greedy = await openNodeConnections(t, node1, 60);
   await waitUntil(() => greedy.closed() === 20, `20 of node-1's connections refused (so far ${greedy.closed()})`, 20_000);
   await sleep(300);
   t.is(greedy.closed(), 20, 'the other 40 stay');
-  for (let i = 0; i < 10; i++) t.true(await nodeEcho('127.0.0.3', port2), `node-2 connection ${i + 1}`);
+  for (let i = 0; i < 10; i++) t.true(await nodeEcho(node2), `node-2 connection ${i + 1}`);
   const m = await scrapeMetrics(server.healthPort);
   t.is(m.get('kanal_refusals_total{reason="agent_node_to_cp_connections"}'), 20);
   const refusal = await server.waitForLog(warnLine('refusing dial request', (l) => l.agentID === 'node-1'), 5000, 'refusal logged');
@@ -111,11 +105,8 @@ test.serial('--max-node-to-cp-connections-per-agent: one agent gets its share an
 
 test.serial('the agent\'s --max-cp-to-node-connections: dials beyond its cap are refused naming the flag and counted; closing one makes room', async (t) => {
   t.timeout(60_000);
-  const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
-  const server = await startServer(t, ws);
-  const agent = await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--max-cp-to-node-connections', '3'] });
-  await waitStatus(server.readyzUrl(), 200, 10_000);
+  const { server, agent } = await startProxy(t, { agents: [{ agentID: 'node-1', extraArgs: ['--max-cp-to-node-connections', '3'] }] });
   const open = [];
   for (let i = 0; i < 3; i++) open.push(await connectThrough(server, echo.address));
   const err = await t.throwsAsync(httpConnect(await connectUnix(server.uds), echo.address));
@@ -123,18 +114,17 @@ test.serial('the agent\'s --max-cp-to-node-connections: dials beyond its cap are
   t.is((await scrapeMetrics(agent.adminPort)).get('kanal_refusals_total{reason="cp_to_node_connections"}'), 1);
   open.pop()!.destroy();
   await waitMetrics(server.healthPort, { kanal_server_connections_open: 2 }, 10_000);
-  const again = await connectThrough(server, echo.address);
-  t.true(await echoRoundTrip(again, randomBytes(1000)));
-  for (const s of [...open, again]) s.destroy();
+  t.true(await echoesThrough(server, echo.address, randomBytes(1000)));
+  for (const s of open) s.destroy();
 });
 
 test.serial('--max-cp-to-node-connections-per-agent: CONNECTs beyond the cap get 503 naming the flag; closing one makes room', async (t) => {
   t.timeout(60_000);
-  const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
-  const server = await startServer(t, ws, { extraArgs: ['--max-cp-to-node-connections-per-agent', '5'] });
-  await startAgent(t, ws, server, { agentID: 'node-1' });
-  await waitStatus(server.readyzUrl(), 200, 10_000);
+  const { server } = await startProxy(t, {
+    server: { extraArgs: ['--max-cp-to-node-connections-per-agent', '5'] },
+    agents: [{ agentID: 'node-1' }],
+  });
   const open = [];
   for (let i = 0; i < 5; i++) open.push(await connectThrough(server, echo.address));
   const err = await t.throwsAsync(httpConnect(await connectUnix(server.uds), echo.address));
@@ -142,7 +132,6 @@ test.serial('--max-cp-to-node-connections-per-agent: CONNECTs beyond the cap get
   t.is((await scrapeMetrics(server.healthPort)).get('kanal_refusals_total{reason="agent_cp_to_node_connections"}'), 1);
   open.pop()!.destroy();
   await waitMetrics(server.healthPort, { kanal_server_connections_open: 4 }, 10_000);
-  const again = await connectThrough(server, echo.address);
-  t.true(await echoRoundTrip(again, randomBytes(1000)));
-  for (const s of [...open, again]) s.destroy();
+  t.true(await echoesThrough(server, echo.address, randomBytes(1000)));
+  for (const s of open) s.destroy();
 });

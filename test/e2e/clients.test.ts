@@ -3,27 +3,26 @@
  * HTTP CONNECT over the mTLS TCP frontend, a Node CONNECT client over the
  * Unix socket, and a gRPC ProxyService client (grpc-js, upstream style).
  */
-import fs from 'node:fs';
 import anyTest, { type TestFn } from 'ava';
 import * as grpc from '@grpc/grpc-js';
 import { randomBytes } from 'node:crypto';
 import { PacketType } from '../../src/wire/packet.js';
 import {
-  CleanupStack,
-  connectThrough,
   echoRoundTrip,
+  fileScope,
+  frontendProxyStream,
   makeWorkspace,
   readToEnd,
   runCurl,
   startEchoBackend,
   startHttpBackend,
   startPair,
+  tunnelThrough,
   warnLine,
   type Backend,
   type KanalServerProcess,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { ProxyStream } from '../helpers/e2e-grpc-client.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 interface Ctx {
@@ -35,7 +34,7 @@ interface Ctx {
 }
 
 const test = anyTest as TestFn<Ctx>;
-const shared = new CleanupStack();
+const shared = fileScope(test);
 const BODY = `hello from the node ${randomBytes(8).toString('hex')}\n`;
 
 test.before(async (t) => {
@@ -48,8 +47,6 @@ test.before(async (t) => {
   ]);
   t.context = { ws, tcpServer: tcp.server, udsServer: uds.server, web, echo };
 });
-
-test.after.always(() => shared.run());
 
 function curlArgs(ws: Workspace, server: KanalServerProcess, opts: { clientCert: boolean }): string[] {
   const { pki } = ws;
@@ -91,16 +88,14 @@ test('curl: the TCP frontend refuses a client without a certificate and logs why
 
 test('Node CONNECT client over the Unix socket: echo and HTTP through the tunnel', async (t) => {
   const { udsServer, echo, web } = t.context;
-  const s = await connectThrough(udsServer, echo.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, udsServer, echo.address);
   t.true(await echoRoundTrip(s, randomBytes(200_000)));
   t.true(await echoRoundTrip(s, Buffer.from('second round on the same tunnel')));
   // Half-close: our FIN reaches the echo backend, whose FIN comes back.
   s.end();
   t.is((await readToEnd(s, 10_000)).length, 0);
 
-  const h = await connectThrough(udsServer, web.address);
-  t.teardown(() => void h.destroy());
+  const h = await tunnelThrough(t, udsServer, web.address);
   h.write(`GET /uds HTTP/1.1\r\nHost: ${web.address}\r\nConnection: close\r\n\r\n`);
   const raw = (await readToEnd(h, 10_000)).toString('utf8');
   t.regex(raw, /^HTTP\/1\.1 200 OK\r\n/);
@@ -110,8 +105,7 @@ test('Node CONNECT client over the Unix socket: echo and HTTP through the tunnel
 test('gRPC ProxyService client (grpc-js): DIAL_REQ, DIAL_RSP, DATA both ways, CLOSE_REQ, CLOSE_RSP', async (t) => {
   const { udsServer } = t.context;
   const echo = await startEchoBackend(t); // its own, to count its connections
-  const stream = new ProxyStream(`unix://${udsServer.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, udsServer);
   const before = echo.accepted();
 
   const dial = await stream.dial(echo.address);
@@ -121,12 +115,7 @@ test('gRPC ProxyService client (grpc-js): DIAL_REQ, DIAL_RSP, DATA both ways, CL
   for (let i = 0; i < 100 && echo.accepted() < before + 1; i++) await sleep(20);
   t.is(echo.accepted(), before + 1);
 
-  for (const size of [1, 1000, 300_000]) {
-    const data = randomBytes(size);
-    const reading = stream.read(dial.connectID, size, 15_000);
-    await stream.write(dial.connectID, data);
-    t.true((await reading).equals(data), `echo of ${size} bytes`);
-  }
+  for (const size of [1, 1000, 300_000]) t.true(await stream.echoes(dial.connectID, randomBytes(size), 15_000), `echo of ${size} bytes`);
 
   const rsp = await stream.closeConnection(dial.connectID);
   t.is(rsp.error, '');
@@ -138,10 +127,7 @@ test('gRPC ProxyService client (grpc-js): DIAL_REQ, DIAL_RSP, DATA both ways, CL
   const again = await stream.dial(echo.address);
   t.is(again.error, '');
   t.not(again.connectID, dial.connectID);
-  const data = randomBytes(5000);
-  const reading = stream.read(again.connectID, data.length, 10_000);
-  await stream.write(again.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await stream.echoes(again.connectID, randomBytes(5000), 10_000));
   t.is((await stream.closeConnection(again.connectID)).error, '');
 
   stream.close();
@@ -151,19 +137,10 @@ test('gRPC ProxyService client (grpc-js): DIAL_REQ, DIAL_RSP, DATA both ways, CL
 
 test('gRPC ProxyService client over the mTLS TCP frontend', async (t) => {
   const { ws, tcpServer, echo } = t.context;
-  const { pki } = ws;
-  const credentials = grpc.credentials.createSsl(fs.readFileSync(pki.frontendCaCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert));
-  const stream = new ProxyStream(`127.0.0.1:${tcpServer.frontendPort}`, {
-    credentials,
-    channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
-  });
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, tcpServer, ws);
   const dial = await stream.dial(echo.address);
   t.is(dial.error, '');
-  const data = randomBytes(100_000);
-  const reading = stream.read(dial.connectID, data.length, 15_000);
-  await stream.write(dial.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await stream.echoes(dial.connectID, randomBytes(100_000), 15_000));
   t.is((await stream.closeConnection(dial.connectID)).error, '');
   stream.close();
   t.is((await stream.status).code, grpc.status.OK);
@@ -171,8 +148,7 @@ test('gRPC ProxyService client over the mTLS TCP frontend', async (t) => {
 
 test('gRPC client: the backend closing first arrives as CLOSE_RSP', async (t) => {
   const { udsServer, web } = t.context;
-  const stream = new ProxyStream(`unix://${udsServer.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, udsServer);
   const dial = await stream.dial(web.address);
   t.is(dial.error, '');
   await stream.write(dial.connectID, Buffer.from(`GET /grpc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));

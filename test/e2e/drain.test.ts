@@ -1,5 +1,5 @@
 /**
- * DRAIN means "prefer other agents", never "refuse" (#12 finding 2), through
+ * DRAIN means "prefer other agents", never "refuse" (docs/operations.md), through
  * real processes: a draining agent keeps serving every dial it receives until
  * it exits. Against a Kanal server and upstream's proxy-server v0.36.0 (which
  * skips draining agents but falls back to them when no other is left), with

@@ -9,29 +9,29 @@ import { randomBytes } from 'node:crypto';
 import type net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import {
-  CleanupStack,
   connectThrough,
+  echoesThrough,
   echoRoundTrip,
+  fileScope,
   freePort,
+  frontendProxyStream,
   httpGet,
   makeWorkspace,
   rawRequest,
   startAgent,
   startEchoBackend,
-  startPair,
+  startProxy,
   startServer,
+  tunnelThrough,
   waitMetrics,
   waitStatus,
   warnLine,
   type Backend,
   type KanalServerProcess,
-  type Workspace,
 } from '../helpers/kanal-processes.js';
 import { ConnectRefused } from '../../kit/demo/proxy-client.js';
-import { ProxyStream } from '../helpers/e2e-grpc-client.js';
 
 interface Ctx {
-  ws: Workspace;
   server: KanalServerProcess;
   echo: Backend;
   /** Opened before any bad request; must keep echoing throughout (so the tests using it are serial). */
@@ -39,18 +39,14 @@ interface Ctx {
 }
 
 const test = anyTest as TestFn<Ctx>;
-const shared = new CleanupStack();
+const shared = fileScope(test);
 
 test.before(async (t) => {
-  const ws = await makeWorkspace(shared);
-  const { server } = await startPair(shared, ws);
+  const { server } = await startProxy(shared);
   const echo = await startEchoBackend(shared);
-  const longLived = await connectThrough(server, echo.address);
-  shared.teardown(() => void longLived.destroy());
-  t.context = { ws, server, echo, longLived };
+  const longLived = await tunnelThrough(shared, server, echo.address);
+  t.context = { server, echo, longLived };
 });
-
-test.after.always(() => shared.run());
 
 /** Expects CONNECT `address` to be refused with `status`; returns the refusal. */
 async function connectRefused(t: { fail(m: string): void }, server: KanalServerProcess, address: string): Promise<ConnectRefused> {
@@ -67,9 +63,7 @@ async function connectRefused(t: { fail(m: string): void }, server: KanalServerP
 
 async function stillServing(t: { true(v: boolean, m?: string): void }, ctx: Ctx): Promise<void> {
   t.true(await echoRoundTrip(ctx.longLived, randomBytes(4096)), 'the long-lived connection still echoes');
-  const fresh = await connectThrough(ctx.server, ctx.echo.address);
-  t.true(await echoRoundTrip(fresh, Buffer.from('fresh connection')), 'a new connection works');
-  fresh.destroy();
+  t.true(await echoesThrough(ctx.server, ctx.echo.address, Buffer.from('fresh connection')), 'a new connection works');
 }
 
 test.serial('CONNECT to a closed port answers 502 with the dial error', async (t) => {
@@ -84,17 +78,13 @@ test.serial('CONNECT to a closed port answers 502 with the dial error', async (t
 test.serial('gRPC DIAL_REQ to a closed port answers DIAL_RSP with an error; the stream stays usable', async (t) => {
   const { server, echo } = t.context;
   const closed = await freePort();
-  const stream = new ProxyStream(`unix://${server.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, server);
   const bad = await stream.dial(`127.0.0.1:${closed}`);
   t.is(bad.connectID, 0);
   t.regex(bad.error, /ECONNREFUSED/);
   const good = await stream.dial(echo.address);
   t.is(good.error, '');
-  const data = randomBytes(1000);
-  const reading = stream.read(good.connectID, data.length, 10_000);
-  await stream.write(good.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await stream.echoes(good.connectID, randomBytes(1000), 10_000));
   t.is((await stream.closeConnection(good.connectID)).error, '');
   stream.close();
   t.is((await stream.status).code, grpc.status.OK);
@@ -108,7 +98,7 @@ test.serial('a method other than CONNECT answers 405', async (t) => {
     t.regex(res.raw, /\r\nallow: CONNECT\r\n/i);
     t.regex(res.body, new RegExp(`method ${method} not allowed`));
   }
-  // The first is logged; the rest from the same peer within the interval only counted (#11 finding 8).
+  // The first is logged; the rest from the same peer within the interval only counted.
   await server.waitForLog(warnLine('refused non-CONNECT request', (l) => l.method === 'GET'), 10_000, 'non-CONNECT refusal');
   await waitMetrics(server.healthPort, { 'kanal_refusals_total{reason="frontend_method"}': 3 }, 10_000);
   await stillServing(t, t.context);
@@ -152,8 +142,7 @@ test('no agent connected: CONNECT answers 500, gRPC answers a DIAL_RSP error, /r
   t.regex(refusal.message, /no agent/);
   await server.waitForLog(warnLine('no agent available for dial'), 10_000, 'no agent warning');
 
-  const stream = new ProxyStream(`unix://${server.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, server);
   const dial = await stream.dial(echo.address);
   t.is(dial.connectID, 0);
   t.regex(dial.error, /no agent/);
@@ -163,16 +152,14 @@ test('no agent connected: CONNECT answers 500, gRPC answers a DIAL_RSP error, /r
   // Once an agent arrives, the same server dials.
   await startAgent(t, ws, server, { agentID: 'late-agent' });
   await waitStatus(server.readyzUrl(), 200, 10_000);
-  const s = await connectThrough(server, echo.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, echo.address);
   t.true(await echoRoundTrip(s, Buffer.from('now there is an agent')));
 });
 
 test('an agent that never answers the dial: CONNECT answers 504 after --backend-dial-timeout', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws, {
+  const { server, agent } = await startProxy(t, {
     server: { name: 'slow', extraArgs: ['--backend-dial-timeout', '500ms'] },
-    agent: { agentID: 'frozen-agent' },
+    agents: [{ agentID: 'frozen-agent' }],
   });
   const echo = await startEchoBackend(t);
   // Stopped, the agent keeps its TCP connection but never sends DIAL_RSP.
@@ -185,8 +172,7 @@ test('an agent that never answers the dial: CONNECT answers 504 after --backend-
   t.true(Date.now() - started >= 450, 'not before the dial timeout');
   await server.waitForLog(warnLine('dial failed', (l) => l.failure === 'timeout'), 10_000, 'dial timeout warning');
 
-  const stream = new ProxyStream(`unix://${server.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, server);
   const dial = await stream.dial(echo.address);
   t.is(dial.connectID, 0);
   t.regex(dial.error, /timed out/);

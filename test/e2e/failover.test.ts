@@ -11,16 +11,18 @@ import { PacketType } from '../../src/wire/packet.js';
 import { ConnectRefused } from '../../kit/demo/proxy-client.js';
 import {
   connectThrough,
+  echoesThrough,
   echoRoundTrip,
+  frontendProxyStream,
   httpGet,
   logTail,
-  makeWorkspace,
   receiveAtLeast,
   restartServer,
   startAgent,
   startEchoBackend,
   startFirehoseBackend,
-  startPair,
+  startProxy,
+  tunnelThrough,
   waitClosed,
   waitMetrics,
   waitStatus,
@@ -28,15 +30,12 @@ import {
   type KanalAgentProcess,
   type KanalServerProcess,
 } from '../helpers/kanal-processes.js';
-import { ProxyStream } from '../helpers/e2e-grpc-client.js';
 
 /** A server and agent, a backend, and one CONNECT through them to it. */
 async function pairWithConnection(t: ExecutionContext, startBackend: (t: ExecutionContext) => Promise<Backend>) {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws);
+  const { server, agent } = await startProxy(t);
   const backend = await startBackend(t);
-  const socket = await connectThrough(server, backend.address);
-  t.teardown(() => void socket.destroy());
+  const socket = await tunnelThrough(t, server, backend.address);
   return { server, agent, backend, socket };
 }
 
@@ -50,16 +49,13 @@ async function restartAndReconnect(t: ExecutionContext, server: KanalServerProce
 }
 
 test('agent SIGKILLed mid-transfer: client connections close promptly and the server tables empty', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws, { agent: { agentID: 'doomed' } });
+  const { ws, server, agent } = await startProxy(t, { agents: [{ agentID: 'doomed' }] });
   const firehose = await startFirehoseBackend(t);
 
   // One CONNECT and one gRPC connection, both streaming node -> control plane.
-  const s = await connectThrough(server, firehose.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, firehose.address);
   const flowing = receiveAtLeast(s, 2 * 1024 * 1024, 15_000);
-  const stream = new ProxyStream(`unix://${server.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, server);
   const dial = await stream.dial(firehose.address);
   t.is(dial.error, '');
   await flowing;
@@ -94,9 +90,7 @@ test('agent SIGKILLed mid-transfer: client connections close promptly and the se
   await startAgent(t, ws, server, { agentID: 'doomed-2' });
   await waitStatus(server.readyzUrl(), 200, 10_000);
   const echo = await startEchoBackend(t);
-  const e = await connectThrough(server, echo.address);
-  t.teardown(() => void e.destroy());
-  t.true(await echoRoundTrip(e, randomBytes(10_000)));
+  t.true(await echoesThrough(server, echo.address, randomBytes(10_000)));
 });
 
 test('server SIGKILLed mid-transfer: the agent closes what it carried at once and reconnects to the restarted server', async (t) => {
@@ -116,9 +110,7 @@ test('server SIGKILLed mid-transfer: the agent closes what it carried at once an
 
   const restarted = await restartAndReconnect(t, server, agent);
   const echo = await startEchoBackend(t);
-  const e = await connectThrough(restarted, echo.address);
-  t.teardown(() => void e.destroy());
-  t.true(await echoRoundTrip(e, randomBytes(10_000)));
+  t.true(await echoesThrough(restarted, echo.address, randomBytes(10_000)));
 });
 
 test('server restarted on the same ports: the agent reconnects and traffic resumes', async (t) => {
@@ -136,16 +128,11 @@ test('server restarted on the same ports: the agent reconnects and traffic resum
   const ups = agent.logLines().filter((l) => l.msg === 'tunnel up');
   t.is(ups.length, 2, 'one tunnel before, one after the restart');
 
-  const after = await connectThrough(restarted, echo.address);
-  t.teardown(() => void after.destroy());
+  const after = await tunnelThrough(t, restarted, echo.address);
   t.true(await echoRoundTrip(after, randomBytes(100_000)));
-  const stream = new ProxyStream(`unix://${restarted.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, restarted);
   const dial = await stream.dial(echo.address);
   t.is(dial.error, '');
-  const data = randomBytes(2000);
-  const reading = stream.read(dial.connectID, data.length, 10_000);
-  await stream.write(dial.connectID, data);
-  t.true((await reading).equals(data));
+  t.true(await stream.echoes(dial.connectID, randomBytes(2000), 10_000));
   stream.close();
 });

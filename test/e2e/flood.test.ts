@@ -1,5 +1,5 @@
 /**
- * Reply amplification (#11 finding 1): a peer that sends packets which make
+ * Reply amplification (docs/limits.md): a peer that sends packets which make
  * us answer (CLOSE_REQ for unknown connectIDs) and never reads the answers.
  * Every reply obeys the stream's back-pressure: past a bounded queue the
  * flooded side stops reading, then closes the stream after
@@ -8,21 +8,20 @@
  */
 import test from 'ava';
 import fs from 'node:fs';
-import net from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { PacketType } from '../../src/wire/packet.js';
 import {
-  connectThrough,
+  echoesThrough,
   echoRoundTrip,
-  freePort,
   makeWorkspace,
+  nodeListener,
   scrapeMetrics,
   startAgent,
   startEchoBackend,
+  startProxy,
   startServer,
-  waitStatus,
   warnLine,
 } from '../helpers/kanal-processes.js';
 import { openFloodingPeer, startFloodingServer, streamsAnswered } from '../helpers/flooding-peer.js';
@@ -56,15 +55,12 @@ const closeRequests = (i: number) => ({ type: PacketType.CLOSE_REQ, connectID: 1
 for (const transport of ['h2', 'grpc-js']) {
   test.serial(`server (${transport}): an agent that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded and another agent keeps working`, async (t) => {
     t.timeout(90_000);
-    const ws = await makeWorkspace(t);
     const echo = await startEchoBackend(t);
-    const server = await startServer(t, ws, { extraArgs: ['--transport', transport, '--peer-read-timeout', '3s', '--allowed-destination', echo.address] });
-    const localPort = await freePort('127.0.0.2');
-    await startAgent(t, ws, server, {
-      agentID: 'node-1',
-      extraArgs: ['--transport', transport, '--bind-address', '127.0.0.2', '--bind-interface-type', 'none', '--target', `${localPort}:${echo.address}`],
+    const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
+    const { ws, server } = await startProxy(t, {
+      server: { extraArgs: ['--transport', transport, '--peer-read-timeout', '3s', '--allowed-destination', echo.address] },
+      agents: [{ agentID: 'node-1', extraArgs: ['--transport', transport, ...listener.args] }],
     });
-    await waitStatus(server.readyzUrl(), 200, 10_000);
     const cred = await issueAgentCertificate(ws.pki, 'flooder');
     const flooder = openFloodingPeer({ agentPort: server.agentPort, cert: { ...cred, ca: ws.pki.caCert }, agentID: 'flooder' });
     t.teardown(() => flooder.destroy());
@@ -79,11 +75,8 @@ for (const transport of ['h2', 'grpc-js']) {
 
     // Both directions keep working for the other agent meanwhile.
     for (let i = 0; i < 5; i++) {
-      const s = await connectThrough(server, echo.address);
-      t.true(await echoRoundTrip(s, randomBytes(64 * 1024)), 'control plane -> node');
-      s.destroy();
-      const n = net.connect({ host: '127.0.0.2', port: localPort });
-      await new Promise<void>((resolve, reject) => n.once('connect', resolve).once('error', reject));
+      t.true(await echoesThrough(server, echo.address, randomBytes(64 * 1024)), 'control plane -> node');
+      const n = await listener.connect();
       t.true(await echoRoundTrip(n, randomBytes(64 * 1024)), 'node -> control plane');
       n.destroy();
     }

@@ -1,6 +1,6 @@
 /**
  * The HTTP CONNECT frontend keeps no work for clients that left, and holds
- * no connection past its limits (#11 finding 7), on the Unix socket and on
+ * no connection past its limits (docs/frontends.md), on the Unix socket and on
  * mTLS TCP:
  * - a client that goes away (FIN or reset) before its dial is answered
  *   cancels it: DIAL_CLS reaches the agent and the pending dial leaves the
@@ -8,14 +8,12 @@
  * - a request head must be complete within --frontend-header-timeout from
  *   accept, however slowly its bytes trickle in, and fit in 16 KiB;
  * - when the backend speaks first, its bytes never come before the
- *   "200 Connection Established" line (issue 12, "Also check"), and bytes a
+ *   "200 Connection Established" line, and bytes a
  *   client sends right after its CONNECT reach the backend.
  */
 import test, { type ExecutionContext } from 'ava';
-import fs from 'node:fs';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import * as grpc from '@grpc/grpc-js';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { PacketType } from '../../src/wire/packet.js';
 import {
@@ -24,14 +22,15 @@ import {
   readExactly,
   scrapeMetrics,
   startBannerBackend,
-  startPair,
+  startProxy,
   startServer,
   tlsToFrontendRaw,
   waitMetrics,
   type KanalServerProcess,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { ProxyStream } from '../helpers/e2e-grpc-client.js';
+import type { ProxyStream } from '../helpers/e2e-grpc-client.js';
+import { agentServiceStream } from '../helpers/agent-service-stream.js';
 
 type Transport = 'uds' | 'tcp';
 
@@ -49,14 +48,8 @@ async function frontendSocket(server: KanalServerProcess, ws: Workspace, transpo
 
 /** An agent that registers and never answers a dial: it only records what the server sends. */
 async function silentAgent(t: ExecutionContext, ws: Workspace, server: KanalServerProcess): Promise<ProxyStream> {
-  const cred = await issueAgentCertificate(ws.pki, 'silent-agent');
-  const agent = new ProxyStream(`127.0.0.1:${server.agentPort}`, {
-    credentials: grpc.credentials.createSsl(fs.readFileSync(ws.pki.caCert), fs.readFileSync(cred.key), fs.readFileSync(cred.cert)),
-    path: '/AgentService/Connect',
-    metadata: { agentid: 'silent-agent' },
-    channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
-  });
-  t.teardown(() => agent.cancel());
+  const credential = await issueAgentCertificate(ws.pki, 'silent-agent');
+  const agent = agentServiceStream(t, { ws, server, credential, metadata: { agentid: 'silent-agent' } });
   await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
   return agent;
 }
@@ -116,8 +109,7 @@ for (const transport of ['uds', 'tcp'] as const) {
   });
 
   test(`${transport}: a request head must be complete within --frontend-header-timeout, however slowly it comes, and fit in 16 KiB`, async (t) => {
-    const ws = await makeWorkspace(t);
-    const { server } = await startPair(t, ws, { server: { name: `head-${transport}`, frontend: transport, extraArgs: ['--frontend-header-timeout', '2s'] } });
+    const { ws, server } = await startProxy(t, { server: { name: `head-${transport}`, frontend: transport, extraArgs: ['--frontend-header-timeout', '2s'] } });
     const closedAfter = async (feed: (s: net.Socket) => NodeJS.Timeout | undefined): Promise<{ ms: number; answer: string }> => {
       // From before connecting: the server counts from its accept, which comes later.
       const started = Date.now();
@@ -173,8 +165,7 @@ for (const transport of ['uds', 'tcp'] as const) {
   });
 
   test(`${transport}: a backend that speaks first: the 200 line always comes before its first byte, and early client bytes reach it`, async (t) => {
-    const ws = await makeWorkspace(t);
-    const { server } = await startPair(t, ws, { server: { name: `order-${transport}`, frontend: transport, extraArgs: ['--log-level', 'info'] } });
+    const { ws, server } = await startProxy(t, { server: { name: `order-${transport}`, frontend: transport, extraArgs: ['--log-level', 'info'] } });
     const banner = Buffer.from('220 banner from a backend that speaks first\r\n');
     const backend = await startBannerBackend(t, banner);
     const established = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n');

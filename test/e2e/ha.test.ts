@@ -6,15 +6,14 @@
  * over both, and gets back to two tunnels after one server restarts.
  */
 import test from 'ava';
-import net from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
-  connectThrough,
+  echoesThrough,
   echoRoundTrip,
-  freePort,
   httpGet,
   makeWorkspace,
+  nodeListener,
   restartServer,
   scrapeMetrics,
   startAgent,
@@ -50,10 +49,8 @@ test('one agent holds a tunnel to each of two servers behind one address and use
     await startServer(t, ws, { name: 'server-b', extraArgs }),
   ];
   const lbPort = await roundRobin(t, () => servers.map((s) => s.agentPort));
-  const localPort = await freePort('127.0.0.2');
-  const agent = await startAgent(t, ws, { ...servers[0]!, agentPort: lbPort }, {
-    extraArgs: ['--bind-address', '127.0.0.2', '--bind-interface-type', 'none', '--target', `${localPort}:${echo.address}`],
-  });
+  const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
+  const agent = await startAgent(t, ws, { ...servers[0]!, agentPort: lbPort }, { extraArgs: listener.args });
 
   const detail = await waitReadyDetail(agent.readyzUrl(), /2\/2 server tunnel\(s\) up/, 20_000);
   t.regex(detail, /server-a/);
@@ -61,16 +58,11 @@ test('one agent holds a tunnel to each of two servers behind one address and use
   for (const s of servers) await waitStatus(s.readyzUrl(), 200, 10_000);
 
   // Control plane -> node through each server.
-  for (const s of servers) {
-    const conn = await connectThrough(s, echo.address);
-    t.true(await echoRoundTrip(conn, randomBytes(10_000)), `echo through ${s.name}`);
-    conn.destroy();
-  }
+  for (const s of servers) t.true(await echoesThrough(s, echo.address, randomBytes(10_000)), `echo through ${s.name}`);
 
   // Node -> control plane: new connections are spread over both tunnels.
   for (let i = 0; i < 8; i++) {
-    const c = net.connect({ host: '127.0.0.2', port: localPort });
-    await new Promise<void>((resolve, reject) => c.once('connect', resolve).once('error', reject));
+    const c = await listener.connect();
     t.true(await echoRoundTrip(c, randomBytes(1000)));
     c.destroy();
   }
@@ -81,9 +73,7 @@ test('one agent holds a tunnel to each of two servers behind one address and use
   // One server goes away: the agent stays ready on the other, then gets back to two.
   t.is(await servers[1]!.stop('SIGTERM'), 0);
   await waitReadyDetail(agent.readyzUrl(), /1\/2 server tunnel\(s\) up/, 10_000);
-  const viaA = await connectThrough(servers[0]!, echo.address);
-  t.true(await echoRoundTrip(viaA, randomBytes(1000)));
-  viaA.destroy();
+  t.true(await echoesThrough(servers[0]!, echo.address, randomBytes(1000)));
   servers[1] = await restartServer(t, servers[1]!);
   await waitReadyDetail(agent.readyzUrl(), /2\/2 server tunnel\(s\) up/, 20_000);
   await waitStatus(servers[1].readyzUrl(), 200, 10_000);

@@ -1,7 +1,7 @@
 /**
  * Lease-based server counting wired into `kanal server`
- * (--enable-lease-controller) and `kanal agent` (--count-server-leases), #14
- * must-have 3, with real CLI processes behind one balanced address and the
+ * (--enable-lease-controller) and `kanal agent` (--count-server-leases),
+ * with real CLI processes behind one balanced address and the
  * Kubernetes API stand-in: each server holds its Lease and collects expired
  * ones, agents hold as many tunnels as there are valid leases, a server that
  * stops deletes its lease (agents drop to two), a new one brings them back

@@ -1,6 +1,6 @@
 /**
  * Service account token authentication wired into `kanal server` and
- * `kanal agent` (#14 must-haves 1 and 2), with real CLI processes and the
+ * `kanal agent`, with real CLI processes and the
  * Kubernetes API stand-in (TokenReview through @kubernetes/client-node, the
  * RBAC in deploy/rbac/): a valid token opens a tunnel; every bad token, and an
  * API that is down or slow, is refused with the reason on both sides while the
@@ -10,8 +10,7 @@ import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  connectThrough,
-  echoRoundTrip,
+  echoesThrough,
   makeWorkspace,
   restartServer,
   runCli,
@@ -53,9 +52,7 @@ function tokenAgent(t: ExecutionContext, ws: Workspace, server: KanalServerProce
 }
 
 async function assertTunnel(t: ExecutionContext, server: KanalServerProcess, backend: Backend, what: string): Promise<void> {
-  const s = await connectThrough(server, backend.address);
-  t.true(await echoRoundTrip(s, Buffer.from(what)), what);
-  s.destroy();
+  t.true(await echoesThrough(server, backend.address, Buffer.from(what)), what);
 }
 
 /** The agent logs the server's reason; the server warns and counts the refusal. */

@@ -1,5 +1,5 @@
 /**
- * Stopping, through the real CLI (#12 findings 5 and 6): a stdout nobody
+ * Stopping, through the real CLI (docs/operations.md): a stdout nobody
  * reads (reader gone, or not reading) never keeps a process from exiting on
  * SIGTERM; a planned stop is logged at info with "stopped" as its last line;
  * connections on the node listeners do not hold the agent past its grace
@@ -16,10 +16,10 @@ import {
   CLI,
   freePort,
   makeWorkspace,
+  nodeListener,
   readLog,
   startAgent,
-  startPair,
-  startServer,
+  startProxy,
   waitStatus,
   type Workspace,
 } from '../helpers/kanal-processes.js';
@@ -154,8 +154,7 @@ function garbageRequest(port: number): Promise<void> {
 }
 
 test('a planned stop logs "tunnel down" at info and "kanal agent stopped" last; a server stop is not a planned loss', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws);
+  const { ws, server, agent } = await startProxy(t);
   const sent = Date.now();
   t.is(await agent.stop('SIGTERM'), 0);
   const exitedAt = Date.now();
@@ -174,7 +173,6 @@ test('a planned stop logs "tunnel down" at info and "kanal agent stopped" last; 
 });
 
 test('open node-listener connections do not hold the agent past its grace period', async (t) => {
-  const ws = await makeWorkspace(t);
   // A destination that accepts and never answers: the connections stay open until someone closes them.
   const held = new Set<net.Socket>();
   const silent = net.createServer((s) => {
@@ -187,19 +185,13 @@ test('open node-listener connections do not hold the agent past its grace period
     silent.close();
   });
   const destination = `127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
-  const server = await startServer(t, ws, { extraArgs: ['--allowed-destination', destination] });
-  const localPort = await freePort('127.0.0.2');
-  const agent = await startAgent(t, ws, server, {
-    extraArgs: ['--bind-address', '127.0.0.2', '--bind-interface-type', 'none', '--target', `${localPort}:${destination}`],
+  const listener = await nodeListener({ host: '127.0.0.2', destination });
+  const { agent } = await startProxy(t, {
+    server: { extraArgs: ['--allowed-destination', destination] },
+    agents: [{ extraArgs: listener.args }],
+    ready: 'agents-ready',
   });
-  const clients = await Promise.all(
-    Array.from({ length: 3 }, () =>
-      new Promise<net.Socket>((resolve, reject) => {
-        const c = net.connect({ host: '127.0.0.2', port: localPort }, () => resolve(c));
-        c.on('error', reject);
-      }),
-    ),
-  );
+  const clients = await Promise.all(Array.from({ length: 3 }, () => listener.connect()));
   t.teardown(() => clients.forEach((c) => c.destroy()));
   const deadline = Date.now() + 10_000;
   while (held.size < 3 && Date.now() < deadline) await sleep(50);
@@ -215,13 +207,14 @@ test('open node-listener connections do not hold the agent past its grace period
 });
 
 test('no DEP0123 (TLS ServerName set to an IP): grpc-js and h2 agents naming the server by IP, and --tls-server-name', async (t) => {
-  const ws = await makeWorkspace(t);
-  const server = await startServer(t, ws);
-  const agents = [
-    await startAgent(t, ws, server, { agentID: 'ip-grpc-js', extraArgs: ['--transport', 'grpc-js'] }),
-    await startAgent(t, ws, server, { agentID: 'ip-h2', extraArgs: ['--tls-server-name', '127.0.0.1'] }),
-    await startAgent(t, ws, server, { agentID: 'ip-grpc-js-name', extraArgs: ['--transport', 'grpc-js', '--tls-server-name', '127.0.0.1'] }),
-  ];
+  const { agents } = await startProxy(t, {
+    agents: [
+      { agentID: 'ip-grpc-js', extraArgs: ['--transport', 'grpc-js'] },
+      { agentID: 'ip-h2', extraArgs: ['--tls-server-name', '127.0.0.1'] },
+      { agentID: 'ip-grpc-js-name', extraArgs: ['--transport', 'grpc-js', '--tls-server-name', '127.0.0.1'] },
+    ],
+    ready: 'agents-ready',
+  });
   for (const a of agents) {
     t.is(await a.stop('SIGTERM'), 0);
     const text = fs.readFileSync(a.logFile, 'utf8');

@@ -1,14 +1,12 @@
 /**
  * The server's listeners as an operator meets them, on the real CLI:
  * - the frontend Unix socket never exists with more than its final mode and
- *   group (--uds-mode, --uds-group), whatever the umask (#11 finding 9);
+ *   group (--uds-mode, --uds-group), whatever the umask;
  * - --delete-existing-uds-file removes a stale socket and nothing else;
  * - start-up failures name the flag, the address or directory, exit
  *   non-zero, log nothing after the fatal line and release everything: the
- *   socket file is gone and the next start needs no cleanup (issue 12
- *   finding 4);
- * - an aborted TLS handshake is logged with the peer's real address
- *   (issue 12 finding 6).
+ *   socket file is gone and the next start needs no cleanup;
+ * - an aborted TLS handshake is logged with the peer's real address.
  */
 import test from 'ava';
 import fs from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * A peer cannot flood the server's log (#11 finding 8), measured on the real
+ * A peer cannot flood the server's log (docs/frontends.md), measured on the real
  * CLI as log bytes and lines per refusal: oversized addresses and agentIDs
  * are cut (or refused outright), and refusals are logged once per interval
  * per peer and reason, then counted. The count of what was held back is
@@ -22,6 +22,7 @@ import {
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import { ProxyStream } from '../helpers/e2e-grpc-client.js';
+import { agentServiceStream } from '../helpers/agent-service-stream.js';
 
 const MiB = 1 << 20;
 const HUGE_ADDRESS = `${'a'.repeat(MiB)}:443`;
@@ -32,20 +33,13 @@ function logSize(server: KanalServerProcess): number {
 
 /** An agent on the agent port with its own certificate, asking for node -> control plane dials. */
 async function nodeAgent(t: ExecutionContext, ws: Workspace, server: KanalServerProcess, agentID: string): Promise<ProxyStream> {
-  const cred = await issueAgentCertificate(ws.pki, 'flooding-node');
-  const agent = new ProxyStream(`127.0.0.1:${server.agentPort}`, {
-    credentials: grpc.credentials.createSsl(fs.readFileSync(ws.pki.caCert), fs.readFileSync(cred.key), fs.readFileSync(cred.cert)),
-    path: '/AgentService/Connect',
+  return agentServiceStream(t, {
+    ws,
+    server,
+    credential: await issueAgentCertificate(ws.pki, 'flooding-node'),
     metadata: { agentid: agentID, 'kanal-features': 'node-dial' },
-    channelOptions: {
-      'grpc.ssl_target_name_override': 'localhost',
-      'grpc.default_authority': 'localhost',
-      'grpc.max_send_message_length': 8 * MiB,
-      'grpc.max_metadata_size': MiB,
-    },
+    channelOptions: { 'grpc.max_send_message_length': 8 * MiB, 'grpc.max_metadata_size': MiB },
   });
-  t.teardown(() => agent.cancel());
-  return agent;
 }
 
 async function answers(stream: ProxyStream, n: number, timeoutMs: number): Promise<string[]> {

@@ -16,7 +16,7 @@ import { rssBytes } from '../../bench/proc.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 import { HEAP_SNAPSHOT_PATH } from '../../src/common/admin-server.js';
 import { RECLAIM_CHECK_MS } from '../../src/common/memory-reclaimer.js';
-import { freePort, makeWorkspace, scrapeMetrics, startAgent, startEchoBackend, startServer, waitStatus, type Workspace } from '../helpers/kanal-processes.js';
+import { freePort, makeWorkspace, scrapeMetrics, startEchoBackend, startProxy, startServer, type Workspace } from '../helpers/kanal-processes.js';
 
 /** Connections before the first reading: V8's young generation (16 MiB semi-spaces) and glibc's arenas reach their working size. */
 const WARM_UP = 3000;
@@ -177,12 +177,9 @@ async function tunnelled(uds: string, echo: string, refused: string, i: number):
 
 test.serial('short tunnelled connections, finished, half-finished and refused, leave server and agent where they stood', async (t) => {
   t.timeout(240_000);
-  const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
   const refused = `127.0.0.1:${await freePort()}`;
-  const server = await startServer(t, ws, { extraArgs: PROFILED });
-  const agent = await startAgent(t, ws, server, { extraArgs: PROFILED });
-  await waitStatus(server.readyzUrl(), 200, 10_000);
+  const { server, agent } = await startProxy(t, { server: { extraArgs: PROFILED }, agents: [{ extraArgs: PROFILED }] });
   const outcomes = new Map<TunnelOutcome, number>();
   const growth = await measure({ server, agent }, TUNNELLED, (i) => tunnelled(server.uds, echo.address, refused, i), outcomes);
   for (const g of growth) t.log(describe(g));

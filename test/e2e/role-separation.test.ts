@@ -1,5 +1,5 @@
 /**
- * Roles never mix (#11, finding 3): an agent's certificate never opens the
+ * Roles never mix (docs/trust-model.md): an agent's certificate never opens the
  * frontend and the kube-apiserver's never registers as an agent. The shipped
  * TCP example runs as shipped (separate CAs); one CA for both roles refuses
  * to start unless each role is pinned, and pinned roles are enforced.
@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createCertificateAuthority } from '../../kit/pki/certificate-authority.js';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
-import { ClientRoles, parseEku, parseSubjectPattern, sharedTrust } from '../../src/server/client-roles.js';
+import { ClientRoles, parseEku, parseSubjectPattern, sharedTrust } from '../../src/server/identity/client-roles.js';
 import {
   freePort,
   httpConnect,

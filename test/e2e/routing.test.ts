@@ -1,5 +1,5 @@
 /**
- * --proxy-strategies with `kanal server` processes (#14): upstream's own
+ * --proxy-strategies with `kanal server` processes (docs/routing.md): upstream's own
  * proxy-agents announcing --agent-identifiers (skipped with the reason when
  * ../shared/upstream is absent), and a destination's Kanal agent that stops
  * answering PINGs yielding to the next strategy.
@@ -7,7 +7,7 @@
 import test from 'ava';
 import { skippedBecause } from '../helpers/skipped.js';
 import { randomBytes } from 'node:crypto';
-import { connectThrough, echoRoundTrip, makeWorkspace, startAgent, startEchoBackend, startServer, waitMetrics, waitUntil, type KanalServerProcess } from '../helpers/kanal-processes.js';
+import { echoesThrough, makeWorkspace, startEchoBackend, startProxy, startServer, waitUntil, type KanalServerProcess } from '../helpers/kanal-processes.js';
 import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
 
 const unavailable = upstreamUnavailableReason();
@@ -26,24 +26,17 @@ async function carriedBy(server: KanalServerProcess, address: string, n: number)
 
 async function dialTimes(server: KanalServerProcess, address: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
-    const s = await connectThrough(server, address);
-    try {
-      if (!(await echoRoundTrip(s, randomBytes(1024)))) throw new Error(`echo through ${address} failed`);
-    } finally {
-      s.destroy();
-    }
+    if (!(await echoesThrough(server, address, randomBytes(1024)))) throw new Error(`echo through ${address} failed`);
   }
 }
 
 test('a quiet destHost agent yields to the next strategy; once it answers again it gets its destination back', async (t) => {
-  const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
-  const server = await startServer(t, ws, {
-    extraArgs: ['--keepalive-time', '1s', '--keepalive-timeout', '30s', '--proxy-strategies', 'destHost,default', '--log-level', 'debug'],
+  const { server, agent: owner } = await startProxy(t, {
+    server: { extraArgs: ['--keepalive-time', '1s', '--keepalive-timeout', '30s', '--proxy-strategies', 'destHost,default', '--log-level', 'debug'] },
+    agents: [{ agentID: 'owner', extraArgs: ['--agent-identifiers', 'ipv4=127.0.0.1'] }, { agentID: 'other' }],
+    ready: 'every-agent',
   });
-  const owner = await startAgent(t, ws, server, { agentID: 'owner', extraArgs: ['--agent-identifiers', 'ipv4=127.0.0.1'] });
-  await startAgent(t, ws, server, { agentID: 'other' });
-  await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
   await dialTimes(server, echo.address, 3);
   t.deepEqual(await carriedBy(server, echo.address, 3), Array<string>(3).fill('owner by destHost'));
 

@@ -1,5 +1,5 @@
 /**
- * Start-up mistakes an operator makes with credential files (#12 finding 4),
+ * Start-up mistakes an operator makes with credential files (docs/operations.md),
  * through the real CLI, for both commands: each is refused at start with
  * exit code 1 and a message naming the flag, the path and the cause, before
  * anything listens or dials; `--dry-run` checks the same files; an agent

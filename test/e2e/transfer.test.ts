@@ -12,21 +12,21 @@ import type net from 'node:net';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import { grpcDial } from '../../kit/demo/proxy-client.js';
 import {
-  CleanupStack,
   connectThrough,
   echoRoundTrip,
-  makeWorkspace,
+  fileScope,
+  frontendProxyStream,
   readExactly,
   readToEnd,
   sha256,
   startEchoBackend,
-  startPair,
+  startProxy,
   startSinkBackend,
   startSourceBackend,
+  tunnelThrough,
   writeAll,
   type KanalServerProcess,
 } from '../helpers/kanal-processes.js';
-import { ProxyStream } from '../helpers/e2e-grpc-client.js';
 import { UNIX_FRONTEND_SEND_BUFFER_BYTES } from '../../src/transport/socket-send-buffer.js';
 import { PacketType } from '../../src/wire/packet.js';
 
@@ -36,16 +36,13 @@ interface Ctx {
 }
 
 const test = anyTest as TestFn<Ctx>;
-const shared = new CleanupStack();
+const shared = fileScope(test);
 const BIG = 64 * 1024 * 1024;
 
 test.before(async (t) => {
-  const ws = await makeWorkspace(shared);
-  const { server } = await startPair(shared, ws);
+  const { server } = await startProxy(shared);
   t.context = { server, payload: randomBytes(BIG) };
 });
-
-test.after.always(() => shared.run());
 
 /** Polls until `cond` holds (bounded); returns whether it did. */
 async function eventually(cond: () => boolean, timeoutMs: number): Promise<boolean> {
@@ -74,8 +71,7 @@ function serverUnixSendBuffers(uds: string): number[] {
 test.serial('the server gives its end of a frontend Unix socket a 2 MiB send buffer (a default one stalls downloads)', async (t) => {
   const { server } = t.context;
   const echo = await startEchoBackend(t);
-  const s = await connectThrough(server, echo.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, echo.address);
   t.true(await echoRoundTrip(s, randomBytes(1000)));
   const sizes = serverUnixSendBuffers(server.uds);
   t.log(`ss: server ends of ${server.uds}: tb ${sizes.join(', ')} B`);
@@ -90,8 +86,7 @@ test.serial('the server gives its end of a frontend Unix socket a 2 MiB send buf
 test.serial('CONNECT: 64 MiB control plane -> node arrives intact (sha256)', async (t) => {
   const { server, payload } = t.context;
   const sink = await startSinkBackend(t, BIG);
-  const s = await connectThrough(server, sink.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, sink.address);
   const answer = readToEnd(s, 60_000);
   await writeAll(s, payload);
   t.is((await answer).toString('latin1'), sha256(payload));
@@ -100,8 +95,7 @@ test.serial('CONNECT: 64 MiB control plane -> node arrives intact (sha256)', asy
 test.serial('CONNECT: 64 MiB node -> control plane arrives intact (sha256)', async (t) => {
   const { server, payload } = t.context;
   const source = await startSourceBackend(t, payload);
-  const s = await connectThrough(server, source.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, source.address);
   const got = await readToEnd(s, 60_000);
   t.is(got.length, BIG);
   t.is(sha256(got), sha256(payload));
@@ -110,8 +104,7 @@ test.serial('CONNECT: 64 MiB node -> control plane arrives intact (sha256)', asy
 test.serial('CONNECT: 64 MiB echoed, both directions at once', async (t) => {
   const { server, payload } = t.context;
   const echo = await startEchoBackend(t);
-  const s = await connectThrough(server, echo.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, echo.address);
   const reading = readExactly(s, BIG, 60_000);
   await writeAll(s, payload);
   const back = await reading;
@@ -139,8 +132,7 @@ test.serial('gRPC frontend (Kanal client): 64 MiB each way intact (sha256)', asy
 test.serial('gRPC frontend (upstream-style grpc-js client): 64 MiB node -> control plane intact', async (t) => {
   const { server, payload } = t.context;
   const source = await startSourceBackend(t, payload);
-  const stream = new ProxyStream(`unix://${server.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, server);
   const dial = await stream.dial(source.address);
   t.is(dial.error, '');
   const got = await stream.read(dial.connectID, BIG, 60_000);
@@ -169,8 +161,7 @@ test.serial('gRPC frontend (upstream-style grpc-js client): 32 MiB to a node bac
     }
   })();
   const sink = await startSinkBackend(t, size, { stallUntil: release });
-  const stream = new ProxyStream(`unix://${server.uds}`);
-  t.teardown(() => stream.cancel());
+  const stream = frontendProxyStream(t, server);
   const dial = await stream.dial(sink.address);
   t.is(dial.error, '');
   const answer = stream.read(dial.connectID, 64, 60_000);
@@ -216,8 +207,7 @@ test.serial('CONNECT: 200 concurrent connections each echo their own data', asyn
 test.serial('gRPC frontend: 200 concurrent connections over 4 streams each echo their own data', async (t) => {
   const { server } = t.context;
   const echo = await startEchoBackend(t);
-  const streams = Array.from({ length: 4 }, () => new ProxyStream(`unix://${server.uds}`));
-  t.teardown(() => streams.forEach((s) => s.cancel()));
+  const streams = Array.from({ length: 4 }, () => frontendProxyStream(t, server));
   const N = 200;
   const results = await Promise.all(
     Array.from({ length: N }, async (_, i) => {
@@ -225,9 +215,7 @@ test.serial('gRPC frontend: 200 concurrent connections over 4 streams each echo 
       const dial = await stream.dial(echo.address, 30_000);
       if (dial.error) return false;
       const data = Buffer.concat([Buffer.from(`stream ${i % 4} connection ${i}:`), randomBytes(8 * 1024 + i * 61)]);
-      const reading = stream.read(dial.connectID, data.length, 30_000);
-      await stream.write(dial.connectID, data);
-      const same = (await reading).equals(data);
+      const same = await stream.echoes(dial.connectID, data, 30_000);
       const closed = await stream.closeConnection(dial.connectID, 15_000);
       return same && closed.error === '';
     }),

@@ -7,14 +7,13 @@
 import test, { type ExecutionContext } from 'ava';
 import { createHash, randomBytes } from 'node:crypto';
 import {
-  connectThrough,
-  makeWorkspace,
   readExactly,
   receiveAtLeast,
   scrapeMetrics,
   startFirehoseBackend,
-  startPair,
+  startProxy,
   startSinkBackend,
+  tunnelThrough,
   waitMetrics,
   writeAll,
   type KanalServerProcess,
@@ -27,8 +26,7 @@ const DEFAULT_MAX_WINDOW = 4 * MiB;
 /** Downloads 32 MiB from a node-side firehose; returns the server's window growth while the connection is still open. */
 async function growthDuringDownload(t: ExecutionContext, server: KanalServerProcess): Promise<number> {
   const firehose = await startFirehoseBackend(t);
-  const s = await connectThrough(server, firehose.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, firehose.address);
   await receiveAtLeast(s, 32 * MiB, 60_000);
   const growth = (await scrapeMetrics(server.healthPort)).get('kanal_server_window_growth_bytes');
   s.destroy();
@@ -37,8 +35,7 @@ async function growthDuringDownload(t: ExecutionContext, server: KanalServerProc
 }
 
 test('a bulk download grows the server-side windows, up to the 4 MiB default, and gives the growth back on close', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server } = await startPair(t, ws);
+  const { server } = await startProxy(t);
   t.is((await scrapeMetrics(server.healthPort)).get('kanal_server_window_growth_bytes'), 0, 'nothing held before');
   const growth = await growthDuringDownload(t, server);
   t.log(`window growth held by the server during a 32 MiB download: ${growth} B`);
@@ -48,18 +45,15 @@ test('a bulk download grows the server-side windows, up to the 4 MiB default, an
 });
 
 test('--max-connection-window 1048576 on the server keeps every window at 1 MiB', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server } = await startPair(t, ws, { server: { extraArgs: ['--max-connection-window', '1048576'] } });
+  const { server } = await startProxy(t, { server: { extraArgs: ['--max-connection-window', '1048576'] } });
   t.is(await growthDuringDownload(t, server), 0);
 });
 
 test('a bulk upload grows the agent-side windows; closing gives the growth back', async (t) => {
-  const ws = await makeWorkspace(t);
-  const { server, agent } = await startPair(t, ws);
+  const { server, agent } = await startProxy(t);
   const size = 32 * MiB;
   const sink = await startSinkBackend(t, size);
-  const s = await connectThrough(server, sink.address);
-  t.teardown(() => void s.destroy());
+  const s = await tunnelThrough(t, server, sink.address);
   const payload = randomBytes(size);
   const digest = readExactly(s, 64, 60_000);
   await writeAll(s, payload);

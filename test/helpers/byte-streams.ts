@@ -75,7 +75,6 @@ export async function writeAll(s: NodeJS.WritableStream & { destroyed?: boolean 
   }
 }
 
-/** Reads until `n` bytes arrived; rejects on close/error/timeout first. */
 /**
  * Resolves once `s` has delivered at least `n` bytes (bounded by timeoutMs),
  * keeping none of them; it goes on reading (and discarding) afterwards, and
@@ -107,6 +106,7 @@ export function receiveAtLeast(s: net.Socket, n: number, timeoutMs: number): Pro
   });
 }
 
+/** Reads until `n` bytes arrived (pushing back any beyond them); rejects on close/error/timeout first. */
 export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, timeoutMs: number): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];

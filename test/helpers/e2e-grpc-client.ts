@@ -135,6 +135,13 @@ export class ProxyStream {
     return Buffer.concat(parts);
   }
 
+  /** Writes `data` on connectID (dialled to an echo backend) and reads as many bytes back: whether they are the same. */
+  async echoes(connectID: number, data: Buffer, timeoutMs: number): Promise<boolean> {
+    const reading = this.read(connectID, data.length, timeoutMs);
+    await this.write(connectID, data);
+    return (await reading).equals(data);
+  }
+
   /**
    * Reads `n` bytes of connectID's DATA and resolves with their sha256. With
    * `bytesPerSecond` the call is paused whenever it is ahead of that pace, so

@@ -8,9 +8,10 @@ import net from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import type { AgentCredential } from '../../kit/pki/throwaway-pki.js';
+import type { Scope } from '../../kit/launch/cleanup-scope.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 import { ProxyStream } from './e2e-grpc-client.js';
-import { readToEnd, waitClosed } from './byte-streams.js';
+import { echoRoundTrip, readToEnd, waitClosed } from './byte-streams.js';
 import type { KanalServerProcess } from './kanal-children.js';
 import type { Workspace } from './workspace.js';
 
@@ -18,6 +19,23 @@ import type { Workspace } from './workspace.js';
 export async function connectThrough(server: KanalServerProcess, address: string, timeoutMs = 15_000): Promise<net.Socket> {
   const s = await connectUnix(server.uds);
   return httpConnect(s, address, timeoutMs);
+}
+
+/** connectThrough, the tunnelled socket destroyed by the scope. */
+export async function tunnelThrough(scope: Scope, server: KanalServerProcess, address: string, timeoutMs?: number): Promise<net.Socket> {
+  const s = await connectThrough(server, address, timeoutMs);
+  scope.teardown(() => void s.destroy());
+  return s;
+}
+
+/** A fresh CONNECT to an echo backend at `address`: whether `data` came back (the socket is closed either way). */
+export async function echoesThrough(server: KanalServerProcess, address: string, data: Buffer): Promise<boolean> {
+  const s = await connectThrough(server, address);
+  try {
+    return await echoRoundTrip(s, data);
+  } finally {
+    s.destroy();
+  }
 }
 
 /**
@@ -64,11 +82,20 @@ export function tlsToFrontendRaw(server: KanalServerProcess, ws: Workspace): Pro
   });
 }
 
-/** A gRPC ProxyService stream to a server's frontend (Unix socket, or mTLS TCP with the frontend client certificate). */
-export function frontendProxyStream(server: KanalServerProcess, ws: Workspace): ProxyStream {
-  if (server.uds) return new ProxyStream(`unix://${server.uds}`);
+/**
+ * A gRPC ProxyService stream to a server's frontend, cancelled by the scope:
+ * its Unix socket, or mTLS TCP with the workspace's frontend client certificate.
+ */
+export function frontendProxyStream(scope: Scope, server: Pick<KanalServerProcess, 'uds' | 'frontendPort'>, ws?: Workspace): ProxyStream {
+  const stream = server.uds ? new ProxyStream(`unix://${server.uds}`) : tlsProxyStream(server.frontendPort, ws);
+  scope.teardown(() => stream.cancel());
+  return stream;
+}
+
+function tlsProxyStream(port: number, ws: Workspace | undefined): ProxyStream {
+  if (!ws) throw new Error('a gRPC stream to a TCP frontend needs the workspace (its frontend client certificate)');
   const { pki } = ws;
-  return new ProxyStream(`127.0.0.1:${server.frontendPort}`, {
+  return new ProxyStream(`127.0.0.1:${port}`, {
     credentials: grpc.credentials.createSsl(fs.readFileSync(pki.frontendCaCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert)),
     channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
   });

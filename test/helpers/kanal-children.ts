@@ -9,7 +9,6 @@ import type { Child } from '../../kit/launch/child.js';
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
 import { freePort, runKanal, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
 import { run, type RunResult } from '../../kit/launch/run-to-end.js';
-import { waitStatus } from './probes.js';
 import type { Workspace } from './workspace.js';
 
 export interface ServerSpec {
@@ -138,18 +137,6 @@ export async function startAgent(scope: Scope, ws: Workspace, server: Pick<Kanal
     if (spec.waitReady ?? true) await waitHealthy(proc, readyzUrl(), 20_000);
     return Object.assign(proc, { agentID, healthPort, adminPort, readyzUrl });
   });
-}
-
-/** Server plus one connected agent, both ready. */
-export async function startPair(
-  scope: Scope,
-  ws: Workspace,
-  spec: { server?: ServerSpec; agent?: AgentSpec } = {},
-): Promise<{ server: KanalServerProcess; agent: KanalAgentProcess }> {
-  const server = await startServer(scope, ws, spec.server);
-  const agent = await startAgent(scope, ws, server, spec.agent);
-  await waitStatus(server.readyzUrl(), 200, 10_000);
-  return { server, agent };
 }
 
 // ---------- the real CLI, one-shot ----------

@@ -1,5 +1,5 @@
 /**
- * Token authentication and lease counting across the mixed pairings (#14):
+ * Token authentication and lease counting across the mixed pairings:
  * upstream v0.36's proxy-agent authenticates to Kanal servers with its
  * service account token and counts them by their leases; a Kanal agent does
  * the same against upstream proxy-servers. Both through the Kubernetes API

@@ -1,5 +1,5 @@
 /**
- * Upstream Konnectivity's command line and metric names (#14 must-haves 5-7):
+ * Upstream Konnectivity's command line and metric names (docs/upstream-flags.md, docs/metrics.md):
  * every flag of upstream v0.36's own `--help` is accepted, the argument lists
  * of Kubernetes' "Set up Konnectivity service" manifests run, the admin port
  * serves /metrics and (only when enabled) profiles, and every upstream
@@ -12,8 +12,8 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { serverFlags } from '../../src/cli/server-command.js';
-import { agentFlags } from '../../src/cli/agent-command.js';
+import { serverSettings } from '../../src/server/config/settings.js';
+import { agentSettings } from '../../src/agent/settings.js';
 import { freePort, httpGet, makeWorkspace, runCli, spawnKanal, startHttpBackend, startServer, waitHealthy, waitStatus, withPortRetry, type Workspace } from '../helpers/kanal-processes.js';
 import { runUpstreamTestClient, upstreamBinaries, upstreamUnavailableReason } from '../helpers/upstream.js';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
@@ -103,8 +103,8 @@ function ignoredFlags(flags: Readonly<Record<string, object>>): string[] {
 }
 
 const COMMANDS = [
-  { command: 'server', binary: () => upstreamBinaries().proxyServer, kanal: serverFlags },
-  { command: 'agent', binary: () => upstreamBinaries().proxyAgent, kanal: agentFlags },
+  { command: 'server', binary: () => upstreamBinaries().proxyServer, kanal: serverSettings },
+  { command: 'agent', binary: () => upstreamBinaries().proxyAgent, kanal: agentSettings },
 ] as const;
 
 for (const c of COMMANDS) {
@@ -131,7 +131,7 @@ for (const c of COMMANDS) {
   const r = await runCli(['server', '--dry-run', ...base, ...args], 30_000);
   t.is(r.code, 0, r.stderr);
   const config = JSON.parse(r.stdout) as { notices: string[]; logLevel: string; backendDialTimeoutMs: number; admin: { host: string; port: number; profiling: boolean }; tls: { minVersion: string; ciphers: string } };
-  const given = ignoredFlags(serverFlags).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
+  const given = ignoredFlags(serverSettings).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
   t.true(given.length >= 15, `${given.length} ignored flags given`);
   for (const n of given) t.is(config.notices.filter((m) => m.startsWith(`--${n} ignored: `)).length, 1, `one notice for --${n}`);
   t.true(config.notices.some((m) => m.startsWith('--backend-dial-timeout 0s: ')), 'upstream\'s "no timeout" is named');
@@ -151,7 +151,7 @@ for (const c of COMMANDS) {
   const r = await runCli(['agent', '--dry-run', ...base, ...args], 30_000);
   t.is(r.code, 0, r.stderr);
   const config = JSON.parse(r.stdout) as { notices: string[]; logLevel: string; health: { host: string }; admin: { host: string; port: number }; server: { alpnProtocols: string[] } };
-  const given = ignoredFlags(agentFlags).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
+  const given = ignoredFlags(agentSettings).filter((n) => args.some((a) => a.startsWith(`--${n}=`) || a === `--${n}`));
   t.true(given.length >= 15, `${given.length} ignored flags given`);
   for (const n of given) t.is(config.notices.filter((m) => m.startsWith(`--${n} ignored: `)).length, 1, `one notice for --${n}`);
   t.is(config.logLevel, 'debug');
@@ -182,7 +182,7 @@ test('unknown flags stay refused; upstream values Kanal will not serve are refus
   t.regex(agentBadAlpn.stderr, /--alpn-proto "a b": 1-255 printable characters without spaces/);
 });
 
-/** Upstream's metric names (#14 must-have 7, v0.36's pkg/server/metrics and pkg/agent/metrics). */
+/** Upstream's metric names (v0.36's pkg/server/metrics and pkg/agent/metrics). */
 const SERVER_METRICS = [
   'dial_duration_seconds', 'frontend_write_duration_seconds', 'grpc_connections', 'http_connections', 'ready_backend_connections',
   'ready_backends', 'pending_backend_dials', 'established_connections', 'full_receive_channels', 'dial_failure_count',

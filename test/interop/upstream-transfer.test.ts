@@ -1,5 +1,5 @@
 /**
- * No byte lost with upstream peers (#12): upstream Konnectivity has no
+ * No byte lost with upstream peers: upstream Konnectivity has no
  * per-connection flow control, so a reader slower than the sender must be
  * met with back-pressure (the stream pauses, as upstream does), never by
  * closing the connection. 32 MiB each way, fast readers and readers at

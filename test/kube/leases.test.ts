@@ -1,5 +1,5 @@
 /**
- * Lease-based server counting (#14) against the API stand-in with the RBAC
+ * Lease-based server counting against the API stand-in with the RBAC
  * Kanal ships: servers' lease controllers create, renew, collect and delete
  * their Leases as upstream v0.36 does; an agent's lease counter follows them
  * through conflicts, watch drops and stalls and an API outage. Durations are
@@ -11,7 +11,7 @@ import path from 'node:path';
 import { KubeApi } from '../../src/kube/kube-api.js';
 import { loadKubeConfig } from '../../src/kube/kube-config.js';
 import { LabelSelector, parseLabels } from '../../src/kube/labels.js';
-import { ServerLeaseController, type ServerLeaseControllerOptions } from '../../src/server/lease-controller.js';
+import { ServerLeaseController, type ServerLeaseControllerOptions } from '../../src/server/leases/lease-controller.js';
 import { ServerLeaseCounter, type ServerLeaseCounterOptions } from '../../src/agent/server-lease-counter.js';
 import { parseServerCountSource, serverCount } from '../../src/agent/server-count.js';
 import { memoryLogger, shippedRbac, startKubeApi, waitUntil, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';

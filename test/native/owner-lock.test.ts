@@ -1,5 +1,5 @@
 /**
- * The owner lock (#11 finding 10): one live holder per resource, a second
+ * The owner lock: one live holder per resource, a second
  * taker is told who holds it, and the kernel frees it when the holder dies,
  * even by SIGKILL. Abstract Unix sockets only: nothing on disk, no network
  * change.

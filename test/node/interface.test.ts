@@ -2,8 +2,8 @@
 // kanal0 (kind bridge) carrying ADVERTISE_IP/32 scope host, re-created after a
 // restart, gone after a clean stop; a kind the kernel lacks (dummy, here)
 // fails the start with a message that names the fallback. One owner: a second
-// agent for the same address or interface exits (#11 finding 10). Watched
-// (#12 finding 3): when the address is deleted, kanal0 set down or deleted,
+// agent for the same address or interface exits. Watched
+// (docs/operations.md): when the address is deleted, kanal0 set down or deleted,
 // the agent restores it, logs and counts it; while it cannot, /readyz says
 // not ready with the reason and kanal_agent_bind_address_ready is 0.
 

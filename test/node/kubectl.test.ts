@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { netnsUnavailableReason, run } from '../../kit/launch/netns.js';
 import { ADVERTISE_IP, AGENT_ID, KAS_PORT, createTopology, destroyAllTopologies, startAgent, startServer, type NsProcess, type Topology } from '../helpers/node-topology.js';
 import { CONFIGMAP_DATA, CONFIGMAP_NAME, KAS_GIT_VERSION } from '../helpers/kas-stand-in.js';
+import { errorMessage } from '../../src/common/error-message.js';
 
 const KUBECTL = '/usr/bin/kubectl';
 const OFF_LIST_LOCAL = 7000;
@@ -76,7 +77,7 @@ test.before(async () => {
     stack = { topo, server, agent, kas, offList, offListRelay, kubeconfig };
   } catch (err) {
     await topo.destroy(true);
-    throw new Error(`${(err as Error).message}\n(logs kept in ${topo.dir})`);
+    throw new Error(`${errorMessage(err)}\n(logs kept in ${topo.dir})`);
   }
 });
 

@@ -21,6 +21,7 @@ import protobuf from 'protobufjs';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
 import { Wakeup } from '../helpers/wakeup.js';
 import { ADVERTISE_IP, AGENT_HEALTH_PORT, AGENT_ID, AGENT_PORT, KAS_PORT, createTopology, destroyAllTopologies, startAgent, type NsProcess, type Topology } from '../helpers/node-topology.js';
+import { errorMessage } from '../../src/common/error-message.js';
 
 const UPSTREAM_SERVER_ID = 'upstream-konnectivity-0';
 const NODE_ECHO_PORT = 9000;
@@ -176,7 +177,7 @@ test.before(async () => {
   } catch (err) {
     await tp.destroy(true);
     topo = undefined;
-    throw new Error(`${(err as Error).message}\n(logs kept in ${tp.dir})`);
+    throw new Error(`${errorMessage(err)}\n(logs kept in ${tp.dir})`);
   }
 });
 

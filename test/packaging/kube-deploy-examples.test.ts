@@ -1,6 +1,6 @@
 /**
  * deploy/kubernetes/: the DaemonSet-with-token agent and the HA lease server
- * (#14) are what docs/kubernetes-api.md shows; their command lines must be
+ * are what docs/kubernetes-api.md shows; their command lines must be
  * accepted by the CLI as written (only the files they name are absent here).
  */
 import test from 'ava';

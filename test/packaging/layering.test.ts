@@ -1,14 +1,16 @@
 /**
- * The folder tree is the architecture (#13): each folder is a layer and
- * imports only from the layers below it, never from a layer above nor from
- * another folder of its own layer. LAYERS is the one place the order is
- * written (docs/architecture.md explains it); a new folder must be placed
- * in it before anything in it can pass.
+ * The folder tree is the architecture: each folder is a layer and imports
+ * only from the layers below it, never from a layer above nor from another
+ * folder of its own layer. LAYERS is the one place the order is written
+ * (docs/architecture.md explains it); a new folder must be placed in it
+ * before anything in it can pass. Within a folder, files import each other
+ * in one direction only: no circle of imports (import-graph.ts).
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
+import { IMPORT, importCircles, importGraph } from './import-graph.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
@@ -16,6 +18,10 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 const LAYERS: readonly (readonly string[])[] = [
   ['native', 'src/wire'],
   ['src/common'],
+  // Kanal's own terms that server and agent share: metrics and their label values, refusals, dial results.
+  ['src/domain'],
+  // The vocabulary of settings (a setting's kinds, its table's derived views); each command's table sits beside what it configures.
+  ['src/settings'],
   ['src/transport'],
   ['src/tunnel'],
   ['src/kube'],
@@ -28,12 +34,63 @@ const LAYERS: readonly (readonly string[])[] = [
   ['kit/demo'],
 ];
 
+/**
+ * Rooms of a folder, bottom first, like LAYERS one level down: a file in a
+ * room imports only from lower rooms or its own ('.' is the folder's own
+ * files). Every subfolder must be placed.
+ */
+const ROOMS: Readonly<Record<string, readonly (readonly string[])[]>> = {
+  'src/server': [
+    // Who a peer is (certificates, tokens, roles) and the server's leases: they need nothing else here.
+    ['identity', 'leases'],
+    // Which agent a dial goes to; where node -> control plane dials may go.
+    ['routing', 'destinations'],
+    // Agents joining, and the registry of those that did.
+    ['agents'],
+    // The kube-apiserver's side: HTTP CONNECT, gRPC, the Unix socket, dials through an agent.
+    ['frontends'],
+    // The assembly: KanalServer and its listeners.
+    ['.'],
+    // Settings and configuration, read by the CLI before the server is built.
+    ['config'],
+  ],
+};
+
+/** The room of `file` inside `folder` ('.' for the folder's own files). */
+function roomOf(folder: string, file: string): string {
+  const rest = file.slice(folder.length + 1);
+  return rest.includes('/') ? rest.slice(0, rest.indexOf('/')) : '.';
+}
+
+/** Every import between rooms of one folder that runs up or sideways, and every file in no room. */
+function roomViolations(files: readonly string[], read: (file: string) => string): string[] {
+  const problems: string[] = [];
+  for (const [folder, rooms] of Object.entries(ROOMS)) {
+    const rank = (room: string): number => rooms.findIndex((r) => r.includes(room));
+    for (const file of files.filter((f) => f.startsWith(`${folder}/`))) {
+      const from = roomOf(folder, file);
+      if (rank(from) < 0) {
+        problems.push(`${file}: room ${from} of ${folder} is not placed; add it to ROOMS (test/packaging/layering.test.ts)`);
+        continue;
+      }
+      for (const match of read(file).matchAll(IMPORT)) {
+        const spec = match[1]!;
+        if (!spec.startsWith('.')) continue;
+        const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
+        if (!target.startsWith(`${folder}/`)) continue;
+        const to = roomOf(folder, target);
+        if (to === from) continue;
+        if (rank(to) > rank(from)) problems.push(`${file} imports ${spec}: room ${from} is below room ${to} of ${folder}`);
+        else if (rank(to) === rank(from)) problems.push(`${file} imports ${spec}: rooms ${from} and ${to} of ${folder} are one level and must not import each other`);
+      }
+    }
+  }
+  return problems;
+}
+
 /** What the package ships (package.json "files": dist/src, dist/native). */
 const PRODUCT_ROOTS = ['src', 'native'];
 const SOURCE_ROOTS = [...PRODUCT_ROOTS, 'kit'];
-
-/** Module specifiers of static imports, re-exports and dynamic imports. */
-const IMPORT = /(?:\bfrom\s+|\bimport\s*\(\s*|\bimport\s+)['"]([^'"\s]+)['"]/g;
 
 interface Placement {
   folder: string;
@@ -87,6 +144,78 @@ test('no source file imports from a folder above its own layer', (t) => {
   const files = SOURCE_ROOTS.flatMap(sourceFiles);
   t.true(files.length > 50, `found only ${files.length} source files under ${SOURCE_ROOTS.join(', ')}`);
   t.deepEqual(layerViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+});
+
+/** One line per circle, naming its files, for the failure message. */
+function describeCircles(circles: readonly string[][]): string[] {
+  return circles.map((files) => `${files.length === 1 ? 'imports itself' : `${files.length} files import each other`}: ${files.join(' <-> ')}`);
+}
+
+test('within a folder with rooms, no file imports from a room above its own or beside it', (t) => {
+  const files = SOURCE_ROOTS.flatMap(sourceFiles);
+  t.deepEqual(roomViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+});
+
+test('the room check refuses an import up, an import sideways and a file in no room', (t) => {
+  const sources: Record<string, string> = {
+    'src/server/identity/a.ts': "import { r } from '../routing/r.js';",
+    'src/server/routing/r.ts': "import { d } from '../destinations/d.js';\nimport { a } from '../identity/a.js';",
+    'src/server/destinations/d.ts': '',
+    'src/server/attic/x.ts': '',
+    'src/server/server.ts': "import { r } from './routing/r.js';",
+  };
+  t.deepEqual(roomViolations(Object.keys(sources), (f) => sources[f]!), [
+    'src/server/identity/a.ts imports ../routing/r.js: room identity is below room routing of src/server',
+    'src/server/routing/r.ts imports ../destinations/d.js: rooms routing and destinations of src/server are one level and must not import each other',
+    'src/server/attic/x.ts: room attic of src/server is not placed; add it to ROOMS (test/packaging/layering.test.ts)',
+  ]);
+});
+
+test('no import circle between source files', (t) => {
+  const files = SOURCE_ROOTS.flatMap(sourceFiles);
+  const graph = importGraph(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8'));
+  const edges = [...graph.values()].reduce((n, to) => n + to.length, 0);
+  t.true(edges > files.length, `only ${edges} imports among ${files.length} files: is the graph read at all?`);
+  t.deepEqual(describeCircles(importCircles(graph)), []);
+});
+
+test('the circle finder finds direct, long, self and nested circles and nothing in a tree', (t) => {
+  const graph = new Map<string, string[]>([
+    // a <-> b directly; c -> d -> e -> c around; f imports itself; g, h, i form no circle (a diamond).
+    ['a.ts', ['b.ts', 'g.ts']],
+    ['b.ts', ['a.ts']],
+    ['c.ts', ['d.ts']],
+    ['d.ts', ['e.ts', 'g.ts']],
+    ['e.ts', ['c.ts']],
+    ['f.ts', ['f.ts']],
+    ['g.ts', ['h.ts', 'i.ts']],
+    ['h.ts', ['i.ts']],
+    ['i.ts', []],
+    // Two loops through j make one circle.
+    ['j.ts', ['k.ts', 'l.ts']],
+    ['k.ts', ['j.ts']],
+    ['l.ts', ['j.ts']],
+  ]);
+  t.deepEqual(importCircles(graph), [['a.ts', 'b.ts'], ['c.ts', 'd.ts', 'e.ts'], ['f.ts'], ['j.ts', 'k.ts', 'l.ts']]);
+  t.deepEqual(importCircles(new Map([['g.ts', ['h.ts', 'i.ts']], ['h.ts', ['i.ts']], ['i.ts', []]])), []);
+  t.deepEqual(describeCircles([['a.ts', 'b.ts'], ['f.ts']]), ['2 files import each other: a.ts <-> b.ts', 'imports itself: f.ts']);
+});
+
+test('the import graph resolves relative specifiers of every form to files, and leaves packages out', (t) => {
+  const sources: Record<string, string> = {
+    'src/server/a.ts': "import type { B } from './b.js';\nexport { c } from '../common/c.js';\nimport pino from 'pino';",
+    'src/server/b.ts': "const a = await import('./a.js');\nimport {\n  d,\n} from './sub/index.js';",
+    'src/common/c.ts': "import { gone } from './missing.js';",
+    'src/server/sub/index.ts': '',
+  };
+  const graph = importGraph(Object.keys(sources), (f) => sources[f]!);
+  t.deepEqual(Object.fromEntries(graph), {
+    'src/server/a.ts': ['src/server/b.ts', 'src/common/c.ts'],
+    'src/server/b.ts': ['src/server/a.ts', 'src/server/sub/index.ts'],
+    'src/common/c.ts': [],
+    'src/server/sub/index.ts': [],
+  });
+  t.deepEqual(importCircles(graph), [['src/server/a.ts', 'src/server/b.ts']]);
 });
 
 test('runtime dependencies are exactly the packages the shipped code imports', (t) => {

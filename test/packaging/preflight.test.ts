@@ -251,7 +251,7 @@ test.serial('--bind-interface-type none: the agent must be able to listen on the
   const r = await kanal(checkArgs(f, { 'bind-address': '10.200.0.77', 'bind-interface-type': 'none' }, ['--target', `16443:127.0.0.1:${f.allowedPort}`]));
   assertFails(t, r, 'bind-address', /10\.200\.0\.77 is not an address of this host \(EADDRNOTAVAIL\), and --bind-interface-type none means the agent does not add it/);
   t.is(line(r, 'CAP_NET_ADMIN')?.status, 'SKIP');
-  // 127.0.0.2 is on no interface (lo carries 127.0.0.1/8), yet the agent serves it with "none" (#12 finding 6).
+  // 127.0.0.2 is on no interface (lo carries 127.0.0.1/8), yet the agent serves it with "none".
   for (const address of ['127.0.0.1', '127.0.0.2']) {
     const ok = await kanal(checkArgs(f, { 'bind-address': address, 'bind-interface-type': 'none' }, ['--target', `16443:127.0.0.1:${f.allowedPort}`]));
     t.is(line(ok, 'bind-address')?.status, 'PASS', ok.stdout);

@@ -6,7 +6,7 @@
 import test from 'ava';
 import { mkdir, readFile, readdir, writeFile, chmod } from 'node:fs/promises';
 import path from 'node:path';
-import { agentFlags } from '../../src/cli/agent-command.js';
+import { agentSettings } from '../../src/agent/settings.js';
 import { parseAgentFlags } from '../../src/cli/install/agent-flags.js';
 import { unitDropIn, RESTART_BACKOFF_SYSTEMD } from '../../src/cli/install/node-plan.js';
 import { parseDuration } from '../../src/common/duration.js';
@@ -122,7 +122,7 @@ test('kanal-agent.service: ordering, restart, notify, env file, credentials, har
   t.is(s('ExecStart'), '/usr/local/bin/kanal agent $KANAL_AGENT_FLAGS');
   t.truthy(s('WatchdogSec'));
   // Stop timeout covers the default drain period.
-  const grace = parseDuration(agentFlags['shutdown-grace-period'].default) / 1000;
+  const grace = parseDuration(agentSettings['shutdown-grace-period'].default ?? '') / 1000;
   t.true(seconds(s('TimeoutStopSec')!) > grace, `TimeoutStopSec ${s('TimeoutStopSec')} > --shutdown-grace-period ${grace}s`);
   // Least privilege.
   t.is(s('CapabilityBoundingSet'), 'CAP_NET_ADMIN');

@@ -1,11 +1,11 @@
 /**
- * The CONNECT frontend's request head parser (#15): every prefix of a valid
+ * The CONNECT frontend's request head parser: every prefix of a valid
  * head asks for more, every split of it into two chunks gives the same head
  * and the same bytes after it, a head beyond the cap is 431 however it
  * arrives, and malformed lines are 400 with the code Node's parser used.
  */
 import test from 'ava';
-import { RequestHeadParser, type HeadVerdict } from '../../src/server/request-head.js';
+import { RequestHeadParser, type HeadVerdict } from '../../src/server/frontends/request-head.js';
 
 const MAX = 16 * 1024;
 const HEAD = 'CONNECT 10.0.0.1:10250 HTTP/1.1\r\nHost: 10.0.0.1:10250\r\nUser-Agent: kube-apiserver\r\nX-Empty:\r\nX-Tab:\tv a l\r\n\r\n';

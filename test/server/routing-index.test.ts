@@ -1,5 +1,5 @@
 /**
- * The router's per-dial work (#15): routing reads only the agents a strategy
+ * The router's per-dial work: routing reads only the agents a strategy
  * allows, from an index the registry keeps as tunnels come and go, and picks
  * exactly as before. The oracle below is the previous router (it filtered
  * every agent on every dial); random registries and routes must get the same
@@ -8,39 +8,27 @@
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
 import test from 'ava';
-import { AgentRegistry, type AgentBackend } from '../../src/server/agent-registry.js';
+import { AgentRegistry } from '../../src/server/agents/agent-registry.js';
+import type { AgentBackend } from '../../src/server/routing/agent-backend.js';
 import type { Route, RouteOutcome } from '../../src/server/routing/router.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
 import type { Tunnel } from '../../src/tunnel/tunnel.js';
 import { canonicalHost, parseAgentIdentifiers, prefixContains } from '../../src/wire/agent-identifiers.js';
 import type { Liveness, LivenessEvents } from '../../src/transport/liveness.js';
 
-/** The tunnel state routing reads, counting the reads. */
+/** The tunnel state routing reads (Tunnel's read-only views, derived as Tunnel derives them), counting the reads. */
 class FakeTunnel {
   reads = 0;
-  private state = { closed: false, drainRequested: false, readPaused: false };
+  /** What the test sets. */
+  readonly state = { closed: false, drainRequested: false, readPaused: false };
   constructor(private readonly connections: number) {}
-  private read<K extends keyof FakeTunnel['state']>(key: K): boolean {
+  get isOpen(): boolean {
     this.reads++;
-    return this.state[key];
+    return !this.state.closed;
   }
-  get closed(): boolean {
-    return this.read('closed');
-  }
-  set closed(v: boolean) {
-    this.state.closed = v;
-  }
-  get drainRequested(): boolean {
-    return this.read('drainRequested');
-  }
-  set drainRequested(v: boolean) {
-    this.state.drainRequested = v;
-  }
-  get readPaused(): boolean {
-    return this.read('readPaused');
-  }
-  set readPaused(v: boolean) {
-    this.state.readPaused = v;
+  get preferredForDials(): boolean {
+    this.reads++;
+    return !this.state.closed && !this.state.drainRequested && !this.state.readPaused;
   }
   get load(): number {
     this.reads++;
@@ -82,12 +70,15 @@ function fakeBackend(agentID: string, credential: string, identifiers: string, l
   return { backend, tunnel, liveness };
 }
 
-// ---- The oracle: the previous router, every agent filtered per dial. ----
+// ---- The oracle: the previous router, every agent filtered per dial (it reads what the test set). ----
+function fakeState(b: AgentBackend): FakeTunnel['state'] {
+  return (b.tunnel as unknown as FakeTunnel).state;
+}
 function oracleQuiet(b: AgentBackend): boolean {
-  return b.tunnel.closed || b.liveness?.quiet === true;
+  return fakeState(b).closed || b.liveness?.quiet === true;
 }
 function oracleFresh(b: AgentBackend): boolean {
-  return !b.tunnel.drainRequested && !b.tunnel.readPaused;
+  return !fakeState(b).drainRequested && !fakeState(b).readPaused;
 }
 function oracleLoad(b: AgentBackend): number {
   return b.tunnel.load;
@@ -129,7 +120,7 @@ type OracleOutcome = { ok: true; among: AgentBackend[]; strategy: ProxyStrategy;
 function oracle(agents: AgentBackend[][], r: Route): OracleOutcome {
   const candidates: AgentBackend[] = [];
   for (const tunnels of agents) {
-    const open = tunnels.filter((b) => !b.tunnel.closed);
+    const open = tunnels.filter((b) => !fakeState(b).closed);
     const choice = open.find((b) => !oracleQuiet(b)) ?? open[open.length - 1];
     if (choice) candidates.push(choice);
   }
@@ -188,10 +179,10 @@ function setUp(rand: () => number): { registry: AgentRegistry; agents: AgentBack
     const tunnels: AgentBackend[] = [];
     for (let k = rand() < 0.3 ? 2 : 1; k > 0; k--) {
       const fake = fakeBackend(`agent-${i}`, credential, identifiers, Math.floor(rand() * 3));
-      fake.tunnel.closed = rand() < 0.1;
+      fake.tunnel.state.closed = rand() < 0.1;
       fake.liveness.quiet = rand() < 0.2;
-      fake.tunnel.drainRequested = rand() < 0.15;
-      fake.tunnel.readPaused = rand() < 0.1;
+      fake.tunnel.state.drainRequested = rand() < 0.15;
+      fake.tunnel.state.readPaused = rand() < 0.1;
       registry.add(fake.backend);
       tunnels.push(fake.backend);
       fakes.push(fake);

@@ -1,5 +1,5 @@
 /**
- * --proxy-strategies (#14): which agent a control plane -> node dial goes to,
+ * --proxy-strategies (docs/routing.md): which agent a control plane -> node dial goes to,
  * with a real server and real agents in process (mTLS, gRPC, loopback). Echo
  * servers on distinct loopback addresses stand for distinct nodes; every
  * agent reaches all of them, so only routing decides who carries a dial.

@@ -184,7 +184,7 @@ test('agent.stop(grace) sends DRAIN: the server prefers the other agent, and the
   t.true(replies.every((r) => r.status === 200));
   t.is(backendOf('node-b')!.tunnel.stats().connections, 8);
   t.is(backendOf('node-a')!.tunnel.stats().connections, 1, 'only the held connection');
-  // DRAIN means "prefer others": a draining agent still serves a dial it is asked for (#12 finding 2).
+  // DRAIN means "prefer others": a draining agent still serves a dial it is asked for (docs/operations.md).
   const direct = await dialStream(backendOf('node-a')!.tunnel, echo.address, { timeoutMs: 5000 });
   t.is(await echoRoundTrip(direct, 'direct'), 'direct');
   await closeSocket(direct);
@@ -254,7 +254,7 @@ test('the server refuses agent streams without exactly one agentID (INVALID_ARGU
   const badIdentifiers = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'planet=mars' }, 5000));
   t.is((badIdentifiers as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
   t.regex(badIdentifiers!.message, /unknown agent identifier "planet"/);
-  // A malformed value would silently misroute: refused as well, naming it (#14).
+  // A malformed value would silently misroute: refused as well, naming it.
   const badCidr = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'cidr=10.0.0.0/40' }, 5000));
   t.is((badCidr as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
   t.regex(badCidr!.message, /cidr "10\.0\.0\.0\/40" is not an address block/);

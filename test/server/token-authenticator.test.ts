@@ -1,5 +1,5 @@
 /**
- * Server-side agent authentication by service account token (#14), through
+ * Server-side agent authentication by service account token, through
  * @kubernetes/client-node against the API stand-in with the RBAC Kanal ships:
  * who is accepted, every refusal and its reason, an API that is down, slow or
  * refusing the server, and that one slow review never stalls the others.
@@ -7,7 +7,7 @@
 import test from 'ava';
 import type { ExecutionContext } from 'ava';
 import type { KubeApiOptions } from '../../src/kube/kube-api.js';
-import { TokenAuthenticator, type TokenAuthenticatorOptions, type TokenAuthentication } from '../../src/server/token-authenticator.js';
+import { TokenAuthenticator, type TokenAuthenticatorOptions, type TokenAuthentication } from '../../src/server/identity/token-authenticator.js';
 import { shippedRbac, startKubeApi, waitUntil, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';
 import type { ServiceAccountTokenSpec } from '../helpers/kube-stand-in/tokens.js';
 

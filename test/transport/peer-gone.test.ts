@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { closeWhenPeerGone } from '../../src/transport/peer-gone-watch.js';
 import { socketFd } from '../../native/socket-buffers.js';
 import { TCP_CLOSE, TCP_CLOSE_WAIT, TCP_ESTABLISHED, tcpState } from '../../native/tcp-state.js';
+import { errorMessage } from '../../src/common/error-message.js';
 
 const INTERVAL_MS = 100;
 
@@ -67,7 +68,7 @@ test('a reset that Node does not see (socket not polled) closes the socket withi
   control!.client.resetAndDestroy();
   const result = await closedWith(watched!.unread, 20 * INTERVAL_MS);
   t.true(result instanceof Error, `closed with an error, got ${String(result)}`);
-  t.regex((result as Error).message, /connection reset or closed \(seen in the kernel's TCP state\)/);
+  t.regex(errorMessage(result), /connection reset or closed \(seen in the kernel's TCP state\)/);
   t.deepEqual(reasons, ['connection reset or closed']);
 
   // The same situation without the watch: Node never finds out.
@@ -87,7 +88,7 @@ test('a FIN still unread an interval later closes the socket; a healthy idle one
   for (let i = 0; i < 50 && tcpState(socketFd(finished!.unread)) !== TCP_CLOSE_WAIT && !finished!.unread.destroyed; i++) await sleep(10);
   const result = await closedWith(finished!.unread, 20 * INTERVAL_MS);
   t.true(result instanceof Error, `closed with an error, got ${String(result)}`);
-  t.regex((result as Error).message, /peer closed its side/);
+  t.regex(errorMessage(result), /peer closed its side/);
 
   await sleep(5 * INTERVAL_MS);
   t.false(healthy!.unread.destroyed, 'an idle connection with a live peer stays open');

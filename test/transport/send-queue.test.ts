@@ -1,7 +1,7 @@
 /**
  * The h2 transport's send side (src/transport/h2/send-queue.ts): control
  * packets and other connections' first bytes go ahead of bulk DATA still in
- * our own buffers (#15, a dial next to a download), and packets of one
+ * our own buffers (a dial next to a download), and packets of one
  * connection never change order. First on a fake stream that takes bytes
  * when told, then end to end over node:http2.
  */

@@ -1,5 +1,5 @@
 /**
- * Cancel, the dial path's light stand-in for AbortController (#15): the
+ * Cancel, the dial path's light stand-in for AbortController: the
  * same observable behaviour as an AbortSignal for the calls the dial path
  * makes, checked side by side with the real thing.
  */

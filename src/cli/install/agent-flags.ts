@@ -9,6 +9,7 @@ import yargs from 'yargs';
 import { agentBuilder, validateAgentArgs, type AgentArgs } from '../agent-command.js';
 import type { AgentConfig } from '../../agent/config.js';
 import { UsageError } from '../../common/usage-error.js';
+import { errorMessage } from '../../common/error-message.js';
 
 /** Flags that make no sense in a unit's command line. */
 const FORBIDDEN = new Set(['dry-run', 'check', 'help', 'version']);
@@ -52,7 +53,7 @@ export function parseAgentFlags(words: readonly string[]): AgentFlagSet {
       })
       .parseSync() as AgentArgs & { _: (string | number)[] };
   } catch (err) {
-    throw new UsageError(`agent flags: ${(err as Error).message}`);
+    throw new UsageError(`agent flags: ${errorMessage(err)}`);
   }
   const positional = parsed._;
   if (positional.length > 0) throw new UsageError(`agent flags: unexpected argument(s) ${positional.map((p) => JSON.stringify(String(p))).join(', ')}`);
@@ -60,7 +61,7 @@ export function parseAgentFlags(words: readonly string[]): AgentFlagSet {
   try {
     config = validateAgentArgs(parsed);
   } catch (err) {
-    throw new UsageError(`agent flags: ${(err as Error).message}`);
+    throw new UsageError(`agent flags: ${errorMessage(err)}`);
   }
   for (const flag of FILE_FLAGS) {
     const value = parsed[flag];

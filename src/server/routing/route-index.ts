@@ -1,19 +1,23 @@
 /**
- * What routing needs, kept as tunnels come and go (#15): each agent's
+ * What routing needs, kept as tunnels come and go: each agent's
  * tunnels, and who announces which destination, so a dial looks up the few
  * agents a strategy allows instead of filtering every agent's identifiers.
  * Identifiers are fixed when a tunnel is admitted, so the index never goes stale.
+ * The registry (agent-registry.ts) tells it of every tunnel that comes and goes.
  */
-import type { AgentBackend } from '../agent-registry.js';
+import type { AgentBackend } from './agent-backend.js';
 
 export class RouteIndex {
   /**
-   * One entry per agent: its open and closing tunnels, oldest first (the
-   * registry's own arrays). Invariant: no empty array; exactly the registry's agents.
+   * One entry per agent: its open and closing tunnels, oldest first.
+   * Invariant: no empty array; exactly the agents of the tunnels added and
+   * not removed, each array the one `byAgent` and `agentOf` hold for it.
    */
   readonly agents = new Set<readonly AgentBackend[]>();
-  /** Each tunnel's agent entry. */
-  private readonly agentOf = new Map<AgentBackend, readonly AgentBackend[]>();
+  /** An agent is its credential plus the agentID it announces: credential key -> agentID -> its array; no empty maps. */
+  private readonly byAgent = new Map<string, Map<string, AgentBackend[]>>();
+  /** Each tunnel's agent array. */
+  private readonly agentOf = new Map<AgentBackend, AgentBackend[]>();
   /** Canonical host name, IPv4 or IPv6 address -> the tunnels announcing it; no empty sets. */
   private readonly byHost = new Map<string, Set<AgentBackend>>();
   /** Tunnels announcing at least one cidr. */
@@ -21,9 +25,17 @@ export class RouteIndex {
   /** Tunnels announcing default-route=true. */
   readonly defaultRoute = new Set<AgentBackend>();
 
-  /** `tunnels`: the array of `backend`'s agent (already holding it). */
-  add(backend: AgentBackend, tunnels: readonly AgentBackend[]): void {
-    this.agents.add(tunnels);
+  /** Adds a tunnel, the newest of its agent; adding one already held does nothing. */
+  add(backend: AgentBackend): void {
+    if (this.agentOf.has(backend)) return;
+    let ofCredential = this.byAgent.get(backend.credential.key);
+    if (!ofCredential) this.byAgent.set(backend.credential.key, (ofCredential = new Map()));
+    let tunnels = ofCredential.get(backend.agentID);
+    if (tunnels) tunnels.push(backend);
+    else {
+      ofCredential.set(backend.agentID, (tunnels = [backend]));
+      this.agents.add(tunnels);
+    }
     this.agentOf.set(backend, tunnels);
     const ids = backend.identifiers;
     for (const host of new Set([...ids.hosts, ...ids.ipv4, ...ids.ipv6])) {
@@ -35,12 +47,17 @@ export class RouteIndex {
     if (ids.defaultRoute) this.defaultRoute.add(backend);
   }
 
-  /** `agentGone`: `backend` was its agent's last tunnel. */
-  remove(backend: AgentBackend, agentGone: boolean): void {
+  remove(backend: AgentBackend): void {
     const tunnels = this.agentOf.get(backend);
     if (!tunnels) return;
     this.agentOf.delete(backend);
-    if (agentGone) this.agents.delete(tunnels);
+    tunnels.splice(tunnels.indexOf(backend), 1);
+    if (tunnels.length === 0) {
+      this.agents.delete(tunnels);
+      const ofCredential = this.byAgent.get(backend.credential.key);
+      ofCredential?.delete(backend.agentID);
+      if (ofCredential?.size === 0) this.byAgent.delete(backend.credential.key);
+    }
     const ids = backend.identifiers;
     for (const host of [...ids.hosts, ...ids.ipv4, ...ids.ipv6]) {
       const set = this.byHost.get(host);
@@ -64,9 +81,9 @@ export class RouteIndex {
 
 const EMPTY: ReadonlySet<AgentBackend> = new Set();
 
-/** Routing avoids these: closed, or a PING unanswered (liveness.ts). */
+/** Routing avoids these: not open, or a PING unanswered (liveness.ts). */
 export function quiet(b: AgentBackend): boolean {
-  return b.tunnel.closed || b.liveness?.quiet === true;
+  return !b.tunnel.isOpen || b.liveness?.quiet === true;
 }
 
 /**
@@ -77,7 +94,7 @@ export function quiet(b: AgentBackend): boolean {
 export function chooseTunnel(tunnels: readonly AgentBackend[]): AgentBackend | undefined {
   let newestOpen: AgentBackend | undefined;
   for (const b of tunnels) {
-    if (b.tunnel.closed) continue;
+    if (!b.tunnel.isOpen) continue;
     if (!quiet(b)) return b;
     newestOpen = b;
   }

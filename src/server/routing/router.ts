@@ -1,5 +1,5 @@
 /**
- * Which agent serves a dial (#14): the first of --proxy-strategies that has
+ * Which agent serves a dial: the first of --proxy-strategies that has
  * an agent for the destination, as upstream's getBackend tries its backend
  * managers in order (pkg/server/server.go). Each strategy allows a set:
  *
@@ -12,7 +12,7 @@
  *   credential that announces them: when agents of two or more credentials
  *   claim the same destination, none of them gets it by destHost (the dial
  *   goes to the next strategy), so one node's credential cannot draw another
- *   node's traffic (#11 finding 2; docs/trust-model.md).
+ *   node's traffic (docs/trust-model.md).
  *
  * Within a strategy: live, not draining and read agents first, then live
  * draining or unread ones (upstream's fallback), and among those the least
@@ -20,14 +20,14 @@
  * agents are all quiet (PING unanswered) yields to later strategies; quiet
  * agents are used only when no strategy has a live one.
  *
- * Per dial (#15): no allocation per agent; `destHost` looks up only the
+ * Per dial: no allocation per agent; `destHost` looks up only the
  * agents announcing the host (route-index.ts) and those announcing a cidr,
  * `defaultRoute` only those announcing it, `default` takes one pass over the
  * agents, and a strategy is looked at only if those before it have no live agent.
  */
 import { isIP } from 'node:net';
 import { canonicalHost, prefixContains } from '../../wire/agent-identifiers.js';
-import type { AgentBackend } from '../agent-registry.js';
+import type { AgentBackend } from './agent-backend.js';
 import type { ProxyStrategy } from './proxy-strategies.js';
 import { chooseTunnel, quiet, type RouteIndex } from './route-index.js';
 
@@ -47,9 +47,9 @@ export interface Contest {
   subjects: string[];
 }
 
-/** A tunnel not being read (a slow reader with an upstream agent, or an agent that does not read, #11/#12) would hold the dial's answer too. */
+/** Not draining and being read (else the dial's answer would wait too): Tunnel.preferredForDials. */
 function fresh(b: AgentBackend): boolean {
-  return !b.tunnel.drainRequested && !b.tunnel.readPaused;
+  return b.tunnel.preferredForDials;
 }
 
 /** The least loaded of the agents offered, ties at random (each of n tied with probability 1/n). */

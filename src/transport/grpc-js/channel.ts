@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Packet } from '../../wire/packet.js';
 import type { ChannelOptions, GrpcChannel } from '../transport.js';
-import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { decodeOrExplain, type Decoded } from '../decoded.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
 import { serializePacket } from './service-definition.js';
@@ -69,7 +69,7 @@ export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOpt
     // One connection per channel: the agent needs one tunnel per server.
     'grpc.use_local_subchannel_pool': 1,
     // A tunnel stream is never retried; grpc-js's retry buffer would also
-    // complete writes before they are sent, hiding a peer that does not read (#11).
+    // complete writes before they are sent, hiding a peer that does not read.
     'grpc.enable_retries': 0,
     ...extra,
   };

@@ -9,7 +9,7 @@ import type { Packet } from '../../wire/packet.js';
 import { encodePacket } from '../../wire/codec.js';
 import type { MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
-import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { isInvalid, type Decoded } from '../decoded.js';
 
 /** Packets are encoded here, so their size is known (service-definition.ts passes Buffers through). */
@@ -18,7 +18,7 @@ type ClientCall = grpc.ClientDuplexStream<Packet | Buffer, Decoded>;
 
 /**
  * Memory a queued message costs beyond its bytes: 2 MiB of 30-byte replies
- * queued for a peer that does not read took 94 MiB (≈ 1.4 KiB each), #11.
+ * queued for a peer that does not read took 94 MiB (≈ 1.4 KiB each).
  */
 const QUEUED_MESSAGE_OVERHEAD_BYTES = 1024;
 
@@ -114,7 +114,7 @@ export class GrpcJsPacketCall extends EventEmitter implements PacketStream {
       this.ended = true;
       const h2 = http2StreamOf(this.call);
       if (h2 && h2.writableLength > 0) {
-        // The status would wait behind what the peer has not read, maybe forever (#11).
+        // The status would wait behind what the peer has not read, maybe forever.
         h2.close(h2c.NGHTTP2_CANCEL);
       } else {
         const status = Object.assign(new Error(error?.message ?? 'stream closed'), {

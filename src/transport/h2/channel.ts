@@ -14,7 +14,8 @@ import http2, {
 import net from 'node:net';
 import tls from 'node:tls';
 import type { PacketStream } from '../packet-stream.js';
-import { clientAlpn, GrpcStatus, GrpcStatusError, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { clientAlpn, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
 import {
   addMetadataHeaders,
@@ -29,6 +30,7 @@ import {
 import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
 import { sizeTunnelSendBuffer } from '../socket-send-buffer.js';
 import { closeWhenPeerGone } from '../peer-gone-watch.js';
+import { errorMessage } from '../../common/error-message.js';
 
 export interface H2ChannelOptions extends ChannelOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
@@ -162,7 +164,7 @@ export class H2Channel implements GrpcChannel {
         // A session that is going away, or headers node:http2 refuses (bad metadata).
         const code = (err as { code?: string }).code ?? '';
         const status = /SESSION|GOAWAY|DESTROYED|CLOSED/.test(code) ? GrpcStatus.UNAVAILABLE : GrpcStatus.INTERNAL;
-        reject(new GrpcStatusError(status, `cannot open stream: ${(err as Error).message}`));
+        reject(new GrpcStatusError(status, `cannot open stream: ${errorMessage(err)}`));
         return;
       }
       this.trackStream(session, req);

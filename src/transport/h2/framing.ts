@@ -20,7 +20,7 @@
 import { encodePacket } from '../../wire/codec.js';
 import { encodeData, matchDataHeader } from '../../wire/data-frame.js';
 import { PacketType, type Packet } from '../../wire/packet.js';
-import { GrpcStatus } from '../transport.js';
+import { GrpcStatus } from '../grpc-status.js';
 
 /** DATA payloads at least this large are written as a separate buffer. */
 const SEPARATE_PAYLOAD_BYTES = 1024;

@@ -5,7 +5,7 @@
  */
 import { constants as h2c } from 'node:http2';
 import type { MetadataMap } from '../../wire/metadata.js';
-import { GrpcStatus } from '../transport.js';
+import { GrpcStatus } from '../grpc-status.js';
 
 export const GRPC_CONTENT_TYPE = 'application/grpc';
 

@@ -23,7 +23,7 @@ import { PacketType, type Packet } from '../../wire/packet.js';
 import type { MetadataMap } from '../../wire/metadata.js';
 import type { PacketStream } from '../packet-stream.js';
 import { decodeOrExplain, isInvalid } from '../decoded.js';
-import { GrpcStatus, GrpcStatusError } from '../transport.js';
+import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { MessageParser } from './framing.js';
 import { SendQueue } from './send-queue.js';
 import { decodeGrpcMessage, encodeGrpcMessage, grpcStatusFromRstCode, parseGrpcStatus } from './grpc-headers.js';

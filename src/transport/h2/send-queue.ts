@@ -5,11 +5,11 @@
  * - Small messages (control packets, small DATA) sent in one turn of the
  *   event loop are gathered into one buffer (`flush()` writes it): a queued
  *   write costs ≈ 200 bytes of objects, so a flood of 30-byte replies to a
- *   peer that does not read took 8 times their size in memory (#11).
+ *   peer that does not read took 8 times their size in memory.
  * - Bulk DATA goes to the stream only while fewer than the write-ahead wait
  *   there; the rest is held here. Once in the stream a packet cannot be
  *   passed, so a DIAL_RSP, CLOSE or a new connection's first bytes would wait
- *   behind everything a bulk flow had queued (#15: a dial next to a download).
+ *   behind everything a bulk flow had queued (a dial next to a download).
  *   Held DATA is written as the stream takes what it has (`pump()`).
  * - The write-ahead adapts: small while small messages are being sent (they
  *   wait behind at most that), large while only bulk DATA is (fewer, larger

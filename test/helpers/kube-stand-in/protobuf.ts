@@ -12,6 +12,7 @@
  * shape, so the rest of the stand-in is encoding-agnostic.
  */
 import protobuf from 'protobufjs';
+import { errorMessage } from '../../../src/common/error-message.js';
 
 export const PROTOBUF = 'application/vnd.kubernetes.protobuf';
 const MAGIC = Buffer.from('k8s\0', 'latin1');
@@ -79,7 +80,7 @@ export function decodeObject(body: Buffer): Json {
     return decodeEnvelope(body);
   } catch (err) {
     if (err instanceof ProtobufError) throw err;
-    throw new ProtobufError(`malformed protobuf body: ${(err as Error).message}`);
+    throw new ProtobufError(`malformed protobuf body: ${errorMessage(err)}`);
   }
 }
 

@@ -1,0 +1,117 @@
+/**
+ * Prometheus metrics, one registry per process, served on /metrics of the
+ * health port. Gauges are read from live tables at scrape time so they can
+ * never drift from the truth; counters are bumped where things happen.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { UpstreamDialMetrics } from './upstream-metrics.js';
+import type { DialResult } from './dial-result.js';
+import type { RefusalReason } from './refusal-reason.js';
+
+export type Direction = 'cp_to_node' | 'node_to_cp';
+
+/** A Counter whose label values are typed: a misspelt value fails to compile. */
+export type LabelledCounter<L extends Record<string, string>> = Omit<Counter<Extract<keyof L, string>>, 'inc'> & { inc(labels: L, value?: number): void };
+
+export class KanalMetrics {
+  readonly registry = new Registry();
+  readonly dials: LabelledCounter<{ direction: Direction; result: DialResult }>;
+  readonly dialSeconds: Histogram<'direction'>;
+  readonly bytes: LabelledCounter<{ direction: Direction; flow: 'to_peer' | 'from_peer' }>;
+  readonly refusals: LabelledCounter<{ reason: RefusalReason }>;
+  /** slow_reader: a peer without flow control sends faster than its connection's reader takes; peer_not_reading: see limits.ts. */
+  readonly readPauses: LabelledCounter<{ reason: 'slow_reader' | 'peer_not_reading' }>;
+  readonly streamsClosed: LabelledCounter<{ reason: 'peer_not_reading' }>;
+  /** Agent tunnels closed because their peer stopped answering (docs/trust-model.md, "Liveness of agent tunnels"). */
+  readonly deadTunnels: LabelledCounter<{ reason: 'keepalive_timeout' | 'replaced' }>;
+  /** Major GCs the memory reclaimer ran (memory-reclaimer.ts), and the RSS its checks gave back. */
+  readonly memoryCollections: Counter;
+  readonly memoryReclaimedBytes: Counter;
+  /** Upstream's names for control plane -> node dials (upstream-metrics.ts). */
+  readonly upstreamDials: UpstreamDialMetrics;
+
+  constructor(component: 'server' | 'agent') {
+    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*;
+    // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (bench/notes/dial-profile.md finding 6).
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
+    this.upstreamDials = new UpstreamDialMetrics(component, this.registry);
+    this.dials = new Counter({
+      name: 'kanal_dials_total',
+      help: 'Dials through the tunnel by direction and result',
+      labelNames: ['direction', 'result'],
+      registers: [this.registry],
+    });
+    this.dialSeconds = new Histogram({
+      name: 'kanal_dial_duration_seconds',
+      help: 'Time from dial request to established connection',
+      labelNames: ['direction'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [this.registry],
+    });
+    this.bytes = new Counter({
+      name: 'kanal_connection_bytes_total',
+      help: 'Bytes carried by closed tunnelled connections (flow: to_peer or from_peer)',
+      labelNames: ['direction', 'flow'],
+      registers: [this.registry],
+    });
+    this.refusals = new Counter({
+      name: 'kanal_refusals_total',
+      help: 'Refused connections, streams and dials by reason',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    this.deadTunnels = new Counter({
+      name: 'kanal_dead_tunnels_total',
+      help: 'Tunnels closed because the peer stopped answering HTTP/2 PINGs (keepalive_timeout) or was replaced while quiet (replaced)',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    this.readPauses = new Counter({
+      name: 'kanal_stream_read_pauses_total',
+      help: 'Times a tunnel stopped reading its stream (reason: slow_reader with a peer without flow control, peer_not_reading)',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    this.memoryCollections = new Counter({
+      name: 'kanal_memory_collections_total',
+      help: 'Major GCs run because resident memory stood 8 MiB above its floor (docs/memory.md)',
+      registers: [this.registry],
+    });
+    this.memoryReclaimedBytes = new Counter({
+      name: 'kanal_memory_reclaimed_bytes_total',
+      help: 'Resident memory given back to the kernel by those GCs and by malloc_trim every 10 s',
+      registers: [this.registry],
+    });
+    this.streamsClosed = new Counter({
+      name: 'kanal_streams_closed_total',
+      help: 'Tunnel streams this side closed because of a limit (reason: peer_not_reading)',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+  }
+
+  /** A gauge whose value is computed at scrape time. */
+  gauge(name: string, help: string, read: () => number): void {
+    new Gauge({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
+
+  /** Records a finished dial; `started` is a performance.now() timestamp. */
+  dialDone(direction: Direction, result: DialResult, started: number): void {
+    this.dials.inc({ direction, result });
+    const seconds = (performance.now() - started) / 1000;
+    if (result === 'ok') this.dialSeconds.observe({ direction }, seconds);
+    if (direction === 'cp_to_node') this.upstreamDials.dialDone(result, seconds);
+  }
+
+  connectionClosed(direction: Direction, toPeer: number, fromPeer: number): void {
+    this.bytes.inc({ direction, flow: 'to_peer' }, toPeer);
+    this.bytes.inc({ direction, flow: 'from_peer' }, fromPeer);
+  }
+}

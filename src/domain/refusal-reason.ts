@@ -1,0 +1,51 @@
+/**
+ * Why a connection, stream or dial was refused: the values of
+ * kanal_refusals_total's `reason` label, on the server (src/domain/refusal-log.ts
+ * and the tunnels' limits) and on the agent (its tunnels' limits).
+ * docs/metrics.md lists them; test/common/metric-labels.test.ts holds the two lists together.
+ */
+export const REFUSAL_REASONS = [
+  // Server, agent port: the connection (listeners.ts)
+  'agent_tls_handshake',
+  'agent_certificate',
+  'agent_role',
+  // Server, agent port: the stream's token (token-authenticator.ts, one per TokenRefusalKind)
+  'agent_token_no_token',
+  'agent_token_malformed',
+  'agent_token_rejected',
+  'agent_token_wrong_audience',
+  'agent_token_wrong_identity',
+  'agent_token_unavailable',
+  // Server, agent port: the stream's metadata and admission (agent-service.ts, agent-registry.ts)
+  'agent_metadata',
+  'agent_credential_full',
+  'agent_tunnels_full',
+  'agent_admissions_busy',
+  // Server, an agent's tunnel: its limits (--max-*-per-agent)
+  'agent_pending_dials',
+  'agent_node_to_cp_connections',
+  'agent_cp_to_node_connections',
+  // Server, frontend: the connection (listeners.ts)
+  'frontend_tls_handshake',
+  'frontend_certificate',
+  'frontend_role',
+  'frontend_timeout',
+  'frontend_protocol',
+  // Server, frontend: the CONNECT request (http-connect-frontend.ts, backend-dialer.ts)
+  'frontend_header_timeout',
+  'frontend_bad_request',
+  'frontend_method',
+  'frontend_bad_authority',
+  'frontend_bad_address',
+  // Server, a gRPC frontend stream: its limits
+  'frontend_pending_dials',
+  'frontend_connections',
+  // Server, node -> control plane dials (destination-dialer.ts)
+  'destination_not_allowed',
+  'node_to_cp_connections',
+  // Agent, a tunnel to a server: its limits (node_to_cp_connections as above, counted by the agent)
+  'pending_dials',
+  'cp_to_node_connections',
+] as const;
+
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];

@@ -1,0 +1,197 @@
+/**
+ * Accepts AgentService/Connect streams: checks the agent's metadata, admits
+ * it under its credential (agent-registry.ts), negotiates Kanal features,
+ * answers with serverID/serverCount and registers the tunnel so frontends can
+ * dial through it. Every log line about an agent names its credential.
+ */
+import type { Logger } from 'pino';
+import type { IncomingStream } from '../../transport/transport.js';
+import { GrpcStatus } from '../../transport/grpc-status.js';
+import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_AUTHORIZATION, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../../wire/metadata.js';
+import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../../wire/features.js';
+import { Tunnel } from '../../tunnel/tunnel.js';
+import type { TunnelLimitName, TunnelLimits } from '../../tunnel/limits.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../../wire/agent-identifiers.js';
+import type { AgentRegistry, AdmissionRefusal } from './agent-registry.js';
+import type { AgentBackend } from '../routing/agent-backend.js';
+import { tokenCredential, unauthenticatedCredential, type AgentCredential } from '../identity/agent-credential.js';
+import type { TokenAuthenticator, TokenRefusalKind } from '../identity/token-authenticator.js';
+import type { Refusals } from '../../domain/refusal-log.js';
+import type { DestinationDialer } from '../destinations/destination-dialer.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../../tunnel/limit-metrics.js';
+import { truncateForLog } from '../../common/log-safety.js';
+import { peerHost } from '../../domain/refusal-log.js';
+import type { RefusalReason } from '../../domain/refusal-reason.js';
+import { errorMessage } from '../../common/error-message.js';
+
+/** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
+const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
+  maxPendingDials: 'agent_pending_dials',
+  maxInboundConnections: 'agent_node_to_cp_connections',
+  maxOutboundConnections: 'agent_cp_to_node_connections',
+};
+
+/** The server flags behind each limit of an agent tunnel, named in log lines. */
+const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
+  maxPendingDials: '--max-pending-dials-per-agent',
+  maxInboundConnections: '--max-node-to-cp-connections-per-agent',
+  maxOutboundConnections: '--max-cp-to-node-connections-per-agent',
+  pauseReadingQueuedBytes: '--peer-read-timeout',
+  maxQueuedBytes: '--peer-read-timeout',
+  peerReadTimeoutMs: '--peer-read-timeout',
+};
+
+export interface AgentServiceOptions {
+  serverID: string;
+  serverCount: number;
+  registry: AgentRegistry;
+  destinations: DestinationDialer;
+  features: FeatureSet;
+  limits?: Partial<TunnelLimits>;
+  log: Logger;
+  metrics?: KanalMetrics;
+  /** Counts every refused stream and logs it, rate-limited per peer and reason. */
+  refusals: Refusals;
+  /**
+   * Service account token authentication (docs/kubernetes-api.md): every stream's bearer token
+   * is reviewed before anything else, and the token's identity is the
+   * agent's credential.
+   */
+  tokens?: { authenticator: TokenAuthenticator };
+}
+
+/** Host names and UUIDs fit; longer IDs would ride on every log line of the agent. */
+export const MAX_AGENT_ID_LENGTH = 253;
+
+/** kanal_refusals_total{reason} of each token refusal. */
+const TOKEN_REFUSALS: Record<TokenRefusalKind, RefusalReason> = {
+  'no-token': 'agent_token_no_token',
+  malformed: 'agent_token_malformed',
+  rejected: 'agent_token_rejected',
+  'wrong-audience': 'agent_token_wrong_audience',
+  'wrong-identity': 'agent_token_wrong_identity',
+  unavailable: 'agent_token_unavailable',
+};
+
+const REFUSALS: Record<AdmissionRefusal, string> = {
+  agent_credential_full: 'its credential already holds as many live agents as allowed',
+  agent_tunnels_full: 'the agent already holds as many live tunnels as allowed',
+  agent_admissions_busy: 'too many tunnels of its credential are being admitted at once',
+};
+
+export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream<AgentCredential>) => void {
+  const tokens = opts.tokens;
+  if (!tokens) return (incoming) => serveAgentStream(incoming, incoming.context, opts);
+  return (incoming) => {
+    tokens.authenticator.authenticate(incoming.metadata.get(MD_AUTHORIZATION) ?? [], peerHost(incoming.peer)).then((result) => {
+      if (result.ok) {
+        serveAgentStream(incoming, tokenCredential(result.identity), opts);
+        return;
+      }
+      const { kind, reason, agentFault } = result.refusal;
+      // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
+      const who = incoming.context ? { credential: incoming.context.subject } : {};
+      opts.refusals.refuse(TOKEN_REFUSALS[kind], incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
+      // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
+      incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
+    }, (err: Error) => {
+      opts.log.error({ peer: incoming.peer, err: err.message }, 'checking an agent token failed');
+      incoming.reject(GrpcStatus.INTERNAL, 'the server could not check the token');
+    });
+  };
+}
+
+/** Checks the metadata and admits the stream under `context`, who authenticated it. */
+function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: AgentCredential | undefined, opts: AgentServiceOptions): void {
+  // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
+  const credential = context ?? unauthenticatedCredential(incoming.peer);
+  /** Counts, logs (rate-limited per peer, reason and credential) and answers a refusal; `message` is what the agent logs. */
+  const refuse = (reason: RefusalReason, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
+    opts.refusals.refuse(reason, incoming.peer, { credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`, credential.subject);
+    incoming.reject(code, message);
+  };
+  const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
+  if (agentIDs.length !== 1 || !agentIDs[0]) {
+    refuse('agent_metadata', 'expected exactly one agentID', GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
+    return;
+  }
+  const agentID = agentIDs[0];
+  if (agentID.length > MAX_AGENT_ID_LENGTH) {
+    const message = `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`;
+    refuse('agent_metadata', 'agentID too long', GrpcStatus.INVALID_ARGUMENT, message, { length: agentID.length });
+    return;
+  }
+  let identifiers: AgentIdentifiers;
+  try {
+    identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
+  } catch (err) {
+    refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, errorMessage(err), { agentID });
+    return;
+  }
+  const log = opts.log.child({ agentID, credential: credential.subject });
+  const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
+  admitted.then((admission) => {
+    if (!admission.ok) {
+      refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
+      return;
+    }
+    for (const old of admission.replaced) {
+      log.warn({ peer: incoming.peer, replacedPeer: old.peer, replacedAgentID: old.agentID, since: old.connectedAt.toISOString() }, 'replaced a stale tunnel of the same credential');
+      opts.metrics?.deadTunnels.inc({ reason: 'replaced' });
+    }
+    const others = opts.registry.otherHolders(agentID, credential);
+    if (others.length > 0) {
+      log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
+    }
+    log.info(
+      { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200), tunnels: opts.registry.size, agents: opts.registry.agentCount },
+      'agent connected',
+    );
+  }, (err: Error) => {
+    // Nothing was registered; never let a failed admission become an unhandled rejection.
+    log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
+    incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
+  });
+}
+
+/** Answers the stream and builds the agent's tunnel (called by the registry once admitted). */
+function accept(
+  incoming: IncomingStream<AgentCredential>,
+  credential: AgentCredential,
+  agentID: string,
+  identifiers: AgentIdentifiers,
+  log: Logger,
+  opts: AgentServiceOptions,
+): AgentBackend {
+  const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), opts.features);
+  const headers: Record<string, string> = {
+    [MD_SERVER_ID]: opts.serverID,
+    [MD_SERVER_COUNT]: String(opts.serverCount),
+  };
+  if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
+  const stream = incoming.accept(headers);
+  const tunnel = new Tunnel(stream, {
+    side: 'server',
+    features,
+    log,
+    limits: opts.limits,
+    dialHandler: features.has(Feature.NodeDial) ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject }, dial) : undefined,
+    refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
+    // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
+    onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
+    onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
+    limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
+  });
+  const backend: AgentBackend = { agentID, credential, identifiers, tunnel, liveness: incoming.liveness, peer: incoming.peer, connectedAt: new Date() };
+  const liveness = incoming.liveness;
+  const onQuiet = (): void => log.warn({ peer: incoming.peer }, 'agent tunnel quiet: a PING went unanswered; dials prefer other tunnels');
+  const onAlive = (): void => log.info({ peer: incoming.peer }, 'agent tunnel answers PINGs again');
+  liveness?.on('quiet', onQuiet).on('alive', onAlive);
+  tunnel.once('close', (err) => {
+    liveness?.off('quiet', onQuiet).off('alive', onAlive);
+    opts.registry.remove(backend);
+    log.info({ peer: incoming.peer, reason: err?.message ?? 'stream ended', tunnels: opts.registry.size, agents: opts.registry.agentCount }, 'agent disconnected');
+  });
+  return backend;
+}

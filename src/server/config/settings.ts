@@ -1,0 +1,230 @@
+/**
+ * `kanal server`'s settings, each declared once (src/settings/setting.ts):
+ * upstream's names where the meaning matches (docs/upstream-flags.md).
+ * Checks that tie several settings together are in config.ts.
+ */
+import os from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { UsageError } from '../../common/usage-error.js';
+import { errorMessage } from '../../common/error-message.js';
+import { parseHostPort } from '../../common/host-port.js';
+import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
+import { durationFlag } from '../../settings/checks.js';
+import { processSettings } from '../../settings/process-settings.js';
+import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
+import type { GivenOf, ValuesOf } from '../../settings/setting.js';
+import { MIN_KEEPALIVE_INTERVAL_MS } from '../../transport/liveness.js';
+import { transportSettings } from '../../transport/settings.js';
+import { tunnelSettings, LIMITS } from '../../tunnel/settings.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../../tunnel/limits.js';
+import { kubeRateSettings, kubeSettings, leaseLabelsSetting, LEASES } from '../../kube/settings.js';
+import { parseEku, parseSubjectPattern } from '../identity/client-roles.js';
+import { FRONTEND_MODES } from '../listeners.js';
+import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
+import { tlsPolicyFlags } from './tls-flags.js';
+import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
+import { DEFAULT_AGENT_KEEPALIVE } from '../server.js';
+
+/** `--backend-dial-timeout`'s default, also what upstream's 0 ("no timeout") becomes. */
+export const DEFAULT_BACKEND_DIAL_TIMEOUT = '10s';
+
+const IDENTITY = 'Server identity and HA';
+const AGENTS = 'Agent port';
+const AUTH = 'Agent authentication';
+const FRONTEND = 'Frontend (the kube-apiserver\'s side)';
+const ROUTING = 'Routing and dials';
+const PORTS = 'Health and admin ports';
+
+/** A repeatable certificate pin: each value parsed by `parse`, a mistake named with the flag. */
+function pins<T>(describe: string, group: string, parse: (text: string) => T) {
+  return listOf({
+    describe,
+    group,
+    item: (v, flag) => {
+      try {
+        return parse(v);
+      } catch (err) {
+        throw new UsageError(`--${flag} ${errorMessage(err)}`);
+      }
+    },
+  });
+}
+
+export const serverSettings = {
+  'server-id': setting({
+    type: 'string',
+    describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)',
+    group: IDENTITY,
+    parse: (v: string | undefined): string => v || process.env.PROXY_SERVER_ID || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
+  }),
+  'server-count': setting({
+    type: 'number',
+    default: 1,
+    describe: 'Number of proxy servers behind the agent address (HA); agents keep a tunnel to each',
+    group: IDENTITY,
+    parse: (v: number, flag) => {
+      if (!Number.isInteger(v) || v < 1) throw new UsageError(`--${flag} must be a positive integer, got ${v}`);
+      return v;
+    },
+  }),
+  'agent-port': port({ default: 8091, allowZero: true, describe: 'Port agents connect to (mTLS gRPC)', group: AGENTS }),
+  'agent-bind-address': text({ default: '0.0.0.0', describe: 'Address the agent port listens on', group: AGENTS }),
+  'cluster-cert': optionalText({ describe: 'Certificate the agent port presents (default: --server-cert)', group: AGENTS }),
+  'cluster-key': optionalText({ describe: 'Key for --cluster-cert (default: --server-key)', group: AGENTS }),
+  'cluster-ca-cert': optionalText({ describe: 'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)', group: AUTH }),
+  'allow-unauthenticated-agents': toggle({ describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address', group: AUTH }),
+  'agent-namespace': optionalText({ describe: 'Token authentication: namespace of the agents\' service account (with --agent-service-account, --authentication-audience)', group: AUTH }),
+  'agent-service-account': optionalText({ describe: 'Token authentication: the agents\' service account; every agent stream needs its token (see docs/kubernetes-api.md)', group: AUTH }),
+  'authentication-audience': optionalText({ describe: 'Token authentication: audience the agents\' tokens must be for, e.g. system:konnectivity-server', group: AUTH }),
+  ...kubeSettings,
+  ...kubeRateSettings,
+  'enable-lease-controller': toggle({ describe: 'Publish this server\'s Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers', group: LEASES }),
+  'lease-label': leaseLabelsSetting,
+  'max-agents-per-credential': count({
+    default: 1,
+    describe: 'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)',
+    group: AUTH,
+  }),
+  'agent-client-subject': pins('Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)', AUTH, parseSubjectPattern),
+  'agent-client-eku': pins('Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)', AUTH, parseEku),
+  'frontend-client-subject': pins('The frontend client certificate (the kube-apiserver) must have this subject attribute, e.g. CN=kube-apiserver (repeatable)', FRONTEND, parseSubjectPattern),
+  'frontend-client-eku': pins('The frontend client certificate must carry this extended key usage OID (repeatable)', FRONTEND, parseEku),
+  'keepalive-time': setting({
+    type: 'string',
+    default: `${DEFAULT_AGENT_KEEPALIVE.intervalMs / 1000}s`,
+    describe: 'How often the server PINGs each agent connection; an agent that does not answer within 2s is avoided for dials',
+    group: AGENTS,
+    parse: (v: string, flag) => {
+      const ms = durationFlag(flag, v);
+      if (ms < MIN_KEEPALIVE_INTERVAL_MS) throw new UsageError(`--${flag} must be at least ${MIN_KEEPALIVE_INTERVAL_MS / 1000}s`);
+      return ms;
+    },
+  }),
+  'keepalive-timeout': duration({ default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`, describe: 'An agent connection whose PING stays unanswered this long is closed', group: AGENTS }),
+  mode: choice({ choices: FRONTEND_MODES, default: FRONTEND_MODES[0], describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection', group: FRONTEND }),
+  'uds-name': optionalText({ describe: 'Serve the frontend on this Unix socket instead of TCP', group: FRONTEND }),
+  // Upstream's default (true): its manifests rely on it across restarts; Kanal removes only a stale socket (docs/frontends.md).
+  'delete-existing-uds-file': toggle({
+    default: true,
+    describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)',
+    group: FRONTEND,
+  }),
+  'uds-mode': setting({
+    type: 'string',
+    default: '0660',
+    describe: 'Permission bits of the --uds-name socket, set before anyone can reach it (the umask does not apply)',
+    group: FRONTEND,
+    parse: (v: string, flag) => fileModeFlag(flag, v),
+  }),
+  'uds-group': setting({
+    type: 'string',
+    describe: 'Group (name or ID) of the --uds-name socket (default: the server\'s group)',
+    group: FRONTEND,
+    parse: (v: string | undefined, flag) => (v === undefined ? undefined : groupFlag(flag, v)),
+  }),
+  'frontend-header-timeout': duration({
+    default: '30s',
+    describe: 'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed',
+    group: FRONTEND,
+  }),
+  'server-port': port({ default: 8090, allowZero: true, describe: 'Frontend TCP port (mTLS); ignored with --uds-name', group: FRONTEND }),
+  'server-bind-address': text({ default: '0.0.0.0', describe: 'Address the frontend TCP port listens on', group: FRONTEND }),
+  'server-cert': optionalText({ describe: 'Frontend TLS certificate', group: FRONTEND }),
+  'server-key': optionalText({ describe: 'Frontend TLS key', group: FRONTEND }),
+  'server-ca-cert': optionalText({ describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)', group: FRONTEND }),
+  'proxy-strategies': setting({
+    type: 'string',
+    default: 'default',
+    describe: `Ordered, comma-separated ways to pick an agent for a dial: ${PROXY_STRATEGIES.join(', ')} (see docs/routing.md)`,
+    group: ROUTING,
+    parse: (v: string, flag) => {
+      try {
+        return parseProxyStrategies(v);
+      } catch (err) {
+        throw new UsageError(`--${flag}: ${errorMessage(err)}`);
+      }
+    },
+  }),
+  'tls-min-version': setting({
+    type: 'string',
+    default: '',
+    describe: 'Oldest TLS version the agent port and TCP frontend accept: VersionTLS12 (default) or VersionTLS13',
+    group: AGENTS,
+    parse: (v: string) => tlsPolicyFlags(v, []).minVersion,
+  }),
+  'cipher-suites': setting({
+    type: 'string',
+    array: true,
+    default: [] as readonly string[],
+    describe: 'TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node\'s list); no effect on TLS 1.3',
+    group: AGENTS,
+    parse: (v: readonly string[]) => tlsPolicyFlags('', v).ciphers,
+  }),
+  'backend-dial-timeout': setting({
+    type: 'string',
+    default: DEFAULT_BACKEND_DIAL_TIMEOUT,
+    describe: 'How long a dial through an agent may take (then HTTP 504); 0 (upstream: no timeout) keeps 10s',
+    group: ROUTING,
+    parse: (v: string, flag): { ms: number; notice?: string } => {
+      // Upstream's 0 waits for ever; every wait in Kanal is bounded.
+      if (!/^0+(\.0*)?[a-z]*$/.test(v)) return { ms: durationFlag(flag, v) };
+      return { ms: durationFlag(flag, DEFAULT_BACKEND_DIAL_TIMEOUT), notice: `--${flag} ${v}: upstream's "no timeout" is not offered; using ${DEFAULT_BACKEND_DIAL_TIMEOUT}` };
+    },
+  }),
+  'allowed-destination': listOf({
+    describe: 'host:port agents may reach through this server (repeatable; none = deny all)',
+    group: ROUTING,
+    item: (v, flag) => {
+      try {
+        parseHostPort(v);
+        return v;
+      } catch (err) {
+        throw new UsageError(`--${flag}: ${errorMessage(err)}`);
+      }
+    },
+  }),
+  'destination-dial-timeout': duration({ default: '10s', describe: 'Timeout for dials to allowed destinations', group: ROUTING }),
+  'health-port': port({ default: 8092, allowZero: true, describe: 'Port for /healthz, /readyz and /metrics (0 disables)', group: PORTS }),
+  'health-bind-address': text({ default: '0.0.0.0', describe: 'Address the health port listens on', group: PORTS }),
+  'admin-port': port({ default: 8095, allowZero: true, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)', group: PORTS }),
+  'admin-bind-address': text({ default: '127.0.0.1', describe: 'Address the admin port listens on', group: PORTS }),
+  'enable-profiling': toggle({ describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)', group: PORTS }),
+  'max-message-size': setting({
+    type: 'number',
+    default: 4 * 1024 * 1024,
+    describe: 'Largest gRPC message accepted, bytes',
+    group: LIMITS,
+    parse: (v: number, flag) => {
+      if (!Number.isInteger(v) || v < 64 * 1024) throw new UsageError(`--${flag} must be at least 65536 bytes`);
+      return v;
+    },
+  }),
+  ...tunnelSettings,
+  'max-node-to-cp-connections-per-agent': count({
+    default: DEFAULT_NODE_TO_CP_CONNECTIONS,
+    describe: 'Node -> control plane connections one agent tunnel may hold (dialling or open); more are refused',
+    group: LIMITS,
+  }),
+  'max-node-to-cp-connections': count({
+    default: 0,
+    min: 0,
+    describe: 'Node -> control plane connections of all agents together (each holds a file descriptor); 0 = half the open-files limit',
+    group: LIMITS,
+  }),
+  'max-cp-to-node-connections-per-agent': count({
+    default: DEFAULT_CP_TO_NODE_CONNECTIONS,
+    describe: 'Control plane -> node connections through one agent tunnel (dialling or open); more fail with 503',
+    group: LIMITS,
+  }),
+  'max-pending-dials-per-agent': count({ default: DEFAULT_LIMITS.maxPendingDials, describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused', group: LIMITS }),
+  ...transportSettings,
+  'log-level': processSettings['log-level'],
+  ...klogFlags,
+  'dry-run': processSettings['dry-run'],
+  ...serverIgnoredFlags,
+} as const;
+
+/** What the server's command line gives, by flag name. */
+export type ServerGiven = GivenOf<typeof serverSettings>;
+/** Each server setting parsed. */
+export type ServerSettings = ValuesOf<typeof serverSettings>;

@@ -1,0 +1,65 @@
+/**
+ * Performs agent-initiated dials (node -> control plane) for the server,
+ * strictly within the allow-list and within the server-wide cap on such
+ * connections (each holds a file descriptor here). A refusal dials nothing.
+ */
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { dialTcp } from '../../tunnel/tcp-dial.js';
+import { truncateForLog } from '../../common/log-safety.js';
+import { DialError } from '../../tunnel/errors.js';
+import type { InboundDial } from '../../tunnel/tunnel.js';
+import type { AllowList } from './allow-list.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import type { ConnectionBudget } from '../../domain/connection-budget.js';
+import type { DialingAgent, Refusals } from '../../domain/refusal-log.js';
+
+export class DestinationDialer {
+  constructor(
+    private readonly allowList: AllowList,
+    private readonly timeoutMs: number,
+    /** Node -> control plane connections of all agents, being dialled or open (--max-node-to-cp-connections). */
+    private readonly budget: ConnectionBudget,
+    private readonly log: Logger,
+    private readonly refusals: Refusals,
+    private readonly metrics?: KanalMetrics,
+  ) {}
+
+  /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
+  async dial(agent: DialingAgent, dial: InboundDial): Promise<Duplex> {
+    const t0 = performance.now();
+    if (!this.allowList.allows(dial.address)) {
+      this.metrics?.dialDone('node_to_cp', 'forbidden', t0);
+      this.refusals.refuseAgent(
+        'destination_not_allowed',
+        agent,
+        { dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
+        this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
+      );
+      throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
+    }
+    const release = this.budget.take();
+    if (!release) {
+      this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
+      this.refusals.refuseAgent(
+        'node_to_cp_connections',
+        agent,
+        { address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
+        'refused node dial: the server holds as many node -> control plane connections as it may',
+      );
+      throw new DialError('exhausted', `the proxy server holds its maximum of ${this.budget.limit} node -> control plane connections`);
+    }
+    let socket;
+    try {
+      socket = await dialTcp(dial.address, { timeoutMs: this.timeoutMs, signal: dial.signal });
+    } catch (err) {
+      release();
+      this.metrics?.dialDone('node_to_cp', err instanceof DialError ? err.failure : 'refused', t0);
+      throw err;
+    }
+    socket.once('close', release);
+    this.metrics?.dialDone('node_to_cp', 'ok', t0);
+    this.log.debug({ ...agent, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
+    return socket;
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Dials through some agent on behalf of a frontend (the KAS). Shared by the
+ * HTTP CONNECT and gRPC frontends so both route and fail the same way.
+ */
+import type { Logger } from 'pino';
+import type { CancelSignal } from '../../common/cancel.js';
+import { DialError } from '../../tunnel/errors.js';
+import type { TunnelConnection } from '../../tunnel/connection.js';
+import type { AgentRegistry } from '../agents/agent-registry.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { parseHostPort } from '../../common/host-port.js';
+import { RateLimitedLog } from '../../common/rate-limited-log.js';
+import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from '../../domain/refusal-log.js';
+import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from '../routing/proxy-strategies.js';
+import { errorMessage } from '../../common/error-message.js';
+
+export class BackendDialer {
+  /** Failed dials are logged once per interval per frontend peer and kind of failure. */
+  private readonly failures: RateLimitedLog;
+
+  constructor(
+    private readonly registry: AgentRegistry,
+    private readonly timeoutMs: number,
+    private readonly log: Logger,
+    private readonly metrics?: KanalMetrics,
+    private readonly refusals: Refusals = new Refusals(log, metrics),
+    private readonly strategies: readonly ProxyStrategy[] = DEFAULT_PROXY_STRATEGIES,
+  ) {
+    this.failures = new RateLimitedLog(log, REFUSAL_LOG_INTERVAL_MS);
+  }
+
+  /** `peer` is the frontend client the dial is for (logs only). */
+  async dial(address: string, signal?: CancelSignal, peer = 'unknown'): Promise<TunnelConnection> {
+    const t0 = performance.now();
+    let host: string;
+    try {
+      host = parseHostPort(address).host;
+    } catch (err) {
+      // Not worth an agent's time, and not worth a line per request.
+      this.metrics?.dialDone('cp_to_node', 'refused', t0);
+      this.refusals.refuse('frontend_bad_address', peer, { address, err: errorMessage(err) }, 'refused dial: malformed address');
+      throw new DialError('refused', `bad address: ${errorMessage(err)}`);
+    }
+    const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
+    if (outcome.contested) {
+      const { host: contested, subjects } = outcome.contested;
+      this.failures.warn(`contested ${contested}`, { host: contested, credentials: subjects.slice(0, 3) }, 'agents of several credentials announce the same destination; destHost routes it to none of them');
+    }
+    if (!outcome.ok) {
+      this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
+      const message = this.registry.size === 0 ? 'no agent is connected to this proxy server' : `no agent serves ${address} under --proxy-strategies ${this.strategies.join(',')}: ${outcome.reason}`;
+      this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address, reason: message }, 'no agent available for dial');
+      throw new DialError('no-backend', message);
+    }
+    const { backend, strategy } = outcome;
+    const started = performance.now();
+    try {
+      const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
+      this.metrics?.dialDone('cp_to_node', 'ok', t0);
+      // Per dial: no fields built unless they are logged (the dial path's CPU counts).
+      if (this.log.isLevelEnabled('debug')) {
+        this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, strategy, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Math.round(performance.now() - started) }, 'dial established');
+      }
+      return conn;
+    } catch (err) {
+      const failure = err instanceof DialError ? err.failure : 'refused';
+      this.metrics?.dialDone('cp_to_node', failure, t0);
+      // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive.
+      if (failure === 'timeout') this.registry.verify(backend);
+      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: errorMessage(err), ms: Math.round(performance.now() - started) };
+      if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
+      else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * gRPC ProxyService frontend (the KAS's konnectivity-client): the frontend
+ * stream is a tunnel on which the server performs dials, each one by
+ * dialling through an agent and splicing the two connections.
+ */
+import type { Logger } from 'pino';
+import type { IncomingStream } from '../../transport/transport.js';
+import { MD_KANAL_FEATURES, firstValue } from '../../wire/metadata.js';
+import { Feature, formatFeatures, intersectFeatures, parseFeatures } from '../../wire/features.js';
+import { Tunnel } from '../../tunnel/tunnel.js';
+import type { TunnelLimits } from '../../tunnel/limits.js';
+import type { BackendDialer } from './backend-dialer.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { countTunnelLimit, type RefusalReasons } from '../../tunnel/limit-metrics.js';
+
+const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
+
+const FRONTEND_FEATURES = new Set([Feature.Window, Feature.HalfClose]);
+
+export function createGrpcFrontend(
+  dialer: BackendDialer,
+  log: Logger,
+  track: (tunnel: Tunnel) => void,
+  limits?: Partial<TunnelLimits>,
+  metrics?: KanalMetrics,
+): (incoming: IncomingStream) => void {
+  return (incoming) => {
+    const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), FRONTEND_FEATURES);
+    const headers: Record<string, string> = {};
+    if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
+    const stream = incoming.accept(headers);
+    const tunnel = new Tunnel(stream, {
+      side: 'server',
+      features,
+      limits,
+      log: log.child({ frontend: 'grpc', peer: incoming.peer }),
+      dialHandler: (dial) => dialer.dial(dial.address, dial.signal, incoming.peer),
+      onLimit: (limit) => countTunnelLimit(metrics, limit, FRONTEND_REFUSALS),
+    });
+    track(tunnel);
+  };
+}

@@ -1,0 +1,243 @@
+/**
+ * HTTP CONNECT frontend: "CONNECT host:port HTTP/1.1" from the KAS becomes a
+ * dial through an agent; answers use upstream's status codes.
+ *
+ * Connections are accepted (and sniffed, and TLS-terminated) by
+ * listeners.ts and handed in with serve(); the request head is read by
+ * request-head.ts, bounded in size (16 KiB) and in time by the header
+ * deadline (docs/frontends.md). node:http is not used: its per-connection state
+ * cost more than the rest of the frontend's work per dial (bench/notes/dial-profile.md finding 3).
+ */
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { parseHostPort, formatHostPort } from '../../common/host-port.js';
+import { truncateForLog } from '../../common/log-safety.js';
+import { DialError, HTTP_STATUS_FOR_FAILURE } from '../../tunnel/errors.js';
+import { splice } from '../../tunnel/splice.js';
+import type { BackendDialer } from './backend-dialer.js';
+import { Cancel } from '../../common/cancel.js';
+import type { Refusals } from '../../domain/refusal-log.js';
+import { RequestHeadParser, type HeadVerdict } from './request-head.js';
+import { errorMessage } from '../../common/error-message.js';
+
+export interface HttpConnectLimits {
+  /** Largest request head (request line and headers), bytes. */
+  maxHeaderBytes: number;
+  /** Bytes a client may send after its CONNECT before the dial is answered; reading pauses beyond. */
+  maxEarlyBytes: number;
+  /** How long an answer may take to reach a client that does not read, before the connection is cut. */
+  lingerMs: number;
+}
+
+export const DEFAULT_HTTP_CONNECT_LIMITS: HttpConnectLimits = {
+  maxHeaderBytes: 16 * 1024,
+  maxEarlyBytes: 64 * 1024,
+  lingerMs: 5_000,
+};
+
+/** One frontend connection until its request head is answered. */
+class Client {
+  /** Cleared once the request head is complete, or the connection answered or closed. */
+  headerTimer: NodeJS.Timeout | undefined;
+  /** Set once a final answer is on its way: nothing else happens on the connection. */
+  answered = false;
+  private readonly parser: RequestHeadParser;
+
+  constructor(
+    private readonly frontend: HttpConnectFrontend,
+    readonly socket: Duplex,
+    readonly peer: string,
+    maxHeadBytes: number,
+  ) {
+    this.parser = new RequestHeadParser(maxHeadBytes);
+    socket.on('data', this.onData);
+    socket.on('end', this.onEnd);
+    socket.on('error', this.onError);
+    socket.on('close', this.onClose);
+  }
+
+  /** The head is decided (or the connection gone): the parser's listeners go, the deadline no longer applies. */
+  stopReading(): void {
+    clearTimeout(this.headerTimer);
+    this.headerTimer = undefined;
+    this.socket.off('data', this.onData);
+    this.socket.off('end', this.onEnd);
+    this.socket.off('error', this.onError);
+    this.socket.off('close', this.onClose);
+  }
+
+  private readonly onData = (chunk: Buffer): void => this.frontend.decided(this, this.parser.push(chunk));
+  private readonly onEnd = (): void => this.frontend.decided(this, this.parser.end());
+  /** The connection failed (a reset): nothing to answer. */
+  private readonly onError = (): void => {
+    this.stopReading();
+    this.socket.destroy();
+  };
+  private readonly onClose = (): void => this.stopReading();
+}
+
+export class HttpConnectFrontend {
+  private readonly limits: HttpConnectLimits;
+
+  constructor(
+    private readonly dialer: BackendDialer,
+    private readonly refusals: Refusals,
+    limits: Partial<HttpConnectLimits> = {},
+  ) {
+    this.limits = { ...DEFAULT_HTTP_CONNECT_LIMITS, ...limits };
+  }
+
+  /** Connections handed to serve() and not yet closed (every socket emits 'close' once). */
+  private open = 0;
+
+  /** Connections served now (upstream's http_connections). */
+  get size(): number {
+    return this.open;
+  }
+
+  /**
+   * Serves one connection whose request head must be complete within
+   * `headerDeadlineMs` (counted by the caller from accept); `peer` names
+   * the client in logs.
+   */
+  serve(socket: Duplex, peer: string, headerDeadlineMs: number): void {
+    this.open++;
+    socket.once('close', () => this.open--);
+    const client = new Client(this, socket, peer, this.limits.maxHeaderBytes);
+    client.headerTimer = setTimeout(() => {
+      client.headerTimer = undefined;
+      this.refusals.refuse('frontend_header_timeout', peer, {}, 'closed frontend connection: request head not complete in time');
+      client.stopReading();
+      this.answer(socket, client, 408, 'request head not complete in time');
+    }, Math.max(0, headerDeadlineMs));
+  }
+
+  /** Acts on the parser's verdict on `client`'s head. */
+  decided(client: Client, verdict: HeadVerdict): void {
+    if (verdict.kind === 'more') return;
+    client.stopReading();
+    const { peer, socket } = client;
+    if (verdict.kind === 'bad') {
+      this.refusals.refuse('frontend_bad_request', peer, { err: verdict.reason, code: verdict.code }, 'refused malformed HTTP request on frontend', verdict.code);
+      this.answer(socket, client, verdict.status, `bad request: ${verdict.code}`);
+    } else if (verdict.method !== 'CONNECT') {
+      this.refusals.refuse('frontend_method', peer, { method: verdict.method, url: verdict.target }, 'refused non-CONNECT request');
+      this.answer(socket, client, 405, `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`, 'Allow: CONNECT\r\n');
+    } else {
+      this.connect(client, verdict.target, verdict.rest);
+    }
+  }
+
+  private connect(client: Client, authority: string, head: Buffer): void {
+    const { peer, socket } = client;
+    let address: string;
+    try {
+      address = formatHostPort(parseHostPort(authority));
+    } catch (err) {
+      this.refusals.refuse('frontend_bad_authority', peer, { authority, err: errorMessage(err) }, 'refused CONNECT: malformed authority');
+      this.answer(socket, client, 400, `bad CONNECT authority: ${errorMessage(err)}`);
+      return;
+    }
+    const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
+    this.dialer.dial(address, early.gone, peer).then(
+      (conn) => {
+        if (early.gone.aborted || socket.destroyed) {
+          conn.close();
+          return;
+        }
+        const pending = early.release();
+        // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
+        socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        if (pending.length > 0) conn.send(pending);
+        splice(socket, conn);
+      },
+      (err: Error) => {
+        early.release();
+        if (early.gone.aborted || socket.destroyed) {
+          socket.destroy();
+          return;
+        }
+        const status = err instanceof DialError ? HTTP_STATUS_FOR_FAILURE[err.failure] : 502;
+        this.answer(socket, client, status, err.message);
+      },
+    );
+  }
+
+  /**
+   * Writes a complete answer and closes: reads (and drops) what the client
+   * still sends so closing does not reset the answer away, and cuts the
+   * connection after lingerMs whatever the client does. `headers` are
+   * extra header lines, each ending in CRLF.
+   */
+  private answer(socket: Duplex, client: Client, status: number, message: string, headers = ''): void {
+    if (client.answered) return;
+    client.answered = true;
+    socket.on('error', () => undefined);
+    if (socket.destroyed) return;
+    const reason = STATUS_CODES[status] ?? 'Error';
+    // Dial errors come from agents: bounded like any peer's text.
+    const body = `${truncateForLog(message, 1024)}\n`;
+    const timer = setTimeout(() => socket.destroy(), this.limits.lingerMs);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+    socket.on('data', () => undefined);
+    socket.once('end', () => socket.destroy());
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\n${headers}Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    socket.resume();
+  }
+}
+
+/**
+ * A CONNECT client while its dial is pending: what it sends early is kept
+ * (bounded) for the tunnel, and its going away (FIN, reset, close) aborts
+ * `gone`, which cancels the dial (DIAL_CLS) at once, so a client that left
+ * never holds a pending dial until the dial timeout.
+ */
+class EarlyBytes {
+  readonly gone = new Cancel();
+  private chunks: Buffer[];
+  private bytes: number;
+
+  constructor(
+    private readonly socket: Duplex,
+    head: Buffer,
+    private readonly max: number,
+  ) {
+    this.chunks = head.length > 0 ? [head] : [];
+    this.bytes = head.length;
+    socket.on('data', this.onData);
+    socket.once('end', this.onGone);
+    socket.once('close', this.onGone);
+    socket.on('error', this.onGone);
+    if (this.bytes >= max) socket.pause();
+    else socket.resume();
+  }
+
+  /** Stops watching and returns what the client sent; the socket is left paused for its next owner. */
+  release(): Buffer {
+    this.socket.off('data', this.onData);
+    this.socket.off('end', this.onGone);
+    this.socket.off('close', this.onGone);
+    this.socket.off('error', this.onGone);
+    this.socket.pause();
+    const out = Buffer.concat(this.chunks);
+    this.chunks = [];
+    return out;
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    this.chunks.push(chunk);
+    this.bytes += chunk.length;
+    // A client this eager is held back; the dial timeout still bounds its wait.
+    if (this.bytes >= this.max) this.socket.pause();
+  };
+
+  private readonly onGone = (): void => {
+    if (this.gone.aborted) return;
+    this.gone.abort();
+    // Before its 200 a client has no tunnel to half-close: its FIN means it gave up.
+    this.socket.destroy();
+  };
+}

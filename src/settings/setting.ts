@@ -1,0 +1,43 @@
+/**
+ * A setting: one flag of a command declared once. Its entry gives the flag's
+ * name (the key in its table), the type it is given as, its default, its
+ * help text and help group, and the parser that turns what was given into
+ * the value the code uses. Everything else is derived from the tables
+ * (src/agent/settings.ts, src/server/config/settings.ts): yargs' options, the
+ * --help groups, the notices for upstream flags Kanal ignores, and the flag
+ * reference in docs/flags.md. The path of one setting from its entry to its
+ * use: docs/architecture.md, "Settings".
+ */
+
+/** What yargs hands over: a string, a number or a boolean, or a list of one of them. */
+export type GivenType = 'string' | 'number' | 'boolean';
+
+export interface Setting<Given, Value> {
+  readonly type: GivenType;
+  /** Repeatable: given as a list (every other flag keeps its last value, like Go's flag package). */
+  readonly array?: boolean;
+  readonly default?: Given;
+  readonly describe: string;
+  /** The --help heading and docs/flags.md section it is listed under. */
+  readonly group: string;
+  /** yargs refuses anything else with its own "Invalid values" message. */
+  readonly choices?: readonly string[];
+  /** Accepted for upstream's manifests but not shown in --help. */
+  readonly hidden?: boolean;
+  /** Set only for upstream flags Kanal ignores: logged once when the flag is given. */
+  readonly notice?: string;
+  /** What was given (the default applied) to its value; a mistake throws a UsageError naming `--${flag}`. */
+  parse(given: Given, flag: string): Value;
+}
+
+/** Any setting, as a table holds it (a method's parameter is bivariant, so every Setting<G, V> fits). */
+export type AnySetting = Setting<unknown, unknown>;
+
+/** A command's settings, by flag name. */
+export type SettingTable = Readonly<Record<string, AnySetting>>;
+
+/** What the command line gives for each setting of `T` (yargs' defaults applied). */
+export type GivenOf<T extends SettingTable> = { [K in keyof T]: T[K] extends Setting<infer G, unknown> ? G : never };
+
+/** Each setting of `T` parsed. */
+export type ValuesOf<T extends SettingTable> = { [K in keyof T]: T[K] extends { parse: (...args: never[]) => infer V } ? V : never };

@@ -1,0 +1,65 @@
+/**
+ * What is derived from a command's table: yargs' options and --help groups,
+ * the parsed values, and the notices for upstream flags Kanal ignores.
+ */
+import type { Options } from 'yargs';
+import { UsageError } from '../common/usage-error.js';
+import type { AnySetting, SettingTable, ValuesOf } from './setting.js';
+
+/** yargs' option for each setting: the table's type, default, help, choices, visibility. */
+export function yargsOptions(table: SettingTable): Record<string, Options> {
+  const options: Record<string, Options> = {};
+  for (const [name, s] of Object.entries(table)) {
+    options[name] = {
+      type: s.type,
+      describe: s.describe,
+      ...(s.array ? { array: true } : {}),
+      ...(s.default !== undefined ? { default: s.default } : {}),
+      ...(s.choices ? { choices: [...s.choices] } : {}),
+      ...(s.hidden ? { hidden: true } : {}),
+    };
+  }
+  return options;
+}
+
+/** The --help groups in the order the table first names them, each with its visible flags. */
+export function helpGroups(table: SettingTable): Map<string, string[]> {
+  const groups = new Map<string, string[]>();
+  for (const [name, s] of Object.entries(table)) {
+    if (s.hidden) continue;
+    const names = groups.get(s.group) ?? [];
+    names.push(name);
+    groups.set(s.group, names);
+  }
+  return groups;
+}
+
+function isGivenType(s: AnySetting, value: unknown): boolean {
+  const one = (v: unknown): boolean => typeof v === s.type;
+  return s.array ? Array.isArray(value) && value.every(one) : one(value);
+}
+
+/**
+ * Every setting of `table` parsed from what the command line gave (yargs'
+ * defaults applied), in the table's order: the first mistake is thrown, a
+ * UsageError naming its flag.
+ */
+export function readSettings<T extends SettingTable>(table: T, given: Readonly<Record<string, unknown>>): ValuesOf<T> {
+  const values: Record<string, unknown> = {};
+  for (const [name, s] of Object.entries(table)) {
+    const value = given[name];
+    if (value !== undefined && !isGivenType(s, value)) throw new UsageError(`--${name} takes ${s.array ? 'a list of ' : ''}${s.type} values`);
+    values[name] = s.parse(value, name);
+  }
+  // Each key of the table was parsed by its own entry's parser, so the record has ValuesOf<T>'s shape.
+  return values as ValuesOf<T>;
+}
+
+/** The notices for the ignored upstream flags given on this command line, one per flag. */
+export function upstreamNotices(given: Readonly<Record<string, unknown>>, table: SettingTable): string[] {
+  const notices: string[] = [];
+  for (const [name, s] of Object.entries(table)) {
+    if (s.notice !== undefined && given[name] !== undefined) notices.push(`--${name} ignored: ${s.notice}`);
+  }
+  return notices;
+}
