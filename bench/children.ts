@@ -44,7 +44,8 @@ function installHandlers(): void {
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.once(signal, () => {
       process.stderr.write(`\nbench: ${signal}, stopping ${live.size} child process(es) and removing temporary files\n`);
-      cleanUp(1000).finally(() => process.exit(130));
+      // Fire and forget: the handler cannot wait, and the exit in finally() ends the process whether or not cleanUp() failed.
+      void cleanUp(1000).finally(() => process.exit(130));
     });
   }
 }

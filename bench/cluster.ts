@@ -85,16 +85,39 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
   const uds = path.join(o.dir, `${o.tag}.sock`);
   const args = [
-    'server', '--uds-name', uds, '--delete-existing-uds-file',
-    '--cluster-cert', o.pki.serverCert, '--cluster-key', o.pki.serverKey, '--cluster-ca-cert', o.pki.caCert,
-    '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
-    '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
-    '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
+    'server',
+    '--uds-name',
+    uds,
+    '--delete-existing-uds-file',
+    '--cluster-cert',
+    o.pki.serverCert,
+    '--cluster-key',
+    o.pki.serverKey,
+    '--cluster-ca-cert',
+    o.pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(agentPort),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    String(healthPort),
+    '--transport',
+    o.transport,
+    '--log-level',
+    o.logLevel ?? 'info',
   ];
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
   args.push(...(o.serverArgs ?? []));
-  const child = spawnChild({ name: `${o.tag}-server`, script: o.cli ?? CLI, args, nodeArgs: o.nodeArgs, logFile: path.join(o.dir, `${o.tag}-server.log`) });
+  const child = spawnChild({
+    name: `${o.tag}-server`,
+    script: o.cli ?? CLI,
+    args,
+    nodeArgs: o.nodeArgs,
+    logFile: path.join(o.dir, `${o.tag}-server.log`),
+  });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
   return { child, uds, agentPort, healthUrl };
@@ -104,7 +127,12 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
 export async function startPair(o: StartOptions & { backend: BackendPorts }): Promise<KanalPair> {
   const b = o.backend;
   const server = await startServer({ ...o, allowed: [b.bulkTcp, b.echoTcp, b.httpTcp].map((p) => `${BACKEND_HOST}:${p}`) });
-  const [agentHealth, bulk, echo, httpPort] = await Promise.all([freePort(), freePort(NODE_HOST), freePort(NODE_HOST), freePort(NODE_HOST)]);
+  const [agentHealth, bulk, echo, httpPort] = await Promise.all([
+    freePort(),
+    freePort(NODE_HOST),
+    freePort(NODE_HOST),
+    freePort(NODE_HOST),
+  ]);
   const agentID = `${o.tag}-node`;
   const cred = await issueAgentCertificate(o.pki, agentID);
   const agent = spawnChild({
@@ -113,14 +141,37 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
     nodeArgs: o.nodeArgs,
     logFile: path.join(o.dir, `${o.tag}-agent.log`),
     args: [
-      'agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort),
-      '--ca-cert', o.pki.caCert, '--agent-cert', cred.cert, '--agent-key', cred.key, '--agent-id', agentID,
-      '--health-bind-address', '127.0.0.1', '--health-server-port', String(agentHealth),
-      '--bind-address', NODE_HOST, '--bind-interface-type', 'none',
-      '--target', `${bulk}:${BACKEND_HOST}:${b.bulkTcp}`,
-      '--target', `${echo}:${BACKEND_HOST}:${b.echoTcp}`,
-      '--target', `${httpPort}:${BACKEND_HOST}:${b.httpTcp}`,
-      '--transport', o.transport, '--log-level', o.logLevel ?? 'info',
+      'agent',
+      '--proxy-server-host',
+      '127.0.0.1',
+      '--proxy-server-port',
+      String(server.agentPort),
+      '--ca-cert',
+      o.pki.caCert,
+      '--agent-cert',
+      cred.cert,
+      '--agent-key',
+      cred.key,
+      '--agent-id',
+      agentID,
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-server-port',
+      String(agentHealth),
+      '--bind-address',
+      NODE_HOST,
+      '--bind-interface-type',
+      'none',
+      '--target',
+      `${bulk}:${BACKEND_HOST}:${b.bulkTcp}`,
+      '--target',
+      `${echo}:${BACKEND_HOST}:${b.echoTcp}`,
+      '--target',
+      `${httpPort}:${BACKEND_HOST}:${b.httpTcp}`,
+      '--transport',
+      o.transport,
+      '--log-level',
+      o.logLevel ?? 'info',
       ...(o.agentArgs ?? []),
     ],
   });

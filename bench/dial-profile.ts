@@ -185,7 +185,9 @@ async function aimedAt<T>(main: Env, c: Contestant, fn: () => Promise<T>): Promi
 }
 
 async function measure(env: Env, contestants: Contestant[], o: Options): Promise<Map<string, ProductRuns>> {
-  const runs = new Map<string, ProductRuns>(contestants.map((c) => [c.name, { latencies: [], cost: { server: ZERO, agent: ZERO }, dials: 0 }]));
+  const runs = new Map<string, ProductRuns>(
+    contestants.map((c) => [c.name, { latencies: [], cost: { server: ZERO, agent: ZERO }, dials: 0 }]),
+  );
   for (const c of contestants) {
     env.progress(`${c.name}: ${o.warmup} warm-up dials`);
     await aimedAt(env, c, () => dials(c.env, c.product, o.warmup, o.concurrency)); // JIT, pools, first-use allocations
@@ -231,7 +233,7 @@ function parseStraceSummary(file: string): Map<string, number> {
   const calls = new Map<string, number>();
   for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
     const m = /^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$/.exec(line);
-    if (m && m[2] !== 'total') calls.set(m[2]!, Number(m[1]));
+    if (m && m[2] !== 'total') calls.set(m[2], Number(m[1]));
   }
   return calls;
 }
@@ -258,12 +260,15 @@ interface PerfBreakdown {
 
 /** `perf report` lines "overhead period dso symbol" summed by `key`, as µs per dial (cpu-clock periods are ns). */
 function perfReport(file: string, sort: string, n: number): [string, number][] {
-  const { status, stdout, stderr } = spawnSync('perf', ['report', '-i', file, '--stdio', '-q', '--sort', sort, '-F', `period,${sort}`], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  const { status, stdout, stderr } = spawnSync('perf', ['report', '-i', file, '--stdio', '-q', '--sort', sort, '-F', `period,${sort}`], {
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+  });
   if (status !== 0) throw new Error(`perf report: ${stderr.trim()}`);
   const out: [string, number][] = [];
   for (const line of stdout.split('\n')) {
     const m = /^\s*(\d+)\s+(.+?)\s*$/.exec(line);
-    if (m) out.push([m[2]!.replace(/\s+/g, ' ').replace(/\[JIT\] tid \d+/, '[JIT]'), Number(m[1]) / 1000 / n]);
+    if (m) out.push([m[2].replace(/\s+/g, ' ').replace(/\[JIT\] tid \d+/, '[JIT]'), Number(m[1]) / 1000 / n]);
   }
   return out.sort((a, b) => b[1] - a[1]);
 }
@@ -274,10 +279,15 @@ async function perfProfiles(env: Env, o: Options): Promise<Map<string, PerfBreak
     env.progress(`${p}: ${o.dials} dials under perf record`);
     const pids = pidsOf(env, p);
     const files = { server: path.join(env.dir, `perf-${p}-server.data`), agent: path.join(env.dir, `perf-${p}-agent.data`) };
-    const stops = await Promise.all(ROLES.map((role) => attachTool('perf', ['record', '-e', 'cpu-clock', '-F', '4999', '-q', '-o', files[role], '-p', String(pids[role])])));
+    const stops = await Promise.all(
+      ROLES.map((role) =>
+        attachTool('perf', ['record', '-e', 'cpu-clock', '-F', '4999', '-q', '-o', files[role], '-p', String(pids[role])]),
+      ),
+    );
     await dials(env, p, o.dials, o.concurrency);
     await Promise.all(stops.map((stop) => stop()));
-    for (const role of ROLES) out.set(`${p} ${role}`, { dsos: perfReport(files[role], 'dso', o.dials), symbols: perfReport(files[role], 'dso,sym', o.dials) });
+    for (const role of ROLES)
+      out.set(`${p} ${role}`, { dsos: perfReport(files[role], 'dso', o.dials), symbols: perfReport(files[role], 'dso,sym', o.dials) });
   }
   return out;
 }
@@ -290,7 +300,9 @@ async function timeline(env: Env, file: string): Promise<string[]> {
     env.progress(`${p}: one dial under strace -ttt`);
     const pids = pidsOf(env, p);
     const files = { server: path.join(env.dir, `timeline-${p}-server.txt`), agent: path.join(env.dir, `timeline-${p}-agent.txt`) };
-    const stops = await Promise.all(ROLES.map((role) => attachStrace(pids[role], ['-f', '-ttt', '-T', '-qq', '-s', '64', '-o', files[role]])));
+    const stops = await Promise.all(
+      ROLES.map((role) => attachStrace(pids[role], ['-f', '-ttt', '-T', '-qq', '-s', '64', '-o', files[role]])),
+    );
     await sleep(300);
     const t0 = Date.now() / 1000;
     const [ms] = await dials(env, p, 1, 1);
@@ -307,10 +319,10 @@ async function timeline(env: Env, file: string): Promise<string[]> {
         const t = Number(m[2]);
         if (t < t0) continue;
         // Idle threads' periodic wake-ups (Go's sysmon, timers) are left out of the picture.
-        if (/^(nanosleep|futex|clock_nanosleep)\(/.test(m[3]!) && !/resumed/.test(m[3]!)) continue;
+        if (/^(nanosleep|futex|clock_nanosleep)\(/.test(m[3]) && !/resumed/.test(m[3])) continue;
         n++;
-        if (/^epoll_(p)?wait\(.*= [1-9]/.test(m[3]!) || /<\.\.\. epoll_(p)?wait resumed>.*= [1-9]/.test(m[3]!)) wakeups++;
-        events.push({ t, text: `${p.padEnd(8)} ${role.padEnd(6)} tid ${m[1]!.padEnd(7)} ${m[3]}` });
+        if (/^epoll_(p)?wait\(.*= [1-9]/.test(m[3]) || /<\.\.\. epoll_(p)?wait resumed>.*= [1-9]/.test(m[3])) wakeups++;
+        events.push({ t, text: `${p.padEnd(8)} ${role.padEnd(6)} tid ${m[1].padEnd(7)} ${m[3]}` });
       }
       counts.push(`${role} ${n} syscalls (${wakeups} epoll wake-ups with events)`);
     }
@@ -337,8 +349,9 @@ function v8Events(file: string, offset: number): Record<string, number> {
   const text = fs.readFileSync(file, 'utf8').slice(offset);
   const kinds: Record<string, number> = {};
   const note = (k: string): void => void (kinds[k] = (kinds[k] ?? 0) + 1);
-  for (const m of text.matchAll(/\d+ ms: (Scavenge|Mark-Compact|Mark-Sweep|Minor Mark-Sweep)/g)) note(m[1]!);
-  for (const m of text.matchAll(/\[(compiling method|completed compiling|marking|bailout|deoptimizing|bailout \(kind: [^)]*\))/g)) note(m[1]!.replace(/\(kind: ([^,)]*).*/, '($1)'));
+  for (const m of text.matchAll(/\d+ ms: (Scavenge|Mark-Compact|Mark-Sweep|Minor Mark-Sweep)/g)) note(m[1]);
+  for (const m of text.matchAll(/\[(compiling method|completed compiling|marking|bailout|deoptimizing|bailout \(kind: [^)]*\))/g))
+    note(m[1].replace(/\(kind: ([^,)]*).*/, '($1)'));
   return kinds;
 }
 
@@ -364,7 +377,17 @@ async function instrumented(env: Env, o: Options): Promise<Instrumented> {
       fs.writeFileSync(path.join(dir, 'window.json'), JSON.stringify({ fromUs: window[0], toUs: window[1], dials: n, ...pids }));
       return { pids, gcs: { server: v8Events(logs.server, offsets.server), agent: v8Events(logs.agent, offsets.agent) } };
     },
-    { nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-interval', '100', '--trace-gc', ...(o.v8Trace ? ['--trace-opt', '--trace-deopt'] : [])] },
+    {
+      nodeArgs: [
+        '--cpu-prof',
+        '--cpu-prof-dir',
+        dir,
+        '--cpu-prof-interval',
+        '100',
+        '--trace-gc',
+        ...(o.v8Trace ? ['--trace-opt', '--trace-deopt'] : []),
+      ],
+    },
   );
   const profiles: ProfileSummary[] = [];
   for (const role of ROLES) {
@@ -379,7 +402,9 @@ function render(runs: Map<string, ProductRuns>, o: Options): string[] {
   const out: string[] = [];
   const us = (s: number, n: number): string => ((s * 1e6) / n).toFixed(0);
   const per = (x: number, n: number): string => (x / n).toFixed(2);
-  out.push(`dials ${o.concurrency === 1 ? 'one at a time' : `${o.concurrency} at a time`}${o.nextToBulk ? ' next to one download' : ''}; ${o.rounds} rounds of ${o.dials}, products interleaved`);
+  out.push(
+    `dials ${o.concurrency === 1 ? 'one at a time' : `${o.concurrency} at a time`}${o.nextToBulk ? ' next to one download' : ''}; ${o.rounds} rounds of ${o.dials}, products interleaved`,
+  );
   out.push('  product   p50 ms  p99 ms  mean ms | process  user µs  sys µs  total µs  vol cs  invol cs  minflt   (all per dial)');
   for (const [p, r] of runs) {
     const head = `  ${p.padEnd(9)} ${percentile(r.latencies, 50).toFixed(3).padStart(6)}  ${percentile(r.latencies, 99).toFixed(3).padStart(6)}  ${(r.latencies.reduce((a, b) => a + b, 0) / r.latencies.length).toFixed(3).padStart(7)}`;
@@ -399,7 +424,9 @@ function renderStrace(counts: Map<Product, Record<Role, Map<string, number>>>, n
     for (const role of ROLES) {
       const calls = [...byRole[role]].sort((a, b) => b[1] - a[1]);
       const total = calls.reduce((s, [, c]) => s + c, 0);
-      out.push(`  ${p.padEnd(8)} ${role.padEnd(6)} ${(total / n).toFixed(1).padStart(6)}: ${calls.map(([name, c]) => `${name} ${(c / n).toFixed(1)}`).join(', ')}`);
+      out.push(
+        `  ${p.padEnd(8)} ${role.padEnd(6)} ${(total / n).toFixed(1).padStart(6)}: ${calls.map(([name, c]) => `${name} ${(c / n).toFixed(1)}`).join(', ')}`,
+      );
     }
   }
   return out;
@@ -409,7 +436,12 @@ function renderPerf(r: Map<string, PerfBreakdown>, n: number): string[] {
   const out = ['', `perf record -e cpu-clock over ${n} dials: µs per dial by binary, then the largest symbols`];
   for (const [who, b] of r) {
     const total = b.dsos.reduce((s, [, us]) => s + us, 0);
-    out.push(`  ${who}: ${total.toFixed(0)} µs: ${b.dsos.slice(0, 6).map(([d, us]) => `${d} ${us.toFixed(0)}`).join(', ')}`);
+    out.push(
+      `  ${who}: ${total.toFixed(0)} µs: ${b.dsos
+        .slice(0, 6)
+        .map(([d, us]) => `${d} ${us.toFixed(0)}`)
+        .join(', ')}`,
+    );
     for (const [sym, us] of b.symbols.slice(0, 14)) out.push(`    ${us.toFixed(1).padStart(6)}  ${sym}`);
   }
   return out;
@@ -419,11 +451,16 @@ function renderInstrumented(r: Instrumented): string[] {
   const out = ['', `Kanal under --cpu-prof (100 µs sampling) and --trace-gc, ${r.dials} dials`];
   for (const role of ROLES) {
     const kinds = Object.entries(r.gcs[role]);
-    out.push(`  ${role} V8 events per 1,000 dials: ${kinds.length === 0 ? 'none' : kinds.map(([k, c]) => `${k} ${((c * 1000) / r.dials).toFixed(1)}`).join(', ')}`);
+    out.push(
+      `  ${role} V8 events per 1,000 dials: ${kinds.length === 0 ? 'none' : kinds.map(([k, c]) => `${k} ${((c * 1000) / r.dials).toFixed(1)}`).join(', ')}`,
+    );
   }
   for (const p of r.profiles) {
-    const busyUsPerDial = ((p.totalMs * (1 - p.idleShare)) * 1000) / r.dials;
-    out.push('', `  ${p.process}: ${busyUsPerDial.toFixed(0)} µs of JS-visible busy time per dial (${(p.idleShare * 100).toFixed(0)}% idle); by area, µs per dial:`);
+    const busyUsPerDial = (p.totalMs * (1 - p.idleShare) * 1000) / r.dials;
+    out.push(
+      '',
+      `  ${p.process}: ${busyUsPerDial.toFixed(0)} µs of JS-visible busy time per dial (${(p.idleShare * 100).toFixed(0)}% idle); by area, µs per dial:`,
+    );
     out.push(`    ${p.areas.map((a) => `${a.name} ${(a.share * busyUsPerDial).toFixed(1)}`).join(', ')}`);
     for (const f of p.top) out.push(`    ${((f.selfMs * 1000) / r.dials).toFixed(1).padStart(6)} µs  ${f.name}`);
   }
@@ -434,7 +471,10 @@ function renderInstrumented(r: Instrumented): string[] {
 function keepRawFiles(dir: string, into: string): void {
   fs.mkdirSync(into, { recursive: true });
   const profiles = path.join(dir, 'profiles');
-  const files = fs.readdirSync(dir).filter((f) => /^(strace|timeline|perf)-|^profiled-.*\.log$/.test(f)).map((f) => path.join(dir, f));
+  const files = fs
+    .readdirSync(dir)
+    .filter((f) => /^(strace|timeline|perf)-|^profiled-.*\.log$/.test(f))
+    .map((f) => path.join(dir, f));
   if (fs.existsSync(profiles)) files.push(...fs.readdirSync(profiles).map((f) => path.join(profiles, f)));
   for (const f of files) fs.copyFileSync(f, path.join(into, path.basename(f)));
 }

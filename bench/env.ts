@@ -5,7 +5,16 @@ import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.j
 import type { Worker } from './rpc.js';
 import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
 import { makeTempDir } from './children.js';
-import { BACKEND_HOST, NODE_HOST, readPem, startLoadgen, startPair, type KanalPair, type StartOptions, type TunnelPair } from './cluster.js';
+import {
+  BACKEND_HOST,
+  NODE_HOST,
+  readPem,
+  startLoadgen,
+  startPair,
+  type KanalPair,
+  type StartOptions,
+  type TunnelPair,
+} from './cluster.js';
 import type { Params } from './params.js';
 import { cpuSecondsOf, rssBytes } from './proc.js';
 import { findUpstream, startUpstreamPair, type UpstreamBinaries } from './upstream.js';
@@ -28,7 +37,7 @@ export interface Env {
   client: Worker<LoadgenCommands>;
   backend: Worker<LoadgenCommands>;
   warnings: string[];
-  progress(text: string): void;
+  progress: (text: string) => void;
 }
 
 export interface SetUpOptions {
@@ -39,7 +48,7 @@ export interface SetUpOptions {
   /** --upstream: a directory, "none", or undefined (look in the usual places; see upstream.ts). */
   upstreamOption: string | undefined;
   warnings: string[];
-  progress(text: string): void;
+  progress: (text: string) => void;
 }
 
 /**
@@ -53,9 +62,26 @@ export async function setUp(o: SetUpOptions): Promise<Env> {
   const pki = await writeThrowawayPki(path.join(dir, 'pki'), { serverIps: [NODE_HOST] });
   const backend = startLoadgen(dir, 'backend');
   const client = startLoadgen(dir, 'client');
-  const ports = await backend.call('serve', { host: BACKEND_HOST, certPem: readPem(pki.serverCert), keyPem: readPem(pki.serverKey), chunkBytes: o.params.chunkBytes });
+  const ports = await backend.call('serve', {
+    host: BACKEND_HOST,
+    certPem: readPem(pki.serverCert),
+    keyPem: readPem(pki.serverKey),
+    chunkBytes: o.params.chunkBytes,
+  });
   const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports, cli: o.kanalCli });
-  const env: Env = { dir, pki, transport: o.transport, kanalCli: o.kanalCli, params: o.params, pair, ports, client, backend, warnings: o.warnings, progress: o.progress };
+  const env: Env = {
+    dir,
+    pki,
+    transport: o.transport,
+    kanalCli: o.kanalCli,
+    params: o.params,
+    pair,
+    ports,
+    client,
+    backend,
+    warnings: o.warnings,
+    progress: o.progress,
+  };
   const found = findUpstream(o.upstreamOption, dir);
   if ('binaries' in found) {
     o.progress(`starting upstream's proxy-server and proxy-agent (${found.binaries.origin})`);
@@ -103,7 +129,13 @@ export function pairOf(env: Env, product: Product): TunnelPair {
  * (memory figures free of what earlier runs left on the heap, or extra node
  * flags for Kanal's), then stops them and points the client back at the main pairs.
  */
-export async function withFreshPair<T>(env: Env, product: Product, tag: string, fn: (env: Env) => Promise<T>, kanal: Pick<StartOptions, 'nodeArgs' | 'serverArgs' | 'agentArgs'> = {}): Promise<T> {
+export async function withFreshPair<T>(
+  env: Env,
+  product: Product,
+  tag: string,
+  fn: (env: Env) => Promise<T>,
+  kanal: Pick<StartOptions, 'nodeArgs' | 'serverArgs' | 'agentArgs'> = {},
+): Promise<T> {
   const o = { dir: env.dir, tag, pki: env.pki };
   let fresh: Env;
   if (product === 'kanal') {

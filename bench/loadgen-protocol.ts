@@ -102,7 +102,18 @@ export interface HandshakeTarget {
 export type ChurnKind = 'request' | 'half' | 'refused';
 
 /** 80/10/10. */
-export const CHURN_MIX: readonly ChurnKind[] = ['request', 'request', 'request', 'request', 'request', 'request', 'request', 'request', 'half', 'refused'];
+export const CHURN_MIX: readonly ChurnKind[] = [
+  'request',
+  'request',
+  'request',
+  'request',
+  'request',
+  'request',
+  'request',
+  'request',
+  'half',
+  'refused',
+];
 
 /** Connections of a soak batch by how they ended, e.g. "mtls held" or "refused 502". */
 export type Outcomes = Record<string, number>;
@@ -112,17 +123,29 @@ export type LoadgenCommands = {
   configure: { args: ClientConfig; result: null };
   counters: { args: null; result: Counters };
   /** Fails when a flow has not opened (connected, CONNECT answered) within openTimeoutMs (default 15 s). */
-  openFlows: { args: { group: string; path: Path; mode: FlowMode; count: number; maxBytesPerFlow: number; openTimeoutMs?: number }; result: { opened: number } };
+  openFlows: {
+    args: { group: string; path: Path; mode: FlowMode; count: number; maxBytesPerFlow: number; openTimeoutMs?: number };
+    result: { opened: number };
+  };
   stopFlows: { args: { group: string }; result: null };
   /** `n` dials, `concurrency` at a time; latency = open (+ CONNECT) -> one byte written and echoed. */
   dials: { args: { path: Path; n: number; concurrency: number }; result: { latenciesMs: number[]; elapsedMs: number } & Failures };
-  requests: { args: { path: Path; concurrency: number; durationMs: number; maxRequests: number }; result: { completed: number; elapsedMs: number } & Failures };
+  requests: {
+    args: { path: Path; concurrency: number; durationMs: number; maxRequests: number };
+    result: { completed: number; elapsedMs: number } & Failures;
+  };
   hold: { args: { path: Path; n: number; concurrency: number }; result: { held: number } & Failures };
   release: { args: null; result: null };
   /** Connections `from` .. `from + n - 1` of the HANDSHAKE_MIX to a server's agent port, `concurrency` at a time. */
-  handshakes: { args: { target: HandshakeTarget; from: number; n: number; concurrency: number; holdMs: number }; result: { outcomes: Outcomes; elapsedMs: number } & Failures };
+  handshakes: {
+    args: { target: HandshakeTarget; from: number; n: number; concurrency: number; holdMs: number };
+    result: { outcomes: Outcomes; elapsedMs: number } & Failures;
+  };
   /** Connections `from` .. `from + n - 1` of the CHURN_MIX along a CONNECT path; `refusedPort`: a backend port nothing listens on. */
-  churn: { args: { path: Path; from: number; n: number; concurrency: number; refusedPort: number }; result: { outcomes: Outcomes; elapsedMs: number } & Failures };
+  churn: {
+    args: { path: Path; from: number; n: number; concurrency: number; refusedPort: number };
+    result: { outcomes: Outcomes; elapsedMs: number } & Failures;
+  };
   /** Backend: destroys the connections it stopped reading (a stalled reader never sees its peer's FIN). */
   unstall: { args: null; result: { destroyed: number } };
   /** Destroys every socket the worker has open (what a proxy left open that it should have closed). */

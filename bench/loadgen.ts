@@ -128,7 +128,7 @@ async function serve(args: { host: string; certPem: string; keyPem: string; chun
   const httpTls = https.createServer({ ...tlsOpts, keepAlive: false }, answer);
   for (const s of [bulkTls, echoTls, httpTls]) s.on('tlsClientError', () => undefined);
   const [a, b, c, d, e, f] = await Promise.all([bulkTcp, bulkTls, echoTcp, echoTls, httpTcp, httpTls].map((s) => listen(s, args.host)));
-  return { bulkTcp: a!, bulkTls: b!, echoTcp: c!, echoTls: d!, httpTcp: e!, httpTls: f! };
+  return { bulkTcp: a, bulkTls: b, echoTcp: c, echoTls: d, httpTcp: e, httpTls: f };
 }
 
 // ----------------------------------------------------------------- client role
@@ -193,7 +193,15 @@ function httpConnect(sock: net.Socket, authority: string, timeoutMs: number): Pr
       const statusLine = head.subarray(0, head.indexOf('\r\n')).toString('latin1');
       if (statusLine.split(' ')[1] !== '200') {
         sock.destroy();
-        reject(new ConnectRefused(Number(statusLine.split(' ')[1]), `CONNECT ${authority}: ${statusLine} ${head.subarray(end + 4).toString('utf8').trim()}`));
+        reject(
+          new ConnectRefused(
+            Number(statusLine.split(' ')[1]),
+            `CONNECT ${authority}: ${statusLine} ${head
+              .subarray(end + 4)
+              .toString('utf8')
+              .trim()}`,
+          ),
+        );
         return;
       }
       const rest = head.subarray(end + 4);
@@ -372,7 +380,8 @@ const HALF_PREFACE = 'PRI * HTTP/2.0\r\n';
  */
 function handshakeOnce(t: HandshakeTarget, kind: HandshakeKind, holdMs: number): Promise<string> {
   return new Promise<string>((resolve) => {
-    const credentials = kind === 'mtls' ? { cert: t.agentCertPem, key: t.agentKeyPem } : kind === 'rogue' ? { cert: t.rogueCertPem, key: t.rogueKeyPem } : {};
+    const credentials =
+      kind === 'mtls' ? { cert: t.agentCertPem, key: t.agentKeyPem } : kind === 'rogue' ? { cert: t.rogueCertPem, key: t.rogueKeyPem } : {};
     const s =
       kind === 'tcp'
         ? net.connect({ host: t.host, port: t.port })
@@ -399,7 +408,9 @@ function handshakeOnce(t: HandshakeTarget, kind: HandshakeKind, holdMs: number):
     s.on('data', () => undefined);
     s.once('close', () => {
       clearTimeout(timer);
-      resolve(`${kind} ${stage === 'held' ? (kind === 'tcp' ? 'closed' : 'held') : stage === 'open' ? 'closed by server' : 'refused in handshake'}`);
+      resolve(
+        `${kind} ${stage === 'held' ? (kind === 'tcp' ? 'closed' : 'held') : stage === 'open' ? 'closed by server' : 'refused in handshake'}`,
+      );
     });
   });
 }
@@ -521,7 +532,9 @@ serveCommands<LoadgenCommands>({
   async handshakes({ target, from, n, concurrency, holdMs }) {
     const outcomes: Outcomes = {};
     const t0 = performance.now();
-    await pool(n, concurrency, async (i) => count(outcomes, await handshakeOnce(target, HANDSHAKE_MIX[(from + i) % HANDSHAKE_MIX.length]!, holdMs)));
+    await pool(n, concurrency, async (i) =>
+      count(outcomes, await handshakeOnce(target, HANDSHAKE_MIX[(from + i) % HANDSHAKE_MIX.length], holdMs)),
+    );
     return { outcomes, elapsedMs: performance.now() - t0, errors: 0 };
   },
   async churn({ path, from, n, concurrency, refusedPort }) {
@@ -530,7 +543,7 @@ serveCommands<LoadgenCommands>({
     const t0 = performance.now();
     await pool(n, concurrency, async (i) => {
       try {
-        count(outcomes, await churnOnce(path, CHURN_MIX[(from + i) % CHURN_MIX.length]!, refusedPort));
+        count(outcomes, await churnOnce(path, CHURN_MIX[(from + i) % CHURN_MIX.length], refusedPort));
       } catch (err) {
         f.note(err);
       }

@@ -102,7 +102,8 @@ function parseOptions(argv: string[]): Options {
     params.soakConnections = n;
   }
   const kanalCli = values['kanal-cli'] === undefined ? undefined : path.resolve(values['kanal-cli']);
-  if (kanalCli !== undefined && !fs.existsSync(kanalCli)) throw new Error(`--kanal-cli ${kanalCli}: no such file (build that tree first: npx tsc -p .)`);
+  if (kanalCli !== undefined && !fs.existsSync(kanalCli))
+    throw new Error(`--kanal-cli ${kanalCli}: no such file (build that tree first: npx tsc -p .)`);
   if (values.reps !== undefined) {
     const reps = Number(values.reps);
     if (!Number.isInteger(reps) || reps < 1) throw new Error('--reps must be a positive integer');
@@ -133,7 +134,7 @@ function parseOptions(argv: string[]): Options {
 
 /** `--profile` alone is parsed by parseArgs as needing a value; accept it bare. */
 function normaliseArgv(argv: string[]): string[] {
-  return argv.map((a, i) => (a === '--profile' && (argv[i + 1] === undefined || argv[i + 1]!.startsWith('--')) ? '--profile=' : a));
+  return argv.map((a, i) => (a === '--profile' && (argv[i + 1] === undefined || argv[i + 1].startsWith('--')) ? '--profile=' : a));
 }
 
 function progressPrinter(): (text: string) => void {
@@ -206,18 +207,25 @@ async function main(): Promise<void> {
   const started = new Date();
   const t0 = performance.now();
   const busy0 = machineBusySeconds();
-  const load0 = os.loadavg()[0]!;
+  const load0 = os.loadavg()[0];
   const own0 = selfAndReapedChildrenCpuSeconds();
   const progress = progressPrinter();
   const warnings: string[] = [];
   const rows: Row[] = [];
   let profile: ProfileSummary[] | undefined;
   let soak: SoakReport | undefined;
-  let upstream: Report['upstream'] = { absent: 'not looked for' };
+  let upstream: Report['upstream'];
   let failed = false;
   try {
     progress(`setting up (mode ${opts.mode}, transport ${opts.transport})`);
-    const env = await setUp({ transport: opts.transport, params: opts.params, kanalCli: opts.kanalCli, upstreamOption: opts.upstream, warnings, progress });
+    const env = await setUp({
+      transport: opts.transport,
+      params: opts.params,
+      kanalCli: opts.kanalCli,
+      upstreamOption: opts.upstream,
+      warnings,
+      progress,
+    });
     upstream = env.upstreamBinaries ? { origin: env.upstreamBinaries.origin } : { absent: env.upstreamAbsent ?? '?' };
 
     const suites: Record<Section, () => Promise<Row[]>> = {
@@ -274,7 +282,7 @@ async function main(): Promise<void> {
     durationS: wallS,
     machine: machineInfo(),
     backgroundCores,
-    loadAvg: { start: load0, end: os.loadavg()[0]! },
+    loadAvg: { start: load0, end: os.loadavg()[0] },
     params: { ...opts.params },
     upstream,
     rows: withoutNonFinite([...sideBySide(rows, 'origin' in upstream), ...rows]),

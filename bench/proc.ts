@@ -123,7 +123,7 @@ export function machineInfo(): MachineInfo {
 /** CPU seconds the whole machine has spent busy (all cores), from /proc/stat. */
 export function machineBusySeconds(): number {
   try {
-    const line = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
+    const line = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0];
     const f = line.trim().split(/\s+/).slice(1).map(Number);
     // user nice system idle iowait irq softirq steal ...
     const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0);

@@ -66,7 +66,13 @@ function areaOf(f: CallFrame): string {
  * V8's sample timestamps and of process.hrtime) keeps only the samples
  * taken while the measured traffic flowed, leaving out start-up.
  */
-export function summariseProfile(file: string, processName: string, scenario: string, windowUs?: [number, number], topN = 12): ProfileSummary {
+export function summariseProfile(
+  file: string,
+  processName: string,
+  scenario: string,
+  windowUs?: [number, number],
+  topN = 12,
+): ProfileSummary {
   const prof = JSON.parse(fs.readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map<number, ProfileNode>();
   for (const n of prof.nodes) byId.set(n.id, n);
@@ -78,7 +84,7 @@ export function summariseProfile(file: string, processName: string, scenario: st
       t += prof.timeDeltas[i] ?? 0;
       if (window && (t < window[0] || t > window[1])) continue;
       const dt = prof.timeDeltas[i + 1] ?? 0;
-      const id = prof.samples[i]!;
+      const id = prof.samples[i];
       self.set(id, (self.get(id) ?? 0) + Math.max(0, dt));
     }
     return self;

@@ -151,7 +151,7 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
     ],
   },
   isolation: {
-    title: '4. Isolation: one connection\'s throughput while another on the same tunnel has a stalled reader (goal >= 0.90)',
+    title: "4. Isolation: one connection's throughput while another on the same tunnel has a stalled reader (goal >= 0.90)",
     columns: [
       { key: 'aloneMbps', title: 'alone MB/s', digits: 0 },
       { key: 'stalledMbps', title: 'w/ stall MB/s', digits: 0 },
@@ -217,9 +217,9 @@ function renderVersus(rows: Row[], labelWidth: number): string[] {
     ];
   });
   const head = ['', 'unit', 'upstream', 'Kanal', 'Kanal/upstream', 'better', 'spread up', 'spread Kanal'];
-  const widths = head.map((h, i) => Math.max(h.length, ...table.map((t) => t[i]!.length)));
-  widths[0] = Math.max(widths[0]!, labelWidth);
-  const line = (cells: string[]): string => `  ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')}`;
+  const widths = head.map((h, i) => Math.max(h.length, ...table.map((t) => t[i].length)));
+  widths[0] = Math.max(widths[0], labelWidth);
+  const line = (cells: string[]): string => `  ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')}`;
   return [
     '',
     '0. Side by side with upstream Konnectivity (same topology, same load generators, runs interleaved; ratio = Kanal / upstream,',
@@ -230,14 +230,21 @@ function renderVersus(rows: Row[], labelWidth: number): string[] {
 }
 
 /** One table: the columns some row fills, labels padded to `labelWidth`. */
-function renderTable(title: string, columns: Column[], rows: { label: string; values: Record<string, number>; baseline?: string }[], labelWidth: number): string[] {
+function renderTable(
+  title: string,
+  columns: Column[],
+  rows: { label: string; values: Record<string, number>; baseline?: string }[],
+  labelWidth: number,
+): string[] {
   // Columns no row of this run fills (e.g. the upstream ratios without upstream) are left out.
   const shown = columns.filter((c) => rows.some((row) => row.values[c.key] !== undefined));
   const widths = shown.map((c) => Math.max(c.title.length, ...rows.map((row) => fmt(row.values[c.key], c).length)));
   const out = ['', title];
-  out.push(`  ${''.padEnd(labelWidth)}  ${shown.map((c, i) => c.title.padStart(widths[i]!)).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`);
+  out.push(
+    `  ${''.padEnd(labelWidth)}  ${shown.map((c, i) => c.title.padStart(widths[i])).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`,
+  );
   for (const row of rows) {
-    const cells = shown.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i]!)).join('  ');
+    const cells = shown.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i])).join('  ');
     out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}`);
   }
   return out;
@@ -263,7 +270,7 @@ function renderSoak(s: SoakReport): string[] {
     ),
     '',
     'Soak outcomes (handshakes: 70% mTLS + half an HTTP/2 preface held 200 ms, 10% TCP connect/close, 10% TLS without a client',
-    'certificate, 10% an untrusted CA\'s certificate; tunnelled: 80% GET answered, 10% closed right after the 200, 10% CONNECT to a closed port):',
+    "certificate, 10% an untrusted CA's certificate; tunnelled: 80% GET answered, 10% closed right after the 200, 10% CONNECT to a closed port):",
     ...s.outcomes.map((line) => `  ${line}`),
   ];
 }
@@ -275,7 +282,9 @@ export function renderText(r: Report): string {
     `kanal bench (${r.mode}) — ${m.nproc} × ${m.cpuModel}, Node ${m.node}, Linux ${m.kernel}, ${m.memTotalGiB} GiB — transport ${r.transport} — ${r.startedAt}`,
   );
   out.push(
-    'origin' in r.upstream ? `Upstream Konnectivity: ${r.upstream.origin}, proxy-server --mode http-connect on a Unix socket, --v=1.` : `Upstream Konnectivity: ${r.upstream.absent}; Kanal is compared with direct connections only.`,
+    'origin' in r.upstream
+      ? `Upstream Konnectivity: ${r.upstream.origin}, proxy-server --mode http-connect on a Unix socket, --v=1.`
+      : `Upstream Konnectivity: ${r.upstream.absent}; Kanal is compared with direct connections only.`,
     `Loopback only. Figures are medians of ${r.params.reps} interleaved runs; a ratio is the median of per-run ratios to the baseline measured next to it (latency: ratio of pooled percentiles).`,
     ...(r.kanalCli ? [`Kanal: every pair ran ${r.kanalCli} (--kanal-cli).`] : []),
     `Other processes kept ${r.backgroundCores.toFixed(2)} of ${m.nproc} cores busy on average during the run; load average ${r.loadAvg.start.toFixed(2)} at the start, ${r.loadAvg.end.toFixed(2)} at the end (noise; spread = (max - min) / median of the runs).`,
@@ -291,7 +300,10 @@ export function renderText(r: Report): string {
   if (r.soak) out.push(...renderSoak(r.soak));
   if (r.profile && r.profile.length > 0) {
     for (const p of r.profile) {
-      out.push('', `CPU profile of the ${p.process} (${p.scenario}; ${p.totalMs.toFixed(0)} ms sampled, ${(p.idleShare * 100).toFixed(0)}% idle); share of busy time:`);
+      out.push(
+        '',
+        `CPU profile of the ${p.process} (${p.scenario}; ${p.totalMs.toFixed(0)} ms sampled, ${(p.idleShare * 100).toFixed(0)}% idle); share of busy time:`,
+      );
       out.push(`  by area: ${p.areas.map((a) => `${a.name} ${(a.share * 100).toFixed(1)}%`).join(', ')}`);
       for (const f of p.top) out.push(`  ${(f.share * 100).toFixed(1).padStart(5)}%  ${f.name}`);
     }
@@ -299,13 +311,17 @@ export function renderText(r: Report): string {
   if (r.warnings.length > 0) out.push('', 'Warnings:', ...r.warnings.map((w) => `  - ${w}`));
   out.push(
     '',
-    'Upload = client -> backend, download = backend -> client. CP->node: client -> CONNECT over the server\'s Unix socket -> server ->',
-    'TLS tunnel -> agent -> backend (Kanal\'s and upstream\'s alike); node->CP (Kanal only): client -> agent listener on 127.0.0.2 ->',
+    "Upload = client -> backend, download = backend -> client. CP->node: client -> CONNECT over the server's Unix socket -> server ->",
+    "TLS tunnel -> agent -> backend (Kanal's and upstream's alike); node->CP (Kanal only): client -> agent listener on 127.0.0.2 ->",
     'tunnel -> server -> allow-listed backend. Proxy CPU = server + agent; endpoints CPU = client + backend workers (the direct',
-    'baseline pays TLS there, the proxies\' endpoints speak plain TCP). All processes share the same cores, so the load',
+    "baseline pays TLS there, the proxies' endpoints speak plain TCP). All processes share the same cores, so the load",
     'generators compete with the proxies for CPU. Goals (issue 15): bulk >= 2x upstream at <= 0.5x its CPU per GB; dial p50 and',
-    'p99 <= upstream\'s, dials/s >= upstream\'s; memory per idle connection and per agent <= upstream\'s; isolation ratio >= 0.9.',
-    ...(r.soak ? [`Soak goal: RSS growth of each process after the first ${r.soak.every.toLocaleString('en-US')} connections <= ${r.soak.goalMiB} MiB.`] : []),
+    "p99 <= upstream's, dials/s >= upstream's; memory per idle connection and per agent <= upstream's; isolation ratio >= 0.9.",
+    ...(r.soak
+      ? [
+          `Soak goal: RSS growth of each process after the first ${r.soak.every.toLocaleString('en-US')} connections <= ${r.soak.goalMiB} MiB.`,
+        ]
+      : []),
     'Results and their history: bench/RESULTS.md.',
     `Total bench time ${r.durationS.toFixed(0)} s.`,
   );

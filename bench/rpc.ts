@@ -52,7 +52,7 @@ export class Worker<C extends CommandMap> {
       this.waiting.set(id, {
         resolve: (v) => {
           clearTimeout(timer);
-          resolve(v as C[K]['result']);
+          resolve(v);
         },
         reject: (e) => {
           clearTimeout(timer);

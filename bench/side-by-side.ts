@@ -37,7 +37,16 @@ function bulkLines(): Line[] {
       const kanal = `throughput.cp-node.${mode}.${flows}`;
       const upstream = `throughput.upstream-cp-node.${mode}.${flows}`;
       lines.push(
-        { id: `bulk.${mode}.${flows}`, label: what, unit: 'MB/s', digits: 0, better: 'higher', kanal: { row: kanal, key: 'mbps', spread: 'spread' }, upstream: { row: upstream, key: 'mbps', spread: 'spread' }, ratio: 'vsUpstream' },
+        {
+          id: `bulk.${mode}.${flows}`,
+          label: what,
+          unit: 'MB/s',
+          digits: 0,
+          better: 'higher',
+          kanal: { row: kanal, key: 'mbps', spread: 'spread' },
+          upstream: { row: upstream, key: 'mbps', spread: 'spread' },
+          ratio: 'vsUpstream',
+        },
         {
           id: `cpu.${mode}.${flows}`,
           label: `  CPU, server + agent`,
@@ -68,20 +77,57 @@ function dialLines(kanal: string, upstream: string, what: string): Line[] {
 }
 
 function rateLine(kanal: string, upstream: string, label: string): Line {
-  return { id: `${kanal}.rate`, label, unit: 'dials/s', digits: 0, better: 'higher', kanal: { row: kanal, key: 'dialsPerS', spread: 'rateSpread' }, upstream: { row: upstream, key: 'dialsPerS', spread: 'rateSpread' }, ratio: 'vsUpstreamRate' };
+  return {
+    id: `${kanal}.rate`,
+    label,
+    unit: 'dials/s',
+    digits: 0,
+    better: 'higher',
+    kanal: { row: kanal, key: 'dialsPerS', spread: 'rateSpread' },
+    upstream: { row: upstream, key: 'dialsPerS', spread: 'rateSpread' },
+    ratio: 'vsUpstreamRate',
+  };
 }
 
 function cpuPerDialLine(kanal: string, upstream: string, label: string): Line {
-  return { id: `${kanal}.cpu`, label, unit: 'µs', digits: 0, better: 'lower', kanal: { row: kanal, key: 'cpuUsPerDial' }, upstream: { row: upstream, key: 'cpuUsPerDial' }, ratio: 'vsUpstreamCpu' };
+  return {
+    id: `${kanal}.cpu`,
+    label,
+    unit: 'µs',
+    digits: 0,
+    better: 'lower',
+    kanal: { row: kanal, key: 'cpuUsPerDial' },
+    upstream: { row: upstream, key: 'cpuUsPerDial' },
+    ratio: 'vsUpstreamCpu',
+  };
 }
 
 function requestLine(kanalKey: string, upstreamKey: string, c: string, label: string): Line {
   const kanal = `requests.${kanalKey}.${c}`;
-  return { id: kanal, label, unit: 'req/s', digits: 0, better: 'higher', kanal: { row: kanal, key: 'rps', spread: 'spread' }, upstream: { row: `requests.${upstreamKey}.${c}`, key: 'rps', spread: 'spread' }, ratio: 'vsUpstream' };
+  return {
+    id: kanal,
+    label,
+    unit: 'req/s',
+    digits: 0,
+    better: 'higher',
+    kanal: { row: kanal, key: 'rps', spread: 'spread' },
+    upstream: { row: `requests.${upstreamKey}.${c}`, key: 'rps', spread: 'spread' },
+    ratio: 'vsUpstream',
+  };
 }
 
 function memoryLine(id: string, label: string, unit: string, row: string, key: string, ratio?: string): Line {
-  return { id, label, unit, digits: 1, better: 'lower', kanal: { row, key }, upstream: { row: `${row}.upstream`, key }, ratio, signed: true };
+  return {
+    id,
+    label,
+    unit,
+    digits: 1,
+    better: 'lower',
+    kanal: { row, key },
+    upstream: { row: `${row}.upstream`, key },
+    ratio,
+    signed: true,
+  };
 }
 
 const LINES: Line[] = [
@@ -100,41 +146,70 @@ const LINES: Line[] = [
   requestLine('cp-node', 'upstream-cp-node', 'c16', 'short requests, 16 at a time'),
   requestLine('cp-node-tls', 'upstream-cp-node-tls', 'c1', 'short requests, TLS inside, sequential'),
   requestLine('cp-node-tls', 'upstream-cp-node-tls', 'c16', 'short requests, TLS inside, 16 at a time'),
-  memoryLine('memory.server', 'server memory per idle connection', 'KiB', 'memory.idle-connections', 'serverKiBPerConn', 'serverKiBPerConnVsUpstream'),
-  memoryLine('memory.agent', 'agent memory per idle connection', 'KiB', 'memory.idle-connections', 'agentKiBPerConn', 'agentKiBPerConnVsUpstream'),
+  memoryLine(
+    'memory.server',
+    'server memory per idle connection',
+    'KiB',
+    'memory.idle-connections',
+    'serverKiBPerConn',
+    'serverKiBPerConnVsUpstream',
+  ),
+  memoryLine(
+    'memory.agent',
+    'agent memory per idle connection',
+    'KiB',
+    'memory.idle-connections',
+    'agentKiBPerConn',
+    'agentKiBPerConnVsUpstream',
+  ),
   memoryLine('memory.server-start', 'server RSS at start', 'MiB', 'memory.idle-connections', 'serverStartRssMiB'),
   memoryLine('memory.agent-start', 'agent RSS at start', 'MiB', 'memory.idle-connections', 'agentStartRssMiB'),
-  memoryLine('agents.server', 'server memory per connected agent', 'KiB', 'agents.per-agent', 'serverKiBPerAgent', 'serverKiBPerAgentVsUpstream'),
-  ...(['stalled-client', 'stalled-backend'] as const).map(
-    (key): Line => ({
-      id: `isolation.${key}`,
-      label: `throughput next to a ${key === 'stalled-client' ? 'stalled client' : 'stalled backend'} / alone`,
-      unit: 'ratio',
-      digits: 2,
-      better: 'higher',
-      kanal: { row: `isolation.${key}`, key: 'ratio' },
-      upstream: { row: `isolation.${key}.upstream`, key: 'ratio' },
-      // Zero when the other connection could not move a byte (upstream blocks the whole tunnel).
-      signed: true,
-    }),
+  memoryLine(
+    'agents.server',
+    'server memory per connected agent',
+    'KiB',
+    'agents.per-agent',
+    'serverKiBPerAgent',
+    'serverKiBPerAgentVsUpstream',
   ),
+  ...(['stalled-client', 'stalled-backend'] as const).map((key): Line => ({
+    id: `isolation.${key}`,
+    label: `throughput next to a ${key === 'stalled-client' ? 'stalled client' : 'stalled backend'} / alone`,
+    unit: 'ratio',
+    digits: 2,
+    better: 'higher',
+    kanal: { row: `isolation.${key}`, key: 'ratio' },
+    upstream: { row: `isolation.${key}.upstream`, key: 'ratio' },
+    // Zero when the other connection could not move a byte (upstream blocks the whole tunnel).
+    signed: true,
+  })),
   // Kanal only: upstream has no node -> control plane direction.
   ...(['up', 'down'] as const).flatMap((mode) =>
-    [1, 8].map(
-      (flows): Line => ({
-        id: `node-cp.bulk.${mode}.${flows}`,
-        label: `node->CP bulk ${mode === 'up' ? 'upload' : 'download'}, ${flows} flow${flows > 1 ? 's' : ''}`,
-        unit: 'MB/s',
-        digits: 0,
-        better: 'higher',
-        kanal: { row: `throughput.node-cp.${mode}.${flows}`, key: 'mbps', spread: 'spread' },
-      }),
-    ),
+    [1, 8].map((flows): Line => ({
+      id: `node-cp.bulk.${mode}.${flows}`,
+      label: `node->CP bulk ${mode === 'up' ? 'upload' : 'download'}, ${flows} flow${flows > 1 ? 's' : ''}`,
+      unit: 'MB/s',
+      digits: 0,
+      better: 'higher',
+      kanal: { row: `throughput.node-cp.${mode}.${flows}`, key: 'mbps', spread: 'spread' },
+    })),
   ),
-  ...(['50', '99'] as const).map(
-    (p): Line => ({ id: `node-cp.dial.p${p}`, label: `node->CP dial -> byte echoed p${p}`, unit: 'ms', digits: 2, better: 'lower', kanal: { row: 'latency.node-cp', key: `p${p}Ms`, spread: `p${p}Spread` } }),
-  ),
-  { id: 'node-cp.requests.c1', label: 'node->CP short requests, sequential', unit: 'req/s', digits: 0, better: 'higher', kanal: { row: 'requests.node-cp.c1', key: 'rps', spread: 'spread' } },
+  ...(['50', '99'] as const).map((p): Line => ({
+    id: `node-cp.dial.p${p}`,
+    label: `node->CP dial -> byte echoed p${p}`,
+    unit: 'ms',
+    digits: 2,
+    better: 'lower',
+    kanal: { row: 'latency.node-cp', key: `p${p}Ms`, spread: `p${p}Spread` },
+  })),
+  {
+    id: 'node-cp.requests.c1',
+    label: 'node->CP short requests, sequential',
+    unit: 'req/s',
+    digits: 0,
+    better: 'higher',
+    kanal: { row: 'requests.node-cp.c1', key: 'rps', spread: 'spread' },
+  },
 ];
 
 /**
@@ -149,12 +224,12 @@ export function sideBySide(rows: Row[], upstreamRan: boolean): Row[] {
     const k = byId.get(line.kanal.row);
     const u = line.upstream && byId.get(line.upstream.row);
     if (!k || (line.upstream && !u)) continue;
-    const values: Record<string, number> = { kanal: k.values[line.kanal.key]! };
+    const values: Record<string, number> = { kanal: k.values[line.kanal.key] };
     if (line.kanal.spread) values.kanalSpread = k.values[line.kanal.spread]!;
     if (u && line.upstream) {
       values.upstream = u.values[line.upstream.key]!;
       if (line.upstream.spread) values.upstreamSpread = u.values[line.upstream.spread]!;
-      values.ratio = line.ratio ? k.values[line.ratio]! : values.kanal! / values.upstream;
+      values.ratio = line.ratio ? k.values[line.ratio] : values.kanal / values.upstream;
     }
     out.push({
       id: `versus.${line.id}`,

@@ -9,7 +9,7 @@ export function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const rank = Math.ceil((p / 100) * sorted.length);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
 }
 
 /** (max - min) / median: how far apart the repeated runs were; NaN (not shown) for a single run. */
@@ -30,5 +30,5 @@ export function inRepOrder<T>(items: readonly T[], rep: number): readonly T[] {
 
 /** Median of the ratios of paired runs (a[i] / b[i]: each run divided by the one measured next to it). */
 export function medianRatio(a: readonly number[], b: readonly number[]): number {
-  return median(a.map((x, i) => x / b[i]!));
+  return median(a.map((x, i) => x / b[i]));
 }

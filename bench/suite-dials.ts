@@ -73,12 +73,12 @@ function latencyValues(r: DialRuns, baseline?: DialRuns, upstream?: DialRuns): R
     samples: s.length,
   };
   if (baseline) {
-    values.ratioP50 = values.p50Ms! / percentile(pooled(baseline), 50);
-    values.ratioP99 = values.p99Ms! / percentile(pooled(baseline), 99);
+    values.ratioP50 = values.p50Ms / percentile(pooled(baseline), 50);
+    values.ratioP99 = values.p99Ms / percentile(pooled(baseline), 99);
   }
   if (upstream) {
-    values.vsUpstreamP50 = values.p50Ms! / percentile(pooled(upstream), 50);
-    values.vsUpstreamP99 = values.p99Ms! / percentile(pooled(upstream), 99);
+    values.vsUpstreamP50 = values.p50Ms / percentile(pooled(upstream), 50);
+    values.vsUpstreamP99 = values.p99Ms / percentile(pooled(upstream), 99);
   }
   return values;
 }
@@ -88,7 +88,8 @@ function cpuValues(path: Path, r: DialRuns, upstream?: DialRuns): Record<string,
   if (!productOf(path)) return {};
   const values: Record<string, number> = { cpuUsPerDial: (r.cpuS * 1e6) / pooled(r).length };
   // CPU comes in 10 ms ticks: a short run may have none on either side, and then no ratio.
-  if (upstream && upstream.cpuS > 0 && r.cpuS > 0) values.vsUpstreamCpu = values.cpuUsPerDial! / ((upstream.cpuS * 1e6) / pooled(upstream).length);
+  if (upstream && upstream.cpuS > 0 && r.cpuS > 0)
+    values.vsUpstreamCpu = values.cpuUsPerDial / ((upstream.cpuS * 1e6) / pooled(upstream).length);
   return values;
 }
 
@@ -170,7 +171,11 @@ async function runColdDials(env: Env): Promise<Row[]> {
   return cases.map((c) => {
     const r = runs.get(c.path)!;
     const upstream = c.path === 'kanal-cp' ? up : undefined;
-    const values: Record<string, number> = { ...latencyValues(r, undefined, upstream), ...cpuValues(c.path, r, upstream), dialsPerS: median(r.rates) };
+    const values: Record<string, number> = {
+      ...latencyValues(r, undefined, upstream),
+      ...cpuValues(c.path, r, upstream),
+      dialsPerS: median(r.rates),
+    };
     if (upstream) values.vsUpstreamRate = medianRatio(r.rates, upstream.rates);
     return {
       id: `latency.${c.key}.cold`,
@@ -225,7 +230,14 @@ export async function runLoadedLatency(env: Env): Promise<Row[]> {
       ...latencyValues(runs.get(c.path)!, c.baseline && runs.get(c.baseline), c.upstream && runs.get(c.upstream)),
       bulkMbps: median(bulk.get(c.path)!) / 1e6,
     };
-    return { id: `loaded.${c.key}`, section: 'loaded' as const, label: c.label, values, signed: ['p50Spread', 'p99Spread'], baseline: c.baseline && labelOf(c.baseline) };
+    return {
+      id: `loaded.${c.key}`,
+      section: 'loaded' as const,
+      label: c.label,
+      values,
+      signed: ['p50Spread', 'p99Spread'],
+      baseline: c.baseline && labelOf(c.baseline),
+    };
   });
 }
 
@@ -240,7 +252,11 @@ export async function runRequests(env: Env): Promise<Row[]> {
     for (const c of concurrencies) {
       for (const p of inRepOrder(paths, rep)) {
         env.progress(`requests ${p.label} concurrency ${c}, run ${rep + 1}/${reps}`);
-        const r = await env.client.call('requests', { path: p.path, concurrency: c, durationMs: requestMs, maxRequests: Math.ceil(requestMs * 30) }, 120_000);
+        const r = await env.client.call(
+          'requests',
+          { path: p.path, concurrency: c, durationMs: requestMs, maxRequests: Math.ceil(requestMs * 30) },
+          120_000,
+        );
         failuresWarning(env, `requests ${p.label} c=${c}`, r);
         if (r.completed === 0) throw new Error(`requests ${p.label}: none completed (${r.firstError ?? 'no error'})`);
         const k = key(p.path, c);

@@ -88,7 +88,9 @@ export async function runIsolation(env: Env): Promise<Row[]> {
   const rows: Row[] = [];
   const paths = runnable(env, [{ path: 'kanal-cp' as const }, { path: 'upstream-cp' as const }]).map((p) => p.path);
   for (const c of CASES) {
-    const runs = new Map<Path, Runs>(paths.map((p) => [p, { alone: [], stalled: [], blocked: 0, leftOpen: 0, growth: { server: [], agent: [] } }]));
+    const runs = new Map<Path, Runs>(
+      paths.map((p) => [p, { alone: [], stalled: [], blocked: 0, leftOpen: 0, growth: { server: [], agent: [] } }]),
+    );
     for (let rep = 0; rep < env.params.reps; rep++) {
       for (const path of inRepOrder(paths, rep)) {
         const r = runs.get(path)!;

@@ -29,9 +29,9 @@ function compareWithUpstream(rows: Row[], keys: string[]): Row[] {
   const [kanal, upstream] = rows;
   if (!kanal || !upstream) return rows;
   for (const k of keys) {
-    const theirs = upstream.values[k]!;
+    const theirs = upstream.values[k];
     if (theirs === 0) continue; // nothing to divide by (a small run's RSS noise)
-    kanal.values[`${k}VsUpstream`] = kanal.values[k]! / theirs;
+    kanal.values[`${k}VsUpstream`] = kanal.values[k] / theirs;
     // A ratio of figures that may be negative (RSS noise in a small run) may be negative too.
     if (kanal.signed?.includes(k)) kanal.signed.push(`${k}VsUpstream`);
   }
@@ -85,7 +85,8 @@ export async function runIdleConnections(env: Env): Promise<Row[]> {
   // Kanal caps connections per agent tunnel, at both ends (8,192 by default); the full run holds 10,000 through one.
   const cap = String(2 * env.params.idleConnections);
   const kanal = { serverArgs: ['--max-cp-to-node-connections-per-agent', cap], agentArgs: ['--max-cp-to-node-connections', cap] };
-  for (const product of products(env)) rows.push(await withFreshPair(env, product, `memory-${product}`, (e) => idleConnections(e, product), kanal));
+  for (const product of products(env))
+    rows.push(await withFreshPair(env, product, `memory-${product}`, (e) => idleConnections(e, product), kanal));
   return compareWithUpstream(rows, ['serverKiBPerConn', 'agentKiBPerConn']);
 }
 
@@ -126,7 +127,13 @@ async function agentsOn(env: Env, product: Product): Promise<Row> {
   const server = await startTarget(env, product, n);
   const workers = Array.from({ length: swarms }, (_, i) => startSwarm(env.dir, `agent-swarm-${product}-${i}`));
   try {
-    const common = { target: `127.0.0.1:${server.agentPort}`, pki: env.pki, transport: env.transport, idPrefix: AGENT_ID_PREFIX, concurrency: 16 };
+    const common = {
+      target: `127.0.0.1:${server.agentPort}`,
+      pki: env.pki,
+      transport: env.transport,
+      idPrefix: AGENT_ID_PREFIX,
+      concurrency: 16,
+    };
     env.progress(`agents (${product}): ${warmPer * swarms} warm-up agents in ${swarms} helper process(es)`);
     let connected = 0;
     for (const [i, w] of workers.entries()) {
@@ -134,18 +141,24 @@ async function agentsOn(env: Env, product: Product): Promise<Row> {
       if (r.errors > 0) throw new Error(`agents (${product}): warm-up failed: ${r.firstError ?? '?'}`);
       connected += r.connected;
     }
-    const read = (): { server: number; side: number } => ({ server: rssBytes(server.child.pid), side: workers.reduce((s, w) => s + rssBytes(w.pid), 0) });
+    const read = (): { server: number; side: number } => ({
+      server: rssBytes(server.child.pid),
+      side: workers.reduce((s, w) => s + rssBytes(w.pid), 0),
+    });
     const before = await settledRss(read, 300);
     const warmCount = connected;
     env.progress(`agents (${product}): connecting ${n} agents to one server`);
     const t0 = performance.now();
     const results = await Promise.all(
-      workers.map((w, i) => w.call('connect', { ...common, from: i * perSwarm + warmPer, count: Math.min(perSwarm, n - i * perSwarm) - warmPer }, 600_000)),
+      workers.map((w, i) =>
+        w.call('connect', { ...common, from: i * perSwarm + warmPer, count: Math.min(perSwarm, n - i * perSwarm) - warmPer }, 600_000),
+      ),
     );
     const ms = performance.now() - t0;
     connected = results.reduce((s, r) => s + r.connected, 0);
     const failed = results.reduce((s, r) => s + r.errors, 0);
-    if (failed > 0) env.warnings.push(`agents (${product}): ${failed} failed to connect, first: ${results.find((r) => r.firstError)?.firstError ?? '?'}`);
+    if (failed > 0)
+      env.warnings.push(`agents (${product}): ${failed} failed to connect, first: ${results.find((r) => r.firstError)?.firstError ?? '?'}`);
     const after = await settledRss(read, n >= 500 ? 1000 : 300);
     const seen = await server.agents();
     if (seen !== connected) env.warnings.push(`agents (${product}): the server counts ${seen} agents, the helpers hold ${connected}`);
@@ -177,7 +190,9 @@ export async function runAgents(env: Env): Promise<Row[]> {
   // Each agent holds its own certificate (CN = agentID), issued before any RSS is read.
   env.progress(`agents: issuing ${env.params.agents} agent certificates`);
   for (let i = 0; i < env.params.agents; i += 50) {
-    const batch = Array.from({ length: Math.min(50, env.params.agents - i) }, (_, j) => issueAgentCertificate(env.pki, `${AGENT_ID_PREFIX}-${i + j}`));
+    const batch = Array.from({ length: Math.min(50, env.params.agents - i) }, (_, j) =>
+      issueAgentCertificate(env.pki, `${AGENT_ID_PREFIX}-${i + j}`),
+    );
     await Promise.all(batch);
   }
   const rows: Row[] = [];

@@ -79,7 +79,10 @@ async function readPair(pair: TunnelPair, connections: number, perS: number): Pr
   await sleep(SETTLE_MS);
   // RSS first: the metrics scrape allocates a little in the process it asks.
   const rss = { server: rssBytes(pair.server.pid), agent: rssBytes(pair.agent.pid) };
-  const [serverHeap, agentHeap] = await Promise.all([metricValue(pair.metricsUrls.server, HEAP_METRIC[pair.product]), metricValue(pair.metricsUrls.agent, HEAP_METRIC[pair.product])]);
+  const [serverHeap, agentHeap] = await Promise.all([
+    metricValue(pair.metricsUrls.server, HEAP_METRIC[pair.product]),
+    metricValue(pair.metricsUrls.agent, HEAP_METRIC[pair.product]),
+  ]);
   return { connections, perS, server: { rss: rss.server, heap: serverHeap }, agent: { rss: rss.agent, heap: agentHeap } };
 }
 
@@ -101,7 +104,8 @@ async function soakPhase(env: Env, product: Product, phase: Phase, every: number
       addOutcomes(run.outcomes, r.outcomes);
       run.errors += r.errors;
       run.firstError ??= r.firstError;
-      if (r.errors === n) throw new Error(`soak (${product}): every connection of a ${PHASE_LABEL[phase]} batch failed: ${r.firstError ?? '?'}`);
+      if (r.errors === n)
+        throw new Error(`soak (${product}): every connection of a ${PHASE_LABEL[phase]} batch failed: ${r.firstError ?? '?'}`);
       readings.push(await readPair(pair, from + n, (n * 1000) / r.elapsedMs));
     }
     env.progress(`soak (${product}): ${PHASE_LABEL[phase]} done, reading again after ${IDLE_MS / 1000} s idle`);
@@ -145,8 +149,8 @@ function readingRow(run: PhaseRun, r: Reading): SoakRow {
 /** Growth from the first reading after connections to the last, and the peak growth in between. */
 function growth(run: PhaseRun, p: Process): { first: Reading; end: Reading; growth: number; peak: number } {
   const after = run.readings.slice(1);
-  const first = after[0]!;
-  const end = after[after.length - 1]!;
+  const first = after[0];
+  const end = after[after.length - 1];
   return { first, end, growth: end[p].rss - first[p].rss, peak: Math.max(...after.map((r) => r[p].rss - first[p].rss)) };
 }
 
@@ -170,7 +174,11 @@ function summaryRow(run: PhaseRun, p: Process, upstream: PhaseRun | undefined): 
     // A ratio of growths means something only when upstream's is more than RSS's noise and Kanal's is a growth at all.
     if (MB(theirs.growth) >= 1 && g.growth >= 0) values.growthVsUpstream = g.growth / theirs.growth;
   }
-  return { id: `soak.${run.product}.${run.phase}.${p}`, label: `${PRODUCT_LABEL[run.product]} ${PHASE_LABEL[run.phase]}, ${p.padEnd(6)} ${verdict}`, values };
+  return {
+    id: `soak.${run.product}.${run.phase}.${p}`,
+    label: `${PRODUCT_LABEL[run.product]} ${PHASE_LABEL[run.phase]}, ${p.padEnd(6)} ${verdict}`,
+    values,
+  };
 }
 
 function outcomeLine(run: PhaseRun): string {
@@ -186,11 +194,13 @@ function warn(env: Env, run: PhaseRun): void {
   const what = `soak (${run.product}, ${PHASE_LABEL[run.phase]})`;
   for (const p of PROCESSES) {
     const g = MB(growth(run, p).growth);
-    if (g > SOAK_GOAL_MIB) env.warnings.push(`${what}: the ${p}'s RSS grew ${g.toFixed(1)} MiB after the first reading (goal <= ${SOAK_GOAL_MIB} MiB)`);
+    if (g > SOAK_GOAL_MIB)
+      env.warnings.push(`${what}: the ${p}'s RSS grew ${g.toFixed(1)} MiB after the first reading (goal <= ${SOAK_GOAL_MIB} MiB)`);
   }
   for (const kind of ['no-cert', 'rogue']) {
     const held = run.outcomes[`${kind} held`];
-    if (held) env.warnings.push(`${what}: ${held} ${kind} connection(s) not refused within ${env.params.soakHoldMs} ms (closed by the client)`);
+    if (held)
+      env.warnings.push(`${what}: ${held} ${kind} connection(s) not refused within ${env.params.soakHoldMs} ms (closed by the client)`);
   }
   if (run.errors > 0) env.warnings.push(`${what}: ${run.errors} connection(s) failed, first: ${run.firstError ?? '?'}`);
 }
@@ -209,15 +219,24 @@ export async function runSoak(env: Env): Promise<SoakReport> {
   const refusedPort = await freePort(BACKEND_HOST);
   const batches: Record<Phase, Batch> = {
     handshakes: (e, pair, from, n) =>
-      e.client.call('handshakes', { target: { ...target, port: pair.agentPort }, from, n, concurrency: p.soakHandshakeConcurrency, holdMs: p.soakHoldMs }, 600_000),
+      e.client.call(
+        'handshakes',
+        { target: { ...target, port: pair.agentPort }, from, n, concurrency: p.soakHandshakeConcurrency, holdMs: p.soakHoldMs },
+        600_000,
+      ),
     tunnelled: (e, pair, from, n) =>
-      e.client.call('churn', { path: pair.product === 'kanal' ? 'kanal-cp' : 'upstream-cp', from, n, concurrency: p.soakTunnelConcurrency, refusedPort }, 600_000),
+      e.client.call(
+        'churn',
+        { path: pair.product === 'kanal' ? 'kanal-cp' : 'upstream-cp', from, n, concurrency: p.soakTunnelConcurrency, refusedPort },
+        600_000,
+      ),
   };
   const runs: PhaseRun[] = [];
   for (const phase of PHASES) {
     for (const product of products(env)) runs.push(await soakPhase(env, product, phase, every, batches[phase]));
   }
-  const upstreamOf = (run: PhaseRun): PhaseRun | undefined => (run.product === 'kanal' ? runs.find((r) => r.product === 'upstream' && r.phase === run.phase) : undefined);
+  const upstreamOf = (run: PhaseRun): PhaseRun | undefined =>
+    run.product === 'kanal' ? runs.find((r) => r.product === 'upstream' && r.phase === run.phase) : undefined;
   for (const run of runs) warn(env, run);
   return {
     connections: p.soakConnections,

@@ -28,18 +28,21 @@ export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Pr
   }
   for (let rep = 0; rep < env.params.reps; rep++) {
     for (const [ci, c] of cases.entries()) {
-      for (const pi of inRepOrder(PATHS.map((_, i) => i), rep)) {
-        const p = PATHS[pi]!;
+      for (const pi of inRepOrder(
+        PATHS.map((_, i) => i),
+        rep,
+      )) {
+        const p = PATHS[pi];
         env.progress(`throughput ${p.label} ${c.mode} ${c.flows} flow(s), run ${rep + 1}/${env.params.reps}`);
-        samples[ci]![pi]!.push(await bulkRun(env, p.path, c.mode, c.flows));
+        samples[ci][pi].push(await bulkRun(env, p.path, c.mode, c.flows));
       }
     }
   }
   const rows: Row[] = [];
   for (const [ci, c] of cases.entries()) {
-    const direct = samples[ci]![0]!;
+    const direct = samples[ci][0];
     for (const [pi, p] of PATHS.entries()) {
-      const s = samples[ci]![pi]!;
+      const s = samples[ci][pi];
       const rates = s.map((x) => x.bytesPerSec);
       const isDirect = pi === 0;
       const values: Record<string, number> = {
@@ -49,16 +52,25 @@ export async function runThroughput(env: Env, flowCounts: number[] = [1, 8]): Pr
         endpointCpuSPerGB: median(s.map((x) => x.endpointCpuSPerGB)),
       };
       if (!isDirect) {
-        values.ratio = medianRatio(rates, direct.map((x) => x.bytesPerSec));
+        values.ratio = medianRatio(
+          rates,
+          direct.map((x) => x.bytesPerSec),
+        );
         const cpu = s.map((x) => x.proxyCpuSPerGB);
         values.proxyCpuSPerGB = median(cpu);
         values.proxyCpuSpread = spread(cpu);
       }
       const up = p.upstream && PATHS.findIndex((q) => q.path === p.upstream);
       if (up !== undefined && up >= 0) {
-        const u = samples[ci]![up]!;
-        values.vsUpstream = medianRatio(rates, u.map((x) => x.bytesPerSec));
-        values.cpuVsUpstream = medianRatio(s.map((x) => x.proxyCpuSPerGB), u.map((x) => x.proxyCpuSPerGB));
+        const u = samples[ci][up];
+        values.vsUpstream = medianRatio(
+          rates,
+          u.map((x) => x.bytesPerSec),
+        );
+        values.cpuVsUpstream = medianRatio(
+          s.map((x) => x.proxyCpuSPerGB),
+          u.map((x) => x.proxyCpuSPerGB),
+        );
       }
       rows.push({
         id: `throughput.${p.key}.${c.mode}.${c.flows}`,

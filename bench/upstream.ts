@@ -58,11 +58,16 @@ export function findUpstream(option: string | undefined, tempDir: string): Upstr
   const preset = process.env.KANAL_UPSTREAM_DIR;
   if (preset && missingIn(preset).length === 0) return { binaries: inDir(preset, `binaries from KANAL_UPSTREAM_DIR=${preset}`) };
   const unpack = path.join(SHARED_UPSTREAM, 'unpack.sh');
-  const archive = fs.existsSync(SHARED_UPSTREAM) ? fs.readdirSync(SHARED_UPSTREAM).find((f) => /^upstream-v.+\.tar\.xz$/.test(f)) : undefined;
+  const archive = fs.existsSync(SHARED_UPSTREAM)
+    ? fs.readdirSync(SHARED_UPSTREAM).find((f) => /^upstream-v.+\.tar\.xz$/.test(f))
+    : undefined;
   if (!fs.existsSync(unpack) || !archive) {
-    return { absent: `upstream binaries not found (${SHARED_UPSTREAM} holds no unpack.sh and upstream-v*.tar.xz; pass --upstream DIR with proxy-server and proxy-agent)` };
+    return {
+      absent: `upstream binaries not found (${SHARED_UPSTREAM} holds no unpack.sh and upstream-v*.tar.xz; pass --upstream DIR with proxy-server and proxy-agent)`,
+    };
   }
-  if (process.platform !== 'linux' || process.arch !== 'x64') return { absent: `upstream binaries are linux/amd64; this is ${process.platform}/${process.arch}` };
+  if (process.platform !== 'linux' || process.arch !== 'x64')
+    return { absent: `upstream binaries are linux/amd64; this is ${process.platform}/${process.arch}` };
   const dir = path.join(tempDir, 'upstream-bin');
   execFileSync('bash', [unpack, dir], { stdio: 'ignore', timeout: 120_000 });
   const version = /^upstream-(v.+)\.tar\.xz$/.exec(archive)?.[1] ?? '?';
@@ -93,11 +98,20 @@ export async function startUpstreamServer(o: UpstreamStartOptions): Promise<Upst
     executable: o.binaries.proxyServer,
     logFile: path.join(o.dir, `${o.tag}-server.log`),
     args: [
-      '--mode=http-connect', `--uds-name=${uds}`, '--server-port=0', `--server-id=${o.tag}`, '--server-count=1',
-      `--cluster-cert=${o.pki.serverCert}`, `--cluster-key=${o.pki.serverKey}`, `--cluster-ca-cert=${o.pki.caCert}`,
-      '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
-      '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
-      '--admin-bind-address=127.0.0.1', `--admin-port=${adminPort}`,
+      '--mode=http-connect',
+      `--uds-name=${uds}`,
+      '--server-port=0',
+      `--server-id=${o.tag}`,
+      '--server-count=1',
+      `--cluster-cert=${o.pki.serverCert}`,
+      `--cluster-key=${o.pki.serverKey}`,
+      `--cluster-ca-cert=${o.pki.caCert}`,
+      '--agent-bind-address=127.0.0.1',
+      `--agent-port=${agentPort}`,
+      '--health-bind-address=127.0.0.1',
+      `--health-port=${healthPort}`,
+      '--admin-bind-address=127.0.0.1',
+      `--admin-port=${adminPort}`,
       '--v=1',
     ],
   });
@@ -117,10 +131,16 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
     executable: o.binaries.proxyAgent,
     logFile: path.join(o.dir, `${o.tag}-agent.log`),
     args: [
-      '--proxy-server-host=127.0.0.1', `--proxy-server-port=${server.agentPort}`,
-      `--ca-cert=${o.pki.caCert}`, `--agent-cert=${cred.cert}`, `--agent-key=${cred.key}`, `--agent-id=${agentID}`,
-      '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`,
-      '--admin-bind-address=127.0.0.1', `--admin-server-port=${adminPort}`,
+      '--proxy-server-host=127.0.0.1',
+      `--proxy-server-port=${server.agentPort}`,
+      `--ca-cert=${o.pki.caCert}`,
+      `--agent-cert=${cred.cert}`,
+      `--agent-key=${cred.key}`,
+      `--agent-id=${agentID}`,
+      '--health-server-host=127.0.0.1',
+      `--health-server-port=${healthPort}`,
+      '--admin-bind-address=127.0.0.1',
+      `--admin-server-port=${adminPort}`,
       '--v=1',
     ],
   });

@@ -31,7 +31,11 @@ test('stop() during start() leaves nothing running: no tunnel comes up, the heal
   const agent = new KanalAgent({
     agentID: 'node-1',
     agentIdentifiers: '',
-    server: { host: '127.0.0.1', port: server.agentPort, tls: { ca: fs.readFileSync(env.pki.caCert), cert: fs.readFileSync(own.cert), key: fs.readFileSync(own.key) } },
+    server: {
+      host: '127.0.0.1',
+      port: server.agentPort,
+      tls: { ca: fs.readFileSync(env.pki.caCert), cert: fs.readFileSync(own.cert), key: fs.readFileSync(own.key) },
+    },
     dialTimeoutMs: 5000,
     connectTimeoutMs: 5000,
     reconnect: { initialMs: 100, maxMs: 500 },

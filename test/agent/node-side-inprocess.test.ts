@@ -11,13 +11,28 @@ import { AssembledAgent } from '../../src/agent/assembled-agent.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
 import { freePort } from '../../kit/launch/kanal-cli.js';
-import { captureLogger, echoRoundTrip, makeEnv, startAgent, startEchoServer, startServer, waitFor, type TestEnv } from '../helpers/in-process.js';
+import {
+  captureLogger,
+  echoRoundTrip,
+  makeEnv,
+  startAgent,
+  startEchoServer,
+  startServer,
+  waitFor,
+  type TestEnv,
+} from '../helpers/in-process.js';
 
 const NODE_ADDRESS = '127.0.0.2';
 
 async function nodeSide(destination: string): Promise<NodeSideOptions> {
   const localPort = await freePort(NODE_ADDRESS);
-  return { bindAddress: NODE_ADDRESS, targets: [{ localPort, destination }], interfaceName: 'kanal0', interfaceType: 'none', tunnelWaitMs: 5000 };
+  return {
+    bindAddress: NODE_ADDRESS,
+    targets: [{ localPort, destination }],
+    interfaceName: 'kanal0',
+    interfaceType: 'none',
+    tunnelWaitMs: 5000,
+  };
 }
 
 function connectNode(port: number): Promise<net.Socket> {
@@ -45,7 +60,12 @@ function closed(s: net.Socket, timeoutMs = 10_000): Promise<string> {
   });
 }
 
-async function started(t: ExecutionContext, env: TestEnv, allowed: string[], node: NodeSideOptions): Promise<Awaited<ReturnType<typeof startAgent>>> {
+async function started(
+  t: ExecutionContext,
+  env: TestEnv,
+  allowed: string[],
+  node: NodeSideOptions,
+): Promise<Awaited<ReturnType<typeof startAgent>>> {
   const { server } = await startServer(t, env, { allowedDestinations: allowed, transport: 'h2' });
   const agent = await startAgent(t, env, server.agentPort, { transport: 'h2', node });
   await waitFor(() => agent.agent.tunnels().length === 1, 'the tunnel', 10_000);
@@ -57,7 +77,7 @@ test('a node connection to the advertise address reaches an allow-listed destina
   const echo = await startEchoServer(t);
   const node = await nodeSide(echo.address);
   const agent = await started(t, env, [echo.address], node);
-  const s = await connectNode(node.targets[0]!.localPort);
+  const s = await connectNode(node.targets[0].localPort);
   t.is(await echoRoundTrip(s, 'node to control plane'), 'node to control plane');
   s.end();
   t.is(await closed(s), '');
@@ -70,7 +90,7 @@ test('a destination the server does not allow is closed without a byte', async (
   const echo = await startEchoServer(t);
   const node = await nodeSide(echo.address);
   await started(t, env, [], node);
-  const s = await connectNode(node.targets[0]!.localPort);
+  const s = await connectNode(node.targets[0].localPort);
   let received = 0;
   s.on('data', (c: Buffer) => (received += c.length));
   s.write('hello');
@@ -84,7 +104,7 @@ test('stop closes the node listeners: the advertise port refuses afterwards and 
   const echo = await startEchoServer(t);
   const node = await nodeSide(echo.address);
   const agent = await started(t, env, [echo.address], node);
-  const port = node.targets[0]!.localPort;
+  const port = node.targets[0].localPort;
   await agent.stop(0);
   await t.throwsAsync(connectNode(port), { code: 'ECONNREFUSED' });
   const again = net.createServer();
@@ -100,7 +120,7 @@ test('a start that cannot bind a target fails naming the address and releases wh
   const holder = net.createServer();
   await new Promise<void>((resolve) => holder.listen(taken, NODE_ADDRESS, resolve));
   t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())));
-  const first = node.targets[0]!;
+  const first = node.targets[0];
   const logs = captureLogger('debug');
   const assembled = new AssembledAgent({
     agent: {

@@ -43,7 +43,9 @@ test('a missing, empty, oversized or garbled token file is an error naming the f
   });
   t.throws(() => source.readSync(), { instanceOf: ServiceAccountTokenError, message: /does not exist/ });
   await fs.writeFile(file, ' \n\t');
-  await t.throwsAsync(source.authorization(), { message: `service account token file ${file} (--service-account-token-path) is empty; refusing to dial without a token` });
+  await t.throwsAsync(source.authorization(), {
+    message: `service account token file ${file} (--service-account-token-path) is empty; refusing to dial without a token`,
+  });
   t.throws(() => source.readSync(), { message: /is empty; refusing to dial without a token/ });
   await fs.writeFile(file, 'x'.repeat(MAX_TOKEN_BYTES + 1));
   await t.throwsAsync(source.read(), { message: /is larger than 16384 bytes: not a token/ });

@@ -32,7 +32,7 @@ function staticGraph(entries: string[]): Map<string, string[]> {
   for (let file = queue.shift(); file !== undefined; file = queue.shift()) {
     const text = fs.readFileSync(path.join(REPO, file), 'utf8');
     for (const m of text.matchAll(STATIC_IMPORT)) {
-      const spec = m[1]!;
+      const spec = m[1];
       const via = [...reached.get(file)!, spec];
       if (!spec.startsWith('.')) {
         if (LIBRARIES.some((l) => isLibrary(spec, l))) reached.set(spec, via);
@@ -52,7 +52,8 @@ const CLI_ENTRIES = ['src/cli/main.ts', 'src/cli/server-command.ts', 'src/cli/ag
 
 function staticLoads(library: string): string[] {
   const graph = staticGraph(CLI_ENTRIES);
-  if (!CLI_ENTRIES.every((e) => fs.existsSync(path.join(REPO, e)))) throw new Error(`the CLI's entry points moved: ${CLI_ENTRIES.join(', ')}`);
+  if (!CLI_ENTRIES.every((e) => fs.existsSync(path.join(REPO, e))))
+    throw new Error(`the CLI's entry points moved: ${CLI_ENTRIES.join(', ')}`);
   return [...graph].filter(([file]) => isLibrary(file, library)).map(([, via]) => via.join(' -> '));
 }
 
@@ -66,6 +67,8 @@ test('the CLI loads @grpc/grpc-js only when --transport grpc-js chooses it', (t)
 
 test("the CLI's entry point loads a command's modules only when that command runs", (t) => {
   const graph = staticGraph(['src/cli/main.ts']);
-  const loaded = CLI_ENTRIES.slice(1).filter((e) => graph.has(e)).map((e) => graph.get(e)!.join(' -> '));
+  const loaded = CLI_ENTRIES.slice(1)
+    .filter((e) => graph.has(e))
+    .map((e) => graph.get(e)!.join(' -> '));
   t.deepEqual(loaded, [], 'main.ts imports each command with import() once it knows which one runs');
 });

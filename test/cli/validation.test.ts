@@ -37,7 +37,16 @@ const parseServer = (argv: string[]): ServerArgs => parse<ServerArgs>(serverBuil
 const parseAgent = (argv: string[]): AgentArgs => parse<AgentArgs>(agentBuilder, argv);
 
 // Files are never read by validation, so these need not exist (--dry-run reads them: see realPki).
-const SERVER_OK = ['--cluster-cert', '/nonexistent/agent-port.crt', '--cluster-key', '/nonexistent/agent-port.key', '--cluster-ca-cert', '/nonexistent/ca.crt', '--uds-name', '/tmp/kanal-test.sock'];
+const SERVER_OK = [
+  '--cluster-cert',
+  '/nonexistent/agent-port.crt',
+  '--cluster-key',
+  '/nonexistent/agent-port.key',
+  '--cluster-ca-cert',
+  '/nonexistent/ca.crt',
+  '--uds-name',
+  '/tmp/kanal-test.sock',
+];
 const AGENT_OK = ['--proxy-server-host', 'cp.example', '--ca-cert', '/nonexistent/ca.crt'];
 const NODE = ['--bind-address', '10.200.0.1'];
 
@@ -64,7 +73,11 @@ test('validateServerArgs accepts a minimal UDS configuration and fills upstream 
   t.is(c.agent.host, '0.0.0.0');
   t.is(c.agent.caFile, '/nonexistent/ca.crt');
   t.false(c.agent.allowUnauthenticated);
-  t.deepEqual(c.frontend, { mode: 'both', headerTimeoutMs: 30_000, uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 } });
+  t.deepEqual(c.frontend, {
+    mode: 'both',
+    headerTimeoutMs: 30_000,
+    uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 },
+  });
   t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
   t.deepEqual(c.admin, { host: '127.0.0.1', port: 8095, profiling: false }, "upstream's admin port, loopback only, no profiling");
   t.is(c.logLevel, 'info');
@@ -79,14 +92,48 @@ test('validateServerArgs accepts a minimal UDS configuration and fills upstream 
 test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables', (t) => {
   const c = validateServerArgs(
     parseServer([
-      '--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c',
-      '--server-cert', 'fc', '--server-key', 'fk', '--server-ca-cert', 'fca', '--server-port', '0',
-      '--backend-dial-timeout', '1m30s', '--destination-dial-timeout', '500ms',
-      '--allowed-destination', '10.0.0.1:6443', '--allowed-destination', '[fd00::1]:443', '--allowed-destination', 'kas.internal:6443',
-      '--health-port', '0', '--server-count', '3', '--server-id', 'cp-1',
-      '--frontend-client-subject', 'CN=kube-apiserver', '--agent-client-eku', '1.3.6.1.4.1.55555.1',
-      '--max-agents-per-credential', '50', '--keepalive-time', '5s', '--keepalive-timeout', '15s',
-      '--proxy-strategies', 'destHost,,defaultRoute,default',
+      '--cluster-cert',
+      'a',
+      '--cluster-key',
+      'b',
+      '--cluster-ca-cert',
+      'c',
+      '--server-cert',
+      'fc',
+      '--server-key',
+      'fk',
+      '--server-ca-cert',
+      'fca',
+      '--server-port',
+      '0',
+      '--backend-dial-timeout',
+      '1m30s',
+      '--destination-dial-timeout',
+      '500ms',
+      '--allowed-destination',
+      '10.0.0.1:6443',
+      '--allowed-destination',
+      '[fd00::1]:443',
+      '--allowed-destination',
+      'kas.internal:6443',
+      '--health-port',
+      '0',
+      '--server-count',
+      '3',
+      '--server-id',
+      'cp-1',
+      '--frontend-client-subject',
+      'CN=kube-apiserver',
+      '--agent-client-eku',
+      '1.3.6.1.4.1.55555.1',
+      '--max-agents-per-credential',
+      '50',
+      '--keepalive-time',
+      '5s',
+      '--keepalive-timeout',
+      '15s',
+      '--proxy-strategies',
+      'destHost,,defaultRoute,default',
     ]),
   );
   t.deepEqual(c.proxyStrategies, ['destHost', 'defaultRoute', 'default']);
@@ -112,9 +159,17 @@ test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables
 
 const serverRefusals: [string, string[], RegExp][] = [
   ['no agent-port certificate', ['--cluster-ca-cert', 'c', '--uds-name', 's'], /--cluster-cert and --cluster-key/],
-  ['no client CA and not explicitly insecure', ['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's'], /--cluster-ca-cert is required.*--allow-unauthenticated-agents/],
+  [
+    'no client CA and not explicitly insecure',
+    ['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's'],
+    /--cluster-ca-cert is required.*--allow-unauthenticated-agents/,
+  ],
   ['no frontend', ['--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c'], /--uds-name, or --server-cert and --server-key/],
-  ['TCP frontend without client CA', ['--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c', '--server-cert', 'x', '--server-key', 'y'], /--server-ca-cert is required/],
+  [
+    'TCP frontend without client CA',
+    ['--cluster-cert', 'a', '--cluster-key', 'b', '--cluster-ca-cert', 'c', '--server-cert', 'x', '--server-key', 'y'],
+    /--server-ca-cert is required/,
+  ],
   ['agent port out of range', [...SERVER_OK, '--agent-port', '70000'], /--agent-port must be a port number 0-65535, got 70000/],
   ['agent port not a number', [...SERVER_OK, '--agent-port', 'abc'], /--agent-port must be a port number/],
   ['negative health port', [...SERVER_OK, '--health-port', '-1'], /--health-port must be a port number/],
@@ -123,25 +178,69 @@ const serverRefusals: [string, string[], RegExp][] = [
   ['duration without unit', [...SERVER_OK, '--backend-dial-timeout', '10'], /--backend-dial-timeout: duration "10" needs a unit/],
   ['garbage duration', [...SERVER_OK, '--backend-dial-timeout', '5x'], /--backend-dial-timeout: invalid duration "5x"/],
   ['zero duration', [...SERVER_OK, '--destination-dial-timeout', '0s'], /--destination-dial-timeout: must be positive/],
-  ['allowed destination without port', [...SERVER_OK, '--allowed-destination', 'kas.internal'], /--allowed-destination: .*expected host:port/],
-  ['allowed destination with bare IPv6', [...SERVER_OK, '--allowed-destination', 'fd00::1:443'], /--allowed-destination: .*IPv6 hosts must be in brackets/],
+  [
+    'allowed destination without port',
+    [...SERVER_OK, '--allowed-destination', 'kas.internal'],
+    /--allowed-destination: .*expected host:port/,
+  ],
+  [
+    'allowed destination with bare IPv6',
+    [...SERVER_OK, '--allowed-destination', 'fd00::1:443'],
+    /--allowed-destination: .*IPv6 hosts must be in brackets/,
+  ],
   ['keepalive below 1 s', [...SERVER_OK, '--keepalive-time', '500ms'], /--keepalive-time must be at least 1s/],
-  ['agents per credential not a whole number', [...SERVER_OK, '--max-agents-per-credential', '1.5'], /--max-agents-per-credential must be a whole number of at least 1, got 1.5/],
+  [
+    'agents per credential not a whole number',
+    [...SERVER_OK, '--max-agents-per-credential', '1.5'],
+    /--max-agents-per-credential must be a whole number of at least 1, got 1.5/,
+  ],
   ['allowed destination port 0', [...SERVER_OK, '--allowed-destination', '10.0.0.1:0'], /--allowed-destination: .*out of range/],
   ['tiny max message size', [...SERVER_OK, '--max-message-size', '100'], /--max-message-size must be at least 65536/],
-  ['connection window below the first window', [...SERVER_OK, '--max-connection-window', '65536'], /--max-connection-window must be a whole number of bytes from 1048576 .* to 67108864, got 65536/],
-  ['connection window above the ceiling', [...SERVER_OK, '--max-connection-window', String(128 * 1024 * 1024)], /--max-connection-window .*got 134217728/],
-  ['connection window not a number', [...SERVER_OK, '--max-connection-window', '4MiB'], /--max-connection-window .*got a value that is not a number/],
-  ['socket mode not octal', [...SERVER_OK, '--uds-mode', '0x1b6'], /--uds-mode must be octal permission bits such as 0660 or 0600, got "0x1b6"/],
+  [
+    'connection window below the first window',
+    [...SERVER_OK, '--max-connection-window', '65536'],
+    /--max-connection-window must be a whole number of bytes from 1048576 .* to 67108864, got 65536/,
+  ],
+  [
+    'connection window above the ceiling',
+    [...SERVER_OK, '--max-connection-window', String(128 * 1024 * 1024)],
+    /--max-connection-window .*got 134217728/,
+  ],
+  [
+    'connection window not a number',
+    [...SERVER_OK, '--max-connection-window', '4MiB'],
+    /--max-connection-window .*got a value that is not a number/,
+  ],
+  [
+    'socket mode not octal',
+    [...SERVER_OK, '--uds-mode', '0x1b6'],
+    /--uds-mode must be octal permission bits such as 0660 or 0600, got "0x1b6"/,
+  ],
   ['socket mode with special bits', [...SERVER_OK, '--uds-mode', '4660'], /--uds-mode must be octal permission bits/],
-  ['socket mode the owner cannot connect with', [...SERVER_OK, '--uds-mode', '0460'], /--uds-mode 0460 leaves the owner without write permission/],
-  ['socket group unknown', [...SERVER_OK, '--uds-group', 'no-such-group-kanal'], /--uds-group: no group "no-such-group-kanal" in \/etc\/group; pass an existing group or its numeric ID/],
-  ['unknown proxy strategy', [...SERVER_OK, '--proxy-strategies', 'destHost,nearest'], /--proxy-strategies: unknown proxy strategy "nearest" \(known: destHost, defaultRoute, default\)/],
-  ['proxy strategy twice', [...SERVER_OK, '--proxy-strategies', 'default,default'], /--proxy-strategies: proxy strategy default is listed twice/],
+  [
+    'socket mode the owner cannot connect with',
+    [...SERVER_OK, '--uds-mode', '0460'],
+    /--uds-mode 0460 leaves the owner without write permission/,
+  ],
+  [
+    'socket group unknown',
+    [...SERVER_OK, '--uds-group', 'no-such-group-kanal'],
+    /--uds-group: no group "no-such-group-kanal" in \/etc\/group; pass an existing group or its numeric ID/,
+  ],
+  [
+    'unknown proxy strategy',
+    [...SERVER_OK, '--proxy-strategies', 'destHost,nearest'],
+    /--proxy-strategies: unknown proxy strategy "nearest" \(known: destHost, defaultRoute, default\)/,
+  ],
+  [
+    'proxy strategy twice',
+    [...SERVER_OK, '--proxy-strategies', 'default,default'],
+    /--proxy-strategies: proxy strategy default is listed twice/,
+  ],
   ['no proxy strategy', [...SERVER_OK, '--proxy-strategies', ','], /--proxy-strategies: proxy strategies cannot be empty/],
 ];
 
-test('validateServerArgs: --uds-mode and --uds-group set the socket\'s mode and group (names looked up, numbers taken as they are)', (t) => {
+test("validateServerArgs: --uds-mode and --uds-group set the socket's mode and group (names looked up, numbers taken as they are)", (t) => {
   const c = validateServerArgs(parseServer([...SERVER_OK, '--uds-mode', '600', '--uds-group', 'root']));
   t.deepEqual(c.frontend.uds, { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o600, gid: 0 });
   t.is(validateServerArgs(parseServer([...SERVER_OK, '--uds-group', '4242'])).frontend.uds?.gid, 4242);
@@ -166,24 +265,60 @@ test('--max-connection-window reaches the options the server and agent build the
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
   const server = await buildServerOptions(
-    validateServerArgs(parseServer(['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock'), '--max-connection-window', '2097152'])),
+    validateServerArgs(
+      parseServer([
+        '--cluster-cert',
+        pki.serverCert,
+        '--cluster-key',
+        pki.serverKey,
+        '--cluster-ca-cert',
+        pki.caCert,
+        '--uds-name',
+        path.join(dir, 's.sock'),
+        '--max-connection-window',
+        '2097152',
+      ]),
+    ),
   );
   t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
-  const agent = await buildAgentOptions(validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])));
-  t.deepEqual(agent.limits, { maxWindowBytes: 1024 * 1024, peerReadTimeoutMs: 60_000, maxInboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS });
+  const agent = await buildAgentOptions(
+    validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])),
+  );
+  t.deepEqual(agent.limits, {
+    maxWindowBytes: 1024 * 1024,
+    peerReadTimeoutMs: 60_000,
+    maxInboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS,
+  });
 });
 
 test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the server options; the server-wide cap defaults to half the open-files limit', async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-caps-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
-  const base = ['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', path.join(dir, 's.sock')];
+  const base = [
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--uds-name',
+    path.join(dir, 's.sock'),
+  ];
   const server = await buildServerOptions(
     validateServerArgs(
       parseServer([
         ...base,
-        '--max-node-to-cp-connections-per-agent', '10', '--max-cp-to-node-connections-per-agent', '20', '--max-pending-dials-per-agent', '30',
-        '--max-node-to-cp-connections', '40', '--peer-read-timeout', '5s',
+        '--max-node-to-cp-connections-per-agent',
+        '10',
+        '--max-cp-to-node-connections-per-agent',
+        '20',
+        '--max-pending-dials-per-agent',
+        '30',
+        '--max-node-to-cp-connections',
+        '40',
+        '--peer-read-timeout',
+        '5s',
       ]),
     ),
   );
@@ -201,7 +336,9 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
 });
 
 test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA requirement', (t) => {
-  const c = validateServerArgs(parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']));
+  const c = validateServerArgs(
+    parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']),
+  );
   t.true(c.agent.allowUnauthenticated);
   t.is(c.agent.caFile, undefined);
 });
@@ -214,7 +351,10 @@ test('a choice outside its list is refused naming the flag and every choice', (t
   const cases: [() => unknown, string][] = [
     [() => validateServerArgs({ ...server, mode: 'udp' }), '--mode "udp": use both, grpc, http-connect'],
     [() => validateServerArgs({ ...server, transport: 'quic' }), '--transport "quic": use h2, grpc-js'],
-    [() => validateServerArgs({ ...server, 'log-level': 'loud' }), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
+    [
+      () => validateServerArgs({ ...server, 'log-level': 'loud' }),
+      '--log-level "loud": use trace, debug, info, warn, error, fatal, silent',
+    ],
     [() => validateAgentArgs({ ...agent, transport: 'quic' }), '--transport "quic": use h2, grpc-js'],
     [() => validateAgentArgs({ ...agent, 'log-level': 'loud' }), '--log-level "loud": use trace, debug, info, warn, error, fatal, silent'],
     [() => validateAgentArgs({ ...node, 'bind-interface-type': 'tun' }), '--bind-interface-type "tun": use dummy, bridge, none'],
@@ -240,7 +380,18 @@ test('validateAgentArgs accepts a minimal configuration and fills upstream defau
 
 test('validateAgentArgs parses --target mappings (IPv4, IPv6 in brackets, names)', (t) => {
   const c = validateAgentArgs(
-    parseAgent([...AGENT_OK, ...NODE, '--target', '6443:10.0.0.10:6443', '--target', '443:[fd00::10]:6443', '--target', '8132:kas.internal:8132', '--bind-interface-type', 'none']),
+    parseAgent([
+      ...AGENT_OK,
+      ...NODE,
+      '--target',
+      '6443:10.0.0.10:6443',
+      '--target',
+      '443:[fd00::10]:6443',
+      '--target',
+      '8132:kas.internal:8132',
+      '--bind-interface-type',
+      'none',
+    ]),
   );
   t.deepEqual(c.node?.targets, [
     { localPort: 6443, destination: '10.0.0.10:6443' },
@@ -256,11 +407,23 @@ const agentRefusals: [string, string[], RegExp][] = [
   ['no server host', ['--ca-cert', 'ca'], /--proxy-server-host is required/],
   ['no CA', ['--proxy-server-host', 'cp'], /--ca-cert is required/],
   ['cert without key', [...AGENT_OK, '--agent-cert', 'a.crt'], /--agent-cert and --agent-key go together/],
-  ['target local port out of range', [...AGENT_OK, ...NODE, '--target', '70000:a:1'], /--target: "70000:a:1": local port 70000 is out of range/],
+  [
+    'target local port out of range',
+    [...AGENT_OK, ...NODE, '--target', '70000:a:1'],
+    /--target: "70000:a:1": local port 70000 is out of range/,
+  ],
   ['target local port 0', [...AGENT_OK, ...NODE, '--target', '0:a:1'], /--target: .*local port 0 is out of range/],
-  ['target with unclosed IPv6 bracket', [...AGENT_OK, ...NODE, '--target', '80:[::1:443'], /--target: address "\[::1:443": expected \[ipv6\]:port/],
+  [
+    'target with unclosed IPv6 bracket',
+    [...AGENT_OK, ...NODE, '--target', '80:[::1:443'],
+    /--target: address "\[::1:443": expected \[ipv6\]:port/,
+  ],
   ['target without destination port', [...AGENT_OK, ...NODE, '--target', '80:host'], /--target: address "host": expected host:port/],
-  ['target without anything after the local port', [...AGENT_OK, ...NODE, '--target', '80'], /--target: "80": expected local_port:dst_host:dst_port/],
+  [
+    'target without anything after the local port',
+    [...AGENT_OK, ...NODE, '--target', '80'],
+    /--target: "80": expected local_port:dst_host:dst_port/,
+  ],
   ['target with bare IPv6 destination', [...AGENT_OK, ...NODE, '--target', '80:fd00::1:443'], /--target: .*IPv6 hosts must be in brackets/],
   ['target with non-numeric local port', [...AGENT_OK, ...NODE, '--target', 'http:a:1'], /--target: .*local port "http" is not a number/],
   ['target destination port out of range', [...AGENT_OK, ...NODE, '--target', '80:a:65536'], /--target: .*out of range/],
@@ -269,25 +432,81 @@ const agentRefusals: [string, string[], RegExp][] = [
   ['target without bind address', [...AGENT_OK, '--target', '80:a:1'], /--target needs --bind-address/],
   ['bind address without target', [...AGENT_OK, ...NODE], /--bind-address needs at least one --target/],
   ['bind address not an IP', [...AGENT_OK, '--bind-address', 'kas', '--target', '80:a:1'], /--bind-address "kas" is not an IP address/],
-  ['interface name too long', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--bind-interface', 'a-very-long-interface-name'], /--bind-interface .*1-15/],
-  ['unknown agent identifier', [...AGENT_OK, '--agent-identifiers', 'planet=mars'], /--agent-identifiers: unknown agent identifier "planet"/],
-  ['ipv4 identifier not an IPv4 address', [...AGENT_OK, '--agent-identifiers', 'host=node-1&ipv4=10.0.0.256'], /--agent-identifiers: ipv4 "10.0.0.256" is not an IPv4 address/],
-  ['ipv6 identifier as in upstream\'s help text', [...AGENT_OK, '--agent-identifiers', 'ipv6=:::::'], /--agent-identifiers: ipv6 ":::::" is not an IPv6 address/],
-  ['cidr identifier without a prefix length', [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0'], /--agent-identifiers: cidr "10.0.0.0" is not an address block such as 10.0.0.0\/24/],
-  ['cidr identifier with a prefix too long', [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0/33'], /--agent-identifiers: cidr "10.0.0.0\/33" is not an address block/],
-  ['host identifier with a space', [...AGENT_OK, '--agent-identifiers', 'host=node+1'], /--agent-identifiers: host "node 1" is not a host name/],
-  ['default-route not a boolean', [...AGENT_OK, '--agent-identifiers', 'default-route=yes'], /--agent-identifiers: default-route "yes" is neither true nor false/],
-  ['too many identifiers', [...AGENT_OK, '--agent-identifiers', Array.from({ length: 65 }, (_, i) => `host=n${i}`).join('&')], /--agent-identifiers: more than 64 identifiers/],
+  [
+    'interface name too long',
+    [...AGENT_OK, ...NODE, '--target', '80:a:1', '--bind-interface', 'a-very-long-interface-name'],
+    /--bind-interface .*1-15/,
+  ],
+  [
+    'unknown agent identifier',
+    [...AGENT_OK, '--agent-identifiers', 'planet=mars'],
+    /--agent-identifiers: unknown agent identifier "planet"/,
+  ],
+  [
+    'ipv4 identifier not an IPv4 address',
+    [...AGENT_OK, '--agent-identifiers', 'host=node-1&ipv4=10.0.0.256'],
+    /--agent-identifiers: ipv4 "10.0.0.256" is not an IPv4 address/,
+  ],
+  [
+    "ipv6 identifier as in upstream's help text",
+    [...AGENT_OK, '--agent-identifiers', 'ipv6=:::::'],
+    /--agent-identifiers: ipv6 ":::::" is not an IPv6 address/,
+  ],
+  [
+    'cidr identifier without a prefix length',
+    [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0'],
+    /--agent-identifiers: cidr "10.0.0.0" is not an address block such as 10.0.0.0\/24/,
+  ],
+  [
+    'cidr identifier with a prefix too long',
+    [...AGENT_OK, '--agent-identifiers', 'cidr=10.0.0.0/33'],
+    /--agent-identifiers: cidr "10.0.0.0\/33" is not an address block/,
+  ],
+  [
+    'host identifier with a space',
+    [...AGENT_OK, '--agent-identifiers', 'host=node+1'],
+    /--agent-identifiers: host "node 1" is not a host name/,
+  ],
+  [
+    'default-route not a boolean',
+    [...AGENT_OK, '--agent-identifiers', 'default-route=yes'],
+    /--agent-identifiers: default-route "yes" is neither true nor false/,
+  ],
+  [
+    'too many identifiers',
+    [...AGENT_OK, '--agent-identifiers', Array.from({ length: 65 }, (_, i) => `host=n${i}`).join('&')],
+    /--agent-identifiers: more than 64 identifiers/,
+  ],
   ['agent ID with spaces', [...AGENT_OK, '--agent-id', 'node 1'], /--agent-id must be non-empty without spaces/],
   ['server port 0', [...AGENT_OK, '--proxy-server-port', '0'], /--proxy-server-port must be a port number 1-65535, got 0/],
   ['server port not a number', [...AGENT_OK, '--proxy-server-port', 'https'], /--proxy-server-port must be a port number/],
   ['duration without unit', [...AGENT_OK, '--dial-timeout', '10'], /--dial-timeout: duration "10" needs a unit/],
   ['negative duration', [...AGENT_OK, '--connect-timeout=-5s'], /--connect-timeout: invalid duration/],
-  ['cap shorter than interval', [...AGENT_OK, '--sync-interval', '5s', '--sync-interval-cap', '1s'], /--sync-interval-cap must not be shorter than --sync-interval/],
-  ['tunnel wait without unit', [...AGENT_OK, ...NODE, '--target', '80:a:1', '--tunnel-wait-timeout', '3'], /--tunnel-wait-timeout: duration "3" needs a unit/],
-  ['fractional connection window', [...AGENT_OK, '--max-connection-window', '2000000.5'], /--max-connection-window must be a whole number of bytes/],
-  ['no control plane -> node connections', [...AGENT_OK, '--max-cp-to-node-connections', '0'], /--max-cp-to-node-connections must be a whole number of at least 1, got 0/],
-  ['connection cap not a number', [...AGENT_OK, '--max-cp-to-node-connections', 'lots'], /--max-cp-to-node-connections must be a whole number/],
+  [
+    'cap shorter than interval',
+    [...AGENT_OK, '--sync-interval', '5s', '--sync-interval-cap', '1s'],
+    /--sync-interval-cap must not be shorter than --sync-interval/,
+  ],
+  [
+    'tunnel wait without unit',
+    [...AGENT_OK, ...NODE, '--target', '80:a:1', '--tunnel-wait-timeout', '3'],
+    /--tunnel-wait-timeout: duration "3" needs a unit/,
+  ],
+  [
+    'fractional connection window',
+    [...AGENT_OK, '--max-connection-window', '2000000.5'],
+    /--max-connection-window must be a whole number of bytes/,
+  ],
+  [
+    'no control plane -> node connections',
+    [...AGENT_OK, '--max-cp-to-node-connections', '0'],
+    /--max-cp-to-node-connections must be a whole number of at least 1, got 0/,
+  ],
+  [
+    'connection cap not a number',
+    [...AGENT_OK, '--max-cp-to-node-connections', 'lots'],
+    /--max-cp-to-node-connections must be a whole number/,
+  ],
 ];
 
 for (const [name, argv, message] of agentRefusals) {
@@ -298,10 +517,14 @@ for (const [name, argv, message] of agentRefusals) {
 }
 
 test('a repeated scalar flag keeps its last value (as Go flags do); repeatable flags accumulate', (t) => {
-  const s = validateServerArgs(parseServer([...SERVER_OK, '--agent-port', '8091', '--agent-port', '9000', '--mode', 'grpc', '--mode', 'http-connect']));
+  const s = validateServerArgs(
+    parseServer([...SERVER_OK, '--agent-port', '8091', '--agent-port', '9000', '--mode', 'grpc', '--mode', 'http-connect']),
+  );
   t.is(s.agent.port, 9000);
   t.is(s.frontend.mode, 'http-connect');
-  const a = validateAgentArgs(parseAgent([...AGENT_OK, '--proxy-server-host', 'cp2.example', ...NODE, '--target', '1:a:1', '--target', '2:b:2']));
+  const a = validateAgentArgs(
+    parseAgent([...AGENT_OK, '--proxy-server-host', 'cp2.example', ...NODE, '--target', '1:a:1', '--target', '2:b:2']),
+  );
   t.is(a.server.host, 'cp2.example');
   t.is(a.node?.targets.length, 2);
 });
@@ -329,7 +552,10 @@ test('kanal: no command or an unknown command exits 2', async (t) => {
 
 test('kanal: malformed targets, ports and durations exit 2 with the reason', async (t) => {
   const cases: [string[], RegExp][] = [
-    [['agent', ...AGENT_OK, ...NODE, '--target', '70000:a:1'], /^kanal: --target: "70000:a:1": local port 70000 is out of range 1-65535\n$/],
+    [
+      ['agent', ...AGENT_OK, ...NODE, '--target', '70000:a:1'],
+      /^kanal: --target: "70000:a:1": local port 70000 is out of range 1-65535\n$/,
+    ],
     [['agent', ...AGENT_OK, ...NODE, '--target', '80:[::1:443'], /^kanal: --target: address "\[::1:443": expected \[ipv6\]:port\n$/],
     [['agent', ...AGENT_OK, ...NODE, '--target', '80:host'], /^kanal: --target: address "host": expected host:port\n$/],
     [['server', ...SERVER_OK, '--agent-port', '99999'], /--agent-port must be a port number 0-65535, got 99999/],
@@ -338,8 +564,8 @@ test('kanal: malformed targets, ports and durations exit 2 with the reason', asy
   ];
   const runs = await Promise.all(cases.map(([args]) => kanal(args)));
   for (const [i, r] of runs.entries()) {
-    t.is(r.code, 2, cases[i]![0].join(' '));
-    t.regex(r.stderr, cases[i]![1]);
+    t.is(r.code, 2, cases[i][0].join(' '));
+    t.regex(r.stderr, cases[i][1]);
     t.is(r.stdout, '');
   }
 });
@@ -363,8 +589,33 @@ test('kanal --dry-run prints the validated configuration as JSON and exits 0 wit
   const pki = await realPki(t);
   const uds = path.join(os.tmpdir(), `kanal-dry-run-${process.pid}.sock`);
   const [server, agent] = await Promise.all([
-    kanal(['server', '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', uds, '--allowed-destination', '10.0.0.1:6443', '--dry-run']),
-    kanal(['agent', '--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, ...NODE, '--target', '6443:[fd00::1]:6443', '--agent-id', 'node-7', '--dry-run']),
+    kanal([
+      'server',
+      '--cluster-cert',
+      pki.serverCert,
+      '--cluster-key',
+      pki.serverKey,
+      '--cluster-ca-cert',
+      pki.caCert,
+      '--uds-name',
+      uds,
+      '--allowed-destination',
+      '10.0.0.1:6443',
+      '--dry-run',
+    ]),
+    kanal([
+      'agent',
+      '--proxy-server-host',
+      'cp.example',
+      '--ca-cert',
+      pki.caCert,
+      ...NODE,
+      '--target',
+      '6443:[fd00::1]:6443',
+      '--agent-id',
+      'node-7',
+      '--dry-run',
+    ]),
   ]);
   t.is(server.code, 0, server.stderr);
   const sc = JSON.parse(server.stdout) as { frontend: { uds: { path: string } }; allowedDestinations: string[]; agent: { port: number } };
@@ -383,7 +634,22 @@ test('kanal --dry-run prints the validated configuration as JSON and exits 0 wit
 
 test('kanal: a repeated flag keeps the last value in the printed configuration', async (t) => {
   const pki = await realPki(t);
-  const r = await kanal(['server', '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--uds-name', '/tmp/kanal-test.sock', '--agent-port', '8091', '--agent-port', '9000', '--dry-run']);
+  const r = await kanal([
+    'server',
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--uds-name',
+    '/tmp/kanal-test.sock',
+    '--agent-port',
+    '8091',
+    '--agent-port',
+    '9000',
+    '--dry-run',
+  ]);
   t.is(r.code, 0, r.stderr);
   t.is((JSON.parse(r.stdout) as { agent: { port: number } }).agent.port, 9000);
 });
@@ -394,7 +660,17 @@ test('kanal --help exits 0 and lists the commands and upstream flag names', asyn
   t.regex(top.stdout, /server/);
   t.regex(top.stdout, /agent/);
   t.is(server.code, 0);
-  for (const flag of ['--agent-port', '--uds-name', '--cluster-ca-cert', '--allowed-destination', '--health-port']) t.true(server.stdout.includes(flag), flag);
+  for (const flag of ['--agent-port', '--uds-name', '--cluster-ca-cert', '--allowed-destination', '--health-port'])
+    t.true(server.stdout.includes(flag), flag);
   t.is(agent.code, 0);
-  for (const flag of ['--proxy-server-host', '--proxy-server-port', '--ca-cert', '--agent-cert', '--agent-key', '--target', '--bind-address']) t.true(agent.stdout.includes(flag), flag);
+  for (const flag of [
+    '--proxy-server-host',
+    '--proxy-server-port',
+    '--ca-cert',
+    '--agent-cert',
+    '--agent-key',
+    '--target',
+    '--bind-address',
+  ])
+    t.true(agent.stdout.includes(flag), flag);
 });

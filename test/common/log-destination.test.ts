@@ -65,8 +65,15 @@ test('a reader that stops: the queue stays bounded, writes never block, drops ar
   const report = text.split('\n').find((l) => l.includes('log lines dropped'));
   t.truthy(report, 'a line reports the drop');
   t.is((JSON.parse(report!) as { dropped: number }).dropped, stats.dropped);
-  const delivered = text.split('\n').filter((l) => l.includes('"i":')).map((l) => (JSON.parse(l) as { i: number }).i);
-  t.deepEqual(delivered, [...delivered].sort((a, b) => a - b), 'in order');
+  const delivered = text
+    .split('\n')
+    .filter((l) => l.includes('"i":'))
+    .map((l) => (JSON.parse(l) as { i: number }).i);
+  t.deepEqual(
+    delivered,
+    [...delivered].sort((a, b) => a - b),
+    'in order',
+  );
   t.is(delivered[0], 0, 'the oldest lines were kept');
 });
 

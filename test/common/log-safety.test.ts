@@ -22,7 +22,10 @@ test('truncateForLog keeps short strings and says how much of a long one was cut
 test('every line of a logger is bounded: fields, message, child bindings, nested values, arrays, buffers and errors', (t) => {
   const logs = captureLogger('debug');
   const child = logs.log.child({ agentID: HUGE }).child({ peer: HUGE });
-  child.warn({ address: HUGE, nested: { deeper: { list: Array.from({ length: 1000 }, () => HUGE) } }, payload: Buffer.alloc(1 << 20) }, `message ${HUGE}`);
+  child.warn(
+    { address: HUGE, nested: { deeper: { list: Array.from({ length: 1000 }, () => HUGE) } }, payload: Buffer.alloc(1 << 20) },
+    `message ${HUGE}`,
+  );
   child.error({ err: new Error(`peer said ${HUGE}`) }, 'failed');
   child.info(new Error(HUGE));
   t.is(logs.lines.length, 3);
@@ -73,7 +76,7 @@ test('RateLimitedLog: the first event per key is logged, the rest counted and re
   const summary = logs.matching('refused a (repeated; 999 more suppressed)');
   t.is(summary.length, 1);
   t.is(summary[0]?.suppressed, 999);
-  t.is(summary[0]?.i, 0, 'the summary carries the first event\'s fields');
+  t.is(summary[0]?.i, 0, "the summary carries the first event's fields");
   t.true(String(summary[0]?.peer).length < MAX_LOG_STRING + 40, 'kept fields are bounded');
   t.is(logs.matching('refused b (repeated').length, 0, 'nothing suppressed, nothing to report');
   // A new window starts with the next event.

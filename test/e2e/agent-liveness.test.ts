@@ -31,7 +31,10 @@ import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstre
 /** Short PING timing so the tests run in seconds (the defaults are 10 s / 20 s). */
 const FAST_KEEPALIVE = ['--keepalive-time', '1s', '--keepalive-timeout', '4s'];
 
-const quietLine = (agentID: string) => (l: LogLine): boolean => l.msg.startsWith('agent tunnel quiet') && l.agentID === agentID;
+const quietLine =
+  (agentID: string) =>
+  (l: LogLine): boolean =>
+    l.msg.startsWith('agent tunnel quiet') && l.agentID === agentID;
 const deadLine = (l: LogLine): boolean => l.msg === 'closing agent connection: it stopped answering PINGs';
 
 /** `n` CONNECTs to `address`, one after another; their HTTP statuses. */
@@ -66,7 +69,14 @@ test('silent cut between agent and server: the tunnel goes quiet, then is closed
   await startAgent(t, ws, { agentPort: relay.port }, { agentID: 'cut-off' });
   await startAgent(t, ws, server, { agentID: 'healthy' });
   await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
-  await quietThenClosed(t, { server, backend, agentID: 'cut-off', silence: () => relay.stall(), what: 'the cut tunnel', label: 'silent cut' });
+  await quietThenClosed(t, {
+    server,
+    backend,
+    agentID: 'cut-off',
+    silence: () => relay.stall(),
+    what: 'the cut tunnel',
+    label: 'silent cut',
+  });
   const m = await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
   t.is(m.get('kanal_dead_tunnels_total{reason="keepalive_timeout"}'), 1);
   const disconnected = await server.waitForLog((l) => l.msg === 'agent disconnected' && l.agentID === 'cut-off', 5000, 'disconnect logged');
@@ -81,7 +91,14 @@ test('an agent frozen with SIGSTOP is avoided once quiet and closed at the timeo
     agents: [{ agentID: 'frozen' }, { agentID: 'healthy' }],
     ready: 'every-agent',
   });
-  await quietThenClosed(t, { server, backend, agentID: 'frozen', silence: () => frozen.pause(), what: 'the frozen agent', label: 'SIGSTOP' });
+  await quietThenClosed(t, {
+    server,
+    backend,
+    agentID: 'frozen',
+    silence: () => frozen.pause(),
+    what: 'the frozen agent',
+    label: 'SIGSTOP',
+  });
   await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
   frozen.resume();
   await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 20_000);
@@ -139,20 +156,26 @@ test('the grpc-js transport closes a frozen agent at the keepalive timeout too',
 });
 
 const upstreamMissing = upstreamUnavailableReason();
-(upstreamMissing ? test.skip : test)("upstream's grpc-go agent answers 1 s PINGs for as long as it runs; frozen, it is closed", async (t) => {
-  const ws = await makeWorkspace(t);
-  const backend = await startEchoBackend(t);
-  const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--mode', 'http-connect'] });
-  const agent = await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' });
-  await waitStatus(server.readyzUrl(), 200, 10_000);
-  await sleep(8000);
-  t.deepEqual(server.logLines().filter((l) => quietLine('upstream-node')(l) || deadLine(l)), []);
-  t.is((await scrapeMetrics(server.healthPort)).get('kanal_server_agents'), 1);
-  t.notRegex(agent.log(), /too_many_pings|ENHANCE_YOUR_CALM/);
-  t.true(await echoesThrough(server, backend.address, randomBytes(16 * 1024)));
-  agent.signal('SIGSTOP');
-  const stoppedAt = Date.now();
-  await server.waitForLog(deadLine, 15_000, 'the frozen upstream agent is closed');
-  t.log(`upstream agent frozen: closed after ${Date.now() - stoppedAt} ms`);
-  agent.signal('SIGCONT');
-});
+(upstreamMissing ? test.skip : test)(
+  "upstream's grpc-go agent answers 1 s PINGs for as long as it runs; frozen, it is closed",
+  async (t) => {
+    const ws = await makeWorkspace(t);
+    const backend = await startEchoBackend(t);
+    const server = await startServer(t, ws, { extraArgs: [...FAST_KEEPALIVE, '--mode', 'http-connect'] });
+    const agent = await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' });
+    await waitStatus(server.readyzUrl(), 200, 10_000);
+    await sleep(8000);
+    t.deepEqual(
+      server.logLines().filter((l) => quietLine('upstream-node')(l) || deadLine(l)),
+      [],
+    );
+    t.is((await scrapeMetrics(server.healthPort)).get('kanal_server_agents'), 1);
+    t.notRegex(agent.log(), /too_many_pings|ENHANCE_YOUR_CALM/);
+    t.true(await echoesThrough(server, backend.address, randomBytes(16 * 1024)));
+    agent.signal('SIGSTOP');
+    const stoppedAt = Date.now();
+    await server.waitForLog(deadLine, 15_000, 'the frozen upstream agent is closed');
+    t.log(`upstream agent frozen: closed after ${Date.now() - stoppedAt} ms`);
+    agent.signal('SIGCONT');
+  },
+);

@@ -68,7 +68,16 @@ test.before(async (t) => {
   const stream = frontendProxyStream(shared, u.server);
   const dial = await stream.dial(echo.address);
   if (dial.error) throw new Error(`long-lived gRPC dial failed: ${dial.error}`);
-  t.context = { ws, uds: u.server, udsAgent: u.agent, tcp: tc.server, echo, longUds, longTcp, longGrpc: { stream, connectID: dial.connectID } };
+  t.context = {
+    ws,
+    uds: u.server,
+    udsAgent: u.agent,
+    tcp: tc.server,
+    echo,
+    longUds,
+    longTcp,
+    longGrpc: { stream, connectID: dial.connectID },
+  };
 });
 
 /** Everything opened before the bad input still works, and new connections too. */
@@ -162,7 +171,11 @@ test.serial('garbage on the health ports of server and agent: answered 400 and l
 async function refusedAgent(t: ExecutionContext<Ctx>, agentID: string, cert: 'rogue' | 'none', reason: RegExp): Promise<void> {
   const { ws, uds } = t.context;
   const agent = await startAgent(t, ws, uds, { agentID, cert, waitReady: false });
-  const refusal = await uds.waitForLog(warnLine('refused agent connection: no valid client certificate', (l) => reason.test(String(l.reason))), 10_000, `refusal of ${agentID}`);
+  const refusal = await uds.waitForLog(
+    warnLine('refused agent connection: no valid client certificate', (l) => reason.test(String(l.reason))),
+    10_000,
+    `refusal of ${agentID}`,
+  );
   t.regex(String(refusal.reason), reason);
   // It keeps retrying (bounded wait for a second refused attempt) and never becomes ready.
   const attempts = (): LogLine[] => agent.logLines().filter((l) => l.msg === 'cannot connect to proxy server');
@@ -171,7 +184,10 @@ async function refusedAgent(t: ExecutionContext<Ctx>, agentID: string, cert: 'ro
   const ready = await httpGet(agent.readyzUrl());
   t.is(ready.status, 503);
   t.regex(ready.body, /no tunnel/);
-  t.false(uds.logLines().some((l) => l.msg === 'agent connected' && l.agentID === agentID), 'never registered');
+  t.false(
+    uds.logLines().some((l) => l.msg === 'agent connected' && l.agentID === agentID),
+    'never registered',
+  );
   await agent.stop();
   await unharmed(t);
 }
@@ -222,7 +238,11 @@ test.serial('an oversized gRPC message is logged as a warning naming the limit',
   const dial = await stream.dial(echo.address);
   await stream.send({ type: PacketType.DATA, connectID: dial.connectID, error: '', data: randomBytes(70_000) }).catch(() => undefined);
   t.is((await stream.status).code, grpc.status.RESOURCE_EXHAUSTED);
-  await uds.waitForLog(warnLine('', (l) => /larger than|max-message-size|RESOURCE_EXHAUSTED/i.test(JSON.stringify(l))), 2000, 'oversized message warning');
+  await uds.waitForLog(
+    warnLine('', (l) => /larger than|max-message-size|RESOURCE_EXHAUSTED/i.test(JSON.stringify(l))),
+    2000,
+    'oversized message warning',
+  );
   t.pass();
 });
 
@@ -235,7 +255,11 @@ test.serial('DATA for an unknown connectID on a gRPC stream: answered with a clo
     stream.take(PacketType.CLOSE_REQ, (p) => p.connectID === 999_999, 10_000),
   ]);
   t.log(`answered with ${PacketType[answer.type]}`);
-  const line = await uds.waitForLog(warnLine('unknown connectID', (l) => l.connectID === 999_999), 10_000, 'unknown connectID warning');
+  const line = await uds.waitForLog(
+    warnLine('unknown connectID', (l) => l.connectID === 999_999),
+    10_000,
+    'unknown connectID warning',
+  );
   t.is(line.packet, 'DATA');
 
   const dial = await stream.dial(echo.address);

@@ -16,7 +16,8 @@ import { upstreamUnavailableReason } from '../helpers/upstream.js';
 
 const BENCH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bench/main.js');
 
-const bulkRows = (paths: string[]): string[] => paths.flatMap((p) => ['up', 'down'].flatMap((m) => [1, 8].map((f) => `throughput.${p}.${m}.${f}`)));
+const bulkRows = (paths: string[]): string[] =>
+  paths.flatMap((p) => ['up', 'down'].flatMap((m) => [1, 8].map((f) => `throughput.${p}.${m}.${f}`)));
 const dialRows = (paths: string[]): string[] => paths.flatMap((p) => [`latency.${p}`, `latency.${p}.c8`]);
 const requestRows = (paths: string[]): string[] => paths.flatMap((p) => [`requests.${p}.c1`, `requests.${p}.c16`]);
 
@@ -71,10 +72,15 @@ const REQUIRED_VALUES: Record<Row['section'], string[]> = {
 
 function runBench(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BENCH, ...args], { maxBuffer: 16 * 1024 * 1024, timeout: 160_000, killSignal: 'SIGINT' }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-      resolve({ code, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [BENCH, ...args],
+      { maxBuffer: 16 * 1024 * 1024, timeout: 160_000, killSignal: 'SIGINT' },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -91,15 +97,26 @@ test(`bench --smoke --json reports every row with positive numbers${upstreamAbse
   t.is(report.transport, TRANSPORT_NAMES[0]);
   t.true(report.machine.nproc > 0 && report.machine.cpuModel.length > 0 && report.machine.node.startsWith('v'));
   const byId = new Map(report.rows.map((row) => [row.id, row]));
-  t.deepEqual(KANAL_ROWS.filter((id) => !byId.has(id)), [], 'rows missing from the report');
+  t.deepEqual(
+    KANAL_ROWS.filter((id) => !byId.has(id)),
+    [],
+    'rows missing from the report',
+  );
   // The agent swarm runs Kanal's agent code: its own growth is reported on Kanal's row only.
   t.true('agentSideKiBPerAgent' in byId.get('agents.per-agent')!.values);
   if (upstreamAbsent) {
     t.true('absent' in report.upstream, 'the report says upstream did not run');
-    t.false(report.rows.some((row) => row.id.includes('upstream') || row.section === 'versus'), 'no upstream rows without upstream');
+    t.false(
+      report.rows.some((row) => row.id.includes('upstream') || row.section === 'versus'),
+      'no upstream rows without upstream',
+    );
   } else {
     t.true('origin' in report.upstream, `upstream did not run: ${JSON.stringify(report.upstream)}`);
-    t.deepEqual(UPSTREAM_ROWS.filter((id) => !byId.has(id)), [], 'upstream rows missing from the report');
+    t.deepEqual(
+      UPSTREAM_ROWS.filter((id) => !byId.has(id)),
+      [],
+      'upstream rows missing from the report',
+    );
     for (const row of report.rows.filter((r) => r.section === 'versus' && !r.kanalOnly)) {
       t.true('upstream' in row.values, `${row.id} lacks upstream's figure`);
       // CPU comes in 10 ms ticks: a smoke-sized run may have none to divide by; upstream's isolation may be 0.
@@ -119,7 +136,11 @@ test(`bench --smoke --json reports every row with positive numbers${upstreamAbse
       else t.true(v > 0, `${row.id}.${key} = ${v} should be positive`);
     }
   }
-  t.deepEqual(report.warnings.filter((w) => w.includes('failed:')), [], 'a section failed');
+  t.deepEqual(
+    report.warnings.filter((w) => w.includes('failed:')),
+    [],
+    'a section failed',
+  );
   // It cleaned up after itself.
   const dir = /setting up in (\S+)/.exec(r.stderr)?.[1];
   t.truthy(dir, 'the bench names its temporary directory');

@@ -19,7 +19,19 @@ test('kanal --help lists the commands and exits 0', async (t) => {
 test('kanal server --help documents the upstream flag names', async (t) => {
   const r = await runCli(['server', '--help']);
   t.is(r.code, 0, r.stderr);
-  for (const flag of ['--server-port', '--server-bind-address', '--server-cert', '--server-key', '--server-ca-cert', '--uds-name', '--agent-port', '--cluster-ca-cert', '--backend-dial-timeout', '--health-port', '--max-message-size']) {
+  for (const flag of [
+    '--server-port',
+    '--server-bind-address',
+    '--server-cert',
+    '--server-key',
+    '--server-ca-cert',
+    '--uds-name',
+    '--agent-port',
+    '--cluster-ca-cert',
+    '--backend-dial-timeout',
+    '--health-port',
+    '--max-message-size',
+  ]) {
     t.true(r.stdout.includes(flag), `${flag} in server --help`);
   }
 });
@@ -27,7 +39,15 @@ test('kanal server --help documents the upstream flag names', async (t) => {
 test('kanal agent --help documents the upstream flag names', async (t) => {
   const r = await runCli(['agent', '--help']);
   t.is(r.code, 0, r.stderr);
-  for (const flag of ['--proxy-server-host', '--proxy-server-port', '--ca-cert', '--agent-cert', '--agent-key', '--agent-id', '--health-server-port']) {
+  for (const flag of [
+    '--proxy-server-host',
+    '--proxy-server-port',
+    '--ca-cert',
+    '--agent-cert',
+    '--agent-key',
+    '--agent-id',
+    '--health-server-port',
+  ]) {
     t.true(r.stdout.includes(flag), `${flag} in agent --help`);
   }
 });
@@ -68,14 +88,34 @@ test('no command, or an unknown command, exits 2 with a hint', async (t) => {
 test('invalid flag values exit 2 with a clear message', async (t) => {
   const ws = await makeWorkspace(t);
   const { pki } = ws;
-  const base = ['server', '--uds-name', path.join(ws.dir, 'x.sock'), '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert, '--health-port', '0', '--agent-port', '0'];
+  const base = [
+    'server',
+    '--uds-name',
+    path.join(ws.dir, 'x.sock'),
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--health-port',
+    '0',
+    '--agent-port',
+    '0',
+  ];
   const cases: [string[], RegExp][] = [
     [[...base, '--backend-dial-timeout', '5parsecs'], /--backend-dial-timeout: invalid duration/],
     [[...base, '--agent-port', '70000'], /--agent-port must be a port number/],
     [[...base, '--max-message-size', '100'], /--max-message-size must be at least 65536/],
-    [['server', '--uds-name', path.join(ws.dir, 'x.sock'), '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey], /--cluster-ca-cert is required/],
+    [
+      ['server', '--uds-name', path.join(ws.dir, 'x.sock'), '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey],
+      /--cluster-ca-cert is required/,
+    ],
     [['agent', '--ca-cert', pki.caCert], /--proxy-server-host is required/],
-    [['agent', '--proxy-server-host', '127.0.0.1', '--ca-cert', pki.caCert, '--agent-cert', pki.agentCert], /--agent-cert and --agent-key go together/],
+    [
+      ['agent', '--proxy-server-host', '127.0.0.1', '--ca-cert', pki.caCert, '--agent-cert', pki.agentCert],
+      /--agent-cert and --agent-key go together/,
+    ],
   ];
   for (const [args, message] of cases) {
     const r = await runCli(args);
@@ -94,8 +134,23 @@ test('a server whose agent port is taken exits non-zero and says so', async (t) 
   t.teardown(() => void blocker.close());
   const port = (blocker.address() as net.AddressInfo).port;
   const r = await runCli([
-    'server', '--uds-name', path.join(ws.dir, 'busy.sock'), '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
-    '--agent-bind-address', '127.0.0.1', '--agent-port', String(port), '--health-port', String(await freePort()), '--health-bind-address', '127.0.0.1',
+    'server',
+    '--uds-name',
+    path.join(ws.dir, 'busy.sock'),
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(port),
+    '--health-port',
+    String(await freePort()),
+    '--health-bind-address',
+    '127.0.0.1',
   ]);
   t.not(r.code, 0);
   t.not(r.code, null, 'exited by itself instead of hanging');

@@ -50,7 +50,17 @@ test.before(async (t) => {
 
 function curlArgs(ws: Workspace, server: KanalServerProcess, opts: { clientCert: boolean }): string[] {
   const { pki } = ws;
-  const args = ['-sS', '-v', '--max-time', '20', '-p', '--proxy', `https://127.0.0.1:${server.frontendPort}`, '--proxy-cacert', pki.frontendCaCert];
+  const args = [
+    '-sS',
+    '-v',
+    '--max-time',
+    '20',
+    '-p',
+    '--proxy',
+    `https://127.0.0.1:${server.frontendPort}`,
+    '--proxy-cacert',
+    pki.frontendCaCert,
+  ];
   if (opts.clientCert) args.push('--proxy-cert', pki.frontendClientCert, '--proxy-key', pki.frontendClientKey);
   return args;
 }
@@ -78,7 +88,11 @@ test('curl: the TCP frontend refuses a client without a certificate and logs why
   const res = await runCurl([...curlArgs(ws, tcpServer, { clientCert: false }), `http://${web.address}/`]);
   t.not(res.code, 0);
   t.not(res.stdout, BODY);
-  const line = await tcpServer.waitForLog(warnLine('refused frontend connection: no valid client certificate'), 10_000, 'client certificate refusal');
+  const line = await tcpServer.waitForLog(
+    warnLine('refused frontend connection: no valid client certificate'),
+    10_000,
+    'client certificate refusal',
+  );
   t.is(line.reason, 'no client certificate presented');
   // Still serving authenticated clients.
   const ok = await runCurl([...curlArgs(ws, tcpServer, { clientCert: true }), `http://${web.address}/`]);

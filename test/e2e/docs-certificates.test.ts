@@ -12,14 +12,23 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { echoRoundTrip, httpConnect, makeWorkspace, startAgent, startEchoBackend, startServer, waitClosed, waitMetrics } from '../helpers/kanal-processes.js';
+import {
+  echoRoundTrip,
+  httpConnect,
+  makeWorkspace,
+  startAgent,
+  startEchoBackend,
+  startServer,
+  waitClosed,
+  waitMetrics,
+} from '../helpers/kanal-processes.js';
 
 const GUIDE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'docs', 'certificates.md');
 /** The frontend and agent-port name the guide's example SANs carry. */
 const SERVER_NAME = 'kanal.cp.example.internal';
 
 function runGuide(dir: string): Promise<{ code: number; output: string }> {
-  const blocks = [...fs.readFileSync(GUIDE, 'utf8').matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  const blocks = [...fs.readFileSync(GUIDE, 'utf8').matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]);
   return new Promise((resolve) => {
     execFile('bash', ['-c', `set -euo pipefail\n${blocks.join('\n')}`], { cwd: dir, timeout: 60_000 }, (err, stdout, stderr) => {
       resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, output: `${stdout}${stderr}` });
@@ -58,15 +67,35 @@ test('the certificate guide: its commands run, and a server and an agent work wi
   const server = await startServer(t, ws, {
     frontend: 'tcp',
     extraArgs: [
-      '--cluster-cert', f('agent-port.crt'), '--cluster-key', f('agent-port.key'), '--cluster-ca-cert', f('agent-ca.crt'),
-      '--server-cert', f('frontend.crt'), '--server-key', f('frontend.key'), '--server-ca-cert', f('frontend-ca.crt'),
-      '--mode', 'http-connect',
+      '--cluster-cert',
+      f('agent-port.crt'),
+      '--cluster-key',
+      f('agent-port.key'),
+      '--cluster-ca-cert',
+      f('agent-ca.crt'),
+      '--server-cert',
+      f('frontend.crt'),
+      '--server-key',
+      f('frontend.key'),
+      '--server-ca-cert',
+      f('frontend-ca.crt'),
+      '--mode',
+      'http-connect',
     ],
   });
   await startAgent(t, ws, server, {
     agentID: 'node-1',
     cert: 'none',
-    extraArgs: ['--ca-cert', f('agent-ca.crt'), '--agent-cert', f('node-1.crt'), '--agent-key', f('node-1.key'), '--tls-server-name', SERVER_NAME],
+    extraArgs: [
+      '--ca-cert',
+      f('agent-ca.crt'),
+      '--agent-cert',
+      f('node-1.crt'),
+      '--agent-key',
+      f('node-1.key'),
+      '--tls-server-name',
+      SERVER_NAME,
+    ],
   });
   await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
 
@@ -77,7 +106,9 @@ test('the certificate guide: its commands run, and a server and an agent work wi
   t.true(await echoRoundTrip(tunnel, randomBytes(64 * 1024)));
 
   // A node's certificate does not open the frontend.
-  const node = await tlsToFrontend(server.frontendPort, { ca: f('frontend-ca.crt'), cert: f('node-1.crt'), key: f('node-1.key') }).catch(() => undefined);
+  const node = await tlsToFrontend(server.frontendPort, { ca: f('frontend-ca.crt'), cert: f('node-1.crt'), key: f('node-1.key') }).catch(
+    () => undefined,
+  );
   if (node) {
     node.write(`CONNECT ${backend.address} HTTP/1.1\r\nHost: ${backend.address}\r\n\r\n`);
     const answer: Buffer[] = [];

@@ -60,7 +60,14 @@ async function holdOne(t: ExecutionContext, uds: string, backend: Backend): Prom
  */
 async function drainScenario(
   t: ExecutionContext,
-  opts: { uds: string; backend: Backend; draining: KanalAgentProcess; fresh: KanalAgentProcess; drainSeen: () => Promise<unknown>; freshGone: () => Promise<unknown> },
+  opts: {
+    uds: string;
+    backend: Backend;
+    draining: KanalAgentProcess;
+    fresh: KanalAgentProcess;
+    drainSeen: () => Promise<unknown>;
+    freshGone: () => Promise<unknown>;
+  },
 ): Promise<void> {
   const { uds, backend, draining, fresh } = opts;
   const before = await dialsServed(draining);
@@ -132,31 +139,38 @@ withUpstream('upstream proxy-server v0.36.0: skips a draining Kanal agent, falls
   t.is((await draining.exited).code, 0);
 });
 
-withUpstream("upstream proxy-agent's DRAIN (first SIGTERM) under a Kanal server: served while it is the last agent, avoided once another is there", async (t) => {
-  const ws = await makeWorkspace(t);
-  const backend = await startEchoBackend(t);
-  const server = await startServer(t, ws, { extraArgs: ['--mode', 'http-connect'] });
-  const upstream = await startUpstreamAgent(t, ws, server, { agentID: 'upstream-draining' });
-  await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
+withUpstream(
+  "upstream proxy-agent's DRAIN (first SIGTERM) under a Kanal server: served while it is the last agent, avoided once another is there",
+  async (t) => {
+    const ws = await makeWorkspace(t);
+    const backend = await startEchoBackend(t);
+    const server = await startServer(t, ws, { extraArgs: ['--mode', 'http-connect'] });
+    const upstream = await startUpstreamAgent(t, ws, server, { agentID: 'upstream-draining' });
+    await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
 
-  upstream.signal('SIGTERM');
-  // v0.36.0's agent sends DRAIN from its receive loop, so only once a packet
-  // arrives after it handled the signal (later upstream versions send it at
-  // once): dials, which it serves as the last agent, bring it out.
-  const accepted = backend.accepted();
-  const drained = (): boolean => server.logLines().some((l) => l.msg === 'peer requested drain' && l.agentID === 'upstream-draining');
-  let dials = 0;
-  for (; dials < 20 && !drained(); dials++) {
-    await dialAll(t, server.uds, backend, 1);
-    await sleep(200);
-  }
-  await server.waitForLog((l) => l.msg === 'peer requested drain' && l.agentID === 'upstream-draining', 10_000, 'DRAIN from the upstream agent');
-  await dialAll(t, server.uds, backend, DIALS);
-  t.is(backend.accepted() - accepted, dials + DIALS, 'the draining upstream agent, the last one, served every dial');
+    upstream.signal('SIGTERM');
+    // v0.36.0's agent sends DRAIN from its receive loop, so only once a packet
+    // arrives after it handled the signal (later upstream versions send it at
+    // once): dials, which it serves as the last agent, bring it out.
+    const accepted = backend.accepted();
+    const drained = (): boolean => server.logLines().some((l) => l.msg === 'peer requested drain' && l.agentID === 'upstream-draining');
+    let dials = 0;
+    for (; dials < 20 && !drained(); dials++) {
+      await dialAll(t, server.uds, backend, 1);
+      await sleep(200);
+    }
+    await server.waitForLog(
+      (l) => l.msg === 'peer requested drain' && l.agentID === 'upstream-draining',
+      10_000,
+      'DRAIN from the upstream agent',
+    );
+    await dialAll(t, server.uds, backend, DIALS);
+    t.is(backend.accepted() - accepted, dials + DIALS, 'the draining upstream agent, the last one, served every dial');
 
-  const fresh = await startAgent(t, ws, server, { agentID: 'fresh' });
-  await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
-  await dialAll(t, server.uds, backend, DIALS);
-  t.is(await dialsServed(fresh), DIALS, 'every dial went to the agent that is not draining');
-  t.true(upstream.running(), 'upstream agent still up (it exits on its second SIGTERM)');
-});
+    const fresh = await startAgent(t, ws, server, { agentID: 'fresh' });
+    await waitMetrics(server.healthPort, { kanal_server_agents: 2 }, 10_000);
+    await dialAll(t, server.uds, backend, DIALS);
+    t.is(await dialsServed(fresh), DIALS, 'every dial went to the agent that is not draining');
+    t.true(upstream.running(), 'upstream agent still up (it exits on its second SIGTERM)');
+  },
+);

@@ -71,7 +71,11 @@ test.serial('CONNECT to a closed port answers 502 with the dial error', async (t
   const refusal = await connectRefused(t, t.context.server, `127.0.0.1:${closed}`);
   t.is(refusal.status, 502);
   t.regex(refusal.message, /ECONNREFUSED/);
-  await t.context.server.waitForLog(warnLine('dial failed', (l) => l.address === `127.0.0.1:${closed}`), 10_000, 'dial failed');
+  await t.context.server.waitForLog(
+    warnLine('dial failed', (l) => l.address === `127.0.0.1:${closed}`),
+    10_000,
+    'dial failed',
+  );
   await stillServing(t, t.context);
 });
 
@@ -99,7 +103,11 @@ test.serial('a method other than CONNECT answers 405', async (t) => {
     t.regex(res.body, new RegExp(`method ${method} not allowed`));
   }
   // The first is logged; the rest from the same peer within the interval only counted.
-  await server.waitForLog(warnLine('refused non-CONNECT request', (l) => l.method === 'GET'), 10_000, 'non-CONNECT refusal');
+  await server.waitForLog(
+    warnLine('refused non-CONNECT request', (l) => l.method === 'GET'),
+    10_000,
+    'non-CONNECT refusal',
+  );
   await waitMetrics(server.healthPort, { 'kanal_refusals_total{reason="frontend_method"}': 3 }, 10_000);
   await stillServing(t, t.context);
 });
@@ -121,7 +129,11 @@ test.serial('a malformed CONNECT authority answers 400 with a clear body, and th
     t.regex(res.body, body, authority);
   }
   // Logged once per peer and interval, every one counted.
-  await server.waitForLog(warnLine('refused CONNECT: malformed authority', (l) => l.authority === MALFORMED[0]![0]), 10_000, 'the first refusal');
+  await server.waitForLog(
+    warnLine('refused CONNECT: malformed authority', (l) => l.authority === MALFORMED[0][0]),
+    10_000,
+    'the first refusal',
+  );
   await waitMetrics(server.healthPort, { 'kanal_refusals_total{reason="frontend_bad_authority"}': MALFORMED.length }, 10_000);
   // Also through the CONNECT client used everywhere else.
   const refusal = await connectRefused(t, server, 'foo');
@@ -170,7 +182,11 @@ test('an agent that never answers the dial: CONNECT answers 504 after --backend-
   t.is(refusal.status, 504);
   t.regex(refusal.message, /timed out/);
   t.true(Date.now() - started >= 450, 'not before the dial timeout');
-  await server.waitForLog(warnLine('dial failed', (l) => l.failure === 'timeout'), 10_000, 'dial timeout warning');
+  await server.waitForLog(
+    warnLine('dial failed', (l) => l.failure === 'timeout'),
+    10_000,
+    'dial timeout warning',
+  );
 
   const stream = frontendProxyStream(t, server);
   const dial = await stream.dial(echo.address);

@@ -53,62 +53,81 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 const closeRequests = (i: number) => ({ type: PacketType.CLOSE_REQ, connectID: 1001 + 2 * i }) as const;
 
 for (const transport of ['h2', 'grpc-js']) {
-  test.serial(`server (${transport}): an agent that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded and another agent keeps working`, async (t) => {
-    t.timeout(90_000);
-    const echo = await startEchoBackend(t);
-    const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
-    const { ws, server } = await startProxy(t, {
-      server: { extraArgs: ['--transport', transport, '--peer-read-timeout', '3s', '--allowed-destination', echo.address] },
-      agents: [{ agentID: 'node-1', extraArgs: ['--transport', transport, ...listener.args] }],
-    });
-    const cred = await issueAgentCertificate(ws.pki, 'flooder');
-    const flooder = openFloodingPeer({ agentPort: server.agentPort, cert: { ...cred, ca: ws.pki.caCert }, agentID: 'flooder' });
-    t.teardown(() => flooder.destroy());
-    t.is(await flooder.accepted, 200);
-    const baseline = rssMiB(server.pid);
+  test.serial(
+    `server (${transport}): an agent that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded and another agent keeps working`,
+    async (t) => {
+      t.timeout(90_000);
+      const echo = await startEchoBackend(t);
+      const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
+      const { ws, server } = await startProxy(t, {
+        server: { extraArgs: ['--transport', transport, '--peer-read-timeout', '3s', '--allowed-destination', echo.address] },
+        agents: [{ agentID: 'node-1', extraArgs: ['--transport', transport, ...listener.args] }],
+      });
+      const cred = await issueAgentCertificate(ws.pki, 'flooder');
+      const flooder = openFloodingPeer({ agentPort: server.agentPort, cert: { ...cred, ca: ws.pki.caCert }, agentID: 'flooder' });
+      t.teardown(() => flooder.destroy());
+      t.is(await flooder.accepted, 200);
+      const baseline = rssMiB(server.pid);
 
-    flooder.flood(closeRequests);
-    const peak = await peakRss(server.pid, FLOOD_SAMPLE_MS);
-    t.log(`server RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${flooder.sent()} packets`);
-    t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
-    await server.waitForLog(warnLine('peer does not read what we send', (l) => l.agentID === 'flooder'), 10_000, 'reading paused');
+      flooder.flood(closeRequests);
+      const peak = await peakRss(server.pid, FLOOD_SAMPLE_MS);
+      t.log(`server RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${flooder.sent()} packets`);
+      t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+      await server.waitForLog(
+        warnLine('peer does not read what we send', (l) => l.agentID === 'flooder'),
+        10_000,
+        'reading paused',
+      );
 
-    // Both directions keep working for the other agent meanwhile.
-    for (let i = 0; i < 5; i++) {
-      t.true(await echoesThrough(server, echo.address, randomBytes(64 * 1024)), 'control plane -> node');
-      const n = await listener.connect();
-      t.true(await echoRoundTrip(n, randomBytes(64 * 1024)), 'node -> control plane');
-      n.destroy();
-    }
+      // Both directions keep working for the other agent meanwhile.
+      for (let i = 0; i < 5; i++) {
+        t.true(await echoesThrough(server, echo.address, randomBytes(64 * 1024)), 'control plane -> node');
+        const n = await listener.connect();
+        t.true(await echoRoundTrip(n, randomBytes(64 * 1024)), 'node -> control plane');
+        n.destroy();
+      }
 
-    const closed = await server.waitForLog(warnLine('closing stream: the peer does not read', (l) => l.agentID === 'flooder'), 10_000, 'flooder closed');
-    t.is(closed.flag, '--peer-read-timeout');
-    t.regex(await within(flooder.closed, 10_000, 'the flooder sees its stream closed'), /closed/);
-    const m = await scrapeMetrics(server.healthPort);
-    t.true((m.get('kanal_stream_read_pauses_total{reason="peer_not_reading"}') ?? 0) >= 1);
-    t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
-    t.is(m.get('kanal_server_agents'), 1, 'the flooder is gone, node-1 stays');
-    t.true(rssMiB(server.pid) - baseline < RSS_BUDGET_MIB);
-  });
+      const closed = await server.waitForLog(
+        warnLine('closing stream: the peer does not read', (l) => l.agentID === 'flooder'),
+        10_000,
+        'flooder closed',
+      );
+      t.is(closed.flag, '--peer-read-timeout');
+      t.regex(await within(flooder.closed, 10_000, 'the flooder sees its stream closed'), /closed/);
+      const m = await scrapeMetrics(server.healthPort);
+      t.true((m.get('kanal_stream_read_pauses_total{reason="peer_not_reading"}') ?? 0) >= 1);
+      t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
+      t.is(m.get('kanal_server_agents'), 1, 'the flooder is gone, node-1 stays');
+      t.true(rssMiB(server.pid) - baseline < RSS_BUDGET_MIB);
+    },
+  );
 
-  test.serial(`agent (${transport}): a server that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded`, async (t) => {
-    t.timeout(90_000);
-    const ws = await makeWorkspace(t);
-    const hostile = await startFloodingServer({ cert: ws.pki.serverCert, key: ws.pki.serverKey }, closeRequests);
-    t.teardown(() => hostile.close());
-    const agent = await startAgent(t, ws, { agentPort: hostile.port }, { agentID: 'node-1', extraArgs: ['--transport', transport, '--peer-read-timeout', '3s'] });
-    await hostile.accepted;
-    const baseline = rssMiB(agent.pid);
-    hostile.flood();
-    const peak = await peakRss(agent.pid, FLOOD_SAMPLE_MS);
-    t.log(`agent RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${hostile.sent()} packets`);
-    t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
-    await agent.waitForLog(warnLine('peer does not read what we send'), 10_000, 'reading paused');
-    await agent.waitForLog(warnLine('closing stream: the peer does not read'), 10_000, 'stream closed');
-    await within(hostile.streamClosed, 10_000, 'the hostile server sees its stream closed');
-    const m = await scrapeMetrics(agent.healthPort);
-    t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
-  });
+  test.serial(
+    `agent (${transport}): a server that floods CLOSE_REQ and never reads is not read from, then closed; memory stays bounded`,
+    async (t) => {
+      t.timeout(90_000);
+      const ws = await makeWorkspace(t);
+      const hostile = await startFloodingServer({ cert: ws.pki.serverCert, key: ws.pki.serverKey }, closeRequests);
+      t.teardown(() => hostile.close());
+      const agent = await startAgent(
+        t,
+        ws,
+        { agentPort: hostile.port },
+        { agentID: 'node-1', extraArgs: ['--transport', transport, '--peer-read-timeout', '3s'] },
+      );
+      await hostile.accepted;
+      const baseline = rssMiB(agent.pid);
+      hostile.flood();
+      const peak = await peakRss(agent.pid, FLOOD_SAMPLE_MS);
+      t.log(`agent RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${hostile.sent()} packets`);
+      t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+      await agent.waitForLog(warnLine('peer does not read what we send'), 10_000, 'reading paused');
+      await agent.waitForLog(warnLine('closing stream: the peer does not read'), 10_000, 'stream closed');
+      await within(hostile.streamClosed, 10_000, 'the hostile server sees its stream closed');
+      const m = await scrapeMetrics(agent.healthPort);
+      t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
+    },
+  );
 }
 
 for (const transport of ['h2', 'grpc-js']) {

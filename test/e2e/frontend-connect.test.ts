@@ -35,7 +35,11 @@ import { agentServiceStream } from '../helpers/agent-service-stream.js';
 type Transport = 'uds' | 'tcp';
 
 /** A raw frontend connection (inside TLS for TCP); `reset` aborts it (RST on TCP, a close on a Unix socket). */
-async function frontendSocket(server: KanalServerProcess, ws: Workspace, transport: Transport): Promise<{ socket: net.Socket; reset(): void }> {
+async function frontendSocket(
+  server: KanalServerProcess,
+  ws: Workspace,
+  transport: Transport,
+): Promise<{ socket: net.Socket; reset(): void }> {
   if (transport === 'uds') {
     const s = await connectUnix(server.uds);
     s.on('error', () => undefined);
@@ -89,7 +93,11 @@ const DIAL_TIMEOUT = '60s';
 for (const transport of ['uds', 'tcp'] as const) {
   test(`${transport}: CONNECT clients that leave before the dial is answered cancel it at once (DIAL_CLS to the agent, no pending dial left)`, async (t) => {
     const ws = await makeWorkspace(t);
-    const server = await startServer(t, ws, { name: `cancel-${transport}`, frontend: transport, extraArgs: ['--backend-dial-timeout', DIAL_TIMEOUT, '--log-level', 'info'] });
+    const server = await startServer(t, ws, {
+      name: `cancel-${transport}`,
+      frontend: transport,
+      extraArgs: ['--backend-dial-timeout', DIAL_TIMEOUT, '--log-level', 'info'],
+    });
     const agent = await silentAgent(t, ws, server);
     const clients = await Promise.all(Array.from({ length: CLIENTS }, () => frontendSocket(server, ws, transport)));
     for (const c of clients) c.socket.write('CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n');
@@ -109,7 +117,9 @@ for (const transport of ['uds', 'tcp'] as const) {
   });
 
   test(`${transport}: a request head must be complete within --frontend-header-timeout, however slowly it comes, and fit in 16 KiB`, async (t) => {
-    const { ws, server } = await startProxy(t, { server: { name: `head-${transport}`, frontend: transport, extraArgs: ['--frontend-header-timeout', '2s'] } });
+    const { ws, server } = await startProxy(t, {
+      server: { name: `head-${transport}`, frontend: transport, extraArgs: ['--frontend-header-timeout', '2s'] },
+    });
     const closedAfter = async (feed: (s: net.Socket) => NodeJS.Timeout | undefined): Promise<{ ms: number; answer: string }> => {
       // From before connecting: the server counts from its accept, which comes later.
       const started = Date.now();
@@ -165,7 +175,9 @@ for (const transport of ['uds', 'tcp'] as const) {
   });
 
   test(`${transport}: a backend that speaks first: the 200 line always comes before its first byte, and early client bytes reach it`, async (t) => {
-    const { ws, server } = await startProxy(t, { server: { name: `order-${transport}`, frontend: transport, extraArgs: ['--log-level', 'info'] } });
+    const { ws, server } = await startProxy(t, {
+      server: { name: `order-${transport}`, frontend: transport, extraArgs: ['--log-level', 'info'] },
+    });
     const banner = Buffer.from('220 banner from a backend that speaks first\r\n');
     const backend = await startBannerBackend(t, banner);
     const established = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n');

@@ -129,7 +129,7 @@ interface Fuzzed {
 }
 
 /** Opens a raw connection to the frontend (inside TLS for TCP); `abort` resets (TCP) or drops (Unix socket) it. */
-async function rawClient(f: Fuzzed, transport: Transport): Promise<{ socket: net.Socket; abort(): void }> {
+async function rawClient(f: Fuzzed, transport: Transport): Promise<{ socket: net.Socket; abort: () => void }> {
   if (transport === 'uds') {
     const s = await connectUnix(f.server.uds);
     s.on('error', () => undefined);
@@ -159,7 +159,10 @@ async function poke(f: Fuzzed, transport: Transport, bytes: Buffer, ending: 'FIN
 async function openLongLived(t: ExecutionContext, f: Fuzzed, transport: Transport, mode: Mode): Promise<() => Promise<void>> {
   const checks: (() => Promise<void>)[] = [];
   if (mode !== 'grpc') {
-    const s = await httpConnect(transport === 'uds' ? await connectUnix(f.server.uds) : await tlsToFrontend(f.server, f.ws), f.echo.address);
+    const s = await httpConnect(
+      transport === 'uds' ? await connectUnix(f.server.uds) : await tlsToFrontend(f.server, f.ws),
+      f.echo.address,
+    );
     t.teardown(() => void s.destroy());
     checks.push(async () => {
       t.true(await echoRoundTrip(s, randomBytes(8192)), 'the CONNECT tunnel opened before still echoes');
@@ -189,31 +192,37 @@ async function fdsBackTo(pid: number, baseline: number, timeoutMs: number): Prom
 }
 
 for (const transport of ['uds', 'tcp'] as const) {
-  test.serial(`every --mode on the ${transport === 'uds' ? 'Unix socket' : 'mTLS TCP'} frontend: prefixes of the HTTP/2 preface and of CONNECT, then FIN or reset, harm nothing and leak nothing`, async (t) => {
-    const ws = await makeWorkspace(t);
-    const echo = await startEchoBackend(t);
-    for (const mode of ['both', 'grpc', 'http-connect'] as const) {
-      const { server, agent } = await startPair(t, ws, { server: { name: `fuzz-${transport}-${mode}`, frontend: transport, extraArgs: ['--mode', mode, '--log-level', 'info'] }, agent: { agentID: `agent-${transport}-${mode}` } });
-      const f: Fuzzed = { ws, server, echo };
-      const stillWorking = await openLongLived(t, f, transport, mode);
-      // One round first, so that whatever Node opens once (and keeps) is in the baseline.
-      const inputs = [...prefixes(PREFACE), ...prefixes(connectRequest(echo.address)).slice(1)];
-      await Promise.all(inputs.map((b) => poke(f, transport, b, 'FIN')));
-      const baseline = fdCount(server.pid);
-      for (const ending of ['FIN', 'reset'] as const) {
-        await Promise.all(inputs.map((b) => poke(f, transport, b, ending)));
+  test.serial(
+    `every --mode on the ${transport === 'uds' ? 'Unix socket' : 'mTLS TCP'} frontend: prefixes of the HTTP/2 preface and of CONNECT, then FIN or reset, harm nothing and leak nothing`,
+    async (t) => {
+      const ws = await makeWorkspace(t);
+      const echo = await startEchoBackend(t);
+      for (const mode of ['both', 'grpc', 'http-connect'] as const) {
+        const { server, agent } = await startPair(t, ws, {
+          server: { name: `fuzz-${transport}-${mode}`, frontend: transport, extraArgs: ['--mode', mode, '--log-level', 'info'] },
+          agent: { agentID: `agent-${transport}-${mode}` },
+        });
+        const f: Fuzzed = { ws, server, echo };
+        const stillWorking = await openLongLived(t, f, transport, mode);
+        // One round first, so that whatever Node opens once (and keeps) is in the baseline.
+        const inputs = [...prefixes(PREFACE), ...prefixes(connectRequest(echo.address)).slice(1)];
+        await Promise.all(inputs.map((b) => poke(f, transport, b, 'FIN')));
+        const baseline = fdCount(server.pid);
+        for (const ending of ['FIN', 'reset'] as const) {
+          await Promise.all(inputs.map((b) => poke(f, transport, b, ending)));
+        }
+        t.true(server.running(), `${mode}: the server is still running`);
+        const fds = await fdsBackTo(server.pid, baseline, 20_000);
+        t.true(fds <= baseline, `${mode}: ${fds} file descriptors open, ${baseline} before the fuzzing`);
+        await stillWorking();
+        const fresh = await openLongLived(t, f, transport, mode);
+        await fresh();
+        await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
+        t.true(agent.running(), `${mode}: the agent is still running`);
+        t.log(`${transport} --mode ${mode}: ${inputs.length * 3} fuzzing connections; fds ${baseline} before, ${fds} after`);
+        await agent.stop();
+        await server.stop();
       }
-      t.true(server.running(), `${mode}: the server is still running`);
-      const fds = await fdsBackTo(server.pid, baseline, 20_000);
-      t.true(fds <= baseline, `${mode}: ${fds} file descriptors open, ${baseline} before the fuzzing`);
-      await stillWorking();
-      const fresh = await openLongLived(t, f, transport, mode);
-      await fresh();
-      await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 5000);
-      t.true(agent.running(), `${mode}: the agent is still running`);
-      t.log(`${transport} --mode ${mode}: ${inputs.length * 3} fuzzing connections; fds ${baseline} before, ${fds} after`);
-      await agent.stop();
-      await server.stop();
-    }
-  });
+    },
+  );
 }

@@ -50,7 +50,7 @@ test('one agent holds a tunnel to each of two servers behind one address and use
   ];
   const lbPort = await roundRobin(t, () => servers.map((s) => s.agentPort));
   const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
-  const agent = await startAgent(t, ws, { ...servers[0]!, agentPort: lbPort }, { extraArgs: listener.args });
+  const agent = await startAgent(t, ws, { ...servers[0], agentPort: lbPort }, { extraArgs: listener.args });
 
   const detail = await waitReadyDetail(agent.readyzUrl(), /2\/2 server tunnel\(s\) up/, 20_000);
   t.regex(detail, /server-a/);
@@ -67,14 +67,17 @@ test('one agent holds a tunnel to each of two servers behind one address and use
     c.destroy();
   }
   const perServer = await Promise.all(servers.map(async (s) => nodeDialsOk(await scrapeMetrics(s.healthPort))));
-  t.is(perServer[0]! + perServer[1]!, 8);
-  t.true(perServer.every((n) => n > 0), `node -> control plane dials per server: ${perServer.join(', ')}`);
+  t.is(perServer[0] + perServer[1], 8);
+  t.true(
+    perServer.every((n) => n > 0),
+    `node -> control plane dials per server: ${perServer.join(', ')}`,
+  );
 
   // One server goes away: the agent stays ready on the other, then gets back to two.
-  t.is(await servers[1]!.stop('SIGTERM'), 0);
+  t.is(await servers[1].stop('SIGTERM'), 0);
   await waitReadyDetail(agent.readyzUrl(), /1\/2 server tunnel\(s\) up/, 10_000);
-  t.true(await echoesThrough(servers[0]!, echo.address, randomBytes(1000)));
-  servers[1] = await restartServer(t, servers[1]!);
+  t.true(await echoesThrough(servers[0], echo.address, randomBytes(1000)));
+  servers[1] = await restartServer(t, servers[1]);
   await waitReadyDetail(agent.readyzUrl(), /2\/2 server tunnel\(s\) up/, 20_000);
   await waitStatus(servers[1].readyzUrl(), 200, 10_000);
 });

@@ -34,20 +34,42 @@ const AUDIENCE = 'system:konnectivity-server';
 const TOKEN_FLAGS = ['--agent-namespace', NS, '--agent-service-account', SA, '--authentication-audience', AUDIENCE];
 
 async function tokenServer(t: ExecutionContext, ws: Workspace, k: KubeFixture, extraArgs: string[] = []): Promise<KanalServerProcess> {
-  const kubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'server.kubeconfig'), { user: 'system:konnectivity-server', auth: 'certificate' });
+  const kubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'server.kubeconfig'), {
+    user: 'system:konnectivity-server',
+    auth: 'certificate',
+  });
   // As upstream's token deployments: no client CA on the agent port.
   return startServer(t, ws, { clusterCa: false, extraArgs: [...TOKEN_FLAGS, '--kubeconfig', kubeconfig, ...extraArgs] });
 }
 
 /** A projected token for `pod` (default: the right account and audience) in a file of its own. */
-async function tokenFile(ws: Workspace, k: KubeFixture, pod: string, spec: Partial<ServiceAccountTokenSpec> = {}): Promise<{ file: string; token: string }> {
-  const token = k.api.tokens.issueServiceAccountToken({ namespace: NS, serviceAccount: SA, audiences: [AUDIENCE], pod: { name: pod }, node: { name: `node-of-${pod}` }, ...spec });
+async function tokenFile(
+  ws: Workspace,
+  k: KubeFixture,
+  pod: string,
+  spec: Partial<ServiceAccountTokenSpec> = {},
+): Promise<{ file: string; token: string }> {
+  const token = k.api.tokens.issueServiceAccountToken({
+    namespace: NS,
+    serviceAccount: SA,
+    audiences: [AUDIENCE],
+    pod: { name: pod },
+    node: { name: `node-of-${pod}` },
+    ...spec,
+  });
   const file = path.join(ws.dir, `${pod}.token`);
   await fs.writeFile(file, token);
   return { file, token };
 }
 
-function tokenAgent(t: ExecutionContext, ws: Workspace, server: KanalServerProcess, agentID: string, file: string | undefined, waitReady = true): Promise<KanalAgentProcess> {
+function tokenAgent(
+  t: ExecutionContext,
+  ws: Workspace,
+  server: KanalServerProcess,
+  agentID: string,
+  file: string | undefined,
+  waitReady = true,
+): Promise<KanalAgentProcess> {
   return startAgent(t, ws, server, { agentID, cert: 'none', waitReady, extraArgs: file ? ['--service-account-token-path', file] : [] });
 }
 
@@ -56,8 +78,18 @@ async function assertTunnel(t: ExecutionContext, server: KanalServerProcess, bac
 }
 
 /** The agent logs the server's reason; the server warns and counts the refusal. */
-async function assertRefused(t: ExecutionContext, server: KanalServerProcess, agent: KanalAgentProcess, kind: string, reason: RegExp): Promise<void> {
-  const line = await agent.waitForLog(warnLine('cannot connect to proxy server', (l) => reason.test(String(l.err))), 20_000, `the ${kind} refusal`);
+async function assertRefused(
+  t: ExecutionContext,
+  server: KanalServerProcess,
+  agent: KanalAgentProcess,
+  kind: string,
+  reason: RegExp,
+): Promise<void> {
+  const line = await agent.waitForLog(
+    warnLine('cannot connect to proxy server', (l) => reason.test(String(l.err))),
+    20_000,
+    `the ${kind} refusal`,
+  );
   t.regex(String(line.err), reason, `${agent.agentID} logs why`);
   await server.waitForLog(warnLine(`refused agent stream: service account token ${kind}`), 10_000, `the ${kind} warning`);
   const metric = `kanal_refusals_total{reason="agent_token_${kind.replace(/-/g, '_')}"}`;
@@ -73,7 +105,11 @@ test('a valid token opens a tunnel; wrong audience, account, namespace, expired,
   await waitStatus(server.readyzUrl(), 200, 10_000);
   await assertTunnel(t, server, backend, 'through the token agent');
   const connected = await server.waitForLog((l) => l.msg === 'agent connected' && l.agentID === 'pod-good', 5000, 'the admission');
-  t.regex(String(connected.credential), /system:serviceaccount:kube-system:konnectivity-agent pod pod-good on node node-of-pod-good/, 'the credential is the pod the token is bound to');
+  t.regex(
+    String(connected.credential),
+    /system:serviceaccount:kube-system:konnectivity-agent pod pod-good on node node-of-pod-good/,
+    'the credential is the pod the token is bound to',
+  );
 
   const cases: Array<[string, Partial<ServiceAccountTokenSpec> | 'unknown' | 'none', string, RegExp]> = [
     ['wrong-aud', { audiences: ['https://kubernetes.default.svc.cluster.local'] }, 'wrong-audience', /system:konnectivity-server/],
@@ -95,7 +131,10 @@ test('a valid token opens a tunnel; wrong audience, account, namespace, expired,
     await assertRefused(t, server, agent, kind, reason);
     t.is((await fetch(agent.readyzUrl())).status, 503, `${pod} has no tunnel`);
   }
-  t.true(server.logLines().every((l) => !l.msg.includes('agent connected') || l.agentID === 'pod-good'), 'no refused agent was ever admitted');
+  t.true(
+    server.logLines().every((l) => !l.msg.includes('agent connected') || l.agentID === 'pod-good'),
+    'no refused agent was ever admitted',
+  );
   t.true(good.running());
   await assertTunnel(t, server, backend, 'the admitted agent still works');
 });
@@ -132,23 +171,42 @@ test('the token file is read afresh on every connect: a rotated token is sent af
   const first = await tokenFile(ws, k, 'pod-r');
   const agent = await tokenAgent(t, ws, server, 'pod-r', first.file);
   // The kubelet rotates the projected token in place; the old one stops being valid.
-  const second = k.api.tokens.issueServiceAccountToken({ namespace: NS, serviceAccount: SA, audiences: [AUDIENCE], pod: { name: 'pod-r' } });
+  const second = k.api.tokens.issueServiceAccountToken({
+    namespace: NS,
+    serviceAccount: SA,
+    audiences: [AUDIENCE],
+    pod: { name: 'pod-r' },
+  });
   await fs.writeFile(first.file, second);
   k.api.tokens.revoke(first.token);
   await server.stop();
   const again = await restartServer(t, server);
   await waitStatus(again.readyzUrl(), 200, 30_000);
   await waitStatus(agent.readyzUrl(), 200, 10_000);
-  t.false(again.logLines().some((l) => l.msg.includes('refused agent stream')), 'the revoked token was never sent again');
+  t.false(
+    again.logLines().some((l) => l.msg.includes('refused agent stream')),
+    'the revoked token was never sent again',
+  );
 
   // A file emptied or removed mid-rotation is an error naming the flag, never an anonymous dial.
   await fs.writeFile(first.file, '');
   await again.stop();
   const third = await restartServer(t, again);
-  await agent.waitForLog(warnLine('cannot connect to proxy server', (l) => /--service-account-token-path\) is empty/.test(String(l.err))), 20_000, 'the empty file');
+  await agent.waitForLog(
+    warnLine('cannot connect to proxy server', (l) => /--service-account-token-path\) is empty/.test(String(l.err))),
+    20_000,
+    'the empty file',
+  );
   await fs.rm(first.file);
-  await agent.waitForLog(warnLine('cannot connect to proxy server', (l) => /--service-account-token-path\) does not exist/.test(String(l.err))), 20_000, 'the missing file');
-  t.false(third.logLines().some((l) => l.msg.includes('no-token')), 'no stream without a token reached the server');
+  await agent.waitForLog(
+    warnLine('cannot connect to proxy server', (l) => /--service-account-token-path\) does not exist/.test(String(l.err))),
+    20_000,
+    'the missing file',
+  );
+  t.false(
+    third.logLines().some((l) => l.msg.includes('no-token')),
+    'no stream without a token reached the server',
+  );
 });
 
 test('command line: the token flags go together, default-deny stays, and a token without a client CA starts', async (t) => {
@@ -158,7 +216,10 @@ test('command line: the token flags go together, default-deny stays, and a token
   t.regex(partial.stderr, /missing --authentication-audience/);
   const none = await runCli(base);
   t.is(none.code, 2);
-  t.regex(none.stderr, /--cluster-ca-cert .*--agent-namespace, --agent-service-account and --authentication-audience .*--allow-unauthenticated-agents/);
+  t.regex(
+    none.stderr,
+    /--cluster-ca-cert .*--agent-namespace, --agent-service-account and --authentication-audience .*--allow-unauthenticated-agents/,
+  );
   const both = await runCli([...base, ...TOKEN_FLAGS, '--allow-unauthenticated-agents']);
   t.is(both.code, 2);
   t.regex(both.stderr, /--allow-unauthenticated-agents contradicts token authentication/);
@@ -176,7 +237,20 @@ test('command line: the token flags go together, default-deny stays, and a token
 
   // For real: a kubeconfig that cannot be read stops the start, naming the file; without one and outside a pod, the flag.
   const ws = await makeWorkspace(t, 'kanal-token-cli-');
-  const real = ['server', '--uds-name', path.join(ws.dir, 's.sock'), '--cluster-cert', ws.pki.serverCert, '--cluster-key', ws.pki.serverKey, '--health-port', '0', '--agent-port', '0', ...TOKEN_FLAGS];
+  const real = [
+    'server',
+    '--uds-name',
+    path.join(ws.dir, 's.sock'),
+    '--cluster-cert',
+    ws.pki.serverCert,
+    '--cluster-key',
+    ws.pki.serverKey,
+    '--health-port',
+    '0',
+    '--agent-port',
+    '0',
+    ...TOKEN_FLAGS,
+  ];
   const missing = await runCli([...real, '--kubeconfig', path.join(ws.dir, 'absent.kubeconfig')]);
   t.is(missing.code, 1);
   t.regex(missing.stderr, /--kubeconfig .*absent\.kubeconfig/);

@@ -75,26 +75,59 @@ async function serverArgs(ws: Workspace): Promise<{ args: string[]; agentPort: n
   const { pki } = ws;
   const args = [
     'server',
-    '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
-    '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
-    '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
-    '--uds-name', path.join(ws.dir, 'piped.sock'), '--delete-existing-uds-file',
-    '--log-level', 'debug',
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(agentPort),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    String(healthPort),
+    '--uds-name',
+    path.join(ws.dir, 'piped.sock'),
+    '--delete-existing-uds-file',
+    '--log-level',
+    'debug',
   ];
   return { args, agentPort, healthPort };
 }
 
-async function agentArgs(ws: Workspace, agentPort: number, agentID: string, extra: string[] = []): Promise<{ args: string[]; healthPort: number }> {
+async function agentArgs(
+  ws: Workspace,
+  agentPort: number,
+  agentID: string,
+  extra: string[] = [],
+): Promise<{ args: string[]; healthPort: number }> {
   const healthPort = await freePort();
   const own = await issueAgentCertificate(ws.pki, agentID);
   const args = [
     'agent',
-    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
-    '--ca-cert', ws.pki.caCert, '--agent-cert', own.cert, '--agent-key', own.key,
-    '--agent-id', agentID,
-    '--health-bind-address', '127.0.0.1', '--health-server-port', String(healthPort),
-    '--shutdown-grace-period', '1s',
-    '--log-level', 'debug',
+    '--proxy-server-host',
+    '127.0.0.1',
+    '--proxy-server-port',
+    String(agentPort),
+    '--ca-cert',
+    ws.pki.caCert,
+    '--agent-cert',
+    own.cert,
+    '--agent-key',
+    own.key,
+    '--agent-id',
+    agentID,
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-server-port',
+    String(healthPort),
+    '--shutdown-grace-period',
+    '1s',
+    '--log-level',
+    'debug',
     ...extra,
   ];
   return { args, healthPort };
@@ -160,10 +193,16 @@ test('a planned stop logs "tunnel down" at info and "kanal agent stopped" last; 
   const exitedAt = Date.now();
   const lines = agent.logLines();
   const down = lines.filter((l) => l.msg === 'tunnel down');
-  t.deepEqual(down.map((l) => l.level), [30], 'one tunnel down, at info');
-  const last = lines[lines.length - 1]!;
+  t.deepEqual(
+    down.map((l) => l.level),
+    [30],
+    'one tunnel down, at info',
+  );
+  const last = lines[lines.length - 1];
   t.is(last.msg, 'kanal agent stopped');
-  t.log(`SIGTERM -> "stopped" ${Date.parse(String(last.time)) - sent} ms, SIGTERM -> exit ${exitedAt - sent} ms (measured by the test, not asserted)`);
+  t.log(
+    `SIGTERM -> "stopped" ${Date.parse(String(last.time)) - sent} ms, SIGTERM -> exit ${exitedAt - sent} ms (measured by the test, not asserted)`,
+  );
 
   // An unplanned loss (the server goes away) is still a warning.
   const other = await startAgent(t, ws, server, { agentID: 'agent-2' });
@@ -219,6 +258,9 @@ test('no DEP0123 (TLS ServerName set to an IP): grpc-js and h2 agents naming the
     t.is(await a.stop('SIGTERM'), 0);
     const text = fs.readFileSync(a.logFile, 'utf8');
     t.false(text.includes('DEP0123'), `${a.name}: ${text.split('\n').find((l) => l.includes('DEP0123'))}`);
-    t.true(readLog(a.logFile).some((l) => l.msg === 'tunnel up'), `${a.name} had a tunnel up`);
+    t.true(
+      readLog(a.logFile).some((l) => l.msg === 'tunnel up'),
+      `${a.name} had a tunnel up`,
+    );
   }
 });

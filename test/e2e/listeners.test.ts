@@ -14,24 +14,27 @@ import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KanalServer } from '../../src/server/server.js';
-import {
-  freePort,
-  makeWorkspace,
-  readLog,
-  runCli,
-  startServer,
-  type LogLine,
-  type Workspace,
-} from '../helpers/kanal-processes.js';
+import { freePort, makeWorkspace, readLog, runCli, startServer, type LogLine, type Workspace } from '../helpers/kanal-processes.js';
 import { makeEnv, startServer as startInProcessServer } from '../helpers/in-process.js';
 
 function baseArgs(ws: Workspace, agentPort: number, healthPort: number): string[] {
   const { pki } = ws;
   return [
     'server',
-    '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
-    '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
-    '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(agentPort),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    String(healthPort),
   ];
 }
 
@@ -151,7 +154,10 @@ test('--delete-existing-uds-file removes a stale socket, never a regular file, d
   t.true(fs.lstatSync(stale).isSocket(), 'a stale socket is there');
   const noFlag = await runCli([...baseArgs(ws, agentPort, healthPort), '--uds-name', stale, '--delete-existing-uds-file=false'], 30_000);
   t.is(noFlag.code, 1);
-  t.is(noFlag.stderr.trim(), `kanal: --uds-name ${stale} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`);
+  t.is(
+    noFlag.stderr.trim(),
+    `kanal: --uds-name ${stale} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`,
+  );
   const server = await startServer(t, ws, { name: 'stale' });
   t.true(fs.lstatSync(server.uds).isSocket(), 'a server starts over a stale socket with --delete-existing-uds-file');
 });
@@ -161,7 +167,10 @@ test('a missing socket directory is reported as such, not as a permission proble
   const file = path.join(ws.dir, 'no-such-dir', 'kanal.sock');
   const r = await runCli([...baseArgs(ws, await freePort(), await freePort()), '--uds-name', file], 30_000);
   t.is(r.code, 1);
-  t.is(r.stderr.trim(), `kanal: --uds-name ${file}: directory ${path.dirname(file)} does not exist; create it first (systemd: RuntimeDirectory=)`);
+  t.is(
+    r.stderr.trim(),
+    `kanal: --uds-name ${file}: directory ${path.dirname(file)} does not exist; create it first (systemd: RuntimeDirectory=)`,
+  );
 });
 
 const IN_USE = 'the address is already in use (another process listens there: stop it or choose another port); EADDRINUSE';
@@ -186,8 +195,16 @@ test('a port in use: the error names the flags and the address; the failed start
       what: 'frontend port',
       args: async (free) => [
         ...baseArgs(ws, await free(), await free()),
-        '--server-bind-address', '127.0.0.1', '--server-port', String(busy),
-        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.frontendCaCert,
+        '--server-bind-address',
+        '127.0.0.1',
+        '--server-port',
+        String(busy),
+        '--server-cert',
+        pki.frontendCert,
+        '--server-key',
+        pki.frontendKey,
+        '--server-ca-cert',
+        pki.frontendCaCert,
       ],
       flags: '--server-bind-address, --server-port',
     },
@@ -201,7 +218,10 @@ test('a port in use: the error names the flags and the address; the failed start
     const fatal = lines.findIndex((l) => l.level === 60);
     t.is(lines[fatal]?.err, message, `${c.what}: the fatal log line`);
     t.is(fatal, lines.length - 1, `${c.what}: nothing is logged after the fatal line`);
-    t.false(lines.some((l) => l.msg === 'kanal server started'), `${c.what}: never "started"`);
+    t.false(
+      lines.some((l) => l.msg === 'kanal server started'),
+      `${c.what}: never "started"`,
+    );
     // Nothing left behind: the next start needs no --delete-existing-uds-file.
     t.false(fs.existsSync(uds), `${c.what}: the socket file was released`);
   }
@@ -211,7 +231,11 @@ test('in process: a start that fails at its last listener frees the ports and th
   const env = await makeEnv(t);
   const busy = await blockPort(t);
   const { options } = await startInProcessServer(t, env, { udsPath: path.join(env.dir, 'first.sock') });
-  const failing = new KanalServer({ ...options, health: { host: '127.0.0.1', port: busy }, frontend: { mode: 'both', uds: { path: env.udsPath, deleteExisting: false } } });
+  const failing = new KanalServer({
+    ...options,
+    health: { host: '127.0.0.1', port: busy },
+    frontend: { mode: 'both', uds: { path: env.udsPath, deleteExisting: false } },
+  });
   const err = await t.throwsAsync(failing.start());
   t.is(err?.message, `cannot listen on 127.0.0.1:${busy} (--health-bind-address, --health-port): ${IN_USE}`);
   t.false(fs.existsSync(env.udsPath), 'the socket file is gone');
@@ -228,7 +252,7 @@ test('in process: a start that fails at its last listener frees the ports and th
 /** A TLS record header announcing 4 KiB of handshake, and only 100 bytes of it. */
 const HALF_A_RECORD = Buffer.concat([Buffer.from([0x16, 0x03, 0x01, 0x10, 0x00]), Buffer.alloc(100, 0x42)]);
 
-test('a TLS handshake aborted by a reset is logged with the peer\'s address', async (t) => {
+test("a TLS handshake aborted by a reset is logged with the peer's address", async (t) => {
   const ws = await makeWorkspace(t);
   const server = await startServer(t, ws, { name: 'tls', frontend: 'tcp' });
   for (const [what, port] of [
@@ -242,7 +266,11 @@ test('a TLS handshake aborted by a reset is logged with the peer\'s address', as
     s.write(HALF_A_RECORD);
     await sleep(100);
     s.resetAndDestroy();
-    const line = await server.waitForLog((l) => l.msg === `refused ${what} connection: TLS handshake failed`, 10_000, `${what} handshake refusal`);
+    const line = await server.waitForLog(
+      (l) => l.msg === `refused ${what} connection: TLS handshake failed`,
+      10_000,
+      `${what} handshake refusal`,
+    );
     t.is(line.peer, local, what);
     t.is(line.err, 'ECONNRESET', what);
   }

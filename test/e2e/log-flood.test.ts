@@ -58,8 +58,10 @@ test('node -> control plane refusals: 20 dials to a 1 MiB address and 2,000 more
   const started = Date.now();
 
   const sent: Promise<void>[] = [];
-  for (let i = 1; i <= 20; i++) sent.push(agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: HUGE_ADDRESS, random: BigInt(i) }));
-  for (let i = 1; i <= 2000; i++) sent.push(agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: `10.0.0.1:${i}`, random: BigInt(1000 + i) }));
+  for (let i = 1; i <= 20; i++)
+    sent.push(agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: HUGE_ADDRESS, random: BigInt(i) }));
+  for (let i = 1; i <= 2000; i++)
+    sent.push(agent.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: `10.0.0.1:${i}`, random: BigInt(1000 + i) }));
   await Promise.all(sent);
   const errors = await answers(agent, 2020, 30_000);
   t.is(errors.length, 2020, 'every dial answered');
@@ -75,13 +77,19 @@ test('node -> control plane refusals: 20 dials to a 1 MiB address and 2,000 more
   t.log(`2,020 refused node dials (20 of them to a 1 MiB address) in ${windows} window(s): ${bytes} bytes, ${lines.length} lines of log`);
   t.true(lines.filter((l) => l.msg.startsWith('refused node dial')).length <= 2 * windows, 'a refusal line and its count per window');
   t.true(lines.length <= 4 * windows, lines.map((l) => l.msg).join('\n'));
-  t.true(lines.every((l) => JSON.stringify(l).length < 2048), 'no line longer than 2 KiB');
+  t.true(
+    lines.every((l) => JSON.stringify(l).length < 2048),
+    'no line longer than 2 KiB',
+  );
 
   // Every refusal is in the log, as a line or in a count; the last count comes at the latest at stop.
   await server.stop();
   const refusals = readLog(server.logFile).filter((l) => l.refusal === 'destination_not_allowed');
   // Fields hold what they are named for: the agent refused, not a network peer.
-  t.true(refusals.every((l) => l.peer === undefined && l.agentID === 'flooding-node' && typeof l.credential === 'string'), JSON.stringify(refusals[0]));
+  t.true(
+    refusals.every((l) => l.peer === undefined && l.agentID === 'flooding-node' && typeof l.credential === 'string'),
+    JSON.stringify(refusals[0]),
+  );
   const logged = refusals.filter((l) => l.suppressed === undefined).length;
   const counted = refusals.reduce((n, l) => n + (typeof l.suppressed === 'number' ? l.suppressed : 0), 0);
   t.is(logged + counted, 2020);
@@ -110,7 +118,10 @@ test('an agentID longer than any host name is refused; a long legal one is carri
 
 test('frontend refusals: a 1 MiB gRPC dial address, 2,000 non-CONNECT requests and 200 failed TLS handshakes stay a few short lines', async (t) => {
   const ws = await makeWorkspace(t);
-  const server = await startServer(t, ws, { name: 'frontend-refusals', extraArgs: ['--max-message-size', String(4 * MiB), '--log-level', 'info'] });
+  const server = await startServer(t, ws, {
+    name: 'frontend-refusals',
+    extraArgs: ['--max-message-size', String(4 * MiB), '--log-level', 'info'],
+  });
   const before = { bytes: logSize(server), lines: readLog(server.logFile).length };
   const started = Date.now();
 
@@ -149,10 +160,15 @@ test('frontend refusals: a 1 MiB gRPC dial address, 2,000 non-CONNECT requests a
   const bytes = logSize(server) - before.bytes;
   const lines = readLog(server.logFile).slice(before.lines);
   const windows = Math.floor((Date.now() - started) / 10_000) + 1;
-  t.log(`1 oversized gRPC dial, 2,000 non-CONNECT requests, 200 failed handshakes in ${windows} window(s): ${bytes} bytes, ${lines.length} lines of log`);
+  t.log(
+    `1 oversized gRPC dial, 2,000 non-CONNECT requests, 200 failed handshakes in ${windows} window(s): ${bytes} bytes, ${lines.length} lines of log`,
+  );
   // The oversized dial's two lines, then per window a line and a count for each of the two floods.
   t.true(lines.length <= 2 + 4 * windows, lines.map((l) => l.msg).join('\n'));
-  t.true(lines.every((l) => JSON.stringify(l).length < 2048), 'no line longer than 2 KiB');
+  t.true(
+    lines.every((l) => JSON.stringify(l).length < 2048),
+    'no line longer than 2 KiB',
+  );
 });
 
 test('agent stream refusals are rate-limited like the others: 100 streams with a too-long agentID from one peer are counted 100 times and logged once', async (t) => {

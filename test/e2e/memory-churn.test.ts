@@ -16,7 +16,15 @@ import { rssBytes } from '../../bench/proc.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 import { HEAP_SNAPSHOT_PATH } from '../../src/common/admin-server.js';
 import { RECLAIM_CHECK_MS } from '../../src/common/memory-reclaimer.js';
-import { freePort, makeWorkspace, scrapeMetrics, startEchoBackend, startProxy, startServer, type Workspace } from '../helpers/kanal-processes.js';
+import {
+  freePort,
+  makeWorkspace,
+  scrapeMetrics,
+  startEchoBackend,
+  startProxy,
+  startServer,
+  type Workspace,
+} from '../helpers/kanal-processes.js';
 
 /** Connections before the first reading: V8's young generation (16 MiB semi-spaces) and glibc's arenas reach their working size. */
 const WARM_UP = 3000;
@@ -100,12 +108,17 @@ function describe(g: Growth): string {
 }
 
 /** RSS growth of each process over `count` connections, after WARM_UP; `outcomes` counts what all of them came to. */
-async function measure<O extends string>(watched: Record<string, Watched>, count: number, one: (i: number) => Promise<O>, outcomes: Map<O, number>): Promise<Growth[]> {
+async function measure<O extends string>(
+  watched: Record<string, Watched>,
+  count: number,
+  one: (i: number) => Promise<O>,
+  outcomes: Map<O, number>,
+): Promise<Growth[]> {
   await churn(WARM_UP, one, outcomes);
   const before = await Promise.all(Object.values(watched).map(settledRss));
   await churn(count, (i) => one(WARM_UP + i), outcomes);
   const after = await Promise.all(Object.values(watched).map(settledRss));
-  return Object.keys(watched).map((process, i) => ({ process, bytes: after[i]! - before[i]!, connections: count }));
+  return Object.keys(watched).map((process, i) => ({ process, bytes: after[i] - before[i], connections: count }));
 }
 
 /** At least 90% of the connections meant to come to `outcome` did: the churn ran, it did not fail early. */
@@ -134,14 +147,16 @@ test.serial('mTLS handshakes on the agent port and the TLS frontend leave the se
   const f = files(ws);
   // Mostly agent-port handshakes (the health checks' case); every fourth on the frontend, with the KAS's certificate.
   const one = async (i: number): Promise<'handshake' | 'failed'> => {
-    const ok = await (i % 4 === 3 ? halfPreface(server.frontendPort, f.frontendCa, f.kasCert, f.kasKey) : halfPreface(server.agentPort, f.ca, f.agentCert, f.agentKey));
+    const ok = await (i % 4 === 3
+      ? halfPreface(server.frontendPort, f.frontendCa, f.kasCert, f.kasKey)
+      : halfPreface(server.agentPort, f.ca, f.agentCert, f.agentKey));
     return ok ? 'handshake' : 'failed';
   };
   const outcomes = new Map<'handshake' | 'failed', number>();
   const [growth] = await measure({ server }, HANDSHAKES, one, outcomes);
-  t.log(describe(growth!));
+  t.log(describe(growth));
   t.true(...mostly(outcomes, 'handshake', WARM_UP + HANDSHAKES));
-  t.true(growth!.bytes < GROWTH_BOUND_BYTES, describe(growth!));
+  t.true(growth.bytes < GROWTH_BOUND_BYTES, describe(growth));
   t.is((await fetch(`http://127.0.0.1:${server.healthPort}/healthz`)).status, 200);
 });
 

@@ -47,9 +47,18 @@ function shippedTcpExample(ws: Workspace): string[] {
 /** Flags that keep a test's server on loopback and free ports (later values win). */
 async function loopbackPorts(): Promise<string[]> {
   return [
-    '--server-bind-address', '127.0.0.1', '--server-port', String(await freePort()),
-    '--agent-bind-address', '127.0.0.1', '--agent-port', String(await freePort()),
-    '--health-bind-address', '127.0.0.1', '--health-port', String(await freePort()),
+    '--server-bind-address',
+    '127.0.0.1',
+    '--server-port',
+    String(await freePort()),
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(await freePort()),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    String(await freePort()),
   ];
 }
 
@@ -64,7 +73,12 @@ async function frontendRefuses(server: KanalServerProcess, ws: Workspace, creden
 }
 
 /** Opens a Connect stream with `credential` and expects it refused. */
-async function agentRefused(t: ExecutionContext, ws: Workspace, server: KanalServerProcess, credential: { cert: string; key: string }): Promise<void> {
+async function agentRefused(
+  t: ExecutionContext,
+  ws: Workspace,
+  server: KanalServerProcess,
+  credential: { cert: string; key: string },
+): Promise<void> {
   await t.throwsAsync(connectRawAgent(t, ws, server, credential, 'not-an-agent', agentChannel(t, ws, server, credential)));
 }
 
@@ -96,7 +110,15 @@ test('one CA for both roles (the old example) and no pins: the server refuses to
   // Pinning one role only is not enough; pinning both to the same subject is refused too.
   const one = await runCli(['server', ...flags, ...(await loopbackPorts()), '--frontend-client-subject', 'CN=kube-apiserver']);
   t.is(one.code, 1);
-  const same = await runCli(['server', ...flags, ...(await loopbackPorts()), '--frontend-client-subject', 'CN=x', '--agent-client-subject', 'CN=x']);
+  const same = await runCli([
+    'server',
+    ...flags,
+    ...(await loopbackPorts()),
+    '--frontend-client-subject',
+    'CN=x',
+    '--agent-client-subject',
+    'CN=x',
+  ]);
   t.is(same.code, 1);
   t.regex(same.stderr, /pinned to the same subject or EKU/);
 });
@@ -128,12 +150,15 @@ test('one CA with both roles pinned: each certificate works in its role only', a
   t.regex(String(agentLine?.reason), /CN=kube-apiserver .*pinned to the frontend role/);
 });
 
-test('pins: subject attributes (exact or prefix) and extended key usages; the other role\'s pin excludes', async (t) => {
+test("pins: subject attributes (exact or prefix) and extended key usages; the other role's pin excludes", async (t) => {
   const ca = await createCertificateAuthority('one-ca');
   const AGENT_EKU = '1.3.6.1.4.1.55555.1';
   const cert = async (cn: string, eku?: string): Promise<X509Certificate> =>
     new X509Certificate((await ca.issue({ commonName: cn, usage: 'client', extraExtendedKeyUsages: eku ? [eku] : [] })).certPem);
-  const byEku = new ClientRoles({ subjects: [], ekus: [parseEku(AGENT_EKU)] }, { subjects: [parseSubjectPattern('CN=kube-apiserver')], ekus: [] });
+  const byEku = new ClientRoles(
+    { subjects: [], ekus: [parseEku(AGENT_EKU)] },
+    { subjects: [parseSubjectPattern('CN=kube-apiserver')], ekus: [] },
+  );
   t.is(byEku.refusal(await cert('node-7', AGENT_EKU), 'agent'), undefined);
   t.regex(byEku.refusal(await cert('node-7'), 'agent') ?? '', /matches none of --agent-client-eku 1\.3\.6\.1\.4\.1\.55555\.1/);
   t.is(byEku.refusal(await cert('kube-apiserver'), 'frontend'), undefined);

@@ -7,7 +7,15 @@
 import test from 'ava';
 import { skippedBecause } from '../helpers/skipped.js';
 import { randomBytes } from 'node:crypto';
-import { echoesThrough, makeWorkspace, startEchoBackend, startProxy, startServer, waitUntil, type KanalServerProcess } from '../helpers/kanal-processes.js';
+import {
+  echoesThrough,
+  makeWorkspace,
+  startEchoBackend,
+  startProxy,
+  startServer,
+  waitUntil,
+  type KanalServerProcess,
+} from '../helpers/kanal-processes.js';
 import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
 
 const unavailable = upstreamUnavailableReason();
@@ -15,7 +23,10 @@ const withUpstream = unavailable ? test.skip : test;
 if (unavailable) skippedBecause('upstream routing interop', unavailable);
 
 function loggedCarriers(server: KanalServerProcess, address: string): string[] {
-  return server.logLines().filter((l) => l.msg === 'dial established' && l.address === address).map((l) => `${String(l.agentID)} by ${String(l.strategy)}`);
+  return server
+    .logLines()
+    .filter((l) => l.msg === 'dial established' && l.address === address)
+    .map((l) => `${String(l.agentID)} by ${String(l.strategy)}`);
 }
 
 /** The first `n` carriers logged for `address`, waiting for the server's log to catch up (it is written asynchronously). */
@@ -33,7 +44,9 @@ async function dialTimes(server: KanalServerProcess, address: string, n: number)
 test('a quiet destHost agent yields to the next strategy; once it answers again it gets its destination back', async (t) => {
   const echo = await startEchoBackend(t);
   const { server, agent: owner } = await startProxy(t, {
-    server: { extraArgs: ['--keepalive-time', '1s', '--keepalive-timeout', '30s', '--proxy-strategies', 'destHost,default', '--log-level', 'debug'] },
+    server: {
+      extraArgs: ['--keepalive-time', '1s', '--keepalive-timeout', '30s', '--proxy-strategies', 'destHost,default', '--log-level', 'debug'],
+    },
     agents: [{ agentID: 'owner', extraArgs: ['--agent-identifiers', 'ipv4=127.0.0.1'] }, { agentID: 'other' }],
     ready: 'every-agent',
   });
@@ -54,7 +67,9 @@ test('a quiet destHost agent yields to the next strategy; once it answers again 
 withUpstream('upstream agents with --agent-identifiers under a Kanal server with --proxy-strategies destHost,default', async (t) => {
   const ws = await makeWorkspace(t);
   const echo = await startEchoBackend(t);
-  const server = await startServer(t, ws, { extraArgs: ['--mode', 'http-connect', '--proxy-strategies', 'destHost,default', '--log-level', 'debug'] });
+  const server = await startServer(t, ws, {
+    extraArgs: ['--mode', 'http-connect', '--proxy-strategies', 'destHost,default', '--log-level', 'debug'],
+  });
   const byAddress = await startUpstreamAgent(t, ws, server, { agentID: 'up-ipv4', extraArgs: ['--agent-identifiers=ipv4=127.0.0.1'] });
   await startUpstreamAgent(t, ws, server, { agentID: 'up-host', extraArgs: ['--agent-identifiers=host=localhost'] });
   await server.waitForLog((l) => l.msg === 'agent connected' && l.agentID === 'up-host', 10_000, 'up-host connected');

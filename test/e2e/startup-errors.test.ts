@@ -74,13 +74,41 @@ test('agent: each credential mistake is refused at start with flag, path and cau
   const f = await files(t);
   const { pki } = f.ws;
   const cases: [string, Record<string, string>, string][] = [
-    ['key of another certificate', { 'agent-key': f.otherKey }, `--agent-key ${f.otherKey}: does not belong to --agent-cert ${f.agentCert} (the public keys differ)`],
-    ['key file that is a certificate', { 'agent-key': f.agentCert }, `--agent-key ${f.agentCert}: holds a certificate, not a private key (are --agent-cert and --agent-key swapped?)`],
-    ['CA file without a PEM certificate', { 'ca-cert': f.notPem }, `--ca-cert ${f.notPem}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----")`],
-    ['CA file that is a key', { 'ca-cert': f.agentKey }, `--ca-cert ${f.agentKey}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----") (found "PRIVATE KEY")`],
-    ['missing certificate', { 'agent-cert': '/nonexistent/agent.crt' }, '--agent-cert /nonexistent/agent.crt: cannot read (ENOENT: no such file)'],
-    ['a server certificate as client certificate', { 'agent-cert': pki.serverCert, 'agent-key': pki.serverKey }, `--agent-cert ${pki.serverCert}: CN=kanal-server is not a client certificate (its extended key usage lacks clientAuth)`],
-    ['empty token file', { 'service-account-token-path': f.notPem.replace('ca-not-pem.crt', 'empty-token') }, `--service-account-token-path ${f.notPem.replace('ca-not-pem.crt', 'empty-token')}: the file is empty`],
+    [
+      'key of another certificate',
+      { 'agent-key': f.otherKey },
+      `--agent-key ${f.otherKey}: does not belong to --agent-cert ${f.agentCert} (the public keys differ)`,
+    ],
+    [
+      'key file that is a certificate',
+      { 'agent-key': f.agentCert },
+      `--agent-key ${f.agentCert}: holds a certificate, not a private key (are --agent-cert and --agent-key swapped?)`,
+    ],
+    [
+      'CA file without a PEM certificate',
+      { 'ca-cert': f.notPem },
+      `--ca-cert ${f.notPem}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----")`,
+    ],
+    [
+      'CA file that is a key',
+      { 'ca-cert': f.agentKey },
+      `--ca-cert ${f.agentKey}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----") (found "PRIVATE KEY")`,
+    ],
+    [
+      'missing certificate',
+      { 'agent-cert': '/nonexistent/agent.crt' },
+      '--agent-cert /nonexistent/agent.crt: cannot read (ENOENT: no such file)',
+    ],
+    [
+      'a server certificate as client certificate',
+      { 'agent-cert': pki.serverCert, 'agent-key': pki.serverKey },
+      `--agent-cert ${pki.serverCert}: CN=kanal-server is not a client certificate (its extended key usage lacks clientAuth)`,
+    ],
+    [
+      'empty token file',
+      { 'service-account-token-path': f.notPem.replace('ca-not-pem.crt', 'empty-token') },
+      `--service-account-token-path ${f.notPem.replace('ca-not-pem.crt', 'empty-token')}: the file is empty`,
+    ],
   ];
   fs.writeFileSync(f.notPem.replace('ca-not-pem.crt', 'empty-token'), '\n');
   for (const [name, over, message] of cases) {
@@ -92,14 +120,44 @@ test('agent: each credential mistake is refused at start with flag, path and cau
 test('server: each credential mistake is refused at start with flag, path and cause', async (t) => {
   const f = await files(t);
   const { pki } = f.ws;
-  const tcp = { 'server-cert': pki.frontendCert, 'server-key': pki.frontendKey, 'server-ca-cert': pki.caCert, 'server-bind-address': '127.0.0.1', 'server-port': '0' };
+  const tcp = {
+    'server-cert': pki.frontendCert,
+    'server-key': pki.frontendKey,
+    'server-ca-cert': pki.caCert,
+    'server-bind-address': '127.0.0.1',
+    'server-port': '0',
+  };
   const cases: [string, Record<string, string>, string][] = [
-    ['agent-port key of another certificate', { 'cluster-key': pki.frontendKey }, `--cluster-key ${pki.frontendKey}: does not belong to --cluster-cert ${pki.serverCert} (the public keys differ)`],
-    ['agent-port key file that is a certificate', { 'cluster-key': pki.serverCert }, `--cluster-key ${pki.serverCert}: holds a certificate, not a private key (are --cluster-cert and --cluster-key swapped?)`],
-    ['client CA without a PEM certificate', { 'cluster-ca-cert': f.notPem }, `--cluster-ca-cert ${f.notPem}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----")`],
-    ['a client certificate on the agent port', { 'cluster-cert': f.agentCert, 'cluster-key': f.agentKey }, `--cluster-cert ${f.agentCert}: CN=node-1 is not a server certificate (its extended key usage lacks serverAuth)`],
-    ['frontend key of another certificate', { 'uds-name': '', ...tcp, 'server-key': pki.serverKey }, `--server-key ${pki.serverKey}: does not belong to --server-cert ${pki.frontendCert} (the public keys differ)`],
-    ['frontend client CA missing', { 'uds-name': '', ...tcp, 'server-ca-cert': '/nonexistent/kas-ca.crt' }, '--server-ca-cert /nonexistent/kas-ca.crt: cannot read (ENOENT: no such file)'],
+    [
+      'agent-port key of another certificate',
+      { 'cluster-key': pki.frontendKey },
+      `--cluster-key ${pki.frontendKey}: does not belong to --cluster-cert ${pki.serverCert} (the public keys differ)`,
+    ],
+    [
+      'agent-port key file that is a certificate',
+      { 'cluster-key': pki.serverCert },
+      `--cluster-key ${pki.serverCert}: holds a certificate, not a private key (are --cluster-cert and --cluster-key swapped?)`,
+    ],
+    [
+      'client CA without a PEM certificate',
+      { 'cluster-ca-cert': f.notPem },
+      `--cluster-ca-cert ${f.notPem}: no PEM certificate in the file (expected "-----BEGIN CERTIFICATE-----")`,
+    ],
+    [
+      'a client certificate on the agent port',
+      { 'cluster-cert': f.agentCert, 'cluster-key': f.agentKey },
+      `--cluster-cert ${f.agentCert}: CN=node-1 is not a server certificate (its extended key usage lacks serverAuth)`,
+    ],
+    [
+      'frontend key of another certificate',
+      { 'uds-name': '', ...tcp, 'server-key': pki.serverKey },
+      `--server-key ${pki.serverKey}: does not belong to --server-cert ${pki.frontendCert} (the public keys differ)`,
+    ],
+    [
+      'frontend client CA missing',
+      { 'uds-name': '', ...tcp, 'server-ca-cert': '/nonexistent/kas-ca.crt' },
+      '--server-ca-cert /nonexistent/kas-ca.crt: cannot read (ENOENT: no such file)',
+    ],
   ];
   for (const [name, over, message] of cases) {
     t.log(name);
@@ -143,11 +201,23 @@ test('an agent whose key does not match its certificate exits at start instead o
   const server = await startServer(t, f.ws);
   const health = await freePort();
   const started = Date.now();
-  const r = await runCli(agentArgs(f, { 'proxy-server-port': String(server.agentPort), 'agent-key': f.otherKey, 'health-server-port': String(health), 'health-bind-address': '127.0.0.1' }), CLI_TIMEOUT_MS);
+  const r = await runCli(
+    agentArgs(f, {
+      'proxy-server-port': String(server.agentPort),
+      'agent-key': f.otherKey,
+      'health-server-port': String(health),
+      'health-bind-address': '127.0.0.1',
+    }),
+    CLI_TIMEOUT_MS,
+  );
   t.is(r.code, 1, `exit code (stderr: ${r.stderr})`);
   t.regex(r.stderr, /--agent-key .*: does not belong to --agent-cert/);
   t.log(`exited ${Date.now() - started} ms after start`);
   // It never reached the server: no TLS attempt was logged there.
   await sleep(200);
-  t.deepEqual(readLog(server.logFile).filter((l) => /^refused agent|TLS handshake/.test(l.msg)), [], 'the server saw no connection attempt');
+  t.deepEqual(
+    readLog(server.logFile).filter((l) => /^refused agent|TLS handshake/.test(l.msg)),
+    [],
+    'the server saw no connection attempt',
+  );
 });

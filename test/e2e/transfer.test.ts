@@ -80,7 +80,7 @@ test.serial('the server gives its end of a frontend Unix socket a 2 MiB send buf
   const privileged = process.getuid?.() === 0;
   // Unprivileged, the kernel caps the request at net.core.wmem_max (it accounts twice that).
   const expected = privileged ? UNIX_FRONTEND_SEND_BUFFER_BYTES : Math.min(UNIX_FRONTEND_SEND_BUFFER_BYTES, 2 * wmemMax);
-  t.true(sizes[0]! >= expected, `tb ${sizes[0]} B, expected at least ${expected} B`);
+  t.true(sizes[0] >= expected, `tb ${sizes[0]} B, expected at least ${expected} B`);
 });
 
 test.serial('CONNECT: 64 MiB control plane -> node arrives intact (sha256)', async (t) => {
@@ -170,7 +170,10 @@ test.serial('gRPC frontend (upstream-style grpc-js client): 32 MiB to a node bac
   try {
     for (; written < size; written += CHUNK) {
       const closed = stream.closedByServer(dial.connectID);
-      if (closed) t.fail(`the server closed the connection after ${written} bytes: ${PacketType[closed.type]} ${'error' in closed ? closed.error : ''}`);
+      if (closed)
+        t.fail(
+          `the server closed the connection after ${written} bytes: ${PacketType[closed.type]} ${'error' in closed ? closed.error : ''}`,
+        );
       if (closed) return;
       await stream.send({ type: PacketType.DATA, connectID: dial.connectID, error: '', data: data.subarray(written, written + CHUNK) });
     }
@@ -211,7 +214,7 @@ test.serial('gRPC frontend: 200 concurrent connections over 4 streams each echo 
   const N = 200;
   const results = await Promise.all(
     Array.from({ length: N }, async (_, i) => {
-      const stream = streams[i % streams.length]!;
+      const stream = streams[i % streams.length];
       const dial = await stream.dial(echo.address, 30_000);
       if (dial.error) return false;
       const data = Buffer.concat([Buffer.from(`stream ${i % 4} connection ${i}:`), randomBytes(8 * 1024 + i * 61)]);

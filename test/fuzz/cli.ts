@@ -20,7 +20,7 @@ const USAGE = 'usage: npm run fuzz -- [--target NAME]... [--time SECONDS] [--see
 function parseArgs(argv: string[]): { targets: string[]; timeS: number; seed: number | undefined; save: boolean; list: boolean } {
   const out = { targets: [] as string[], timeS: 60, seed: undefined as number | undefined, save: false, list: false };
   for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
+    const a = argv[i];
     const value = (): string => {
       const v = argv[++i];
       if (v === undefined) throw new Error(`${a} needs a value\n${USAGE}`);

@@ -152,16 +152,20 @@ export class Mutator {
     const pos = r.below(len + 1);
     switch (r.below(len === 0 ? 3 : 15)) {
       case 0: // insert random bytes
-        return concat(b.subarray(0, pos), Array.from({ length: 1 + r.below(4) }, () => r.below(256)), b.subarray(pos));
+        return concat(
+          b.subarray(0, pos),
+          Array.from({ length: 1 + r.below(4) }, () => r.below(256)),
+          b.subarray(pos),
+        );
       case 1: // insert a dictionary token
-        if (this.dict.length === 0) return concat(b.subarray(0, pos), [INTERESTING_8[r.below(INTERESTING_8.length)]!], b.subarray(pos));
-        return concat(b.subarray(0, pos), this.dict[r.below(this.dict.length)]!, b.subarray(pos));
+        if (this.dict.length === 0) return concat(b.subarray(0, pos), [INTERESTING_8[r.below(INTERESTING_8.length)]], b.subarray(pos));
+        return concat(b.subarray(0, pos), this.dict[r.below(this.dict.length)], b.subarray(pos));
       case 2: // insert an interesting varint
-        return concat(b.subarray(0, pos), INTERESTING_VARINTS[r.below(INTERESTING_VARINTS.length)]!, b.subarray(pos));
+        return concat(b.subarray(0, pos), INTERESTING_VARINTS[r.below(INTERESTING_VARINTS.length)], b.subarray(pos));
       case 3: {
         // flip a bit
         const c = b.slice();
-        c[r.below(len)]! ^= 1 << r.below(8);
+        c[r.below(len)] ^= 1 << r.below(8);
         return c;
       }
       case 4: {
@@ -178,7 +182,7 @@ export class Mutator {
         // add or subtract a little
         const c = b.slice();
         const i = r.below(len);
-        c[i] = (c[i]! + r.below(33) - 16) & 0xff;
+        c[i] = (c[i] + r.below(33) - 16) & 0xff;
         return c;
       }
       case 7: {
@@ -191,7 +195,7 @@ export class Mutator {
         // overwrite with a 32-bit value, big- or little-endian (gRPC lengths are big-endian)
         if (len < 4) return b;
         const c = b.slice();
-        const v = INTERESTING_32[r.below(INTERESTING_32.length)]!;
+        const v = INTERESTING_32[r.below(INTERESTING_32.length)];
         const at = r.below(len - 3);
         const dv = new DataView(c.buffer, c.byteOffset, c.byteLength);
         dv.setUint32(at, v, r.below(2) === 0);
@@ -200,7 +204,7 @@ export class Mutator {
       case 9: {
         // overwrite with a dictionary token
         if (this.dict.length === 0) return b;
-        const t = this.dict[r.below(this.dict.length)]!;
+        const t = this.dict[r.below(this.dict.length)];
         const c = b.slice();
         const at = r.below(len);
         c.set(t.subarray(0, len - at), at);
@@ -224,7 +228,7 @@ export class Mutator {
         const c = b.slice();
         const i = r.below(len);
         const j = r.below(len);
-        const t = c[i]!;
+        const t = c[i];
         c[i] = c[j]!;
         c[j] = t;
         return c;
@@ -232,7 +236,7 @@ export class Mutator {
       default: {
         // repeat a byte a few times (long runs: header sizes, varint continuations)
         const n = 1 + r.below(32);
-        return concat(b.subarray(0, pos), new Uint8Array(n).fill(b[r.below(len)]!), b.subarray(pos));
+        return concat(b.subarray(0, pos), new Uint8Array(n).fill(b[r.below(len)]), b.subarray(pos));
       }
     }
   }
@@ -284,15 +288,14 @@ export class Coverage {
   }
 
   private post(method: string, params?: object): unknown {
-    let result: unknown;
-    let error: Error | null = null;
     // The in-thread session answers synchronously (node:inspector Session.post).
+    const answer: { error: Error | null; result: unknown } = { error: null, result: undefined };
     this.session.post(method, params, (err: Error | null, res: unknown) => {
-      error = err;
-      result = res;
+      answer.error = err;
+      answer.result = res;
     });
-    if (error) throw error;
-    return result;
+    if (answer.error) throw answer.error;
+    return answer.result;
   }
 
   /** Features since the last call (V8 resets the counters on each read). */
@@ -308,8 +311,8 @@ export class Coverage {
       if (!want) continue;
       for (const fn of script.functions) {
         const ranges = fn.ranges;
-        if (ranges.length === 0 || ranges[0]!.count === 0) continue;
-        const key = `${script.scriptId}:${ranges[0]!.startOffset}`;
+        if (ranges.length === 0 || ranges[0].count === 0) continue;
+        const key = `${script.scriptId}:${ranges[0].startOffset}`;
         let known = this.known.get(key);
         if (known === undefined) this.known.set(key, (known = []));
         for (const r of ranges) {
@@ -429,7 +432,11 @@ export function runEngine(target: FuzzTarget, opts: FuzzOptions, heartbeat: Shar
     if (failure) return failure;
     const grew = arrayBuffers() - before;
     if (grew > maxAlloc) {
-      return { kind: 'allocation', message: `an input of ${input.length} bytes made the parser allocate ${grew} bytes (limit ${maxAlloc})`, input };
+      return {
+        kind: 'allocation',
+        message: `an input of ${input.length} bytes made the parser allocate ${grew} bytes (limit ${maxAlloc})`,
+        input,
+      };
     }
     let fresh = false;
     coverage.take((f) => {
@@ -469,7 +476,7 @@ export function runEngine(target: FuzzTarget, opts: FuzzOptions, heartbeat: Shar
     for (let i = 0; i < BATCH; i++) {
       // Newer entries are likelier picks: they sit deeper in the parser.
       const pick = rng.below(2) === 0 ? corpus.length - 1 - rng.below(Math.min(corpus.length, 16)) : rng.below(corpus.length);
-      const input = mutator.mutate(corpus[pick]!, corpus[rng.below(corpus.length)]!);
+      const input = mutator.mutate(corpus[pick], corpus[rng.below(corpus.length)]);
       batch.push(input);
       const failure = exec(input);
       if (failure) return result(failure);
@@ -511,28 +518,31 @@ export function runFuzz(opts: FuzzOptions, maxInputLen = 1 << 16): Promise<FuzzR
     let settled = false;
     let lastRuns = -1;
     let lastChange = Date.now();
-    const watch = setInterval(() => {
-      const r = Atomics.load(beat, 0);
-      if (r !== lastRuns) {
-        lastRuns = r;
-        lastChange = Date.now();
-        return;
-      }
-      if (Date.now() - lastChange < hangMs) return;
-      const n = Atomics.load(beat, 1);
-      const input = new Uint8Array(heartbeat, HEARTBEAT_HEADER, n).slice();
-      settle({
-        target: opts.target,
-        seed: opts.seed ?? 1,
-        runs: r,
-        elapsedMs: 0,
-        corpusSize: 0,
-        features: 0,
-        seeds: 0,
-        failure: { kind: 'hang', message: `one input ran for more than ${hangMs} ms`, input },
-      });
-      void worker.terminate();
-    }, Math.min(250, hangMs / 4));
+    const watch = setInterval(
+      () => {
+        const r = Atomics.load(beat, 0);
+        if (r !== lastRuns) {
+          lastRuns = r;
+          lastChange = Date.now();
+          return;
+        }
+        if (Date.now() - lastChange < hangMs) return;
+        const n = Atomics.load(beat, 1);
+        const input = new Uint8Array(heartbeat, HEARTBEAT_HEADER, n).slice();
+        settle({
+          target: opts.target,
+          seed: opts.seed ?? 1,
+          runs: r,
+          elapsedMs: 0,
+          corpusSize: 0,
+          features: 0,
+          seeds: 0,
+          failure: { kind: 'hang', message: `one input ran for more than ${hangMs} ms`, input },
+        });
+        void worker.terminate();
+      },
+      Math.min(250, hangMs / 4),
+    );
     const settle = (res: FuzzResult | Error): void => {
       if (settled) return;
       settled = true;

@@ -41,12 +41,17 @@ for (const [name, p] of Object.entries(PACKETS)) {
   if (p.type === PacketType.DATA) write('data-header', name, Buffer.concat([Buffer.from([0xff, 3]), encodePacket(p)]));
 }
 // packet-roundtrip: the first byte picks the packet type, the rest fills its fields.
-for (let type = 0; type < 9; type++) write('packet-roundtrip', `type-${type}`, Buffer.from([type, 5, 0x61, 0x62, 0x63, 0x64, 0x65, 1, 2, 3, 4, 5, 6, 7, 8, 60, 0x7f]));
+for (let type = 0; type < 9; type++)
+  write('packet-roundtrip', `type-${type}`, Buffer.from([type, 5, 0x61, 0x62, 0x63, 0x64, 0x65, 1, 2, 3, 4, 5, 6, 7, 8, 60, 0x7f]));
 
 // grpc-framing: [split seed, limit choice (5: 1024 bytes)] then a stream of messages.
 const bigData: Packet = { type: PacketType.DATA, connectID: 200, error: '', data: Buffer.alloc(300, 0x61) };
-write('grpc-framing', 'stream', Buffer.concat([Buffer.from([7, 5]), frame(PACKETS['dial-req']!), frame(bigData), frame(PACKETS.window!), frame(PACKETS['close-req']!)]));
-write('grpc-framing', 'stream-unfinished', Buffer.concat([Buffer.from([3, 5]), frame(PACKETS.data!), frame(bigData).subarray(0, 100)]));
+write(
+  'grpc-framing',
+  'stream',
+  Buffer.concat([Buffer.from([7, 5]), frame(PACKETS['dial-req']), frame(bigData), frame(PACKETS.window), frame(PACKETS['close-req'])]),
+);
+write('grpc-framing', 'stream-unfinished', Buffer.concat([Buffer.from([3, 5]), frame(PACKETS.data), frame(bigData).subarray(0, 100)]));
 write('grpc-framing', 'compressed-flag', Buffer.concat([Buffer.from([9, 5]), Buffer.from([1, 0, 0, 0, 2, 8, 6])]));
 write('grpc-framing', 'oversized', Buffer.concat([Buffer.from([9, 2]), Buffer.from([0, 0, 0, 0x10, 0]), Buffer.alloc(20)]));
 
@@ -55,11 +60,42 @@ const head = (s: string): Buffer => Buffer.concat([Buffer.from([5, 6]), Buffer.f
 write('request-head', 'connect', head('CONNECT 10.0.0.1:10250 HTTP/1.1\r\nHost: 10.0.0.1:10250\r\nUser-Agent: kube-apiserver\r\n\r\n'));
 write('request-head', 'connect-early-bytes', head('\r\nCONNECT [fd00::1]:443 HTTP/1.0\r\nX-Empty:\r\nX-Tab:\tv a l\r\n\r\n\x16\x03\x01'));
 write('request-head', 'obs-fold', head('CONNECT a:1 HTTP/1.1\r\nHost: a\r\n b\r\n\r\n'));
-write('request-head', 'small-limit', Buffer.concat([Buffer.from([1, 3]), Buffer.from('CONNECT a:1 HTTP/1.1\r\nHost: a-long-host-name:443\r\n\r\n')]));
+write(
+  'request-head',
+  'small-limit',
+  Buffer.concat([Buffer.from([1, 3]), Buffer.from('CONNECT a:1 HTTP/1.1\r\nHost: a-long-host-name:443\r\n\r\n')]),
+);
 
 write('agent-identifiers', 'all-keys', 'host=node-1&ipv4=10.0.0.5&ipv6=fd00::5&cidr=10.0.0.0/24&default-route=true');
-write('agent-identifiers', 'encoded', 'host=Node-1.Example&ipv6=FD00%3A0%3A0%3A0%3A0%3A0%3A0%3A5&cidr=fd00%3A%3A%2F64&cidr=0.0.0.0/0&default-route=F');
+write(
+  'agent-identifiers',
+  'encoded',
+  'host=Node-1.Example&ipv6=FD00%3A0%3A0%3A0%3A0%3A0%3A0%3A5&cidr=fd00%3A%3A%2F64&cidr=0.0.0.0/0&default-route=F',
+);
 write('agent-identifiers', 'empty', '');
 
-write('grpc-metadata', 'agent-stream', [':path', '/AgentService/Connect', 'content-type', 'application/grpc', 'te', 'trailers', 'agentid', 'node-1', 'agentidentifiers', 'host=node-1', 'kanal-features', 'window,half-close,node-dial', 'grpc-timeout', '5S'].join('\x00'));
-write('grpc-metadata', 'bin-and-message', ['x-trace-bin', 'AQID,BAU', 'grpc-message', 'bad%20thing%C3%A9%', 'Authorization', 'Bearer x', 'servercount', '3'].join('\x00'));
+write(
+  'grpc-metadata',
+  'agent-stream',
+  [
+    ':path',
+    '/AgentService/Connect',
+    'content-type',
+    'application/grpc',
+    'te',
+    'trailers',
+    'agentid',
+    'node-1',
+    'agentidentifiers',
+    'host=node-1',
+    'kanal-features',
+    'window,half-close,node-dial',
+    'grpc-timeout',
+    '5S',
+  ].join('\x00'),
+);
+write(
+  'grpc-metadata',
+  'bin-and-message',
+  ['x-trace-bin', 'AQID,BAU', 'grpc-message', 'bad%20thing%C3%A9%', 'Authorization', 'Bearer x', 'servercount', '3'].join('\x00'),
+);

@@ -4,7 +4,13 @@
  * PropertyViolation when a property fails; any other exception escaping it
  * (a TypeError or RangeError from deep inside a parser) is a finding too.
  */
-import { parseAgentIdentifiers, canonicalHost, prefixContains, MAX_IDENTIFIER_VALUES, type AgentIdentifiers } from '../../src/wire/agent-identifiers.js';
+import {
+  parseAgentIdentifiers,
+  canonicalHost,
+  prefixContains,
+  MAX_IDENTIFIER_VALUES,
+  type AgentIdentifiers,
+} from '../../src/wire/agent-identifiers.js';
 import { RequestHeadParser, type HeadVerdict } from '../../src/server/frontends/request-head.js';
 import { framePacket, MessageParser, MESSAGE_PREFIX_BYTES } from '../../src/transport/h2/framing.js';
 import {
@@ -37,7 +43,9 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
 }
 
 function show(v: unknown): string {
-  return JSON.stringify(v, (_k, x: unknown) => (typeof x === 'bigint' ? `${x}n` : x instanceof Uint8Array ? Buffer.from(x).toString('hex') : x));
+  return JSON.stringify(v, (_k, x: unknown) =>
+    typeof x === 'bigint' ? `${x}n` : x instanceof Uint8Array ? Buffer.from(x).toString('hex') : x,
+  );
 }
 
 /** Field-by-field equality of two packets (bigints, byte views). */
@@ -65,7 +73,8 @@ function checkShape(p: Packet): void {
   for (const k of ['connectID', 'increment']) {
     if (k in r) check(Number.isSafeInteger(r[k]) && (r[k] as number) >= 0, `${k} ${String(r[k])} is not a safe non-negative integer`);
   }
-  if ('random' in r) check(typeof r.random === 'bigint' && r.random >= INT64_MIN && r.random <= INT64_MAX, `random ${String(r.random)} is not an int64`);
+  if ('random' in r)
+    check(typeof r.random === 'bigint' && r.random >= INT64_MIN && r.random <= INT64_MAX, `random ${String(r.random)} is not an int64`);
   for (const k of ['protocol', 'address', 'error']) if (k in r) check(typeof r[k] === 'string', `${k} is not a string`);
 }
 
@@ -85,9 +94,15 @@ function checkRoundTrip(p: Packet): void {
   check(samePacket(back, p), `decode(encode(p)) differs: ${show(p)} -> ${show(back)}`);
   check(sameBytes(encodePacket(back), enc), `encoding is not stable for ${show(p)}`);
   const headroom = encodePacket(p, 3);
-  check(headroom.length === enc.length + 3 && sameBytes(headroom.subarray(3), enc), 'encodePacket with headroom differs after the headroom');
+  check(
+    headroom.length === enc.length + 3 && sameBytes(headroom.subarray(3), enc),
+    'encodePacket with headroom differs after the headroom',
+  );
   const frame = Buffer.concat(framePacket(p));
-  check(frame[0] === 0 && frame.readUInt32BE(1) === enc.length, `gRPC prefix ${frame.subarray(0, 5).toString('hex')} does not announce ${enc.length} bytes`);
+  check(
+    frame[0] === 0 && frame.readUInt32BE(1) === enc.length,
+    `gRPC prefix ${frame.subarray(0, 5).toString('hex')} does not announce ${enc.length} bytes`,
+  );
   check(sameBytes(frame.subarray(MESSAGE_PREFIX_BYTES), enc), 'framePacket body is not encodePacket(p)');
 }
 
@@ -99,7 +114,7 @@ class Take {
     return this.d.length - this.pos;
   }
   byte(): number {
-    return this.pos < this.d.length ? this.d[this.pos++]! : 0;
+    return this.pos < this.d.length ? this.d[this.pos++] : 0;
   }
   bytes(n: number): Uint8Array {
     const out = this.d.subarray(this.pos, Math.min(this.d.length, this.pos + n));
@@ -115,7 +130,7 @@ class Take {
   safe(): number {
     const sel = this.byte();
     if (sel < 64) return sel;
-    if (sel < 96) return [127, 128, 16383, 16384, 2 ** 32 - 1, 2 ** 32, 2 ** 49, Number.MAX_SAFE_INTEGER][sel & 7]!;
+    if (sel < 96) return [127, 128, 16383, 16384, 2 ** 32 - 1, 2 ** 32, 2 ** 49, Number.MAX_SAFE_INTEGER][sel & 7];
     return Number(BigInt.asUintN(64, this.big()) % (SAFE + 1n));
   }
   /** A well-formed string (the codec's inputs are; lone surrogates are not text). */
@@ -136,7 +151,7 @@ function packetFrom(t: Take): Packet {
     PacketType.KANAL_WINDOW,
     PacketType.KANAL_HALF_CLOSE,
   ] as const;
-  const type = types[t.byte() % types.length]!;
+  const type = types[t.byte() % types.length];
   switch (type) {
     case PacketType.DIAL_REQ:
       return { type, protocol: t.text(), address: t.text(), random: t.big() };
@@ -151,7 +166,7 @@ function packetFrom(t: Take): Packet {
       const error = t.byte() < 200 ? '' : t.text();
       const sizes = [0, 1, 127, 128, 1023, 1024, 1025, 16384, 65536];
       const sel = t.byte();
-      const n = sel < 128 ? t.left : sizes[sel % sizes.length]!;
+      const n = sel < 128 ? t.left : sizes[sel % sizes.length];
       const data = new Uint8Array(n);
       data.set(t.bytes(n));
       return { type, connectID, error, data };
@@ -190,7 +205,10 @@ const packetDecode: FuzzTarget = {
     try {
       p = decodePacket(data);
     } catch (err) {
-      check(err instanceof PacketDecodeError, `decodePacket threw ${(err as Error)?.name}: ${(err as Error)?.message}, not PacketDecodeError`);
+      check(
+        err instanceof PacketDecodeError,
+        `decodePacket threw ${(err as Error)?.name}: ${(err as Error)?.message}, not PacketDecodeError`,
+      );
       return;
     }
     checkShape(p);
@@ -221,7 +239,7 @@ const packetRoundTrip: FuzzTarget = {
         const err = parser.push(chunk, (m) => (got.push(Buffer.from(m)), true));
         check(err === null, `MessageParser refuses a framed packet: ${err?.message}`);
       }
-      check(got.length === 1 && samePacket(decodePacket(got[0]!), p), `framed ${show(p)} did not come back whole (cut at ${cut})`);
+      check(got.length === 1 && samePacket(decodePacket(got[0]), p), `framed ${show(p)} did not come back whole (cut at ${cut})`);
       check(!parser.midMessage, 'the parser is mid-message after a whole frame');
     }
     if (p.type !== PacketType.DATA) return;
@@ -232,7 +250,10 @@ const packetRoundTrip: FuzzTarget = {
     const h = matchDataHeader(full, 0, full.length, full.length);
     // It reads connectIDs of at most 7 varint bytes (below 2^49, data-frame.ts); a larger one is buffered instead.
     if (p.error === '' && p.data.length > 0 && p.connectID < 2 ** 49) {
-      check(h !== null && h.connectID === p.connectID && h.headerBytes === header.length, `matchDataHeader misses ${show({ ...p, data: p.data.length })}`);
+      check(
+        h !== null && h.connectID === p.connectID && h.headerBytes === header.length,
+        `matchDataHeader misses ${show({ ...p, data: p.data.length })}`,
+      );
     } else if (p.error !== '' || p.data.length === 0) {
       check(h === null, `matchDataHeader matches a DATA message it cannot stream: ${show({ ...p, data: p.data.length })}`);
     }
@@ -249,8 +270,8 @@ const dataHeader: FuzzTarget = {
   run(data) {
     if (data.length < 2) return;
     const msg = data.subarray(2);
-    const end = data[0]! % (msg.length + 1);
-    const pad = data[1]! & 7;
+    const end = data[0] % (msg.length + 1);
+    const pad = data[1] & 7;
     // The message inside a larger chunk, with bytes of the next message after it.
     const chunk = new Uint8Array(pad + msg.length + 3).fill(0x5a);
     chunk.set(msg, pad);
@@ -262,7 +283,10 @@ const dataHeader: FuzzTarget = {
     for (const [buf, start, stop] of views) {
       const h = matchDataHeader(buf, start, stop, msg.length);
       if (h === null) continue;
-      check(h.headerBytes > 0 && start + h.headerBytes <= Math.min(stop, start + msg.length), `header of ${h.headerBytes} bytes runs past the bytes at hand`);
+      check(
+        h.headerBytes > 0 && start + h.headerBytes <= Math.min(stop, start + msg.length),
+        `header of ${h.headerBytes} bytes runs past the bytes at hand`,
+      );
       let p: Packet;
       try {
         p = decodePacket(msg);
@@ -299,7 +323,7 @@ function referenceFrames(s: Uint8Array, max: number): Reference {
       out.partial = true;
       break;
     }
-    const flags = s[off]!;
+    const flags = s[off];
     const length = Buffer.from(s.buffer, s.byteOffset + off + 1, 4).readUInt32BE(0);
     if (flags !== 0) {
       out.error = GrpcStatus.INTERNAL;
@@ -340,13 +364,13 @@ const grpcFraming: FuzzTarget = {
   ],
   run(data) {
     if (data.length < 2) return;
-    let seed = data[0]! | 1;
-    const max = MAX_CHOICES[data[1]! % MAX_CHOICES.length]!;
+    let seed = data[0] | 1;
+    const max = MAX_CHOICES[data[1] % MAX_CHOICES.length];
     const stream = data.subarray(2);
     const ref = referenceFrames(stream, max);
     // Chunk sizes from a tiny LCG seeded by the input: same input, same splits.
     const chunks: Buffer[] = [];
-    for (let off = 0; off < stream.length; ) {
+    for (let off = 0; off < stream.length;) {
       seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
       const n = 1 + ((seed >>> 16) % 24);
       chunks.push(Buffer.from(stream.buffer, stream.byteOffset + off, Math.min(n, stream.length - off)));
@@ -358,7 +382,10 @@ const grpcFraming: FuzzTarget = {
       let error: { code: GrpcStatus; message: string } | null = null;
       for (const chunk of chunks) {
         const onMessage = (m: Uint8Array): boolean => (events.push({ kind: 'message', bytes: Buffer.from(m) }), true);
-        const onSlice = (connectID: number, bytes: Buffer): boolean => (events.push({ kind: 'slice', connectID, bytes: Buffer.from(bytes) }), true);
+        const onSlice = (connectID: number, bytes: Buffer): boolean => (
+          events.push({ kind: 'slice', connectID, bytes: Buffer.from(bytes) }),
+          true
+        );
         error = streaming ? parser.push(chunk, onMessage, onSlice) : parser.push(chunk, onMessage);
         if (error) {
           check(parser.push(Buffer.from([0]), onMessage) === error, 'the parser accepted bytes after an error');
@@ -366,7 +393,11 @@ const grpcFraming: FuzzTarget = {
         }
       }
       check((error?.code ?? null) === ref.error, `status ${error?.code} (${error?.message}), the reference says ${ref.error}`);
-      if (error === null) check(parser.midMessage === ref.partial, `midMessage is ${parser.midMessage}, the stream ends ${ref.partial ? 'inside' : 'between'} messages`);
+      if (error === null)
+        check(
+          parser.midMessage === ref.partial,
+          `midMessage is ${parser.midMessage}, the stream ends ${ref.partial ? 'inside' : 'between'} messages`,
+        );
       // Walk the reference's messages through the events.
       let e = 0;
       for (let i = 0; i < ref.starts.length; i++) {
@@ -377,13 +408,13 @@ const grpcFraming: FuzzTarget = {
           break;
         }
         if (ev.kind === 'message') {
-          check(complete && sameBytes(ev.bytes, ref.messages[i]!), `message ${i} differs from the reference`);
+          check(complete && sameBytes(ev.bytes, ref.messages[i]), `message ${i} differs from the reference`);
           e++;
           continue;
         }
         check(streaming, 'a slice without onDataSlice');
         // Slices carry no message boundary: a complete message's are as many as its payload's length.
-        const want = complete ? decodePacket(ref.messages[i]!) : null;
+        const want = complete ? decodePacket(ref.messages[i]) : null;
         const wantBytes = want?.type === PacketType.DATA ? want.data.length : Infinity;
         const slices: Uint8Array[] = [];
         let sliced = 0;
@@ -400,7 +431,10 @@ const grpcFraming: FuzzTarget = {
           );
         } else {
           // The last, unfinished message: the slices are the stream's last bytes, after its prefix.
-          check(got.length <= stream.length - ref.starts[i]! && sameBytes(got, stream.subarray(stream.length - got.length)), 'streamed slices of the unfinished message are not its last bytes');
+          check(
+            got.length <= stream.length - ref.starts[i] && sameBytes(got, stream.subarray(stream.length - got.length)),
+            'streamed slices of the unfinished message are not its last bytes',
+          );
         }
       }
       check(e === events.length, `${events.length - e} deliveries beyond the reference's messages`);
@@ -412,7 +446,9 @@ const grpcFraming: FuzzTarget = {
 
 const TCHAR = "[!#$%&'*+\\-.^_`|~0-9A-Za-z]";
 /** RFC 9112 sections 2.2, 3 and 5 read strictly, as one regular expression over latin1 text. */
-const STRICT_HEAD = new RegExp(`^(?:\\r\\n)*(${TCHAR}+) ([\\x21-\\x7e]+) HTTP/1\\.[01]\\r\\n(?:${TCHAR}+:[\\t\\x20-\\x7e\\x80-\\xff]*\\r\\n)*\\r\\n`);
+const STRICT_HEAD = new RegExp(
+  `^(?:\\r\\n)*(${TCHAR}+) ([\\x21-\\x7e]+) HTTP/1\\.[01]\\r\\n(?:${TCHAR}+:[\\t\\x20-\\x7e\\x80-\\xff]*\\r\\n)*\\r\\n`,
+);
 const HEAD_MAX_CHOICES = [1, 16, 40, 64, 256, 1024, 8192] as const;
 
 function verdictText(v: HeadVerdict): string {
@@ -425,18 +461,37 @@ const requestHead: FuzzTarget = {
     'RequestHeadParser accepts exactly the heads a strict RFC 9112 reading accepts within its byte limit (same method, target and following bytes), refuses with 431 only past the limit and asks for more only below it, gives the same verdict however the bytes are split, and turns "more" into 400 at end of input',
   covers: ['src/server/frontends/request-head.js'],
   maxLen: 4096,
-  dictionary: ['CONNECT ', 'GET ', ' HTTP/1.1\r\n', ' HTTP/1.0\r\n', 'HTTP/1.', '\r\n', '\r\n\r\n', 'Host: ', ':', ' ', '\t', '\n', '\r', '10.0.0.1:443', '[::1]:6443', '\x7f', '\xff', '\x00'],
+  dictionary: [
+    'CONNECT ',
+    'GET ',
+    ' HTTP/1.1\r\n',
+    ' HTTP/1.0\r\n',
+    'HTTP/1.',
+    '\r\n',
+    '\r\n\r\n',
+    'Host: ',
+    ':',
+    ' ',
+    '\t',
+    '\n',
+    '\r',
+    '10.0.0.1:443',
+    '[::1]:6443',
+    '\x7f',
+    '\xff',
+    '\x00',
+  ],
   run(data) {
     if (data.length < 2) return;
-    const max = HEAD_MAX_CHOICES[data[1]! % HEAD_MAX_CHOICES.length]!;
+    const max = HEAD_MAX_CHOICES[data[1] % HEAD_MAX_CHOICES.length];
     const bytes = Buffer.from(data.buffer, data.byteOffset + 2, data.length - 2);
     const one = new RequestHeadParser(max);
     const v = one.push(bytes);
     // The same bytes in pieces.
     const split = new RequestHeadParser(max);
     let sv: HeadVerdict = { kind: 'more' };
-    let seed = data[0]! | 1;
-    for (let off = 0; off < bytes.length && sv.kind === 'more'; ) {
+    let seed = data[0] | 1;
+    for (let off = 0; off < bytes.length && sv.kind === 'more';) {
       seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
       const n = 1 + ((seed >>> 16) % 17);
       sv = split.push(bytes.subarray(off, off + n));
@@ -445,7 +500,8 @@ const requestHead: FuzzTarget = {
     const same =
       v.kind === sv.kind &&
       (v.kind !== 'bad' || (sv.kind === 'bad' && v.status === sv.status && v.code === sv.code)) &&
-      (v.kind !== 'head' || (sv.kind === 'head' && v.method === sv.method && v.target === sv.target && sameBytes(sv.rest, v.rest.subarray(0, sv.rest.length))));
+      (v.kind !== 'head' ||
+        (sv.kind === 'head' && v.method === sv.method && v.target === sv.target && sameBytes(sv.rest, v.rest.subarray(0, sv.rest.length))));
     check(same, `whole: ${verdictText(v)}; in pieces: ${verdictText(sv)}`);
 
     const m = STRICT_HEAD.exec(bytes.toString('latin1'));
@@ -456,7 +512,10 @@ const requestHead: FuzzTarget = {
       check(v.method === m[1] && v.target === m[2], `method/target ${v.method} ${v.target}, strictly ${m[1]} ${m[2]}`);
       check(sameBytes(v.rest, bytes.subarray(strictLength)), 'the bytes after the head differ');
     } else {
-      check(m === null || strictLength > max, `refused (${verdictText(v)}) a head of ${strictLength} bytes a strict reading accepts within ${max}`);
+      check(
+        m === null || strictLength > max,
+        `refused (${verdictText(v)}) a head of ${strictLength} bytes a strict reading accepts within ${max}`,
+      );
       if (v.kind === 'more') check(bytes.length < max, `asks for more after ${bytes.length} bytes with a ${max}-byte limit`);
       if (v.kind === 'bad' && v.status === 431) check(bytes.length >= max, `431 after only ${bytes.length} bytes with a ${max}-byte limit`);
       const end = one.end();
@@ -483,14 +542,43 @@ const agentIdentifiers: FuzzTarget = {
     'parseAgentIdentifiers on any text returns identifiers or throws a plain Error with a bounded message (never a TypeError or RangeError from node:net); accepted values number at most MAX_IDENTIFIER_VALUES, hosts are canonical (canonicalHost is idempotent), addresses are of their family, prefix lengths fit, and the result re-parses from its own serialization',
   covers: ['src/wire/agent-identifiers.js'],
   maxLen: 1024,
-  dictionary: ['host=', 'ipv4=', 'ipv6=', 'cidr=', 'default-route=', '&', '%', '%2F', '/', '10.0.0.5', 'fd00::5', '::ffff:10.0.0.1', '0.0.0.0/0', '::/0', '/128', '/33', 'true', 'True', 'node-1', '%00', '%zz', '+', '.', '_', '-'],
+  dictionary: [
+    'host=',
+    'ipv4=',
+    'ipv6=',
+    'cidr=',
+    'default-route=',
+    '&',
+    '%',
+    '%2F',
+    '/',
+    '10.0.0.5',
+    'fd00::5',
+    '::ffff:10.0.0.1',
+    '0.0.0.0/0',
+    '::/0',
+    '/128',
+    '/33',
+    'true',
+    'True',
+    'node-1',
+    '%00',
+    '%zz',
+    '+',
+    '.',
+    '_',
+    '-',
+  ],
   run(data) {
     const text = Buffer.from(data).toString('utf8');
     let ids: AgentIdentifiers;
     try {
       ids = parseAgentIdentifiers(text);
     } catch (err) {
-      check(err instanceof Error && Object.getPrototypeOf(err) === Error.prototype, `threw ${(err as Error)?.name} ${(err as Error)?.message}, not a plain Error`);
+      check(
+        err instanceof Error && Object.getPrototypeOf(err) === Error.prototype,
+        `threw ${(err as Error)?.name} ${(err as Error)?.message}, not a plain Error`,
+      );
       check(err.message.length <= 1024, `an error message of ${err.message.length} characters (it is logged and sent to the agent)`);
       return;
     }
@@ -498,7 +586,10 @@ const agentIdentifiers: FuzzTarget = {
     check(total <= MAX_IDENTIFIER_VALUES, `${total} identifier values accepted`);
     for (const h of [...ids.hosts, ...ids.ipv4, ...ids.ipv6]) check(canonicalHost(h) === h, `${JSON.stringify(h)} is not canonical`);
     for (const c of ids.cidrs) {
-      check(Number.isInteger(c.length) && c.length >= 0 && c.length <= (c.family === 'ipv4' ? 32 : 128), `prefix length ${c.length} for ${c.family}`);
+      check(
+        Number.isInteger(c.length) && c.length >= 0 && c.length <= (c.family === 'ipv4' ? 32 : 128),
+        `prefix length ${c.length} for ${c.family}`,
+      );
       for (const a of [...ids.ipv4, ...ids.ipv6, 'not-an-ip', '']) prefixContains(c, a);
     }
     const again = parseAgentIdentifiers(serializeIdentifiers(ids));
@@ -509,7 +600,17 @@ const agentIdentifiers: FuzzTarget = {
   },
 };
 
-const RESERVED = ['content-type', 'te', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'upgrade', 'host'];
+const RESERVED = [
+  'content-type',
+  'te',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'upgrade',
+  'host',
+];
 
 const grpcMetadata: FuzzTarget = {
   name: 'grpc-metadata',
@@ -517,28 +618,54 @@ const grpcMetadata: FuzzTarget = {
     'metadataFromRawHeaders never lets pseudo-headers, grpc-* or connection headers through, keeps plain values as sent and in order, and normalises -bin values to canonical padded base64; firstValue is the first of them; grpc-message decoding never throws and undoes encoding; grpc-timeout and grpc-status parse only their grammar; kanal-features parses to known features only and round-trips',
   covers: ['src/transport/h2/grpc-headers.js', 'src/wire/features.js', 'src/wire/metadata.js'],
   maxLen: 1024,
-  dictionary: ['\x00', ':path', 'grpc-timeout', 'agentid', 'agentidentifiers', 'kanal-features', 'x-bin', '-bin', 'window,half-close', 'node-dial', ',', '%', '%2', '%C3%A9', '==', '=', 'TE', 'Host', '99999999H', '1n', '200'],
+  dictionary: [
+    '\x00',
+    ':path',
+    'grpc-timeout',
+    'agentid',
+    'agentidentifiers',
+    'kanal-features',
+    'x-bin',
+    '-bin',
+    'window,half-close',
+    'node-dial',
+    ',',
+    '%',
+    '%2',
+    '%C3%A9',
+    '==',
+    '=',
+    'TE',
+    'Host',
+    '99999999H',
+    '1n',
+    '200',
+  ],
   run(data) {
     const parts = Buffer.from(data).toString('latin1').split('\x00');
     const md = metadataFromRawHeaders(parts);
     const plain = new Map<string, string[]>();
     for (let i = 0; i + 1 < parts.length; i += 2) {
-      const key = parts[i]!.toLowerCase();
-      if (!key.endsWith('-bin')) plain.set(key, [...(plain.get(key) ?? []), parts[i + 1]!]);
+      const key = parts[i].toLowerCase();
+      if (!key.endsWith('-bin')) plain.set(key, [...(plain.get(key) ?? []), parts[i + 1]]);
     }
     for (const [key, values] of md) {
       check(key === key.toLowerCase(), `key ${JSON.stringify(key)} is not lower-case`);
-      check(!key.startsWith(':') && !key.startsWith('grpc-') && !RESERVED.includes(key), `reserved header ${JSON.stringify(key)} became metadata`);
+      check(
+        !key.startsWith(':') && !key.startsWith('grpc-') && !RESERVED.includes(key),
+        `reserved header ${JSON.stringify(key)} became metadata`,
+      );
       check(firstValue(md, key) === values[0], 'firstValue is not the first value');
       if (key.endsWith('-bin')) {
-        for (const v of values) check(Buffer.from(v, 'base64').toString('base64') === v, `-bin value ${JSON.stringify(v)} is not canonical base64`);
+        for (const v of values)
+          check(Buffer.from(v, 'base64').toString('base64') === v, `-bin value ${JSON.stringify(v)} is not canonical base64`);
       } else {
         check(show(values) === show(plain.get(key)), `values of ${JSON.stringify(key)} differ from what was sent`);
       }
     }
     for (const p of parts) {
       const decoded = decodeGrpcMessage(p);
-      // eslint-disable-next-line no-control-regex
+
       check(/^[\x20-\x7e]*$/.test(encodeGrpcMessage(decoded)), 'encodeGrpcMessage left a byte outside printable ASCII');
       const text = new TextDecoder().decode(Buffer.from(p, 'latin1'));
       check(decodeGrpcMessage(encodeGrpcMessage(text)) === text, `grpc-message ${JSON.stringify(text.slice(0, 40))} does not round-trip`);
@@ -549,7 +676,10 @@ const grpcMetadata: FuzzTarget = {
         check(again !== undefined && again >= ms, `formatGrpcTimeout(${ms}) parses back to ${again}`);
       }
       const status = parseGrpcStatus(p);
-      check(status === undefined || (/^\d{1,3}$/.test(p) && status === Number(p)), `grpc-status ${JSON.stringify(p)} parsed to ${status}`);
+      check(
+        status === undefined || (/^\d{1,3}$/.test(p) && (status as number) === Number(p)),
+        `grpc-status ${JSON.stringify(p)} parsed to ${status}`,
+      );
       const features = parseFeatures(p);
       for (const f of features) check(ALL_FEATURES.has(f), `unknown feature ${f}`);
       check(formatFeatures(parseFeatures(formatFeatures(features))) === formatFeatures(features), 'features do not round-trip');
@@ -557,4 +687,12 @@ const grpcMetadata: FuzzTarget = {
   },
 };
 
-export const targets: readonly FuzzTarget[] = [packetDecode, packetRoundTrip, dataHeader, grpcFraming, requestHead, agentIdentifiers, grpcMetadata];
+export const targets: readonly FuzzTarget[] = [
+  packetDecode,
+  packetRoundTrip,
+  dataHeader,
+  grpcFraming,
+  requestHead,
+  agentIdentifiers,
+  grpcMetadata,
+];

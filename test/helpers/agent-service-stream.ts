@@ -24,7 +24,11 @@ export interface AgentServiceStreamSpec {
 export function agentServiceStream(scope: Scope, spec: AgentServiceStreamSpec): ProxyStream {
   const { ws, credential } = spec;
   const stream = new ProxyStream(`127.0.0.1:${spec.server.agentPort}`, {
-    credentials: grpc.credentials.createSsl(fs.readFileSync(ws.pki.caCert), fs.readFileSync(credential.key), fs.readFileSync(credential.cert)),
+    credentials: grpc.credentials.createSsl(
+      fs.readFileSync(ws.pki.caCert),
+      fs.readFileSync(credential.key),
+      fs.readFileSync(credential.cert),
+    ),
     path: '/AgentService/Connect',
     ...(spec.metadata ? { metadata: spec.metadata } : {}),
     channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost', ...spec.channelOptions },

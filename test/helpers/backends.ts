@@ -61,7 +61,11 @@ export function startBannerBackend(scope: Scope, banner: Buffer): Promise<Backen
  * reader that is slower than the sender); with `bytesPerSecond`, reads at
  * that pace.
  */
-export function startSinkBackend(scope: Scope, size: number, opts: { stallUntil?: Promise<unknown>; bytesPerSecond?: number } = {}): Promise<Backend> {
+export function startSinkBackend(
+  scope: Scope,
+  size: number,
+  opts: { stallUntil?: Promise<unknown>; bytesPerSecond?: number } = {},
+): Promise<Backend> {
   return listenBackend(scope, (s) => {
     const hash = createHash('sha256');
     let got = 0;
@@ -140,4 +144,3 @@ export async function startHttpBackend(scope: Scope, body: string | Buffer): Pro
   const port = (server.address() as net.AddressInfo).port;
   return { port, address: `127.0.0.1:${port}`, accepted: () => accepted, open: () => open };
 }
-

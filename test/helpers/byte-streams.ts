@@ -148,7 +148,10 @@ export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, ti
 export function readToEnd(s: net.Socket | NodeJS.ReadableStream, timeoutMs: number): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
-    const timer = setTimeout(() => finish(new Error(`no end within ${timeoutMs} ms (${Buffer.concat(chunks).length} bytes read)`)), timeoutMs);
+    const timer = setTimeout(
+      () => finish(new Error(`no end within ${timeoutMs} ms (${Buffer.concat(chunks).length} bytes read)`)),
+      timeoutMs,
+    );
     const finish = (err: Error | null): void => {
       clearTimeout(timer);
       s.off('data', onData);
@@ -202,4 +205,3 @@ export async function echoRoundTrip(s: net.Socket, data: Buffer, timeoutMs = 10_
   await writeAll(s, data);
   return (await reading).equals(data);
 }
-

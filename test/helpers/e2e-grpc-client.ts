@@ -49,7 +49,7 @@ export class ProxyStream {
       (p: Outgoing) => (Buffer.isBuffer(p) ? p : encodePacket(p)),
       (b: Buffer) => decodePacket(b),
       md,
-    ) as Call;
+    );
     this.call.on('data', (p: Packet) => {
       this.queue.push(p);
       this.arrivals.wakeAll();
@@ -82,7 +82,10 @@ export class ProxyStream {
       if (i >= 0) return this.queue.splice(i, 1)[0] as PacketOf<T>;
       if (this.ended) throw new Error(`stream ended while waiting for ${PacketType[type]}`);
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no ${PacketType[type]} within ${timeoutMs} ms (queued: ${this.queue.map((p) => PacketType[p.type]).join(',') || 'none'})`);
+      if (left <= 0)
+        throw new Error(
+          `no ${PacketType[type]} within ${timeoutMs} ms (queued: ${this.queue.map((p) => PacketType[p.type]).join(',') || 'none'})`,
+        );
       await this.arrivals.wait(left);
     }
   }
@@ -122,11 +125,16 @@ export class ProxyStream {
     while (got < n) {
       const hasData = this.queue.some((p) => p.type === PacketType.DATA && p.connectID === connectID);
       const closed = this.closedByServer(connectID);
-      if (!hasData && closed) throw new Error(`server closed connection ${connectID} (${PacketType[closed.type]} ${JSON.stringify('error' in closed ? closed.error : '')}) after ${got}/${n} bytes read`);
-      const p = await this.take(PacketType.DATA, (d) => d.connectID === connectID, Math.max(1, Math.min(250, deadline - Date.now()))).catch((err: Error) => {
-        if (Date.now() >= deadline || this.ended) throw err;
-        return undefined;
-      });
+      if (!hasData && closed)
+        throw new Error(
+          `server closed connection ${connectID} (${PacketType[closed.type]} ${JSON.stringify('error' in closed ? closed.error : '')}) after ${got}/${n} bytes read`,
+        );
+      const p = await this.take(PacketType.DATA, (d) => d.connectID === connectID, Math.max(1, Math.min(250, deadline - Date.now()))).catch(
+        (err: Error) => {
+          if (Date.now() >= deadline || this.ended) throw err;
+          return undefined;
+        },
+      );
       if (!p) continue;
       if (p.error) throw new Error(`DATA error for ${connectID}: ${p.error}`);
       parts.push(Buffer.from(p.data));

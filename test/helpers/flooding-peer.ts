@@ -14,7 +14,11 @@ import type { Packet } from '../../src/wire/packet.js';
 import { AGENT_SERVICE_CONNECT, MD_AGENT_ID, MD_KANAL_FEATURES, PROXY_SERVICE_PROXY } from '../../src/wire/metadata.js';
 
 /** Writes `makePacket(i)` for i = 0, 1, ... in batches as fast as flow control allows; returns a count of messages written. */
-function floodStream(stream: http2.Http2Stream, makePacket: (i: number) => Packet, opts: { batch?: number; limit?: number } = {}): () => number {
+function floodStream(
+  stream: http2.Http2Stream,
+  makePacket: (i: number) => Packet,
+  opts: { batch?: number; limit?: number } = {},
+): () => number {
   const batch = opts.batch ?? 2048;
   const limit = opts.limit ?? Number.POSITIVE_INFINITY;
   let sent = 0;
@@ -75,7 +79,17 @@ export async function streamsAnswered(target: FloodTarget, n: number, ms: number
   session.setMaxListeners(n + 10); // each stream watches the session's close
   try {
     const peers = Array.from({ length: n }, (_, i) => openStreamOn(session, { ...target, agentID: `${target.agentID ?? 'flooder'}-${i}` }));
-    const answered = await Promise.all(peers.map((p) => Promise.race([p.accepted.then(() => 1, () => 0), new Promise<number>((r) => setTimeout(() => r(0), ms))])));
+    const answered = await Promise.all(
+      peers.map((p) =>
+        Promise.race([
+          p.accepted.then(
+            () => 1,
+            () => 0,
+          ),
+          new Promise<number>((r) => setTimeout(() => r(0), ms)),
+        ]),
+      ),
+    );
     return answered.reduce((a, b) => a + b, 0);
   } finally {
     session.destroy();

@@ -49,7 +49,8 @@ export function tlsToFrontend(
   opts: { clientCert?: boolean; credential?: AgentCredential } = {},
 ): Promise<tls.TLSSocket> {
   const { pki } = ws;
-  const credential = opts.clientCert === false ? undefined : (opts.credential ?? { cert: pki.frontendClientCert, key: pki.frontendClientKey });
+  const credential =
+    opts.clientCert === false ? undefined : (opts.credential ?? { cert: pki.frontendClientCert, key: pki.frontendClientKey });
   return new Promise<tls.TLSSocket>((resolve, reject) => {
     const s = tls.connect({
       host: '127.0.0.1',
@@ -96,7 +97,11 @@ function tlsProxyStream(port: number, ws: Workspace | undefined): ProxyStream {
   if (!ws) throw new Error('a gRPC stream to a TCP frontend needs the workspace (its frontend client certificate)');
   const { pki } = ws;
   return new ProxyStream(`127.0.0.1:${port}`, {
-    credentials: grpc.credentials.createSsl(fs.readFileSync(pki.frontendCaCert), fs.readFileSync(pki.frontendClientKey), fs.readFileSync(pki.frontendClientCert)),
+    credentials: grpc.credentials.createSsl(
+      fs.readFileSync(pki.frontendCaCert),
+      fs.readFileSync(pki.frontendClientKey),
+      fs.readFileSync(pki.frontendClientCert),
+    ),
     channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
   });
 }
@@ -159,4 +164,3 @@ async function sendAndCollect(s: net.Socket, bytes: Buffer, timeoutMs: number): 
   }
   return Buffer.concat(chunks);
 }
-

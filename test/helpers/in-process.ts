@@ -73,19 +73,39 @@ export async function startServer(
 ): Promise<StartedServer> {
   const logs = captureLogger('debug');
   const flags = [
-    '--server-id', opts.serverID ?? 'test-server',
-    '--cluster-cert', env.pki.serverCert, '--cluster-key', env.pki.serverKey, '--cluster-ca-cert', env.pki.caCert,
-    '--agent-bind-address', '127.0.0.1', '--agent-port', String(opts.agentPort ?? 0),
-    '--uds-name', opts.udsPath ?? env.udsPath,
-    '--health-port', '0', '--admin-port', '0',
-    '--backend-dial-timeout', '5s', '--destination-dial-timeout', '5s',
-    '--transport', opts.transport ?? 'h2',
+    '--server-id',
+    opts.serverID ?? 'test-server',
+    '--cluster-cert',
+    env.pki.serverCert,
+    '--cluster-key',
+    env.pki.serverKey,
+    '--cluster-ca-cert',
+    env.pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(opts.agentPort ?? 0),
+    '--uds-name',
+    opts.udsPath ?? env.udsPath,
+    '--health-port',
+    '0',
+    '--admin-port',
+    '0',
+    '--backend-dial-timeout',
+    '5s',
+    '--destination-dial-timeout',
+    '5s',
+    '--transport',
+    opts.transport ?? 'h2',
     ...(opts.allowUnauthenticated ? ['--allow-unauthenticated-agents'] : []),
     ...(opts.proxyStrategies ? ['--proxy-strategies', opts.proxyStrategies.join(',')] : []),
     ...(opts.maxAgentsPerCredential === undefined ? [] : ['--max-agents-per-credential', String(opts.maxAgentsPerCredential)]),
     ...(opts.allowedDestinations ?? []).flatMap((d) => ['--allowed-destination', d]),
   ];
-  const { server, options } = await startServerInProcess(flags, { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) });
+  const { server, options } = await startServerInProcess(flags, {
+    log: logs.log,
+    ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }),
+  });
   t.teardown(() => server.stop());
   return { server, logs, options };
 }
@@ -121,22 +141,43 @@ export async function startAgent(
   const agentID = opts.agentID ?? 'node-1';
   // Each agent holds a credential of its own, as each node does.
   const own = await issueAgentCertificate(env.pki, opts.credential ?? agentID);
-  const pair: [cert: string, key: string] | undefined = cert === 'valid' ? [own.cert, own.key] : cert === 'rogue' ? [env.pki.rogueAgentCert, env.pki.rogueAgentKey] : undefined;
+  const pair: [cert: string, key: string] | undefined =
+    cert === 'valid' ? [own.cert, own.key] : cert === 'rogue' ? [env.pki.rogueAgentCert, env.pki.rogueAgentKey] : undefined;
   const flags = [
-    '--agent-id', agentID,
-    '--agent-identifiers', opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
-    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(port),
-    '--ca-cert', env.pki.caCert,
+    '--agent-id',
+    agentID,
+    '--agent-identifiers',
+    opts.identifiers ?? 'host=node-1&ipv4=10.0.0.5',
+    '--proxy-server-host',
+    '127.0.0.1',
+    '--proxy-server-port',
+    String(port),
+    '--ca-cert',
+    env.pki.caCert,
     ...(pair ? ['--agent-cert', pair[0], '--agent-key', pair[1]] : []),
-    '--dial-timeout', '5s', '--connect-timeout', '5s',
-    '--sync-interval', '100ms', '--sync-interval-cap', '500ms',
-    '--health-server-port', '0', '--admin-server-port', '0',
-    '--transport', opts.transport ?? 'h2',
+    '--dial-timeout',
+    '5s',
+    '--connect-timeout',
+    '5s',
+    '--sync-interval',
+    '100ms',
+    '--sync-interval-cap',
+    '500ms',
+    '--health-server-port',
+    '0',
+    '--admin-server-port',
+    '0',
+    '--transport',
+    opts.transport ?? 'h2',
   ];
-  const assembled = await startAgentInProcess(flags, { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) }, (assembly) => {
-    if (opts.features) assembly.agent.features = opts.features;
-    if (opts.node) assembly.node = opts.node;
-  });
+  const assembled = await startAgentInProcess(
+    flags,
+    { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) },
+    (assembly) => {
+      if (opts.features) assembly.agent.features = opts.features;
+      if (opts.node) assembly.node = opts.node;
+    },
+  );
   const started: StartedAgent = {
     agent: assembled.agent,
     logs,
@@ -192,7 +233,7 @@ export async function startEchoServer(t: ExecutionContext, host = '127.0.0.1'): 
       return accepted;
     },
     close,
-  } as EchoServer;
+  };
 }
 
 /** A port on 127.0.0.1 where nothing listens (connection refused). */

@@ -35,7 +35,7 @@ export interface KanalServerProcess extends Child {
   /** Unix socket path ('' with a TCP frontend). */
   readonly uds: string;
   readonly args: readonly string[];
-  readyzUrl(): string;
+  readyzUrl: () => string;
 }
 
 export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec = {}): Promise<KanalServerProcess> {
@@ -45,13 +45,25 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
     const args = [
       'server',
-      '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey,
-      ...(spec.clusterCa ?? true ? ['--cluster-ca-cert', pki.caCert] : []),
-      '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
-      '--health-bind-address', '127.0.0.1', '--health-port', String(healthPort),
-      '--admin-port', String(adminPort),
-      '--server-id', name,
-      '--log-level', 'debug',
+      '--cluster-cert',
+      pki.serverCert,
+      '--cluster-key',
+      pki.serverKey,
+      ...((spec.clusterCa ?? true) ? ['--cluster-ca-cert', pki.caCert] : []),
+      '--agent-bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      String(agentPort),
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      String(healthPort),
+      '--admin-port',
+      String(adminPort),
+      '--server-id',
+      name,
+      '--log-level',
+      'debug',
     ];
     let uds = '';
     let frontendPort = 0;
@@ -61,8 +73,16 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     } else {
       frontendPort = await freePort();
       args.push(
-        '--server-bind-address', '127.0.0.1', '--server-port', String(frontendPort),
-        '--server-cert', pki.frontendCert, '--server-key', pki.frontendKey, '--server-ca-cert', pki.frontendCaCert,
+        '--server-bind-address',
+        '127.0.0.1',
+        '--server-port',
+        String(frontendPort),
+        '--server-cert',
+        pki.frontendCert,
+        '--server-key',
+        pki.frontendKey,
+        '--server-ca-cert',
+        pki.frontendCaCert,
       );
     }
     args.push(...(spec.extraArgs ?? []));
@@ -70,7 +90,15 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`), { wrapper, umask: spec.umask });
     // /healthz answers once every listener is up (the health port opens last).
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
-    return Object.assign(proc, { agentPort, healthPort, adminPort, frontendPort, uds, args, readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz` });
+    return Object.assign(proc, {
+      agentPort,
+      healthPort,
+      adminPort,
+      frontendPort,
+      uds,
+      args,
+      readyzUrl: () => `http://127.0.0.1:${healthPort}/readyz`,
+    });
   });
 }
 
@@ -102,25 +130,44 @@ export interface KanalAgentProcess extends Child {
   readonly healthPort: number;
   /** Admin port on 127.0.0.1 (its own free port, never upstream's 8094). */
   readonly adminPort: number;
-  readyzUrl(): string;
+  readyzUrl: () => string;
 }
 
 /** `server` is any server with an agent port on 127.0.0.1 (a Kanal server, or another gRPC peer). */
-export async function startAgent(scope: Scope, ws: Workspace, server: Pick<KanalServerProcess, 'agentPort'>, spec: AgentSpec = {}): Promise<KanalAgentProcess> {
+export async function startAgent(
+  scope: Scope,
+  ws: Workspace,
+  server: Pick<KanalServerProcess, 'agentPort'>,
+  spec: AgentSpec = {},
+): Promise<KanalAgentProcess> {
   const agentID = spec.agentID ?? 'agent-1';
   const { pki } = ws;
   return withPortRetry(async () => {
     const [healthPort, adminPort] = [await freePort(), await freePort()];
     const args = [
       'agent',
-      '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort),
-      '--ca-cert', pki.caCert,
-      '--agent-id', agentID,
-      '--health-bind-address', '127.0.0.1', '--health-server-port', String(healthPort),
-      '--admin-server-port', String(adminPort),
-      '--sync-interval', '200ms', '--sync-interval-cap', '1s',
-      '--shutdown-grace-period', '1s',
-      '--log-level', 'debug',
+      '--proxy-server-host',
+      '127.0.0.1',
+      '--proxy-server-port',
+      String(server.agentPort),
+      '--ca-cert',
+      pki.caCert,
+      '--agent-id',
+      agentID,
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-server-port',
+      String(healthPort),
+      '--admin-server-port',
+      String(adminPort),
+      '--sync-interval',
+      '200ms',
+      '--sync-interval-cap',
+      '1s',
+      '--shutdown-grace-period',
+      '1s',
+      '--log-level',
+      'debug',
     ];
     const cert = spec.cert ?? 'good';
     if (cert === 'good') {
@@ -140,7 +187,6 @@ export async function startAgent(scope: Scope, ws: Workspace, server: Pick<Kanal
 }
 
 // ---------- the real CLI, one-shot ----------
-
 
 export type CliResult = RunResult;
 

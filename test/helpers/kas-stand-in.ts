@@ -70,7 +70,10 @@ function table(columns: [string, string][], rows: { cells: unknown[]; object: { 
     apiVersion: 'meta.k8s.io/v1',
     metadata: { resourceVersion: '1' },
     columnDefinitions: columns.map(([name, type], i) => ({ name, type, format: i === 0 ? 'name' : '', description: name, priority: 0 })),
-    rows: rows.map((r) => ({ cells: r.cells, object: { kind: 'PartialObjectMetadata', apiVersion: 'meta.k8s.io/v1', metadata: r.object.metadata } })),
+    rows: rows.map((r) => ({
+      cells: r.cells,
+      object: { kind: 'PartialObjectMetadata', apiVersion: 'meta.k8s.io/v1', metadata: r.object.metadata },
+    })),
   };
 }
 
@@ -88,14 +91,34 @@ const API_RESOURCES = {
 };
 
 function notFound(path: string): unknown {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: `the server could not find the requested resource (${path})`, reason: 'NotFound', details: {}, code: 404 };
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message: `the server could not find the requested resource (${path})`,
+    reason: 'NotFound',
+    details: {},
+    code: 404,
+  };
 }
 
 function answer(spec: KasStandInSpec, req: IncomingMessage): { status: number; body: unknown } {
   const url = new URL(req.url ?? '/', 'https://kas.invalid');
   const wantsTable = /as=Table/.test(req.headers.accept ?? '');
   if (req.method !== 'GET') {
-    return { status: 405, body: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'read-only stand-in', reason: 'MethodNotAllowed', code: 405 } };
+    return {
+      status: 405,
+      body: {
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Failure',
+        message: 'read-only stand-in',
+        reason: 'MethodNotAllowed',
+        code: 405,
+      },
+    };
   }
   switch (url.pathname) {
     case '/version':
@@ -105,7 +128,14 @@ function answer(spec: KasStandInSpec, req: IncomingMessage): { status: number; b
     case '/livez':
       return { status: 200, body: 'ok' };
     case '/api':
-      return { status: 200, body: { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: spec.advertise }] } };
+      return {
+        status: 200,
+        body: {
+          kind: 'APIVersions',
+          versions: ['v1'],
+          serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: spec.advertise }],
+        },
+      };
     case '/apis':
       return { status: 200, body: { kind: 'APIGroupList', apiVersion: 'v1', groups: [] } };
     case '/api/v1':
@@ -114,7 +144,14 @@ function answer(spec: KasStandInSpec, req: IncomingMessage): { status: number; b
       return {
         status: 200,
         body: wantsTable
-          ? table([['Name', 'string'], ['Data', 'integer'], ['Age', 'string']], [{ cells: [CONFIGMAP_NAME, Object.keys(CONFIGMAP_DATA).length, age()], object: CONFIGMAP }])
+          ? table(
+              [
+                ['Name', 'string'],
+                ['Data', 'integer'],
+                ['Age', 'string'],
+              ],
+              [{ cells: [CONFIGMAP_NAME, Object.keys(CONFIGMAP_DATA).length, age()], object: CONFIGMAP }],
+            )
           : list('ConfigMapList', [CONFIGMAP]),
       };
     case `/api/v1/namespaces/default/configmaps/${CONFIGMAP_NAME}`:
@@ -123,7 +160,14 @@ function answer(spec: KasStandInSpec, req: IncomingMessage): { status: number; b
       return {
         status: 200,
         body: wantsTable
-          ? table([['Name', 'string'], ['Status', 'string'], ['Age', 'string']], NAMESPACES.map((n) => ({ cells: [n.metadata.name, 'Active', age()], object: n })))
+          ? table(
+              [
+                ['Name', 'string'],
+                ['Status', 'string'],
+                ['Age', 'string'],
+              ],
+              NAMESPACES.map((n) => ({ cells: [n.metadata.name, 'Active', age()], object: n })),
+            )
           : list('NamespaceList', NAMESPACES),
       };
     default:
@@ -132,12 +176,27 @@ function answer(spec: KasStandInSpec, req: IncomingMessage): { status: number; b
 }
 
 export function startKasStandIn(spec: KasStandInSpec, onRequest?: (event: Record<string, unknown>) => void): Promise<https.Server> {
-  const server = https.createServer({ cert: fs.readFileSync(spec.cert), key: fs.readFileSync(spec.key) }, (req: IncomingMessage, res: ServerResponse) => {
-    const { status, body } = answer(spec, req);
-    onRequest?.({ event: 'request', method: req.method, url: req.url, status, peer: `${req.socket.remoteAddress}:${req.socket.remotePort}`, userAgent: req.headers['user-agent'] });
-    const text = typeof body === 'string' ? body : JSON.stringify(body);
-    res.writeHead(status, { 'content-type': typeof body === 'string' ? 'text/plain' : 'application/json', 'cache-control': 'no-cache, private' }).end(text);
-  });
+  const server = https.createServer(
+    { cert: fs.readFileSync(spec.cert), key: fs.readFileSync(spec.key) },
+    (req: IncomingMessage, res: ServerResponse) => {
+      const { status, body } = answer(spec, req);
+      onRequest?.({
+        event: 'request',
+        method: req.method,
+        url: req.url,
+        status,
+        peer: `${req.socket.remoteAddress}:${req.socket.remotePort}`,
+        userAgent: req.headers['user-agent'],
+      });
+      const text = typeof body === 'string' ? body : JSON.stringify(body);
+      res
+        .writeHead(status, {
+          'content-type': typeof body === 'string' ? 'text/plain' : 'application/json',
+          'cache-control': 'no-cache, private',
+        })
+        .end(text);
+    },
+  );
   server.on('tlsClientError', (err) => onRequest?.({ event: 'tls-error', message: err.message }));
   return new Promise<https.Server>((resolve, reject) => {
     server.once('error', reject);

@@ -468,7 +468,10 @@ export function tunnelPair(opts: TunnelPairOptions): TunnelPair {
 
 /** Polls `cond` every few ms until true; rejects after timeoutMs with `what`. */
 /** Resolves on the next 'drain' or 'close' of a writer that refused more (stream.Writable or PacketStream). */
-export function drainOrClose(writer: { on(event: 'drain' | 'close', f: () => void): unknown; off(event: 'drain' | 'close', f: () => void): unknown }): Promise<void> {
+export function drainOrClose(writer: {
+  on(event: 'drain' | 'close', f: () => void): unknown;
+  off(event: 'drain' | 'close', f: () => void): unknown;
+}): Promise<void> {
   return new Promise<void>((resolve) => {
     const done = (): void => {
       writer.off('drain', done);

@@ -227,18 +227,29 @@ export interface StackOptions {
 export function serverArgs(topo: Topology, opts: StackOptions = {}): string[] {
   return [
     'server',
-    '--server-id', 'kanal-cp',
-    '--uds-name', topo.uds,
-    '--cluster-cert', topo.pki.serverCert,
-    '--cluster-key', topo.pki.serverKey,
-    '--cluster-ca-cert', topo.pki.caCert,
-    '--agent-bind-address', topo.cpAddr,
-    '--agent-port', String(AGENT_PORT),
-    '--health-bind-address', '127.0.0.1',
-    '--health-port', String(SERVER_HEALTH_PORT),
-    '--allowed-destination', `${topo.cpAddr}:${KAS_PORT}`,
+    '--server-id',
+    'kanal-cp',
+    '--uds-name',
+    topo.uds,
+    '--cluster-cert',
+    topo.pki.serverCert,
+    '--cluster-key',
+    topo.pki.serverKey,
+    '--cluster-ca-cert',
+    topo.pki.caCert,
+    '--agent-bind-address',
+    topo.cpAddr,
+    '--agent-port',
+    String(AGENT_PORT),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    String(SERVER_HEALTH_PORT),
+    '--allowed-destination',
+    `${topo.cpAddr}:${KAS_PORT}`,
     ...(opts.allowed ?? []).flatMap((d) => ['--allowed-destination', d]),
-    '--log-level', 'info',
+    '--log-level',
+    'info',
     ...(opts.serverArgs ?? []),
   ];
 }
@@ -246,23 +257,39 @@ export function serverArgs(topo: Topology, opts: StackOptions = {}): string[] {
 export function agentArgs(topo: Topology, opts: StackOptions = {}): string[] {
   return [
     'agent',
-    '--proxy-server-host', topo.cpAddr,
-    '--proxy-server-port', String(AGENT_PORT),
-    '--ca-cert', topo.pki.caCert,
-    '--agent-cert', topo.pki.agentCert,
-    '--agent-key', topo.pki.agentKey,
-    '--agent-id', AGENT_ID,
-    '--health-bind-address', '127.0.0.1',
-    '--health-server-port', String(AGENT_HEALTH_PORT),
-    '--bind-address', ADVERTISE_IP,
-    '--bind-interface', 'kanal0',
-    '--bind-interface-type', opts.interfaceType ?? 'bridge',
-    '--target', `${KAS_PORT}:${topo.cpAddr}:${KAS_PORT}`,
+    '--proxy-server-host',
+    topo.cpAddr,
+    '--proxy-server-port',
+    String(AGENT_PORT),
+    '--ca-cert',
+    topo.pki.caCert,
+    '--agent-cert',
+    topo.pki.agentCert,
+    '--agent-key',
+    topo.pki.agentKey,
+    '--agent-id',
+    AGENT_ID,
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-server-port',
+    String(AGENT_HEALTH_PORT),
+    '--bind-address',
+    ADVERTISE_IP,
+    '--bind-interface',
+    'kanal0',
+    '--bind-interface-type',
+    opts.interfaceType ?? 'bridge',
+    '--target',
+    `${KAS_PORT}:${topo.cpAddr}:${KAS_PORT}`,
     ...(opts.targets ?? []).flatMap((t) => ['--target', t]),
-    '--sync-interval', '200ms',
-    '--sync-interval-cap', '2s',
-    '--shutdown-grace-period', '2s',
-    '--log-level', 'info',
+    '--sync-interval',
+    '200ms',
+    '--sync-interval-cap',
+    '2s',
+    '--shutdown-grace-period',
+    '2s',
+    '--log-level',
+    'info',
     ...(opts.agentArgs ?? []),
   ];
 }
@@ -311,7 +338,9 @@ export async function ipAddrs(ns: Netns): Promise<IpLink[]> {
 
 /** Every (interface, address) pair in ns carrying `address`. */
 export async function findAddress(ns: Netns, address: string): Promise<{ ifname: string; addr: IpAddrInfo }[]> {
-  return (await ipAddrs(ns)).flatMap((l) => (l.addr_info ?? []).filter((a) => a.local === address).map((addr) => ({ ifname: l.ifname, addr })));
+  return (await ipAddrs(ns)).flatMap((l) =>
+    (l.addr_info ?? []).filter((a) => a.local === address).map((addr) => ({ ifname: l.ifname, addr })),
+  );
 }
 
 // ------------------------------------------------------------ service process (runs inside a namespace)
@@ -321,7 +350,9 @@ function emit(event: Record<string, unknown>): void {
 }
 
 function connectTo(to: Endpoint): net.Socket {
-  return 'path' in to ? net.connect({ path: to.path, allowHalfOpen: true }) : net.connect({ host: to.host, port: to.port, allowHalfOpen: true });
+  return 'path' in to
+    ? net.connect({ path: to.path, allowHalfOpen: true })
+    : net.connect({ host: to.host, port: to.port, allowHalfOpen: true });
 }
 
 /** Pipes both ways, passes half-close on, and closes one side when the other is gone. */

@@ -57,8 +57,8 @@ export function parseUnit(text: string): UnitFile {
     if (line === '' || line.startsWith('#') || line.startsWith(';')) continue;
     const section = /^\[(.+)\]$/.exec(line);
     if (section) {
-      current = sections.get(section[1]!) ?? new Map<string, string[]>();
-      sections.set(section[1]!, current);
+      current = sections.get(section[1]) ?? new Map<string, string[]>();
+      sections.set(section[1], current);
       continue;
     }
     const eq = line.indexOf('=');
@@ -80,7 +80,7 @@ export function unitValue(unit: UnitFile, section: string, key: string): string 
 export function splitWords(text: string): string[] {
   const words: string[] = [];
   const re = /"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+)/g;
-  for (const m of text.matchAll(re)) words.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : (m[2] ?? m[3]!));
+  for (const m of text.matchAll(re)) words.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : (m[2] ?? m[3]));
   return words;
 }
 
@@ -92,11 +92,11 @@ export function parseEnvFile(text: string): Map<string, string> {
     if (line === '' || line.startsWith('#') || line.startsWith(';')) continue;
     const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(line);
     if (!m) throw new Error(`environment file syntax: ${JSON.stringify(line)}`);
-    let value = m[2]!;
+    let value = m[2];
     const quoted = /^"((?:[^"\\]|\\.)*)"$/.exec(value) ?? /^'([^']*)'$/.exec(value);
-    if (quoted) value = quoted[1]!.replace(/\\(.)/g, '$1');
+    if (quoted) value = quoted[1].replace(/\\(.)/g, '$1');
     else if (/["'\\]/.test(value)) throw new Error(`environment file: ambiguous quoting in ${JSON.stringify(line)}`);
-    env.set(m[1]!, value);
+    env.set(m[1], value);
   }
   return env;
 }
@@ -111,7 +111,7 @@ export function expandExecStart(execStart: string, env: ReadonlyMap<string, stri
   for (const word of splitWords(line)) {
     const split = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(word);
     if (split) {
-      const value = env.get(split[1]!);
+      const value = env.get(split[1]);
       if (value === undefined) throw new Error(`ExecStart uses $${split[1]} but no environment file defines it`);
       out.push(...value.split(/\s+/).filter((w) => w !== ''));
       continue;
@@ -176,9 +176,9 @@ export class NotifyListener {
   static async start(address: string): Promise<NotifyListener> {
     const child = spawn('python3', ['-c', LISTENER, address], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
-    child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const listener = new NotifyListener(address, child);
-    const lines = createInterface({ input: child.stdout! });
+    const lines = createInterface({ input: child.stdout });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`notify listener did not bind ${address}: ${stderr}`)), 60_000);
       child.once('exit', (code) => {
@@ -248,8 +248,18 @@ const logDirs = new CleanupStack();
 /** Starts `kanal <args>` in the background (optionally under a wrapper like `ip netns exec`); the caller stops it. */
 export function startKanal(args: readonly string[], opts: { env?: NodeJS.ProcessEnv; wrapper?: readonly string[] } = {}): Started {
   const logFile = path.join(scopedTempDir(logDirs, 'kanal-packaging-'), 'output.log');
-  const child = new Child({ name: `kanal ${args[0] ?? ''}`.trim(), argv: [process.execPath, KANAL_CLI, ...args], logFile, wrapper: opts.wrapper, env: opts.env });
-  const lines = (): string[] => child.log().split('\n').filter((l) => l !== '');
+  const child = new Child({
+    name: `kanal ${args[0] ?? ''}`.trim(),
+    argv: [process.execPath, KANAL_CLI, ...args],
+    logFile,
+    wrapper: opts.wrapper,
+    env: opts.env,
+  });
+  const lines = (): string[] =>
+    child
+      .log()
+      .split('\n')
+      .filter((l) => l !== '');
   return {
     child,
     out: {
@@ -257,7 +267,13 @@ export function startKanal(args: readonly string[], opts: { env?: NodeJS.Process
         return lines();
       },
       waitFor: (match, timeoutMs = 60_000) =>
-        waitUntilLogged(logFile, (text) => text.split('\n').find((l) => l !== '' && match(l)), timeoutMs, `${child.name}: a matching line`, () => child.ended()),
+        waitUntilLogged(
+          logFile,
+          (text) => text.split('\n').find((l) => l !== '' && match(l)),
+          timeoutMs,
+          `${child.name}: a matching line`,
+          () => child.ended(),
+        ),
     },
     output: () => child.log(),
     stop: (graceMs = 10_000) => child.stop('SIGTERM', graceMs),

@@ -62,7 +62,6 @@ export async function waitMetrics(healthPort: number, want: Record<string, numbe
   }
 }
 
-
 /** Polls `cond` (which may be async) every 50 ms until it holds; throws after timeoutMs naming `what`. */
 export async function waitUntil(cond: () => boolean | Promise<boolean>, what: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -4,7 +4,14 @@
  * own or one the test shares. Everything is stopped by the scope.
  */
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
-import { startAgent, startServer, type AgentSpec, type KanalAgentProcess, type KanalServerProcess, type ServerSpec } from './kanal-children.js';
+import {
+  startAgent,
+  startServer,
+  type AgentSpec,
+  type KanalAgentProcess,
+  type KanalServerProcess,
+  type ServerSpec,
+} from './kanal-children.js';
 import { waitMetrics, waitStatus } from './probes.js';
 import { makeWorkspace, type Workspace } from './workspace.js';
 
@@ -44,7 +51,7 @@ export async function startProxy(scope: Scope, spec: ProxySpec = {}): Promise<Pr
   const ready = spec.ready ?? 'server-ready';
   if (ready === 'server-ready') await waitStatus(server.readyzUrl(), 200, SERVER_SEES_AGENTS_MS);
   if (ready === 'every-agent') await waitMetrics(server.healthPort, { kanal_server_agents: agents.length }, SERVER_SEES_AGENTS_MS);
-  return { ws, server, agent: agents[0]!, agents };
+  return { ws, server, agent: agents[0], agents };
 }
 
 /** Server plus one connected agent, both ready, in `ws`. */

@@ -25,10 +25,19 @@ export interface RawAgent {
 }
 
 /** A TLS channel to the server's agent port presenting `credential` (none: no client certificate); closed with the scope. */
-export function agentChannel(scope: Scope, ws: Workspace, server: { agentPort: number }, credential: AgentCredential | undefined): GrpcChannel {
+export function agentChannel(
+  scope: Scope,
+  ws: Workspace,
+  server: { agentPort: number },
+  credential: AgentCredential | undefined,
+): GrpcChannel {
   const channel = h2Transport.createChannel({
     target: `127.0.0.1:${server.agentPort}`,
-    tls: { ca: fs.readFileSync(ws.pki.caCert), cert: credential && fs.readFileSync(credential.cert), key: credential && fs.readFileSync(credential.key) },
+    tls: {
+      ca: fs.readFileSync(ws.pki.caCert),
+      cert: credential && fs.readFileSync(credential.cert),
+      key: credential && fs.readFileSync(credential.key),
+    },
   });
   scope.teardown(() => channel.close());
   return channel;

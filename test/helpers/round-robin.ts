@@ -8,7 +8,7 @@ export async function roundRobin(scope: Scope, ports: () => number[]): Promise<n
   const sockets = new Set<net.Socket>();
   const lb = net.createServer((client) => {
     const choices = ports();
-    const port = choices[next++ % choices.length]!;
+    const port = choices[next++ % choices.length];
     const upstream = net.connect({ host: '127.0.0.1', port });
     for (const s of [client, upstream]) {
       sockets.add(s);

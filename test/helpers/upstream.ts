@@ -44,7 +44,8 @@ export function upstreamUnavailableReason(): string | undefined {
   if (!fs.existsSync(path.join(SHARED_UPSTREAM, ARCHIVE))) {
     return `upstream Konnectivity binaries not found (${path.join(SHARED_UPSTREAM, ARCHIVE)} is absent; set KANAL_UPSTREAM_DIR to a directory holding proxy-server, proxy-agent and proxy-test-client)`;
   }
-  if (process.platform !== 'linux' || process.arch !== 'x64') return `upstream binaries are linux/amd64; this is ${process.platform}/${process.arch}`;
+  if (process.platform !== 'linux' || process.arch !== 'x64')
+    return `upstream binaries are linux/amd64; this is ${process.platform}/${process.arch}`;
   return undefined;
 }
 
@@ -89,7 +90,8 @@ async function waitHttp(proc: UpstreamProcess, url: string, status: number, time
     const ended = proc.ended();
     if (ended !== undefined) throw new Error(`${proc.name} ${ended}; tail:\n${proc.tail(20)}`);
     if ((await httpGet(url, 1000)).status === status) return;
-    if (Date.now() >= deadline) throw new Error(`${proc.name}: ${url} did not answer ${status} within ${timeoutMs} ms; tail:\n${proc.tail(20)}`);
+    if (Date.now() >= deadline)
+      throw new Error(`${proc.name}: ${url} did not answer ${status} within ${timeoutMs} ms; tail:\n${proc.tail(20)}`);
     await sleep(100);
   }
 }
@@ -129,11 +131,15 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
     `--mode=${spec.mode ?? 'grpc'}`,
     `--server-id=${name}`,
     `--server-count=${spec.serverCount ?? 1}`,
-    `--cluster-cert=${pki.serverCert}`, `--cluster-key=${pki.serverKey}`,
+    `--cluster-cert=${pki.serverCert}`,
+    `--cluster-key=${pki.serverKey}`,
     ...(spec.agentClientCa === false ? [] : [`--cluster-ca-cert=${pki.caCert}`]),
-    '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
-    '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
-    '--admin-bind-address=127.0.0.1', `--admin-port=${adminPort}`,
+    '--agent-bind-address=127.0.0.1',
+    `--agent-port=${agentPort}`,
+    '--health-bind-address=127.0.0.1',
+    `--health-port=${healthPort}`,
+    '--admin-bind-address=127.0.0.1',
+    `--admin-port=${adminPort}`,
     `--v=${spec.verbosity ?? 1}`,
   ];
   let uds = '';
@@ -144,8 +150,11 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
   } else {
     frontendPort = await freePort();
     args.push(
-      '--server-bind-address=127.0.0.1', `--server-port=${frontendPort}`,
-      `--server-cert=${pki.frontendCert}`, `--server-key=${pki.frontendKey}`, `--server-ca-cert=${pki.frontendCaCert}`,
+      '--server-bind-address=127.0.0.1',
+      `--server-port=${frontendPort}`,
+      `--server-cert=${pki.frontendCert}`,
+      `--server-key=${pki.frontendKey}`,
+      `--server-ca-cert=${pki.frontendCaCert}`,
     );
   }
   args.push(...(spec.extraArgs ?? []));
@@ -191,12 +200,18 @@ export async function startUpstreamAgent(
   const cred = (spec.cert ?? 'own') === 'own' ? await issueAgentCertificate(pki, agentID) : { cert: pki.agentCert, key: pki.agentKey };
   const [healthPort, adminPort] = [await freePort(), await freePort()];
   const args = [
-    '--proxy-server-host=127.0.0.1', `--proxy-server-port=${server.agentPort}`,
-    `--ca-cert=${pki.caCert}`, `--agent-cert=${cred.cert}`, `--agent-key=${cred.key}`,
+    '--proxy-server-host=127.0.0.1',
+    `--proxy-server-port=${server.agentPort}`,
+    `--ca-cert=${pki.caCert}`,
+    `--agent-cert=${cred.cert}`,
+    `--agent-key=${cred.key}`,
     ...(spec.randomAgentID ? [] : [`--agent-id=${agentID}`]),
-    '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`,
-    '--admin-bind-address=127.0.0.1', `--admin-server-port=${adminPort}`,
-    '--sync-interval=200ms', '--sync-interval-cap=1s',
+    '--health-server-host=127.0.0.1',
+    `--health-server-port=${healthPort}`,
+    '--admin-bind-address=127.0.0.1',
+    `--admin-server-port=${adminPort}`,
+    '--sync-interval=200ms',
+    '--sync-interval-cap=1s',
     `--v=${spec.verbosity ?? 1}`,
     ...(spec.extraArgs ?? []),
   ];
@@ -236,7 +251,17 @@ export async function runUpstreamTestClient(
   // long transfers; asyncpreemptoff stops the runtime from sending them.
   const child = new Child({
     name: 'test-client',
-    argv: [bin.testClient, `--mode=${opts.mode}`, `--proxy-uds=${opts.uds}`, '--proxy-host=', '--proxy-port=0', `--request-host=${opts.host}`, `--request-port=${opts.port}`, `--request-path=${opts.path}`, '--v=4'],
+    argv: [
+      bin.testClient,
+      `--mode=${opts.mode}`,
+      `--proxy-uds=${opts.uds}`,
+      '--proxy-host=',
+      '--proxy-port=0',
+      `--request-host=${opts.host}`,
+      `--request-port=${opts.port}`,
+      `--request-path=${opts.path}`,
+      '--v=4',
+    ],
     logFile,
     env: { ...process.env, GODEBUG: 'asyncpreemptoff=1' },
   });

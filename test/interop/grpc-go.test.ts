@@ -112,7 +112,9 @@ function startPeer(scope: Scope, args: string[]): Peer {
         };
         const timer = setTimeout(() => {
           waiters.delete(check);
-          reject(new Error(`no "${name}" from the grpc-go peer within ${timeoutMs} ms; events ${JSON.stringify(events)}; stderr: ${stderr}`));
+          reject(
+            new Error(`no "${name}" from the grpc-go peer within ${timeoutMs} ms; events ${JSON.stringify(events)}; stderr: ${stderr}`),
+          );
         }, timeoutMs);
         waiters.add(check);
         check();
@@ -140,7 +142,15 @@ goTest('a grpc-go agent carries CONNECT and gRPC-mode dials from a Kanal server;
   const ws = await makeWorkspace(t);
   const server = await startServer(t, ws);
   const echo = await startEchoBackend(t);
-  const agent = startPeer(t, ['-mode', 'agent', '-addr', `127.0.0.1:${server.agentPort}`, '-agent-id', 'go-agent', ...tlsArgs(ws, 'agent')]);
+  const agent = startPeer(t, [
+    '-mode',
+    'agent',
+    '-addr',
+    `127.0.0.1:${server.agentPort}`,
+    '-agent-id',
+    'go-agent',
+    ...tlsArgs(ws, 'agent'),
+  ]);
   let closed = 0;
   await withLogs(t, [server.logFile], async () => {
     const connected = await agent.next('connected');
@@ -156,12 +166,26 @@ goTest('a grpc-go agent carries CONNECT and gRPC-mode dials from a Kanal server;
     // streams end with CloseSend and status OK, or (single-use, as the KAS
     // does) by closing the whole gRPC connection after CLOSE_RSP.
     for (const mode of [[], ['-single-use']]) {
-      const client = startPeer(t, ['-mode', 'client', '-uds', server.uds, '-target', echo.address, '-bytes', String(ECHO_BYTES), '-dials', '51', ...mode]);
+      const client = startPeer(t, [
+        '-mode',
+        'client',
+        '-uds',
+        server.uds,
+        '-target',
+        echo.address,
+        '-bytes',
+        String(ECHO_BYTES),
+        '-dials',
+        '51',
+        ...mode,
+      ]);
       const echoed = await client.next('echoed', 60_000);
       t.is(echoed.bytes, ECHO_BYTES);
       const dials = await client.next('dials', 60_000);
       t.is(dials.count, 50);
-      t.log(`grpc-go client${mode.join('')} -> Kanal server -> grpc-go agent: ${Number(echoed.mbPerSec).toFixed(0)} MB/s echoed; 50 dials p50 ${String(dials.p50ms)} ms, p99 ${String(dials.p99ms)} ms`);
+      t.log(
+        `grpc-go client${mode.join('')} -> Kanal server -> grpc-go agent: ${Number(echoed.mbPerSec).toFixed(0)} MB/s echoed; 50 dials p50 ${String(dials.p50ms)} ms, p99 ${String(dials.p99ms)} ms`,
+      );
     }
 
     closed = await closedPort();
@@ -175,23 +199,26 @@ goTest('a grpc-go agent carries CONNECT and gRPC-mode dials from a Kanal server;
   t.deepEqual(
     warnings.map((l) => `${l.msg} ${String(l.address)}`),
     [`dial failed 127.0.0.1:${closed}`],
-    'the refused dial was the server\'s only warning: streams cancelled with their connection are routine',
+    "the refused dial was the server's only warning: streams cancelled with their connection are routine",
   );
 });
 
-goTest('a Kanal agent serves dials from a grpc-go server with upstream\'s agent-port options; a dial to a closed port is refused', async (t) => {
-  const ws = await makeWorkspace(t);
-  const echo = await startEchoBackend(t);
-  const goServer = startPeer(t, ['-mode', 'server', '-target', echo.address, '-bytes', String(ECHO_BYTES), ...tlsArgs(ws, 'server')]);
-  const listening = await goServer.next('listening');
-  const agent = await startAgent(t, ws, { agentPort: Number(listening.port) }, { agentID: 'kanal-agent' });
-  await withLogs(t, [agent.logFile], async () => {
-    const hello = await goServer.next('agent connected');
-    t.deepEqual(hello.agentID, ['kanal-agent']);
-    const echoed = await goServer.next('echoed', 60_000);
-    t.is(echoed.bytes, ECHO_BYTES);
-    t.log(`grpc-go server -> Kanal agent: ${Number(echoed.mbPerSec).toFixed(0)} MB/s echoed, dial ${String(echoed.dialMs)} ms`);
-    const refused = await goServer.next('refused dial');
-    t.regex(String(refused.error), /dial refused: .*ECONNREFUSED/);
-  });
-});
+goTest(
+  "a Kanal agent serves dials from a grpc-go server with upstream's agent-port options; a dial to a closed port is refused",
+  async (t) => {
+    const ws = await makeWorkspace(t);
+    const echo = await startEchoBackend(t);
+    const goServer = startPeer(t, ['-mode', 'server', '-target', echo.address, '-bytes', String(ECHO_BYTES), ...tlsArgs(ws, 'server')]);
+    const listening = await goServer.next('listening');
+    const agent = await startAgent(t, ws, { agentPort: Number(listening.port) }, { agentID: 'kanal-agent' });
+    await withLogs(t, [agent.logFile], async () => {
+      const hello = await goServer.next('agent connected');
+      t.deepEqual(hello.agentID, ['kanal-agent']);
+      const echoed = await goServer.next('echoed', 60_000);
+      t.is(echoed.bytes, ECHO_BYTES);
+      t.log(`grpc-go server -> Kanal agent: ${Number(echoed.mbPerSec).toFixed(0)} MB/s echoed, dial ${String(echoed.dialMs)} ms`);
+      const refused = await goServer.next('refused dial');
+      t.regex(String(refused.error), /dial refused: .*ECONNREFUSED/);
+    });
+  },
+);

@@ -72,8 +72,23 @@ async function backends(t: Parameters<typeof startSourceBackend>[0]): Promise<Ba
 
 /** The kube-apiserver's konnectivity-client fetches the 32 MiB page through the frontend. */
 async function fetchPage(ws: Workspace, uds: string, web: Backend, mode: Mode): Promise<string> {
-  const r = await runUpstreamTestClient(ws, { mode, uds, host: '127.0.0.1', port: web.port, path: 'page', bodyBytes: page.length, timeoutMs: TRANSFER_TIMEOUT_MS });
-  if (r.code !== 0 || !r.body) throw new Error(`proxy-test-client (${mode}) exited ${r.code}: ${r.log.split('\n').filter((l) => l.startsWith('E')).join(' | ').slice(0, 600)}`);
+  const r = await runUpstreamTestClient(ws, {
+    mode,
+    uds,
+    host: '127.0.0.1',
+    port: web.port,
+    path: 'page',
+    bodyBytes: page.length,
+    timeoutMs: TRANSFER_TIMEOUT_MS,
+  });
+  if (r.code !== 0 || !r.body)
+    throw new Error(
+      `proxy-test-client (${mode}) exited ${r.code}: ${r.log
+        .split('\n')
+        .filter((l) => l.startsWith('E'))
+        .join(' | ')
+        .slice(0, 600)}`,
+    );
   return `${r.body.length === page.length && sha256(r.body) === pageHash ? 'intact' : `NOT intact (${r.body.length} bytes)`}`;
 }
 
@@ -138,16 +153,22 @@ async function grpcUpload(uds: string, sink: Backend): Promise<string> {
 }
 
 /** Runs named transfers at once; every one must be intact. */
-async function allIntact(t: { log(...v: unknown[]): void; deepEqual(a: unknown, b: unknown, m?: string): void }, transfers: Record<string, Promise<string>>): Promise<void> {
+async function allIntact(
+  t: { log(...v: unknown[]): void; deepEqual(a: unknown, b: unknown, m?: string): void },
+  transfers: Record<string, Promise<string>>,
+): Promise<void> {
   const t0 = Date.now();
   const names = Object.keys(transfers);
-  const results = await Promise.all(names.map((n) => transfers[n]!.catch((err: Error) => `failed: ${err.message}`)));
+  const results = await Promise.all(names.map((n) => transfers[n].catch((err: Error) => `failed: ${err.message}`)));
   t.log(`${names.join(', ')}: ${Date.now() - t0} ms`);
   t.deepEqual(Object.fromEntries(names.map((n, i) => [n, results[i]])), Object.fromEntries(names.map((n) => [n, 'intact'])));
 }
 
 /** Download and upload through one frontend, with the client (or backend) reading at `rate` or as fast as it can. */
-const transfers: Record<Mode, { download(uds: string, b: Backends, rate?: number): Promise<string>; upload(uds: string, sink: Backend): Promise<string> }> = {
+const transfers: Record<
+  Mode,
+  { download: (uds: string, b: Backends, rate?: number) => Promise<string>; upload: (uds: string, sink: Backend) => Promise<string> }
+> = {
   grpc: { download: (uds, b, rate) => grpcDownload(uds, b.source, rate), upload: grpcUpload },
   'http-connect': { download: (uds, b, rate) => connectDownload(uds, b.source, rate), upload: connectUpload },
 };
@@ -168,54 +189,67 @@ const pairings = {
 
 for (const [pairing, start] of Object.entries(pairings)) {
   for (const mode of ['grpc', 'http-connect'] as const) {
-    maybe(`${pairing}, ${mode === 'grpc' ? 'gRPC frontend' : 'HTTP CONNECT'}: 32 MiB each way intact, with fast and 4 MiB/s readers`, async (t) => {
-      t.timeout(180_000);
-      const ws = await makeWorkspace(t);
-      const b = await backends(t);
-      const { uds, kanal } = await start(t, ws, mode);
-      const { download, upload } = transfers[mode];
-      await allIntact(t, { 'konnectivity-client (proxy-test-client) download': fetchPage(ws, uds, b.web, mode) });
-      await allIntact(t, { 'fast download': download(uds, b), 'fast upload': upload(uds, b.fastSink) });
-      await allIntact(t, { 'download read at 4 MiB/s': download(uds, b, SLOW), 'upload to a 4 MiB/s reader': upload(uds, b.slowSink) });
-      t.false(kanal.logLines().some((l) => /too slow|closing connection/.test(l.msg)), 'no connection was closed for slowness');
-    });
+    maybe(
+      `${pairing}, ${mode === 'grpc' ? 'gRPC frontend' : 'HTTP CONNECT'}: 32 MiB each way intact, with fast and 4 MiB/s readers`,
+      async (t) => {
+        t.timeout(180_000);
+        const ws = await makeWorkspace(t);
+        const b = await backends(t);
+        const { uds, kanal } = await start(t, ws, mode);
+        const { download, upload } = transfers[mode];
+        await allIntact(t, { 'konnectivity-client (proxy-test-client) download': fetchPage(ws, uds, b.web, mode) });
+        await allIntact(t, { 'fast download': download(uds, b), 'fast upload': upload(uds, b.fastSink) });
+        await allIntact(t, { 'download read at 4 MiB/s': download(uds, b, SLOW), 'upload to a 4 MiB/s reader': upload(uds, b.slowSink) });
+        t.false(
+          kanal.logLines().some((l) => /too slow|closing connection/.test(l.msg)),
+          'no connection was closed for slowness',
+        );
+      },
+    );
   }
 }
 
-maybe('upstream agent: a reader that stalls holds the whole stream, as upstream; when its client gives up the neighbour finishes intact', async (t) => {
-  t.timeout(120_000);
-  const ws = await makeWorkspace(t);
-  const b = await backends(t);
-  const server = await startServer(t, ws, { extraArgs: ['--mode', 'http-connect'] });
-  await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' });
-  await waitStatus(server.readyzUrl(), 200, 10_000);
-  // The neighbour first (a paused stream would hold its DIAL_RSP too), reading at 4 MiB/s.
-  const neighbour = await connectTo(server.uds, b.source.address);
-  neighbour.write('G');
-  const hash = createHash('sha256');
-  let got = 0;
-  neighbour.on('data', (c: Buffer) => {
-    hash.update(c);
-    got += c.length;
-  });
-  throttle(neighbour, SLOW);
-  neighbour.resume();
-  const stalled = await connectTo(server.uds, b.source.address);
-  stalled.write('G');
-  stalled.pause(); // never reads
-  await waitUntil(async () => (await scrapeMetrics(server.healthPort)).get('kanal_server_streams_read_paused') === 1, 'the agent stream pauses', 10_000);
-  // The neighbour drains what was already on its way, then waits with the stalled reader.
-  let last = -1;
-  for (let i = 0; i < 100 && got !== last; i++) {
-    last = got;
-    await sleep(500);
-  }
-  t.true(got < SIZE, `the neighbour waits behind the stalled reader (${got} bytes so far)`);
-  t.log(`neighbour moved ${(got / MiB).toFixed(1)} MiB before it waited`);
-  stalled.destroy(); // its client gives up: the pause is released
-  const deadline = Date.now() + TRANSFER_TIMEOUT_MS;
-  while (got < SIZE && Date.now() < deadline) await sleep(100);
-  t.is(got, SIZE);
-  t.is(hash.digest('hex'), payloadHash);
-  neighbour.destroy();
-});
+maybe(
+  'upstream agent: a reader that stalls holds the whole stream, as upstream; when its client gives up the neighbour finishes intact',
+  async (t) => {
+    t.timeout(120_000);
+    const ws = await makeWorkspace(t);
+    const b = await backends(t);
+    const server = await startServer(t, ws, { extraArgs: ['--mode', 'http-connect'] });
+    await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' });
+    await waitStatus(server.readyzUrl(), 200, 10_000);
+    // The neighbour first (a paused stream would hold its DIAL_RSP too), reading at 4 MiB/s.
+    const neighbour = await connectTo(server.uds, b.source.address);
+    neighbour.write('G');
+    const hash = createHash('sha256');
+    let got = 0;
+    neighbour.on('data', (c: Buffer) => {
+      hash.update(c);
+      got += c.length;
+    });
+    throttle(neighbour, SLOW);
+    neighbour.resume();
+    const stalled = await connectTo(server.uds, b.source.address);
+    stalled.write('G');
+    stalled.pause(); // never reads
+    await waitUntil(
+      async () => (await scrapeMetrics(server.healthPort)).get('kanal_server_streams_read_paused') === 1,
+      'the agent stream pauses',
+      10_000,
+    );
+    // The neighbour drains what was already on its way, then waits with the stalled reader.
+    let last = -1;
+    for (let i = 0; i < 100 && got !== last; i++) {
+      last = got;
+      await sleep(500);
+    }
+    t.true(got < SIZE, `the neighbour waits behind the stalled reader (${got} bytes so far)`);
+    t.log(`neighbour moved ${(got / MiB).toFixed(1)} MiB before it waited`);
+    stalled.destroy(); // its client gives up: the pause is released
+    const deadline = Date.now() + TRANSFER_TIMEOUT_MS;
+    while (got < SIZE && Date.now() < deadline) await sleep(100);
+    t.is(got, SIZE);
+    t.is(hash.digest('hex'), payloadHash);
+    neighbour.destroy();
+  },
+);

@@ -6,7 +6,16 @@
 import test from 'ava';
 import { skippedBecause } from '../helpers/skipped.js';
 import { randomBytes } from 'node:crypto';
-import { connectUnix, echoRoundTrip, httpConnect, makeWorkspace, startAgent, startEchoBackend, startServer, waitStatus } from '../helpers/kanal-processes.js';
+import {
+  connectUnix,
+  echoRoundTrip,
+  httpConnect,
+  makeWorkspace,
+  startAgent,
+  startEchoBackend,
+  startServer,
+  waitStatus,
+} from '../helpers/kanal-processes.js';
 import { startUpstreamAgent, startUpstreamServer, upstreamUnavailableReason } from '../helpers/upstream.js';
 
 const unavailable = upstreamUnavailableReason();

@@ -34,8 +34,8 @@ test('a kanal child that exits at start fails the readiness wait with its exit a
   const server = spawnKanal(scope, 'no-certs', ['server', '--uds-name', path.join(dir, 's.sock')], path.join(dir, 'no-certs.log'));
   // A timeout far beyond the test's own: only the exit can end this wait.
   const err = await t.throwsAsync(waitHealthy(server, `http://127.0.0.1:${await freePort()}/healthz`, 600_000));
-  t.regex(err!.message, /^no-certs exited with 2 before http:\/\/127\.0\.0\.1:\d+\/healthz answered/);
-  t.regex(err!.message, /the agent port needs a certificate: pass --cluster-cert and --cluster-key/, 'the log tail names what to fix');
+  t.regex(err.message, /^no-certs exited with 2 before http:\/\/127\.0\.0\.1:\d+\/healthz answered/);
+  t.regex(err.message, /the agent port needs a certificate: pass --cluster-cert and --cluster-key/, 'the log tail names what to fix');
   t.deepEqual(await server.exited, { code: 2, signal: null });
 });
 
@@ -51,10 +51,10 @@ test('a log wait fails as soon as the process ends without the line, and a line 
   await child.exited;
   t.like(await child.waitForLog((l) => l.msg === 'last words', 1000, 'the last line'), { level: 30, msg: 'last words' });
   const err = await t.throwsAsync(child.waitForLog((l) => l.msg === 'never written', 600_000, 'a line never written'));
-  t.regex(err!.message, /short: a line never written.*the process exited with 3/s);
-  t.regex(err!.message, /last words/, 'with the log tail');
+  t.regex(err.message, /short: a line never written.*the process exited with 3/s);
+  t.regex(err.message, /last words/, 'with the log tail');
   const text = await t.throwsAsync(child.waitForLog(/never/, 600_000, 'a text never written'));
-  t.regex(text!.message, /exited with 3/);
+  t.regex(text.message, /exited with 3/);
 });
 
 test('cleanup after a failed start leaves nothing: the child (even one ignoring SIGTERM) is gone, its directory removed, nothing left for exit', async (t) => {
@@ -69,7 +69,7 @@ test('cleanup after a failed start leaves nothing: the child (even one ignoring 
   });
   await stubborn.waitForLog(/up/, 10_000, 'started');
   const err = await t.throwsAsync(waitHealthy(stubborn, `http://127.0.0.1:${await freePort()}/healthz`, 300));
-  t.regex(err!.message, /^stubborn: http:\/\/127\.0\.0\.1:\d+\/healthz not ready after 300 ms/);
+  t.regex(err.message, /^stubborn: http:\/\/127\.0\.0\.1:\d+\/healthz not ready after 300 ms/);
   t.true(killOnExit.has(stubborn.pid) && removeOnExit.has(dir), 'registered for exit while running');
 
   await scope.run();
@@ -85,12 +85,14 @@ test('a program that cannot be started throws at once, naming it, and registers 
   t.teardown(() => scope.run());
   const before = killOnExit.size;
   const err = t.throws(() => spawnChild(scope, { name: 'missing', argv: ['/nonexistent/kanal-kit-test'], logFile: '/dev/null' }));
-  t.regex(err!.message, /could not start missing \(\/nonexistent\/kanal-kit-test\)/);
+  t.regex(err.message, /could not start missing \(\/nonexistent\/kanal-kit-test\)/);
   t.is(killOnExit.size, before);
 });
 
-test('the in-process launcher reads flags as the CLI does: unknown flags and invalid values are refused with the CLI\'s message', async (t) => {
+test("the in-process launcher reads flags as the CLI does: unknown flags and invalid values are refused with the CLI's message", async (t) => {
   const log = captureLogger('silent').log;
   await t.throwsAsync(() => serverOptionsFromFlags(['--bogus-flag'], { log }), { message: /Unknown argument: bogus-flag/ });
-  await t.throwsAsync(() => serverOptionsFromFlags(['--uds-name', '/tmp/x.sock'], { log }), { message: 'the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)' });
+  await t.throwsAsync(() => serverOptionsFromFlags(['--uds-name', '/tmp/x.sock'], { log }), {
+    message: 'the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)',
+  });
 });

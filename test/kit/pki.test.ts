@@ -58,7 +58,7 @@ async function handshake(clientCert: string, clientKey: string, rejectUnauthoriz
         result.clientAuthorized = socket.authorized;
       });
       socket.on('data', () => undefined);
-      socket.on('error', (err) => {
+      socket.on('error', (err: Error) => {
         result.clientError = err.message;
         resolve();
       });
@@ -71,7 +71,8 @@ async function handshake(clientCert: string, clientKey: string, rejectUnauthoriz
 }
 
 test('all files exist with absolute paths; keys are 0600', async (t) => {
-  const files = Object.entries(pki).filter(([k]) => k !== 'dir');
+  const paths: Record<keyof ThrowawayPki, string> = pki;
+  const files = Object.entries(paths).filter(([k]) => k !== 'dir');
   t.true(files.length >= 15);
   for (const [name, file] of files) {
     t.true(path.isAbsolute(file), name);
@@ -92,7 +93,10 @@ test('server and frontend certificates: SANs, issuer, CA flags', async (t) => {
     t.true(c.ca);
     t.true(c.verify(c.publicKey));
   }
-  for (const [file, issuer] of [[pki.serverCert, ca], [pki.frontendCert, frontendCa]] as const) {
+  for (const [file, issuer] of [
+    [pki.serverCert, ca],
+    [pki.frontendCert, frontendCa],
+  ] as const) {
     const cert = new X509Certificate(await read(file));
     t.false(cert.ca);
     t.true(cert.checkIssued(issuer));

@@ -18,7 +18,11 @@ import { RequestSlots, SlotsUnavailableError } from '../../src/kube/request-slot
 import { startKubeApi, waitUntil } from '../helpers/kube-stand-in/fixture.js';
 
 const listLeases = (api: KubeApi, timeoutMs?: number) =>
-  api.call('list leases', (o) => api.coordination.listNamespacedLease({ namespace: 'kube-system' }, o), timeoutMs === undefined ? {} : { timeoutMs });
+  api.call(
+    'list leases',
+    (o) => api.coordination.listNamespacedLease({ namespace: 'kube-system' }, o),
+    timeoutMs === undefined ? {} : { timeoutMs },
+  );
 
 async function kubeApiError(p: Promise<unknown>): Promise<KubeApiError> {
   try {
@@ -38,27 +42,47 @@ test('loadKubeConfig: a kubeconfig with a certificate or a token user, or the in
     t.is(k.api.requests.at(-1)?.user, `user-${auth}`);
   }
 
-  const { serviceAccountDir, env } = await k.api.writeInClusterFiles(path.join(k.dir, 'sa'), { namespace: 'kube-system', serviceAccount: 'konnectivity-agent' });
+  const { serviceAccountDir, env } = await k.api.writeInClusterFiles(path.join(k.dir, 'sa'), {
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+  });
   const inCluster = new KubeApi({ kubeConfig: loadKubeConfig({ env, serviceAccountDir }) });
   await listLeases(inCluster);
   t.is(k.api.requests.at(-1)?.user, 'system:serviceaccount:kube-system:konnectivity-agent');
 
   const missing = path.join(k.dir, 'nope.yaml');
-  t.throws(() => loadKubeConfig({ kubeconfig: missing }), { instanceOf: KubeConfigError, message: new RegExp(`--kubeconfig ${missing}: .*(ENOENT|no such file)`) });
+  t.throws(() => loadKubeConfig({ kubeconfig: missing }), {
+    instanceOf: KubeConfigError,
+    message: new RegExp(`--kubeconfig ${missing}: .*(ENOENT|no such file)`),
+  });
   t.throws(() => loadKubeConfig({ env: {} }), { instanceOf: KubeConfigError, message: /not running in a pod .*pass --kubeconfig/ });
-  t.throws(() => loadKubeConfig({ env, serviceAccountDir: path.join(k.dir, 'empty') }), { instanceOf: KubeConfigError, message: /service account file .*token is not readable/ });
+  t.throws(() => loadKubeConfig({ env, serviceAccountDir: path.join(k.dir, 'empty') }), {
+    instanceOf: KubeConfigError,
+    message: /service account file .*token is not readable/,
+  });
   const plain = path.join(k.dir, 'http.yaml');
   await fs.writeFile(
     plain,
-    JSON.stringify({ clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:1' } }], users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }], 'current-context': 'x' }),
+    JSON.stringify({
+      clusters: [{ name: 'c', cluster: { server: 'http://127.0.0.1:1' } }],
+      users: [{ name: 'u', user: { token: 't' } }],
+      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+      'current-context': 'x',
+    }),
   );
-  t.throws(() => loadKubeConfig({ kubeconfig: plain }), { instanceOf: KubeConfigError, message: /is not https:\/\/; Kanal talks to the Kubernetes API over TLS only/ });
+  t.throws(() => loadKubeConfig({ kubeconfig: plain }), {
+    instanceOf: KubeConfigError,
+    message: /is not https:\/\/; Kanal talks to the Kubernetes API over TLS only/,
+  });
   const anonymous = path.join(k.dir, 'anonymous.yaml');
   await fs.writeFile(
     anonymous,
     `clusters: [{name: c, cluster: {server: '${k.api.url}'}}]\nusers: [{name: nobody, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: nobody}}]\ncurrent-context: x\n`,
   );
-  t.throws(() => loadKubeConfig({ kubeconfig: anonymous }), { instanceOf: KubeConfigError, message: /user "nobody" has no credential \(client-certificate, token, tokenFile, exec or auth-provider\)/ });
+  t.throws(() => loadKubeConfig({ kubeconfig: anonymous }), {
+    instanceOf: KubeConfigError,
+    message: /user "nobody" has no credential \(client-certificate, token, tokenFile, exec or auth-provider\)/,
+  });
   const noContext = path.join(k.dir, 'no-context.yaml');
   await fs.writeFile(noContext, 'apiVersion: v1\nkind: Config\nclusters: []\n');
   t.throws(() => loadKubeConfig({ kubeconfig: noContext }), { instanceOf: KubeConfigError, message: /no cluster for current-context/ });
@@ -71,7 +95,9 @@ test('KubeApi: --kube-api-content-type protobuf (the default) is accepted with a
   t.regex(new KubeApi({ kubeConfig }).contentTypeNotice ?? '', /speaks application\/json.*requests use JSON/);
   t.regex(new KubeApi({ kubeConfig, contentType: PROTOBUF_CONTENT_TYPE }).contentTypeNotice ?? '', /protobuf/);
   t.is(new KubeApi({ kubeConfig, contentType: JSON_CONTENT_TYPE }).contentTypeNotice, undefined);
-  t.throws(() => new KubeApi({ kubeConfig, contentType: 'application/yaml' }), { message: /--kube-api-content-type "application\/yaml": use/ });
+  t.throws(() => new KubeApi({ kubeConfig, contentType: 'application/yaml' }), {
+    message: /--kube-api-content-type "application\/yaml": use/,
+  });
   t.deepEqual(new KubeApi({ kubeConfig }).limits, { qps: 5, burst: 10, maxInFlight: 16, maxWaiting: 256 }, "client-go's defaults for 0");
 });
 
@@ -122,7 +148,10 @@ test('KubeApi: QPS and burst as client-go: the burst goes at once, then calls ar
   for (let i = 0; i < 3; i++) await listLeases(api);
   const refused = await kubeApiError(listLeases(api, 200));
   t.is(refused.kind, 'overloaded');
-  t.regex(refused.message, /client-side rate limit \(--kubeconfig-qps=0.2, --kubeconfig-burst=3\) would delay the request past its deadline/);
+  t.regex(
+    refused.message,
+    /client-side rate limit \(--kubeconfig-qps=0.2, --kubeconfig-burst=3\) would delay the request past its deadline/,
+  );
   const started = performance.now();
   await listLeases(api, 15_000);
   t.true(performance.now() - started >= 500, 'the fourth call waited for a token (one per 5 s)');
@@ -132,7 +161,11 @@ test('KubeApi: each failure names its cause (401, 403, 404, 409, 410, 429, 5xx, 
   const k = await startKubeApi(t);
   const api = await k.client({ user: 'u', auth: 'certificate' });
   const cases: Array<[number, KubeApiErrorKind, RegExp]> = [
-    [401, 'unauthorized', /rejected Kanal's credentials \(401 Unauthorized\): check the user in --kubeconfig or the mounted service account/],
+    [
+      401,
+      'unauthorized',
+      /rejected Kanal's credentials \(401 Unauthorized\): check the user in --kubeconfig or the mounted service account/,
+    ],
     [403, 'forbidden', /403 Forbidden: injected 403: grant it with the RBAC in deploy\/rbac\//],
     [409, 'conflict', /409 Conflict/],
     [410, 'gone', /410 Gone/],
@@ -147,19 +180,25 @@ test('KubeApi: each failure names its cause (401, 403, 404, 409, 410, 429, 5xx, 
     t.is(err.status, status);
     t.regex(err.message, message);
   }
-  const missing = await kubeApiError(api.call('get', (o) => api.coordination.readNamespacedLease({ name: 'x', namespace: 'kube-system' }, o)));
+  const missing = await kubeApiError(
+    api.call('get', (o) => api.coordination.readNamespacedLease({ name: 'x', namespace: 'kube-system' }, o)),
+  );
   t.like(missing, { kind: 'not-found', reason: 'NotFound' });
 
   await k.api.goDown();
   const down = await kubeApiError(listLeases(api));
   t.is(down.kind, 'unreachable');
-  t.regex(down.message, /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up)/, "refused, or a kept-alive connection cut");
+  t.regex(
+    down.message,
+    /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up)/,
+    'refused, or a kept-alive connection cut',
+  );
   await k.api.comeBack();
 
   const other = await startKubeApi(t);
   const file = await k.api.writeKubeconfig(path.join(k.dir, 'wrong-ca'), { user: 'u', auth: 'token' });
   const config = JSON.parse(await fs.readFile(file, 'utf8')) as { clusters: Array<{ cluster: Record<string, string> }> };
-  config.clusters[0]!.cluster['certificate-authority'] = other.api.caFile;
+  config.clusters[0].cluster['certificate-authority'] = other.api.caFile;
   await fs.writeFile(file, JSON.stringify(config));
   const wrongCa = await kubeApiError(listLeases(new KubeApi({ kubeConfig: loadKubeConfig({ kubeconfig: file }) })));
   t.is(wrongCa.kind, 'unreachable');
@@ -174,7 +213,14 @@ test('KubeApi.watch: events in order; an ERROR event, an over-long line or a cut
 
   const events: string[] = [];
   const state: { ended: KubeApiError | undefined | 'open' } = { ended: 'open' };
-  const handle = api.watch(ns, { resourceVersion: '0' }, { onEvent: (type, o) => events.push(`${type} ${(o as { metadata: { name: string } }).metadata.name}`), onEnd: (e) => (state.ended = e) });
+  const handle = api.watch(
+    ns,
+    { resourceVersion: '0' },
+    {
+      onEvent: (type, o) => events.push(`${type} ${(o as { metadata: { name: string } }).metadata.name}`),
+      onEnd: (e) => (state.ended = e),
+    },
+  );
   await waitUntil(() => k.api.openWatches === 1, 'watch open');
   await api.call('create', (o) => api.coordination.createNamespacedLease({ namespace: 'kube-system', body: body('a') }, o));
   await api.call('delete', (o) => api.coordination.deleteNamespacedLease({ namespace: 'kube-system', name: 'a' }, o));
@@ -216,24 +262,40 @@ test('labels: label sets and selectors parsed with Kubernetes rules; bad flags r
   t.deepEqual(parseLabels('k8s-app=konnectivity-server'), { 'k8s-app': 'konnectivity-server' });
   t.deepEqual(parseLabels('b=2, a=1'), { b: '2', a: '1' });
   t.is(formatLabels({ b: '2', 'example.com/a': '1' }), 'b=2,example.com/a=1');
-  t.throws(() => parseLabels('novalue', '--lease-label'), { instanceOf: LabelSyntaxError, message: '--lease-label: "novalue" is not key=value' });
+  t.throws(() => parseLabels('novalue', '--lease-label'), {
+    instanceOf: LabelSyntaxError,
+    message: '--lease-label: "novalue" is not key=value',
+  });
   t.throws(() => parseLabels('a=1,a=2'), { message: /given twice/ });
   t.throws(() => parseLabels('a=has space'), { message: /label value "has space"/ });
   t.throws(() => parseLabels('Bad_Prefix/a=1'), { message: /invalid prefix/ });
 
   const labels = { 'k8s-app': 'konnectivity-server', tier: 'cp' };
-  const yes = ['', 'k8s-app=konnectivity-server', 'k8s-app==konnectivity-server', 'tier!=node', 'k8s-app in (x, konnectivity-server)', 'zone notin (a)', 'tier', '!zone', 'k8s-app=konnectivity-server,tier=cp'];
+  const yes = [
+    '',
+    'k8s-app=konnectivity-server',
+    'k8s-app==konnectivity-server',
+    'tier!=node',
+    'k8s-app in (x, konnectivity-server)',
+    'zone notin (a)',
+    'tier',
+    '!zone',
+    'k8s-app=konnectivity-server,tier=cp',
+  ];
   const no = ['k8s-app=other', 'tier!=cp', 'k8s-app in (x)', 'tier notin (cp)', 'zone', '!tier', 'k8s-app=konnectivity-server,tier=node'];
   for (const s of yes) t.true(LabelSelector.parse(s).matches(labels), s);
   for (const s of no) t.false(LabelSelector.parse(s).matches(labels), s);
   t.false(LabelSelector.parse('zone in (a)').matches(undefined));
   t.true(LabelSelector.parse('zone notin (a)').matches(undefined));
-  for (const bad of ['a in (b', 'a,,b', 'a > 1', 'a=b=c']) t.throws(() => LabelSelector.parse(bad, '--lease-label'), { instanceOf: LabelSyntaxError, message: /^--lease-label: / }, bad);
+  for (const bad of ['a in (b', 'a,,b', 'a > 1', 'a=b=c'])
+    t.throws(() => LabelSelector.parse(bad, '--lease-label'), { instanceOf: LabelSyntaxError, message: /^--lease-label: / }, bad);
 });
 
 test('lease validity: renewTime, else acquireTime, plus the duration; a lease without them never counts', (t) => {
   const now = Date.parse('2030-01-01T00:00:30Z');
-  const at = (renewTime?: string, acquireTime?: string, leaseDurationSeconds: number | null = 30): LeaseTimes => ({ spec: { renewTime, acquireTime, leaseDurationSeconds } });
+  const at = (renewTime?: string, acquireTime?: string, leaseDurationSeconds: number | null = 30): LeaseTimes => ({
+    spec: { renewTime, acquireTime, leaseDurationSeconds },
+  });
   t.true(isLeaseValid(at('2030-01-01T00:00:01.000000Z'), now));
   t.false(isLeaseValid(at('2030-01-01T00:00:00.000000Z'), now), 'renewTime + duration must be after now');
   t.true(isLeaseValid(at(undefined, '2030-01-01T00:00:10.000000Z'), now));
@@ -255,7 +317,11 @@ test('TokenBucket: starts with the burst, refills at qps, refuses a wait beyond 
   bucket.release();
   t.is(bucket.reserve(1000), 1000, 'a released reservation is reused');
   now = 10_000;
-  t.deepEqual([bucket.reserve(0), bucket.reserve(0), bucket.reserve(0), bucket.reserve(0)], [0, 0, 0, undefined], 'refilled to the burst, not beyond');
+  t.deepEqual(
+    [bucket.reserve(0), bucket.reserve(0), bucket.reserve(0), bucket.reserve(0)],
+    [0, 0, 0, undefined],
+    'refilled to the burst, not beyond',
+  );
   t.is(new TokenBucket(-1, 0).reserve(0), 0, 'negative QPS: unlimited');
 });
 

@@ -48,10 +48,23 @@ async function cluster(t: ExecutionContext): Promise<Cluster> {
     },
     async counter(options = {}) {
       // The agent's in-cluster service account, bound by deploy/rbac/konnectivity-agent.yaml.
-      const { serviceAccountDir, env } = await k.api.writeInClusterFiles(path.join(k.dir, `agent-${++agents}`), { namespace: NS, serviceAccount: 'konnectivity-agent' });
+      const { serviceAccountDir, env } = await k.api.writeInClusterFiles(path.join(k.dir, `agent-${++agents}`), {
+        namespace: NS,
+        serviceAccount: 'konnectivity-agent',
+      });
       const api = new KubeApi({ kubeConfig: loadKubeConfig({ env, serviceAccountDir }) });
-      stops.push(async () => api.close());
-      const counter = new ServerLeaseCounter({ api, log: memoryLogger().log, watchIdleTimeoutMs: 3000, retryInitialMs: 100, retryMaxMs: 500, ...options });
+      stops.push(() => {
+        api.close();
+        return Promise.resolve();
+      });
+      const counter = new ServerLeaseCounter({
+        api,
+        log: memoryLogger().log,
+        watchIdleTimeoutMs: 3000,
+        retryInitialMs: 100,
+        retryMaxMs: 500,
+        ...options,
+      });
       stops.push(() => counter.stop());
       counter.start();
       return counter;
@@ -66,15 +79,18 @@ test('three servers → the counter sees three; one stops renewing → its lease
   const servers = await Promise.all(['server-1', 'server-2', 'server-3'].map((id) => c.server(id)));
   await waitUntil(() => counter.count() === 3, 'the counter sees three servers');
   const stored = c.k.api.leases.get(NS, 'konnectivity-proxy-server-server-1');
-  t.like(stored, { metadata: { labels: { 'k8s-app': 'konnectivity-server' } }, spec: { holderIdentity: 'server-1', leaseDurationSeconds: 4 } });
+  t.like(stored, {
+    metadata: { labels: { 'k8s-app': 'konnectivity-server' } },
+    spec: { holderIdentity: 'server-1', leaseDurationSeconds: 4 },
+  });
   t.regex(stored.spec.renewTime ?? '', /\.\d{6}Z$/);
 
   // server-3 loses the API (its own requests only; the others still list and delete).
   const collected: string[] = [];
   for (const s of servers) s.on('collected', (name) => collected.push(name));
   let expiredReported = false;
-  servers[2]!.on('renew-failed', (_err, _n, expired) => (expiredReported ||= expired));
-  c.k.api.injectFault({ name: servers[2]!.leaseName, verb: ['get', 'update', 'create'] }, { status: 503 });
+  servers[2].on('renew-failed', (_err, _n, expired) => (expiredReported ||= expired));
+  c.k.api.injectFault({ name: servers[2].leaseName, verb: ['get', 'update', 'create'] }, { status: 503 });
   const lostAt = Date.now();
   await waitUntil(() => counter.count() === 2, 'the counter drops to two', 20_000);
   t.log(`server-3's lease stopped counting ${Date.now() - lostAt} ms after its renewals began failing (lease 4 s)`);
@@ -88,7 +104,7 @@ test('three servers → the counter sees three; one stops renewing → its lease
   await waitUntil(() => counter.count() === 3, 'a new server brings the count back to three');
 
   const stoppedAt = Date.now();
-  await servers[0]!.stop();
+  await servers[0].stop();
   t.false(c.leaseNames().includes('konnectivity-proxy-server-server-1'), 'stop() deleted the lease');
   await waitUntil(() => counter.count() === 2, 'the counter drops to two at once');
   t.log(`a stopped server stopped counting after ${Date.now() - stoppedAt} ms (expiry would take 4000 ms)`);
@@ -132,7 +148,10 @@ test('collection: only expired leases with our labels in our namespace, each del
   const c = await cluster(t);
   const store = c.k.api.leases;
   const mk = (name: string, labels: Record<string, string>, renewedAgoMs: number, ns = NS) =>
-    store.create(ns, { metadata: { name, labels }, spec: { holderIdentity: name, leaseDurationSeconds: 30, renewTime: micro(Date.now() - renewedAgoMs) } });
+    store.create(ns, {
+      metadata: { name, labels },
+      spec: { holderIdentity: name, leaseDurationSeconds: 30, renewTime: micro(Date.now() - renewedAgoMs) },
+    });
   mk('old', LABELS, 60_000);
   mk('fresh', LABELS, 0);
   mk('foreign', { app: 'other' }, 60_000);
@@ -149,7 +168,10 @@ test('collection: only expired leases with our labels in our namespace, each del
   await waitUntil(() => held.hits === 1, 'the delete arrives and is held');
   const listed = store.get(NS, 'renewed-meanwhile');
   store.update(NS, 'renewed-meanwhile', { ...listed, spec: { ...listed.spec, leaseDurationSeconds: 3600, renewTime: micro(Date.now()) } });
-  await waitUntil(() => c.k.api.requests.some((r) => r.verb === 'delete' && r.name === 'renewed-meanwhile' && r.status !== 0), 'the held delete answered');
+  await waitUntil(
+    () => c.k.api.requests.some((r) => r.verb === 'delete' && r.name === 'renewed-meanwhile' && r.status !== 0),
+    'the held delete answered',
+  );
   await waitUntil(() => collected.length === 2, 'the other two collected', 20_000);
   t.deepEqual(collected.sort(), ['no-times', 'old']);
   t.deepEqual(c.leaseNames().sort(), ['foreign', 'fresh', 'konnectivity-proxy-server-gc', 'renewed-meanwhile']);
@@ -168,7 +190,10 @@ test('the counter: none valid counts 1; watch drops, stalls and 410s are recover
   t.is(counter.count(), 1, 'no lease: 1, as upstream');
   t.is(counter.validLeases(), 0);
   const add = (name: string, durationSeconds = 3600) =>
-    store.create(NS, { metadata: { name, labels: LABELS }, spec: { holderIdentity: name, leaseDurationSeconds: durationSeconds, renewTime: micro(Date.now()) } });
+    store.create(NS, {
+      metadata: { name, labels: LABELS },
+      spec: { holderIdentity: name, leaseDurationSeconds: durationSeconds, renewTime: micro(Date.now()) },
+    });
   add('a');
   add('b');
   store.create(NS, { metadata: { name: 'unlabelled' }, spec: { leaseDurationSeconds: 3600, renewTime: micro(Date.now()) } });
@@ -201,14 +226,24 @@ test('the counter: none valid counts 1; watch drops, stalls and 410s are recover
   await waitUntil(() => counter.count() === 2, 'two short leases');
   await c.k.api.goDown();
   await waitUntil(() => !counter.synced, 'the counter notices the API is gone');
-  await waitUntil(() => Date.now() > (store.list(NS, EVERYTHING).items.map((l) => Date.parse(l.spec.renewTime!) + 4000).sort().at(-1) ?? 0), 'both leases expired', 8000);
+  await waitUntil(
+    () =>
+      Date.now() >
+      (store
+        .list(NS, EVERYTHING)
+        .items.map((l) => Date.parse(l.spec.renewTime!) + 4000)
+        .sort()
+        .at(-1) ?? 0),
+    'both leases expired',
+    8000,
+  );
   t.is(counter.count(), 2, 'the leases expired meanwhile, but with no view the last count stands (upstream would answer 1)');
   await c.k.api.comeBack();
   await waitUntil(() => counter.synced, 'in sync again', 10_000);
   t.is(counter.count(), 1, 'in sync: expired leases do not count');
 });
 
-test('a lease controller or counter without the RBAC it needs reports the API\'s 403 with the fix', async (t) => {
+test("a lease controller or counter without the RBAC it needs reports the API's 403 with the fix", async (t) => {
   const c = await cluster(t);
   const api = await c.k.client({ user: 'not-bound', auth: 'certificate' });
   const { log, lines } = memoryLogger();
@@ -229,7 +264,7 @@ test('a lease controller or counter without the RBAC it needs reports the API\'s
   counter.start();
   t.teardown(() => counter.stop());
   await waitUntil(() => lost.length >= 1, 'the counter reports why');
-  t.regex(lost[0]!, /cannot list resource "leases"/);
+  t.regex(lost[0], /cannot list resource "leases"/);
   t.is(counter.count(), 1);
 });
 
@@ -249,9 +284,16 @@ test('lease controller configuration is checked: labels, timing, server ID', asy
   const k = await startKubeApi(t);
   const api = await k.client({ user: 'u', auth: 'token' });
   const log = memoryLogger().log;
-  t.throws(() => new ServerLeaseController({ api, serverId: 's', labels: {}, log }), { message: /--lease-label must name at least one label/ });
-  t.throws(() => new ServerLeaseController({ api, serverId: 's', labels: LABELS, log, leaseDurationSeconds: 10, renewIntervalMs: 10_000 }), { message: /must be shorter than the lease duration/ });
-  t.throws(() => new ServerLeaseController({ api, serverId: 'UPPER', labels: LABELS, log }), { message: /--server-id "UPPER" cannot name a Lease/ });
+  t.throws(() => new ServerLeaseController({ api, serverId: 's', labels: {}, log }), {
+    message: /--lease-label must name at least one label/,
+  });
+  t.throws(
+    () => new ServerLeaseController({ api, serverId: 's', labels: LABELS, log, leaseDurationSeconds: 10, renewIntervalMs: 10_000 }),
+    { message: /must be shorter than the lease duration/ },
+  );
+  t.throws(() => new ServerLeaseController({ api, serverId: 'UPPER', labels: LABELS, log }), {
+    message: /--server-id "UPPER" cannot name a Lease/,
+  });
   t.throws(() => new ServerLeaseCounter({ api, log, selector: 'a in (' }), { message: /^--lease-label: unbalanced parentheses/ });
   const defaults = new ServerLeaseController({ api, serverId: 's', labels: LABELS, log });
   t.is(defaults.leaseName, 'konnectivity-proxy-server-s');

@@ -16,7 +16,11 @@ const AUDIENCE = 'system:konnectivity-server';
 
 const micro = (ms = Date.now()): string => new Date(ms).toISOString().replace('Z', '000Z');
 
-function lease(name: string, labels: Record<string, string> = { 'k8s-app': 'konnectivity-server' }, extra: Record<string, unknown> = {}): Record<string, unknown> {
+function lease(
+  name: string,
+  labels: Record<string, string> = { 'k8s-app': 'konnectivity-server' },
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
   return {
     apiVersion: 'coordination.k8s.io/v1',
     kind: 'Lease',
@@ -29,8 +33,34 @@ function review(token: string, audiences?: string[]): Record<string, unknown> {
   return { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, ...(audiences ? { audiences } : {}) } };
 }
 
+/**
+ * A lease as the stand-in answers it (JSON, or protobuf decoded); the leases these tests write all carry labels and a
+ * renewTime. A type, not an interface, so that decodeObject()'s Record<string, unknown> can be asserted to it.
+ */
+type LeaseJson = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace: string; uid: string; resourceVersion: string; labels: Record<string, string> };
+  spec: { holderIdentity?: string; leaseDurationSeconds?: number; renewTime: string };
+};
+
+interface LeaseListJson {
+  kind: string;
+  metadata: { resourceVersion: string };
+  items: LeaseJson[];
+}
+
+/** A TokenReview's status; which fields are present depends on the outcome, and the tests read only those that are. */
+interface ReviewStatus {
+  authenticated?: boolean;
+  audiences?: string[];
+  user: { username: string; groups: string[]; extra: Record<string, string[]> };
+  error: string;
+}
+
 interface RawWatch {
-  events: Array<{ type: string; object: Record<string, any> }>;
+  /** ERROR and BOOKMARK events carry a Status or a bare Lease; the tests read names only from the others. */
+  events: Array<{ type: string; object: LeaseJson }>;
   ended: Promise<'end' | 'reset'>;
   close(): void;
 }
@@ -78,7 +108,7 @@ test('TokenReview: audiences, expiry, revocation and unknown tokens answered as 
 
   const ok = await k.request('POST', REVIEWS, { body: review(agent, [AUDIENCE, 'other']) });
   t.is(ok.status, 201);
-  const status = ok.json().status as Record<string, any>;
+  const status = ok.json().status as ReviewStatus;
   t.true(status.authenticated);
   t.deepEqual(status.audiences, [AUDIENCE], 'the intersection of requested and token audiences');
   t.is(status.user.username, 'system:serviceaccount:kube-system:konnectivity-agent');
@@ -88,27 +118,48 @@ test('TokenReview: audiences, expiry, revocation and unknown tokens answered as 
   t.deepEqual(status.user.extra['authentication.kubernetes.io/node-name'], ['node-1']);
   t.is((ok.json().spec as Record<string, unknown>).token, agent, 'the request is echoed with its status');
 
-  const wrongAudience = (await k.request('POST', REVIEWS, { body: review(agent, ['https://kubernetes.default.svc.cluster.local']) })).json().status as Record<string, any>;
+  const wrongAudience = (await k.request('POST', REVIEWS, { body: review(agent, ['https://kubernetes.default.svc.cluster.local']) })).json()
+    .status as ReviewStatus;
   t.falsy(wrongAudience.authenticated);
-  t.is(wrongAudience.error, '[invalid bearer token, token audiences ["system:konnectivity-server"] is invalid for the target audiences ["https://kubernetes.default.svc.cluster.local"]]');
+  t.is(
+    wrongAudience.error,
+    '[invalid bearer token, token audiences ["system:konnectivity-server"] is invalid for the target audiences ["https://kubernetes.default.svc.cluster.local"]]',
+  );
 
   // No spec.audiences: the API's own audiences, which a konnectivity token does not carry.
-  t.regex(((await k.request('POST', REVIEWS, { body: review(agent) })).json().status as Record<string, any>).error, /is invalid for the target audiences/);
+  t.regex(
+    ((await k.request('POST', REVIEWS, { body: review(agent) })).json().status as ReviewStatus).error,
+    /is invalid for the target audiences/,
+  );
   const apiToken = tokens.issueServiceAccountToken({ namespace: 'default', serviceAccount: 'default' });
-  const forApi = (await k.request('POST', REVIEWS, { body: review(apiToken) })).json().status as Record<string, any>;
+  const forApi = (await k.request('POST', REVIEWS, { body: review(apiToken) })).json().status as ReviewStatus;
   t.true(forApi.authenticated);
   t.deepEqual(forApi.audiences, ['https://kubernetes.default.svc.cluster.local']);
 
-  const expired = tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audiences: [AUDIENCE], expiresInSeconds: -10 });
-  t.is(((await k.request('POST', REVIEWS, { body: review(expired, [AUDIENCE]) })).json().status as Record<string, any>).error, '[invalid bearer token, service account token has expired]');
+  const expired = tokens.issueServiceAccountToken({
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audiences: [AUDIENCE],
+    expiresInSeconds: -10,
+  });
+  t.is(
+    ((await k.request('POST', REVIEWS, { body: review(expired, [AUDIENCE]) })).json().status as ReviewStatus).error,
+    '[invalid bearer token, service account token has expired]',
+  );
 
   tokens.revoke(agent);
-  t.is(((await k.request('POST', REVIEWS, { body: review(agent, [AUDIENCE]) })).json().status as Record<string, any>).error, '[invalid bearer token, service account token has been invalidated]');
+  t.is(
+    ((await k.request('POST', REVIEWS, { body: review(agent, [AUDIENCE]) })).json().status as ReviewStatus).error,
+    '[invalid bearer token, service account token has been invalidated]',
+  );
 
-  const unknown = (await k.request('POST', REVIEWS, { body: review('not-a-token', [AUDIENCE]) })).json().status as Record<string, any>;
+  const unknown = (await k.request('POST', REVIEWS, { body: review('not-a-token', [AUDIENCE]) })).json().status as Record<string, unknown>;
   t.deepEqual(unknown, { user: {}, error: 'invalid bearer token' });
   const forged = `${agent.slice(0, agent.lastIndexOf('.'))}.AAAA`;
-  t.regex(((await k.request('POST', REVIEWS, { body: review(forged, [AUDIENCE]) })).json().status as Record<string, any>).error, /cryptographic primitive/);
+  t.regex(
+    ((await k.request('POST', REVIEWS, { body: review(forged, [AUDIENCE]) })).json().status as ReviewStatus).error,
+    /cryptographic primitive/,
+  );
 
   const empty = await k.request('POST', REVIEWS, { body: review('', [AUDIENCE]) });
   t.is(empty.status, 400);
@@ -127,10 +178,20 @@ test('API authentication: a bad credential is 401, none is anonymous (403), a cl
 
   const client = await k.client({ user: 'system:konnectivity-server', auth: 'certificate' });
   await client.call('list', (o) => client.coordination.listNamespacedLease({ namespace: 'kube-system' }, o));
-  t.like(k.api.requests.at(-1), { verb: 'list', resource: 'leases', namespace: 'kube-system', user: 'system:konnectivity-server', status: 200 });
+  t.like(k.api.requests.at(-1), {
+    verb: 'list',
+    resource: 'leases',
+    namespace: 'kube-system',
+    user: 'system:konnectivity-server',
+    status: 200,
+  });
 
   // A pod's token is for the API's audience; a konnectivity-audience token is not accepted by the API itself.
-  const agentToken = k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audiences: [AUDIENCE] });
+  const agentToken = k.api.tokens.issueServiceAccountToken({
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audiences: [AUDIENCE],
+  });
   t.is((await k.request('GET', LEASES, { headers: { Authorization: `Bearer ${agentToken}` }, anonymous: true })).status, 401);
 });
 
@@ -138,19 +199,27 @@ test('Leases: create, get, update with resourceVersion conflicts, unconditional 
   const k = await startKubeApi(t);
   const created = await k.request('POST', LEASES, { body: lease('a') });
   t.is(created.status, 201);
-  const a: any = created.json();
-  t.like(a, { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'a', namespace: 'kube-system', resourceVersion: '1' } });
+  const a = JSON.parse(created.text) as LeaseJson;
+  t.like(a, {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name: 'a', namespace: 'kube-system', resourceVersion: '1' },
+  });
   t.regex(a.metadata.uid, /^[0-9a-f-]{36}$/);
   t.regex(a.spec.renewTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
 
   const again = await k.request('POST', LEASES, { body: lease('a') });
   t.is(again.status, 409);
   t.like(again.json(), { reason: 'AlreadyExists', message: 'leases.coordination.k8s.io "a" already exists' });
-  t.is((await k.request('POST', LEASES, { body: { ...lease('b'), metadata: { name: 'b', resourceVersion: '7' } } })).status, 500, 'resourceVersion on create');
+  t.is(
+    (await k.request('POST', LEASES, { body: { ...lease('b'), metadata: { name: 'b', resourceVersion: '7' } } })).status,
+    500,
+    'resourceVersion on create',
+  );
 
   t.deepEqual((await k.request('GET', `${LEASES}/a`)).json(), a);
 
-  const renewed: any = { ...a, spec: { ...a.spec, renewTime: micro(Date.now() + 1000) } };
+  const renewed: LeaseJson = { ...a, spec: { ...a.spec, renewTime: micro(Date.now() + 1000) } };
   const updated = await k.request('PUT', `${LEASES}/a`, { body: renewed });
   t.is(updated.status, 200);
   t.is((updated.json().metadata as Record<string, unknown>).resourceVersion, '2');
@@ -158,16 +227,26 @@ test('Leases: create, get, update with resourceVersion conflicts, unconditional 
   t.is(stale.status, 409);
   t.like(stale.json(), {
     reason: 'Conflict',
-    message: 'Operation cannot be fulfilled on leases.coordination.k8s.io "a": the object has been modified; please apply your changes to the latest version and try again',
+    message:
+      'Operation cannot be fulfilled on leases.coordination.k8s.io "a": the object has been modified; please apply your changes to the latest version and try again',
   });
   const unconditional = { ...renewed, metadata: { ...renewed.metadata, resourceVersion: undefined } };
-  t.is(((await k.request('PUT', `${LEASES}/a`, { body: unconditional })).json().metadata as Record<string, unknown>).resourceVersion, '2', 'a write that changes nothing is no write');
+  t.is(
+    ((await k.request('PUT', `${LEASES}/a`, { body: unconditional })).json().metadata as Record<string, unknown>).resourceVersion,
+    '2',
+    'a write that changes nothing is no write',
+  );
   t.is((await k.request('PUT', `${LEASES}/b`, { body: lease('b') })).status, 404, 'leases are not created on update');
   t.is((await k.request('PUT', `${LEASES}/a`, { body: lease('z') })).status, 400, 'name in body and URL differ');
 
-  const precondition = await k.request('DELETE', `${LEASES}/a`, { body: { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: '1' } } });
+  const precondition = await k.request('DELETE', `${LEASES}/a`, {
+    body: { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: '1' } },
+  });
   t.is(precondition.status, 409);
-  t.is(precondition.json().message, 'Operation cannot be fulfilled on leases.coordination.k8s.io "a": Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: 2');
+  t.is(
+    precondition.json().message,
+    'Operation cannot be fulfilled on leases.coordination.k8s.io "a": Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: 2',
+  );
   const deleted = await k.request('DELETE', `${LEASES}/a`, { body: { preconditions: { resourceVersion: '2' } } });
   t.like(deleted.json(), { kind: 'Status', status: 'Success', details: { name: 'a', kind: 'leases', uid: a.metadata.uid } });
   const gone = await k.request('GET', `${LEASES}/a`);
@@ -177,7 +256,9 @@ test('Leases: create, get, update with resourceVersion conflicts, unconditional 
 
 test('Leases: validated as the API does (MicroTime with six digits, DNS names, positive duration, namespace)', async (t) => {
   const k = await startKubeApi(t);
-  const millis = await k.request('POST', LEASES, { body: { ...lease('a'), spec: { renewTime: new Date().toISOString(), leaseDurationSeconds: 30 } } });
+  const millis = await k.request('POST', LEASES, {
+    body: { ...lease('a'), spec: { renewTime: new Date().toISOString(), leaseDurationSeconds: 30 } },
+  });
   t.is(millis.status, 400, 'a JavaScript Date string has three digits: the API cannot parse it as MicroTime');
   t.regex(String(millis.json().message), /2006-01-02T15:04:05.000000Z07:00/);
   t.is((await k.request('POST', LEASES, { body: lease('Not_A_Name') })).status, 422);
@@ -196,22 +277,35 @@ test('Leases: list and watch with label selectors; selector transitions; replay 
   await k.request('POST', LEASES, { body: lease('other', { app: 'x' }) });
   await k.request('POST', '/apis/coordination.k8s.io/v1/namespaces/default/leases', { body: lease('s2') });
 
-  const list = (await k.request('GET', `${LEASES}?labelSelector=${encodeURIComponent('k8s-app=konnectivity-server')}`)).json() as Record<string, any>;
+  const list = JSON.parse(
+    (await k.request('GET', `${LEASES}?labelSelector=${encodeURIComponent('k8s-app=konnectivity-server')}`)).text,
+  ) as LeaseListJson;
   t.is(list.kind, 'LeaseList');
-  t.deepEqual(list.items.map((l: any) => l.metadata.name), ['s1']);
+  t.deepEqual(
+    list.items.map((l) => l.metadata.name),
+    ['s1'],
+  );
   t.is(list.metadata.resourceVersion, '3');
-  const all = (await k.request('GET', `/apis/coordination.k8s.io/v1/leases?labelSelector=${encodeURIComponent('k8s-app in (konnectivity-server)')}`)).json() as Record<string, any>;
-  t.deepEqual(all.items.map((l: any) => `${l.metadata.namespace}/${l.metadata.name}`), ['default/s2', 'kube-system/s1']);
+  const all = JSON.parse(
+    (await k.request('GET', `/apis/coordination.k8s.io/v1/leases?labelSelector=${encodeURIComponent('k8s-app in (konnectivity-server)')}`))
+      .text,
+  ) as LeaseListJson;
+  t.deepEqual(
+    all.items.map((l) => `${l.metadata.namespace}/${l.metadata.name}`),
+    ['default/s2', 'kube-system/s1'],
+  );
   t.is((await k.request('GET', `${LEASES}?labelSelector=${encodeURIComponent('a in (b')}`)).status, 400);
 
   const w = await openWatch(k, `labelSelector=k8s-app%3Dkonnectivity-server&resourceVersion=${list.metadata.resourceVersion}`);
-  const s1 = (await k.request('GET', `${LEASES}/s1`)).json() as Record<string, any>;
+  const s1 = JSON.parse((await k.request('GET', `${LEASES}/s1`)).text) as LeaseJson;
   await k.request('PUT', `${LEASES}/s1`, { body: { ...s1, spec: { ...s1.spec, renewTime: micro(Date.now() + 5) } } });
   await k.request('POST', LEASES, { body: lease('s3') });
-  const s3 = (await k.request('GET', `${LEASES}/s3`)).json() as Record<string, any>;
+  const s3 = JSON.parse((await k.request('GET', `${LEASES}/s3`)).text) as LeaseJson;
   await k.request('PUT', `${LEASES}/s3`, { body: { ...s3, metadata: { ...s3.metadata, labels: { app: 'moved' } } } });
-  const other = (await k.request('GET', `${LEASES}/other`)).json() as Record<string, any>;
-  await k.request('PUT', `${LEASES}/other`, { body: { ...other, metadata: { ...other.metadata, labels: { 'k8s-app': 'konnectivity-server' } } } });
+  const other = JSON.parse((await k.request('GET', `${LEASES}/other`)).text) as LeaseJson;
+  await k.request('PUT', `${LEASES}/other`, {
+    body: { ...other, metadata: { ...other.metadata, labels: { 'k8s-app': 'konnectivity-server' } } },
+  });
   await k.request('DELETE', `${LEASES}/s1`);
   await waitUntil(() => w.events.length >= 5, 'five watch events');
   t.deepEqual(
@@ -223,26 +317,39 @@ test('Leases: list and watch with label selectors; selector transitions; replay 
 
   const replay = await openWatch(k, 'labelSelector=k8s-app%3Dkonnectivity-server&resourceVersion=6');
   await waitUntil(() => replay.events.length >= 2, 'replayed events');
-  t.deepEqual(replay.events.map((e) => `${e.type} ${e.object.metadata.name}`), ['ADDED other', 'DELETED s1']);
+  t.deepEqual(
+    replay.events.map((e) => `${e.type} ${e.object.metadata.name}`),
+    ['ADDED other', 'DELETED s1'],
+  );
   replay.close();
 
   const fresh = await openWatch(k, 'resourceVersion=0');
   await waitUntil(() => fresh.events.length >= 2, 'synthetic ADDED');
-  t.deepEqual(fresh.events.map((e) => `${e.type} ${e.object.metadata.name}`), ['ADDED other', 'ADDED s3'], 'resourceVersion 0: the current state first');
+  t.deepEqual(
+    fresh.events.map((e) => `${e.type} ${e.object.metadata.name}`),
+    ['ADDED other', 'ADDED s3'],
+    'resourceVersion 0: the current state first',
+  );
   fresh.close();
 
   k.api.leases.compact();
   const expired = await openWatch(k, 'resourceVersion=2');
   t.is(await expired.ended, 'end');
   t.is(expired.events.length, 1);
-  t.like(expired.events[0], { type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version: 2 (9)' } });
+  t.like(expired.events[0], {
+    type: 'ERROR',
+    object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version: 2 (9)' },
+  });
 });
 
 test('Watches: bookmarks, timeoutSeconds, and streams ended, cut or silently stalled on demand', async (t) => {
   const k = await startKubeApi(t, { bookmarkIntervalMs: 100 });
   const bookmarked = await openWatch(k, 'allowWatchBookmarks=true&timeoutSeconds=1');
   await waitUntil(() => bookmarked.events.some((e) => e.type === 'BOOKMARK'), 'a bookmark');
-  t.like(bookmarked.events.find((e) => e.type === 'BOOKMARK'), { object: { kind: 'Lease', metadata: { resourceVersion: '0' } } });
+  t.like(
+    bookmarked.events.find((e) => e.type === 'BOOKMARK'),
+    { object: { kind: 'Lease', metadata: { resourceVersion: '0' } } },
+  );
   t.is(await bookmarked.ended, 'end', 'timeoutSeconds ends the stream cleanly');
 
   const ended = await openWatch(k, '');
@@ -300,15 +407,27 @@ test('Faults: any status, delays, requests that never answer, resets; the server
 test('RBAC: deploy/rbac grants the server TokenReview and its leases, the agent list and watch of leases, and nothing more', async (t) => {
   const k = await startKubeApi(t, { rbac: await shippedRbac() });
   const server = { user: 'system:konnectivity-server' };
-  const agent = { headers: { Authorization: `Bearer ${k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent' })}` }, anonymous: true };
-  const stranger = { headers: { Authorization: `Bearer ${k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'default' })}` }, anonymous: true };
+  const agent = {
+    headers: {
+      Authorization: `Bearer ${k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent' })}`,
+    },
+    anonymous: true,
+  };
+  const stranger = {
+    headers: { Authorization: `Bearer ${k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'default' })}` },
+    anonymous: true,
+  };
 
   t.is((await k.request('POST', REVIEWS, { ...server, body: review('x', [AUDIENCE]) })).status, 201);
   t.is((await k.request('POST', LEASES, { ...server, body: lease('s1') })).status, 201);
   const s1 = (await k.request('GET', `${LEASES}/s1`, server)).json();
   t.is((await k.request('PUT', `${LEASES}/s1`, { ...server, body: s1 })).status, 200);
   t.is((await k.request('GET', LEASES, server)).status, 200);
-  t.is((await k.request('POST', '/apis/coordination.k8s.io/v1/namespaces/default/leases', { ...server, body: lease('s1') })).status, 403, 'only in the lease namespace');
+  t.is(
+    (await k.request('POST', '/apis/coordination.k8s.io/v1/namespaces/default/leases', { ...server, body: lease('s1') })).status,
+    403,
+    'only in the lease namespace',
+  );
 
   t.is((await k.request('GET', `${LEASES}?labelSelector=k8s-app%3Dkonnectivity-server`, agent)).status, 200);
   const w = await openWatch(k, '');
@@ -328,40 +447,74 @@ test('RBAC: deploy/rbac grants the server TokenReview and its leases, the agent 
 
 test('Content types: JSON and protobuf bodies, answers negotiated from Accept as the API server does; a protobuf watch is length-delimited frames', async (t) => {
   const k = await startKubeApi(t);
-  const token = k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audiences: [AUDIENCE], node: { name: 'n1' } });
+  const token = k.api.tokens.issueServiceAccountToken({
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audiences: [AUDIENCE],
+    node: { name: 'n1' },
+  });
   const proto = await rawBinary(k, 'POST', REVIEWS, encodeObject(review(token, [AUDIENCE])), PROTOBUF);
   t.is(proto.status, 201);
   t.is(proto.contentType, PROTOBUF);
-  const answered = decodeObject(proto.body) as Record<string, any>;
-  t.like(answered, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', status: { authenticated: true, audiences: [AUDIENCE], user: { username: 'system:serviceaccount:kube-system:konnectivity-agent' } } });
+  const answered = decodeObject(proto.body) as { status: ReviewStatus };
+  t.like(answered, {
+    apiVersion: 'authentication.k8s.io/v1',
+    kind: 'TokenReview',
+    status: { authenticated: true, audiences: [AUDIENCE], user: { username: 'system:serviceaccount:kube-system:konnectivity-agent' } },
+  });
   t.deepEqual(answered.status.user.extra['authentication.kubernetes.io/node-name'], ['n1']);
 
   const created = await rawBinary(k, 'POST', LEASES, encodeObject(lease('p1')), PROTOBUF);
   t.is(created.status, 201);
-  const stored = decodeObject(created.body) as Record<string, any>;
+  const stored = decodeObject(created.body) as LeaseJson;
   t.regex(stored.spec.renewTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/, 'MicroTime survives the protobuf round trip');
   t.is(stored.metadata.labels['k8s-app'], 'konnectivity-server');
   t.deepEqual(k.api.leases.get('kube-system', 'p1').spec, stored.spec);
   const conflict = await rawBinary(k, 'POST', LEASES, encodeObject(lease('p1')), PROTOBUF);
   t.like(decodeObject(conflict.body), { kind: 'Status', reason: 'AlreadyExists', code: 409 }, 'errors are Status objects in protobuf too');
   const deleteOptions = encodeObject({ apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: '99' } });
-  t.like(decodeObject((await rawBinary(k, 'DELETE', `${LEASES}/p1`, deleteOptions, PROTOBUF)).body), { reason: 'Conflict' }, 'protobuf DeleteOptions preconditions');
+  t.like(
+    decodeObject((await rawBinary(k, 'DELETE', `${LEASES}/p1`, deleteOptions, PROTOBUF)).body),
+    { reason: 'Conflict' },
+    'protobuf DeleteOptions preconditions',
+  );
 
   const list = await rawBinary(k, 'GET', LEASES, undefined, `${PROTOBUF}, */*`);
   t.like(decodeObject(list.body), { kind: 'LeaseList', metadata: { resourceVersion: '1' } });
-  t.is((await rawBinary(k, 'GET', LEASES, undefined, 'application/json, */*;q=0.8')).contentType, 'application/json', "client-node's Accept");
-  t.is((await rawBinary(k, 'GET', LEASES, undefined, `${PROTOBUF};q=0.5, application/json`)).contentType, 'application/json', 'the higher quality wins');
+  t.is(
+    (await rawBinary(k, 'GET', LEASES, undefined, 'application/json, */*;q=0.8')).contentType,
+    'application/json',
+    "client-node's Accept",
+  );
+  t.is(
+    (await rawBinary(k, 'GET', LEASES, undefined, `${PROTOBUF};q=0.5, application/json`)).contentType,
+    'application/json',
+    'the higher quality wins',
+  );
   t.is((await rawBinary(k, 'GET', LEASES, undefined, 'application/yaml')).status, 406);
   t.is((await rawBinary(k, 'POST', LEASES, Buffer.from('a: b'), 'application/json', 'application/yaml')).status, 415);
-  t.like(JSON.parse((await rawBinary(k, 'POST', LEASES, Buffer.from('k8s\0garbage'), 'application/json', PROTOBUF)).body.toString()), { code: 400, reason: 'BadRequest' });
+  t.like(JSON.parse((await rawBinary(k, 'POST', LEASES, Buffer.from('k8s\0garbage'), 'application/json', PROTOBUF)).body.toString()), {
+    code: 400,
+    reason: 'BadRequest',
+  });
 
   const watch = await rawBinary(k, 'GET', `${LEASES}?watch=true&resourceVersion=0&timeoutSeconds=1`, undefined, `${PROTOBUF}, */*`);
   t.is(watch.contentType, `${PROTOBUF};stream=watch`);
-  t.deepEqual(decodeWatchFrames(watch.body).map((e) => `${e.type} ${(e.object.metadata as { name: string }).name}`), ['ADDED p1']);
+  t.deepEqual(
+    decodeWatchFrames(watch.body).map((e) => `${e.type} ${(e.object.metadata as { name: string }).name}`),
+    ['ADDED p1'],
+  );
 });
 
 /** One request with a binary body and the raw answer. */
-async function rawBinary(k: KubeFixture, method: string, urlPath: string, body: Buffer | undefined, accept: string, contentType?: string): Promise<{ status: number; contentType: string; body: Buffer }> {
+async function rawBinary(
+  k: KubeFixture,
+  method: string,
+  urlPath: string,
+  body: Buffer | undefined,
+  accept: string,
+  contentType?: string,
+): Promise<{ status: number; contentType: string; body: Buffer }> {
   const token = `raw-${Math.random().toString(36).slice(2)}`;
   k.api.tokens.registerStaticToken(token, { username: 'kubernetes-admin' });
   const ca = await fs.readFile(k.api.caFile);
@@ -371,7 +524,9 @@ async function rawBinary(k: KubeFixture, method: string, urlPath: string, body: 
     const req = https.request(`${k.api.url}${urlPath}`, { method, headers, ca }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type']), body: Buffer.concat(chunks) }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type']), body: Buffer.concat(chunks) }),
+      );
     });
     req.on('error', reject);
     req.end(body);

@@ -142,7 +142,10 @@ kernelTest('kind bridge IPv4: create, idempotent re-ensure, /32 scope host, up, 
   t.is(l?.linkinfo?.info_kind, 'bridge');
   t.true(l?.flags.includes('UP'), `flags ${l?.flags.join(',')}`);
   const a = l?.addr_info?.filter((x) => x.family === 'inet') ?? [];
-  t.deepEqual(a.map((x) => [x.local, x.prefixlen, x.scope]), [['192.0.2.10', 32, 'host']]);
+  t.deepEqual(
+    a.map((x) => [x.local, x.prefixlen, x.scope]),
+    [['192.0.2.10', 32, 'host']],
+  );
 
   t.is(l?.ifalias, KANAL_LINK_ALIAS, 'ownership marker set');
 
@@ -339,7 +342,10 @@ kernelTest('invalid name or address fails before any kernel call', async (t) => 
     t.is(e.type, 'HostInterfaceSpecError', e.message);
     t.is(e.field, field);
   }
-  t.deepEqual((await links(ns)).map((l) => l.ifname), before);
+  t.deepEqual(
+    (await links(ns)).map((l) => l.ifname),
+    before,
+  );
 });
 
 kernelTest('checkNetlink reports ok and the state of lo', async (t) => {

@@ -39,7 +39,7 @@ test('a holder killed with SIGKILL frees the lock', async (t) => {
   });
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('child never took the lock')), 20_000);
-    child.stdout!.on('data', (c: Buffer) => {
+    child.stdout.on('data', (c: Buffer) => {
       if (c.toString().includes('held')) {
         clearTimeout(timer);
         resolve();

@@ -114,33 +114,33 @@ test('parseLink reads IFLA_IFALIAS as the kernel sends it (NUL-terminated) and o
   const name = encodeStringAttr(3, 'kanal0');
   const kind = encodeNestedAttr(18, [encodeStringAttr(1, 'bridge')]);
   const [withAlias] = parseMessages(reply([name, encodeStringAttr(20, KANAL_LINK_ALIAS), kind]));
-  t.deepEqual(parseLink(withAlias!), { ifindex: 5, flags: 1, name: 'kanal0', alias: KANAL_LINK_ALIAS, kind: 'bridge' });
+  t.deepEqual(parseLink(withAlias), { ifindex: 5, flags: 1, name: 'kanal0', alias: KANAL_LINK_ALIAS, kind: 'bridge' });
   const [without] = parseMessages(reply([name, kind]));
-  t.deepEqual(parseLink(without!), { ifindex: 5, flags: 1, name: 'kanal0', kind: 'bridge' });
+  t.deepEqual(parseLink(without), { ifindex: 5, flags: 1, name: 'kanal0', kind: 'bridge' });
   // What we send (no NUL) reads back the same.
   const [sent] = parseMessages(buildSetLinkAlias(1, 5, KANAL_LINK_ALIAS));
-  t.is(parseLink(sent!).alias, KANAL_LINK_ALIAS);
+  t.is(parseLink(sent).alias, KANAL_LINK_ALIAS);
 });
 
 test('set-up sets IFF_UP in both ifi_flags and ifi_change', (t) => {
   const [m] = parseMessages(buildSetLinkUp(9, 42));
   t.truthy(m);
-  const link = parseLink(m!);
+  const link = parseLink(m);
   t.is(link.ifindex, 42);
   t.is(link.flags, 1);
-  t.is(readU32(m!.payload, 12), 1); // ifi_change
+  t.is(readU32(m.payload, 12), 1); // ifi_change
 });
 
 test('GETLINK by name round-trips through the parser', (t) => {
   const msgs = parseMessages(buildGetLinkByName(5, 'eth0'));
   t.is(msgs.length, 1);
-  t.is(msgs[0]!.seq, 5);
-  t.is(parseLink(msgs[0]!).name, 'eth0');
+  t.is(msgs[0].seq, 5);
+  t.is(parseLink(msgs[0]).name, 'eth0');
 });
 
 test('parseAddr reads back what buildNewAddr wrote', (t) => {
   const [m] = parseMessages(buildNewAddr(1, 12, '2001:db8::1'));
-  const a = parseAddr(m!);
+  const a = parseAddr(m);
   t.is(a.prefixlen, 128);
   t.is(a.scope, 254);
   t.is(a.ifindex, 12);
@@ -157,7 +157,7 @@ test('NLMSG_ERROR with extack message is decoded', (t) => {
   const tlv = encodeAttr(1, Buffer.from('Unknown device type\0'));
   const datagram = encodeMessage(NLMSG_ERROR, NLM_F_CAPPED | NLM_F_ACK_TLVS, 1, Buffer.concat([err, orig, tlv]));
   const [m] = parseMessages(datagram);
-  t.deepEqual(parseErrorPayload(m!), { errno: 95, extackMessage: 'Unknown device type' });
+  t.deepEqual(parseErrorPayload(m), { errno: 95, extackMessage: 'Unknown device type' });
 });
 
 test('parseMessages splits a multi-message datagram and rejects a truncated one', (t) => {
@@ -205,7 +205,7 @@ test('validation rejects bad names, kinds and addresses with clear errors', (t) 
     [{ address: '224.0.0.1' }, 'address', /multicast/],
   ];
   for (const [patch, field, re] of cases) {
-    const err = t.throws(() => validateHostInterfaceSpec({ ...ok, ...patch } as never), { instanceOf: HostInterfaceSpecError });
+    const err = t.throws(() => validateHostInterfaceSpec({ ...ok, ...patch }), { instanceOf: HostInterfaceSpecError });
     t.is(err?.field, field);
     t.regex(err?.message ?? '', re);
   }

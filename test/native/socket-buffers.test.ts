@@ -11,13 +11,18 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { growSendBuffer, sendBufferBytes, setSendBuffer, socketFd } from '../../native/socket-buffers.js';
-import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, TUNNEL_SEND_BUFFER_BYTES, UNIX_FRONTEND_SEND_BUFFER_BYTES } from '../../src/transport/socket-send-buffer.js';
+import {
+  sizeTunnelSendBuffer,
+  sizeUnixFrontendSendBuffer,
+  TUNNEL_SEND_BUFFER_BYTES,
+  UNIX_FRONTEND_SEND_BUFFER_BYTES,
+} from '../../src/transport/socket-send-buffer.js';
 import { writeThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 const canForce = process.getuid?.() === 0;
 const wmemMax = Number(fs.readFileSync('/proc/sys/net/core/wmem_max', 'utf8').trim());
 
-async function loopbackPair(): Promise<{ client: net.Socket; close(): void }> {
+async function loopbackPair(): Promise<{ client: net.Socket; close: () => void }> {
   const server = net.createServer((s) => s.resume());
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');

@@ -73,34 +73,43 @@ function interfaceLog(p: NsProcess): Record<string, unknown>[] {
   return p.jsonLines().filter((l) => l.msg === 'host interface ready' || l.msg === 'host interface cleaned up');
 }
 
-kernelTest('agent creates kanal0 (bridge, ADVERTISE_IP/32 scope host), re-creates it after a restart, removes it on a clean stop', async (t) => {
-  t.timeout(120_000);
-  const topo = await topology(t);
-  await topo.kas(topo.cp, 'kas', topo.cpAddr, KAS_PORT);
-  await startServer(topo);
-  await expectNoInterface(t, topo.node);
+kernelTest(
+  'agent creates kanal0 (bridge, ADVERTISE_IP/32 scope host), re-creates it after a restart, removes it on a clean stop',
+  async (t) => {
+    t.timeout(120_000);
+    const topo = await topology(t);
+    await topo.kas(topo.cp, 'kas', topo.cpAddr, KAS_PORT);
+    await startServer(topo);
+    await expectNoInterface(t, topo.node);
 
-  const first = await startAgent(topo, {}, 'agent-1');
-  await expectInterface(t, topo.node, 'bridge');
-  t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
-  t.like(interfaceLog(first)[0], { msg: 'host interface ready', interface: 'kanal0', kind: 'bridge', createdLink: true, addedAddress: true });
+    const first = await startAgent(topo, {}, 'agent-1');
+    await expectInterface(t, topo.node, 'bridge');
+    t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
+    t.like(interfaceLog(first)[0], {
+      msg: 'host interface ready',
+      interface: 'kanal0',
+      kind: 'bridge',
+      createdLink: true,
+      addedAddress: true,
+    });
 
-  const firstExit = await first.stop('SIGTERM').then(() => first.exited);
-  t.deepEqual(firstExit, { code: 0, signal: null });
-  await expectNoInterface(t, topo.node);
-  t.like(interfaceLog(first)[1], { msg: 'host interface cleaned up', removedLink: true });
+    const firstExit = await first.stop('SIGTERM').then(() => first.exited);
+    t.deepEqual(firstExit, { code: 0, signal: null });
+    await expectNoInterface(t, topo.node);
+    t.like(interfaceLog(first)[1], { msg: 'host interface cleaned up', removedLink: true });
 
-  const second = await startAgent(topo, {}, 'agent-2');
-  await expectInterface(t, topo.node, 'bridge');
-  t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
-  t.like(interfaceLog(second)[0], { createdLink: true, addedAddress: true });
-  t.deepEqual(errorLines(second), []);
+    const second = await startAgent(topo, {}, 'agent-2');
+    await expectInterface(t, topo.node, 'bridge');
+    t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
+    t.like(interfaceLog(second)[0], { createdLink: true, addedAddress: true });
+    t.deepEqual(errorLines(second), []);
 
-  t.deepEqual(await second.stop('SIGTERM').then(() => second.exited), { code: 0, signal: null });
-  await expectNoInterface(t, topo.node);
-  t.deepEqual(errorLines(first), []);
-  t.deepEqual(errorLines(second), []);
-});
+    t.deepEqual(await second.stop('SIGTERM').then(() => second.exited), { code: 0, signal: null });
+    await expectNoInterface(t, topo.node);
+    t.deepEqual(errorLines(first), []);
+    t.deepEqual(errorLines(second), []);
+  },
+);
 
 kernelTest('after a crash (SIGKILL) the next agent reclaims the leftover kanal0, serves, and removes it on a clean stop', async (t) => {
   t.timeout(120_000);
@@ -173,11 +182,19 @@ kernelTest('a second agent on the same --bind-address (or --bind-interface) exit
   // Same address and interface; the same address on another interface; the same interface with another address.
   const attempts: [string, string[], RegExp][] = [
     ['same address and interface', [], /interface kanal0 is in use by another running kanal agent \(pid \d+, agent ID node-1\)/],
-    ['same address, other interface', ['--bind-interface', 'kanal1'], /address 10\.200\.0\.1 is in use by another running kanal agent \(pid \d+, agent ID node-1\)/],
+    [
+      'same address, other interface',
+      ['--bind-interface', 'kanal1'],
+      /address 10\.200\.0\.1 is in use by another running kanal agent \(pid \d+, agent ID node-1\)/,
+    ],
     ['same interface, other address', ['--bind-address', '10.200.0.2'], /interface kanal0 is in use by another running kanal agent/],
   ];
   for (const [name, extra, message] of attempts) {
-    const second = topo.kanal(topo.node, `agent-second-${attempts.findIndex((a) => a[0] === name)}`, agentArgs(topo, { agentArgs: ['--health-server-port', '8099', '--agent-id', 'node-1b', ...extra] }));
+    const second = topo.kanal(
+      topo.node,
+      `agent-second-${attempts.findIndex((a) => a[0] === name)}`,
+      agentArgs(topo, { agentArgs: ['--health-server-port', '8099', '--agent-id', 'node-1b', ...extra] }),
+    );
     const exit = await Promise.race([second.exited, new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), 30_000))]);
     if (exit === 'timeout') {
       await second.stop('SIGKILL');
@@ -190,7 +207,10 @@ kernelTest('a second agent on the same --bind-address (or --bind-interface) exit
     t.log(`${name}: ${second.log().trim().split('\n').pop()}`);
     // The first agent still has its link, address and listener, and still serves.
     await expectInterface(t, topo.node, 'bridge');
-    t.false((await ipLinks(topo.node)).some((l) => l.ifname === 'kanal1'), 'nothing created for the refused agent');
+    t.false(
+      (await ipLinks(topo.node)).some((l) => l.ifname === 'kanal1'),
+      'nothing created for the refused agent',
+    );
     t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION, `${name}: still served by the first agent`);
     t.is((await topo.curl(topo.node, firstHealth)).status, 200);
   }
@@ -227,71 +247,94 @@ async function readyz(topo: Topology): Promise<{ status: number; body: string }>
 }
 
 function watchLog(agent: NsProcess): string[] {
-  return agent.jsonLines().filter((l) => /advertise address/.test(String(l.msg))).map((l) => `${String(l.msg)}: ${JSON.stringify(l.problems)}`);
+  return agent
+    .jsonLines()
+    .filter((l) => /advertise address/.test(String(l.msg)))
+    .map((l) => `${String(l.msg)}: ${JSON.stringify(l.problems)}`);
 }
 
-kernelTest('the address deleted, kanal0 set down, kanal0 deleted: each is restored, logged and counted, and the KAS is reachable again', async (t) => {
-  t.timeout(120_000);
-  const topo = await topology(t);
-  await topo.kas(topo.cp, 'kas', topo.cpAddr, KAS_PORT);
-  await startServer(topo);
-  const agent = await startAgent(topo);
-  t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
+kernelTest(
+  'the address deleted, kanal0 set down, kanal0 deleted: each is restored, logged and counted, and the KAS is reachable again',
+  async (t) => {
+    t.timeout(120_000);
+    const topo = await topology(t);
+    await topo.kas(topo.cp, 'kas', topo.cpAddr, KAS_PORT);
+    await startServer(topo);
+    const agent = await startAgent(topo);
+    t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION);
 
-  const breakages: [string, string[], string][] = [
-    ['ip addr del', ['addr', 'del', `${ADVERTISE_IP}/32`, 'dev', 'kanal0'], `address ${ADVERTISE_IP} is missing from kanal0`],
-    ['ip link set down', ['link', 'set', 'kanal0', 'down'], 'interface kanal0 is down'],
-    ['ip link del', ['link', 'del', 'kanal0'], 'interface kanal0 is gone'],
-  ];
-  for (const [name, cmd, problem] of breakages) {
-    const r = await topo.node.ip(cmd);
-    t.is(r.code, 0, `${name}: ${r.stderr}`);
-    const ms = await restored(topo, ADVERTISE_IP, 10_000);
-    t.log(`${name}: restored within ${ms} ms (polled every 20 ms with ip)`);
-    t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION, `${name}: the KAS answers through the agent again`);
-    await agent.waitForLine((l) => l.msg === 'advertise address restored' && JSON.stringify(l.problems) === JSON.stringify([problem]), 10_000);
-  }
-  const lost = agent.jsonLines().filter((l) => l.msg === 'advertise address lost; restoring it');
-  t.deepEqual(lost.map((l) => [l.level, l.problems]), breakages.map(([, , p]) => [40, [p]]));
-  t.like(Object.fromEntries(await agentMetrics(topo)), {
-    kanal_agent_bind_address_ready: 1,
-    kanal_agent_bind_address_losses_total: 3,
-    kanal_agent_bind_address_restorations_total: 3,
-  });
-  t.is((await readyz(topo)).status, 200);
-  t.log(watchLog(agent).join('\n'));
-  t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
-  t.false((await ipLinks(topo.node)).some((l) => l.ifname === 'kanal0'), 'removed on the clean stop');
-});
+    const breakages: [string, string[], string][] = [
+      ['ip addr del', ['addr', 'del', `${ADVERTISE_IP}/32`, 'dev', 'kanal0'], `address ${ADVERTISE_IP} is missing from kanal0`],
+      ['ip link set down', ['link', 'set', 'kanal0', 'down'], 'interface kanal0 is down'],
+      ['ip link del', ['link', 'del', 'kanal0'], 'interface kanal0 is gone'],
+    ];
+    for (const [name, cmd, problem] of breakages) {
+      const r = await topo.node.ip(cmd);
+      t.is(r.code, 0, `${name}: ${r.stderr}`);
+      const ms = await restored(topo, ADVERTISE_IP, 10_000);
+      t.log(`${name}: restored within ${ms} ms (polled every 20 ms with ip)`);
+      t.is(await versionThroughTunnel(topo), KAS_GIT_VERSION, `${name}: the KAS answers through the agent again`);
+      await agent.waitForLine(
+        (l) => l.msg === 'advertise address restored' && JSON.stringify(l.problems) === JSON.stringify([problem]),
+        10_000,
+      );
+    }
+    const lost = agent.jsonLines().filter((l) => l.msg === 'advertise address lost; restoring it');
+    t.deepEqual(
+      lost.map((l) => [l.level, l.problems]),
+      breakages.map(([, , p]) => [40, [p]]),
+    );
+    t.like(Object.fromEntries(await agentMetrics(topo)), {
+      kanal_agent_bind_address_ready: 1,
+      kanal_agent_bind_address_losses_total: 3,
+      kanal_agent_bind_address_restorations_total: 3,
+    });
+    t.is((await readyz(topo)).status, 200);
+    t.log(watchLog(agent).join('\n'));
+    t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
+    t.false(
+      (await ipLinks(topo.node)).some((l) => l.ifname === 'kanal0'),
+      'removed on the clean stop',
+    );
+  },
+);
 
-kernelTest('while the address cannot be restored (IPv6 disabled on kanal0), /readyz is 503 with the reason and the metric is 0; then it recovers', async (t) => {
-  t.timeout(120_000);
-  const topo = await topology(t);
-  const address = 'fd00:10::1';
-  await startServer(topo);
-  const agent = await startAgent(topo, { agentArgs: ['--bind-address', address] });
-  t.deepEqual(await findAddress(topo.node, address).then((a) => a.map((x) => x.ifname)), ['kanal0']);
+kernelTest(
+  'while the address cannot be restored (IPv6 disabled on kanal0), /readyz is 503 with the reason and the metric is 0; then it recovers',
+  async (t) => {
+    t.timeout(120_000);
+    const topo = await topology(t);
+    const address = 'fd00:10::1';
+    await startServer(topo);
+    const agent = await startAgent(topo, { agentArgs: ['--bind-address', address] });
+    t.deepEqual(await findAddress(topo.node, address).then((a) => a.map((x) => x.ifname)), ['kanal0']);
 
-  // The kernel drops the interface's IPv6 addresses and refuses new ones (EACCES).
-  const off = await topo.node.exec(['sysctl', '-w', 'net.ipv6.conf.kanal0.disable_ipv6=1']);
-  t.is(off.code, 0, off.stderr);
-  let r = await readyz(topo);
-  for (let i = 0; i < 100 && r.status !== 503; i++) r = await readyz(topo).finally(() => sleep(50));
-  t.is(r.status, 503);
-  t.regex(r.body, new RegExp(`advertise address ${address} on kanal0 unusable since .*: address ${address} is missing from kanal0; restoring \\(last attempt failed: .*IPv6 is disabled on this interface`));
-  t.is((await agentMetrics(topo)).get('kanal_agent_bind_address_ready'), 0);
-  const errors = agent.jsonLines().filter((l) => l.msg === 'cannot restore the advertise address');
-  t.is(errors.length, 1, 'the same failure is logged once, however often it is retried');
+    // The kernel drops the interface's IPv6 addresses and refuses new ones (EACCES).
+    const off = await topo.node.exec(['sysctl', '-w', 'net.ipv6.conf.kanal0.disable_ipv6=1']);
+    t.is(off.code, 0, off.stderr);
+    let r = await readyz(topo);
+    for (let i = 0; i < 100 && r.status !== 503; i++) r = await readyz(topo).finally(() => sleep(50));
+    t.is(r.status, 503);
+    t.regex(
+      r.body,
+      new RegExp(
+        `advertise address ${address} on kanal0 unusable since .*: address ${address} is missing from kanal0; restoring \\(last attempt failed: .*IPv6 is disabled on this interface`,
+      ),
+    );
+    t.is((await agentMetrics(topo)).get('kanal_agent_bind_address_ready'), 0);
+    const errors = agent.jsonLines().filter((l) => l.msg === 'cannot restore the advertise address');
+    t.is(errors.length, 1, 'the same failure is logged once, however often it is retried');
 
-  const on = await topo.node.exec(['sysctl', '-w', 'net.ipv6.conf.kanal0.disable_ipv6=0']);
-  t.is(on.code, 0, on.stderr);
-  t.log(`restored ${await restored(topo, address, 10_000)} ms after IPv6 came back`);
-  await agent.waitForLine((l) => l.msg === 'advertise address restored', 10_000);
-  for (let i = 0; i < 100 && r.status !== 200; i++) r = await readyz(topo).finally(() => sleep(50));
-  t.is(r.status, 200, r.body);
-  t.is((await agentMetrics(topo)).get('kanal_agent_bind_address_ready'), 1);
-  t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
-});
+    const on = await topo.node.exec(['sysctl', '-w', 'net.ipv6.conf.kanal0.disable_ipv6=0']);
+    t.is(on.code, 0, on.stderr);
+    t.log(`restored ${await restored(topo, address, 10_000)} ms after IPv6 came back`);
+    await agent.waitForLine((l) => l.msg === 'advertise address restored', 10_000);
+    for (let i = 0; i < 100 && r.status !== 200; i++) r = await readyz(topo).finally(() => sleep(50));
+    t.is(r.status, 200, r.body);
+    t.is((await agentMetrics(topo)).get('kanal_agent_bind_address_ready'), 1);
+    t.deepEqual(await agent.stop('SIGTERM').then(() => agent.exited), { code: 0, signal: null });
+  },
+);
 
 kernelTest('--bind-interface-type none: an address that goes away is reported (not restored), and back when it returns', async (t) => {
   t.timeout(120_000);
@@ -307,7 +350,12 @@ kernelTest('--bind-interface-type none: an address that goes away is reported (n
   let r = await readyz(topo);
   for (let i = 0; i < 300 && r.status !== 503; i++) r = await readyz(topo).finally(() => sleep(50));
   t.is(r.status, 503);
-  t.regex(r.body, new RegExp(`advertise address ${address} unusable since .*: ${address} is not an address of this host \\(EADDRNOTAVAIL\\), and --bind-interface-type none means the agent does not add it`));
+  t.regex(
+    r.body,
+    new RegExp(
+      `advertise address ${address} unusable since .*: ${address} is not an address of this host \\(EADDRNOTAVAIL\\), and --bind-interface-type none means the agent does not add it`,
+    ),
+  );
   t.is((await agentMetrics(topo)).get('kanal_agent_bind_address_ready'), 0);
   t.deepEqual(await findAddress(topo.node, address), [], 'the agent did not add it');
 

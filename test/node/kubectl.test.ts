@@ -12,7 +12,17 @@ import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { netnsUnavailableReason, run } from '../../kit/launch/netns.js';
-import { ADVERTISE_IP, AGENT_ID, KAS_PORT, createTopology, destroyAllTopologies, startAgent, startServer, type NsProcess, type Topology } from '../helpers/node-topology.js';
+import {
+  ADVERTISE_IP,
+  AGENT_ID,
+  KAS_PORT,
+  createTopology,
+  destroyAllTopologies,
+  startAgent,
+  startServer,
+  type NsProcess,
+  type Topology,
+} from '../helpers/node-topology.js';
 import { CONFIGMAP_DATA, CONFIGMAP_NAME, KAS_GIT_VERSION } from '../helpers/kas-stand-in.js';
 import { errorMessage } from '../../src/common/error-message.js';
 
@@ -46,11 +56,15 @@ test.before(async () => {
   try {
     const kas = await topo.kas(topo.cp, 'kas', topo.cpAddr, KAS_PORT);
     // Reachable from the server, but not on its allow-list: must see no connection at all.
-    const offList = await topo.services(topo.cp, 'cp-services', [{ kind: 'count', name: 'off-list', host: topo.cpAddr, port: OFF_LIST_PORT }]);
+    const offList = await topo.services(topo.cp, 'cp-services', [
+      { kind: 'count', name: 'off-list', host: topo.cpAddr, port: OFF_LIST_PORT },
+    ]);
     const server = await startServer(topo);
     const agent = await startAgent(topo, { targets: [`${OFF_LIST_LOCAL}:${topo.cpAddr}:${OFF_LIST_PORT}`] });
     const offListRelay = topo.socketPath('node-off-list');
-    await topo.services(topo.node, 'node-services', [{ kind: 'relay', name: 'off-list', listen: { path: offListRelay }, to: { host: ADVERTISE_IP, port: OFF_LIST_LOCAL } }]);
+    await topo.services(topo.node, 'node-services', [
+      { kind: 'relay', name: 'off-list', listen: { path: offListRelay }, to: { host: ADVERTISE_IP, port: OFF_LIST_LOCAL } },
+    ]);
     const kubeconfig = path.join(topo.dir, 'kubeconfig');
     fs.writeFileSync(
       kubeconfig,
@@ -77,7 +91,7 @@ test.before(async () => {
     stack = { topo, server, agent, kas, offList, offListRelay, kubeconfig };
   } catch (err) {
     await topo.destroy(true);
-    throw new Error(`${errorMessage(err)}\n(logs kept in ${topo.dir})`);
+    throw new Error(`${errorMessage(err)}\n(logs kept in ${topo.dir})`, { cause: err });
   }
 });
 
@@ -93,7 +107,18 @@ function need(): Stack {
 async function kubectl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const s = need();
   return s.topo.node.exec(
-    ['env', `HOME=${s.topo.dir}`, KUBECTL, '--kubeconfig', s.kubeconfig, '--cache-dir', path.join(s.topo.dir, 'kube-cache'), '--request-timeout', '10s', ...args],
+    [
+      'env',
+      `HOME=${s.topo.dir}`,
+      KUBECTL,
+      '--kubeconfig',
+      s.kubeconfig,
+      '--cache-dir',
+      path.join(s.topo.dir, 'kube-cache'),
+      '--request-timeout',
+      '10s',
+      ...args,
+    ],
     30_000,
   );
 }
@@ -177,7 +202,10 @@ kernelTest('a destination off the allow-list is closed promptly, logged by the s
   t.is(outcome.bytes, 0);
   t.log(`client connection closed after ${outcome.ms} ms`);
 
-  const refusal = await s.server.waitForLine((l) => typeof l.msg === 'string' && l.msg.includes('refused node dial') && l.address === destination, 5000);
+  const refusal = await s.server.waitForLine(
+    (l) => typeof l.msg === 'string' && l.msg.includes('refused node dial') && l.address === destination,
+    5000,
+  );
   t.is(refusal.agentID, AGENT_ID);
   t.true(Number(refusal.level) >= 40, 'the refusal is logged at warn or above');
 

@@ -12,7 +12,15 @@ import { skippedBecause } from '../helpers/skipped.js';
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
-import { ADVERTISE_IP, createTopology, destroyAllTopologies, startAgent, startServer, type NsProcess, type Topology } from '../helpers/node-topology.js';
+import {
+  ADVERTISE_IP,
+  createTopology,
+  destroyAllTopologies,
+  startAgent,
+  startServer,
+  type NsProcess,
+  type Topology,
+} from '../helpers/node-topology.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 
 const ECHO_LOCAL = 7443;
@@ -61,7 +69,10 @@ interface EchoResult {
  * Writes random bytes (a fixed amount, or until `stop` fires), half-closes,
  * and reads the echo until EOF, hashing both sides. Bounded by timeoutMs.
  */
-function echoRoundTrip(sock: net.Socket, opts: { bytes?: number; stop?: AbortSignal; chunk?: number; timeoutMs: number; onData?: (n: number) => void }): Promise<EchoResult> {
+function echoRoundTrip(
+  sock: net.Socket,
+  opts: { bytes?: number; stop?: AbortSignal; chunk?: number; timeoutMs: number; onData?: (n: number) => void },
+): Promise<EchoResult> {
   const chunk = opts.chunk ?? 64 * 1024;
   const t0 = performance.now();
   const sentHash = createHash('sha256');
@@ -183,5 +194,7 @@ kernelTest('64 MiB each way, both directions at once, sha256 intact', async (t) 
   t.is(up.sent, size);
   t.is(down.sent, size);
   const rate = (r: EchoResult): string => `${((2 * r.sent) / MiB / (r.ms / 1000)).toFixed(0)} MiB/s`;
-  t.log(`node -> CP: 64 MiB out + 64 MiB back in ${up.ms.toFixed(0)} ms (${rate(up)}); CP -> node: ${down.ms.toFixed(0)} ms (${rate(down)})`);
+  t.log(
+    `node -> CP: 64 MiB out + 64 MiB back in ${up.ms.toFixed(0)} ms (${rate(up)}); CP -> node: ${down.ms.toFixed(0)} ms (${rate(down)})`,
+  );
 });

@@ -20,7 +20,18 @@ import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
 import { Wakeup } from '../helpers/wakeup.js';
-import { ADVERTISE_IP, AGENT_HEALTH_PORT, AGENT_ID, AGENT_PORT, KAS_PORT, createTopology, destroyAllTopologies, startAgent, type NsProcess, type Topology } from '../helpers/node-topology.js';
+import {
+  ADVERTISE_IP,
+  AGENT_HEALTH_PORT,
+  AGENT_ID,
+  AGENT_PORT,
+  KAS_PORT,
+  createTopology,
+  destroyAllTopologies,
+  startAgent,
+  type NsProcess,
+  type Topology,
+} from '../helpers/node-topology.js';
 import { errorMessage } from '../../src/common/error-message.js';
 
 const UPSTREAM_SERVER_ID = 'upstream-konnectivity-0';
@@ -92,29 +103,32 @@ class UpstreamServer {
   private readonly arrivals = new Wakeup();
 
   constructor() {
-    this.server.addService({ Connect: connectMethod }, {
-      Connect: (call: AgentCall) => {
-        const md = call.metadata.getMap();
-        this.agentMetadata.push(Object.fromEntries(Object.keys(md).map((k) => [k, call.metadata.get(k).map(String)])));
-        if (call.metadata.get('agentid').length !== 1) {
-          call.emit('error', { code: grpc.status.INVALID_ARGUMENT, details: 'expected exactly one agentID' });
-          return;
-        }
-        const headers = new grpc.Metadata();
-        headers.set('serverID', UPSTREAM_SERVER_ID);
-        headers.set('serverCount', '1');
-        call.sendMetadata(headers);
-        this.call = call;
-        call.on('data', (p: UpPacket) => {
-          this.received.push(p);
-          // Upstream: DIAL_RSP, DATA, CLOSE_RSP and DRAIN are handled; anything else,
-          // a DIAL_REQ from an agent included, is ignored.
-          this.arrivals.wakeAll();
-        });
-        call.on('error', () => undefined);
-        call.on('end', () => call.end());
+    this.server.addService(
+      { Connect: connectMethod },
+      {
+        Connect: (call: AgentCall) => {
+          const md = call.metadata.getMap();
+          this.agentMetadata.push(Object.fromEntries(Object.keys(md).map((k) => [k, call.metadata.get(k).map(String)])));
+          if (call.metadata.get('agentid').length !== 1) {
+            call.emit('error', { code: grpc.status.INVALID_ARGUMENT, details: 'expected exactly one agentID' });
+            return;
+          }
+          const headers = new grpc.Metadata();
+          headers.set('serverID', UPSTREAM_SERVER_ID);
+          headers.set('serverCount', '1');
+          call.sendMetadata(headers);
+          this.call = call;
+          call.on('data', (p: UpPacket) => {
+            this.received.push(p);
+            // Upstream: DIAL_RSP, DATA, CLOSE_RSP and DRAIN are handled; anything else,
+            // a DIAL_REQ from an agent included, is ignored.
+            this.arrivals.wakeAll();
+          });
+          call.on('error', () => undefined);
+          call.on('end', () => call.end());
+        },
       },
-    });
+    );
   }
 
   listen(socketPath: string, pki: { caCert: string; serverCert: string; serverKey: string }): Promise<void> {
@@ -123,7 +137,9 @@ class UpstreamServer {
       [{ cert_chain: fs.readFileSync(pki.serverCert), private_key: fs.readFileSync(pki.serverKey) }],
       true,
     );
-    return new Promise<void>((resolve, reject) => this.server.bindAsync(`unix:${socketPath}`, creds, (err) => (err ? reject(err) : resolve())));
+    return new Promise<void>((resolve, reject) =>
+      this.server.bindAsync(`unix:${socketPath}`, creds, (err) => (err ? reject(err) : resolve())),
+    );
   }
 
   send(p: Record<string, unknown>): void {
@@ -138,7 +154,10 @@ class UpstreamServer {
       const hit = this.received.find(pred);
       if (hit) return hit;
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`upstream stand-in: expected packet not received within ${timeoutMs} ms; got types ${this.received.map((p) => p.type).join(',')}`);
+      if (left <= 0)
+        throw new Error(
+          `upstream stand-in: expected packet not received within ${timeoutMs} ms; got types ${this.received.map((p) => p.type).join(',')}`,
+        );
       await this.arrivals.wait(left);
     }
   }
@@ -167,7 +186,9 @@ test.before(async () => {
     const socket = tp.socketPath('upstream-server');
     await upstream.listen(socket, tp.pki);
     // The agent reaches the stand-in over the veth, like any server.
-    await tp.services(tp.cp, 'cp-services', [{ kind: 'relay', name: 'agent-port', listen: { host: tp.cpAddr, port: AGENT_PORT }, to: { path: socket } }]);
+    await tp.services(tp.cp, 'cp-services', [
+      { kind: 'relay', name: 'agent-port', listen: { host: tp.cpAddr, port: AGENT_PORT }, to: { path: socket } },
+    ]);
     nodeRelay = tp.socketPath('node-kas');
     await tp.services(tp.node, 'node-services', [
       { kind: 'echo', name: 'node-echo', host: tp.nodeAddr, port: NODE_ECHO_PORT },
@@ -177,7 +198,7 @@ test.before(async () => {
   } catch (err) {
     await tp.destroy(true);
     topo = undefined;
-    throw new Error(`${errorMessage(err)}\n(logs kept in ${tp.dir})`);
+    throw new Error(`${errorMessage(err)}\n(logs kept in ${tp.dir})`, { cause: err });
   }
 });
 
@@ -196,7 +217,10 @@ kernelTest('the tunnel comes up without kanal-features, and the agent says node 
   const md = up.agentMetadata[0] ?? {};
   t.deepEqual(md.agentid, [AGENT_ID]);
   t.truthy(md['kanal-features'], 'the agent offered its features (an upstream server ignores the header)');
-  const line = await ag.waitForLine((l) => typeof l.msg === 'string' && l.msg.includes('server does not support node -> control plane dials'), 5000);
+  const line = await ag.waitForLine(
+    (l) => typeof l.msg === 'string' && l.msg.includes('server does not support node -> control plane dials'),
+    5000,
+  );
   t.is(line.serverID, UPSTREAM_SERVER_ID);
   t.true(Number(line.level) >= 40);
   t.like(
@@ -244,7 +268,10 @@ kernelTest('a client of the agent listener is closed promptly (< 2 s), with a cl
   t.is(r.status, 0);
   t.true(curlMs < 2000, `curl failed after ${curlMs} ms`);
 
-  const refusal = await ag.waitForLine((l) => typeof l.msg === 'string' && l.msg.includes('no connected server supports node -> control plane dials'), 2000);
+  const refusal = await ag.waitForLine(
+    (l) => typeof l.msg === 'string' && l.msg.includes('no connected server supports node -> control plane dials'),
+    2000,
+  );
   t.true(Number(refusal.level) >= 40);
   // The agent did not send a DIAL_REQ the server would silently drop; every
   // packet it sent is one upstream knows.
@@ -272,7 +299,9 @@ kernelTest('control plane -> node still works through the upstream server (DIAL_
   const deadline = Date.now() + 5000;
   while (echoed.length < payload.length && Date.now() < deadline) {
     await up.next((p) => p.type === TYPE.DATA && p.data?.connectID === connectID, 5000).catch(() => undefined);
-    echoed = Buffer.concat(up.received.filter((p) => p.type === TYPE.DATA && p.data?.connectID === connectID).map((p) => p.data?.data ?? Buffer.alloc(0)));
+    echoed = Buffer.concat(
+      up.received.filter((p) => p.type === TYPE.DATA && p.data?.connectID === connectID).map((p) => p.data?.data ?? Buffer.alloc(0)),
+    );
     if (echoed.length < payload.length) await new Promise((r) => setTimeout(r, 20));
   }
   t.deepEqual(echoed, payload);

@@ -29,7 +29,7 @@ export function importGraph(files: readonly string[], read: (file: string) => st
   for (const file of files) {
     const targets = new Set<string>();
     for (const match of read(file).matchAll(IMPORT)) {
-      const spec = match[1]!;
+      const spec = match[1];
       if (!spec.startsWith('.')) continue;
       const target = resolve(file, spec, known);
       if (target) targets.add(target);
@@ -74,5 +74,5 @@ export function importCircles(graph: ImportGraph): string[][] {
   };
 
   for (const file of graph.keys()) if (!index.has(file)) visit(file);
-  return circles.sort((a, b) => (a[0]! < b[0]! ? -1 : a[0]! > b[0]! ? 1 : 0));
+  return circles.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
 }

@@ -9,13 +9,20 @@ import path from 'node:path';
 import { REPO, dryRunRefusal, expandExecStart, kanal, parseEnvFile, parseUnit, run, tempDir, unitValue } from '../helpers/packaging.js';
 
 const FLAGS = [
-  '--proxy-server-host', 'kanal.cp.example.internal',
-  '--ca-cert', '/etc/kanal/ca.crt',
-  '--agent-cert', '/etc/kanal/agent.crt',
-  '--agent-key', '/etc/kanal/agent.key',
-  '--bind-address', '10.200.0.1',
-  '--target', '6443:127.0.0.1:6443',
-  '--agent-identifiers', 'host=node-1&ipv4=10.0.0.5',
+  '--proxy-server-host',
+  'kanal.cp.example.internal',
+  '--ca-cert',
+  '/etc/kanal/ca.crt',
+  '--agent-cert',
+  '/etc/kanal/agent.crt',
+  '--agent-key',
+  '/etc/kanal/agent.key',
+  '--bind-address',
+  '10.200.0.1',
+  '--target',
+  '6443:127.0.0.1:6443',
+  '--agent-identifiers',
+  'host=node-1&ipv4=10.0.0.5',
 ];
 
 const INSTALLED = [
@@ -36,7 +43,12 @@ async function snapshot(root: string): Promise<Map<string, { ino: number; mtimeM
   for (const p of INSTALLED) {
     const file = path.join(root, p);
     const st = await lstat(file);
-    out.set(p, { ino: st.ino, mtimeMs: st.mtimeMs, mode: st.mode, content: st.isSymbolicLink() ? `-> ${await readlink(file)}` : await readFile(file, 'utf8') });
+    out.set(p, {
+      ino: st.ino,
+      mtimeMs: st.mtimeMs,
+      mode: st.mode,
+      content: st.isSymbolicLink() ? `-> ${await readlink(file)}` : await readFile(file, 'utf8'),
+    });
   }
   return out;
 }
@@ -68,15 +80,24 @@ test('installs unit, drop-ins, env file and the enable link into --root', async 
     t.regex(r.stdout, new RegExp(`created\\s+${p.replace(/\./g, '\\.')}`));
   }
   // The unit and the kubelet drop-in are the package's own files, byte for byte.
-  t.is(await readFile(path.join(tmp.dir, INSTALLED[0]!), 'utf8'), await readFile(path.join(REPO, 'systemd', 'kanal-agent.service'), 'utf8'));
-  t.is(await readFile(path.join(tmp.dir, INSTALLED[2]!), 'utf8'), await readFile(path.join(REPO, 'systemd', 'kubelet.service.d', '10-kanal.conf'), 'utf8'));
-  t.is(await readlink(path.join(tmp.dir, INSTALLED[3]!)), '/etc/systemd/system/kanal-agent.service');
+  t.is(await readFile(path.join(tmp.dir, INSTALLED[0]), 'utf8'), await readFile(path.join(REPO, 'systemd', 'kanal-agent.service'), 'utf8'));
+  t.is(
+    await readFile(path.join(tmp.dir, INSTALLED[2]), 'utf8'),
+    await readFile(path.join(REPO, 'systemd', 'kubelet.service.d', '10-kanal.conf'), 'utf8'),
+  );
+  t.is(await readlink(path.join(tmp.dir, INSTALLED[3])), '/etc/systemd/system/kanal-agent.service');
   const env = parseEnvFile(await readFile(path.join(tmp.dir, '/etc/kanal/agent.env'), 'utf8'));
   t.deepEqual([...env.keys()], ['KANAL_AGENT_FLAGS']);
   t.is(env.get('KANAL_AGENT_FLAGS'), FLAGS.join(' '));
   t.is((await stat(path.join(tmp.dir, '/etc/kanal/agent.env'))).mode & 0o777, 0o640);
   t.is((await stat(path.join(tmp.dir, '/etc/kanal'))).mode & 0o777, 0o750);
-  t.is((await readFile(path.join(tmp.dir, '/etc/modules-load.d/kanal.conf'), 'utf8')).split('\n').filter((l) => l && !l.startsWith('#')).join(), 'dummy');
+  t.is(
+    (await readFile(path.join(tmp.dir, '/etc/modules-load.d/kanal.conf'), 'utf8'))
+      .split('\n')
+      .filter((l) => l && !l.startsWith('#'))
+      .join(),
+    'dummy',
+  );
   // Missing credentials and binary are pointed out, not fatal.
   t.regex(r.stdout, /--agent-key \/etc\/kanal\/agent\.key does not exist yet/);
   t.regex(r.stdout, /\/usr\/local\/bin\/kanal does not exist/);
@@ -107,9 +128,9 @@ test('changed flags update only what follows from them, and remove what is no lo
   t.regex(r.stdout, /removed\s+\/etc\/modules-load\.d\/kanal\.conf/);
   t.regex(r.stdout, /3 path\(s\) changed/);
   t.false(await exists(path.join(tmp.dir, '/etc/modules-load.d/kanal.conf')));
-  const unit = await stat(path.join(tmp.dir, INSTALLED[0]!));
-  t.is(unit.ino, before.get(INSTALLED[0]!)!.ino, 'the unit itself was not rewritten');
-  const dropIn = parseUnit(await readFile(path.join(tmp.dir, INSTALLED[1]!), 'utf8'));
+  const unit = await stat(path.join(tmp.dir, INSTALLED[0]));
+  t.is(unit.ino, before.get(INSTALLED[0])!.ino, 'the unit itself was not rewritten');
+  const dropIn = parseUnit(await readFile(path.join(tmp.dir, INSTALLED[1]), 'utf8'));
   t.is(unitValue(dropIn, 'Service', 'TimeoutStopSec'), '75s', '--shutdown-grace-period 1m + 15s');
 });
 
@@ -117,7 +138,7 @@ test('the installed unit and env file form a command line the CLI accepts, and t
   const tmp = await tempDir('kanal-root-');
   t.teardown(tmp.remove);
   t.is((await installNode(tmp.dir, [])).code, 0);
-  const unit = parseUnit(await readFile(path.join(tmp.dir, INSTALLED[0]!), 'utf8'));
+  const unit = parseUnit(await readFile(path.join(tmp.dir, INSTALLED[0]), 'utf8'));
   const env = parseEnvFile(await readFile(path.join(tmp.dir, unitValue(unit, 'Service', 'EnvironmentFile')!), 'utf8'));
   const words = expandExecStart(unitValue(unit, 'Service', 'ExecStart')!, env);
   const dry = await kanal([...words.slice(1), '--dry-run']);
@@ -133,7 +154,10 @@ test('the installed unit and env file form a command line the CLI accepts, and t
   const unitFile = path.join(unitDir, 'kanal-agent.service');
   await writeFile(unitFile, (await readFile(unitFile, 'utf8')).replace('/usr/local/bin/kanal', stub));
   await writeFile(path.join(unitDir, 'kubelet.service'), '[Unit]\nDescription=stand-in kubelet\n[Service]\nExecStart=/bin/true\n');
-  const v = await run('systemd-analyze', ['verify', '--man=no', 'kanal-agent.service', 'kubelet.service'], { env: { ...process.env, SYSTEMD_UNIT_PATH: `${unitDir}:` }, timeoutMs: 30_000 });
+  const v = await run('systemd-analyze', ['verify', '--man=no', 'kanal-agent.service', 'kubelet.service'], {
+    env: { ...process.env, SYSTEMD_UNIT_PATH: `${unitDir}:` },
+    timeoutMs: 30_000,
+  });
   t.is(`${v.stdout}${v.stderr}`.trim(), '');
   t.is(v.code, 0);
 });
@@ -142,8 +166,16 @@ const REFUSED: { name: string; flags: string[]; message: RegExp }[] = [
   { name: 'no agent flags', flags: [], message: /no agent flags/ },
   { name: 'a flag the agent rejects', flags: ['--proxy-server-host', 'cp'], message: /--ca-cert is required/ },
   { name: 'an unknown flag', flags: [...FLAGS, '--no-such-flag', 'x'], message: /Unknown argument/i },
-  { name: 'a --target without --bind-address', flags: ['--proxy-server-host', 'cp', '--ca-cert', '/etc/kanal/ca.crt', '--target', '6443:a:1'], message: /--target needs --bind-address/ },
-  { name: 'a relative credential path', flags: ['--proxy-server-host', 'cp', '--ca-cert', 'ca.crt'], message: /--ca-cert ca\.crt: use an absolute path/ },
+  {
+    name: 'a --target without --bind-address',
+    flags: ['--proxy-server-host', 'cp', '--ca-cert', '/etc/kanal/ca.crt', '--target', '6443:a:1'],
+    message: /--target needs --bind-address/,
+  },
+  {
+    name: 'a relative credential path',
+    flags: ['--proxy-server-host', 'cp', '--ca-cert', 'ca.crt'],
+    message: /--ca-cert ca\.crt: use an absolute path/,
+  },
   { name: 'a value systemd would split', flags: ['--proxy-server-host', 'cp', '--ca-cert', '/etc/kanal/my ca.crt'], message: /whitespace/ },
   { name: '--check in the unit', flags: [...FLAGS, '--check'], message: /--check does not belong/ },
   { name: 'a stray positional word', flags: [...FLAGS, 'oops'], message: /Unknown argument: oops/ },

@@ -14,13 +14,16 @@ interface Workload {
   spec: { containers?: Array<{ args: string[] }>; template?: { spec: { containers: Array<{ args: string[] }> } } };
 }
 
-for (const [file, command] of [['kanal-agent-daemonset.yaml', 'agent'], ['kanal-server-ha.yaml', 'server']] as const) {
+for (const [file, command] of [
+  ['kanal-agent-daemonset.yaml', 'agent'],
+  ['kanal-server-ha.yaml', 'server'],
+] as const) {
   test(`deploy/kubernetes/${file}: the ${command}'s arguments pass --dry-run`, async (t) => {
     const doc = parse(await readFile(path.join(REPO, 'deploy', 'kubernetes', file), 'utf8')) as Workload;
     const containers = doc.spec.template?.spec.containers ?? doc.spec.containers ?? [];
     t.is(containers.length, 1);
     // The kubelet expands $(NODE_NAME) from the downward API.
-    const args = containers[0]!.args.map((a) => a.replace('$(NODE_NAME)', 'cp-1'));
+    const args = containers[0].args.map((a) => a.replace('$(NODE_NAME)', 'cp-1'));
     t.is(args[0], command);
     const r = await kanal([...args, '--dry-run']);
     t.is(dryRunRefusal(r), undefined);

@@ -74,14 +74,15 @@ function roomViolations(files: readonly string[], read: (file: string) => string
         continue;
       }
       for (const match of read(file).matchAll(IMPORT)) {
-        const spec = match[1]!;
+        const spec = match[1];
         if (!spec.startsWith('.')) continue;
         const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
         if (!target.startsWith(`${folder}/`)) continue;
         const to = roomOf(folder, target);
         if (to === from) continue;
         if (rank(to) > rank(from)) problems.push(`${file} imports ${spec}: room ${from} is below room ${to} of ${folder}`);
-        else if (rank(to) === rank(from)) problems.push(`${file} imports ${spec}: rooms ${from} and ${to} of ${folder} are one level and must not import each other`);
+        else if (rank(to) === rank(from))
+          problems.push(`${file} imports ${spec}: rooms ${from} and ${to} of ${folder} are one level and must not import each other`);
       }
     }
   }
@@ -128,13 +129,14 @@ function layerViolations(files: readonly string[], read: (file: string) => strin
       continue;
     }
     for (const match of read(file).matchAll(IMPORT)) {
-      const spec = match[1]!;
+      const spec = match[1];
       if (!spec.startsWith('.')) continue;
       const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
       const to = placementOf(target);
       if (!to || to.folder === from.folder) continue;
       if (to.rank > from.rank) problems.push(`${file} imports ${spec}: ${from.folder} is below ${to.folder}`);
-      else if (to.rank === from.rank) problems.push(`${file} imports ${spec}: ${from.folder} and ${to.folder} are one layer and must not import each other`);
+      else if (to.rank === from.rank)
+        problems.push(`${file} imports ${spec}: ${from.folder} and ${to.folder} are one layer and must not import each other`);
     }
   }
   return problems;
@@ -143,17 +145,25 @@ function layerViolations(files: readonly string[], read: (file: string) => strin
 test('no source file imports from a folder above its own layer', (t) => {
   const files = SOURCE_ROOTS.flatMap(sourceFiles);
   t.true(files.length > 50, `found only ${files.length} source files under ${SOURCE_ROOTS.join(', ')}`);
-  t.deepEqual(layerViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+  t.deepEqual(
+    layerViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')),
+    [],
+  );
 });
 
 /** One line per circle, naming its files, for the failure message. */
 function describeCircles(circles: readonly string[][]): string[] {
-  return circles.map((files) => `${files.length === 1 ? 'imports itself' : `${files.length} files import each other`}: ${files.join(' <-> ')}`);
+  return circles.map(
+    (files) => `${files.length === 1 ? 'imports itself' : `${files.length} files import each other`}: ${files.join(' <-> ')}`,
+  );
 }
 
 test('within a folder with rooms, no file imports from a room above its own or beside it', (t) => {
   const files = SOURCE_ROOTS.flatMap(sourceFiles);
-  t.deepEqual(roomViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')), []);
+  t.deepEqual(
+    roomViolations(files, (f) => fs.readFileSync(path.join(REPO, f), 'utf8')),
+    [],
+  );
 });
 
 test('the room check refuses an import up, an import sideways and a file in no room', (t) => {
@@ -164,11 +174,14 @@ test('the room check refuses an import up, an import sideways and a file in no r
     'src/server/attic/x.ts': '',
     'src/server/server.ts': "import { r } from './routing/r.js';",
   };
-  t.deepEqual(roomViolations(Object.keys(sources), (f) => sources[f]!), [
-    'src/server/identity/a.ts imports ../routing/r.js: room identity is below room routing of src/server',
-    'src/server/routing/r.ts imports ../destinations/d.js: rooms routing and destinations of src/server are one level and must not import each other',
-    'src/server/attic/x.ts: room attic of src/server is not placed; add it to ROOMS (test/packaging/layering.test.ts)',
-  ]);
+  t.deepEqual(
+    roomViolations(Object.keys(sources), (f) => sources[f]),
+    [
+      'src/server/identity/a.ts imports ../routing/r.js: room identity is below room routing of src/server',
+      'src/server/routing/r.ts imports ../destinations/d.js: rooms routing and destinations of src/server are one level and must not import each other',
+      'src/server/attic/x.ts: room attic of src/server is not placed; add it to ROOMS (test/packaging/layering.test.ts)',
+    ],
+  );
 });
 
 test('no import circle between source files', (t) => {
@@ -197,7 +210,16 @@ test('the circle finder finds direct, long, self and nested circles and nothing 
     ['l.ts', ['j.ts']],
   ]);
   t.deepEqual(importCircles(graph), [['a.ts', 'b.ts'], ['c.ts', 'd.ts', 'e.ts'], ['f.ts'], ['j.ts', 'k.ts', 'l.ts']]);
-  t.deepEqual(importCircles(new Map([['g.ts', ['h.ts', 'i.ts']], ['h.ts', ['i.ts']], ['i.ts', []]])), []);
+  t.deepEqual(
+    importCircles(
+      new Map([
+        ['g.ts', ['h.ts', 'i.ts']],
+        ['h.ts', ['i.ts']],
+        ['i.ts', []],
+      ]),
+    ),
+    [],
+  );
   t.deepEqual(describeCircles([['a.ts', 'b.ts'], ['f.ts']]), ['2 files import each other: a.ts <-> b.ts', 'imports itself: f.ts']);
 });
 
@@ -208,7 +230,7 @@ test('the import graph resolves relative specifiers of every form to files, and 
     'src/common/c.ts': "import { gone } from './missing.js';",
     'src/server/sub/index.ts': '',
   };
-  const graph = importGraph(Object.keys(sources), (f) => sources[f]!);
+  const graph = importGraph(Object.keys(sources), (f) => sources[f]);
   t.deepEqual(Object.fromEntries(graph), {
     'src/server/a.ts': ['src/server/b.ts', 'src/common/c.ts'],
     'src/server/b.ts': ['src/server/a.ts', 'src/server/sub/index.ts'],
@@ -222,10 +244,15 @@ test('runtime dependencies are exactly the packages the shipped code imports', (
   const imported = new Set<string>();
   for (const file of PRODUCT_ROOTS.flatMap(sourceFiles)) {
     for (const match of fs.readFileSync(path.join(REPO, file), 'utf8').matchAll(IMPORT)) {
-      const spec = match[1]!;
+      const spec = match[1];
       if (spec.startsWith('.') || spec.startsWith('node:')) continue;
       // "@scope/name/sub" -> "@scope/name", "name/sub" -> "name"
-      imported.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'));
+      imported.add(
+        spec
+          .split('/')
+          .slice(0, spec.startsWith('@') ? 2 : 1)
+          .join('/'),
+      );
     }
   }
   const pkg = JSON.parse(fs.readFileSync(path.join(REPO, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
@@ -239,10 +266,13 @@ test('the check sees imports up, sideways, dynamic and multi-line, and folders i
     'src/tunnel/g.ts': "import type { T } from './h.js';\nimport '../common/i.js';",
     'src/elsewhere/j.ts': "import { k } from '../wire/l.js';",
   };
-  t.deepEqual(layerViolations(Object.keys(sources), (f) => sources[f]!), [
-    'src/common/a.ts imports ../tunnel/b.js: src/common is below src/tunnel',
-    'src/server/d.ts imports ../agent/e.js: src/server and src/agent are one layer and must not import each other',
-    'src/server/d.ts imports ../cli/f.js: src/server is below src/cli',
-    'src/elsewhere/j.ts: its folder is in no layer; place it in LAYERS (test/packaging/layering.test.ts)',
-  ]);
+  t.deepEqual(
+    layerViolations(Object.keys(sources), (f) => sources[f]),
+    [
+      'src/common/a.ts imports ../tunnel/b.js: src/common is below src/tunnel',
+      'src/server/d.ts imports ../agent/e.js: src/server and src/agent are one layer and must not import each other',
+      'src/server/d.ts imports ../cli/f.js: src/server is below src/cli',
+      'src/elsewhere/j.ts: its folder is in no layer; place it in LAYERS (test/packaging/layering.test.ts)',
+    ],
+  );
 });

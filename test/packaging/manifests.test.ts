@@ -27,12 +27,17 @@ function isObject(v: Json | undefined): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+/** A value as text for a message: scalars as String() shows them, mappings and lists as JSON. */
+function shown(v: Json | undefined): string {
+  return isObject(v) || Array.isArray(v) ? JSON.stringify(v) : String(v);
+}
+
 /** Parses a YAML file that must hold exactly one document, with no YAML errors or warnings. */
 async function loadYaml(file: string): Promise<JsonObject> {
   const docs = parseAllDocuments(await readFile(file, 'utf8'), { strict: true, uniqueKeys: true, prettyErrors: true });
   if (!Array.isArray(docs)) throw new Error(`${file}: not a YAML stream`);
   if (docs.length !== 1) throw new Error(`${file}: expected one YAML document, found ${docs.length}`);
-  const doc = docs[0]!;
+  const doc = docs[0];
   const problems = [...doc.errors, ...doc.warnings].map((e) => e.message);
   if (problems.length > 0) throw new Error(`${file}: ${problems.join('; ')}`);
   const value = doc.toJS() as Json;
@@ -53,7 +58,7 @@ function flag(words: readonly string[], name: string): string | undefined {
 function flags(words: readonly string[], name: string): string[] {
   const out: string[] = [];
   words.forEach((w, i) => {
-    if (w === `--${name}`) out.push(words[i + 1]!);
+    if (w === `--${name}`) out.push(words[i + 1]);
     else if (w.startsWith(`--${name}=`)) out.push(w.slice(name.length + 3));
   });
   return out;
@@ -64,7 +69,7 @@ async function imageEntrypoint(): Promise<string[]> {
   const dockerfile = await readFile(path.join(DEPLOY, 'image', 'Dockerfile'), 'utf8');
   const m = /^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(dockerfile);
   if (!m) throw new Error('Dockerfile has no exec-form ENTRYPOINT');
-  return JSON.parse(m[1]!) as string[];
+  return JSON.parse(m[1]) as string[];
 }
 
 const egressFiles = (await readdir(EGRESS)).filter((f) => f.endsWith('.yaml')).sort();
@@ -103,12 +108,13 @@ for (const file of podFiles) {
 
   test(`${file}: every file a flag names is inside a mounted host path`, (t) => {
     const pod = pods.get(file)!;
-    const c = pod.spec!.containers[0]!;
+    const c = pod.spec!.containers[0];
     const mounts = (c.volumeMounts ?? []).map((m) => {
       const volume = pod.spec!.volumes?.find((v) => v.name === m.name);
       return { mountPath: m.mountPath, hostPath: volume?.hostPath?.path };
     });
-    for (const m of mounts) t.is(m.hostPath, m.mountPath, 'host paths are mounted at the same path, so flags read the same on the host and in the pod');
+    for (const m of mounts)
+      t.is(m.hostPath, m.mountPath, 'host paths are mounted at the same path, so flags read the same on the host and in the pod');
     const fileFlags = (c.args ?? []).filter((a) => /^--[a-z-]+=\//.test(a));
     t.true(fileFlags.length > 0);
     for (const a of fileFlags) {
@@ -127,14 +133,28 @@ test('no unknown or misspelt fields in the static pods (TypeScript excess-proper
   await symlink(path.join(REPO, 'node_modules'), path.join(tmp.dir, 'node_modules'));
   const body = [...pods.entries()].map(([f, pod], i) => `// ${f}\nexport const pod${i}: IPod = ${JSON.stringify(pod)};`).join('\n');
   await writeFile(path.join(tmp.dir, 'check.ts'), `import type { IPod } from 'kubernetes-models/v1';\n${body}\n`);
-  const tsconfig = { compilerOptions: { strict: true, noEmit: true, module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', skipLibCheck: true, types: [] }, files: ['check.ts'] };
+  const tsconfig = {
+    compilerOptions: {
+      strict: true,
+      noEmit: true,
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      target: 'ES2022',
+      skipLibCheck: true,
+      types: [],
+    },
+    files: ['check.ts'],
+  };
   await writeFile(path.join(tmp.dir, 'tsconfig.json'), JSON.stringify(tsconfig));
   const tsc = path.join(REPO, 'node_modules', 'typescript', 'bin', 'tsc');
   const ok = await run(process.execPath, [tsc, '-p', tmp.dir], { timeoutMs: 60_000 });
   t.is(ok.code, 0, ok.stdout + ok.stderr);
   // The check is real: a misspelt field fails it.
   const bad = { ...pods.get('kanal-agent.yaml')!, spec: { ...pods.get('kanal-agent.yaml')!.spec!, hostNetwrok: true } };
-  await writeFile(path.join(tmp.dir, 'check.ts'), `import type { IPod } from 'kubernetes-models/v1';\nexport const bad: IPod = ${JSON.stringify(bad)};\n`);
+  await writeFile(
+    path.join(tmp.dir, 'check.ts'),
+    `import type { IPod } from 'kubernetes-models/v1';\nexport const bad: IPod = ${JSON.stringify(bad)};\n`,
+  );
   const failed = await run(process.execPath, [tsc, '-p', tmp.dir], { timeoutMs: 60_000 });
   t.not(failed.code, 0);
   t.regex(failed.stdout, /hostNetwrok/);
@@ -206,8 +226,8 @@ function validateEgressSelector(doc: JsonObject): string[] {
     for (const key of Object.keys(obj)) if (!allowed.includes(key)) errors.push(`${where}: unknown field "${key}"`);
   };
   only(doc, '', ['apiVersion', 'kind', 'egressSelections']);
-  if (doc.apiVersion !== 'apiserver.k8s.io/v1beta1') errors.push(`apiVersion ${String(doc.apiVersion)}`);
-  if (doc.kind !== 'EgressSelectorConfiguration') errors.push(`kind ${String(doc.kind)}`);
+  if (doc.apiVersion !== 'apiserver.k8s.io/v1beta1') errors.push(`apiVersion ${shown(doc.apiVersion)}`);
+  if (doc.kind !== 'EgressSelectorConfiguration') errors.push(`kind ${shown(doc.kind)}`);
   const selections = doc.egressSelections;
   if (!Array.isArray(selections) || selections.length === 0) return [...errors, 'egressSelections must be a non-empty list'];
   const seen = new Set<string>();
@@ -215,8 +235,9 @@ function validateEgressSelector(doc: JsonObject): string[] {
     const where = `egressSelections[${i}]`;
     if (!isObject(sel)) return void errors.push(`${where}: not a mapping`);
     only(sel, where, ['name', 'connection']);
-    const name = String(sel.name ?? '').toLowerCase();
-    if (!['cluster', 'controlplane', 'etcd'].includes(name)) errors.push(`${where}.name "${name}" is not one of cluster, controlplane, etcd`);
+    const name = shown(sel.name ?? '').toLowerCase();
+    if (!['cluster', 'controlplane', 'etcd'].includes(name))
+      errors.push(`${where}.name "${name}" is not one of cluster, controlplane, etcd`);
     if (seen.has(name)) errors.push(`${where}.name "${name}" is duplicated`);
     seen.add(name);
     const conn = sel.connection;
@@ -233,7 +254,7 @@ function validateEgressSelector(doc: JsonObject): string[] {
     }
     if (isObject(tcp)) {
       only(tcp, `${where}.transport.tcp`, ['url', 'tlsConfig']);
-      const url = String(tcp.url ?? '');
+      const url = shown(tcp.url ?? '');
       const tls = tcp.tlsConfig;
       if (url.startsWith('https://')) {
         if (!isObject(tls)) errors.push(`${where}: TLSConfig must be present when using HTTPS`);
@@ -259,7 +280,7 @@ function validateEgressSelector(doc: JsonObject): string[] {
         if (!uds) errors.push(`${where}: UDS must be set with GRPC`);
         break;
       default:
-        errors.push(`${where}: proxyProtocol ${String(conn.proxyProtocol)} is not Direct, HTTPConnect or GRPC`);
+        errors.push(`${where}: proxyProtocol ${shown(conn.proxyProtocol)} is not Direct, HTTPConnect or GRPC`);
     }
   });
   return errors;
@@ -282,7 +303,12 @@ test('the egress selector validation is real: it refuses GRPC over TCP, unknown 
   const bad: JsonObject = {
     apiVersion: 'apiserver.k8s.io/v1beta1',
     kind: 'EgressSelectorConfiguration',
-    egressSelections: [{ name: 'nodes', connection: { proxyProtocol: 'GRPC', transport: { tcp: { url: 'https://x:1', tlsConfig: { caBundle: 'a' } } }, extra: 1 } }],
+    egressSelections: [
+      {
+        name: 'nodes',
+        connection: { proxyProtocol: 'GRPC', transport: { tcp: { url: 'https://x:1', tlsConfig: { caBundle: 'a' } } }, extra: 1 },
+      },
+    ],
   };
   const errors = validateEgressSelector(bad).join('\n');
   t.regex(errors, /not one of cluster/);
@@ -300,18 +326,22 @@ test('egress examples match the servers: same socket as the server pod, TCP port
     ['uds-http-connect.yaml', 'http-connect'],
   ] as const) {
     const doc = await loadYaml(path.join(EGRESS, file));
-    const conn = (doc.egressSelections as JsonObject[])[0]!.connection as JsonObject;
+    const conn = (doc.egressSelections as JsonObject[])[0].connection as JsonObject;
     t.is(((conn.transport as JsonObject).uds as JsonObject).udsName, uds ?? null, file);
     t.true(mode === 'both' || mode === protocol, `${file}: the server pod serves ${protocol}`);
   }
   const tcpDoc = await loadYaml(path.join(EGRESS, 'tcp-mtls-http-connect.yaml'));
-  const tcp = (((tcpDoc.egressSelections as JsonObject[])[0]!.connection as JsonObject).transport as JsonObject).tcp as JsonObject;
-  const server = parseEnvFile(await readFile(path.join(DEPLOY, 'server-tcp.env.example'), 'utf8')).get('KANAL_SERVER_FLAGS')!.split(' ');
-  t.is(new URL(String(tcp.url)).port, flag(server, 'server-port') ?? '');
+  const tcp = (((tcpDoc.egressSelections as JsonObject[])[0].connection as JsonObject).transport as JsonObject).tcp as JsonObject;
+  const server = parseEnvFile(await readFile(path.join(DEPLOY, 'server-tcp.env.example'), 'utf8'))
+    .get('KANAL_SERVER_FLAGS')!
+    .split(' ');
+  t.is(new URL(shown(tcp.url)).port, flag(server, 'server-port') ?? '');
   t.true(['both', 'http-connect'].includes(flag(server, 'mode') ?? 'both'));
   t.truthy(flag(server, 'server-ca-cert'), 'the TCP frontend requires the kube-apiserver client certificate');
   // The systemd server puts its socket in its RuntimeDirectory.
-  const sysServer = parseEnvFile(await readFile(path.join(DEPLOY, 'server.env.example'), 'utf8')).get('KANAL_SERVER_FLAGS')!.split(' ');
+  const sysServer = parseEnvFile(await readFile(path.join(DEPLOY, 'server.env.example'), 'utf8'))
+    .get('KANAL_SERVER_FLAGS')!
+    .split(' ');
   t.is(path.posix.dirname(flag(sysServer, 'uds-name')!), '/run/kanal-server');
 });
 
@@ -325,14 +355,17 @@ test('bootstrap kubeconfig template: placeholders, and kubectl reads it once fil
   t.is(doc.kind, 'Config');
   const clusters = doc.clusters as JsonObject[];
   t.is(clusters.length, 1);
-  t.is((clusters[0]!.cluster as JsonObject).server, 'https://ADVERTISE_IP:PORT');
+  t.is((clusters[0].cluster as JsonObject).server, 'https://ADVERTISE_IP:PORT');
   for (const placeholder of ['ADVERTISE_IP', 'PORT', 'BOOTSTRAP_TOKEN']) t.true(template.includes(placeholder), placeholder);
 
   // Fill in from the agent's own flags: the address it serves and the port of its --target.
   const agentArgs = container('kanal-agent.yaml').args ?? [];
   const advertise = flag(agentArgs, 'bind-address')!;
-  const port = flag(agentArgs, 'target')!.split(':')[0]!;
-  const filled = template.replace(/ADVERTISE_IP/g, advertise).replace(/:PORT\b/g, `:${port}`).replace(/BOOTSTRAP_TOKEN/g, 'abcdef.0123456789abcdef');
+  const port = flag(agentArgs, 'target')!.split(':')[0];
+  const filled = template
+    .replace(/ADVERTISE_IP/g, advertise)
+    .replace(/:PORT\b/g, `:${port}`)
+    .replace(/BOOTSTRAP_TOKEN/g, 'abcdef.0123456789abcdef');
   const tmp = await tempDir('kanal-kubeconfig-');
   t.teardown(tmp.remove);
   const file = path.join(tmp.dir, 'bootstrap-kubelet.conf');
@@ -340,18 +373,22 @@ test('bootstrap kubeconfig template: placeholders, and kubectl reads it once fil
   const view = await run('kubectl', ['config', 'view', '--kubeconfig', file, '--raw', '-o', 'json'], { timeoutMs: 30_000 });
   t.is(view.code, 0, view.stderr);
   const parsed = JSON.parse(view.stdout) as JsonObject;
-  const cluster = ((parsed.clusters as JsonObject[])[0]!.cluster as JsonObject).server;
+  const cluster = ((parsed.clusters as JsonObject[])[0].cluster as JsonObject).server;
   t.is(cluster, `https://${advertise}:${port}`);
   t.is(parsed['current-context'], 'tls-bootstrap-token-user@kubernetes');
-  const user = ((parsed.users as JsonObject[])[0]!.user as JsonObject).token;
+  const user = ((parsed.users as JsonObject[])[0].user as JsonObject).token;
   t.is(user, 'abcdef.0123456789abcdef');
-  const url = await run('kubectl', ['config', 'view', '--kubeconfig', file, '--minify', '-o', 'jsonpath={.clusters[0].cluster.server}'], { timeoutMs: 30_000 });
+  const url = await run('kubectl', ['config', 'view', '--kubeconfig', file, '--minify', '-o', 'jsonpath={.clusters[0].cluster.server}'], {
+    timeoutMs: 30_000,
+  });
   t.is(url.stdout, `https://${advertise}:${port}`, url.stderr);
 });
 
 test('the agent example env file and the agent pod serve the same address and port as the kubeconfig expects', async (t) => {
   const podArgs = container('kanal-agent.yaml').args ?? [];
-  const envArgs = parseEnvFile(await readFile(path.join(DEPLOY, 'agent.env.example'), 'utf8')).get('KANAL_AGENT_FLAGS')!.split(' ');
+  const envArgs = parseEnvFile(await readFile(path.join(DEPLOY, 'agent.env.example'), 'utf8'))
+    .get('KANAL_AGENT_FLAGS')!
+    .split(' ');
   t.is(flag(envArgs, 'bind-address'), flag(podArgs, 'bind-address'));
   t.is(flag(envArgs, 'target'), flag(podArgs, 'target'));
   // The server pod allows what the agent's target dials.

@@ -24,7 +24,7 @@ function pack(): Promise<{ tarball: string; files: string[] }> {
     const r = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', tmp.dir], { cwd: REPO, timeoutMs: 120_000 });
     if (r.code !== 0) throw new Error(`npm pack failed: ${r.stderr}`);
     const [result] = JSON.parse(r.stdout.slice(r.stdout.indexOf('['))) as PackResult[];
-    return { tarball: path.join(tmp.dir, result!.filename), files: result!.files.map((f) => f.path) };
+    return { tarball: path.join(tmp.dir, result.filename), files: result.files.map((f) => f.path) };
   })();
   return packed;
 }
@@ -40,7 +40,7 @@ function install(): Promise<string> {
     const words = splitWords(runLine).map((w) => (w.endsWith('.tgz') ? tarball : w));
     const prefix = path.join(tmp.dir, 'prefix');
     // --prefer-offline: npm's cache when it holds every dependency, the registry otherwise.
-    const r = await run(words[0]!, [...words.slice(1), '--prefer-offline', '--prefix', prefix], { timeoutMs: 300_000 });
+    const r = await run(words[0], [...words.slice(1), '--prefer-offline', '--prefix', prefix], { timeoutMs: 300_000 });
     if (r.code !== 0) throw new Error(`${runLine} failed: ${r.stderr}`);
     return path.join(prefix, 'bin', 'kanal');
   })();
@@ -65,8 +65,14 @@ test('npm pack ships the program, the native boundary, the units and the static 
   ]) {
     t.true(files.includes(f), `${f} is in the tarball`);
   }
-  t.false(files.some((f) => f.startsWith('dist/test/')), 'tests stay out');
-  t.false(files.some((f) => f.startsWith('dist/kit/')), 'the demo and the throwaway PKI stay out');
+  t.false(
+    files.some((f) => f.startsWith('dist/test/')),
+    'tests stay out',
+  );
+  t.false(
+    files.some((f) => f.startsWith('dist/kit/')),
+    'the demo and the throwaway PKI stay out',
+  );
 });
 
 test("the Dockerfile's npm install puts a working bin/kanal in the prefix", async (t) => {
@@ -84,9 +90,23 @@ test('the installed package installs its own unit files (install-node from the t
   const bin = await install();
   const root = path.join(tmp.dir, 'node-root');
   await run('mkdir', ['-p', root]);
-  const r = await run(bin, ['install-node', '--root', root, '--systemd-version', '252', '--', '--proxy-server-host', 'cp.example', '--ca-cert', '/etc/kanal/ca.crt']);
+  const r = await run(bin, [
+    'install-node',
+    '--root',
+    root,
+    '--systemd-version',
+    '252',
+    '--',
+    '--proxy-server-host',
+    'cp.example',
+    '--ca-cert',
+    '/etc/kanal/ca.crt',
+  ]);
   t.is(r.code, 0, r.stderr);
-  t.is(await readFile(path.join(root, 'etc/systemd/system/kanal-agent.service'), 'utf8'), await readFile(path.join(REPO, 'systemd', 'kanal-agent.service'), 'utf8'));
+  t.is(
+    await readFile(path.join(root, 'etc/systemd/system/kanal-agent.service'), 'utf8'),
+    await readFile(path.join(REPO, 'systemd', 'kanal-agent.service'), 'utf8'),
+  );
 });
 
 test('the installed package loads its native code (koffi): --check reaches the netlink probe', async (t) => {

@@ -26,8 +26,13 @@ const netnsUnavailable = await netnsUnavailableReason();
  */
 function nobodyCannotRunCli(): string | undefined {
   if (!isRoot) return 'not root';
-  const r = spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, CLI, '--version'], { encoding: 'utf8', timeout: 20_000 });
-  return r.status === 0 ? undefined : `uid ${NOBODY} cannot run ${CLI} (${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split('\n')[0]})`;
+  const r = spawnSync('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, CLI, '--version'], {
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
+  return r.status === 0
+    ? undefined
+    : `uid ${NOBODY} cannot run ${CLI} (${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split('\n')[0]})`;
 }
 const nobodyBlocked = nobodyCannotRunCli();
 if (nobodyBlocked && isRoot) console.error(`packaging-preflight: non-root tests skipped: ${nobodyBlocked}`);
@@ -61,11 +66,24 @@ function fixture(): Promise<Fixture> {
     const allowedPort = (destination.address() as net.AddressInfo).port;
     sharedServer = startKanal([
       'server',
-      '--agent-bind-address', '127.0.0.1', '--agent-port', '0',
-      '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
-      '--uds-name', path.join(tmp.dir, 'frontend.sock'),
-      '--health-port', '0', '--server-id', 'check-server',
-      '--allowed-destination', `127.0.0.1:${allowedPort}`,
+      '--agent-bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      '0',
+      '--cluster-cert',
+      pki.serverCert,
+      '--cluster-key',
+      pki.serverKey,
+      '--cluster-ca-cert',
+      pki.caCert,
+      '--uds-name',
+      path.join(tmp.dir, 'frontend.sock'),
+      '--health-port',
+      '0',
+      '--server-id',
+      'check-server',
+      '--allowed-destination',
+      `127.0.0.1:${allowedPort}`,
     ]);
     const agentPort = portOf(await logField(sharedServer.out, 'agent listener ready', 'address'));
     return { dir: tmp.dir, pki, agentPort, allowedPort };
@@ -97,7 +115,7 @@ function checkArgs(f: Fixture, overrides: Record<string, string> = {}, extra: st
 function line(r: RunResult, name: string): { status: string; detail: string } | undefined {
   for (const l of r.stdout.split('\n')) {
     const m = /^\s+(PASS|FAIL|WARN|SKIP)\s+(.+?)\s{2,}(.*)$/.exec(l);
-    if (m && m[2] === name) return { status: m[1]!, detail: m[3]! };
+    if (m && m[2] === name) return { status: m[1], detail: m[3] };
   }
   return undefined;
 }
@@ -111,7 +129,12 @@ function assertFails(t: ExecutionContext, r: RunResult, name: string, detail: Re
 }
 
 const asNobody = ['setpriv', `--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups'];
-const asNobodyWithNetAdmin = [...asNobody, '--inh-caps=-all,+net_admin', '--ambient-caps=-all,+net_admin', '--bounding-set=-all,+net_admin'];
+const asNobodyWithNetAdmin = [
+  ...asNobody,
+  '--inh-caps=-all,+net_admin',
+  '--ambient-caps=-all,+net_admin',
+  '--bounding-set=-all,+net_admin',
+];
 
 /** Credentials readable by the non-root user (the unit's root-without-DAC_OVERRIDE reads root's own files the same way). */
 async function credentialsFor(f: Fixture, uid: number, name: string): Promise<{ ca: string; cert: string; key: string }> {
@@ -133,15 +156,21 @@ test.serial('passes against a real server: credentials, TLS, agent stream, netli
   const f = await fixture();
   const r = await kanal(checkArgs(f));
   t.is(r.code, 0, r.stdout + r.stderr);
-  for (const name of ['ca-cert', 'agent-cert', 'agent-key', 'server-tls', 'server-accepts-agent', 'netlink']) t.is(line(r, name)?.status, 'PASS', `${name}:\n${r.stdout}`);
-  t.regex(line(r, 'server-accepts-agent')!.detail, /accepted as agent check-agent by server check-server \(server count 1\); features: .*node-dial/);
+  for (const name of ['ca-cert', 'agent-cert', 'agent-key', 'server-tls', 'server-accepts-agent', 'netlink'])
+    t.is(line(r, name)?.status, 'PASS', `${name}:\n${r.stdout}`);
+  t.regex(
+    line(r, 'server-accepts-agent')!.detail,
+    /accepted as agent check-agent by server check-server \(server count 1\); features: .*node-dial/,
+  );
   t.regex(r.stdout, /0 failed.*: ready to run/);
   t.regex(r.stdout, /^kanal agent --check \(agent ID check-agent, server 127\.0\.0\.1:\d+\)/);
 });
 
 test.serial('passes with the node direction: negotiation and a real dial of each --target through the server', async (t) => {
   const f = await fixture();
-  const r = await kanal(checkArgs(f, { 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', `6443:127.0.0.1:${f.allowedPort}`]));
+  const r = await kanal(
+    checkArgs(f, { 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', `6443:127.0.0.1:${f.allowedPort}`]),
+  );
   t.is(r.code, isRoot ? 0 : 1, r.stdout);
   t.is(line(r, 'node-dial')?.status, 'PASS');
   t.regex(line(r, 'target 6443')?.detail ?? '', new RegExp(`dialled 127\\.0\\.0\\.1:${f.allowedPort} in \\d+ ms`));
@@ -169,7 +198,9 @@ nobodyTest('fails when the key is not readable by the agent user (EACCES)', asyn
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'unreadable');
   await chown(creds.key, 0, 0); // root's 0600 key, the agent runs as nobody
-  const viaSetpriv = await kanal(checkArgs(f, { 'ca-cert': creds.ca, 'agent-cert': creds.cert, 'agent-key': creds.key }), { wrapper: asNobody });
+  const viaSetpriv = await kanal(checkArgs(f, { 'ca-cert': creds.ca, 'agent-cert': creds.cert, 'agent-key': creds.key }), {
+    wrapper: asNobody,
+  });
   assertFails(t, viaSetpriv, 'agent-key', new RegExp(`agent\\.key: cannot read \\(EACCES: permission denied for uid ${NOBODY}\\)`));
   t.is(line(viaSetpriv, 'agent-cert')?.status, 'PASS');
   t.is(line(viaSetpriv, 'server-tls')?.status, 'SKIP');
@@ -177,7 +208,12 @@ nobodyTest('fails when the key is not readable by the agent user (EACCES)', asyn
 
 test.serial('fails when the key does not belong to the certificate', async (t) => {
   const f = await fixture();
-  assertFails(t, await kanal(checkArgs(f, { 'agent-key': f.pki.serverKey })), 'agent-key', /does not belong to .*agent\.crt \(the public keys differ\)/);
+  assertFails(
+    t,
+    await kanal(checkArgs(f, { 'agent-key': f.pki.serverKey })),
+    'agent-key',
+    /does not belong to .*agent\.crt \(the public keys differ\)/,
+  );
 });
 
 test.serial('fails when the server is unreachable (a closed loopback port)', async (t) => {
@@ -218,7 +254,20 @@ test.serial('fails for a --target the server is not allowed to dial', async (t) 
 nobodyTest('fails when netlink cannot create the interface: no CAP_NET_ADMIN (non-root)', async (t) => {
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'nobody');
-  const r = await kanal(checkArgs(f, { 'ca-cert': creds.ca, 'agent-cert': creds.cert, 'agent-key': creds.key, 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', `6443:127.0.0.1:${f.allowedPort}`]), { wrapper: asNobody });
+  const r = await kanal(
+    checkArgs(
+      f,
+      {
+        'ca-cert': creds.ca,
+        'agent-cert': creds.cert,
+        'agent-key': creds.key,
+        'bind-address': '10.200.0.1',
+        'bind-interface-type': 'bridge',
+      },
+      ['--target', `6443:127.0.0.1:${f.allowedPort}`],
+    ),
+    { wrapper: asNobody },
+  );
   assertFails(t, r, 'CAP_NET_ADMIN', /missing: the agent cannot create bridge interface for 10\.200\.0\.1/);
   t.is(line(r, 'server-accepts-agent')?.status, 'PASS', 'everything else is fine');
 });
@@ -234,7 +283,10 @@ test.serial('fails when rtnetlink itself is unavailable (probe replaced: no way 
     node: { bindAddress: '10.200.0.1', targets: [{ localPort: 6443, destination: `127.0.0.1:${f.allowedPort}` }], interfaceType: 'bridge' },
     transport: grpcJsTransport,
     log: createLogger('silent', 'test'),
-    netlink: () => ({ ok: false, detail: 'rtnetlink unavailable: open netlink socket: socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) failed (EAFNOSUPPORT)' }),
+    netlink: () => ({
+      ok: false,
+      detail: 'rtnetlink unavailable: open netlink socket: socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) failed (EAFNOSUPPORT)',
+    }),
   });
   t.false(preflightPassed(results));
   const nl = results.find((r) => r.name === 'netlink');
@@ -248,12 +300,21 @@ test.serial('fails when rtnetlink itself is unavailable (probe replaced: no way 
 
 test.serial('--bind-interface-type none: the agent must be able to listen on the address', async (t) => {
   const f = await fixture();
-  const r = await kanal(checkArgs(f, { 'bind-address': '10.200.0.77', 'bind-interface-type': 'none' }, ['--target', `16443:127.0.0.1:${f.allowedPort}`]));
-  assertFails(t, r, 'bind-address', /10\.200\.0\.77 is not an address of this host \(EADDRNOTAVAIL\), and --bind-interface-type none means the agent does not add it/);
+  const r = await kanal(
+    checkArgs(f, { 'bind-address': '10.200.0.77', 'bind-interface-type': 'none' }, ['--target', `16443:127.0.0.1:${f.allowedPort}`]),
+  );
+  assertFails(
+    t,
+    r,
+    'bind-address',
+    /10\.200\.0\.77 is not an address of this host \(EADDRNOTAVAIL\), and --bind-interface-type none means the agent does not add it/,
+  );
   t.is(line(r, 'CAP_NET_ADMIN')?.status, 'SKIP');
   // 127.0.0.2 is on no interface (lo carries 127.0.0.1/8), yet the agent serves it with "none".
   for (const address of ['127.0.0.1', '127.0.0.2']) {
-    const ok = await kanal(checkArgs(f, { 'bind-address': address, 'bind-interface-type': 'none' }, ['--target', `16443:127.0.0.1:${f.allowedPort}`]));
+    const ok = await kanal(
+      checkArgs(f, { 'bind-address': address, 'bind-interface-type': 'none' }, ['--target', `16443:127.0.0.1:${f.allowedPort}`]),
+    );
     t.is(line(ok, 'bind-address')?.status, 'PASS', ok.stdout);
     t.regex(line(ok, 'bind-address')?.detail ?? '', new RegExp(`${address.replace(/\./g, '\\.')} can be listened on`));
   }
@@ -274,7 +335,20 @@ test.serial('--check and --dry-run exclude each other; bad flags are usage error
 nobodyTest('passes as a non-root user holding only CAP_NET_ADMIN (what the unit grants)', async (t) => {
   const f = await fixture();
   const creds = await credentialsFor(f, NOBODY, 'netadmin');
-  const r = await kanal(checkArgs(f, { 'ca-cert': creds.ca, 'agent-cert': creds.cert, 'agent-key': creds.key, 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', `6443:127.0.0.1:${f.allowedPort}`]), { wrapper: asNobodyWithNetAdmin });
+  const r = await kanal(
+    checkArgs(
+      f,
+      {
+        'ca-cert': creds.ca,
+        'agent-cert': creds.cert,
+        'agent-key': creds.key,
+        'bind-address': '10.200.0.1',
+        'bind-interface-type': 'bridge',
+      },
+      ['--target', `6443:127.0.0.1:${f.allowedPort}`],
+    ),
+    { wrapper: asNobodyWithNetAdmin },
+  );
   t.is(r.code, 0, r.stdout + r.stderr);
   t.is(line(r, 'CAP_NET_ADMIN')?.status, 'PASS');
 });
@@ -289,11 +363,24 @@ nobodyNetnsTest('the agent runs with only CAP_NET_ADMIN as a non-root user: inte
   const server = startKanal(
     [
       'server',
-      '--agent-bind-address', '127.0.0.1', '--agent-port', '8091',
-      '--cluster-cert', f.pki.serverCert, '--cluster-key', f.pki.serverKey, '--cluster-ca-cert', f.pki.caCert,
-      '--uds-name', path.join(f.dir, `frontend-${ns.name}.sock`),
-      '--health-bind-address', '127.0.0.1', '--health-port', '8092',
-      '--allowed-destination', '127.0.0.1:8092',
+      '--agent-bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      '8091',
+      '--cluster-cert',
+      f.pki.serverCert,
+      '--cluster-key',
+      f.pki.serverKey,
+      '--cluster-ca-cert',
+      f.pki.caCert,
+      '--uds-name',
+      path.join(f.dir, `frontend-${ns.name}.sock`),
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      '8092',
+      '--allowed-destination',
+      '127.0.0.1:8092',
     ],
     { wrapper: inNs },
   );
@@ -304,19 +391,39 @@ nobodyNetnsTest('the agent runs with only CAP_NET_ADMIN as a non-root user: inte
   const agent = startKanal(
     [
       'agent',
-      '--proxy-server-host', '127.0.0.1', '--proxy-server-port', '8091',
-      '--ca-cert', creds.ca, '--agent-cert', creds.cert, '--agent-key', creds.key,
-      '--bind-address', '10.200.0.1', '--bind-interface', 'kanal0', '--bind-interface-type', 'bridge',
-      '--target', '6443:127.0.0.1:8092',
-      '--health-bind-address', '127.0.0.1', '--health-server-port', '8093',
-      '--shutdown-grace-period', '2s',
+      '--proxy-server-host',
+      '127.0.0.1',
+      '--proxy-server-port',
+      '8091',
+      '--ca-cert',
+      creds.ca,
+      '--agent-cert',
+      creds.cert,
+      '--agent-key',
+      creds.key,
+      '--bind-address',
+      '10.200.0.1',
+      '--bind-interface',
+      'kanal0',
+      '--bind-interface-type',
+      'bridge',
+      '--target',
+      '6443:127.0.0.1:8092',
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-server-port',
+      '8093',
+      '--shutdown-grace-period',
+      '2s',
     ],
     { wrapper: [...inNs, ...asNobodyWithNetAdmin], env: { ...process.env, NOTIFY_SOCKET: notify.address } },
   );
   t.teardown(() => agent.stop(2000));
-  const ready = await notify.waitFor((m) => m.startsWith('READY=1')).catch((err: Error) => {
-    throw new Error(`${err.message}\nagent output:\n${agent.output()}`);
-  });
+  const ready = await notify
+    .waitFor((m) => m.startsWith('READY=1'))
+    .catch((err: Error) => {
+      throw new Error(`${err.message}\nagent output:\n${agent.output()}`);
+    });
   t.regex(ready, /STATUS=1\/1 server tunnel\(s\) up/);
   const addr = await ns.ip(['-o', 'addr', 'show', 'dev', 'kanal0']);
   t.regex(addr.stdout, /inet 10\.200\.0\.1\/32 scope host/);

@@ -29,17 +29,47 @@ async function pki(t: { teardown: (fn: () => Promise<void>) => void }): Promise<
 function serverArgs(dir: string, p: ThrowawayPki, extra: string[] = []): string[] {
   return [
     'server',
-    '--agent-bind-address', '127.0.0.1', '--agent-port', '0',
-    '--cluster-cert', p.serverCert, '--cluster-key', p.serverKey, '--cluster-ca-cert', p.caCert,
-    '--uds-name', path.join(dir, 'frontend.sock'),
-    '--health-bind-address', '127.0.0.1', '--health-port', '0',
-    '--server-id', 'notify-test-server',
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    '0',
+    '--cluster-cert',
+    p.serverCert,
+    '--cluster-key',
+    p.serverKey,
+    '--cluster-ca-cert',
+    p.caCert,
+    '--uds-name',
+    path.join(dir, 'frontend.sock'),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    '0',
+    '--server-id',
+    'notify-test-server',
     ...extra,
   ];
 }
 
 function agentArgs(p: ThrowawayPki, port: number, extra: string[] = []): string[] {
-  return ['agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(port), '--ca-cert', p.caCert, '--agent-cert', p.agentCert, '--agent-key', p.agentKey, '--health-server-port', '0', '--agent-id', 'notify-test-agent', ...extra];
+  return [
+    'agent',
+    '--proxy-server-host',
+    '127.0.0.1',
+    '--proxy-server-port',
+    String(port),
+    '--ca-cert',
+    p.caCert,
+    '--agent-cert',
+    p.agentCert,
+    '--agent-key',
+    p.agentKey,
+    '--health-server-port',
+    '0',
+    '--agent-id',
+    'notify-test-agent',
+    ...extra,
+  ];
 }
 
 function started(t: { teardown: (fn: () => Promise<unknown>) => void }, s: Started): Started {
@@ -128,7 +158,7 @@ linuxTest('SystemdNotifier: inactive without NOTIFY_SOCKET, READY=1 once, failur
   broken.status('a');
   broken.status('b');
   t.is(errors.length, 1);
-  t.regex(errors[0]!, /ENOENT/);
+  t.regex(errors[0], /ENOENT/);
 });
 
 // ---------------------------------------------------------------- the commands
@@ -153,7 +183,10 @@ processTest('kanal agent: READY=1 when the tunnel is up, STATUS on tunnel change
   const server = started(t, startKanal(serverArgs(dir, p)));
   const agentPort = portOf(await logField(server.out, 'agent listener ready', 'address'));
   const l = await listener(t, path.join(dir, 'notify.sock'));
-  const agent = started(t, startKanal(agentArgs(p, agentPort, ['--connect-timeout', '30s']), { env: { ...process.env, NOTIFY_SOCKET: l.address } }));
+  const agent = started(
+    t,
+    startKanal(agentArgs(p, agentPort, ['--connect-timeout', '30s']), { env: { ...process.env, NOTIFY_SOCKET: l.address } }),
+  );
   const ready = await l.waitFor((m) => m.startsWith('READY=1'));
   t.is(ready, 'READY=1\nSTATUS=1/1 server tunnel(s) up: notify-test-server');
   await agent.out.waitFor((line) => line.includes('"msg":"tunnel up"'));
@@ -176,7 +209,10 @@ processTest('kanal agent: an unreachable server delays READY=1 by --connect-time
   const t0 = Date.now();
   const ready = await l.waitFor((m) => m.startsWith('READY=1'));
   t.regex(ready, /^READY=1\nSTATUS=no tunnel to a proxy server/);
-  t.true(Date.now() - t0 < 1000 + 5000, `READY=1 ${Date.now() - t0} ms after start: --connect-timeout 1s plus slack; the kubelet is not held back`);
+  t.true(
+    Date.now() - t0 < 1000 + 5000,
+    `READY=1 ${Date.now() - t0} ms after start: --connect-timeout 1s plus slack; the kubelet is not held back`,
+  );
 });
 
 processTest('without NOTIFY_SOCKET the commands run as before (no notification, no warning)', async (t) => {

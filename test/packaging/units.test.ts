@@ -10,7 +10,19 @@ import { agentSettings } from '../../src/agent/settings.js';
 import { parseAgentFlags } from '../../src/cli/install/agent-flags.js';
 import { unitDropIn, RESTART_BACKOFF_SYSTEMD } from '../../src/cli/install/node-plan.js';
 import { parseDuration } from '../../src/common/duration.js';
-import { REPO, dryRunRefusal, expandExecStart, kanal, parseEnvFile, parseUnit, run, seconds, tempDir, unitValue, type UnitFile } from '../helpers/packaging.js';
+import {
+  REPO,
+  dryRunRefusal,
+  expandExecStart,
+  kanal,
+  parseEnvFile,
+  parseUnit,
+  run,
+  seconds,
+  tempDir,
+  unitValue,
+  type UnitFile,
+} from '../helpers/packaging.js';
 
 const SYSTEMD = path.join(REPO, 'systemd');
 const DEPLOY = path.join(REPO, 'deploy');
@@ -29,7 +41,9 @@ async function loadUnit(name: string): Promise<{ text: string; unit: UnitFile }>
  * ExecStart's /usr/local/bin/kanal pointed at an executable stub (verify
  * checks that the binary exists), searched before the system's units.
  */
-async function verifyDir(files: Record<string, string>): Promise<{ dir: string; verify: (...units: string[]) => Promise<{ code: number | null; output: string }>; remove: () => Promise<void> }> {
+async function verifyDir(
+  files: Record<string, string>,
+): Promise<{ dir: string; verify: (...units: string[]) => Promise<{ code: number | null; output: string }>; remove: () => Promise<void> }> {
   const tmp = await tempDir('kanal-units-');
   const stub = path.join(tmp.dir, 'bin', 'kanal');
   await mkdir(path.dirname(stub));
@@ -53,7 +67,7 @@ async function verifyDir(files: Record<string, string>): Promise<{ dir: string; 
   };
 }
 
-test('systemd-analyze is installed (scripts/setup.sh installs Debian\'s systemd package)', async (t) => {
+test("systemd-analyze is installed (scripts/setup.sh installs Debian's systemd package)", async (t) => {
   const r = await run('systemd-analyze', ['--version']);
   t.is(r.code, 0, r.stderr);
   t.regex(r.stdout, /^systemd \d+/);
@@ -78,7 +92,9 @@ for (const name of units) {
 
 test('systemd-analyze verify is a real check: it reports a bad key and a missing binary', async (t) => {
   const { text } = await loadUnit('kanal-agent.service');
-  const v = await verifyDir({ 'kanal-agent.service': text.replace('[Service]', '[Service]\nRestartt=always').replace(KANAL_BINARY, '/nonexistent/kanal') });
+  const v = await verifyDir({
+    'kanal-agent.service': text.replace('[Service]', '[Service]\nRestartt=always').replace(KANAL_BINARY, '/nonexistent/kanal'),
+  });
   t.teardown(v.remove);
   const r = await v.verify('./kanal-agent.service');
   t.regex(r.output, /Unknown key name 'Restartt'|Unknown key 'Restartt'/);
@@ -101,7 +117,11 @@ test('the kubelet drop-in makes the kubelet want and wait for the agent, and ver
   t.is(r.output, '');
   t.is(r.code, 0);
   // The drop-in really is read: a typo in it is reported.
-  const bad = await verifyDir({ 'kubelet.service': '[Service]\nExecStart=/bin/true\n', 'kubelet.service.d/10-kanal.conf': `${dropIn}Wantz=x\n`, 'kanal-agent.service': text });
+  const bad = await verifyDir({
+    'kubelet.service': '[Service]\nExecStart=/bin/true\n',
+    'kubelet.service.d/10-kanal.conf': `${dropIn}Wantz=x\n`,
+    'kanal-agent.service': text,
+  });
   t.teardown(bad.remove);
   t.regex((await bad.verify('kubelet.service')).output, /Wantz/);
 });
@@ -128,7 +148,16 @@ test('kanal-agent.service: ordering, restart, notify, env file, credentials, har
   t.is(s('CapabilityBoundingSet'), 'CAP_NET_ADMIN');
   t.is(s('AmbientCapabilities'), 'CAP_NET_ADMIN');
   t.is(s('RestrictAddressFamilies'), 'AF_UNIX AF_INET AF_INET6 AF_NETLINK');
-  for (const [key, value] of Object.entries({ NoNewPrivileges: 'yes', ProtectSystem: 'strict', ProtectHome: 'yes', PrivateTmp: 'yes', PrivateDevices: 'yes', ProtectKernelModules: 'yes', RestrictNamespaces: 'yes', SystemCallFilter: '@system-service' })) {
+  for (const [key, value] of Object.entries({
+    NoNewPrivileges: 'yes',
+    ProtectSystem: 'strict',
+    ProtectHome: 'yes',
+    PrivateTmp: 'yes',
+    PrivateDevices: 'yes',
+    ProtectKernelModules: 'yes',
+    RestrictNamespaces: 'yes',
+    SystemCallFilter: '@system-service',
+  })) {
     t.is(s(key), value, key);
   }
   t.is(s('ReadWritePaths'), undefined, 'nothing writable');
@@ -161,7 +190,11 @@ for (const { unit: name, envFiles } of COMMAND_LINES) {
     test(`${name} ExecStart with deploy/${envName} is accepted by the CLI`, async (t) => {
       const { unit } = await loadUnit(name);
       const envFile = unitValue(unit, 'Service', 'EnvironmentFile')!;
-      t.is(path.basename(envFile), envName.replace(/^server-tcp/, 'server').replace(/\.example$/, ''), 'example matches the EnvironmentFile name');
+      t.is(
+        path.basename(envFile),
+        envName.replace(/^server-tcp/, 'server').replace(/\.example$/, ''),
+        'example matches the EnvironmentFile name',
+      );
       const env = parseEnvFile(await readFile(path.join(DEPLOY, envName), 'utf8'));
       const words = expandExecStart(unitValue(unit, 'Service', 'ExecStart')!, env);
       t.is(words[0], KANAL_BINARY);
@@ -174,7 +207,10 @@ for (const { unit: name, envFiles } of COMMAND_LINES) {
 
 test('the CLI check is real: an env file with a bad flag is refused', async (t) => {
   const { unit } = await loadUnit('kanal-agent.service');
-  const words = expandExecStart(unitValue(unit, 'Service', 'ExecStart')!, new Map([['KANAL_AGENT_FLAGS', '--proxy-server-host cp --ca-cert /x --target 6443:a:1']]));
+  const words = expandExecStart(
+    unitValue(unit, 'Service', 'ExecStart')!,
+    new Map([['KANAL_AGENT_FLAGS', '--proxy-server-host cp --ca-cert /x --target 6443:a:1']]),
+  );
   const r = await kanal([...words.slice(1), '--dry-run']);
   t.is(r.code, 2);
   t.regex(r.stderr, /--target needs --bind-address/);
@@ -186,7 +222,10 @@ test(`install-node's generated drop-in verifies cleanly with the unit (systemd $
   const { text } = await loadUnit('kanal-agent.service');
   const lowPort = parseAgentFlags([...flags.words, '--target', '443:127.0.0.1:6443']);
   for (const f of [flags, lowPort]) {
-    const v = await verifyDir({ 'kanal-agent.service': text, 'kanal-agent.service.d/50-install.conf': unitDropIn(f, Math.min(hostSystemd, RESTART_BACKOFF_SYSTEMD - 1)) });
+    const v = await verifyDir({
+      'kanal-agent.service': text,
+      'kanal-agent.service.d/50-install.conf': unitDropIn(f, Math.min(hostSystemd, RESTART_BACKOFF_SYSTEMD - 1)),
+    });
     t.teardown(v.remove);
     const r = await v.verify('kanal-agent.service');
     t.is(r.output, '');
@@ -212,7 +251,8 @@ test('the restart back-off keys are written only for systemd >= 254, and are the
   } else {
     const complaints = r.output.split('\n').filter((l) => l.trim() !== '');
     t.is(complaints.length, 2, r.output);
-    for (const line of complaints) t.regex(line, /Unknown key (name )?'(RestartSteps|RestartMaxDelaySec)' in section \[Service\], ignoring/);
+    for (const line of complaints)
+      t.regex(line, /Unknown key (name )?'(RestartSteps|RestartMaxDelaySec)' in section \[Service\], ignoring/);
   }
 });
 
@@ -223,7 +263,12 @@ test('the generated drop-in follows the flags: stop timeout, capabilities', (t) 
   t.is(unitValue(cpOnly, 'Service', 'CapabilityBoundingSet'), '', 'no capabilities without the node direction');
   const node = parseUnit(unitDropIn(parseAgentFlags([...base, '--bind-address', '10.200.0.1', '--target', '6443:127.0.0.1:6443']), 252));
   t.is(unitValue(node, 'Service', 'CapabilityBoundingSet'), 'CAP_NET_ADMIN');
-  const existing = parseUnit(unitDropIn(parseAgentFlags([...base, '--bind-address', '10.200.0.1', '--target', '443:127.0.0.1:6443', '--bind-interface-type', 'none']), 252));
+  const existing = parseUnit(
+    unitDropIn(
+      parseAgentFlags([...base, '--bind-address', '10.200.0.1', '--target', '443:127.0.0.1:6443', '--bind-interface-type', 'none']),
+      252,
+    ),
+  );
   t.is(unitValue(existing, 'Service', 'CapabilityBoundingSet'), 'CAP_NET_BIND_SERVICE');
   t.is(unitValue(existing, 'Service', 'AmbientCapabilities'), 'CAP_NET_BIND_SERVICE');
 });
@@ -233,6 +278,6 @@ test('deploy/*.env.example files are what the units read: one variable, plain wo
     const env = parseEnvFile(await readFile(path.join(DEPLOY, name), 'utf8'));
     t.is(env.size, 1, name);
     const [value] = [...env.values()];
-    t.notRegex(value!, /["'\\$`]/, name);
+    t.notRegex(value, /["'\\$`]/, name);
   }
 });

@@ -80,7 +80,7 @@ test('a head larger than the cap is 431 whether it comes at once or in pieces; o
   t.is(code(parse(`CONNECT a:1 HTTP/1.1\r\nX: y\r\n`, 24)), '431 HPE_HEADER_OVERFLOW');
 });
 
-test('malformed request lines and header fields are 400, with the code of Node\'s parser', (t) => {
+test("malformed request lines and header fields are 400, with the code of Node's parser", (t) => {
   const cases: [string, string][] = [
     ['\x00\x00garbage\r\n\r\n', 'HPE_INVALID_METHOD'],
     [' CONNECT a:1 HTTP/1.1\r\n\r\n', 'HPE_INVALID_METHOD'],

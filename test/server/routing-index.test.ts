@@ -111,12 +111,18 @@ function oracleDestHost(candidates: AgentBackend[], host: string | undefined): O
   const credentials = new Map(scored.map(([b]) => [b.credential.key, b.credential.subject]));
   if (credentials.size > 1) {
     const contested = { host: dest, subjects: [...credentials.values()] };
-    return { agents: [], none: `destHost: agents of ${credentials.size} credentials announce ${dest}, so none is trusted with it`, contested };
+    return {
+      agents: [],
+      none: `destHost: agents of ${credentials.size} credentials announce ${dest}, so none is trusted with it`,
+      contested,
+    };
   }
   const best = Math.max(...scored.map(([, s]) => s));
   return { agents: scored.filter(([, s]) => s === best).map(([b]) => b), none: '' };
 }
-type OracleOutcome = { ok: true; among: AgentBackend[]; strategy: ProxyStrategy; contested?: OracleSet['contested'] } | { ok: false; reason: string; contested?: OracleSet['contested'] };
+type OracleOutcome =
+  | { ok: true; among: AgentBackend[]; strategy: ProxyStrategy; contested?: OracleSet['contested'] }
+  | { ok: false; reason: string; contested?: OracleSet['contested'] };
 function oracle(agents: AgentBackend[][], r: Route): OracleOutcome {
   const candidates: AgentBackend[] = [];
   for (const tunnels of agents) {
@@ -129,7 +135,11 @@ function oracle(agents: AgentBackend[][], r: Route): OracleOutcome {
       case 'default':
         return { strategy, agents: candidates, none: 'default: no agent is connected' };
       case 'defaultRoute':
-        return { strategy, agents: candidates.filter((b) => b.identifiers.defaultRoute), none: 'defaultRoute: no agent announces default-route=true' };
+        return {
+          strategy,
+          agents: candidates.filter((b) => b.identifiers.defaultRoute),
+          none: 'defaultRoute: no agent announces default-route=true',
+        };
       case 'destHost':
         return { strategy, ...oracleDestHost(candidates, r.host) };
     }
@@ -159,7 +169,17 @@ function generator(seed: number): () => number {
   };
 }
 
-const IDENTIFIER_POOL = ['host=a.example', 'host=b.example', 'ipv4=10.0.0.1', 'ipv4=10.0.0.2', 'ipv6=fd00::1', 'cidr=10.0.0.0/24', 'cidr=10.0.0.0/16', 'cidr=fd00::/64', 'default-route=true'];
+const IDENTIFIER_POOL = [
+  'host=a.example',
+  'host=b.example',
+  'ipv4=10.0.0.1',
+  'ipv4=10.0.0.2',
+  'ipv6=fd00::1',
+  'cidr=10.0.0.0/24',
+  'cidr=10.0.0.0/16',
+  'cidr=fd00::/64',
+  'default-route=true',
+];
 const HOSTS = ['a.example', 'B.example', 'c.example', '10.0.0.1', '10.0.0.2', '10.0.1.7', '10.9.9.9', 'fd00::1', 'fd00:0::2', undefined];
 const STRATEGIES: ProxyStrategy[] = ['destHost', 'defaultRoute', 'default'];
 
@@ -200,7 +220,17 @@ function setUp(rand: () => number): { registry: AgentRegistry; agents: AgentBack
 }
 
 function describe(outcome: RouteOutcome | OracleOutcome): unknown {
-  return outcome.ok ? { ok: true, strategy: outcome.strategy, contested: outcome.contested && { ...outcome.contested, subjects: [...outcome.contested.subjects].sort() } } : { ok: false, reason: outcome.reason, contested: outcome.contested && { ...outcome.contested, subjects: [...outcome.contested.subjects].sort() } };
+  return outcome.ok
+    ? {
+        ok: true,
+        strategy: outcome.strategy,
+        contested: outcome.contested && { ...outcome.contested, subjects: [...outcome.contested.subjects].sort() },
+      }
+    : {
+        ok: false,
+        reason: outcome.reason,
+        contested: outcome.contested && { ...outcome.contested, subjects: [...outcome.contested.subjects].sort() },
+      };
 }
 
 test('random registries and routes: the indexed router picks as the previous one did, ties among the same agents', (t) => {
@@ -222,7 +252,10 @@ test('random registries and routes: the indexed router picks as the previous one
         const again = registry.pick(r);
         if (again.ok) drawn.add(again.backend);
       }
-      t.true([...drawn].every((b) => expected.among.includes(b)), `seed ${seed}: picked outside the least loaded`);
+      t.true(
+        [...drawn].every((b) => expected.among.includes(b)),
+        `seed ${seed}: picked outside the least loaded`,
+      );
       if (drawn.size === expected.among.length) tiesSeenWhole++;
     }
   }

@@ -8,12 +8,25 @@ import test from 'ava';
 import type { KanalServer } from '../../src/server/server.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
 import { NO_FEATURES } from '../../src/wire/features.js';
-import { echoRoundTrip, grpcFrontendClient, httpConnect, makeEnv, startAgent, startEchoServer, startServer, waitFor, type ConnectReply, type TestEnv } from '../helpers/in-process.js';
+import {
+  echoRoundTrip,
+  grpcFrontendClient,
+  httpConnect,
+  makeEnv,
+  startAgent,
+  startEchoServer,
+  startServer,
+  waitFor,
+  type ConnectReply,
+  type TestEnv,
+} from '../helpers/in-process.js';
 import { dialStream } from '../helpers/connection-stream.js';
 
 /** Which agent the server logged as carrying the dial to `address`, and by which strategy. */
 function carriedBy(lines: ReadonlyArray<Record<string, unknown>>, address: string): Array<{ agentID: unknown; strategy: unknown }> {
-  return lines.filter((l) => l.msg === 'dial established' && l.address === address).map((l) => ({ agentID: l.agentID, strategy: l.strategy }));
+  return lines
+    .filter((l) => l.msg === 'dial established' && l.address === address)
+    .map((l) => ({ agentID: l.agentID, strategy: l.strategy }));
 }
 
 function agentOf(server: KanalServer, host: string, strategies: ProxyStrategy[]): string | undefined {
@@ -41,7 +54,10 @@ test('destHost routes by host name, ipv4, ipv6 and cidr; what no agent announces
   ]);
   const { server, logs } = await startServer(t, env, { proxyStrategies: ['destHost', 'defaultRoute', 'default'] });
   await startAgent(t, env, server.agentPort, { agentID: 'node-a', identifiers: 'host=Node-A.example&ipv4=127.0.0.2' });
-  await startAgent(t, env, server.agentPort, { agentID: 'node-b', identifiers: 'host=node-b.example&ipv6=0:0:0:0:0:0:0:1&cidr=127.0.1.0/24' });
+  await startAgent(t, env, server.agentPort, {
+    agentID: 'node-b',
+    identifiers: 'host=node-b.example&ipv6=0:0:0:0:0:0:0:1&cidr=127.0.1.0/24',
+  });
   await startAgent(t, env, server.agentPort, { agentID: 'gateway', identifiers: 'default-route=true' });
   await startAgent(t, env, server.agentPort, { agentID: 'plain', identifiers: '' });
   await waitFor(() => server.registry.size === 4, 'four agents');
@@ -57,10 +73,22 @@ test('destHost routes by host name, ipv4, ipv6 and cidr; what no agent announces
     for (const echo of [nodeA, nodeB, cidrNode, elsewhere]) replies.push(await connectAndEcho(env, echo.address));
   }
   t.true(replies.every((r) => r.status === 200));
-  t.deepEqual(new Set(carriedBy(logs.lines, nodeA.address).map((c) => JSON.stringify(c))), new Set([JSON.stringify({ agentID: 'node-a', strategy: 'destHost' })]));
-  t.deepEqual(new Set(carriedBy(logs.lines, nodeB.address).map((c) => JSON.stringify(c))), new Set([JSON.stringify({ agentID: 'node-b', strategy: 'destHost' })]));
-  t.deepEqual(new Set(carriedBy(logs.lines, cidrNode.address).map((c) => JSON.stringify(c))), new Set([JSON.stringify({ agentID: 'node-b', strategy: 'destHost' })]));
-  t.deepEqual(new Set(carriedBy(logs.lines, elsewhere.address).map((c) => JSON.stringify(c))), new Set([JSON.stringify({ agentID: 'gateway', strategy: 'defaultRoute' })]));
+  t.deepEqual(
+    new Set(carriedBy(logs.lines, nodeA.address).map((c) => JSON.stringify(c))),
+    new Set([JSON.stringify({ agentID: 'node-a', strategy: 'destHost' })]),
+  );
+  t.deepEqual(
+    new Set(carriedBy(logs.lines, nodeB.address).map((c) => JSON.stringify(c))),
+    new Set([JSON.stringify({ agentID: 'node-b', strategy: 'destHost' })]),
+  );
+  t.deepEqual(
+    new Set(carriedBy(logs.lines, cidrNode.address).map((c) => JSON.stringify(c))),
+    new Set([JSON.stringify({ agentID: 'node-b', strategy: 'destHost' })]),
+  );
+  t.deepEqual(
+    new Set(carriedBy(logs.lines, elsewhere.address).map((c) => JSON.stringify(c))),
+    new Set([JSON.stringify({ agentID: 'gateway', strategy: 'defaultRoute' })]),
+  );
   t.is(carriedBy(logs.lines, nodeA.address).length, 4);
 
   // The gRPC frontend (the kube-apiserver's konnectivity client) routes the same way.
@@ -109,7 +137,7 @@ test('a destination announced by agents of two credentials goes to neither by de
   t.deepEqual(new Set(carriedBy(logs.lines, victim.address).map((c) => c.agentID)), new Set(['gateway']));
   const warning = logs.matching('agents of several credentials announce the same destination');
   t.is(warning.length, 1, 'rate-limited: one line for four dials');
-  t.is(new Set(warning[0]!.credentials as string[]).size, 2);
+  t.is(new Set(warning[0].credentials as string[]).size, 2);
 });
 
 test('a dial no strategy serves is answered 500 naming the strategies', async (t) => {
@@ -126,20 +154,27 @@ test('a dial no strategy serves is answered 500 naming the strategies', async (t
     reply.socket.once('end', () => resolve(text));
     reply.socket.resume();
   });
-  t.regex(body, /no agent serves 127\.0\.0\.3:80 under --proxy-strategies destHost,defaultRoute: destHost: no agent announces 127\.0\.0\.3; defaultRoute: no agent announces default-route=true/);
+  t.regex(
+    body,
+    /no agent serves 127\.0\.0\.3:80 under --proxy-strategies destHost,defaultRoute: destHost: no agent announces 127\.0\.0\.3; defaultRoute: no agent announces default-route=true/,
+  );
 });
 
 test('destHost prefers an agent of the destination that is not draining, and falls back to a draining one', async (t) => {
   const env = await makeEnv(t);
   const echo = await startEchoServer(t, '127.0.2.1');
-  const { server, logs } = await startServer(t, env, { proxyStrategies: ['destHost', 'default'], maxAgentsPerCredential: 2, allowedDestinations: [echo.address] });
+  const { server, logs } = await startServer(t, env, {
+    proxyStrategies: ['destHost', 'default'],
+    maxAgentsPerCredential: 2,
+    allowedDestinations: [echo.address],
+  });
   const shared = { credential: 'zone-b', identifiers: 'cidr=127.0.2.0/24' };
   const leaving = await startAgent(t, env, server.agentPort, { ...shared, agentID: 'zone-b-1' });
   const staying = await startAgent(t, env, server.agentPort, { ...shared, agentID: 'zone-b-2' });
   await startAgent(t, env, server.agentPort, { agentID: 'elsewhere', identifiers: '' });
   await waitFor(() => server.registry.size === 3, 'three agents');
   // zone-b-1 keeps a connection (node -> control plane) open, so its stop waits after DRAIN.
-  const held = await dialStream(leaving.agent.tunnels()[0]!, echo.address, { timeoutMs: 5000 });
+  const held = await dialStream(leaving.agent.tunnels()[0], echo.address, { timeoutMs: 5000 });
   t.teardown(() => held.destroy());
   const stopping = leaving.stop(30_000);
   await waitFor(() => server.registry.list().find((b) => b.agentID === 'zone-b-1')?.tunnel.drainRequested === true, 'DRAIN seen');

@@ -56,12 +56,15 @@ test('control plane -> node: HTTP CONNECT and gRPC frontend through the agent; t
   const { server } = await startServer(t, env);
   const { agent } = await startAgent(t, env, server.agentPort);
   await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
-  const backend = server.registry.list()[0]!;
+  const backend = server.registry.list()[0];
   t.is(backend.agentID, 'node-1');
   t.deepEqual(backend.identifiers.hosts, ['node-1']);
   t.deepEqual(backend.identifiers.ipv4, ['10.0.0.5']);
   t.deepEqual([...backend.tunnel.features].sort(), ['half-close', 'node-dial', 'window']);
-  t.deepEqual(agent.stats().tunnels.map((x) => x.serverID), ['test-server']);
+  t.deepEqual(
+    agent.stats().tunnels.map((x) => x.serverID),
+    ['test-server'],
+  );
 
   // HTTP CONNECT, ten at once.
   const replies = await Promise.all(Array.from({ length: 10 }, () => httpConnect(env.udsPath, echo.address)));
@@ -70,8 +73,8 @@ test('control plane -> node: HTTP CONNECT and gRPC frontend through the agent; t
     t.regex(r.head, /^HTTP\/1\.1 200 Connection Established/);
   }
   for (const [i, r] of replies.entries()) t.is(await echoRoundTrip(r.socket, `hello ${i}`), `hello ${i}`);
-  t.is(server.stats().agentTunnels[0]!.connections, 10);
-  t.is(agent.stats().tunnels[0]!.connections, 10);
+  t.is(server.stats().agentTunnels[0].connections, 10);
+  t.is(agent.stats().tunnels[0].connections, 10);
   t.is(echo.open, 10);
 
   // The gRPC frontend, with Kanal features negotiated.
@@ -80,8 +83,8 @@ test('control plane -> node: HTTP CONNECT and gRPC frontend through the agent; t
   const conns = await Promise.all([1, 2, 3].map(() => dialStream(client.tunnel, echo.address, { timeoutMs: 5000 })));
   for (const [i, c] of conns.entries()) t.is(await echoRoundTrip(c, `grpc ${i}`), `grpc ${i}`);
   t.is(server.stats().frontendStreams, 1);
-  t.is(server.stats().frontendTunnels[0]!.connections, 3);
-  t.is(server.stats().agentTunnels[0]!.connections, 13);
+  t.is(server.stats().frontendTunnels[0].connections, 3);
+  t.is(server.stats().agentTunnels[0].connections, 13);
 
   // Close everything from the client side; every table empties.
   await Promise.all(replies.map((r) => closeSocket(r.socket)));
@@ -120,18 +123,18 @@ test('node -> control plane: the server dials allow-listed destinations only', a
   const { server, logs } = await startServer(t, env, { allowedDestinations: [echo.address] });
   const { agent } = await startAgent(t, env, server.agentPort);
   await waitFor(() => agent.tunnels().length === 1 && server.registry.size === 1, 'tunnel up');
-  const tunnel = agent.tunnels()[0]!;
+  const tunnel = agent.tunnels()[0];
   t.true(tunnel.features.has(Feature.NodeDial));
 
   const conn = await dialStream(tunnel, echo.address, { timeoutMs: 5000 });
   t.is(conn.connection.connectID % 2, 0, 'the server assigns even connectIDs');
   t.is(await echoRoundTrip(conn, 'kubelet says hi'), 'kubelet says hi');
-  t.is(server.stats().agentTunnels[0]!.connections, 1);
+  t.is(server.stats().agentTunnels[0].connections, 1);
 
   const other = await closedPort();
   const err = await t.throwsAsync(tunnel.dial(`127.0.0.1:${other}`, { timeoutMs: 5000 }));
   t.true(err instanceof DialError);
-  t.regex(err!.message, /not allowed/);
+  t.regex(err.message, /not allowed/);
   t.is(logs.matching('refused node dial: destination not on the allow-list').length, 1);
 
   conn.destroy();
@@ -145,12 +148,12 @@ test('a server without --allowed-destination refuses every node dial; an agent w
   t.is(logs.matching('every node -> control plane dial will be refused').length, 1);
   const plain = await startAgent(t, env, server.agentPort, { agentID: 'plain', features: NO_FEATURES });
   await waitFor(() => plain.agent.tunnels().length === 1, 'tunnel up');
-  const tunnel = plain.agent.tunnels()[0]!;
+  const tunnel = plain.agent.tunnels()[0];
   t.is(tunnel.features.size, 0);
-  t.is(server.registry.list()[0]!.tunnel.features.size, 0);
+  t.is(server.registry.list()[0].tunnel.features.size, 0);
   // Node -> CP was not negotiated: the server refuses it explicitly.
   const err = await t.throwsAsync(tunnel.dial(echo.address, { timeoutMs: 5000 }));
-  t.regex(err!.message, /not negotiated/);
+  t.regex(err.message, /not negotiated/);
   // Control plane -> node still works.
   const r = await httpConnect(env.udsPath, echo.address);
   t.is(r.status, 200);
@@ -169,7 +172,7 @@ test('agent.stop(grace) sends DRAIN: the server prefers the other agent, and the
   const backendOf = (id: string) => server.registry.list().find((b) => b.agentID === id);
 
   // Keep one connection open through node-a (node -> CP) so its stop has to wait.
-  const held = await dialStream(a1.agent.tunnels()[0]!, echo.address, { timeoutMs: 5000 });
+  const held = await dialStream(a1.agent.tunnels()[0], echo.address, { timeoutMs: 5000 });
   t.is(await echoRoundTrip(held, 'held'), 'held');
 
   let stopped = false;
@@ -195,7 +198,7 @@ test('agent.stop(grace) sends DRAIN: the server prefers the other agent, and the
   held.destroy();
   await stopping;
   await waitFor(() => server.registry.size === 1, 'node-a gone');
-  t.is(server.registry.list()[0]!.agentID, 'node-b');
+  t.is(server.registry.list()[0].agentID, 'node-b');
   t.true(server.readiness().ready, 'still ready with node-b');
   await Promise.all(replies.map((r) => closeSocket(r.socket)));
   await waitFor(() => serverIdle(server) && agentIdle(a2.agent), 'tables empty');
@@ -208,9 +211,9 @@ test('when only draining agents are left, the server still uses them', async (t)
   const { server } = await startServer(t, env, { allowedDestinations: [echo.address] });
   const a1 = await startAgent(t, env, server.agentPort, { agentID: 'only' });
   await waitFor(() => server.registry.size === 1 && a1.agent.tunnels().length === 1, 'agent');
-  const held = await dialStream(a1.agent.tunnels()[0]!, echo.address, { timeoutMs: 5000 });
+  const held = await dialStream(a1.agent.tunnels()[0], echo.address, { timeoutMs: 5000 });
   const stopping = a1.stop(30_000);
-  await waitFor(() => server.registry.list()[0]!.tunnel.drainRequested, 'drain');
+  await waitFor(() => server.registry.list()[0].tunnel.drainRequested, 'drain');
   t.is(pickedAgentID(server), 'only');
   held.destroy();
   await stopping;
@@ -248,16 +251,20 @@ test('the server refuses agent streams without exactly one agentID (INVALID_ARGU
   const noID = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, {}, 5000));
   t.true(noID instanceof GrpcStatusError);
   t.is((noID as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
-  t.regex(noID!.message, /exactly one agentID/);
+  t.regex(noID.message, /exactly one agentID/);
   t.is(logs.matching('refused agent stream: expected exactly one agentID').length, 1);
 
-  const badIdentifiers = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'planet=mars' }, 5000));
+  const badIdentifiers = await t.throwsAsync(
+    channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'planet=mars' }, 5000),
+  );
   t.is((badIdentifiers as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
-  t.regex(badIdentifiers!.message, /unknown agent identifier "planet"/);
+  t.regex(badIdentifiers.message, /unknown agent identifier "planet"/);
   // A malformed value would silently misroute: refused as well, naming it.
-  const badCidr = await t.throwsAsync(channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'cidr=10.0.0.0/40' }, 5000));
+  const badCidr = await t.throwsAsync(
+    channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: 'x', [MD_AGENT_IDENTIFIERS]: 'cidr=10.0.0.0/40' }, 5000),
+  );
   t.is((badCidr as GrpcStatusError).code, GrpcStatus.INVALID_ARGUMENT);
-  t.regex(badCidr!.message, /cidr "10\.0\.0\.0\/40" is not an address block/);
+  t.regex(badCidr.message, /cidr "10\.0\.0\.0\/40" is not an address block/);
   t.is(server.registry.size, 0);
   t.false(server.readiness().ready);
 });
@@ -383,16 +390,18 @@ test('an abruptly dropped tunnel closes its connections on the server and the ag
   await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
   const replies = await Promise.all([1, 2, 3].map(() => httpConnect(env.udsPath, echo.address)));
   t.true(replies.every((r) => r.status === 200));
-  const ended = replies.map((r) => new Promise<void>((resolve) => (r.socket.once('end', () => resolve()), r.socket.once('close', () => resolve()))));
+  const ended = replies.map(
+    (r) => new Promise<void>((resolve) => (r.socket.once('end', () => resolve()), r.socket.once('close', () => resolve()))),
+  );
   for (const r of replies) r.socket.resume();
-  const first = agent.tunnels()[0]!;
+  const first = agent.tunnels()[0];
 
   first.close(new Error('simulated network failure')); // cancels the gRPC call
   await Promise.all(ended);
   await waitFor(() => echo.open === 0, 'destination sockets closed');
   await waitFor(() => agent.tunnels().length === 1 && agent.tunnels()[0] !== first && server.registry.size === 1, 'reconnected', 10_000);
   t.true(logs.matching('tunnel down').length >= 1);
-  t.is(server.registry.list()[0]!.agentID, 'node-1');
+  t.is(server.registry.list()[0].agentID, 'node-1');
   // The new tunnel works.
   const again = await httpConnect(env.udsPath, echo.address);
   t.is(again.status, 200);

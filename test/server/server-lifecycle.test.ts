@@ -22,11 +22,22 @@ async function newServer(t: ExecutionContext, env: TestEnv, name: string): Promi
   const logs = captureLogger('debug');
   const udsPath = path.join(env.dir, `${name}.sock`);
   const flags = [
-    '--server-id', name,
-    '--cluster-cert', env.pki.serverCert, '--cluster-key', env.pki.serverKey, '--cluster-ca-cert', env.pki.caCert,
-    '--agent-bind-address', '127.0.0.1', '--agent-port', '0',
-    '--uds-name', udsPath,
-    '--health-port', '0',
+    '--server-id',
+    name,
+    '--cluster-cert',
+    env.pki.serverCert,
+    '--cluster-key',
+    env.pki.serverKey,
+    '--cluster-ca-cert',
+    env.pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    '0',
+    '--uds-name',
+    udsPath,
+    '--health-port',
+    '0',
   ];
   const options = await serverOptionsFromFlags(flags, { log: logs.log, ephemeralHealthHost: '127.0.0.1' });
   const server = new KanalServer(options);

@@ -29,7 +29,7 @@ async function serverTls(): Promise<TlsFiles> {
 function unusedGrpc<C>(): GrpcServerTransport<C> {
   return {
     injectConnection: (connection: Duplex) => connection.destroy(),
-    close: async () => undefined,
+    close: () => Promise.resolve(),
   };
 }
 
@@ -56,12 +56,25 @@ function closedAfter(port: number, bytes: Buffer, waitMs: number): Promise<numbe
 /** A TLS record header announcing 4 KiB of handshake, and only 100 bytes of it. */
 const HALF_A_RECORD = Buffer.concat([Buffer.from([0x16, 0x03, 0x01, 0x10, 0x00]), Buffer.alloc(100, 0x42)]);
 
-async function checkHandshakeTimeouts(t: ExecutionContext, listener: Listener, logs: CapturedLogger, refusals: Refusals, metrics: KanalMetrics, what: string): Promise<void> {
+async function checkHandshakeTimeouts(
+  t: ExecutionContext,
+  listener: Listener,
+  logs: CapturedLogger,
+  refusals: Refusals,
+  metrics: KanalMetrics,
+  what: string,
+): Promise<void> {
   t.teardown(() => listener.close());
-  for (const [name, bytes] of [['half a TLS record', HALF_A_RECORD], ['nothing at all', Buffer.alloc(0)]] as const) {
+  for (const [name, bytes] of [
+    ['half a TLS record', HALF_A_RECORD],
+    ['nothing at all', Buffer.alloc(0)],
+  ] as const) {
     const ms = await closedAfter(listener.port, bytes, 5_000);
     t.not(ms, null, `${what}: a client that sent ${name} still had its connection 5 s later`);
-    t.true(ms !== null && ms >= HANDSHAKE_TIMEOUT_MS - 50, `${what}: ${name} was closed after ${String(ms)} ms, before the handshake timeout`);
+    t.true(
+      ms !== null && ms >= HANDSHAKE_TIMEOUT_MS - 50,
+      `${what}: ${name} was closed after ${String(ms)} ms, before the handshake timeout`,
+    );
   }
   // Both counted; the second, from the same peer for the same reason, only as a number once the window ends.
   refusals.flush();

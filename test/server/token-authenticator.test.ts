@@ -7,7 +7,11 @@
 import test from 'ava';
 import type { ExecutionContext } from 'ava';
 import type { KubeApiOptions } from '../../src/kube/kube-api.js';
-import { TokenAuthenticator, type TokenAuthenticatorOptions, type TokenAuthentication } from '../../src/server/identity/token-authenticator.js';
+import {
+  TokenAuthenticator,
+  type TokenAuthenticatorOptions,
+  type TokenAuthentication,
+} from '../../src/server/identity/token-authenticator.js';
 import { shippedRbac, startKubeApi, waitUntil, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';
 import type { ServiceAccountTokenSpec } from '../helpers/kube-stand-in/tokens.js';
 
@@ -21,14 +25,30 @@ interface Setup {
   reviews(): number;
 }
 
-async function setup(t: ExecutionContext, options: Partial<TokenAuthenticatorOptions> = {}, client: Omit<KubeApiOptions, 'kubeConfig'> = {}): Promise<Setup> {
+async function setup(
+  t: ExecutionContext,
+  options: Partial<TokenAuthenticatorOptions> = {},
+  client: Omit<KubeApiOptions, 'kubeConfig'> = {},
+): Promise<Setup> {
   const k = await startKubeApi(t, { rbac: await shippedRbac() });
   const api = await k.client({ user: SERVER_USER, auth: 'certificate' }, { qps: -1, ...client });
-  const auth = new TokenAuthenticator({ api, namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audience: AUDIENCE, ...options });
+  const auth = new TokenAuthenticator({
+    api,
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audience: AUDIENCE,
+    ...options,
+  });
   return {
     k,
     auth,
-    token: (spec = {}) => k.api.tokens.issueServiceAccountToken({ namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audiences: [AUDIENCE], ...spec }),
+    token: (spec = {}) =>
+      k.api.tokens.issueServiceAccountToken({
+        namespace: 'kube-system',
+        serviceAccount: 'konnectivity-agent',
+        audiences: [AUDIENCE],
+        ...spec,
+      }),
     reviews: () => k.api.requests.filter((r) => r.resource === 'tokenreviews').length,
   };
 }
@@ -68,7 +88,11 @@ test('a projected token of the agent service account is accepted: identity with 
 test('refusals name the fix: no token, malformed, unknown, expired, revoked, wrong audience, wrong service account, wrong namespace, not a service account', async (t) => {
   const s = await setup(t);
   const cases: Array<[string[], string, RegExp]> = [
-    [[], 'no-token', /no service account token: the agent sent no authorization metadata \(set --service-account-token-path on the agent\)/],
+    [
+      [],
+      'no-token',
+      /no service account token: the agent sent no authorization metadata \(set --service-account-token-path on the agent\)/,
+    ],
     [['Basic dXNlcjpwYXNz'], 'malformed', /authorization metadata is not "Bearer <token>"/],
     [['Bearer a', 'Bearer b'], 'malformed', /2 authorization values; send exactly one "Bearer <token>"/],
     [['Bearer '], 'malformed', /empty bearer token/],
@@ -86,7 +110,11 @@ test('refusals name the fix: no token, malformed, unknown, expired, revoked, wro
   s.k.api.tokens.revoke(revoked);
   const apiCases: Array<[string, string, RegExp]> = [
     ['opaque-garbage', 'rejected', /^the Kubernetes API did not authenticate the token: invalid bearer token$/],
-    [s.token({ expiresInSeconds: -5 }), 'rejected', /did not authenticate the token: \[invalid bearer token, service account token has expired\]/],
+    [
+      s.token({ expiresInSeconds: -5 }),
+      'rejected',
+      /did not authenticate the token: \[invalid bearer token, service account token has expired\]/,
+    ],
     [revoked, 'rejected', /service account token has been invalidated/],
     [
       s.token({ audiences: ['https://kubernetes.default.svc.cluster.local'] }),
@@ -98,7 +126,11 @@ test('refusals name the fix: no token, malformed, unknown, expired, revoked, wro
       'wrong-identity',
       /the token belongs to service account default in namespace kube-system; this server accepts only system:serviceaccount:kube-system:konnectivity-agent \(--agent-namespace, --agent-service-account\)/,
     ],
-    [s.token({ namespace: 'tenant-a' }), 'wrong-identity', /service account konnectivity-agent in namespace tenant-a; this server accepts only/],
+    [
+      s.token({ namespace: 'tenant-a' }),
+      'wrong-identity',
+      /service account konnectivity-agent in namespace tenant-a; this server accepts only/,
+    ],
   ];
   s.k.api.tokens.registerStaticToken('static-admin', { username: 'kubernetes-admin', groups: ['system:masters'] }, [AUDIENCE]);
   apiCases.push(['static-admin', 'wrong-identity', /the token belongs to user "kubernetes-admin", not a service account/]);
@@ -113,7 +145,7 @@ test('refusals name the fix: no token, malformed, unknown, expired, revoked, wro
   t.is(s.auth.stats().cached, 0, 'refusals are not cached');
 });
 
-test('the API down, slow, or refusing the server (401, 403): refused as unavailable, not the agent\'s fault, with the cause; accepted once the API is back', async (t) => {
+test("the API down, slow, or refusing the server (401, 403): refused as unavailable, not the agent's fault, with the cause; accepted once the API is back", async (t) => {
   const s = await setup(t, { cacheTtlMs: 0, refusalCacheTtlMs: 0 });
   const token = s.token();
   const impatient = new TokenAuthenticator({
@@ -127,7 +159,10 @@ test('the API down, slow, or refusing the server (401, 403): refused as unavaila
   await s.k.api.goDown();
   let r = refusal(t, await s.auth.authenticate(bearer(token)));
   t.like(r, { kind: 'unavailable', agentFault: false });
-  t.regex(r.reason, /^cannot check the token: TokenReview for audience system:konnectivity-server: cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up)/);
+  t.regex(
+    r.reason,
+    /^cannot check the token: TokenReview for audience system:konnectivity-server: cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up)/,
+  );
   await s.k.api.comeBack();
 
   const hang = s.k.api.injectFault({ resource: 'tokenreviews' }, { hang: true });
@@ -140,7 +175,10 @@ test('the API down, slow, or refusing the server (401, 403): refused as unavaila
   hang.clear();
 
   s.k.api.injectFault({ resource: 'tokenreviews' }, { status: 401 }, 1);
-  t.regex(refusal(t, await s.auth.authenticate(bearer(token))).reason, /rejected Kanal's credentials \(401 Unauthorized\): check the user in --kubeconfig/);
+  t.regex(
+    refusal(t, await s.auth.authenticate(bearer(token))).reason,
+    /rejected Kanal's credentials \(401 Unauthorized\): check the user in --kubeconfig/,
+  );
 
   // A server user the shipped RBAC does not bind: the API's own 403.
   const unbound = new TokenAuthenticator({
@@ -151,10 +189,24 @@ test('the API down, slow, or refusing the server (401, 403): refused as unavaila
   });
   r = refusal(t, await unbound.authenticate(bearer(token)));
   t.like(r, { kind: 'unavailable', agentFault: false });
-  t.regex(r.reason, /403 Forbidden: tokenreviews.authentication.k8s.io is forbidden: User "some-other-server" cannot create resource "tokenreviews" .* at the cluster scope: grant it with the RBAC in deploy\/rbac\//);
+  t.regex(
+    r.reason,
+    /403 Forbidden: tokenreviews.authentication.k8s.io is forbidden: User "some-other-server" cannot create resource "tokenreviews" .* at the cluster scope: grant it with the RBAC in deploy\/rbac\//,
+  );
 
   // An API server that is not audience-aware: authenticated, but no audiences confirmed.
-  s.k.api.injectFault({ resource: 'tokenreviews' }, { status: 201, body: { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', status: { authenticated: true, user: { username: 'system:serviceaccount:kube-system:konnectivity-agent' } } } }, 1);
+  s.k.api.injectFault(
+    { resource: 'tokenreviews' },
+    {
+      status: 201,
+      body: {
+        kind: 'TokenReview',
+        apiVersion: 'authentication.k8s.io/v1',
+        status: { authenticated: true, user: { username: 'system:serviceaccount:kube-system:konnectivity-agent' } },
+      },
+    },
+    1,
+  );
   r = refusal(t, await s.auth.authenticate(bearer(token)));
   t.is(r.kind, 'wrong-audience');
   t.regex(r.reason, /authenticated the token, but not for audience "system:konnectivity-server" \(it answered \[\]\)/);
@@ -186,7 +238,8 @@ test('a slow review does not stall the others; reviews in flight and waiting are
   t.regex(refused.reason, /Kubernetes API client busy: 2 requests in flight and 2 waiting \(the limit\)/);
   t.like(await s.auth.authenticate(bearer(cachedToken)), { ok: true, cached: true }, 'a cached token needs no review');
 
-  for (const result of await Promise.all([slow, ...stuck])) t.like(result, { ok: false, refusal: { kind: 'unavailable' } }, 'each at its own deadline');
+  for (const result of await Promise.all([slow, ...stuck]))
+    t.like(result, { ok: false, refusal: { kind: 'unavailable' } }, 'each at its own deadline');
   hang.clear();
   t.true((await s.auth.authenticate(bearer(s.token()))).ok, 'served again once the API answers');
 });
@@ -204,14 +257,30 @@ test('concurrent checks of one token share one review; the cache never outlives 
   t.is(refusal(t, await s.auth.authenticate(bearer(token))).kind, 'rejected', 'after the TTL a revoked token is refused');
 
   const shortLived = s.token({ expiresInSeconds: 2 });
-  const long = new TokenAuthenticator({ api: await s.k.client({ user: SERVER_USER, auth: 'token' }), namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audience: AUDIENCE, cacheTtlMs: 60_000 });
+  const long = new TokenAuthenticator({
+    api: await s.k.client({ user: SERVER_USER, auth: 'token' }),
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audience: AUDIENCE,
+    cacheTtlMs: 60_000,
+  });
   t.true((await long.authenticate(bearer(shortLived))).ok);
-  await waitUntil(() => Date.now() / 1000 > JSON.parse(Buffer.from(shortLived.split('.')[1]!, 'base64url').toString()).exp, 'the token expired', 5000);
+  await waitUntil(
+    () => Date.now() / 1000 > (JSON.parse(Buffer.from(shortLived.split('.')[1], 'base64url').toString()) as { exp: number }).exp,
+    'the token expired',
+    5000,
+  );
   const expired = refusal(t, await long.authenticate(bearer(shortLived)));
   t.is(expired.kind, 'rejected', 'an expired token is reviewed again, whatever the TTL');
   t.regex(expired.reason, /service account token has expired/);
 
-  const bounded = new TokenAuthenticator({ api: await s.k.client({ user: SERVER_USER, auth: 'token' }), namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audience: AUDIENCE, maxCacheEntries: 3 });
+  const bounded = new TokenAuthenticator({
+    api: await s.k.client({ user: SERVER_USER, auth: 'token' }),
+    namespace: 'kube-system',
+    serviceAccount: 'konnectivity-agent',
+    audience: AUDIENCE,
+    maxCacheEntries: 3,
+  });
   for (let i = 0; i < 5; i++) t.true((await bounded.authenticate(bearer(s.token()))).ok);
   t.is(bounded.stats().cached, 3, 'the cache keeps at most maxCacheEntries');
 });
@@ -220,10 +289,14 @@ test('configuration: all of --agent-namespace, --agent-service-account and --aut
   const k = await startKubeApi(t);
   const api = await k.client({ user: SERVER_USER, auth: 'token' });
   const base = { api, namespace: 'kube-system', serviceAccount: 'konnectivity-agent', audience: AUDIENCE };
-  t.throws(() => new TokenAuthenticator({ ...base, namespace: '' }), { message: '--agent-namespace must not be empty for token authentication' });
+  t.throws(() => new TokenAuthenticator({ ...base, namespace: '' }), {
+    message: '--agent-namespace must not be empty for token authentication',
+  });
   t.throws(() => new TokenAuthenticator({ ...base, serviceAccount: '' }), { message: /--agent-service-account must not be empty/ });
   t.throws(() => new TokenAuthenticator({ ...base, audience: '' }), { message: /--authentication-audience must not be empty/ });
-  t.throws(() => new TokenAuthenticator({ ...base, serviceAccount: 'a:b' }), { message: '--agent-service-account "a:b" must not contain \':\'' });
+  t.throws(() => new TokenAuthenticator({ ...base, serviceAccount: 'a:b' }), {
+    message: '--agent-service-account "a:b" must not contain \':\'',
+  });
   t.is(new TokenAuthenticator(base).expectedUsername, 'system:serviceaccount:kube-system:konnectivity-agent');
 });
 

@@ -11,6 +11,7 @@ import { UsageError } from '../../src/common/usage-error.js';
 import { count, duration, list, optionalText, port, toggle } from '../../src/settings/kinds.js';
 import { helpGroups, readSettings, upstreamNotices, yargsOptions } from '../../src/settings/table.js';
 import { renderReference } from '../../src/settings/reference.js';
+import type { SettingTable } from '../../src/settings/setting.js';
 import { agentSettings } from '../../src/agent/settings.js';
 import { serverSettings } from '../../src/server/config/settings.js';
 import { flagsPage } from '../../src/cli/flags-page.js';
@@ -34,13 +35,19 @@ test('readSettings parses every entry with its own parser, defaults applied by t
 test('readSettings: the first bad value, in table order, is a UsageError naming its flag', (t) => {
   const given = { 'listen-port': 0, 'dial-timeout': '5', 'max-dials': 3, tag: [], quiet: false };
   t.throws(() => readSettings(table, given), { instanceOf: UsageError, message: '--listen-port must be a port number 1-65535, got 0' });
-  t.throws(() => readSettings(table, { ...given, 'listen-port': 1 }), { instanceOf: UsageError, message: /^--dial-timeout: duration "5" needs a unit/ });
+  t.throws(() => readSettings(table, { ...given, 'listen-port': 1 }), {
+    instanceOf: UsageError,
+    message: /^--dial-timeout: duration "5" needs a unit/,
+  });
 });
 
 test('readSettings refuses a value of the wrong shape instead of passing it on', (t) => {
   const given = { 'listen-port': '8080', 'dial-timeout': '5s', 'max-dials': 3, tag: [], quiet: false };
   t.throws(() => readSettings(table, given), { instanceOf: UsageError, message: '--listen-port takes number values' });
-  t.throws(() => readSettings(table, { ...given, 'listen-port': 1, tag: 'a' }), { instanceOf: UsageError, message: '--tag takes a list of string values' });
+  t.throws(() => readSettings(table, { ...given, 'listen-port': 1, tag: 'a' }), {
+    instanceOf: UsageError,
+    message: '--tag takes a list of string values',
+  });
 });
 
 test('yargs options, help groups and notices are derived from the table', (t) => {
@@ -50,17 +57,23 @@ test('yargs options, help groups and notices are derived from the table', (t) =>
   t.deepEqual(o.name, { type: 'string', describe: 'a name' });
   t.is(o.quiet?.hidden, true);
   // Groups in the order the table first names them; hidden settings in none.
-  t.deepEqual([...helpGroups(table)], [
-    ['Ports', ['listen-port', 'name', 'tag']],
-    ['Dials', ['dial-timeout', 'max-dials']],
-  ]);
+  t.deepEqual(
+    [...helpGroups(table)],
+    [
+      ['Ports', ['listen-port', 'name', 'tag']],
+      ['Dials', ['dial-timeout', 'max-dials']],
+    ],
+  );
   t.deepEqual(upstreamNotices({ quiet: true }, table), ['--quiet ignored: upstream only']);
   t.deepEqual(upstreamNotices({}, table), []);
 });
 
 test('the reference lists every visible setting of a group with its default, and the ignored ones by name', (t) => {
   const md = renderReference('demo', table);
-  t.regex(md, /### Ports\n\n\| flag \| type \| default \| what it does \|\n\|---\|---\|---\|---\|\n\| `--listen-port` \| number \| `8080` \| a port \|/);
+  t.regex(
+    md,
+    /### Ports\n\n\| flag \| type \| default \| what it does \|\n\|---\|---\|---\|---\|\n\| `--listen-port` \| number \| `8080` \| a port \|/,
+  );
   t.regex(md, /\| `--tag` \| string, repeatable \| {2}\| tags \|/);
   t.false(md.includes('| `--quiet`'));
   t.regex(md, /accepted and ignored[\s\S]*`--quiet`/);
@@ -72,7 +85,11 @@ test('docs/flags.md is the page the tables render (run `npm run docs:flags` afte
 });
 
 test('every setting of both commands is in a group, described, and has a parser that accepts its own default', (t) => {
-  for (const [command, tbl] of [['server', serverSettings], ['agent', agentSettings]] as const) {
+  const tables: Array<[command: string, table: SettingTable]> = [
+    ['server', serverSettings],
+    ['agent', agentSettings],
+  ];
+  for (const [command, tbl] of tables) {
     for (const [name, s] of Object.entries(tbl)) {
       t.true(s.describe.length > 0 && s.group.length > 0, `${command} --${name}`);
       // Defaults must pass their own checks (required settings have none and are checked by the command's tests).

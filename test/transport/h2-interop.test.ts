@@ -62,11 +62,7 @@ interface Setup {
   teardown(): Promise<void>;
 }
 
-async function setup(
-  p: Pairing,
-  handlers: StreamHandlers,
-  opts: { serverMax?: number; clientMax?: number } = {},
-): Promise<Setup> {
+async function setup(p: Pairing, handlers: StreamHandlers, opts: { serverMax?: number; clientMax?: number } = {}): Promise<Setup> {
   const server = p.server.createServer(handlers, { maxReceiveMessageBytes: opts.serverMax ?? 4 * 1024 * 1024 });
   const dir = tempDir();
   let listener: Listener;
@@ -487,7 +483,11 @@ test.serial('h2 server honours a grpc-js client deadline (grpc-timeout): both si
   const baseline = activeResources();
   const p = pairings.find((x) => x.server === h2Transport && x.client === grpcJsPeerTransport && x.tls)!;
   let serverSide: Promise<Error | undefined> | undefined;
-  const s = await setup(p, { agentConnect: (inc) => (serverSide = watch(inc.accept({})).result) });
+  const s = await setup(p, {
+    agentConnect: (inc) => {
+      serverSide = watch(inc.accept({})).result;
+    },
+  });
   const files = await throwawayTls();
   const ch = createGrpcJsChannel({ target: s.listener.target, tls: { ca: files.ca, cert: files.clientCert, key: files.clientKey } });
   t.teardown(() => ch.close());
@@ -509,15 +509,18 @@ test.serial('h2 server honours a grpc-js client deadline (grpc-timeout): both si
   t.deepEqual(await resourcesBackTo(baseline), []);
 });
 
-test.serial('grpc-js client: a server that never answers → openStream rejects with DEADLINE_EXCEEDED, and its cancel does not crash the process', async (t) => {
-  const p = pairings.find((x) => x.server === h2Transport && x.client === grpcJsPeerTransport && x.tls)!;
-  const s = await setup(p, { agentConnect: () => {} });
-  const e = await t.throwsAsync(s.channel.openStream(AGENT_SERVICE_CONNECT, {}, 300));
-  t.is((e as GrpcStatusError).code, GrpcStatus.DEADLINE_EXCEEDED);
-  // The cancelled call reports CANCELLED after the rejection; it must find a listener.
-  await new Promise((r) => setTimeout(r, 300));
-  await s.teardown();
-});
+test.serial(
+  'grpc-js client: a server that never answers → openStream rejects with DEADLINE_EXCEEDED, and its cancel does not crash the process',
+  async (t) => {
+    const p = pairings.find((x) => x.server === h2Transport && x.client === grpcJsPeerTransport && x.tls)!;
+    const s = await setup(p, { agentConnect: () => {} });
+    const e = await t.throwsAsync(s.channel.openStream(AGENT_SERVICE_CONNECT, {}, 300));
+    t.is((e as GrpcStatusError).code, GrpcStatus.DEADLINE_EXCEEDED);
+    // The cancelled call reports CANCELLED after the rejection; it must find a listener.
+    await new Promise((r) => setTimeout(r, 300));
+    await s.teardown();
+  },
+);
 
 test.serial('h2 client: a grpc-js server that never answers → openStream rejects with DEADLINE_EXCEEDED after timeoutMs', async (t) => {
   const baseline = activeResources();

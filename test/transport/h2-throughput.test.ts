@@ -109,7 +109,14 @@ async function grpcRun(channel: GrpcChannel): Promise<Run> {
 
 async function tlsRun(target: string, files: TlsFiles): Promise<Run> {
   const [host, port] = target.split(':');
-  const socket = tls.connect({ host, port: Number(port), ca: files.ca, cert: files.clientCert, key: files.clientKey, ALPNProtocols: ['h2'] });
+  const socket = tls.connect({
+    host,
+    port: Number(port),
+    ca: files.ca,
+    cert: files.clientCert,
+    key: files.clientKey,
+    ALPNProtocols: ['h2'],
+  });
   await new Promise<void>((r) => socket.once('secureConnect', () => r()));
   const done = new Promise<void>((r) => socket.once('data', () => r()));
   const data = Buffer.alloc(CHUNK, 0x5a);

@@ -80,7 +80,7 @@ test('MessageParser: any chunking yields the same messages; whole messages are v
     }
     t.is(errors, 0);
     t.false(parser.midMessage);
-    t.true(got.length === bodies.length && got.every((g, i) => g.equals(bodies[i]!)));
+    t.true(got.length === bodies.length && got.every((g, i) => g.equals(bodies[i])));
   }
   // One chunk: every message is a view into it.
   const parser = new MessageParser(1 << 20);
@@ -99,7 +99,8 @@ test('MessageParser: DATA spread over chunks is streamed as payload slices, othe
   packets.push({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'x'.repeat(40000), random: 7n });
   const wire = Buffer.concat(packets.flatMap((p) => framePacket(p)));
   const expected = new Map<number, Buffer>();
-  for (const p of packets) if (p.type === PacketType.DATA) expected.set(p.connectID, Buffer.concat([expected.get(p.connectID) ?? Buffer.alloc(0), p.data]));
+  for (const p of packets)
+    if (p.type === PacketType.DATA) expected.set(p.connectID, Buffer.concat([expected.get(p.connectID) ?? Buffer.alloc(0), p.data]));
   for (let round = 0; round < 100; round++) {
     const parser = new MessageParser(1 << 20);
     // Each connection's bytes, from whole messages and slices in arrival order.
@@ -177,8 +178,24 @@ test('grpc-message percent-encoding and grpc-timeout', (t) => {
 
 test('metadataFromRawHeaders: repeated keys, -bin split and normalised, reserved skipped', (t) => {
   const md = metadataFromRawHeaders([
-    ':path', '/x', 'content-type', 'application/grpc', 'te', 'trailers', 'grpc-timeout', '1S',
-    'agentid', 'a', 'x-k', '1', 'x-k', '2', 'x-bin', 'AAEC,/w', 'user-agent', 'ua',
+    ':path',
+    '/x',
+    'content-type',
+    'application/grpc',
+    'te',
+    'trailers',
+    'grpc-timeout',
+    '1S',
+    'agentid',
+    'a',
+    'x-k',
+    '1',
+    'x-k',
+    '2',
+    'x-bin',
+    'AAEC,/w',
+    'user-agent',
+    'ua',
   ]);
   t.deepEqual([...md.keys()].sort(), ['agentid', 'user-agent', 'x-bin', 'x-k']);
   t.deepEqual(md.get('x-k'), ['1', '2']);
@@ -249,7 +266,7 @@ function collect(req: ClientHttp2Stream): Promise<RawResult> {
       // Like a gRPC client, close our half once the server sent its status.
       if ((flags & h2c.NGHTTP2_FLAG_END_STREAM) !== 0) req.end();
     });
-    req.on('trailers', (h) => {
+    req.on('trailers', (h: IncomingHttpHeaders) => {
       out.trailers = h;
       req.end();
     });
@@ -322,25 +339,28 @@ test.serial('response headers, packets, then trailers grpc-status 0 on end()', a
   await s.close();
 });
 
-test.serial('malformed requests: GET → 405, bad content-type → 415, grpc-encoding gzip → UNIMPLEMENTED, bad grpc-timeout → INTERNAL', async (t) => {
-  const s = await serve({ agentConnect: (inc) => void inc.accept({}) });
-  const session = rawClient(s.listener.target);
-  const get = await collect(session.request({ ':method': 'GET', ':path': AGENT_SERVICE_CONNECT }));
-  t.is(Number(get.headers[':status']), 405);
-  const ct = await collect(session.request({ ...GRPC_HEADERS, 'content-type': 'application/json' }));
-  t.is(Number(ct.headers[':status']), 415);
-  t.is(ct.headers['grpc-status'], String(GrpcStatus.INTERNAL));
-  const gz = await collect(session.request({ ...GRPC_HEADERS, 'grpc-encoding': 'gzip' }));
-  t.is(gz.headers['grpc-status'], String(GrpcStatus.UNIMPLEMENTED));
-  t.is(gz.headers['grpc-accept-encoding'], 'identity');
-  const to = await collect(session.request({ ...GRPC_HEADERS, 'grpc-timeout': 'soon' }));
-  t.is(to.headers['grpc-status'], String(GrpcStatus.INTERNAL));
-  const plus = await collect(session.request({ ...GRPC_HEADERS, 'content-type': 'application/grpc+proto', 'grpc-timeout': '50m' }));
-  t.is(Number(plus.headers[':status']), 200);
-  t.is(plus.trailers?.['grpc-status'], String(GrpcStatus.DEADLINE_EXCEEDED));
-  session.close();
-  await s.close();
-});
+test.serial(
+  'malformed requests: GET → 405, bad content-type → 415, grpc-encoding gzip → UNIMPLEMENTED, bad grpc-timeout → INTERNAL',
+  async (t) => {
+    const s = await serve({ agentConnect: (inc) => void inc.accept({}) });
+    const session = rawClient(s.listener.target);
+    const get = await collect(session.request({ ':method': 'GET', ':path': AGENT_SERVICE_CONNECT }));
+    t.is(Number(get.headers[':status']), 405);
+    const ct = await collect(session.request({ ...GRPC_HEADERS, 'content-type': 'application/json' }));
+    t.is(Number(ct.headers[':status']), 415);
+    t.is(ct.headers['grpc-status'], String(GrpcStatus.INTERNAL));
+    const gz = await collect(session.request({ ...GRPC_HEADERS, 'grpc-encoding': 'gzip' }));
+    t.is(gz.headers['grpc-status'], String(GrpcStatus.UNIMPLEMENTED));
+    t.is(gz.headers['grpc-accept-encoding'], 'identity');
+    const to = await collect(session.request({ ...GRPC_HEADERS, 'grpc-timeout': 'soon' }));
+    t.is(to.headers['grpc-status'], String(GrpcStatus.INTERNAL));
+    const plus = await collect(session.request({ ...GRPC_HEADERS, 'content-type': 'application/grpc+proto', 'grpc-timeout': '50m' }));
+    t.is(Number(plus.headers[':status']), 200);
+    t.is(plus.trailers?.['grpc-status'], String(GrpcStatus.DEADLINE_EXCEEDED));
+    session.close();
+    await s.close();
+  },
+);
 
 test.serial('grpc-timeout is honoured: accepted stream ends with DEADLINE_EXCEEDED; unaccepted one is refused', async (t) => {
   const baseline = activeResources();
@@ -430,7 +450,10 @@ test.serial('packets sent right after accept() reach a client that attaches list
         if (ids.length === 50) resolve();
       }),
     );
-    t.deepEqual(ids, Array.from({ length: 50 }, (_, i) => i + 1));
+    t.deepEqual(
+      ids,
+      Array.from({ length: 50 }, (_, i) => i + 1),
+    );
     st.destroy();
     ch.close();
   }
@@ -453,7 +476,7 @@ test.serial('client: the status is delivered after every packet sent before it, 
   t.false(st.closed);
   const events: string[] = [];
   st.on('packet', (p) => events.push(`p${(p as { connectID: number }).connectID}`));
-  const closed = new Promise<Error | undefined>((r) => st.on('close', (e) => (events.push('close'), r(e))));
+  const closed = new Promise<Error | undefined>((r) => st.on('close', (e: Error | undefined) => (events.push('close'), r(e))));
   st.resume();
   t.is(await closed, undefined);
   t.deepEqual(events, [...Array.from({ length: 30 }, (_, i) => `p${i + 1}`), 'close']);
@@ -555,7 +578,7 @@ test.serial('client request headers and status mapping from odd servers', async 
   const code = async (mode: string, timeout = 2000): Promise<[GrpcStatus, string]> => {
     const e = await t.throwsAsync(ch.openStream(AGENT_SERVICE_CONNECT, { 'x-mode': mode }, timeout));
     t.true(e instanceof GrpcStatusError, `${mode}: ${String(e)}`);
-    return [(e as GrpcStatusError).code, e!.message];
+    return [(e as GrpcStatusError).code, e.message];
   };
   t.is((await code('503'))[0], GrpcStatus.UNAVAILABLE);
   t.is(seen?.[':method'], 'POST');
@@ -612,7 +635,7 @@ test.serial('client: nothing listening → UNAVAILABLE; closed channel → UNAVA
   const ch = createH2Channel({ target: `unix://${path.join(dir, 'nothing.sock')}` });
   const e = await t.throwsAsync(ch.openStream(AGENT_SERVICE_CONNECT, {}, 2000));
   t.is((e as GrpcStatusError).code, GrpcStatus.UNAVAILABLE);
-  t.regex(e!.message, /ENOENT/);
+  t.regex(e.message, /ENOENT/);
   const tcp = createH2Channel({ target: '127.0.0.1:1' });
   const e2 = await t.throwsAsync(tcp.openStream(AGENT_SERVICE_CONNECT, {}, 2000));
   t.is((e2 as GrpcStatusError).code, GrpcStatus.UNAVAILABLE);
@@ -636,7 +659,7 @@ test.serial('client: TLS refuses an untrusted server and a server without ALPN h
   const c2 = createH2Channel({ target: l2.target, tls: { ca: files.ca } });
   const e2 = await t.throwsAsync(c2.openStream(AGENT_SERVICE_CONNECT, {}, 3000));
   t.is((e2 as GrpcStatusError).code, GrpcStatus.UNAVAILABLE);
-  t.regex(e2!.message, /ALPN|HTTP\/2|protocol/i);
+  t.regex(e2.message, /ALPN|HTTP\/2|protocol/i);
   c1.close();
   c2.close();
   await l1.close();

@@ -36,7 +36,7 @@ async function unreadPairs(n: number): Promise<Pair[]> {
     client.on('error', () => undefined);
     await new Promise<void>((resolve) => client.once('connect', () => resolve()));
     for (let w = 0; accepted.length <= i && w < 100; w++) await sleep(10);
-    const unread = accepted[i]!;
+    const unread = accepted[i];
     unread.on('error', () => undefined);
     pairs.push({ unread, client, close: () => (unread.destroy(), client.destroy()) });
   }
@@ -59,40 +59,40 @@ function closedWith(s: net.Socket, timeoutMs: number): Promise<Error | undefined
 
 test('a reset that Node does not see (socket not polled) closes the socket within an interval; unwatched it stays open', async (t) => {
   const [watched, control] = await unreadPairs(2);
-  t.teardown(() => (watched!.close(), control!.close()));
+  t.teardown(() => (watched.close(), control.close()));
   const reasons: string[] = [];
-  closeWhenPeerGone(watched!.unread, (r) => reasons.push(r), INTERVAL_MS);
-  t.is(tcpState(socketFd(watched!.unread)), TCP_ESTABLISHED);
+  closeWhenPeerGone(watched.unread, (r) => reasons.push(r), INTERVAL_MS);
+  t.is(tcpState(socketFd(watched.unread)), TCP_ESTABLISHED);
 
-  watched!.client.resetAndDestroy();
-  control!.client.resetAndDestroy();
-  const result = await closedWith(watched!.unread, 20 * INTERVAL_MS);
+  watched.client.resetAndDestroy();
+  control.client.resetAndDestroy();
+  const result = await closedWith(watched.unread, 20 * INTERVAL_MS);
   t.true(result instanceof Error, `closed with an error, got ${String(result)}`);
   t.regex(errorMessage(result), /connection reset or closed \(seen in the kernel's TCP state\)/);
   t.deepEqual(reasons, ['connection reset or closed']);
 
   // The same situation without the watch: Node never finds out.
-  t.is(tcpState(socketFd(control!.unread)), TCP_CLOSE);
+  t.is(tcpState(socketFd(control.unread)), TCP_CLOSE);
   await sleep(5 * INTERVAL_MS);
-  t.false(control!.unread.destroyed, 'an unwatched socket stays open although its peer is gone');
+  t.false(control.unread.destroyed, 'an unwatched socket stays open although its peer is gone');
 });
 
 test('a FIN still unread an interval later closes the socket; a healthy idle one is left alone', async (t) => {
   const [finished, healthy] = await unreadPairs(2);
-  t.teardown(() => (finished!.close(), healthy!.close()));
+  t.teardown(() => (finished.close(), healthy.close()));
   const reasons: string[] = [];
-  closeWhenPeerGone(finished!.unread, (r) => reasons.push(`finished: ${r}`), INTERVAL_MS);
-  closeWhenPeerGone(healthy!.unread, (r) => reasons.push(`healthy: ${r}`), INTERVAL_MS);
+  closeWhenPeerGone(finished.unread, (r) => reasons.push(`finished: ${r}`), INTERVAL_MS);
+  closeWhenPeerGone(healthy.unread, (r) => reasons.push(`healthy: ${r}`), INTERVAL_MS);
 
-  finished!.client.end();
-  for (let i = 0; i < 50 && tcpState(socketFd(finished!.unread)) !== TCP_CLOSE_WAIT && !finished!.unread.destroyed; i++) await sleep(10);
-  const result = await closedWith(finished!.unread, 20 * INTERVAL_MS);
+  finished.client.end();
+  for (let i = 0; i < 50 && tcpState(socketFd(finished.unread)) !== TCP_CLOSE_WAIT && !finished.unread.destroyed; i++) await sleep(10);
+  const result = await closedWith(finished.unread, 20 * INTERVAL_MS);
   t.true(result instanceof Error, `closed with an error, got ${String(result)}`);
   t.regex(errorMessage(result), /peer closed its side/);
 
   await sleep(5 * INTERVAL_MS);
-  t.false(healthy!.unread.destroyed, 'an idle connection with a live peer stays open');
-  t.is(tcpState(socketFd(healthy!.unread)), TCP_ESTABLISHED);
+  t.false(healthy.unread.destroyed, 'an idle connection with a live peer stays open');
+  t.is(tcpState(socketFd(healthy.unread)), TCP_ESTABLISHED);
   t.deepEqual(reasons, ['finished: peer closed its side']);
 });
 

@@ -7,7 +7,14 @@
  */
 import test from 'ava';
 import fs from 'node:fs';
-import { BULK_WRITE_AHEAD_BYTES, MIXED_HOLD_MS, MIXED_WRITE_AHEAD_BYTES, SendQueue, type MessageSink, type WriteAhead } from '../../src/transport/h2/send-queue.js';
+import {
+  BULK_WRITE_AHEAD_BYTES,
+  MIXED_HOLD_MS,
+  MIXED_WRITE_AHEAD_BYTES,
+  SendQueue,
+  type MessageSink,
+  type WriteAhead,
+} from '../../src/transport/h2/send-queue.js';
 import { framePacket, MessageParser } from '../../src/transport/h2/framing.js';
 import { createH2Channel, createH2Server } from '../../src/transport/h2/index.js';
 import { decodePacket } from '../../src/wire/codec.js';
@@ -45,10 +52,20 @@ class FakeStream implements MessageSink {
 }
 
 const KB = 1024;
-const DEFAULT_FOR_TEST: WriteAhead = { mixedBytes: MIXED_WRITE_AHEAD_BYTES, bulkBytes: BULK_WRITE_AHEAD_BYTES, mixedHoldMs: MIXED_HOLD_MS, now: () => 0 };
+const DEFAULT_FOR_TEST: WriteAhead = {
+  mixedBytes: MIXED_WRITE_AHEAD_BYTES,
+  bulkBytes: BULK_WRITE_AHEAD_BYTES,
+  mixedHoldMs: MIXED_HOLD_MS,
+  now: () => 0,
+};
 /** A write-ahead of `bytes` whatever is sent. */
 const fixed = (bytes: number): WriteAhead => ({ mixedBytes: bytes, bulkBytes: bytes, mixedHoldMs: 0, now: () => 0 });
-const data = (connectID: number, bytes: number, fill = 0): Packet => ({ type: PacketType.DATA, connectID, error: '', data: Buffer.alloc(bytes, fill) });
+const data = (connectID: number, bytes: number, fill = 0): Packet => ({
+  type: PacketType.DATA,
+  connectID,
+  error: '',
+  data: Buffer.alloc(bytes, fill),
+});
 
 /** "DATA 1 65536", "DIAL_RSP 2", … */
 function describe(p: Packet): string {
@@ -56,7 +73,7 @@ function describe(p: Packet): string {
   return `${PacketType[p.type]}${id}${p.type === PacketType.DATA ? ` ${p.data.length}` : ''}`;
 }
 
-test('control packets and a new connection\'s first bytes go ahead of held DATA; the held connection keeps its order', (t) => {
+test("control packets and a new connection's first bytes go ahead of held DATA; the held connection keeps its order", (t) => {
   const sink = new FakeStream();
   const queue = new SendQueue(sink, () => undefined, fixed(256 * KB));
   const packets: Packet[] = [
@@ -182,44 +199,50 @@ test('clear() drops what is held and gathered; the stream keeps what it has', (t
   t.is(sink.writableLength, inStream);
 });
 
-test.serial('over node:http2: a DIAL_RSP sent after 2 MiB of another connection\'s DATA arrives before that DATA has all arrived', async (t) => {
-  const order: string[] = [];
-  let done: () => void = () => undefined;
-  const received = new Promise<void>((resolve) => (done = resolve));
-  const server = createH2Server(
-    {
-      agentConnect: (incoming) => {
-        const stream = incoming.accept({});
-        stream.on('packet', (p) => {
-          order.push(describe(p));
-          if (p.type === PacketType.CLOSE_REQ) done();
-        });
+test.serial(
+  "over node:http2: a DIAL_RSP sent after 2 MiB of another connection's DATA arrives before that DATA has all arrived",
+  async (t) => {
+    const order: string[] = [];
+    let done: () => void = () => undefined;
+    const received = new Promise<void>((resolve) => (done = resolve));
+    const server = createH2Server(
+      {
+        agentConnect: (incoming) => {
+          const stream = incoming.accept({});
+          stream.on('packet', (p) => {
+            order.push(describe(p));
+            if (p.type === PacketType.CLOSE_REQ) done();
+          });
+        },
       },
-    },
-    { maxReceiveMessageBytes: 4 * 1024 * KB },
-  );
-  const dir = tempDir();
-  const listener = await listenUnix(dir, (s) => server.injectConnection(s));
-  const channel = createH2Channel({ target: listener.target });
-  try {
-    const stream = await channel.openStream(AGENT_SERVICE_CONNECT, {}, 5000);
-    // One turn, as an agent splicing a download and answering a dial at once.
-    for (let i = 0; i < 32; i++) stream.send(data(1, 64 * KB));
-    stream.send({ type: PacketType.DIAL_RSP, random: 7n, connectID: 2, error: '' });
-    stream.send(data(2, 1));
-    stream.send({ type: PacketType.CLOSE_REQ, connectID: 1 });
-    await Promise.race([received, new Promise((_, reject) => setTimeout(() => reject(new Error('not all packets arrived within 10 s')), 10_000))]);
-    const dialRsp = order.indexOf('DIAL_RSP 2');
-    const lastData = order.lastIndexOf('DATA 1 65536');
-    t.is(order.filter((o) => o === 'DATA 1 65536').length, 32);
-    t.true(dialRsp >= 0 && dialRsp < lastData, `DIAL_RSP went ahead of held DATA: ${order.join(', ')}`);
-    t.is(order[dialRsp + 1], 'DATA 2 1');
-    t.is(order.at(-1), 'CLOSE_REQ 1', 'CLOSE_REQ 1 stays behind its DATA');
-    stream.destroy();
-  } finally {
-    channel.close();
-    await server.close(100);
-    await listener.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  }
-});
+      { maxReceiveMessageBytes: 4 * 1024 * KB },
+    );
+    const dir = tempDir();
+    const listener = await listenUnix(dir, (s) => server.injectConnection(s));
+    const channel = createH2Channel({ target: listener.target });
+    try {
+      const stream = await channel.openStream(AGENT_SERVICE_CONNECT, {}, 5000);
+      // One turn, as an agent splicing a download and answering a dial at once.
+      for (let i = 0; i < 32; i++) stream.send(data(1, 64 * KB));
+      stream.send({ type: PacketType.DIAL_RSP, random: 7n, connectID: 2, error: '' });
+      stream.send(data(2, 1));
+      stream.send({ type: PacketType.CLOSE_REQ, connectID: 1 });
+      await Promise.race([
+        received,
+        new Promise((_, reject) => setTimeout(() => reject(new Error('not all packets arrived within 10 s')), 10_000)),
+      ]);
+      const dialRsp = order.indexOf('DIAL_RSP 2');
+      const lastData = order.lastIndexOf('DATA 1 65536');
+      t.is(order.filter((o) => o === 'DATA 1 65536').length, 32);
+      t.true(dialRsp >= 0 && dialRsp < lastData, `DIAL_RSP went ahead of held DATA: ${order.join(', ')}`);
+      t.is(order[dialRsp + 1], 'DATA 2 1');
+      t.is(order.at(-1), 'CLOSE_REQ 1', 'CLOSE_REQ 1 stays behind its DATA');
+      stream.destroy();
+    } finally {
+      channel.close();
+      await server.close(100);
+      await listener.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);

@@ -27,7 +27,7 @@ import {
 } from '../helpers/memory-stream.js';
 import { dialStream } from '../helpers/connection-stream.js';
 
-const echo: DialHandler = async () => new PassThrough();
+const echo: DialHandler = () => Promise.resolve(new PassThrough());
 
 /** A dial handler that never finishes on its own: it rejects when the dial is aborted. */
 function hangingHandler(seen: InboundDial[]): DialHandler {
@@ -65,7 +65,10 @@ function dialError(err: unknown): DialError {
 }
 
 /** A Tunnel on link.a and the raw packets of its peer on link.b. */
-function rawPeer(side: 'agent' | 'server', opts: { dialHandler?: DialHandler; features?: typeof ALL_FEATURES; limits?: Partial<TunnelLimits> } = {}) {
+function rawPeer(
+  side: 'agent' | 'server',
+  opts: { dialHandler?: DialHandler; features?: typeof ALL_FEATURES; limits?: Partial<TunnelLimits> } = {},
+) {
   const link = createMemoryLink();
   const logs = captureLogger();
   const tunnel = new Tunnel(link.a, {
@@ -87,8 +90,8 @@ test('either side dials and the other performs; agent assigns odd connectIDs, se
   const serverDials: InboundDial[] = [];
   const pair = tunnelPair({
     features: ALL_FEATURES,
-    agentDialHandler: async (d) => (agentDials.push(d), new PassThrough()),
-    serverDialHandler: async (d) => (serverDials.push(d), new PassThrough()),
+    agentDialHandler: (d) => (agentDials.push(d), Promise.resolve(new PassThrough())),
+    serverDialHandler: (d) => (serverDials.push(d), Promise.resolve(new PassThrough())),
   });
   t.teardown(() => pair.close());
 
@@ -124,9 +127,7 @@ test('either side dials and the other performs; agent assigns odd connectIDs, se
 test('DIAL_RSP with an error rejects the dial with DialError "refused" carrying the message', async (t) => {
   const pair = tunnelPair({
     features: ALL_FEATURES,
-    serverDialHandler: async () => {
-      throw new Error('dial tcp 10.0.0.9:443: connect: connection refused');
-    },
+    serverDialHandler: () => Promise.reject(new Error('dial tcp 10.0.0.9:443: connect: connection refused')),
   });
   t.teardown(() => pair.close());
   const err = dialError(await t.throwsAsync(pair.agent.dial('10.0.0.9:443', { timeoutMs: 5000 })));
@@ -141,7 +142,12 @@ test('DIAL_RSP with an error rejects the dial with DialError "refused" carrying 
 test('a side without a dial handler refuses DIAL_REQ with its reason; other protocols are refused', async (t) => {
   const link = createMemoryLink();
   const logs = captureLogger();
-  const server = new Tunnel(link.b, { side: 'server', features: ALL_FEATURES, log: logs.log, refuseDialsReason: 'node -> control plane dials were not negotiated' });
+  const server = new Tunnel(link.b, {
+    side: 'server',
+    features: ALL_FEATURES,
+    log: logs.log,
+    refuseDialsReason: 'node -> control plane dials were not negotiated',
+  });
   const agent = new Tunnel(link.a, { side: 'agent', features: ALL_FEATURES, log: captureLogger().log, dialHandler: echo });
   t.teardown(() => (agent.close(), server.close()));
   const err = dialError(await t.throwsAsync(agent.dial('kas:6443', { timeoutMs: 5000 })));
@@ -187,8 +193,8 @@ test('abort signal: DialError "cancelled" and DIAL_CLS; an already aborted signa
   const cls = await waitFor(() => pair.link.a.sent.some((p) => p.type === PacketType.DIAL_CLS), 'DIAL_CLS').then(() =>
     pair.link.a.sent.find((p) => p.type === PacketType.DIAL_CLS),
   );
-  t.is(cls?.type === PacketType.DIAL_CLS ? cls.random : 0n, seen[0]!.dialID);
-  await waitFor(() => seen[0]!.signal.aborted, 'performer aborted');
+  t.is(cls?.type === PacketType.DIAL_CLS ? cls.random : 0n, seen[0].dialID);
+  await waitFor(() => seen[0].signal.aborted, 'performer aborted');
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 
   const before = pair.link.a.packetsSent;
@@ -244,16 +250,19 @@ test('DIAL_CLS from the dialer aborts the performer; a dial that completes anywa
   t.teardown(() => tunnel.close());
   peer.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'pod:80', random: 99n });
   await waitFor(() => seen.length === 1, 'handler called');
-  t.is(seen[0]!.dialID, 99n);
-  t.false(seen[0]!.signal.aborted);
+  t.is(seen[0].dialID, 99n);
+  t.false(seen[0].signal.aborted);
   t.is(tunnel.stats().inboundDials, 1);
   peer.send({ type: PacketType.DIAL_CLS, random: 99n });
-  await waitFor(() => seen[0]!.signal.aborted, 'handler signal aborted');
+  await waitFor(() => seen[0].signal.aborted, 'handler signal aborted');
   t.is(tunnel.stats().inboundDials, 0);
   finish!();
   await waitFor(() => endpoints[0]?.destroyed === true, 'late endpoint destroyed');
   await sleep(20);
-  t.false(received.some((p) => p.type === PacketType.DIAL_RSP), 'no DIAL_RSP for a cancelled dial');
+  t.false(
+    received.some((p) => p.type === PacketType.DIAL_RSP),
+    'no DIAL_RSP for a cancelled dial',
+  );
   t.deepEqual(tunnel.stats(), zero);
 });
 
@@ -296,10 +305,10 @@ test('a DIAL_RSP with connectID 0 and no error, or a connectID in use, is refuse
 test('CLOSE_REQ is answered with CLOSE_RSP and closes the endpoint; unknown IDs get an error', async (t) => {
   const far: Duplex[] = [];
   const { tunnel, peer } = rawPeer('agent', {
-    dialHandler: async () => {
+    dialHandler: () => {
       const [mine, theirs] = duplexPair();
       far.push(theirs);
-      return mine;
+      return Promise.resolve(mine);
     },
   });
   t.teardown(() => tunnel.close());
@@ -309,7 +318,7 @@ test('CLOSE_REQ is answered with CLOSE_RSP and closes the endpoint; unknown IDs 
   t.is(rsp.error, '');
   t.is(rsp.random, 5n);
   t.is(rsp.connectID % 2, 1);
-  const endpoint = far[0]!;
+  const endpoint = far[0];
   const endpointEnded = readAll(endpoint);
 
   peer.send({ type: PacketType.DATA, connectID: rsp.connectID, error: '', data: Buffer.from('GET / HTTP/1.1\r\n\r\n') });
@@ -333,25 +342,31 @@ test('the performer reports a closed endpoint with CLOSE_RSP; the dialer closes 
   const far: Duplex[] = [];
   const pair = tunnelPair({
     features: ALL_FEATURES,
-    agentDialHandler: async () => {
+    agentDialHandler: () => {
       const [mine, theirs] = duplexPair();
       far.push(theirs);
-      return mine;
+      return Promise.resolve(mine);
     },
   });
   t.teardown(() => pair.close());
   const c1 = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
   c1.resume();
-  far[0]!.destroy(); // the pod's socket goes away
+  far[0].destroy(); // the pod's socket goes away
   await closed(c1);
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === c1.connection.connectID), 'agent (performer) sent CLOSE_RSP');
+  t.true(
+    pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === c1.connection.connectID),
+    'agent (performer) sent CLOSE_RSP',
+  );
 
   const c2 = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
-  const farEnd = far[1]!;
+  const farEnd = far[1];
   const farEnded = readAll(farEnd);
   c2.destroy();
   t.is((await farEnded).length, 0, 'the far endpoint sees EOF');
-  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === c2.connection.connectID), 'server (dialer) sent CLOSE_REQ');
+  t.true(
+    pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === c2.connection.connectID),
+    'server (dialer) sent CLOSE_REQ',
+  );
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 });
 
@@ -368,14 +383,26 @@ for (const side of ['server', 'agent'] as const) {
 
     for (let i = 0; i < 100; i++) intruder.send({ type: PacketType.DATA, connectID: 1000 + i, error: '', data: Buffer.from('x') });
     intruder.send({ type: PacketType.KANAL_HALF_CLOSE, connectID: 5000 });
-    await waitFor(() => targetStream.sent.filter((p) => p.type === (side === 'server' ? PacketType.CLOSE_REQ : PacketType.CLOSE_RSP)).length >= 101, 'answers');
+    await waitFor(
+      () => targetStream.sent.filter((p) => p.type === (side === 'server' ? PacketType.CLOSE_REQ : PacketType.CLOSE_RSP)).length >= 101,
+      'answers',
+    );
     const answers = targetStream.sent.filter((p) => 'connectID' in p && p.connectID >= 1000);
     if (side === 'server') {
-      t.true(answers.every((p) => p.type === PacketType.CLOSE_REQ), 'server answers CLOSE_REQ');
+      t.true(
+        answers.every((p) => p.type === PacketType.CLOSE_REQ),
+        'server answers CLOSE_REQ',
+      );
     } else {
-      t.true(answers.every((p) => p.type === PacketType.CLOSE_RSP && p.error === 'unknown connectID'), 'agent answers CLOSE_RSP');
+      t.true(
+        answers.every((p) => p.type === PacketType.CLOSE_RSP && p.error === 'unknown connectID'),
+        'agent answers CLOSE_RSP',
+      );
     }
-    t.deepEqual(answers.map((p) => ('connectID' in p ? p.connectID : -1)).sort((x, y) => x - y), [...Array.from({ length: 100 }, (_, i) => 1000 + i), 5000]);
+    t.deepEqual(
+      answers.map((p) => ('connectID' in p ? p.connectID : -1)).sort((x, y) => x - y),
+      [...Array.from({ length: 100 }, (_, i) => 1000 + i), 5000],
+    );
     // Rate-limited: one warning for 101 bad packets.
     t.is(logs.matching('unknown connectID').length, 1);
     t.false(target.closed);
@@ -404,7 +431,7 @@ test('malformed packets are logged (rate-limited) and ignored; the tunnel stays 
   await sleep(20);
   const lines = pair.serverLog.matching('ignoring malformed packet');
   t.is(lines.length, 1);
-  t.regex(String(lines[0]!.reason), /unknown packet type 7/);
+  t.regex(String(lines[0].reason), /unknown packet type 7/);
   t.false(pair.server.closed);
   const c = await dialStream(pair.agent, 'x:1', { timeoutMs: 5000 });
   t.is(await roundTrip(c, 'ok'), 'ok');
@@ -487,7 +514,10 @@ for (const how of ['peer resets the stream', 'local close', 'graceful end by the
     for (let i = 0; i < 3; i++) open.push(await dialStream(pair.server, `pod:${i + 1}`, { timeoutMs: 5000 }));
     const closes = open.map((c) => (c.on('error', () => undefined), closed(c)));
     const farCloses = far.map((f) => closed(f));
-    const pendingFromServer = [dialStream(pair.server, 'pod:10', { timeoutMs: 10_000 }), dialStream(pair.server, 'pod:11', { timeoutMs: 10_000 })];
+    const pendingFromServer = [
+      dialStream(pair.server, 'pod:10', { timeoutMs: 10_000 }),
+      dialStream(pair.server, 'pod:11', { timeoutMs: 10_000 }),
+    ];
     const pendingFromAgent = [dialStream(pair.agent, 'kas:1', { timeoutMs: 10_000 })];
     await waitFor(() => seen.length === 3, 'three hanging inbound dials');
     t.is(pair.server.stats().pendingDials, 2);

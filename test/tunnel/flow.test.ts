@@ -13,7 +13,16 @@ import { Tunnel } from '../../src/tunnel/tunnel.js';
 import type { ConnectionStream } from '../../src/tunnel/connection-stream.js';
 import { Feature, type FeatureSet } from '../../src/wire/features.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
-import { captureLogger, createMemoryLink, drainOrClose, nextPacket, sinkEndpoint, tunnelPair, waitFor, type Sink } from '../helpers/memory-stream.js';
+import {
+  captureLogger,
+  createMemoryLink,
+  drainOrClose,
+  nextPacket,
+  sinkEndpoint,
+  tunnelPair,
+  waitFor,
+  type Sink,
+} from '../helpers/memory-stream.js';
 import { dialStream } from '../helpers/connection-stream.js';
 
 const MiB = 1024 * 1024;
@@ -80,10 +89,10 @@ const NO_WINDOW: FeatureSet = new Set([Feature.HalfClose]);
 
 /** Performer-side handler: "stalled:*" gets a stalled sink, anything else a reading sink. */
 function sinks(out: Map<string, Sink>) {
-  return async (dial: { address: string }): Promise<Duplex> => {
+  return (dial: { address: string }): Promise<Duplex> => {
     const sink = sinkEndpoint({ stalled: dial.address.startsWith('stalled') });
     out.set(dial.address, sink);
-    return sink;
+    return Promise.resolve(sink);
   };
 }
 
@@ -133,8 +142,8 @@ test('window: a stalled reader stops its sender after one window; a neighbour mo
   const accounting = windowAccounting(pair.link.a);
 
   const [stalled, fast] = await dialSinks(t, pair.agent, endpoints, ['stalled:1', 'fast:2']);
-  const { conn: stalledConn, sink: stalledSink } = stalled!;
-  const { conn: fastConn, sink: fastSink } = fast!;
+  const { conn: stalledConn, sink: stalledSink } = stalled;
+  const { conn: fastConn, sink: fastSink } = fast;
 
   const stalledWrite = writeStream(stalledConn, 1, 8 * MiB, 64 * KiB, true);
   const fastWrite = writeStream(fastConn, 2, 32 * MiB, 64 * KiB, true);
@@ -198,12 +207,16 @@ test('window growth: a connection whose reader keeps up grows its window to maxW
   const windowBytes = 64 * KiB;
   const maxWindowBytes = 256 * KiB;
   const endpoints = new Map<string, Sink>();
-  const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxWindowBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
+  const pair = tunnelPair({
+    features: WINDOW,
+    limits: { windowBytes, maxWindowBytes, maxDataBytes: 16 * KiB },
+    agentDialHandler: sinks(endpoints),
+  });
   t.teardown(() => pair.close());
   const accounting = windowAccounting(pair.link.b);
   const [b, st] = await dialSinks(t, pair.server, endpoints, ['bulk:1', 'stalled:2']);
-  const { conn: bulk, sink: bulkSink } = b!;
-  const { conn: stalled, sink: stalledSink } = st!;
+  const { conn: bulk, sink: bulkSink } = b;
+  const { conn: stalled, sink: stalledSink } = st;
 
   const stalledWrite = writeStream(stalled, 4, 2 * MiB, 64 * KiB, false);
   const first = writeStream(bulk, 5, 16 * MiB, 64 * KiB, false);
@@ -217,7 +230,10 @@ test('window growth: a connection whose reader keeps up grows its window to maxW
   t.log(`after the stall the bulk sender completed ${inFlight} B; the stalled-from-start sender ${stalledWrite.completed} B`);
   t.true(inFlight > 2 * windowBytes, `the window grew (${inFlight} B moved into a stalled reader)`);
   t.true(inFlight <= maxWindowBytes + 64 * KiB, `and stayed within maxWindowBytes (${inFlight} B)`);
-  t.true(stalledWrite.completed <= windowBytes + 64 * KiB, `a reader stalled from the start keeps the first window (${stalledWrite.completed} B)`);
+  t.true(
+    stalledWrite.completed <= windowBytes + 64 * KiB,
+    `a reader stalled from the start keeps the first window (${stalledWrite.completed} B)`,
+  );
   // Sender-side invariant: never more in flight than the credit it was given.
   t.true(accounting.maxOutstanding() <= windowBytes, `max outstanding ${accounting.maxOutstanding()} B`);
   t.false(bulk.destroyed, 'no overrun: the receiver accepted what the grown window allowed');
@@ -239,12 +255,21 @@ test('window growth budget: once a tunnel spent it, other connections keep the f
   // Room for one connection's growth (64 -> 128 -> 256 KiB), not two.
   const windowGrowthBudgetBytes = 192 * KiB;
   const endpoints = new Map<string, Sink>();
-  const pair = tunnelPair({ features: WINDOW, limits: { windowBytes, maxWindowBytes, windowGrowthBudgetBytes, maxDataBytes: 16 * KiB }, agentDialHandler: sinks(endpoints) });
+  const pair = tunnelPair({
+    features: WINDOW,
+    limits: { windowBytes, maxWindowBytes, windowGrowthBudgetBytes, maxDataBytes: 16 * KiB },
+    agentDialHandler: sinks(endpoints),
+  });
   t.teardown(() => pair.close());
   const receiverSide = pair.agent; // the performer receives what the server-side dialer writes
 
   /** Moves 8 MiB through `conn`, stalls its reader, reports what the sender got through after the stall. */
-  async function inFlightAfterStall(conn: ConnectionStream, sink: Sink, seed: number, before: number): Promise<{ inFlight: number; w: WriteProgress }> {
+  async function inFlightAfterStall(
+    conn: ConnectionStream,
+    sink: Sink,
+    seed: number,
+    before: number,
+  ): Promise<{ inFlight: number; w: WriteProgress }> {
     const bulk = writeStream(conn, seed, 8 * MiB, 64 * KiB, false);
     await bulk.done;
     await waitFor(() => sink.accepted === before + 8 * MiB, 'the reader took the bulk');
@@ -255,8 +280,8 @@ test('window growth budget: once a tunnel spent it, other connections keep the f
   }
 
   const [f, sc] = await dialSinks(t, pair.server, endpoints, ['first:1', 'second:2']);
-  const { conn: first, sink: firstSink } = f!;
-  const { conn: second, sink: secondSink } = sc!;
+  const { conn: first, sink: firstSink } = f;
+  const { conn: second, sink: secondSink } = sc;
 
   const a = await inFlightAfterStall(first, firstSink, 10, 0);
   t.true(a.inFlight > 2 * windowBytes, `the first connection grew its window (${a.inFlight} B in flight)`);
@@ -284,7 +309,15 @@ test('window growth budget: once a tunnel spent it, other connections keep the f
 
 test('limits: a maximum window below the first window is refused with a clear error', (t) => {
   const link = createMemoryLink();
-  const err = t.throws(() => new Tunnel(link.a, { side: 'agent', features: WINDOW, limits: { windowBytes: 2 * MiB, maxWindowBytes: MiB }, log: captureLogger().log }));
+  const err = t.throws(
+    () =>
+      new Tunnel(link.a, {
+        side: 'agent',
+        features: WINDOW,
+        limits: { windowBytes: 2 * MiB, maxWindowBytes: MiB },
+        log: captureLogger().log,
+      }),
+  );
   t.regex(err?.message ?? '', /maxWindowBytes \(1048576\) is below windowBytes \(2097152\)/);
 });
 
@@ -293,18 +326,22 @@ test('limits: a maximum window below the first window is refused with a clear er
  * and writes `total` bytes on each; returns once the server side stopped
  * reading because the stalled reader's buffer is full.
  */
-async function stallUpstreamStream(t: { log(...values: unknown[]): void; teardown(fn: () => void): void }, limits: { unflowedBufferBytes: number; maxDataBytes: number }, total: number) {
+async function stallUpstreamStream(
+  t: { log(...values: unknown[]): void; teardown(fn: () => void): void },
+  limits: { unflowedBufferBytes: number; maxDataBytes: number },
+  total: number,
+) {
   const endpoints = new Map<string, Sink>();
   const pair = tunnelPair({ features: NO_WINDOW, limits, serverDialHandler: sinks(endpoints) });
   t.teardown(() => pair.close());
   const [stalled, next] = await dialSinks(t, pair.agent, endpoints, ['stalled:1', 'next:2']);
   const errors: Error[] = [];
-  stalled!.conn.on('error', (e: Error) => errors.push(e));
-  const stalledWrite = writeStream(stalled!.conn, 1, total, 64 * KiB, true);
-  const nextWrite = writeStream(next!.conn, 2, total, 64 * KiB, true);
+  stalled.conn.on('error', (e: Error) => errors.push(e));
+  const stalledWrite = writeStream(stalled.conn, 1, total, 64 * KiB, true);
+  const nextWrite = writeStream(next.conn, 2, total, 64 * KiB, true);
   await waitFor(() => pair.server.stats().readPaused, 'the server stops reading the stream');
-  const receiver = pair.server.connection(stalled!.conn.connection.connectID)!;
-  return { pair, stalled: stalled!, next: next!, receiver, stalledWrite, nextWrite, errors };
+  const receiver = pair.server.connection(stalled.conn.connection.connectID)!;
+  return { pair, stalled: stalled, next: next, receiver, stalledWrite, nextWrite, errors };
 }
 
 test('no window (upstream peer): a stalled reader pauses the stream, as upstream does; nothing is closed or lost and memory stays bounded', async (t) => {
@@ -322,7 +359,10 @@ test('no window (upstream peer): a stalled reader pauses the stream, as upstream
 
   stalled.sink.release();
   await Promise.all([stalledWrite.done, nextWrite.done]);
-  for (const [{ sink }, w] of [[stalled, stalledWrite], [next, nextWrite]] as const) {
+  for (const [{ sink }, w] of [
+    [stalled, stalledWrite],
+    [next, nextWrite],
+  ] as const) {
     await finished(sink);
     t.is(sink.accepted, 8 * MiB);
     t.is(sink.digest(), w.digest);
@@ -347,7 +387,11 @@ test('no window: a stalled reader whose client gives up releases the stream; the
 test('no window: many slow readers together pause the stream at unflowedStreamBufferBytes', async (t) => {
   const unflowedStreamBufferBytes = 2 * MiB;
   const endpoints = new Map<string, Sink>();
-  const pair = tunnelPair({ features: NO_WINDOW, limits: { unflowedBufferBytes: 4 * MiB, unflowedStreamBufferBytes, maxDataBytes: 16 * KiB }, serverDialHandler: sinks(endpoints) });
+  const pair = tunnelPair({
+    features: NO_WINDOW,
+    limits: { unflowedBufferBytes: 4 * MiB, unflowedStreamBufferBytes, maxDataBytes: 16 * KiB },
+    serverDialHandler: sinks(endpoints),
+  });
   t.teardown(() => pair.close());
   const conns = await dialSinks(t, pair.agent, endpoints, ['stalled:1', 'stalled:2', 'stalled:3', 'stalled:4']);
   const writes = conns.map(({ conn }, i) => writeStream(conn, 30 + i, 4 * MiB, 64 * KiB, true));
@@ -355,12 +399,15 @@ test('no window: many slow readers together pause the stream at unflowedStreamBu
   await sleep(200);
   const buffered = conns.reduce((n, { sink }) => n + sink.writableLength, 0);
   t.true(buffered <= unflowedStreamBufferBytes + 256 * KiB + 16 * KiB, `buffered ${buffered} B in all`);
-  t.true(conns.every(({ sink }) => sink.writableLength < 4 * MiB), 'no single reader reached its own limit');
+  t.true(
+    conns.every(({ sink }) => sink.writableLength < 4 * MiB),
+    'no single reader reached its own limit',
+  );
   for (const { sink } of conns) sink.release();
   await Promise.all(writes.map((w) => w.done));
   for (const [i, { sink }] of conns.entries()) {
     await finished(sink);
-    t.is(sink.digest(), writes[i]!.digest);
+    t.is(sink.digest(), writes[i].digest);
   }
 });
 
@@ -369,7 +416,13 @@ test('a peer that overruns the window gets its connection closed (exactly at win
   const link = createMemoryLink();
   const logs = captureLogger();
   const endpoints = new Map<string, Sink>();
-  const tunnel = new Tunnel(link.a, { side: 'agent', features: WINDOW, limits: { windowBytes }, log: logs.log, dialHandler: sinks(endpoints) });
+  const tunnel = new Tunnel(link.a, {
+    side: 'agent',
+    features: WINDOW,
+    limits: { windowBytes },
+    log: logs.log,
+    dialHandler: sinks(endpoints),
+  });
   t.teardown(() => tunnel.close());
   const peer = link.b;
   let credit = 0;

@@ -16,11 +16,11 @@ import { dialStream } from '../helpers/connection-stream.js';
 const HALF_CLOSE: FeatureSet = new Set([Feature.HalfClose, Feature.Window]);
 
 function farEndHandler(far: Duplex[]): DialHandler {
-  return async () => {
+  return () => {
     const [mine, theirs] = duplexPair();
     theirs.on('error', () => undefined);
     far.push(theirs);
-    return mine;
+    return Promise.resolve(mine);
   };
 }
 
@@ -56,7 +56,7 @@ async function performedByTunnel(t: ExecutionContext) {
   const rspP = nextPacket(peer, PacketType.DIAL_RSP);
   peer.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'pod:80', random: 3n });
   const { connectID } = await rspP;
-  const endpoint = far[0]!;
+  const endpoint = far[0];
   endpoint.resume();
   return { tunnel, peer, connectID, endpoint };
 }
@@ -66,7 +66,7 @@ test('half-close: the dialer ends its side, the other direction keeps flowing, t
   const pair = tunnelPair({ features: HALF_CLOSE, serverDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
   const conn = await dialStream(pair.agent, 'kas:6443', { timeoutMs: 5000 });
-  const endpoint = far[0]!;
+  const endpoint = far[0];
   const request = pattern(200_000, 1);
   const response = pattern(3 * 1024 * 1024, 2);
 
@@ -84,7 +84,9 @@ test('half-close: the dialer ends its side, the other direction keeps flowing, t
   await Promise.all([closed(conn), closed(endpoint)]);
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
   // A clean double half-close needs no CLOSE_REQ/CLOSE_RSP.
-  const closes = [...pair.link.a.sent, ...pair.link.b.sent].filter((p) => p.type === PacketType.CLOSE_REQ || p.type === PacketType.CLOSE_RSP);
+  const closes = [...pair.link.a.sent, ...pair.link.b.sent].filter(
+    (p) => p.type === PacketType.CLOSE_REQ || p.type === PacketType.CLOSE_RSP,
+  );
   t.deepEqual(closes, []);
 });
 
@@ -93,7 +95,7 @@ test('half-close: the far endpoint ends first, the dialer keeps sending, then bo
   const pair = tunnelPair({ features: HALF_CLOSE, agentDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
   const conn = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
-  const endpoint = far[0]!;
+  const endpoint = far[0];
   const greeting = Buffer.from('220 ready, and done talking\r\n');
   const upload = pattern(2 * 1024 * 1024, 3);
 
@@ -117,7 +119,7 @@ test('half-close between two tunnelled connections spliced together (relay)', as
   const conns = await Promise.all([0, 1, 2, 3].map((i) => dialStream(pair.agent, `kas:${6443 + i}`, { timeoutMs: 5000 })));
   await Promise.all(
     conns.map(async (conn, i) => {
-      const endpoint = far[i]!;
+      const endpoint = far[i];
       const got = readAll(endpoint);
       conn.end(`request ${i}`);
       t.is((await got).toString(), `request ${i}`);
@@ -134,7 +136,7 @@ test('without the half-close feature (upstream): a FIN from the dialer closes th
   const pair = tunnelPair({ features: NO_FEATURES, serverDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
   const conn = await dialStream(pair.agent, 'kas:6443', { timeoutMs: 5000 });
-  const endpoint = far[0]!;
+  const endpoint = far[0];
   const endpointGot = readAll(endpoint);
   conn.end('last words');
   t.is((await endpointGot).toString(), 'last words', 'data before the FIN is delivered, then the endpoint ends');
@@ -148,9 +150,18 @@ test('without the half-close feature (upstream): a FIN from the dialer closes th
   t.is(late, 0);
   t.is(conn.connection.bytesIn, 0);
   const sent = [...pair.link.a.sent, ...pair.link.b.sent];
-  t.false(sent.some((p) => p.type === PacketType.KANAL_HALF_CLOSE), 'no extension packet to a peer without the feature');
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === conn.connection.connectID), 'dialer sent CLOSE_REQ');
-  t.true(pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connection.connectID), 'performer answered CLOSE_RSP');
+  t.false(
+    sent.some((p) => p.type === PacketType.KANAL_HALF_CLOSE),
+    'no extension packet to a peer without the feature',
+  );
+  t.true(
+    pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_REQ && p.connectID === conn.connection.connectID),
+    'dialer sent CLOSE_REQ',
+  );
+  t.true(
+    pair.link.b.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connection.connectID),
+    'performer answered CLOSE_RSP',
+  );
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 });
 
@@ -159,7 +170,7 @@ test('without the half-close feature: a FIN from the far endpoint closes the con
   const pair = tunnelPair({ features: NO_FEATURES, agentDialHandler: farEndHandler(far) });
   t.teardown(() => pair.close());
   const conn = await dialStream(pair.server, 'pod:80', { timeoutMs: 5000 });
-  const endpoint = far[0]!;
+  const endpoint = far[0];
   const body = pattern(500_000, 9);
   const got = readAll(conn);
   endpoint.end(body);
@@ -167,7 +178,10 @@ test('without the half-close feature: a FIN from the far endpoint closes the con
   await closed(conn);
   // The dialer can no longer send: the connection is gone on both sides.
   t.true(conn.destroyed);
-  t.true(pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connection.connectID), 'performer sent CLOSE_RSP');
+  t.true(
+    pair.link.a.sent.some((p) => p.type === PacketType.CLOSE_RSP && p.connectID === conn.connection.connectID),
+    'performer sent CLOSE_RSP',
+  );
   await waitFor(() => statsZero(pair.agent, pair.server), 'tables empty');
 });
 

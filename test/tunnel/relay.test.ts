@@ -20,7 +20,15 @@ import { GrpcStatus, type IncomingStream } from '../../src/transport/transport.j
 import { Feature, formatFeatures, parseFeatures, type FeatureSet } from '../../src/wire/features.js';
 import { MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import { PacketType } from '../../src/wire/packet.js';
-import { captureLogger, createMemoryLink, drainOrClose, sinkEndpoint, waitFor, type MemoryLink, type Sink } from '../helpers/memory-stream.js';
+import {
+  captureLogger,
+  createMemoryLink,
+  drainOrClose,
+  sinkEndpoint,
+  waitFor,
+  type MemoryLink,
+  type Sink,
+} from '../helpers/memory-stream.js';
 import { dialStream } from '../helpers/connection-stream.js';
 
 const KiB = 1024;
@@ -49,10 +57,23 @@ function relay(opts: { features: FeatureSet; agentDialHandler: DialHandler; limi
   const dialer = new BackendDialer(registry, 5000, logs.log);
   // Agent stream.
   const agentLink = createMemoryLink();
-  const agent = new Tunnel(agentLink.a, { side: 'agent', features: opts.features, log: captureLogger().log, limits: opts.limits, dialHandler: opts.agentDialHandler });
+  const agent = new Tunnel(agentLink.a, {
+    side: 'agent',
+    features: opts.features,
+    log: captureLogger().log,
+    limits: opts.limits,
+    dialHandler: opts.agentDialHandler,
+  });
   const serverAgent = new Tunnel(agentLink.b, { side: 'server', features: opts.features, log: logs.log, limits: opts.limits });
   if (opts.withAgent !== false) {
-    registry.add({ agentID: 'node-1', credential: unauthenticatedCredential('memory'), identifiers: parseAgentIdentifiers(''), tunnel: serverAgent, peer: 'memory', connectedAt: new Date() });
+    registry.add({
+      agentID: 'node-1',
+      credential: unauthenticatedCredential('memory'),
+      identifiers: parseAgentIdentifiers(''),
+      tunnel: serverAgent,
+      peer: 'memory',
+      connectedAt: new Date(),
+    });
   }
   // Frontend stream, accepted by the real gRPC frontend handler.
   const frontendLink = createMemoryLink({
@@ -99,12 +120,14 @@ function closed(s: Duplex): Promise<void> {
 function hanging(seen: InboundDial[]): DialHandler {
   return (dial) => {
     seen.push(dial);
-    return new Promise<Duplex>((_resolve, reject) => dial.signal.addEventListener('abort', () => reject(new Error('aborted')), { once: true }));
+    return new Promise<Duplex>((_resolve, reject) =>
+      dial.signal.addEventListener('abort', () => reject(new Error('aborted')), { once: true }),
+    );
   };
 }
 
 test('KAS -> server -> agent: bytes flow both ways through two spliced tunnels; all four tables empty after', async (t) => {
-  const r = relay({ features: WINDOW, agentDialHandler: async () => new PassThrough() });
+  const r = relay({ features: WINDOW, agentDialHandler: () => Promise.resolve(new PassThrough()) });
   t.teardown(() => r.close());
   t.deepEqual([...r.kas.features].sort(), ['half-close', 'window'], 'features negotiated on the frontend stream');
   const conns = await Promise.all([1, 2, 3, 4].map((i) => dialStream(r.kas, `pod-${i}:80`, { timeoutMs: 5000 })));
@@ -134,27 +157,28 @@ test('KAS cancels a pending dial: DIAL_CLS reaches the agent and its dial is abo
   abort.abort();
   const err = await t.throwsAsync(dialing);
   t.is((err as DialError).failure, 'cancelled');
-  await waitFor(() => seen[0]!.signal.aborted, 'agent dial aborted');
-  t.true(r.agentLink.b.sent.some((p) => p.type === PacketType.DIAL_CLS), 'server sent DIAL_CLS to the agent');
+  await waitFor(() => seen[0].signal.aborted, 'agent dial aborted');
+  t.true(
+    r.agentLink.b.sent.some((p) => p.type === PacketType.DIAL_CLS),
+    'server sent DIAL_CLS to the agent',
+  );
   await waitFor(() => r.idle(), 'all tables empty');
 });
 
 test('agent refusal and no agent become DIAL_RSP errors for the KAS', async (t) => {
   const refusing = relay({
     features: WINDOW,
-    agentDialHandler: async () => {
-      throw new Error('dial tcp 10.1.2.3:80: connect: connection refused');
-    },
+    agentDialHandler: () => Promise.reject(new Error('dial tcp 10.1.2.3:80: connect: connection refused')),
   });
   t.teardown(() => refusing.close());
   const err = await t.throwsAsync(refusing.kas.dial('10.1.2.3:80', { timeoutMs: 5000 }));
   t.is((err as DialError).failure, 'refused');
-  t.regex(err!.message, /connection refused/);
+  t.regex(err.message, /connection refused/);
 
-  const lonely = relay({ features: WINDOW, agentDialHandler: async () => new PassThrough(), withAgent: false });
+  const lonely = relay({ features: WINDOW, agentDialHandler: () => Promise.resolve(new PassThrough()), withAgent: false });
   t.teardown(() => lonely.close());
   const none = await t.throwsAsync(lonely.kas.dial('pod:80', { timeoutMs: 5000 }));
-  t.regex(none!.message, /no agent/);
+  t.regex(none.message, /no agent/);
   await waitFor(() => refusing.idle() && lonely.idle(), 'tables empty');
 });
 
@@ -162,10 +186,10 @@ test('the KAS stream goes away: the agent-side connections are closed too', asyn
   const far: Sink[] = [];
   const r = relay({
     features: WINDOW,
-    agentDialHandler: async () => {
+    agentDialHandler: () => {
       const s = sinkEndpoint();
       far.push(s);
-      return s;
+      return Promise.resolve(s);
     },
   });
   t.teardown(() => r.close());
@@ -179,7 +203,7 @@ test('the KAS stream goes away: the agent-side connections are closed too', asyn
 });
 
 test('the agent tunnel goes away: the KAS connections are closed with an error', async (t) => {
-  const r = relay({ features: WINDOW, agentDialHandler: async () => new PassThrough() });
+  const r = relay({ features: WINDOW, agentDialHandler: () => Promise.resolve(new PassThrough()) });
   t.teardown(() => r.close());
   const conns = await Promise.all([1, 2].map((i) => dialStream(r.kas, `pod-${i}:80`, { timeoutMs: 5000 })));
   const errors: Error[] = [];
@@ -198,10 +222,10 @@ test('back-pressure across the relay: a KAS that stops reading one connection st
     features: WINDOW,
     limits: { windowBytes, maxDataBytes: 16 * KiB },
     // The pod side: a stream the test writes into (pod -> KAS direction).
-    agentDialHandler: async () => {
+    agentDialHandler: () => {
       const p = new PassThrough({ highWaterMark: 16 * KiB });
       sources.push(p);
-      return p;
+      return Promise.resolve(p);
     },
   });
   t.teardown(() => r.close());

@@ -12,7 +12,13 @@ import { captureLogger, createMemoryLink, tunnelPair, waitFor } from '../helpers
 
 /** What routing and the data path read. */
 function views(t: Tunnel): Record<string, boolean> {
-  return { isOpen: t.isOpen, closed: t.closed, writable: t.writable, drainRequested: t.drainRequested, preferredForDials: t.preferredForDials };
+  return {
+    isOpen: t.isOpen,
+    closed: t.closed,
+    writable: t.writable,
+    drainRequested: t.drainRequested,
+    preferredForDials: t.preferredForDials,
+  };
 }
 
 test('open, then the peer drains: still open and writable, no longer preferred for dials; DRAIN again changes nothing', async (t) => {
@@ -27,10 +33,14 @@ test('open, then the peer drains: still open and writable, no longer preferred f
   pair.agent.sendDrain();
   await new Promise((resolve) => setTimeout(resolve, 20));
   t.is(events, 1);
-  t.deepEqual(views(pair.agent), { isOpen: true, closed: false, writable: true, drainRequested: false, preferredForDials: true }, 'the side that sent DRAIN is unchanged');
+  t.deepEqual(
+    views(pair.agent),
+    { isOpen: true, closed: false, writable: true, drainRequested: false, preferredForDials: true },
+    'the side that sent DRAIN is unchanged',
+  );
 });
 
-test('a tunnel whose stream is not read is open but not preferred for dials', async (t) => {
+test('a tunnel whose stream is not read is open but not preferred for dials', (t) => {
   const pair = tunnelPair({ features: NO_FEATURES });
   t.teardown(() => pair.close());
   pair.server.holdInbound(7, true);
@@ -73,7 +83,7 @@ test('close(): closed for every view, one close event with a local error, dials 
   t.is(woken, 0);
 });
 
-test('closing with a protocol-violation status is ours, not the peer\'s fault; the same status from the stream is', (t) => {
+test("closing with a protocol-violation status is ours, not the peer's fault; the same status from the stream is", (t) => {
   const status = (): GrpcStatusError => new GrpcStatusError(GrpcStatus.RESOURCE_EXHAUSTED, 'peer does not read its stream');
   const ours = tunnelPair({ features: NO_FEATURES });
   t.teardown(() => ours.close());

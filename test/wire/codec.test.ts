@@ -170,7 +170,8 @@ function pbDecode(buf: Uint8Array): PbView {
   for (const [k, v] of Object.entries(raw)) {
     if (typeof v === 'string' && ['random', 'connectID'].includes(k)) fields[k] = BigInt(v);
     else if (v instanceof Uint8Array) fields[k] = Buffer.from(v);
-    else if (k === 'data' && Array.isArray(v)) fields[k] = Buffer.from(v as number[]); // protobufjs default for bytes
+    else if (k === 'data' && Array.isArray(v))
+      fields[k] = Buffer.from(v as number[]); // protobufjs default for bytes
     else fields[k] = v;
   }
   return { type: obj.type as number, payload: payloadName, fields };
@@ -236,14 +237,14 @@ test('the .proto enum and oneof match the codec (names, numbers, field numbers)'
   for (const [name, value] of Object.entries(en.values)) {
     t.is(PacketType[name as keyof typeof PacketType], value, `PacketType.${name}`);
   }
-  const oneof = PbPacket.oneofs.payload!;
+  const oneof = PbPacket.oneofs.payload;
   for (const [type, name] of Object.entries(PAYLOAD_NAME)) {
     const field = PbPacket.fields[name];
     t.truthy(field, `Packet.${name} exists`);
-    t.is(field!.id, PAYLOAD_FIELD[Number(type) as PacketType], `field number of ${name}`);
-    t.true(oneof.fieldsArray.includes(field!), `${name} is in oneof payload`);
+    t.is(field.id, PAYLOAD_FIELD[Number(type) as PacketType], `field number of ${name}`);
+    t.true(oneof.fieldsArray.includes(field), `${name} is in oneof payload`);
   }
-  t.is(PbPacket.fields.type!.id, 1);
+  t.is(PbPacket.fields.type.id, 1);
 });
 
 test('encodePacket output decodes with protobufjs to the same fields', (t) => {
@@ -523,9 +524,9 @@ test('metadata keys are the lower-case forms of upstream names; service paths ma
   }
   const agentService = root.lookupService('AgentService');
   const proxyService = root.lookupService('ProxyService');
-  t.is(`/${agentService.name}/${agentService.methodsArray[0]!.name}`, md.AGENT_SERVICE_CONNECT);
-  t.is(`/${proxyService.name}/${proxyService.methodsArray[0]!.name}`, md.PROXY_SERVICE_PROXY);
-  t.true(agentService.methodsArray[0]!.requestStream && agentService.methodsArray[0]!.responseStream);
+  t.is(`/${agentService.name}/${agentService.methodsArray[0].name}`, md.AGENT_SERVICE_CONNECT);
+  t.is(`/${proxyService.name}/${proxyService.methodsArray[0].name}`, md.PROXY_SERVICE_PROXY);
+  t.true(agentService.methodsArray[0].requestStream && agentService.methodsArray[0].responseStream);
   const map = new Map([[md.MD_SERVER_ID, ['a', 'b']]]);
   t.is(md.firstValue(map, md.MD_SERVER_ID), 'a');
   t.is(md.firstValue(map, md.MD_SERVER_COUNT), undefined);

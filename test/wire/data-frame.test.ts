@@ -25,7 +25,7 @@ const connectMethod = protoLoader.loadSync(PROTO, { longs: String, defaults: fal
 /** grpc-js's serializer for AgentService/Connect's Packet (proto-loader over protobufjs). */
 function grpcJsSerialize(p: DataPacket): Buffer {
   if (connectMethod === undefined || !('Connect' in connectMethod)) throw new Error('AgentService.Connect not in the .proto');
-  const serialize = connectMethod['Connect']!.requestSerialize;
+  const serialize = connectMethod['Connect'].requestSerialize;
   // As a caller would: proto3 defaults left unset (protobufjs writes fields set explicitly, defaults included).
   const data: Record<string, unknown> = {};
   if (p.connectID !== 0) data['connectID'] = String(p.connectID);
@@ -102,7 +102,12 @@ test('matchDataHeader agrees with decodePacket, corrupted headers included', (t)
     const size = Math.floor(Math.random() * 300);
     const p: Packet =
       i % 3 === 0
-        ? { type: PacketType.DATA, connectID: Math.floor(Math.random() * 2 ** (i % 53)), error: i % 7 === 0 ? 'e' : '', data: crypto.randomBytes(size) }
+        ? {
+            type: PacketType.DATA,
+            connectID: Math.floor(Math.random() * 2 ** (i % 53)),
+            error: i % 7 === 0 ? 'e' : '',
+            data: crypto.randomBytes(size),
+          }
         : { type: PacketType.KANAL_WINDOW, connectID: i, increment: size };
     const body = encodePacket(p);
     // Random corruption of a header byte now and then.

@@ -107,9 +107,15 @@ export async function shippedRbac(): Promise<Rbac> {
  * (`system:konnectivity-server`, a client certificate, as the setup guide)
  * and the agents' service account (`kube-system/konnectivity-agent`, a token file).
  */
-export async function startKonnectivityKubeApi(t: ExecutionContext, dir: string): Promise<{ k: KubeFixture; serverKubeconfig: string; agentKubeconfig: string }> {
+export async function startKonnectivityKubeApi(
+  t: ExecutionContext,
+  dir: string,
+): Promise<{ k: KubeFixture; serverKubeconfig: string; agentKubeconfig: string }> {
   const k = await startKubeApi(t, { rbac: await shippedRbac(), bookmarkIntervalMs: 1000 });
-  const serverKubeconfig = await k.api.writeKubeconfig(path.join(dir, 'server.kubeconfig'), { user: 'system:konnectivity-server', auth: 'certificate' });
+  const serverKubeconfig = await k.api.writeKubeconfig(path.join(dir, 'server.kubeconfig'), {
+    user: 'system:konnectivity-server',
+    auth: 'certificate',
+  });
   const agentKubeconfig = await k.api.writeKubeconfig(path.join(dir, 'agent.kubeconfig'), {
     user: 'system:serviceaccount:kube-system:konnectivity-agent',
     groups: ['system:serviceaccounts', 'system:serviceaccounts:kube-system'],

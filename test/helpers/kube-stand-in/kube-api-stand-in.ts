@@ -157,9 +157,12 @@ export class KubeApiStandIn {
   ) {
     this.tokens = new TokenAuthority(options.apiAudiences);
     this.caFile = path.join(options.dir, 'kube-ca.crt');
-    this.server = https.createServer({ cert: serverCert.certPem, key: serverCert.keyPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: false }, (req, res) => {
-      this.serve(req, res).catch((err: unknown) => this.answerStatus(res, new StatusError(500, 'InternalError', String(err))));
-    });
+    this.server = https.createServer(
+      { cert: serverCert.certPem, key: serverCert.keyPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: false },
+      (req, res) => {
+        this.serve(req, res).catch((err: unknown) => this.answerStatus(res, new StatusError(500, 'InternalError', String(err))));
+      },
+    );
     this.server.on('secureConnection', (socket: TLSSocket) => {
       this.accepted++;
       this.track(socket);
@@ -170,7 +173,12 @@ export class KubeApiStandIn {
   static async start(options: KubeApiStandInOptions): Promise<KubeApiStandIn> {
     await fs.mkdir(options.dir, { recursive: true });
     const ca = await createCertificateAuthority('kube-api-stand-in-ca');
-    const serverCert = await ca.issue({ commonName: 'kube-apiserver', dnsNames: ['localhost', 'kubernetes.default.svc'], ipAddresses: ['127.0.0.1'], usage: 'server' });
+    const serverCert = await ca.issue({
+      commonName: 'kube-apiserver',
+      dnsNames: ['localhost', 'kubernetes.default.svc'],
+      ipAddresses: ['127.0.0.1'],
+      usage: 'server',
+    });
     const api = new KubeApiStandIn(options, ca, serverCert);
     await fs.writeFile(api.caFile, ca.certPem);
     await api.comeBack();
@@ -226,7 +234,10 @@ export class KubeApiStandIn {
    * What a pod of `serviceAccount` sees: the mounted service account directory
    * (token for the API's audiences, ca.crt, namespace) and the environment.
    */
-  async writeInClusterFiles(dir: string, sa: { namespace: string; serviceAccount: string }): Promise<{ serviceAccountDir: string; env: NodeJS.ProcessEnv }> {
+  async writeInClusterFiles(
+    dir: string,
+    sa: { namespace: string; serviceAccount: string },
+  ): Promise<{ serviceAccountDir: string; env: NodeJS.ProcessEnv }> {
     await fs.mkdir(dir, { recursive: true });
     await fs.writeFile(path.join(dir, 'token'), this.tokens.issueServiceAccountToken(sa));
     await fs.writeFile(path.join(dir, 'ca.crt'), this.ca.certPem);
@@ -316,22 +327,48 @@ export class KubeApiStandIn {
     res.once('close', () => (entry.status = res.headersSent ? res.statusCode : 0));
     const encoding = negotiate(req.headers.accept);
     if (!encoding) {
-      return this.answerStatus(res, new StatusError(406, 'NotAcceptable', `only the following media types are accepted: ${JSON_TYPE}, ${PROTOBUF}`));
+      return this.answerStatus(
+        res,
+        new StatusError(406, 'NotAcceptable', `only the following media types are accepted: ${JSON_TYPE}, ${PROTOBUF}`),
+      );
     }
     this.encodings.set(res, encoding);
-    if (body === undefined) return this.answerStatus(res, new StatusError(413, 'RequestEntityTooLarge', `request body larger than ${MAX_BODY} bytes`));
+    if (body === undefined)
+      return this.answerStatus(res, new StatusError(413, 'RequestEntityTooLarge', `request body larger than ${MAX_BODY} bytes`));
     if (!route) return this.answerStatus(res, new StatusError(404, 'NotFound', 'the server could not find the requested resource'));
     if (user === 'invalid') return this.answerStatus(res, new StatusError(401, 'Unauthorized', 'Unauthorized'));
     if (await this.applyFault(route, user.username, req, res)) return;
-    const attributes = { user, verb: route.verb, apiGroup: route.apiGroup, resource: route.resource, ...(route.namespace ? { namespace: route.namespace } : {}), ...(route.name ? { name: route.name } : {}) };
+    const attributes = {
+      user,
+      verb: route.verb,
+      apiGroup: route.apiGroup,
+      resource: route.resource,
+      ...(route.namespace ? { namespace: route.namespace } : {}),
+      ...(route.name ? { name: route.name } : {}),
+    };
     const allowed = this.options.rbac ? this.options.rbac.allows(attributes) : user.username !== 'system:anonymous';
-    if (!allowed) return this.answerStatus(res, new StatusError(403, 'Forbidden', forbiddenMessage(attributes), { kind: route.resource, ...(route.name ? { name: route.name } : {}) }));
-    const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim();
+    if (!allowed)
+      return this.answerStatus(
+        res,
+        new StatusError(403, 'Forbidden', forbiddenMessage(attributes), {
+          kind: route.resource,
+          ...(route.name ? { name: route.name } : {}),
+        }),
+      );
+    const contentType = (req.headers['content-type'] ?? '').split(';')[0].trim();
     if (body.length > 0 && contentType !== JSON_TYPE && contentType !== PROTOBUF) {
-      return this.answerStatus(res, new StatusError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${JSON_TYPE}, ${PROTOBUF}`));
+      return this.answerStatus(
+        res,
+        new StatusError(
+          415,
+          'UnsupportedMediaType',
+          `the body of the request was in an unknown format - accepted media types include: ${JSON_TYPE}, ${PROTOBUF}`,
+        ),
+      );
     }
     try {
-      const parsed: unknown = body.length === 0 ? undefined : contentType === PROTOBUF ? decodeObject(body) : JSON.parse(body.toString('utf8'));
+      const parsed: unknown =
+        body.length === 0 ? undefined : contentType === PROTOBUF ? decodeObject(body) : JSON.parse(body.toString('utf8'));
       if (route.resource === 'tokenreviews') return this.reviewToken(res, parsed);
       return this.serveLeases(route, url, parsed, res);
     } catch (err) {
@@ -365,7 +402,13 @@ export class KubeApiStandIn {
       const m = f.match;
       const verbs = m.verb === undefined ? undefined : Array.isArray(m.verb) ? m.verb : [m.verb];
       if (verbs && !verbs.includes(route.verb)) continue;
-      if ((m.resource && m.resource !== route.resource) || (m.namespace && m.namespace !== route.namespace) || (m.name && m.name !== route.name) || (m.user && m.user !== user)) continue;
+      if (
+        (m.resource && m.resource !== route.resource) ||
+        (m.namespace && m.namespace !== route.namespace) ||
+        (m.name && m.name !== route.name) ||
+        (m.user && m.user !== user)
+      )
+        continue;
       f.hits++;
       if (--f.remaining <= 0) this.faults.delete(f);
       const fault = f.fault;
@@ -374,7 +417,10 @@ export class KubeApiStandIn {
         return true;
       }
       if ('status' in fault) {
-        this.answerStatus(res, new StatusError(fault.status, fault.reason ?? REASONS[fault.status] ?? 'Unknown', fault.message ?? `injected ${fault.status}`));
+        this.answerStatus(
+          res,
+          new StatusError(fault.status, fault.reason ?? REASONS[fault.status] ?? 'Unknown', fault.message ?? `injected ${fault.status}`),
+        );
         return true;
       }
       if ('delayMs' in fault) {
@@ -390,14 +436,26 @@ export class KubeApiStandIn {
   private reviewToken(res: ServerResponse, body: unknown): void {
     const review = (body ?? {}) as { apiVersion?: unknown; kind?: unknown; spec?: { token?: unknown; audiences?: unknown } };
     if (review.kind !== 'TokenReview' || (review.apiVersion !== `${AUTHN_GROUP}/v1` && review.apiVersion !== `${AUTHN_GROUP}/v1beta1`)) {
-      throw new StatusError(400, 'BadRequest', `the body is not a TokenReview (apiVersion ${String(review.apiVersion)}, kind ${String(review.kind)})`);
+      throw new StatusError(
+        400,
+        'BadRequest',
+        `the body is not a TokenReview (apiVersion ${String(review.apiVersion)}, kind ${String(review.kind)})`,
+      );
     }
     const token = typeof review.spec?.token === 'string' ? review.spec.token : '';
     if (token === '') throw new StatusError(400, 'BadRequest', 'token is required for TokenReview in authentication');
     const audiences = Array.isArray(review.spec?.audiences) ? review.spec.audiences.map(String) : [];
     const result = this.tokens.authenticate(token, audiences);
-    const status = result.authenticated ? { authenticated: true, user: userInfo(result.user), audiences: result.audiences } : { user: {}, error: result.error };
-    this.answer(res, 201, { kind: 'TokenReview', apiVersion: review.apiVersion, metadata: { creationTimestamp: null }, spec: review.spec, status });
+    const status = result.authenticated
+      ? { authenticated: true, user: userInfo(result.user), audiences: result.audiences }
+      : { user: {}, error: result.error };
+    this.answer(res, 201, {
+      kind: 'TokenReview',
+      apiVersion: review.apiVersion,
+      metadata: { creationTimestamp: null },
+      spec: review.spec,
+      status,
+    });
   }
 
   private serveLeases(route: Route, url: URL, body: unknown, res: ServerResponse): void {
@@ -510,11 +568,25 @@ export class KubeApiStandIn {
 }
 
 function statusObject(err: StatusError): Record<string, unknown> {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: err.message, reason: err.reason, ...(err.details ? { details: err.details } : {}), code: err.code };
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message: err.message,
+    reason: err.reason,
+    ...(err.details ? { details: err.details } : {}),
+    code: err.code,
+  };
 }
 
 function userInfo(user: Required<TokenUser>): Record<string, unknown> {
-  return { username: user.username, uid: user.uid, groups: user.groups, ...(Object.keys(user.extra).length > 0 ? { extra: user.extra } : {}) };
+  return {
+    username: user.username,
+    uid: user.uid,
+    groups: user.groups,
+    ...(Object.keys(user.extra).length > 0 ? { extra: user.extra } : {}),
+  };
 }
 
 /** Undefined when the body exceeds {@link MAX_BODY}. */
@@ -540,7 +612,8 @@ function negotiate(accept: string | undefined): Encoding | undefined {
   for (const part of accept.split(',')) {
     const [type, ...params] = part.split(';').map((x) => x.trim());
     const q = Number(params.find((p) => p.startsWith('q='))?.slice(2) ?? 1);
-    const encoding = type === PROTOBUF ? PROTOBUF : type === JSON_TYPE || type === '*/*' || type === 'application/*' ? JSON_TYPE : undefined;
+    const encoding =
+      type === PROTOBUF ? PROTOBUF : type === JSON_TYPE || type === '*/*' || type === 'application/*' ? JSON_TYPE : undefined;
     if (encoding && q > 0 && (!best || q > best.q)) best = { encoding, q };
   }
   return best?.encoding;
@@ -561,5 +634,11 @@ function parseRoute(method: string, url: URL): Route | undefined {
     : { GET: watch ? 'watch' : 'list', POST: namespace ? 'create' : undefined, DELETE: namespace ? 'deletecollection' : undefined };
   const verb = verbs[method];
   if (!verb) return undefined;
-  return { apiGroup: LEASE_GROUP, resource: 'leases', verb, ...(namespace ? { namespace: decodeURIComponent(namespace) } : {}), ...(name ? { name: decodeURIComponent(name) } : {}) };
+  return {
+    apiGroup: LEASE_GROUP,
+    resource: 'leases',
+    verb,
+    ...(namespace ? { namespace: decodeURIComponent(namespace) } : {}),
+    ...(name ? { name: decodeURIComponent(name) } : {}),
+  };
 }

@@ -103,10 +103,15 @@ export class LeaseStore {
 
   create(namespace: string, body: unknown): Lease {
     const given = asLease(body, namespace);
-    if (given.metadata.resourceVersion) throw new StatusError(500, 'InternalError', 'resourceVersion should not be set on objects to be created');
+    if (given.metadata.resourceVersion)
+      throw new StatusError(500, 'InternalError', 'resourceVersion should not be set on objects to be created');
     const name = validName(given.metadata.name);
     if (this.leases.has(`${namespace}/${name}`)) {
-      throw new StatusError(409, 'AlreadyExists', `leases.${LEASE_GROUP} ${JSON.stringify(name)} already exists`, { name, group: LEASE_GROUP, kind: 'leases' });
+      throw new StatusError(409, 'AlreadyExists', `leases.${LEASE_GROUP} ${JSON.stringify(name)} already exists`, {
+        name,
+        group: LEASE_GROUP,
+        kind: 'leases',
+      });
     }
     const lease: Lease = {
       apiVersion: API_VERSION,
@@ -127,14 +132,26 @@ export class LeaseStore {
   update(namespace: string, name: string, body: unknown): Lease {
     const given = asLease(body, namespace);
     if (given.metadata.name !== name) {
-      throw new StatusError(400, 'BadRequest', `the name of the object (${given.metadata.name}) does not match the name on the URL (${name})`);
+      throw new StatusError(
+        400,
+        'BadRequest',
+        `the name of the object (${given.metadata.name}) does not match the name on the URL (${name})`,
+      );
     }
     const current = this.leases.get(`${namespace}/${name}`);
     if (!current) throw notFound(name);
-    if (given.metadata.resourceVersion && given.metadata.resourceVersion !== current.metadata.resourceVersion) throw conflict(name, 'the object has been modified; please apply your changes to the latest version and try again');
+    if (given.metadata.resourceVersion && given.metadata.resourceVersion !== current.metadata.resourceVersion)
+      throw conflict(name, 'the object has been modified; please apply your changes to the latest version and try again');
     const next: Lease = {
       ...current,
-      metadata: { ...optionalMaps(given.metadata), name, namespace, uid: current.metadata.uid, resourceVersion: current.metadata.resourceVersion, creationTimestamp: current.metadata.creationTimestamp },
+      metadata: {
+        ...optionalMaps(given.metadata),
+        name,
+        namespace,
+        uid: current.metadata.uid,
+        resourceVersion: current.metadata.resourceVersion,
+        creationTimestamp: current.metadata.creationTimestamp,
+      },
       spec: validSpec(given.spec, name),
     };
     if (JSON.stringify(next) === JSON.stringify(current)) return structuredClone(current);
@@ -148,7 +165,10 @@ export class LeaseStore {
       throw conflict(name, `Precondition failed: UID in precondition: ${preconditions.uid}, UID in object meta: ${current.metadata.uid}`);
     }
     if (preconditions.resourceVersion && preconditions.resourceVersion !== current.metadata.resourceVersion) {
-      throw conflict(name, `Precondition failed: ResourceVersion in precondition: ${preconditions.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`);
+      throw conflict(
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${preconditions.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
+      );
     }
     return this.write('DELETED', current, current);
   }
@@ -163,7 +183,8 @@ export class LeaseStore {
       for (const lease of this.list(watcher.namespace, watcher.selector).items) watcher.send('ADDED', lease);
     } else {
       const since = Number(sinceRv);
-      if (!Number.isSafeInteger(since) || since < 0) throw new StatusError(400, 'BadRequest', `invalid resourceVersion ${JSON.stringify(sinceRv)}`);
+      if (!Number.isSafeInteger(since) || since < 0)
+        throw new StatusError(400, 'BadRequest', `invalid resourceVersion ${JSON.stringify(sinceRv)}`);
       if (since < this.compactedRv) throw new StatusError(410, 'Expired', `too old resource version: ${since} (${this.compactedRv + 1})`);
       for (const change of this.history) if (change.rv > since) deliver(watcher, change);
     }
@@ -203,15 +224,27 @@ function matches(lease: Lease, namespace: string | undefined, selector: LabelSel
 }
 
 function notFound(name: string): StatusError {
-  return new StatusError(404, 'NotFound', `leases.${LEASE_GROUP} ${JSON.stringify(name)} not found`, { name, group: LEASE_GROUP, kind: 'leases' });
+  return new StatusError(404, 'NotFound', `leases.${LEASE_GROUP} ${JSON.stringify(name)} not found`, {
+    name,
+    group: LEASE_GROUP,
+    kind: 'leases',
+  });
 }
 
 function conflict(name: string, why: string): StatusError {
-  return new StatusError(409, 'Conflict', `Operation cannot be fulfilled on leases.${LEASE_GROUP} ${JSON.stringify(name)}: ${why}`, { name, group: LEASE_GROUP, kind: 'leases' });
+  return new StatusError(409, 'Conflict', `Operation cannot be fulfilled on leases.${LEASE_GROUP} ${JSON.stringify(name)}: ${why}`, {
+    name,
+    group: LEASE_GROUP,
+    kind: 'leases',
+  });
 }
 
 function invalid(name: string, field: string, detail: string): StatusError {
-  return new StatusError(422, 'Invalid', `Lease.${LEASE_GROUP} ${JSON.stringify(name)} is invalid: ${field}: ${detail}`, { name, group: LEASE_GROUP, kind: 'Lease' });
+  return new StatusError(422, 'Invalid', `Lease.${LEASE_GROUP} ${JSON.stringify(name)} is invalid: ${field}: ${detail}`, {
+    name,
+    group: LEASE_GROUP,
+    kind: 'Lease',
+  });
 }
 
 function asLease(body: unknown, namespace: string): { metadata: Partial<LeaseMeta>; spec: Record<string, unknown> } {
@@ -251,7 +284,8 @@ function validSpec(spec: Record<string, unknown>, name: string): LeaseSpec {
   if (typeof spec.holderIdentity === 'string') out.holderIdentity = spec.holderIdentity;
   if (spec.leaseDurationSeconds !== undefined && spec.leaseDurationSeconds !== null) {
     const d = spec.leaseDurationSeconds;
-    if (typeof d !== 'number' || !Number.isInteger(d)) throw new StatusError(400, 'BadRequest', `spec.leaseDurationSeconds: ${JSON.stringify(d)} is not an integer`);
+    if (typeof d !== 'number' || !Number.isInteger(d))
+      throw new StatusError(400, 'BadRequest', `spec.leaseDurationSeconds: ${JSON.stringify(d)} is not an integer`);
     if (d <= 0) throw invalid(name, 'spec.leaseDurationSeconds', `Invalid value: ${d}: must be greater than 0`);
     out.leaseDurationSeconds = d;
   }
@@ -271,7 +305,7 @@ function validSpec(spec: Record<string, unknown>, name: string): LeaseSpec {
  */
 function microTime(value: unknown): string | undefined {
   if (value === undefined || value === null) return undefined;
-  const text = String(value);
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
   const m = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.(\d{6})(Z|[+-]\d\d:\d\d)$/.exec(text);
   const ms = Date.parse(text);
   if (typeof value !== 'string' || !m || !Number.isFinite(ms)) {

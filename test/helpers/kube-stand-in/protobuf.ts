@@ -86,20 +86,26 @@ export function decodeObject(body: Buffer): Json {
 
 function decodeEnvelope(body: Buffer): Json {
   if (!body.subarray(0, 4).equals(MAGIC)) throw new ProtobufError('protobuf body without the "k8s\\0" prefix');
-  const unknown = type('Unknown').toObject(type('Unknown').decode(body.subarray(4)), TO_OBJECT) as { typeMeta?: { apiVersion?: string; kind?: string }; raw?: Buffer };
+  const unknown = type('Unknown').toObject(type('Unknown').decode(body.subarray(4)), TO_OBJECT) as {
+    typeMeta?: { apiVersion?: string; kind?: string };
+    raw?: Buffer;
+  };
   const kind = unknown.typeMeta?.kind ?? '';
   const listOf = kind.endsWith('List') ? KINDS[kind.slice(0, -4)] : undefined;
   const spec = listOf ?? KINDS[kind];
   if (!spec) throw new ProtobufError(`the stand-in cannot decode protobuf kind ${JSON.stringify(kind)}`);
   const message = type(listOf ? kind : spec.message);
-  const object = message.toObject(message.decode(unknown.raw ?? Buffer.alloc(0)), TO_OBJECT) as Json;
+  const object = message.toObject(message.decode(unknown.raw ?? Buffer.alloc(0)), TO_OBJECT);
   for (const item of listOf ? ((object.items ?? []) as Json[]) : [object]) toJsonShape(item, spec);
   return { apiVersion: unknown.typeMeta?.apiVersion, kind, ...object };
 }
 
 function toJsonShape(object: Json, spec: (typeof KINDS)[string]): void {
   for (const t of spec.times) mapAt(object, t.path, (v) => timeToJson(v as { seconds?: number; nanos?: number }, t.micro));
-  if (spec.extra) mapAt(object, spec.extra, (v) => Object.fromEntries(Object.entries(v as Record<string, { items?: string[] }>).map(([k, e]) => [k, e.items ?? []])));
+  if (spec.extra)
+    mapAt(object, spec.extra, (v) =>
+      Object.fromEntries(Object.entries(v as Record<string, { items?: string[] }>).map(([k, e]) => [k, e.items ?? []])),
+    );
 }
 
 /** An object (JSON shape, with apiVersion and kind) enveloped; a list is encoded as its kind + "List". */
@@ -113,7 +119,10 @@ export function encodeObject(object: Json): Buffer {
     raw = encode(kind, { metadata: object.metadata, items });
   } else if (spec) {
     const proto = withProtoTimes(object, spec.times);
-    if (spec.extra) mapAt(proto, spec.extra, (v) => Object.fromEntries(Object.entries(v as Record<string, string[]>).map(([k, items]) => [k, { items }])));
+    if (spec.extra)
+      mapAt(proto, spec.extra, (v) =>
+        Object.fromEntries(Object.entries(v as Record<string, string[]>).map(([k, items]) => [k, { items }])),
+      );
     raw = encode(spec.message, proto);
   } else {
     throw new ProtobufError(`the stand-in cannot encode kind ${kind}`);
@@ -166,7 +175,7 @@ function timeToJson(t: { seconds?: number; nanos?: number }, micro: boolean): st
 export function decodeWatchFrames(stream: Buffer): Array<{ type: string; object: Json }> {
   const events: Array<{ type: string; object: Json }> = [];
   const t = type('WatchEvent');
-  for (let at = 0; at + 4 <= stream.length; ) {
+  for (let at = 0; at + 4 <= stream.length;) {
     const length = stream.readUInt32BE(at);
     if (at + 4 + length > stream.length) break;
     const event = t.toObject(t.decode(stream.subarray(at + 4, at + 4 + length)), TO_OBJECT) as { type: string; object?: { raw?: Buffer } };

@@ -87,7 +87,8 @@ export class Rbac {
     return this.bindings.some((b) => {
       if (b.namespace !== undefined && b.namespace !== a.namespace) return false;
       if (!b.subjects.some((s) => subjectMatches(s, a.user, b.namespace))) return false;
-      const rules = b.roleRef.kind === 'ClusterRole' ? this.clusterRoles.get(b.roleRef.name) : this.roles.get(`${b.namespace}/${b.roleRef.name}`);
+      const rules =
+        b.roleRef.kind === 'ClusterRole' ? this.clusterRoles.get(b.roleRef.name) : this.roles.get(`${b.namespace}/${b.roleRef.name}`);
       return (rules ?? []).some((r) => ruleAllows(r, a));
     });
   }

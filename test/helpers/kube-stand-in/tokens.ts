@@ -37,8 +37,7 @@ export interface ServiceAccountTokenSpec {
 }
 
 export type Authentication =
-  | { authenticated: true; user: Required<TokenUser>; audiences: string[] }
-  | { authenticated: false; error: string };
+  { authenticated: true; user: Required<TokenUser>; audiences: string[] } | { authenticated: false; error: string };
 
 interface ServiceAccountClaims {
   iss: string;
@@ -129,7 +128,10 @@ export class TokenAuthority {
     if (typeof claims === 'string') return { authenticated: false, error: `[${INVALID}, ${claims}]` };
     const audiences = requested.filter((a) => claims.aud.includes(a));
     if (audiences.length === 0) {
-      return { authenticated: false, error: `[${INVALID}, token audiences ${goQuote(claims.aud)} is invalid for the target audiences ${goQuote(requested)}]` };
+      return {
+        authenticated: false,
+        error: `[${INVALID}, token audiences ${goQuote(claims.aud)} is invalid for the target audiences ${goQuote(requested)}]`,
+      };
     }
     if (claims.exp <= Date.now() / 1000) return { authenticated: false, error: `[${INVALID}, service account token has expired]` };
     if (this.revoked.has(token)) return { authenticated: false, error: `[${INVALID}, service account token has been invalidated]` };
@@ -161,13 +163,13 @@ export class TokenAuthority {
     if (parts.length !== 3) return undefined;
     let claims: ServiceAccountClaims;
     try {
-      claims = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as ServiceAccountClaims;
+      claims = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8')) as ServiceAccountClaims;
     } catch {
       return undefined;
     }
     if (claims?.iss !== this.issuer) return undefined;
     const expected = createHmac('sha256', this.key).update(`${parts[0]}.${parts[1]}`).digest();
-    const given = Buffer.from(parts[2]!, 'base64url');
+    const given = Buffer.from(parts[2], 'base64url');
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'square/go-jose: error in cryptographic primitive';
     return claims;
   }
