@@ -111,7 +111,10 @@ export function validateInterfaceName(name: unknown): string {
   }
   const bytes = Buffer.byteLength(name, 'utf8');
   if (bytes > IFNAMSIZ - 1) {
-    throw new HostInterfaceSpecError('name', `interface name ${JSON.stringify(name)} is ${bytes} bytes; Linux allows at most ${IFNAMSIZ - 1} (IFNAMSIZ)`);
+    throw new HostInterfaceSpecError(
+      'name',
+      `interface name ${JSON.stringify(name)} is ${bytes} bytes; Linux allows at most ${IFNAMSIZ - 1} (IFNAMSIZ)`,
+    );
   }
   if (name === '.' || name === '..') {
     throw new HostInterfaceSpecError('name', `interface name ${JSON.stringify(name)} is not allowed`);
@@ -122,20 +125,26 @@ export function validateInterfaceName(name: unknown): string {
   // eslint-disable-next-line no-control-regex
   const bad = /[\s/:%\x00-\x1f\x7f]/.exec(name);
   if (bad) {
-    throw new HostInterfaceSpecError('name', `interface name ${JSON.stringify(name)} contains ${JSON.stringify(bad[0])}; '/', ':', '%', whitespace and control characters are not allowed`);
+    throw new HostInterfaceSpecError(
+      'name',
+      `interface name ${JSON.stringify(name)} contains ${JSON.stringify(bad[0])}; '/', ':', '%', whitespace and control characters are not allowed`,
+    );
   }
   return name;
 }
 
 export function validateAddress(address: unknown): string {
   if (typeof address !== 'string' || isIP(address) === 0 || address.includes('%')) {
-    throw new HostInterfaceSpecError('address', `address ${JSON.stringify(address)} is not an IPv4 or IPv6 literal (no prefix length, no zone)`);
+    throw new HostInterfaceSpecError(
+      'address',
+      `address ${JSON.stringify(address)} is not an IPv4 or IPv6 literal (no prefix length, no zone)`,
+    );
   }
   const { family, bytes } = addressBytes(address);
   if (bytes.every((b) => b === 0)) {
     throw new HostInterfaceSpecError('address', `address ${address} is the unspecified address; a host address is needed`);
   }
-  if ((family === 2 && bytes[0]! >= 224 && bytes[0]! <= 239) || (family === 10 && bytes[0] === 0xff)) {
+  if ((family === 2 && bytes[0] >= 224 && bytes[0] <= 239) || (family === 10 && bytes[0] === 0xff)) {
     throw new HostInterfaceSpecError('address', `address ${address} is a multicast address; a unicast host address is needed`);
   }
   return address;
@@ -143,7 +152,10 @@ export function validateAddress(address: unknown): string {
 
 export function validateKind(kind: unknown): InterfaceKind {
   if (kind !== 'dummy' && kind !== 'bridge') {
-    throw new HostInterfaceSpecError('kind', `interface kind ${JSON.stringify(kind)} is not supported; use one of ${INTERFACE_KINDS.join(', ')}`);
+    throw new HostInterfaceSpecError(
+      'kind',
+      `interface kind ${JSON.stringify(kind)} is not supported; use one of ${INTERFACE_KINDS.join(', ')}`,
+    );
   }
   return kind;
 }
@@ -171,7 +183,12 @@ function explain(err: unknown, what: string): unknown {
     );
   }
   const kernel = err.kernelMessage ? `: ${err.kernelMessage}` : '';
-  return new NetlinkError(err.operation, err.errno, `cannot ${what} (${err.errno ? describeErrno(err.errno) : err.message})${kernel}`, err.kernelMessage);
+  return new NetlinkError(
+    err.operation,
+    err.errno,
+    `cannot ${what} (${err.errno ? describeErrno(err.errno) : err.message})${kernel}`,
+    err.kernelMessage,
+  );
 }
 
 function getLink(sock: NetlinkSocket, name: string): LinkInfo | undefined {
@@ -239,7 +256,12 @@ function addAddress(sock: NetlinkSocket, name: string, ifindex: number, address:
     if (errnoOf(err) === EEXIST) return false; // appeared in between: someone else owns it
     if (errnoOf(err) === EACCES && family === 10) {
       const e = err as NetlinkError;
-      throw new NetlinkError(e.operation, EACCES, `cannot add ${prefix} to ${name}: IPv6 is disabled on this interface (${describeErrno(EACCES)}; check net.ipv6.conf.${name}.disable_ipv6 and net.ipv6.conf.all.disable_ipv6)`, e.kernelMessage);
+      throw new NetlinkError(
+        e.operation,
+        EACCES,
+        `cannot add ${prefix} to ${name}: IPv6 is disabled on this interface (${describeErrno(EACCES)}; check net.ipv6.conf.${name}.disable_ipv6 and net.ipv6.conf.all.disable_ipv6)`,
+        e.kernelMessage,
+      );
     }
     throw explain(err, `add address ${prefix} to ${name}`);
   }
@@ -380,7 +402,8 @@ function hasNetAdmin(): boolean | undefined {
  */
 export function checkNetlink(options?: NetlinkSocketOptions): { ok: boolean; detail: string } {
   const cap = hasNetAdmin();
-  const capText = cap === undefined ? 'CAP_NET_ADMIN unknown' : cap ? 'CAP_NET_ADMIN present' : 'CAP_NET_ADMIN missing (needed to create interfaces)';
+  const capText =
+    cap === undefined ? 'CAP_NET_ADMIN unknown' : cap ? 'CAP_NET_ADMIN present' : 'CAP_NET_ADMIN missing (needed to create interfaces)';
   try {
     const lo = withNetlinkSocket((sock) => getLink(sock, 'lo'), { timeoutMs: 2000, ...options });
     if (!lo) return { ok: true, detail: `rtnetlink works, but this network namespace has no "lo"; ${capText}` };

@@ -330,7 +330,7 @@ function ipv6Bytes(address: string): Buffer {
   const tail = text.slice(lastColon + 1);
   if (tail.includes('.')) {
     const o = tail.split('.').map(Number);
-    text = `${text.slice(0, lastColon + 1)}${((o[0]! << 8) | o[1]!).toString(16)}:${((o[2]! << 8) | o[3]!).toString(16)}`;
+    text = `${text.slice(0, lastColon + 1)}${((o[0] << 8) | o[1]).toString(16)}:${((o[2] << 8) | o[3]).toString(16)}`;
   }
   const [head, rest] = text.split('::') as [string, string | undefined];
   const headGroups = head === '' ? [] : head.split(':');
@@ -350,11 +350,17 @@ export function formatAddress(family: number, bytes: Buffer): string {
   // Compress the longest run of zero groups, as inet_ntop does.
   let best = -1;
   let bestLen = 0;
-  for (let i = 0; i < 8; ) {
-    if (groups[i] !== '0') { i++; continue; }
+  for (let i = 0; i < 8;) {
+    if (groups[i] !== '0') {
+      i++;
+      continue;
+    }
     let j = i;
     while (j < 8 && groups[j] === '0') j++;
-    if (j - i > bestLen && j - i > 1) { best = i; bestLen = j - i; }
+    if (j - i > bestLen && j - i > 1) {
+      best = i;
+      bestLen = j - i;
+    }
     i = j;
   }
   if (best === -1) return groups.join(':');
@@ -392,12 +398,7 @@ function addrPayload(ifindex: number, address: string, scope: number): Buffer {
  * answer EEXIST instead of silently replacing its flags.
  */
 export function buildNewAddr(seq: number, ifindex: number, address: string, scope = RT_SCOPE_HOST): Buffer {
-  return encodeMessage(
-    RTM_NEWADDR,
-    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-    seq,
-    addrPayload(ifindex, address, scope),
-  );
+  return encodeMessage(RTM_NEWADDR, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, seq, addrPayload(ifindex, address, scope));
 }
 
 export function buildDelAddr(seq: number, ifindex: number, address: string): Buffer {

@@ -22,5 +22,5 @@ export function tcpState(fd: number): number {
   // The kernel copies min(len, sizeof(struct tcp_info)): the first byte is all we read.
   len.writeUInt32LE(info.length);
   if (getLibc().getsockopt(fd, IPPROTO_TCP, TCP_INFO, info, len) !== 0) return -1;
-  return info[0]!;
+  return info[0];
 }

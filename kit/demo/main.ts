@@ -66,23 +66,48 @@ async function main(): Promise<void> {
     const payload = Buffer.alloc(256 * 1024, 'k');
     const backend = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(payload));
     const kas = https.createServer({ cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey) }, (req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0-kas-stand-in', path: req.url }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0-kas-stand-in', path: req.url }));
     });
     servers.push(backend, kas);
     await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))));
     const backendAddr = `127.0.0.1:${(backend.address() as net.AddressInfo).port}`;
     const kasPort = (kas.address() as net.AddressInfo).port;
-    const [agentPort, serverHealth, agentHealth, kasLocal, refusedLocal] = await Promise.all([freePort(), freePort(), freePort(), freePort(ADVERTISE), freePort(ADVERTISE)]);
+    const [agentPort, serverHealth, agentHealth, kasLocal, refusedLocal] = await Promise.all([
+      freePort(),
+      freePort(),
+      freePort(),
+      freePort(ADVERTISE),
+      freePort(ADVERTISE),
+    ]);
     const uds = path.join(dir, 'konnectivity.sock');
 
     const server = spawnKanal(
       scope,
       'server',
       [
-        'server', '--uds-name', uds, '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert,
-        '--agent-bind-address', '127.0.0.1', '--agent-port', String(agentPort),
-        '--health-bind-address', '127.0.0.1', '--health-port', String(serverHealth),
-        '--allowed-destination', `127.0.0.1:${kasPort}`, '--log-level', 'info',
+        'server',
+        '--uds-name',
+        uds,
+        '--cluster-cert',
+        pki.serverCert,
+        '--cluster-key',
+        pki.serverKey,
+        '--cluster-ca-cert',
+        pki.caCert,
+        '--agent-bind-address',
+        '127.0.0.1',
+        '--agent-port',
+        String(agentPort),
+        '--health-bind-address',
+        '127.0.0.1',
+        '--health-port',
+        String(serverHealth),
+        '--allowed-destination',
+        `127.0.0.1:${kasPort}`,
+        '--log-level',
+        'info',
       ],
       path.join(dir, 'server.log'),
     );
@@ -90,11 +115,33 @@ async function main(): Promise<void> {
       scope,
       'agent',
       [
-        'agent', '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
-        '--ca-cert', pki.caCert, '--agent-cert', pki.agentCert, '--agent-key', pki.agentKey, '--agent-id', 'demo-node',
-        '--health-bind-address', '127.0.0.1', '--health-server-port', String(agentHealth),
-        '--bind-address', ADVERTISE, '--bind-interface-type', 'none',
-        '--target', `${kasLocal}:127.0.0.1:${kasPort}`, '--target', `${refusedLocal}:${backendAddr}`, '--log-level', 'info',
+        'agent',
+        '--proxy-server-host',
+        '127.0.0.1',
+        '--proxy-server-port',
+        String(agentPort),
+        '--ca-cert',
+        pki.caCert,
+        '--agent-cert',
+        pki.agentCert,
+        '--agent-key',
+        pki.agentKey,
+        '--agent-id',
+        'demo-node',
+        '--health-bind-address',
+        '127.0.0.1',
+        '--health-server-port',
+        String(agentHealth),
+        '--bind-address',
+        ADVERTISE,
+        '--bind-interface-type',
+        'none',
+        '--target',
+        `${kasLocal}:127.0.0.1:${kasPort}`,
+        '--target',
+        `${refusedLocal}:${backendAddr}`,
+        '--log-level',
+        'info',
       ],
       path.join(dir, 'agent.log'),
     );
@@ -130,12 +177,15 @@ async function main(): Promise<void> {
     });
     await time(`node -> CP  https://${ADVERTISE}:${kasLocal}/version (TLS passes through)`, async () => {
       const body = await new Promise<string>((resolve, reject) => {
-        const req = https.get({ host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000 }, (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => (text += c));
-          res.on('end', () => resolve(`${res.statusCode} ${text}`));
-        });
+        const req = https.get(
+          { host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000 },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => (text += c));
+            res.on('end', () => resolve(`${res.statusCode} ${text}`));
+          },
+        );
         req.on('error', reject);
       });
       return { result: body.slice(0, 60), bytes: body.length };
@@ -151,7 +201,8 @@ async function main(): Promise<void> {
     });
 
     const width = Math.max(...rows.map((r) => r.what.length));
-    for (const r of rows) console.log(`${r.what.padEnd(width)}  ${r.ms.toFixed(1).padStart(7)} ms  ${String(r.bytes).padStart(7)} B  ${r.result}`);
+    for (const r of rows)
+      console.log(`${r.what.padEnd(width)}  ${r.ms.toFixed(1).padStart(7)} ms  ${String(r.bytes).padStart(7)} B  ${r.result}`);
     const refusal = fs
       .readFileSync(server.logFile, 'utf8')
       .split('\n')

@@ -49,11 +49,17 @@ export class Child {
 
   constructor(spec: ChildSpec) {
     const command = [...(spec.wrapper ?? []), ...spec.argv];
-    const shell = spec.umask === undefined ? command : ['/bin/sh', '-c', `umask ${spec.umask.toString(8).padStart(4, '0')} && exec "$0" "$@"`, ...command];
+    const shell =
+      spec.umask === undefined
+        ? command
+        : ['/bin/sh', '-c', `umask ${spec.umask.toString(8).padStart(4, '0')} && exec "$0" "$@"`, ...command];
     const full = spec.netns === undefined ? shell : ['ip', 'netns', 'exec', spec.netns, ...shell];
     const out = fs.openSync(spec.logFile, 'a');
     try {
-      this.proc = spawn(full[0]!, full.slice(1), { stdio: spec.ipc ? ['ignore', out, out, 'ipc'] : ['ignore', out, out], env: spec.env ?? process.env });
+      this.proc = spawn(full[0], full.slice(1), {
+        stdio: spec.ipc ? ['ignore', out, out, 'ipc'] : ['ignore', out, out],
+        env: spec.env ?? process.env,
+      });
     } finally {
       fs.closeSync(out);
     }
@@ -115,13 +121,24 @@ export class Child {
   waitForLog(match: (l: LogLine) => boolean, timeoutMs: number, what: string): Promise<LogLine>;
   waitForLog(match: RegExp, timeoutMs: number, what: string): Promise<string>;
   waitForLog(match: RegExp | ((l: LogLine) => boolean), timeoutMs: number, what: string): Promise<LogLine | string> {
-    const find = match instanceof RegExp ? (text: string) => match.exec(text)?.[0] : (text: string) => pinoLines(jsonObjects(text)).find(match);
+    const find =
+      match instanceof RegExp ? (text: string) => match.exec(text)?.[0] : (text: string) => pinoLines(jsonObjects(text)).find(match);
     return waitUntilLogged<LogLine | string>(this.logFile, find, timeoutMs, `${this.name}: ${what}`, () => this.ended());
   }
 
   /** Same for any JSON line (events of the stand-in services). */
-  waitForLine(match: (l: Record<string, unknown>) => boolean, timeoutMs: number, what = 'the expected line'): Promise<Record<string, unknown>> {
-    return waitUntilLogged(this.logFile, (text) => jsonObjects(text).find(match), timeoutMs, `${this.name}: ${what}`, () => this.ended());
+  waitForLine(
+    match: (l: Record<string, unknown>) => boolean,
+    timeoutMs: number,
+    what = 'the expected line',
+  ): Promise<Record<string, unknown>> {
+    return waitUntilLogged(
+      this.logFile,
+      (text) => jsonObjects(text).find(match),
+      timeoutMs,
+      `${this.name}: ${what}`,
+      () => this.ended(),
+    );
   }
 
   /** Sends a signal unless the process already ended. */

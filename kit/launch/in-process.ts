@@ -8,7 +8,13 @@
  */
 import yargs, { type Argv } from 'yargs';
 import type { Logger } from 'pino';
-import { serverBuilder, validateServerArgs, loadServerCredentials, buildServerOptions, type ServerArgs } from '../../src/cli/server-command.js';
+import {
+  serverBuilder,
+  validateServerArgs,
+  loadServerCredentials,
+  buildServerOptions,
+  type ServerArgs,
+} from '../../src/cli/server-command.js';
 import { agentBuilder, validateAgentArgs, loadAgentCredentials, buildAgentOptions, type AgentArgs } from '../../src/cli/agent-command.js';
 import { PARSER_CONFIGURATION } from '../../src/cli/parser-configuration.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
@@ -56,7 +62,10 @@ export async function agentAssemblyFromFlags(argv: readonly string[], overrides:
 }
 
 /** A started KanalServer built from flags; stopped by the caller. */
-export async function startServerInProcess(argv: readonly string[], overrides: InProcessOverrides): Promise<{ server: KanalServer; options: ServerOptions }> {
+export async function startServerInProcess(
+  argv: readonly string[],
+  overrides: InProcessOverrides,
+): Promise<{ server: KanalServer; options: ServerOptions }> {
   const options = await serverOptionsFromFlags(argv, overrides);
   const server = new KanalServer(options);
   await server.start();

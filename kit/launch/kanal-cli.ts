@@ -17,7 +17,13 @@ import { errorMessage } from '../../src/common/error-message.js';
 export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
 
 /** `kanal ...args` as a child the scope stops; its output (the JSON log) goes to `logFile`. */
-export function spawnKanal(scope: Scope, name: string, args: readonly string[], logFile: string, opts: Omit<ChildSpec, 'name' | 'argv' | 'logFile'> = {}): Child {
+export function spawnKanal(
+  scope: Scope,
+  name: string,
+  args: readonly string[],
+  logFile: string,
+  opts: Omit<ChildSpec, 'name' | 'argv' | 'logFile'> = {},
+): Child {
   return spawnChild(scope, { ...opts, name, argv: [process.execPath, KANAL_CLI, ...args], logFile });
 }
 

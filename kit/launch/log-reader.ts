@@ -79,7 +79,13 @@ export async function waitUntilLogged<T>(
 }
 
 /** Polls a JSON log file until a pino line matches (see waitUntilLogged). */
-export function waitForLog(file: string, match: (l: LogLine) => boolean, timeoutMs: number, what: string, ended?: () => string | undefined): Promise<LogLine> {
+export function waitForLog(
+  file: string,
+  match: (l: LogLine) => boolean,
+  timeoutMs: number,
+  what: string,
+  ended?: () => string | undefined,
+): Promise<LogLine> {
   return waitUntilLogged(file, (text) => pinoLines(jsonObjects(text)).find(match), timeoutMs, what, ended);
 }
 

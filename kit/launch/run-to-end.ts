@@ -22,7 +22,7 @@ export function run(cmd: string, args: readonly string[], opts: RunOptions = {})
   const argv = [...(opts.wrapper ?? []), cmd, ...args];
   const timeoutMs = opts.timeoutMs ?? 100_000;
   return new Promise((resolve) => {
-    const child = spawn(argv[0]!, argv.slice(1), { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(argv[0], argv.slice(1), { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));

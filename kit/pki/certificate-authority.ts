@@ -13,14 +13,10 @@ type WebCrypto = webcrypto.Crypto;
 type CryptoKey = webcrypto.CryptoKey;
 type CryptoKeyPair = webcrypto.CryptoKeyPair;
 
-// @peculiar/x509's typings use the DOM `Crypto`/`CryptoKey`; Node's webcrypto is the
-// same object at runtime but its TS types are declared separately, hence these casts.
-type X509Crypto = Parameters<typeof x509.X509CertificateGenerator.create>[1];
-type X509Key = x509.X509CertificateCreateWithKeyParams['signingKey'];
-type X509KeyPair = x509.X509CertificateCreateSelfSignedParams['keys'];
-
 const crypto: WebCrypto = webcrypto;
-const x509Crypto = crypto as unknown as X509Crypto;
+// @peculiar/x509's typings name the DOM `Crypto`, which this project's lib (no DOM) does not
+// declare, so its parameter takes anything; Node's webcrypto is that object at runtime.
+const x509Crypto = crypto;
 
 const KEY_ALGORITHM: webcrypto.EcKeyGenParams = { name: 'ECDSA', namedCurve: 'P-256' };
 const SIGNING_ALGORITHM: webcrypto.EcdsaParams = { name: 'ECDSA', hash: 'SHA-256' };
@@ -74,7 +70,7 @@ export async function createCertificateAuthority(
       serialNumber: randomSerial(),
       name,
       ...validity(options.validDays ?? 3650),
-      keys: keys as unknown as X509KeyPair,
+      keys: keys,
       signingAlgorithm: SIGNING_ALGORITHM,
       extensions: [
         new x509.BasicConstraintsExtension(true, undefined, true),
@@ -82,8 +78,8 @@ export async function createCertificateAuthority(
           x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature,
           true,
         ),
-        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey as unknown as X509Key, false, x509Crypto),
-        await x509.AuthorityKeyIdentifierExtension.create(keys.publicKey as unknown as X509Key, false, x509Crypto),
+        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey, false, x509Crypto),
+        await x509.AuthorityKeyIdentifierExtension.create(keys.publicKey, false, x509Crypto),
       ],
     },
     x509Crypto,
@@ -118,13 +114,10 @@ function authority(caCert: x509.X509Certificate, keys: CryptoKeyPair, keyPem: st
 
     const extensions: x509.Extension[] = [
       new x509.BasicConstraintsExtension(false, undefined, true),
-      new x509.KeyUsagesExtension(
-        x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment,
-        true,
-      ),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
       new x509.ExtendedKeyUsageExtension(extendedUsages, false),
-      await x509.SubjectKeyIdentifierExtension.create(leafKeys.publicKey as unknown as X509Key, false, x509Crypto),
-      await x509.AuthorityKeyIdentifierExtension.create(keys.publicKey as unknown as X509Key, false, x509Crypto),
+      await x509.SubjectKeyIdentifierExtension.create(leafKeys.publicKey, false, x509Crypto),
+      await x509.AuthorityKeyIdentifierExtension.create(keys.publicKey, false, x509Crypto),
     ];
     if (sanEntries.length > 0) extensions.push(new x509.SubjectAlternativeNameExtension(sanEntries, false));
 
@@ -134,8 +127,8 @@ function authority(caCert: x509.X509Certificate, keys: CryptoKeyPair, keyPem: st
         subject: subjectName(opts.commonName),
         issuer: caCert.subjectName,
         ...validity(opts.validDays ?? 365),
-        publicKey: leafKeys.publicKey as unknown as X509Key,
-        signingKey: keys.privateKey as unknown as X509Key,
+        publicKey: leafKeys.publicKey,
+        signingKey: keys.privateKey,
         signingAlgorithm: SIGNING_ALGORITHM,
         extensions,
       },
@@ -168,6 +161,6 @@ function validity(days: number): { notBefore: Date; notAfter: Date } {
 /** 16 random bytes, positive and minimally encoded as a DER INTEGER (RFC 5280: ≤ 20 octets). */
 function randomSerial(): string {
   const bytes = randomBytes(16);
-  bytes[0] = (bytes[0]! & 0x7f) | 0x40;
+  bytes[0] = (bytes[0] & 0x7f) | 0x40;
   return bytes.toString('hex');
 }

@@ -125,7 +125,8 @@ const issued = new Map<string, Promise<AgentCredential>>();
  * of its own, as each node does in a real cluster.
  */
 export function issueAgentCertificate(pki: ThrowawayPki, name: string): Promise<AgentCredential> {
-  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name)) return Promise.reject(new Error(`agent certificate name ${JSON.stringify(name)}: 1-64 letters, digits, '.', '_' or '-'`));
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name))
+    return Promise.reject(new Error(`agent certificate name ${JSON.stringify(name)}: 1-64 letters, digits, '.', '_' or '-'`));
   const dir = path.join(pki.dir, 'agents');
   const files = { cert: path.join(dir, `${name}.crt`), key: path.join(dir, `${name}.key`) };
   let pending = issued.get(files.cert);

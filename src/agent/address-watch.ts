@@ -61,9 +61,21 @@ export class AddressWatch {
 
   constructor(private readonly opts: AddressWatchOptions) {
     const registry = opts.metrics.registry;
-    opts.metrics.gauge('kanal_agent_bind_address_ready', 'Whether the advertise address (--bind-address) is usable on this node (1) or not (0)', () => (this.problems.length === 0 ? 1 : 0));
-    this.losses = new Counter({ name: 'kanal_agent_bind_address_losses_total', help: 'Times the advertise address was found removed, or its interface down or gone', registers: [registry] });
-    this.restorations = new Counter({ name: 'kanal_agent_bind_address_restorations_total', help: 'Times the agent restored the advertise address or its interface', registers: [registry] });
+    opts.metrics.gauge(
+      'kanal_agent_bind_address_ready',
+      'Whether the advertise address (--bind-address) is usable on this node (1) or not (0)',
+      () => (this.problems.length === 0 ? 1 : 0),
+    );
+    this.losses = new Counter({
+      name: 'kanal_agent_bind_address_losses_total',
+      help: 'Times the advertise address was found removed, or its interface down or gone',
+      registers: [registry],
+    });
+    this.restorations = new Counter({
+      name: 'kanal_agent_bind_address_restorations_total',
+      help: 'Times the agent restored the advertise address or its interface',
+      registers: [registry],
+    });
   }
 
   /** Checks once now, then keeps watching. */
@@ -71,7 +83,10 @@ export class AddressWatch {
     try {
       this.monitor = NetlinkMonitor.open(RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR);
     } catch (err) {
-      this.opts.log.warn({ err: errorMessage(err), checkEveryMs: CHECK_MS }, 'cannot subscribe to rtnetlink notifications; checking the advertise address periodically only');
+      this.opts.log.warn(
+        { err: errorMessage(err), checkEveryMs: CHECK_MS },
+        'cannot subscribe to rtnetlink notifications; checking the advertise address periodically only',
+      );
     }
     await this.check();
     this.timer = setInterval(() => this.tick(), POLL_MS);
@@ -98,7 +113,10 @@ export class AddressWatch {
       const batch = this.monitor?.poll();
       if (batch && (batch.messages.length > 0 || batch.overflowed)) this.eventsPending = true;
     } catch (err) {
-      this.opts.log.warn({ err: errorMessage(err), checkEveryMs: CHECK_MS }, 'rtnetlink notifications failed; checking the advertise address periodically only');
+      this.opts.log.warn(
+        { err: errorMessage(err), checkEveryMs: CHECK_MS },
+        'rtnetlink notifications failed; checking the advertise address periodically only',
+      );
       this.monitor?.close();
       this.monitor = undefined;
     }
@@ -118,13 +136,18 @@ export class AddressWatch {
         this.losses.inc();
         this.opts.log.warn(
           { address: this.opts.what, problems },
-          this.opts.restore ? 'advertise address lost; restoring it' : 'advertise address unusable; the agent does not manage it (--bind-interface-type none)',
+          this.opts.restore
+            ? 'advertise address lost; restoring it'
+            : 'advertise address unusable; the agent does not manage it (--bind-interface-type none)',
         );
       }
       if (problems.length > 0 && this.restore()) problems = await this.opts.inspect();
       this.problems = problems;
       if (problems.length === 0 && this.brokenSince !== 0) {
-        this.opts.log.info({ address: this.opts.what, problems: this.lostWith, unusableMs: Date.now() - this.brokenSince }, this.opts.restore ? 'advertise address restored' : 'advertise address usable again');
+        this.opts.log.info(
+          { address: this.opts.what, problems: this.lostWith, unusableMs: Date.now() - this.brokenSince },
+          this.opts.restore ? 'advertise address restored' : 'advertise address usable again',
+        );
         this.brokenSince = 0;
         this.lostWith = [];
       }
@@ -146,7 +169,8 @@ export class AddressWatch {
       return true;
     } catch (err) {
       const message = errorMessage(err);
-      if (message !== this.restoreError) this.opts.log.error({ address: this.opts.what, err: message, retryInMs: RETRY_MS }, 'cannot restore the advertise address');
+      if (message !== this.restoreError)
+        this.opts.log.error({ address: this.opts.what, err: message, retryInMs: RETRY_MS }, 'cannot restore the advertise address');
       this.restoreError = message;
       return false;
     }

@@ -108,13 +108,21 @@ export class KanalAgent {
 
   constructor(private readonly opts: AgentOptions) {
     this.metrics.gauge('kanal_agent_tunnels', 'Tunnels up to proxy servers', () => this.connections.size);
-    this.metrics.gauge('kanal_agent_expected_servers', 'Proxy servers the agent holds tunnels to: announced by serverCount, or counted by leases', () => this.expected.count);
+    this.metrics.gauge(
+      'kanal_agent_expected_servers',
+      'Proxy servers the agent holds tunnels to: announced by serverCount, or counted by leases',
+      () => this.expected.count,
+    );
     this.metrics.gauge('kanal_agent_connections_open', 'Tunnelled connections open', () => this.openConnections());
-    this.metrics.gauge('kanal_agent_window_growth_bytes', 'Receive-window growth (beyond the first window) held by tunnelled connections', () => {
-      let n = 0;
-      for (const c of this.connections.values()) n += c.tunnel.stats().windowGrowthBytes;
-      return n;
-    });
+    this.metrics.gauge(
+      'kanal_agent_window_growth_bytes',
+      'Receive-window growth (beyond the first window) held by tunnelled connections',
+      () => {
+        let n = 0;
+        for (const c of this.connections.values()) n += c.tunnel.stats().windowGrowthBytes;
+        return n;
+      },
+    );
     this.upstreamMetrics = registerUpstreamAgentMetrics(this.metrics.registry, {
       serverConnections: () => this.connections.size,
       knownServers: () => this.expected.count,
@@ -163,7 +171,11 @@ export class KanalAgent {
 
   stats(): AgentStats {
     return {
-      tunnels: [...this.connections.values()].map((c) => ({ serverID: c.serverID, features: formatFeatures(c.tunnel.features), ...c.tunnel.stats() })),
+      tunnels: [...this.connections.values()].map((c) => ({
+        serverID: c.serverID,
+        features: formatFeatures(c.tunnel.features),
+        ...c.tunnel.stats(),
+      })),
     };
   }
 
@@ -178,7 +190,12 @@ export class KanalAgent {
   async start(): Promise<void> {
     if (this.state !== 'created') throw new Error(`the agent cannot start when ${this.state}`);
     if (this.opts.health) {
-      this.health = await startHealthServer({ ...this.opts.health, readiness: () => this.readiness(), registry: this.metrics.registry, log: this.opts.log });
+      this.health = await startHealthServer({
+        ...this.opts.health,
+        readiness: () => this.readiness(),
+        registry: this.metrics.registry,
+        log: this.opts.log,
+      });
     }
     // stop() during the await above found nothing started yet: the health port is all there is.
     if (!this.transition(['created'], 'running')) {
@@ -266,7 +283,8 @@ export class KanalAgent {
           connectTimeoutMs: this.opts.connectTimeoutMs,
           log: this.opts.log,
           // The agent performs control plane -> node dials and requests node -> control plane ones.
-          onConnectionClosed: (c) => this.metrics.connectionClosed(c.role === 'performer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
+          onConnectionClosed: (c) =>
+            this.metrics.connectionClosed(c.role === 'performer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
           onLimit: (limit) => countTunnelLimit(this.metrics, limit, SERVER_TUNNEL_REFUSALS),
           limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
         });
@@ -295,7 +313,10 @@ export class KanalAgent {
   private updateExpected(): number {
     const c = serverCount(this.opts.serverCount?.source ?? 'default', this.opts.serverCount?.leases?.(), this.announcedServers);
     if (c.count !== this.expected.count || c.from !== this.expected.from) {
-      this.opts.log.info({ serverCount: c.count, from: c.from, previous: this.expected.count, tunnels: this.connections.size }, 'server count changed');
+      this.opts.log.info(
+        { serverCount: c.count, from: c.from, previous: this.expected.count, tunnels: this.connections.size },
+        'server count changed',
+      );
     }
     this.expected = c;
     return c.count;
@@ -319,9 +340,15 @@ export class KanalAgent {
   private adopt(conn: ServerConnection): void {
     this.connections.set(conn.serverID, conn);
     const features = formatFeatures(conn.tunnel.features);
-    this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, features: features || 'none (upstream server)' }, 'tunnel up');
+    this.opts.log.info(
+      { serverID: conn.serverID, serverCount: conn.serverCount, features: features || 'none (upstream server)' },
+      'tunnel up',
+    );
     if ((this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial) && !conn.tunnel.features.has(Feature.NodeDial)) {
-      this.opts.log.warn({ serverID: conn.serverID }, 'server does not support node -> control plane dials (upstream Konnectivity?); that direction is unavailable through it');
+      this.opts.log.warn(
+        { serverID: conn.serverID },
+        'server does not support node -> control plane dials (upstream Konnectivity?); that direction is unavailable through it',
+      );
     }
     for (const l of this.listeners) l(conn.tunnel, 'up');
     conn.tunnel.once('close', (err) => {

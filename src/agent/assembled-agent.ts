@@ -37,7 +37,10 @@ export class AssembledAgent {
   constructor(private readonly opts: AssembledAgentOptions) {
     const { agent, leases } = opts;
     // The counter exists before the tunnels start (start()), so the count is never read without it.
-    const counted: AgentOptions['serverCount'] = { source: agent.serverCount?.source ?? 'default', leases: () => this.leaseCounter?.count() ?? 0 };
+    const counted: AgentOptions['serverCount'] = {
+      source: agent.serverCount?.source ?? 'default',
+      leases: () => this.leaseCounter?.count() ?? 0,
+    };
     this.agent = new KanalAgent(leases ? { ...agent, serverCount: counted } : agent);
     this.log = opts.agent.log;
   }
@@ -55,7 +58,12 @@ export class AssembledAgent {
       const api = (await kubeClients(leases.kube, log))();
       this.kubeApi = api;
       const { ServerLeaseCounter } = await import('./server-lease-counter.js');
-      const counter = new ServerLeaseCounter({ api, namespace: leases.namespace, selector: leases.selector, log: log.child({ part: 'lease' }) });
+      const counter = new ServerLeaseCounter({
+        api,
+        namespace: leases.namespace,
+        selector: leases.selector,
+        log: log.child({ part: 'lease' }),
+      });
       this.leaseCounter = counter;
       // Upstream's agent lease metrics (lease_lists_total, lease_watches_total, lease_list_latency_seconds).
       const m = this.agent.upstreamMetrics;
@@ -72,7 +80,14 @@ export class AssembledAgent {
     }
     try {
       if (node) {
-        const managed = new HostInterfaceManager({ name: node.interfaceName, type: node.interfaceType, address: node.bindAddress, agentID: this.opts.agent.agentID, log, metrics: this.agent.metrics });
+        const managed = new HostInterfaceManager({
+          name: node.interfaceName,
+          type: node.interfaceType,
+          address: node.bindAddress,
+          agentID: this.opts.agent.agentID,
+          log,
+          metrics: this.agent.metrics,
+        });
         this.hostInterface = managed;
         await managed.setUp();
         this.agent.addReadinessCondition(() => managed.readiness());
@@ -87,7 +102,11 @@ export class AssembledAgent {
         await this.nodeListeners.start();
       }
       await this.agent.start();
-      if (admin) this.admin = await startAdminPort({ ...admin, registry: this.agent.metrics.registry, log }, '--admin-bind-address, --admin-server-port');
+      if (admin)
+        this.admin = await startAdminPort(
+          { ...admin, registry: this.agent.metrics.registry, log },
+          '--admin-bind-address, --admin-server-port',
+        );
     } catch (err) {
       await this.release();
       throw err;

@@ -16,7 +16,15 @@ import type { AgentSettings } from './settings.js';
 export interface AgentConfig {
   agentID: string;
   agentIdentifiers: string;
-  server: { host: string; port: number; caFile?: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
+  server: {
+    host: string;
+    port: number;
+    caFile?: string;
+    certFile?: string;
+    keyFile?: string;
+    serverName?: string;
+    alpnProtocols: string[];
+  };
   tokenFile?: string;
   /** `--count-server-leases`: the API client and the leases counted. */
   leases?: AssembledAgentOptions['leases'];
@@ -42,14 +50,21 @@ export interface AgentConfig {
 /** Checks what ties the settings together; `notices` are the command line's lines about ignored upstream flags. */
 export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
   if (!!v['agent-cert'] !== !!v['agent-key']) throw new UsageError('--agent-cert and --agent-key go together');
-  const nodeSide = nodeSideFromSettings({ bindAddress: v['bind-address'], targets: v.target, interfaceName: v['bind-interface'], interfaceType: v['bind-interface-type'] });
+  const nodeSide = nodeSideFromSettings({
+    bindAddress: v['bind-address'],
+    targets: v.target,
+    interfaceName: v['bind-interface'],
+    interfaceType: v['bind-interface-type'],
+  });
   const node = nodeSide && { ...nodeSide, tunnelWaitMs: v['tunnel-wait-timeout'] };
   // Upstream's --health-server-host: empty means every address.
   const healthHost = v['health-server-host'] === undefined ? v['health-bind-address'] : v['health-server-host'] || '0.0.0.0';
   const initialMs = v['sync-interval'];
   const maxMs = v['sync-interval-cap'];
   if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
-  const leases = v['count-server-leases'] ? { kube: kubeClientConfig(v), namespace: v['lease-namespace'], selector: v['lease-label'] } : undefined;
+  const leases = v['count-server-leases']
+    ? { kube: kubeClientConfig(v), namespace: v['lease-namespace'], selector: v['lease-label'] }
+    : undefined;
   const healthPort = v['health-server-port'];
   const adminPort = v['admin-server-port'];
   return {

@@ -7,7 +7,13 @@
  * owns it (the owner lock, native/owner-lock.ts, is checked before anything else).
  */
 import type { Logger } from 'pino';
-import { ensureHostInterface, inspectHostInterface, removeHostInterface, type HostInterfaceState, type InterfaceKind } from '../../native/host-interface.js';
+import {
+  ensureHostInterface,
+  inspectHostInterface,
+  removeHostInterface,
+  type HostInterfaceState,
+  type InterfaceKind,
+} from '../../native/host-interface.js';
 import { acquireOwnerLock, OwnerLockHeldError, type OwnerLock } from '../../native/owner-lock.js';
 import type { Readiness } from '../common/health-server.js';
 import type { KanalMetrics } from '../domain/metrics.js';
@@ -60,8 +66,15 @@ export class HostInterfaceManager {
       await this.unlock();
       throw err;
     }
-    log.info({ interface: name, kind: s.kind, address, createdLink: s.createdLink, addedAddress: s.addedAddress, reclaimed: s.reclaimed }, 'host interface ready');
-    await this.startWatch(`${address} on ${name}`, () => Promise.resolve(inspectHostInterface({ name, address })), () => void this.ensure());
+    log.info(
+      { interface: name, kind: s.kind, address, createdLink: s.createdLink, addedAddress: s.addedAddress, reclaimed: s.reclaimed },
+      'host interface ready',
+    );
+    await this.startWatch(
+      `${address} on ${name}`,
+      () => Promise.resolve(inspectHostInterface({ name, address })),
+      () => void this.ensure(),
+    );
   }
 
   readiness(): Readiness {
@@ -76,7 +89,10 @@ export class HostInterfaceManager {
     if (state) {
       try {
         removeHostInterface(state);
-        this.opts.log.info({ interface: state.name, removedLink: state.createdLink, removedAddress: state.addedAddress }, 'host interface cleaned up');
+        this.opts.log.info(
+          { interface: state.name, removedLink: state.createdLink, removedAddress: state.addedAddress },
+          'host interface cleaned up',
+        );
       } catch (err) {
         this.opts.log.error({ interface: state.name, err: errorMessage(err) }, 'could not clean up host interface');
       }
@@ -102,13 +118,15 @@ export class HostInterfaceManager {
   private async lock(): Promise<void> {
     const owner = { pid: process.pid, agentID: this.opts.agentID };
     try {
-      for (const resource of [`interface ${this.opts.name}`, `address ${this.opts.address}`]) this.locks.push(await acquireOwnerLock(resource, owner));
+      for (const resource of [`interface ${this.opts.name}`, `address ${this.opts.address}`])
+        this.locks.push(await acquireOwnerLock(resource, owner));
     } catch (err) {
       await this.unlock();
       if (!(err instanceof OwnerLockHeldError)) throw err;
       throw new Error(
         `--bind-interface ${this.opts.name} --bind-address ${this.opts.address}: ${err.message}; ` +
           'this agent changes nothing and exits. Stop the other agent first, or give this one another --bind-interface and --bind-address',
+        { cause: err },
       );
     }
   }

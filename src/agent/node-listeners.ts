@@ -65,11 +65,17 @@ export class NodeListeners {
       } catch (err) {
         this.stopAccepting();
         const e = err as NodeJS.ErrnoException;
-        throw new Error(`cannot listen on ${formatHostPort({ host: this.opts.bindAddress, port: target.localPort })}: ${e.code ?? e.message}`);
+        throw new Error(
+          `cannot listen on ${formatHostPort({ host: this.opts.bindAddress, port: target.localPort })}: ${e.code ?? e.message}`,
+          { cause: err },
+        );
       }
       server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
       this.servers.push(server);
-      this.opts.log.info({ listen: formatHostPort({ host: this.opts.bindAddress, port: target.localPort }), destination: target.destination }, 'node listener ready');
+      this.opts.log.info(
+        { listen: formatHostPort({ host: this.opts.bindAddress, port: target.localPort }), destination: target.destination },
+        'node listener ready',
+      );
     }
   }
 

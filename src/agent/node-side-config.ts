@@ -23,7 +23,9 @@ export interface NodeSideOptions {
  * when neither --bind-address nor --target is given. Throws a UsageError
  * naming the flag.
  */
-export function nodeSideFromSettings(s: Omit<NodeSideOptions, 'tunnelWaitMs' | 'bindAddress'> & { bindAddress: string | undefined }): Omit<NodeSideOptions, 'tunnelWaitMs'> | undefined {
+export function nodeSideFromSettings(
+  s: Omit<NodeSideOptions, 'tunnelWaitMs' | 'bindAddress'> & { bindAddress: string | undefined },
+): Omit<NodeSideOptions, 'tunnelWaitMs'> | undefined {
   const { targets, interfaceName: name, interfaceType } = s;
   const bind = s.bindAddress;
   if (targets.length === 0 && !bind) return undefined;

@@ -20,7 +20,16 @@ import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
 import { DialError } from '../tunnel/errors.js';
 import { formatHostPort } from '../common/host-port.js';
 import { checkNetlink } from '../../native/host-interface.js';
-import { CredentialFileError, checkKeyPair, commonName, loadCertificates, loadPrivateKey, loadToken, validityProblem, type CertificateFile } from '../common/credential-files.js';
+import {
+  CredentialFileError,
+  checkKeyPair,
+  commonName,
+  loadCertificates,
+  loadPrivateKey,
+  loadToken,
+  validityProblem,
+  type CertificateFile,
+} from '../common/credential-files.js';
 import { connectToServer } from './server-connection.js';
 import { ServiceAccountTokenSource } from './service-account-token.js';
 import type { Target } from './target.js';
@@ -76,14 +85,22 @@ function validUntil(cert: X509Certificate): string {
 function checkCa(path: string | undefined, now: Date): { result: CheckResult; value?: CertificateFile } {
   const name = 'ca-cert';
   if (!path) return { result: { name, status: 'fail', detail: '--ca-cert is not set' } };
-  return fileCheck(name, () => loadCertificates({ flag: name, path }), (ca) => {
-    const valid = ca.certs.filter((c) => validityProblem(c, now) === undefined);
-    if (valid.length === 0) {
-      const why = ca.certs.map((c) => `${commonName(c.subject)} ${validityProblem(c, now)}`).join('; ');
-      return { name, status: 'fail', detail: `${path}: no currently valid certificate (${why})` };
-    }
-    return { name, status: 'pass', detail: `${path}: ${ca.certs.length} certificate(s), ${commonName(valid[0]!.subject)} ${validUntil(valid[0]!)}` };
-  });
+  return fileCheck(
+    name,
+    () => loadCertificates({ flag: name, path }),
+    (ca) => {
+      const valid = ca.certs.filter((c) => validityProblem(c, now) === undefined);
+      if (valid.length === 0) {
+        const why = ca.certs.map((c) => `${commonName(c.subject)} ${validityProblem(c, now)}`).join('; ');
+        return { name, status: 'fail', detail: `${path}: no currently valid certificate (${why})` };
+      }
+      return {
+        name,
+        status: 'pass',
+        detail: `${path}: ${ca.certs.length} certificate(s), ${commonName(valid[0].subject)} ${validUntil(valid[0])}`,
+      };
+    },
+  );
 }
 
 interface ClientCredentials {
@@ -94,29 +111,45 @@ interface ClientCredentials {
 function checkClientCertAndKey(certPath: string, keyPath: string, now: Date): ClientCredentials {
   const certFile = { flag: 'agent-cert', path: certPath };
   const keyFile = { flag: 'agent-key', path: keyPath };
-  const cert = fileCheck('agent-cert', () => loadCertificates(certFile), (c): CheckResult => {
-    const first = c.certs[0]!;
-    const bad = validityProblem(first, now);
-    if (bad) return { name: 'agent-cert', status: 'fail', detail: `${certPath}: ${commonName(first.subject)} is ${bad}` };
-    return { name: 'agent-cert', status: 'pass', detail: `${certPath}: ${commonName(first.subject)}, issued by ${commonName(first.issuer)}, ${validUntil(first)}` };
-  });
-  const key = fileCheck('agent-key', () => loadPrivateKey(keyFile, certFile.flag), (k): CheckResult => ({ name: 'agent-key', status: 'pass', detail: `${keyPath}: ${k.key.asymmetricKeyType ?? 'private'} key` }));
+  const cert = fileCheck(
+    'agent-cert',
+    () => loadCertificates(certFile),
+    (c): CheckResult => {
+      const first = c.certs[0];
+      const bad = validityProblem(first, now);
+      if (bad) return { name: 'agent-cert', status: 'fail', detail: `${certPath}: ${commonName(first.subject)} is ${bad}` };
+      return {
+        name: 'agent-cert',
+        status: 'pass',
+        detail: `${certPath}: ${commonName(first.subject)}, issued by ${commonName(first.issuer)}, ${validUntil(first)}`,
+      };
+    },
+  );
+  const key = fileCheck(
+    'agent-key',
+    () => loadPrivateKey(keyFile, certFile.flag),
+    (k): CheckResult => ({ name: 'agent-key', status: 'pass', detail: `${keyPath}: ${k.key.asymmetricKeyType ?? 'private'} key` }),
+  );
   const results = [cert.result, key.result];
   if (cert.value && key.value && cert.result.status === 'pass') {
     try {
       checkKeyPair(cert.value, key.value, 'client');
-      results[1] = { ...results[1]!, detail: `${results[1]!.detail}, matches ${certPath}` };
+      results[1] = { ...results[1], detail: `${results[1].detail}, matches ${certPath}` };
     } catch (err) {
       if (!(err instanceof CredentialFileError)) throw err;
       const which = err.flag === keyFile.flag ? 1 : 0;
-      results[which] = { ...results[which]!, status: 'fail', detail: err.message };
+      results[which] = { ...results[which], status: 'fail', detail: err.message };
     }
   }
   return { results, ok: results.every((r) => r.status === 'pass') };
 }
 
 function checkToken(path: string): CheckResult {
-  return fileCheck('token', () => loadToken({ flag: 'service-account-token-path', path }), (token) => ({ name: 'token', status: 'pass', detail: `${path}: ${token.length} bytes` })).result;
+  return fileCheck(
+    'token',
+    () => loadToken({ flag: 'service-account-token-path', path }),
+    (token) => ({ name: 'token', status: 'pass', detail: `${path}: ${token.length} bytes` }),
+  ).result;
 }
 
 // ---------------------------------------------------------------- server
@@ -175,10 +208,24 @@ function checkServerTls(opts: PreflightOptions, material: TlsMaterial): Promise<
       checkServerIdentity: (_hostname, cert) => tls.checkServerIdentity(verifyName, cert),
       ALPNProtocols: ['h2'],
     });
-    const timer = setTimeout(() => done({ name: 'server-tls', status: 'fail', detail: describeNetError({ name: 'Error', message: 'timeout', code: 'TIMEOUT' }, target, opts.connectTimeoutMs), ok: false }), opts.connectTimeoutMs);
+    const timer = setTimeout(
+      () =>
+        done({
+          name: 'server-tls',
+          status: 'fail',
+          detail: describeNetError({ name: 'Error', message: 'timeout', code: 'TIMEOUT' }, target, opts.connectTimeoutMs),
+          ok: false,
+        }),
+      opts.connectTimeoutMs,
+    );
     socket.once('secureConnect', () => {
       if (socket.alpnProtocol !== 'h2') {
-        done({ name: 'server-tls', status: 'fail', detail: `${target}: TLS works but the server did not choose HTTP/2 (ALPN ${socket.alpnProtocol || 'none'}); is this a kanal/Konnectivity agent port?`, ok: false });
+        done({
+          name: 'server-tls',
+          status: 'fail',
+          detail: `${target}: TLS works but the server did not choose HTTP/2 (ALPN ${socket.alpnProtocol || 'none'}); is this a kanal/Konnectivity agent port?`,
+          ok: false,
+        });
         return;
       }
       const peer = socket.getPeerCertificate();
@@ -189,16 +236,28 @@ function checkServerTls(opts: PreflightOptions, material: TlsMaterial): Promise<
       // certificate afterwards. An HTTP/2 server that kept the connection
       // sends its SETTINGS frame at once, one that refused us closes it.
       socket.once('data', () => {
-        done({ name: 'server-tls', status: 'pass', detail: `${target}: ${protocol} handshake ok, server ${cn} verified as ${verifyName}, ALPN h2, ${client}`, ok: true });
+        done({
+          name: 'server-tls',
+          status: 'pass',
+          detail: `${target}: ${protocol} handshake ok, server ${cn} verified as ${verifyName}, ALPN h2, ${client}`,
+          ok: true,
+        });
       });
       socket.once('close', () => {
         const why = material.cert
           ? "it refused the agent certificate (is --agent-cert signed by the CA in the server's --cluster-ca-cert?)"
           : 'it requires a client certificate (--agent-cert/--agent-key), unless started with --allow-unauthenticated-agents';
-        done({ name: 'server-tls', status: 'fail', detail: `${target}: the server closed the connection right after the TLS handshake: ${why}`, ok: false });
+        done({
+          name: 'server-tls',
+          status: 'fail',
+          detail: `${target}: the server closed the connection right after the TLS handshake: ${why}`,
+          ok: false,
+        });
       });
     });
-    socket.once('error', (err: NodeJS.ErrnoException) => done({ name: 'server-tls', status: 'fail', detail: describeNetError(err, target, opts.connectTimeoutMs), ok: false }));
+    socket.once('error', (err: NodeJS.ErrnoException) =>
+      done({ name: 'server-tls', status: 'fail', detail: describeNetError(err, target, opts.connectTimeoutMs), ok: false }),
+    );
   });
 }
 
@@ -223,7 +282,7 @@ async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): 
   } catch (err) {
     const msg = errorMessage(err);
     const hint = /UNAUTHENTICATED|drop|closed|reset|refused|UNAVAILABLE/i.test(msg)
-      ? ' (the server likely refused the agent credentials: is --agent-cert signed by the CA in the server\'s --cluster-ca-cert, or is the token accepted?)'
+      ? " (the server likely refused the agent credentials: is --agent-cert signed by the CA in the server's --cluster-ca-cert, or is the token accepted?)"
       : '';
     results.push({ name: 'server-accepts-agent', status: 'fail', detail: `${target}: AgentService/Connect failed: ${msg}${hint}` });
     if (opts.node) results.push({ name: 'node-dial', status: 'skip', detail: 'needs an accepted agent stream' });
@@ -255,8 +314,13 @@ async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): 
             c.close();
             results.push({ name, status: 'pass', detail: `server ${conn.serverID} dialled ${t.destination} in ${Date.now() - t0} ms` });
           } catch (err) {
-            const hint = err instanceof DialError && err.failure === 'forbidden' ? ` (add --allowed-destination ${t.destination} on the server)` : '';
-            results.push({ name, status: 'fail', detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}${hint}` });
+            const hint =
+              err instanceof DialError && err.failure === 'forbidden' ? ` (add --allowed-destination ${t.destination} on the server)` : '';
+            results.push({
+              name,
+              status: 'fail',
+              detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}${hint}`,
+            });
           }
         }
       }
@@ -294,7 +358,12 @@ async function kernelChecks(opts: PreflightOptions): Promise<CheckResult[]> {
   const probe = opts.netlink ?? (() => checkNetlink());
   const nl = probe();
   if (nl.ok) results.push({ name: 'netlink', status: 'pass', detail: nl.detail });
-  else results.push({ name: 'netlink', status: node ? 'fail' : 'warn', detail: node ? nl.detail : `${nl.detail} (not needed without --bind-address)` });
+  else
+    results.push({
+      name: 'netlink',
+      status: node ? 'fail' : 'warn',
+      detail: node ? nl.detail : `${nl.detail} (not needed without --bind-address)`,
+    });
 
   if (!node) {
     results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed without --bind-address' });
@@ -311,18 +380,32 @@ async function kernelChecks(opts: PreflightOptions): Promise<CheckResult[]> {
     const cap = hasCapability(CAP_NET_ADMIN);
     results.push(
       cap === false
-        ? { name: 'CAP_NET_ADMIN', status: 'fail', detail: `missing: the agent cannot create ${node.interfaceType} interface for ${node.bindAddress} (run as root, or grant CAP_NET_ADMIN: AmbientCapabilities= in the unit, capabilities.add: [NET_ADMIN] in a pod)` }
-        : { name: 'CAP_NET_ADMIN', status: cap ? 'pass' : 'warn', detail: cap ? 'present (needed to create the host-scoped interface)' : 'cannot tell (no /proc/self/status)' },
+        ? {
+            name: 'CAP_NET_ADMIN',
+            status: 'fail',
+            detail: `missing: the agent cannot create ${node.interfaceType} interface for ${node.bindAddress} (run as root, or grant CAP_NET_ADMIN: AmbientCapabilities= in the unit, capabilities.add: [NET_ADMIN] in a pod)`,
+          }
+        : {
+            name: 'CAP_NET_ADMIN',
+            status: cap ? 'pass' : 'warn',
+            detail: cap ? 'present (needed to create the host-scoped interface)' : 'cannot tell (no /proc/self/status)',
+          },
     );
   }
 
-  const lowPorts = [...(node?.targets.map((t) => t.localPort) ?? []), ...(opts.healthPort ? [opts.healthPort] : [])].filter((p) => p > 0 && p < unprivilegedPortStart());
+  const lowPorts = [...(node?.targets.map((t) => t.localPort) ?? []), ...(opts.healthPort ? [opts.healthPort] : [])].filter(
+    (p) => p > 0 && p < unprivilegedPortStart(),
+  );
   if (lowPorts.length > 0) {
     const cap = hasCapability(CAP_NET_BIND_SERVICE);
     results.push(
       cap === false
         ? { name: 'CAP_NET_BIND_SERVICE', status: 'fail', detail: `missing: port(s) ${lowPorts.join(', ')} are privileged on this host` }
-        : { name: 'CAP_NET_BIND_SERVICE', status: cap ? 'pass' : 'warn', detail: `${cap ? 'present' : 'cannot tell'} (port(s) ${lowPorts.join(', ')} are privileged)` },
+        : {
+            name: 'CAP_NET_BIND_SERVICE',
+            status: cap ? 'pass' : 'warn',
+            detail: `${cap ? 'present' : 'cannot tell'} (port(s) ${lowPorts.join(', ')} are privileged)`,
+          },
     );
   }
   return results;
@@ -347,7 +430,12 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     credsOk &&= token.status === 'pass';
   }
   if (!certFile && !opts.tokenFile) {
-    results.push({ name: 'agent-credentials', status: 'warn', detail: 'neither --agent-cert nor --service-account-token-path: only a server started with --allow-unauthenticated-agents will accept this agent' });
+    results.push({
+      name: 'agent-credentials',
+      status: 'warn',
+      detail:
+        'neither --agent-cert nor --service-account-token-path: only a server started with --allow-unauthenticated-agents will accept this agent',
+    });
   }
 
   if (!credsOk) {

@@ -154,7 +154,11 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
     const wasInSync = this.inSync;
     this.inSync = true;
     this.fallback = undefined;
-    if (!wasInSync) this.options.log.info({ namespace: this.namespace, selector: this.selector.text, leases: this.leases.size }, 'server lease view in sync');
+    if (!wasInSync)
+      this.options.log.info(
+        { namespace: this.namespace, selector: this.selector.text, leases: this.leases.size },
+        'server lease view in sync',
+      );
     this.emit('synced', this.leases.size);
   }
 
@@ -178,7 +182,13 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
       const armIdle = (): void => {
         clearTimeout(idle);
         idle = setTimeout(() => {
-          settle(new KubeApiError('timeout', `watch leases in ${this.namespace}`, `no event or bookmark for ${this.watchIdleTimeoutMs} ms; replacing the watch`));
+          settle(
+            new KubeApiError(
+              'timeout',
+              `watch leases in ${this.namespace}`,
+              `no event or bookmark for ${this.watchIdleTimeoutMs} ms; replacing the watch`,
+            ),
+          );
           handle.stop();
         }, this.watchIdleTimeoutMs);
       };
@@ -193,7 +203,7 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
         onEvent: (type, object) => {
           this.lastHeardAt = Date.now();
           armIdle();
-          this.apply(type, object as V1Lease);
+          this.apply(type, object);
         },
         onEnd: (err) => settle(err),
       });
@@ -223,7 +233,10 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
     if (!this.leases.has(name) && this.leases.size >= this.maxLeases) {
       if (!this.overflowWarned) {
         this.overflowWarned = true;
-        this.options.log.warn({ namespace: this.namespace, selector: this.selector.text, maxLeases: this.maxLeases }, 'more server leases match than the counter keeps; the extra ones are not counted');
+        this.options.log.warn(
+          { namespace: this.namespace, selector: this.selector.text, maxLeases: this.maxLeases },
+          'more server leases match than the counter keeps; the extra ones are not counted',
+        );
       }
       return;
     }
@@ -236,7 +249,10 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
       // As of the last word from the API: a stalled watch is noticed late, when its leases look expired.
       this.fallback = this.validLeases(this.lastHeardAt);
       this.inSync = false;
-      this.options.log.warn({ namespace: this.namespace, err: err.message, count: this.fallback }, 'server lease view out of sync; counting the last known servers until it recovers');
+      this.options.log.warn(
+        { namespace: this.namespace, err: err.message, count: this.fallback },
+        'server lease view out of sync; counting the last known servers until it recovers',
+      );
     }
     this.resourceVersion = '';
     this.emit('sync-lost', err);

@@ -64,15 +64,23 @@ export class ServiceAccountTokenSource {
   }
 
   private token(data: Buffer): string {
-    if (data.length > MAX_TOKEN_BYTES) throw new ServiceAccountTokenError(`service account token file ${this.path} is larger than ${MAX_TOKEN_BYTES} bytes: not a token`);
+    if (data.length > MAX_TOKEN_BYTES)
+      throw new ServiceAccountTokenError(`service account token file ${this.path} is larger than ${MAX_TOKEN_BYTES} bytes: not a token`);
     const token = data.toString('utf8').trim();
-    if (token === '') throw new ServiceAccountTokenError(`service account token file ${this.path} (--service-account-token-path) is empty; refusing to dial without a token`);
-    if (!PRINTABLE.test(token)) throw new ServiceAccountTokenError(`service account token file ${this.path} contains whitespace or non-ASCII characters inside the token`);
+    if (token === '')
+      throw new ServiceAccountTokenError(
+        `service account token file ${this.path} (--service-account-token-path) is empty; refusing to dial without a token`,
+      );
+    if (!PRINTABLE.test(token))
+      throw new ServiceAccountTokenError(
+        `service account token file ${this.path} contains whitespace or non-ASCII characters inside the token`,
+      );
     return token;
   }
 
   private unreadable(e: NodeJS.ErrnoException): ServiceAccountTokenError {
-    const why = e.code === 'ENOENT' ? 'does not exist (is the projected service account token volume mounted?)' : `cannot be read: ${e.message}`;
+    const why =
+      e.code === 'ENOENT' ? 'does not exist (is the projected service account token volume mounted?)' : `cannot be read: ${e.message}`;
     return new ServiceAccountTokenError(`service account token file ${this.path} (--service-account-token-path) ${why}`);
   }
 }

@@ -51,7 +51,10 @@ export const agentSettings = {
       return v;
     },
   }),
-  'tls-server-name': optionalText({ describe: 'Name to verify the server certificate against (default: --proxy-server-host)', group: SERVER }),
+  'tls-server-name': optionalText({
+    describe: 'Name to verify the server certificate against (default: --proxy-server-host)',
+    group: SERVER,
+  }),
   'alpn-proto': setting({
     type: 'string',
     array: true,
@@ -62,7 +65,8 @@ export const agentSettings = {
       const protocols = v.flatMap((p) => p.split(',')).filter((p) => p !== '');
       // RFC 7301, section 3.1: a protocol name is 1-255 bytes.
       for (const p of protocols) {
-        if (p.length > 255 || !/^[\x21-\x7e]+$/.test(p)) throw new UsageError(`--${flag} ${JSON.stringify(p.slice(0, 40))}: 1-255 printable characters without spaces`);
+        if (p.length > 255 || !/^[\x21-\x7e]+$/.test(p))
+          throw new UsageError(`--${flag} ${JSON.stringify(p.slice(0, 40))}: 1-255 printable characters without spaces`);
       }
       return protocols;
     },
@@ -88,7 +92,8 @@ export const agentSettings = {
   }),
   'agent-identifiers': text({
     default: '',
-    describe: 'What this agent serves, for the server\'s --proxy-strategies: a URL query of host, ipv4, ipv6, cidr and default-route, e.g. host=node1&ipv4=10.0.0.5&cidr=10.244.1.0/24 (see docs/routing.md)',
+    describe:
+      "What this agent serves, for the server's --proxy-strategies: a URL query of host, ipv4, ipv6, cidr and default-route, e.g. host=node1&ipv4=10.0.0.5&cidr=10.244.1.0/24 (see docs/routing.md)",
     group: AUTH,
     check: (v, flag) => {
       try {
@@ -98,7 +103,10 @@ export const agentSettings = {
       }
     },
   }),
-  'count-server-leases': toggle({ describe: 'Count the proxy servers by their Leases (servers run --enable-lease-controller) and hold a tunnel to each', group: LEASES }),
+  'count-server-leases': toggle({
+    describe: 'Count the proxy servers by their Leases (servers run --enable-lease-controller) and hold a tunnel to each',
+    group: LEASES,
+  }),
   ...kubeSettings,
   'lease-label': leaseSelectorSetting,
   'server-count-source': setting({
@@ -109,18 +117,38 @@ export const agentSettings = {
     group: LEASES,
     parse: (v: string) => parseServerCountSource(v),
   }),
-  'sync-forever': toggle({ describe: 'With every tunnel up, still connect once per --sync-interval-cap to learn of new servers', group: LEASES }),
+  'sync-forever': toggle({
+    describe: 'With every tunnel up, still connect once per --sync-interval-cap to learn of new servers',
+    group: LEASES,
+  }),
   'dial-timeout': duration({ default: '10s', describe: 'Timeout for dials the server asks for', group: DIALS }),
   'sync-interval': duration({ default: '1s', describe: 'First reconnect delay (doubles with jitter)', group: DIALS }),
   'sync-interval-cap': duration({ default: '30s', describe: 'Longest reconnect delay', group: DIALS }),
   'connect-timeout': duration({ default: '10s', describe: 'Timeout for opening a tunnel to a server', group: DIALS }),
-  'shutdown-grace-period': duration({ default: '30s', describe: 'On SIGTERM: how long open connections may finish after DRAIN', group: DIALS }),
-  'health-server-port': port({ default: 8093, allowZero: true, describe: 'Port for /healthz, /readyz and /metrics (0 disables)', group: PORTS }),
+  'shutdown-grace-period': duration({
+    default: '30s',
+    describe: 'On SIGTERM: how long open connections may finish after DRAIN',
+    group: DIALS,
+  }),
+  'health-server-port': port({
+    default: 8093,
+    allowZero: true,
+    describe: 'Port for /healthz, /readyz and /metrics (0 disables)',
+    group: PORTS,
+  }),
   'health-bind-address': text({ default: '0.0.0.0', describe: 'Address the health port listens on', group: PORTS }),
-  'health-server-host': optionalText({ describe: 'Upstream\'s name for --health-bind-address (empty: all addresses)', group: PORTS }),
-  'admin-server-port': port({ default: 8094, allowZero: true, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)', group: PORTS }),
+  'health-server-host': optionalText({ describe: "Upstream's name for --health-bind-address (empty: all addresses)", group: PORTS }),
+  'admin-server-port': port({
+    default: 8094,
+    allowZero: true,
+    describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)',
+    group: PORTS,
+  }),
   'admin-bind-address': text({ default: '127.0.0.1', describe: 'Address the admin port listens on', group: PORTS }),
-  'enable-profiling': toggle({ describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)', group: PORTS }),
+  'enable-profiling': toggle({
+    describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)',
+    group: PORTS,
+  }),
   'bind-address': optionalText({
     describe: 'Node -> control plane: the kube-apiserver advertise address to serve locally',
     group: NODE,
@@ -147,8 +175,17 @@ export const agentSettings = {
       if (!/^[A-Za-z0-9_.-]{1,15}$/.test(v)) throw new UsageError(`--${flag} ${JSON.stringify(v)}: 1-15 letters, digits, '.', '_' or '-'`);
     },
   }),
-  'bind-interface-type': choice({ choices: INTERFACE_TYPES, default: 'dummy', describe: 'Kind of --bind-interface to create; "none" uses an existing address', group: NODE }),
-  'tunnel-wait-timeout': duration({ default: '10s', describe: 'How long a node connection waits for a tunnel before it is closed', group: NODE }),
+  'bind-interface-type': choice({
+    choices: INTERFACE_TYPES,
+    default: 'dummy',
+    describe: 'Kind of --bind-interface to create; "none" uses an existing address',
+    group: NODE,
+  }),
+  'tunnel-wait-timeout': duration({
+    default: '10s',
+    describe: 'How long a node connection waits for a tunnel before it is closed',
+    group: NODE,
+  }),
   ...tunnelSettings,
   'max-cp-to-node-connections': count({
     default: DEFAULT_CP_TO_NODE_CONNECTIONS,
@@ -159,7 +196,10 @@ export const agentSettings = {
   'log-level': processSettings['log-level'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],
-  check: toggle({ describe: 'Preflight: check credentials, the server (TLS + agent stream + targets) and netlink, print a pass/fail list, exit 0 or 1', group: 'Command' }),
+  check: toggle({
+    describe: 'Preflight: check credentials, the server (TLS + agent stream + targets) and netlink, print a pass/fail list, exit 0 or 1',
+    group: 'Command',
+  }),
   ...agentIgnoredFlags,
 } as const;
 

@@ -38,13 +38,22 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   const s = config.server;
   const check = new CredentialCheck();
   const ca = check.certificates({ flag: 'ca-cert', path: s.caFile ?? '' });
-  const pair = s.certFile && s.keyFile ? check.keyPair({ flag: 'agent-cert', path: s.certFile }, { flag: 'agent-key', path: s.keyFile }, 'client') : undefined;
+  const pair =
+    s.certFile && s.keyFile
+      ? check.keyPair({ flag: 'agent-cert', path: s.certFile }, { flag: 'agent-key', path: s.keyFile }, 'client')
+      : undefined;
   if (config.tokenFile) check.token({ flag: 'service-account-token-path', path: config.tokenFile });
   check.done();
-  return { tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols }, warnings: check.warnings };
+  return {
+    tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols },
+    warnings: check.warnings,
+  };
 }
 
-export async function buildAgentOptions(config: AgentConfig, credentials: AgentCredentials = loadAgentCredentials(config)): Promise<AgentOptions> {
+export async function buildAgentOptions(
+  config: AgentConfig,
+  credentials: AgentCredentials = loadAgentCredentials(config),
+): Promise<AgentOptions> {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
   const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
@@ -59,7 +68,11 @@ export async function buildAgentOptions(config: AgentConfig, credentials: AgentC
     connectTimeoutMs: config.connectTimeoutMs,
     reconnect: config.reconnect,
     health: config.health,
-    limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs, maxInboundConnections: config.maxCpToNodeConnections },
+    limits: {
+      maxWindowBytes: config.maxConnectionWindowBytes,
+      peerReadTimeoutMs: config.peerReadTimeoutMs,
+      maxInboundConnections: config.maxCpToNodeConnections,
+    },
     transport: await loadTransport(config.transport),
     log,
   };
@@ -67,8 +80,14 @@ export async function buildAgentOptions(config: AgentConfig, credentials: AgentC
 
 export function agentBuilder(y: Argv): Argv<AgentArgs> {
   return withSettings(y, agentSettings)
-    .example('$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key', 'Control plane -> node only')
-    .example('$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443', 'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node (KEP-2025)');
+    .example(
+      '$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key',
+      'Control plane -> node only',
+    )
+    .example(
+      '$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443',
+      'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node (KEP-2025)',
+    );
 }
 
 /** `--check`: runs the preflight checks, prints the list, sets the exit code (0 all passed, 1 otherwise). */

@@ -16,7 +16,10 @@ import { UsageError } from '../common/usage-error.js';
 export const installNodeFlags = {
   root: { type: 'string', default: '/', describe: 'Install into this directory as if it were / (image builds, tests)' },
   uninstall: { type: 'boolean', default: false, describe: 'Remove everything install-node installed (credentials in /etc/kanal stay)' },
-  'systemd-version': { type: 'number', describe: `systemd major version of the node (default: from systemctl --version); >= ${RESTART_BACKOFF_SYSTEMD} enables the restart back-off` },
+  'systemd-version': {
+    type: 'number',
+    describe: `systemd major version of the node (default: from systemctl --version); >= ${RESTART_BACKOFF_SYSTEMD} enables the restart back-off`,
+  },
   'dry-run': { type: 'boolean', default: false, describe: 'Validate and show what would change, write nothing' },
 } as const;
 
@@ -33,7 +36,7 @@ export function installNodeBuilder(y: Argv): Argv<InstallNodeArgs> {
       '$0 install-node -- --proxy-server-host cp.example --ca-cert /etc/kanal/ca.crt --agent-cert /etc/kanal/agent.crt --agent-key /etc/kanal/agent.key --bind-address 10.200.0.1 --target 6443:127.0.0.1:6443',
       'Install the agent unit with these flags',
     )
-    .example('$0 install-node --uninstall', 'Remove it again') as Argv<InstallNodeArgs>;
+    .example('$0 install-node --uninstall', 'Remove it again');
 }
 
 function report(out: string[], changes: readonly Change[], dryRun: boolean): number {
@@ -42,7 +45,8 @@ function report(out: string[], changes: readonly Change[], dryRun: boolean): num
   return changed.length;
 }
 
-export async function runInstallNode(args: InstallNodeArgs): Promise<void> {
+/** Synchronous: every step is a file or a systemctl call; a mistake throws (UsageError: exit 2). */
+export function runInstallNode(args: InstallNodeArgs): void {
   const root = path.resolve(args.root);
   if (!fs.existsSync(root) || !fs.statSync(root).isDirectory()) throw new UsageError(`--root ${args.root}: not a directory`);
   const words = (args['--'] ?? []).map(String);
@@ -57,7 +61,11 @@ export async function runInstallNode(args: InstallNodeArgs): Promise<void> {
     out.push(`kanal install-node --uninstall: ${dryRun ? 'would remove' : 'removing'} from ${root}`);
     const changes = uninstall(root, dryRun);
     const n = report(out, changes, dryRun);
-    out.push(n === 0 ? 'nothing to remove: kanal-agent is not installed here' : `${n} path(s) ${dryRun ? 'would be ' : ''}removed; anything else under /etc/kanal (credentials) is left in place`);
+    out.push(
+      n === 0
+        ? 'nothing to remove: kanal-agent is not installed here'
+        : `${n} path(s) ${dryRun ? 'would be ' : ''}removed; anything else under /etc/kanal (credentials) is left in place`,
+    );
     if (manageSystemd && n > 0) {
       const err = systemctl(['daemon-reload']);
       out.push(err ? `warning: systemctl daemon-reload failed: ${err}` : 'systemd reloaded');
@@ -75,15 +83,19 @@ export async function runInstallNode(args: InstallNodeArgs): Promise<void> {
   const systemdVersion = detected ?? 0;
   const plan = planNodeInstall({ flags, systemdVersion });
 
-  out.push(`kanal install-node: ${dryRun ? 'checking' : 'installing into'} ${root} (systemd ${detected ?? 'unknown: assuming no restart back-off support'})`);
+  out.push(
+    `kanal install-node: ${dryRun ? 'checking' : 'installing into'} ${root} (systemd ${detected ?? 'unknown: assuming no restart back-off support'})`,
+  );
   const changes = applyPlan(root, plan, dryRun);
   const n = report(out, changes, dryRun);
 
   for (const flag of FILE_FLAGS) {
     const file = flags.args[flag];
-    if (file && !fs.existsSync(underRoot(root, file))) out.push(`  note: --${flag} ${file} does not exist yet; put it there before starting the agent`);
+    if (file && !fs.existsSync(underRoot(root, file)))
+      out.push(`  note: --${flag} ${file} does not exist yet; put it there before starting the agent`);
   }
-  if (!fs.existsSync(underRoot(root, KANAL_BINARY))) out.push(`  note: ${KANAL_BINARY} does not exist; the unit runs it (npm install --global --prefix /usr/local kanal-<version>.tgz)`);
+  if (!fs.existsSync(underRoot(root, KANAL_BINARY)))
+    out.push(`  note: ${KANAL_BINARY} does not exist; the unit runs it (npm install --global --prefix /usr/local kanal-<version>.tgz)`);
 
   if (n === 0) {
     out.push('nothing changed: already installed with these flags');
@@ -91,7 +103,9 @@ export async function runInstallNode(args: InstallNodeArgs): Promise<void> {
     out.push(`${n} path(s) ${dryRun ? 'would change' : 'changed'}`);
     if (manageSystemd) {
       const err = systemctl(['daemon-reload']);
-      out.push(err ? `warning: systemctl daemon-reload failed: ${err}` : 'systemd reloaded; apply with: systemctl restart kanal-agent.service');
+      out.push(
+        err ? `warning: systemctl daemon-reload failed: ${err}` : 'systemd reloaded; apply with: systemctl restart kanal-agent.service',
+      );
     } else if (realRoot && !dryRun) {
       out.push('systemd is not running here; the unit is enabled and starts at the next boot');
     }

@@ -55,7 +55,11 @@ const COMMANDS = {
     describe: 'Install the agent as a systemd unit that starts before the kubelet',
     async add(y: Argv): Promise<Argv> {
       const { installNodeBuilder, runInstallNode } = await import('./install-node-command.js');
-      return y.command('install-node', this.describe, installNodeBuilder, (args) => runInstallNode(args).catch(fail));
+      return y.command('install-node', this.describe, installNodeBuilder, (args) =>
+        Promise.resolve()
+          .then(() => runInstallNode(args))
+          .catch(fail),
+      );
     },
   },
 };

@@ -37,7 +37,12 @@ export interface ServerCredentials {
 }
 
 /** One listener's serving pair and client CA, each checked (a missing piece is recorded in `check`). */
-function loadListenerTls(check: CredentialCheck, names: [cert: string, key: string, ca: string], files: { certFile: string; keyFile: string; caFile?: string }, policy: TlsPolicy): TlsFiles | undefined {
+function loadListenerTls(
+  check: CredentialCheck,
+  names: [cert: string, key: string, ca: string],
+  files: { certFile: string; keyFile: string; caFile?: string },
+  policy: TlsPolicy,
+): TlsFiles | undefined {
   const pair = check.keyPair({ flag: names[0], path: files.certFile }, { flag: names[1], path: files.keyFile }, 'server');
   const ca = files.caFile ? check.certificates({ flag: names[2], path: files.caFile }) : undefined;
   return pair && { cert: pair.cert.pem, key: pair.key.pem, ca: ca?.pem, ...policy };
@@ -53,7 +58,10 @@ export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   return { agent: agent!, frontend, warnings: check.warnings };
 }
 
-export async function buildServerOptions(config: ServerConfig, credentials: ServerCredentials = loadServerCredentials(config)): Promise<ServerOptions> {
+export async function buildServerOptions(
+  config: ServerConfig,
+  credentials: ServerCredentials = loadServerCredentials(config),
+): Promise<ServerOptions> {
   const log = createLogger(config.logLevel, 'server');
   return {
     serverID: config.serverID,
@@ -71,12 +79,13 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
       mode: config.frontend.mode,
       headerTimeoutMs: config.frontend.headerTimeoutMs,
       uds: config.frontend.uds,
-      tcp: config.frontend.tcp && credentials.frontend && {
-        host: config.frontend.tcp.host,
-        port: config.frontend.tcp.port,
-        tls: credentials.frontend,
-        clientPins: config.frontend.tcp.clientPins,
-      },
+      tcp: config.frontend.tcp &&
+        credentials.frontend && {
+          host: config.frontend.tcp.host,
+          port: config.frontend.tcp.port,
+          tls: credentials.frontend,
+          clientPins: config.frontend.tcp.clientPins,
+        },
     },
     health: config.health,
     backendDialTimeoutMs: config.backendDialTimeoutMs,
@@ -97,7 +106,10 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
 }
 
 export function serverBuilder(y: Argv): Argv<ServerArgs> {
-  return withSettings(y, serverSettings).example('$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt', 'Frontend on a Unix socket, agents with mTLS');
+  return withSettings(y, serverSettings).example(
+    '$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt',
+    'Frontend on a Unix socket, agents with mTLS',
+  );
 }
 
 export async function runServer(args: ServerArgs): Promise<void> {
@@ -111,14 +123,19 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const options = await buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
-  if (args.kubeconfig && !config.kube) options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
+  if (args.kubeconfig && !config.kube)
+    options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   const apiClients = await useKubernetesApi(config, options);
   enableGcPacing();
   const server = new KanalServer(options);
   let admin: HttpListener | undefined;
   try {
     await server.start();
-    if (config.admin) admin = await startAdminPort({ ...config.admin, registry: server.metrics.registry, log: options.log }, '--admin-bind-address, --admin-port');
+    if (config.admin)
+      admin = await startAdminPort(
+        { ...config.admin, registry: server.metrics.registry, log: options.log },
+        '--admin-bind-address, --admin-port',
+      );
   } catch (err) {
     for (const c of apiClients) c.close();
     options.log.fatal({ err: errorMessage(err) }, 'cannot start; released everything started so far');
@@ -158,7 +175,13 @@ async function useKubernetesApi(config: ServerConfig, options: ServerOptions): P
   }
   if (leases) {
     const { ServerLeaseController } = await import('../server/leases/lease-controller.js');
-    options.leases = new ServerLeaseController({ api: client(), serverId: config.serverID, namespace: leases.namespace, labels: leases.labels, log: options.log.child({ part: 'lease' }) });
+    options.leases = new ServerLeaseController({
+      api: client(),
+      serverId: config.serverID,
+      namespace: leases.namespace,
+      labels: leases.labels,
+      log: options.log.child({ part: 'lease' }),
+    });
   }
   return clients;
 }

@@ -58,21 +58,30 @@ export function startAdminServer(opts: AdminServerOptions): Promise<HttpListener
         const raw = query.get('seconds') ?? String(DEFAULT_CPU_PROFILE_SECONDS);
         const seconds = Number(raw);
         if (!/^\d+$/.test(raw) || seconds < 1 || seconds > MAX_CPU_PROFILE_SECONDS) {
-          sendText(res, 400, `seconds must be a whole number from 1 to ${MAX_CPU_PROFILE_SECONDS}, got ${JSON.stringify(raw.slice(0, 20))}\n`);
+          sendText(
+            res,
+            400,
+            `seconds must be a whole number from 1 to ${MAX_CPU_PROFILE_SECONDS}, got ${JSON.stringify(raw.slice(0, 20))}\n`,
+          );
           return;
         }
         log.info({ seconds }, 'taking a CPU profile');
         profiler.cpuProfile(seconds).then(
-          (profile) => res.writeHead(200, { 'content-type': 'application/json', 'content-disposition': 'attachment; filename="kanal.cpuprofile"' }).end(profile),
+          (profile) =>
+            res
+              .writeHead(200, { 'content-type': 'application/json', 'content-disposition': 'attachment; filename="kanal.cpuprofile"' })
+              .end(profile),
           (err: Error) => sendText(res, 500, `${err.message}\n`),
         );
       } else {
         log.info('taking a heap snapshot (the process pauses while it is written)');
         res.writeHead(200, { 'content-type': 'application/json', 'content-disposition': 'attachment; filename="kanal.heapsnapshot"' });
-        profiler.heapSnapshot((chunk) => res.write(chunk)).then(
-          () => res.end(),
-          (err: Error) => res.destroy(err),
-        );
+        profiler
+          .heapSnapshot((chunk) => res.write(chunk))
+          .then(
+            () => res.end(),
+            (err: Error) => res.destroy(err),
+          );
       }
     } else {
       sendText(res, 404, 'not found\n');

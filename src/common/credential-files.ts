@@ -23,7 +23,7 @@ export interface FlagFile {
 export class CredentialFilesError extends Error {
   override name = 'CredentialFilesError';
   constructor(readonly problems: readonly string[]) {
-    super(problems.length === 1 ? problems[0]! : `${problems.length} problems with credential files:\n  ${problems.join('\n  ')}`);
+    super(problems.length === 1 ? problems[0] : `${problems.length} problems with credential files:\n  ${problems.join('\n  ')}`);
   }
 }
 
@@ -69,18 +69,24 @@ export function readFlagFile(file: FlagFile): Buffer {
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     const why =
-      e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? `permission denied for uid ${process.getuid?.() ?? '?'}` : e.code === 'EISDIR' ? 'is a directory' : e.message;
+      e.code === 'ENOENT'
+        ? 'no such file'
+        : e.code === 'EACCES'
+          ? `permission denied for uid ${process.getuid?.() ?? '?'}`
+          : e.code === 'EISDIR'
+            ? 'is a directory'
+            : e.message;
     throw problem(file, `cannot read (${e.code ? `${e.code}: ` : ''}${why})`);
   }
 }
 
 function pemLabels(text: string): string[] {
-  return [...text.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----/g)].map((m) => m[1]!);
+  return [...text.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----/g)].map((m) => m[1]);
 }
 
 function pemBlocks(text: string, label: RegExp): string[] {
   const out: string[] = [];
-  for (const m of text.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g)) if (label.test(m[1]!)) out.push(m[0]);
+  for (const m of text.matchAll(/-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g)) if (label.test(m[1])) out.push(m[0]);
   return out;
 }
 
@@ -114,9 +120,11 @@ export function loadCertificates(file: FlagFile): CertificateFile {
 export function loadPrivateKey(file: FlagFile, certFlag: string): KeyFile {
   const pem = readFlagFile(file);
   const labels = pemLabels(pem.toString('utf8'));
-  if (labels.includes('ENCRYPTED PRIVATE KEY')) throw problem(file, 'the key is encrypted; Kanal needs it unencrypted (protect it with file permissions)');
+  if (labels.includes('ENCRYPTED PRIVATE KEY'))
+    throw problem(file, 'the key is encrypted; Kanal needs it unencrypted (protect it with file permissions)');
   if (!labels.some((l) => l.endsWith('PRIVATE KEY'))) {
-    if (labels.some((l) => /CERTIFICATE$/.test(l))) throw problem(file, `holds a certificate, not a private key (are --${certFlag} and --${file.flag} swapped?)`);
+    if (labels.some((l) => /CERTIFICATE$/.test(l)))
+      throw problem(file, `holds a certificate, not a private key (are --${certFlag} and --${file.flag} swapped?)`);
     throw problem(file, 'no PEM private key in the file (expected "-----BEGIN PRIVATE KEY-----", or an RSA or EC one)');
   }
   try {
@@ -136,8 +144,8 @@ function purposeProblem(cert: X509Certificate, purpose: CertificatePurpose): str
 
 /** Throws when `key` does not belong to `cert`'s first certificate or that certificate cannot serve `purpose`. */
 export function checkKeyPair(cert: CertificateFile, key: KeyFile, purpose: CertificatePurpose): void {
-  if (!cert.certs[0]!.checkPrivateKey(key.key)) throw problem(key, `does not belong to ${label(cert)} (the public keys differ)`);
-  const wrong = purposeProblem(cert.certs[0]!, purpose);
+  if (!cert.certs[0].checkPrivateKey(key.key)) throw problem(key, `does not belong to ${label(cert)} (the public keys differ)`);
+  const wrong = purposeProblem(cert.certs[0], purpose);
   if (wrong) throw problem(cert, wrong);
 }
 
@@ -213,4 +221,3 @@ export class CredentialCheck {
     }
   }
 }
-

@@ -8,9 +8,10 @@ export function parseDuration(text: string): number {
   let total = 0;
   let consumed = 0;
   for (let m = part.exec(trimmed); m; m = part.exec(trimmed)) {
-    total += Number(m[1]) * UNIT_MS[m[2]!]!;
+    total += Number(m[1]) * UNIT_MS[m[2]];
     consumed = part.lastIndex;
   }
-  if (consumed === 0 || consumed !== trimmed.length) throw new Error(`invalid duration ${JSON.stringify(text)} (examples: 500ms, 5s, 1m30s)`);
+  if (consumed === 0 || consumed !== trimmed.length)
+    throw new Error(`invalid duration ${JSON.stringify(text)} (examples: 500ms, 5s, 1m30s)`);
   return Math.round(total);
 }

@@ -89,7 +89,11 @@ export class LogDestination {
         const n = this.droppedSinceReport;
         this.droppedSinceReport = 0;
         // Same shape as pino's lines, so log readers see it.
-        this.enqueue(Buffer.from(`${JSON.stringify({ level: 40, time: new Date().toISOString(), msg: 'log lines dropped: stdout was not read fast enough', dropped: n })}\n`));
+        this.enqueue(
+          Buffer.from(
+            `${JSON.stringify({ level: 40, time: new Date().toISOString(), msg: 'log lines dropped: stdout was not read fast enough', dropped: n })}\n`,
+          ),
+        );
         return;
       }
       for (const wake of [...this.idleWaiters]) wake();
@@ -121,18 +125,18 @@ export class LogDestination {
     const parts: Buffer[] = [];
     let size = 0;
     for (let i = 0; i < this.queue.length && size < MAX_WRITE_BYTES; i++) {
-      const part = i === 0 ? this.queue[0]!.subarray(this.headOffset) : this.queue[i]!;
+      const part = i === 0 ? this.queue[0].subarray(this.headOffset) : this.queue[i];
       parts.push(part);
       size += part.length;
     }
-    return parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
+    return parts.length === 1 ? parts[0] : Buffer.concat(parts, size);
   }
 
   private consume(written: number): void {
     this.queuedBytes -= written;
     let left = written;
     while (left > 0 && this.queue.length > 0) {
-      const head = this.queue[0]!;
+      const head = this.queue[0];
       const rest = head.length - this.headOffset;
       if (left < rest) {
         this.headOffset += left;

@@ -110,7 +110,10 @@ export function startMemoryReclaimer(metrics: ReclaimCounters, log: Logger): Mem
       if (r.collected) metrics.memoryCollections.inc();
       metrics.memoryReclaimedBytes.inc(Math.max(0, r.before - r.after));
       if (r.collected || r.before - r.after >= 1024 * 1024) {
-        log.debug({ rssBeforeMiB: mib(r.before), rssAfterMiB: mib(r.after), collected: r.collected, ms: Math.round(r.ms * 10) / 10 }, 'memory reclaimed');
+        log.debug(
+          { rssBeforeMiB: mib(r.before), rssAfterMiB: mib(r.after), collected: r.collected, ms: Math.round(r.ms * 10) / 10 },
+          'memory reclaimed',
+        );
       }
     },
   });

@@ -62,7 +62,10 @@ export class RateLimitedLog {
     clearTimeout(w.timer);
     this.windows.delete(key);
     if (w.suppressed > 0) {
-      this.log[w.level]({ ...w.fields, suppressed: w.suppressed, withinMs: this.intervalMs }, `${w.message} (repeated; ${w.suppressed} more suppressed)`);
+      this.log[w.level](
+        { ...w.fields, suppressed: w.suppressed, withinMs: this.intervalMs },
+        `${w.message} (repeated; ${w.suppressed} more suppressed)`,
+      );
     }
   }
 }

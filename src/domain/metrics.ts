@@ -11,7 +11,9 @@ import type { RefusalReason } from './refusal-reason.js';
 export type Direction = 'cp_to_node' | 'node_to_cp';
 
 /** A Counter whose label values are typed: a misspelt value fails to compile. */
-export type LabelledCounter<L extends Record<string, string>> = Omit<Counter<Extract<keyof L, string>>, 'inc'> & { inc(labels: L, value?: number): void };
+export type LabelledCounter<L extends Record<string, string>> = Omit<Counter<Extract<keyof L, string>>, 'inc'> & {
+  inc(labels: L, value?: number): void;
+};
 
 export class KanalMetrics {
   readonly registry = new Registry();

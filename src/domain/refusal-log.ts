@@ -47,13 +47,21 @@ export class Refusals {
    */
   refuse(reason: RefusalReason, peer: string, fields: Record<string, unknown>, message: string, detail = ''): void {
     this.metrics?.refusals.inc({ reason });
-    this.log.warn(`${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`, { peer, refusal: reason, ...fields }, message);
+    this.log.warn(
+      `${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`,
+      { peer, refusal: reason, ...fields },
+      message,
+    );
   }
 
   /** Counts a refusal of an agent's dial; logs it unless this agent had one for `reason` within the interval (one agent's refusals cannot hide another's). */
   refuseAgent(reason: RefusalReason, agent: DialingAgent, fields: Record<string, unknown>, message: string): void {
     this.metrics?.refusals.inc({ reason });
-    this.log.warn(`${reason} agent ${truncateForLog(agent.credential, 64)} ${truncateForLog(agent.agentID, 64)}`, { agentID: agent.agentID, credential: agent.credential, refusal: reason, ...fields }, message);
+    this.log.warn(
+      `${reason} agent ${truncateForLog(agent.credential, 64)} ${truncateForLog(agent.agentID, 64)}`,
+      { agentID: agent.agentID, credential: agent.credential, refusal: reason, ...fields },
+      message,
+    );
   }
 
   /** Logs the counts still suppressed (at shutdown). */

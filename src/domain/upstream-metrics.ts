@@ -39,8 +39,18 @@ export class UpstreamDialMetrics {
     });
     this.failures =
       component === 'server'
-        ? new Counter({ name: `${SERVER}dial_failure_count`, help: 'Number of dial failures observed. Multiple failures can occur for a single dial request.', labelNames: ['reason'], registers: [registry] })
-        : new Counter({ name: `${AGENT}endpoint_dial_failure_total`, help: 'Number of failures dialing the remote endpoint, by reason (example: timeout).', labelNames: ['reason'], registers: [registry] });
+        ? new Counter({
+            name: `${SERVER}dial_failure_count`,
+            help: 'Number of dial failures observed. Multiple failures can occur for a single dial request.',
+            labelNames: ['reason'],
+            registers: [registry],
+          })
+        : new Counter({
+            name: `${AGENT}endpoint_dial_failure_total`,
+            help: 'Number of failures dialing the remote endpoint, by reason (example: timeout).',
+            labelNames: ['reason'],
+            registers: [registry],
+          });
   }
 
   dialDone(result: DialResult, seconds: number): void {
@@ -54,7 +64,13 @@ export class UpstreamDialMetrics {
 }
 
 /** A gauge whose labelled values are computed at scrape time. */
-function liveGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[], read: () => [Partial<Record<L, string>>, number][]): void {
+function liveGauge<L extends string>(
+  registry: Registry,
+  name: string,
+  help: string,
+  labelNames: readonly L[],
+  read: () => [Partial<Record<L, string>>, number][],
+): void {
   new Gauge({
     name,
     help,
@@ -92,28 +108,89 @@ export interface UpstreamServerLeaseMetrics {
 }
 
 export function registerUpstreamServerMetrics(registry: Registry, r: UpstreamServerReadings): UpstreamServerLeaseMetrics {
-  liveGauge(registry, `${SERVER}grpc_connections`, 'Number of current grpc connections, partitioned by service method.', ['service_method'], () => [
-    [{ service_method: 'Connect' }, r.agentStreams()],
-    [{ service_method: 'Proxy' }, r.proxyStreams()],
+  liveGauge(
+    registry,
+    `${SERVER}grpc_connections`,
+    'Number of current grpc connections, partitioned by service method.',
+    ['service_method'],
+    () => [
+      [{ service_method: 'Connect' }, r.agentStreams()],
+      [{ service_method: 'Proxy' }, r.proxyStreams()],
+    ],
+  );
+  liveGauge(registry, `${SERVER}http_connections`, 'Number of current HTTP CONNECT connections', [], () => [
+    [{}, r.httpConnectConnections()],
   ]);
-  liveGauge(registry, `${SERVER}http_connections`, 'Number of current HTTP CONNECT connections', [], () => [[{}, r.httpConnectConnections()]]);
-  liveGauge(registry, `${SERVER}ready_backend_connections`, 'Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends', [], () => [[{}, r.readyAgents()]]);
+  liveGauge(
+    registry,
+    `${SERVER}ready_backend_connections`,
+    'Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends',
+    [],
+    () => [[{}, r.readyAgents()]],
+  );
   // Reported under "default": the agents ready for any of the configured strategies (docs/metrics.md).
-  liveGauge(registry, `${SERVER}ready_backends`, 'Number of konnectivity agent connected to the proxy server', ['proxy_strategy'], () => [[{ proxy_strategy: 'default' }, r.readyAgents()]]);
-  liveGauge(registry, `${SERVER}pending_backend_dials`, 'Current number of pending backend dial requests', [], () => [[{}, r.pendingDials()]]);
-  liveGauge(registry, `${SERVER}established_connections`, 'Current number of established end-to-end connections (after dial success)', [], () => [[{}, r.establishedConnections()]]);
-  liveGauge(registry, `${SERVER}full_receive_channels`, 'Number of current connections blocked by a full receive channel, partitioned by service method.', ['service_method'], () => [
-    [{ service_method: 'Connect' }, r.pausedAgentStreams()],
-    [{ service_method: 'Proxy' }, r.pausedProxyStreams()],
+  liveGauge(registry, `${SERVER}ready_backends`, 'Number of konnectivity agent connected to the proxy server', ['proxy_strategy'], () => [
+    [{ proxy_strategy: 'default' }, r.readyAgents()],
   ]);
+  liveGauge(registry, `${SERVER}pending_backend_dials`, 'Current number of pending backend dial requests', [], () => [
+    [{}, r.pendingDials()],
+  ]);
+  liveGauge(
+    registry,
+    `${SERVER}established_connections`,
+    'Current number of established end-to-end connections (after dial success)',
+    [],
+    () => [[{}, r.establishedConnections()]],
+  );
+  liveGauge(
+    registry,
+    `${SERVER}full_receive_channels`,
+    'Number of current connections blocked by a full receive channel, partitioned by service method.',
+    ['service_method'],
+    () => [
+      [{ service_method: 'Connect' }, r.pausedAgentStreams()],
+      [{ service_method: 'Proxy' }, r.pausedProxyStreams()],
+    ],
+  );
   // Upstream observes each Send() to a frontend; Kanal's writes are asynchronous and flow-controlled (docs/metrics.md).
-  new Histogram({ name: `${SERVER}frontend_write_duration_seconds`, help: 'Latency of write to the frontend in seconds (Kanal: not observed, see docs/metrics.md)', buckets: SERVER_BUCKETS, registers: [registry] });
+  new Histogram({
+    name: `${SERVER}frontend_write_duration_seconds`,
+    help: 'Latency of write to the frontend in seconds (Kanal: not observed, see docs/metrics.md)',
+    buckets: SERVER_BUCKETS,
+    registers: [registry],
+  });
   return {
-    culled: new Counter({ name: `${SERVER}culled_leases_count`, help: 'Count of expired leases that the lease garbage collection controller has culled.', registers: [registry] }),
-    deletes: new Counter({ name: `${SERVER}lease_delete_total`, help: 'Count of lease delection calls by the garbage collection controller. Labeled by HTTP status code and reason.', labelNames: ['http_status_code', 'reason'], registers: [registry] }),
-    deleteSeconds: new Histogram({ name: `${SERVER}lease_delete_latency_seconds`, help: 'Latency of lease deletion calls by the garbage collection controller', labelNames: ['http_status_code'], buckets: SERVER_BUCKETS, registers: [registry] }),
-    lists: new Counter({ name: `${SERVER}lease_list_total`, help: 'Count of lease list calls by the garbage collection controller. Labeled by HTTP status code and reason.', labelNames: ['http_status_code', 'reason'], registers: [registry] }),
-    listSeconds: new Histogram({ name: `${SERVER}lease_list_latency_seconds`, help: 'Latency of lease list calls by the garbage collection controller', labelNames: ['http_status_code'], buckets: SERVER_BUCKETS, registers: [registry] }),
+    culled: new Counter({
+      name: `${SERVER}culled_leases_count`,
+      help: 'Count of expired leases that the lease garbage collection controller has culled.',
+      registers: [registry],
+    }),
+    deletes: new Counter({
+      name: `${SERVER}lease_delete_total`,
+      help: 'Count of lease delection calls by the garbage collection controller. Labeled by HTTP status code and reason.',
+      labelNames: ['http_status_code', 'reason'],
+      registers: [registry],
+    }),
+    deleteSeconds: new Histogram({
+      name: `${SERVER}lease_delete_latency_seconds`,
+      help: 'Latency of lease deletion calls by the garbage collection controller',
+      labelNames: ['http_status_code'],
+      buckets: SERVER_BUCKETS,
+      registers: [registry],
+    }),
+    lists: new Counter({
+      name: `${SERVER}lease_list_total`,
+      help: 'Count of lease list calls by the garbage collection controller. Labeled by HTTP status code and reason.',
+      labelNames: ['http_status_code', 'reason'],
+      registers: [registry],
+    }),
+    listSeconds: new Histogram({
+      name: `${SERVER}lease_list_latency_seconds`,
+      help: 'Latency of lease list calls by the garbage collection controller',
+      labelNames: ['http_status_code'],
+      buckets: SERVER_BUCKETS,
+      registers: [registry],
+    }),
   };
 }
 
@@ -134,13 +211,40 @@ export interface UpstreamAgentEventMetrics {
 }
 
 export function registerUpstreamAgentMetrics(registry: Registry, r: UpstreamAgentReadings): UpstreamAgentEventMetrics {
-  liveGauge(registry, `${AGENT}open_server_connections`, 'Current number of open server connections.', [], () => [[{}, r.serverConnections()]]);
-  liveGauge(registry, `${AGENT}known_server_count`, 'Current number of servers agent is trying to connect to.', [], () => [[{}, r.knownServers()]]);
-  liveGauge(registry, `${AGENT}open_endpoint_connections`, 'Current number of open endpoint connections.', [], () => [[{}, r.endpointConnections()]]);
+  liveGauge(registry, `${AGENT}open_server_connections`, 'Current number of open server connections.', [], () => [
+    [{}, r.serverConnections()],
+  ]);
+  liveGauge(registry, `${AGENT}known_server_count`, 'Current number of servers agent is trying to connect to.', [], () => [
+    [{}, r.knownServers()],
+  ]);
+  liveGauge(registry, `${AGENT}open_endpoint_connections`, 'Current number of open endpoint connections.', [], () => [
+    [{}, r.endpointConnections()],
+  ]);
   return {
-    serverFailures: new Counter({ name: `${AGENT}server_connection_failure_count`, help: 'Count of failures to send to or receive from the proxy server, labeled by the direction (from_server or to_server).', labelNames: ['direction'], registers: [registry] }),
-    leaseLists: new Counter({ name: `${AGENT}lease_lists_total`, help: 'Count of server lease list calls made by the agent to the k8s apiserver, labeled by HTTP response code and reason', labelNames: ['http_response_code', 'reason'], registers: [registry] }),
-    leaseWatches: new Counter({ name: `${AGENT}lease_watches_total`, help: 'Count of server lease watch calls made by the agent to the k8s apiserver, labeled by HTTP response code and reason', labelNames: ['http_response_code', 'reason'], registers: [registry] }),
-    leaseListSeconds: new Histogram({ name: `${AGENT}lease_list_latency_seconds`, help: 'Latency of server lease listing in seconds', labelNames: ['http_response_code'], buckets: AGENT_BUCKETS, registers: [registry] }),
+    serverFailures: new Counter({
+      name: `${AGENT}server_connection_failure_count`,
+      help: 'Count of failures to send to or receive from the proxy server, labeled by the direction (from_server or to_server).',
+      labelNames: ['direction'],
+      registers: [registry],
+    }),
+    leaseLists: new Counter({
+      name: `${AGENT}lease_lists_total`,
+      help: 'Count of server lease list calls made by the agent to the k8s apiserver, labeled by HTTP response code and reason',
+      labelNames: ['http_response_code', 'reason'],
+      registers: [registry],
+    }),
+    leaseWatches: new Counter({
+      name: `${AGENT}lease_watches_total`,
+      help: 'Count of server lease watch calls made by the agent to the k8s apiserver, labeled by HTTP response code and reason',
+      labelNames: ['http_response_code', 'reason'],
+      registers: [registry],
+    }),
+    leaseListSeconds: new Histogram({
+      name: `${AGENT}lease_list_latency_seconds`,
+      help: 'Latency of server lease listing in seconds',
+      labelNames: ['http_response_code'],
+      buckets: AGENT_BUCKETS,
+      registers: [registry],
+    }),
   };
 }

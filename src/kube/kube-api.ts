@@ -147,7 +147,11 @@ export class KubeApi {
       release = await this.slots.acquire(timeoutMs);
     } catch (err) {
       if (err instanceof SlotsUnavailableError) {
-        throw new KubeApiError(err.why === 'queue-full' ? 'overloaded' : 'timeout', operation, `Kubernetes API client busy: ${err.message}`);
+        throw new KubeApiError(
+          err.why === 'queue-full' ? 'overloaded' : 'timeout',
+          operation,
+          `Kubernetes API client busy: ${err.message}`,
+        );
       }
       throw err;
     }
@@ -196,7 +200,13 @@ export class KubeApi {
     return { stop: () => end() };
   }
 
-  private readWatch(operation: string, res: IncomingMessage, handlers: WatchHandlers, maxLineBytes: number, end: (err?: KubeApiError) => void): void {
+  private readWatch(
+    operation: string,
+    res: IncomingMessage,
+    handlers: WatchHandlers,
+    maxLineBytes: number,
+    end: (err?: KubeApiError) => void,
+  ): void {
     if (res.statusCode !== 200) {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -275,7 +285,11 @@ export class KubeApi {
     const e = err as NodeJS.ErrnoException;
     const code = e?.code ?? (e as { errno?: string })?.errno;
     if (typeof code === 'string' && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ALTNAME|TLS/i.test(code)) {
-      return new KubeApiError('unreachable', operation, `TLS to the Kubernetes API at ${this.server} failed (${e.message}): check the CA and server name in the kubeconfig`);
+      return new KubeApiError(
+        'unreachable',
+        operation,
+        `TLS to the Kubernetes API at ${this.server} failed (${e.message}): check the CA and server name in the kubeconfig`,
+      );
     }
     if (typeof code === 'string' || e?.name === 'FetchError') {
       return new KubeApiError('unreachable', operation, `cannot reach the Kubernetes API at ${this.server}: ${e.message}`);
@@ -314,7 +328,8 @@ export class KubeApi {
       case 429:
         return new KubeApiError('throttled', operation, `429 Too Many Requests from the Kubernetes API${said}`, code, reason);
       default:
-        if (code === 400 || code === 422) return new KubeApiError('invalid', operation, `${code} ${reason ?? 'Invalid'}${said}`, code, reason);
+        if (code === 400 || code === 422)
+          return new KubeApiError('invalid', operation, `${code} ${reason ?? 'Invalid'}${said}`, code, reason);
         return new KubeApiError('server-error', operation, `HTTP ${code} from the Kubernetes API${said}`, code, reason);
     }
   }
@@ -370,10 +385,19 @@ class KeptAliveAgent {
     if (!fresh || Object.getPrototypeOf(fresh) !== https.Agent.prototype) return undefined;
     const o = (fresh as https.Agent).options;
     const key = createHash('sha256')
-      .update(JSON.stringify([o.ca, o.cert, o.key, o.pfx, o.passphrase, o.rejectUnauthorized, o.servername].map((v) => (Buffer.isBuffer(v) ? v.toString('base64') : v))))
+      .update(
+        JSON.stringify(
+          [o.ca, o.cert, o.key, o.pfx, o.passphrase, o.rejectUnauthorized, o.servername].map((v) =>
+            Buffer.isBuffer(v) ? v.toString('base64') : v,
+          ),
+        ),
+      )
       .digest('hex');
     if (this.current?.key !== key) {
-      this.current = { key, agent: new https.Agent({ ...o, keepAlive: true, maxSockets: this.maxSockets, maxFreeSockets: this.maxSockets, timeout: 60_000 }) };
+      this.current = {
+        key,
+        agent: new https.Agent({ ...o, keepAlive: true, maxSockets: this.maxSockets, maxFreeSockets: this.maxSockets, timeout: 60_000 }),
+      };
     }
     return this.current.agent;
   }

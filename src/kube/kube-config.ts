@@ -28,7 +28,9 @@ export interface KubeConfigSource {
 }
 
 export function loadKubeConfig(source: KubeConfigSource = {}): KubeConfig {
-  const kc = source.kubeconfig ? fromFile(source.kubeconfig) : inCluster(source.env ?? process.env, source.serviceAccountDir ?? SERVICE_ACCOUNT_DIR);
+  const kc = source.kubeconfig
+    ? fromFile(source.kubeconfig)
+    : inCluster(source.env ?? process.env, source.serviceAccountDir ?? SERVICE_ACCOUNT_DIR);
   const where = source.kubeconfig ? `kubeconfig ${source.kubeconfig}` : 'the in-cluster configuration';
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new KubeConfigError(`${where}: no cluster for current-context ${JSON.stringify(kc.getCurrentContext())}`);
@@ -36,7 +38,9 @@ export function loadKubeConfig(source: KubeConfigSource = {}): KubeConfig {
   if (!user) throw new KubeConfigError(`${where}: no user for current-context ${JSON.stringify(kc.getCurrentContext())}`);
   if (!hasCredential(user)) {
     // Anonymous requests would only come back 401/403 later, further from the cause.
-    throw new KubeConfigError(`${where}: user ${JSON.stringify(user.name)} has no credential (client-certificate, token, tokenFile, exec or auth-provider)`);
+    throw new KubeConfigError(
+      `${where}: user ${JSON.stringify(user.name)} has no credential (client-certificate, token, tokenFile, exec or auth-provider)`,
+    );
   }
   let url: URL;
   try {
@@ -45,7 +49,9 @@ export function loadKubeConfig(source: KubeConfigSource = {}): KubeConfig {
     throw new KubeConfigError(`${where}: cluster server ${JSON.stringify(cluster.server)} is not a URL`);
   }
   if (url.protocol !== 'https:') {
-    throw new KubeConfigError(`${where}: cluster server ${cluster.server} is not https://; Kanal talks to the Kubernetes API over TLS only`);
+    throw new KubeConfigError(
+      `${where}: cluster server ${cluster.server} is not https://; Kanal talks to the Kubernetes API over TLS only`,
+    );
   }
   return kc;
 }
@@ -75,9 +81,11 @@ function useTokenFile(kc: KubeConfig, text: string, dir: string): void {
   const doc = parseYaml(text) as { users?: Array<{ name?: string; user?: { tokenFile?: unknown } }> } | null;
   const tokenFile = doc?.users?.find((u) => u.name === user.name)?.user?.tokenFile;
   if (typeof tokenFile !== 'string' || tokenFile === '') return;
-  const users = kc.getUsers().map((u) =>
-    u.name === user.name ? { ...u, authProvider: { name: 'tokenFile', config: { tokenFile: path.resolve(dir, tokenFile) } } } : u,
-  );
+  const users = kc
+    .getUsers()
+    .map((u) =>
+      u.name === user.name ? { ...u, authProvider: { name: 'tokenFile', config: { tokenFile: path.resolve(dir, tokenFile) } } } : u,
+    );
   kc.loadFromOptions({ clusters: kc.getClusters(), users, contexts: kc.getContexts(), currentContext: kc.getCurrentContext() });
 }
 
@@ -99,7 +107,9 @@ function inCluster(env: NodeJS.ProcessEnv, dir: string): KubeConfig {
     try {
       fs.accessSync(file, fs.constants.R_OK);
     } catch {
-      throw new KubeConfigError(`no --kubeconfig given and the in-cluster service account file ${file} is not readable: mount the service account or pass --kubeconfig`);
+      throw new KubeConfigError(
+        `no --kubeconfig given and the in-cluster service account file ${file} is not readable: mount the service account or pass --kubeconfig`,
+      );
     }
   }
   const kc = new KubeConfig();

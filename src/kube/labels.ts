@@ -61,9 +61,7 @@ export function formatLabels(labels: Labels): string {
     .join(',');
 }
 
-type Requirement =
-  | { key: string; op: 'exists' | 'absent' }
-  | { key: string; op: 'in' | 'notin'; values: ReadonlySet<string> };
+type Requirement = { key: string; op: 'exists' | 'absent' } | { key: string; op: 'in' | 'notin'; values: ReadonlySet<string> };
 
 /** A parsed label selector; the empty selector matches everything. */
 export class LabelSelector {
@@ -128,13 +126,13 @@ function parseRequirement(part: string, flag: string): Requirement {
   if (part === '') throw new LabelSyntaxError(`${flag}: empty requirement (two commas in a row?)`);
   const set = /^(\S+)\s+(in|notin)\s*\((.*)\)$/.exec(part);
   if (set) {
-    const values = set[3]!.split(',').map((v) => checkValue(v.trim(), flag));
-    return { key: checkKey(set[1]!, flag), op: set[2] === 'in' ? 'in' : 'notin', values: new Set(values) };
+    const values = set[3].split(',').map((v) => checkValue(v.trim(), flag));
+    return { key: checkKey(set[1], flag), op: set[2] === 'in' ? 'in' : 'notin', values: new Set(values) };
   }
   const eq = /^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$/.exec(part);
   if (eq) {
-    const values = new Set([checkValue(eq[3]!, flag)]);
-    return { key: checkKey(eq[1]!, flag), op: eq[2] === '!=' ? 'notin' : 'in', values };
+    const values = new Set([checkValue(eq[3], flag)]);
+    return { key: checkKey(eq[1], flag), op: eq[2] === '!=' ? 'notin' : 'in', values };
   }
   if (part.startsWith('!')) return { key: checkKey(part.slice(1).trim(), flag), op: 'absent' };
   if (/^[^\s=!<>()]+$/.test(part)) return { key: checkKey(part, flag), op: 'exists' };

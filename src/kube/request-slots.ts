@@ -30,7 +30,8 @@ export class RequestSlots {
     readonly limit: number,
     readonly maxWaiting: number,
   ) {
-    if (!(limit >= 1) || !(maxWaiting >= 0)) throw new RangeError(`RequestSlots(${limit}, ${maxWaiting}): need limit >= 1 and maxWaiting >= 0`);
+    if (!(limit >= 1) || !(maxWaiting >= 0))
+      throw new RangeError(`RequestSlots(${limit}, ${maxWaiting}): need limit >= 1 and maxWaiting >= 0`);
   }
 
   get inUse(): number {
@@ -48,16 +49,23 @@ export class RequestSlots {
       return Promise.resolve(this.releaser());
     }
     if (this.waiters.length >= this.maxWaiting) {
-      return Promise.reject(new SlotsUnavailableError('queue-full', `${this.held} requests in flight and ${this.waiters.length} waiting (the limit)`));
+      return Promise.reject(
+        new SlotsUnavailableError('queue-full', `${this.held} requests in flight and ${this.waiters.length} waiting (the limit)`),
+      );
     }
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
         grant: resolve,
-        timer: setTimeout(() => {
-          const i = this.waiters.indexOf(waiter);
-          if (i >= 0) this.waiters.splice(i, 1);
-          reject(new SlotsUnavailableError('wait-timeout', `no request slot free within ${Math.round(maxWaitMs)} ms (${this.held} in flight)`));
-        }, Math.max(0, maxWaitMs)),
+        timer: setTimeout(
+          () => {
+            const i = this.waiters.indexOf(waiter);
+            if (i >= 0) this.waiters.splice(i, 1);
+            reject(
+              new SlotsUnavailableError('wait-timeout', `no request slot free within ${Math.round(maxWaitMs)} ms (${this.held} in flight)`),
+            );
+          },
+          Math.max(0, maxWaitMs),
+        ),
       };
       this.waiters.push(waiter);
     });

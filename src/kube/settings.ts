@@ -18,7 +18,10 @@ const CONTENT_TYPES = [PROTOBUF_CONTENT_TYPE, JSON_CONTENT_TYPE] as const;
 
 /** What both commands take to reach the API. */
 export const kubeSettings = {
-  kubeconfig: optionalText({ describe: 'kubeconfig for the Kubernetes API (token reviews, leases); absent: the in-cluster configuration of the pod', group: KUBE }),
+  kubeconfig: optionalText({
+    describe: 'kubeconfig for the Kubernetes API (token reviews, leases); absent: the in-cluster configuration of the pod',
+    group: KUBE,
+  }),
   'kube-api-content-type': text({
     default: PROTOBUF_CONTENT_TYPE,
     describe: `Content type of requests to the Kubernetes API: ${PROTOBUF_CONTENT_TYPE} (upstream's default) or ${JSON_CONTENT_TYPE}; Kanal's client sends JSON for both`,
@@ -35,7 +38,7 @@ export const kubeRateSettings = {
   'kubeconfig-qps': setting({
     type: 'number',
     default: 0,
-    describe: 'Requests per second to the Kubernetes API, per client (0: client-go\'s 5; negative: no limit)',
+    describe: "Requests per second to the Kubernetes API, per client (0: client-go's 5; negative: no limit)",
     group: KUBE,
     parse: (v: number, flag) => {
       if (!Number.isFinite(v)) throw new UsageError(`--${flag} must be a number (0: client-go's 5; negative: no limit)`);
@@ -45,10 +48,11 @@ export const kubeRateSettings = {
   'kubeconfig-burst': setting({
     type: 'number',
     default: 0,
-    describe: 'Burst of requests to the Kubernetes API, per client (0: client-go\'s 10)',
+    describe: "Burst of requests to the Kubernetes API, per client (0: client-go's 10)",
     group: KUBE,
     parse: (v: number, flag) => {
-      if (!Number.isInteger(v) || v < 0) throw new UsageError(`--${flag} must be a whole number of at least 0 (0: client-go's 10), got ${v}`);
+      if (!Number.isInteger(v) || v < 0)
+        throw new UsageError(`--${flag} must be a whole number of at least 0 (0: client-go's 10), got ${v}`);
       return v;
     },
   }),
@@ -86,6 +90,16 @@ export const leaseSelectorSetting = setting({
 });
 
 /** The client's configuration from the settings above (the rate settings are the server's; the agent asks at client-go's defaults). */
-export function kubeClientConfig(v: { kubeconfig: string | undefined; 'kube-api-content-type': string; 'kubeconfig-qps'?: number; 'kubeconfig-burst'?: number }): KubeClientConfig {
-  return { kubeconfig: v.kubeconfig || undefined, qps: v['kubeconfig-qps'] ?? 0, burst: v['kubeconfig-burst'] ?? 0, contentType: v['kube-api-content-type'] };
+export function kubeClientConfig(v: {
+  kubeconfig: string | undefined;
+  'kube-api-content-type': string;
+  'kubeconfig-qps'?: number;
+  'kubeconfig-burst'?: number;
+}): KubeClientConfig {
+  return {
+    kubeconfig: v.kubeconfig || undefined,
+    qps: v['kubeconfig-qps'] ?? 0,
+    burst: v['kubeconfig-burst'] ?? 0,
+    contentType: v['kube-api-content-type'],
+  };
 }

@@ -97,10 +97,21 @@ function sendBufferSizer(size: (s: net.Socket) => SendBufferResult, log: Logger,
  * that sent half a record, or nothing, kept its connection (and a file
  * descriptor) for as long as it liked.
  */
-function closeFailedHandshakes(server: tls.Server, peers: WeakMap<net.Socket, string>, refusals: Refusals, what: 'agent' | 'frontend'): void {
+function closeFailedHandshakes(
+  server: tls.Server,
+  peers: WeakMap<net.Socket, string>,
+  refusals: Refusals,
+  what: 'agent' | 'frontend',
+): void {
   server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
     const code = err.code ?? err.message;
-    refusals.refuse(`${what}_tls_handshake`, tlsPeer(socket, peers), { err: code }, `refused ${what} connection: TLS handshake failed`, code);
+    refusals.refuse(
+      `${what}_tls_handshake`,
+      tlsPeer(socket, peers),
+      { err: code },
+      `refused ${what} connection: TLS handshake failed`,
+      code,
+    );
     socket.destroy();
   });
 }
@@ -168,18 +179,34 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     const peer = tlsPeer(socket, peers);
     if (!verdict.ok) {
       const what = verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate';
-      opts.refusals.refuse(`agent_${verdict.refusal}`, peer, { reason: verdict.detail }, `refused agent connection: ${what}`, verdict.detail);
+      opts.refusals.refuse(
+        `agent_${verdict.refusal}`,
+        peer,
+        { reason: verdict.detail },
+        `refused agent connection: ${what}`,
+        verdict.detail,
+      );
       socket.destroy();
       return;
     }
     opts.log.debug({ peer, credential: verdict.credential.subject, identity: verdict.detail }, 'agent TLS connection accepted');
-    closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'));
+    closeWhenPeerGone(socket, (reason) =>
+      opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'),
+    );
     opts.grpc.injectConnection(socket, verdict.credential);
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'agent');
   const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
   reportErrors(server, opts.log);
-  opts.log.info({ address: `${opts.host}:${port}`, mtls: !!opts.tls.ca, tokens: !!opts.tokenAuthentication, allowUnauthenticated: opts.allowUnauthenticated }, 'agent listener ready');
+  opts.log.info(
+    {
+      address: `${opts.host}:${port}`,
+      mtls: !!opts.tls.ca,
+      tokens: !!opts.tokenAuthentication,
+      allowUnauthenticated: opts.allowUnauthenticated,
+    },
+    'agent listener ready',
+  );
   return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
 }
 
@@ -216,14 +243,22 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
     }
     if (proto === 'h2' && opts.mode !== 'http-connect') {
       // Only HTTP/2 sessions can miss a dead peer (see peer-gone-watch.ts); Unix sockets are skipped.
-      closeWhenPeerGone(socket, (reason) => opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'));
+      closeWhenPeerGone(socket, (reason) =>
+        opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
+      );
       opts.grpc.injectConnection(socket);
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
       opts.httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt));
       socket.resume();
     } else {
-      opts.refusals.refuse('frontend_protocol', peer, { protocol: proto, mode: opts.mode }, 'refused frontend connection: protocol not served in this --mode', proto);
+      opts.refusals.refuse(
+        'frontend_protocol',
+        peer,
+        { protocol: proto, mode: opts.mode },
+        'refused frontend connection: protocol not served in this --mode',
+        proto,
+      );
       socket.destroy();
     }
   };
@@ -246,7 +281,10 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
     const file: UnixSocketFile = await listenUnix(server, opts.uds);
     reportErrors(server, opts.log);
-    opts.log.info({ uds: file.path, mode: opts.mode, fileMode: `0${(opts.uds.mode ?? DEFAULT_UDS_MODE).toString(8)}`, gid: opts.uds.gid }, 'frontend listener ready');
+    opts.log.info(
+      { uds: file.path, mode: opts.mode, fileMode: `0${(opts.uds.mode ?? DEFAULT_UDS_MODE).toString(8)}`, gid: opts.uds.gid },
+      'frontend listener ready',
+    );
     return {
       address: `unix://${file.path}`,
       port: 0,
@@ -273,7 +311,13 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       const verdict = verifyClientCertificate(socket, 'frontend', tcp.roles ?? new ClientRoles());
       if (!verdict.ok) {
         const what = verdict.refusal === 'role' ? 'not a frontend credential' : 'no valid client certificate';
-        opts.refusals.refuse(`frontend_${verdict.refusal}`, peer, { reason: verdict.detail }, `refused frontend connection: ${what}`, verdict.detail);
+        opts.refusals.refuse(
+          `frontend_${verdict.refusal}`,
+          peer,
+          { reason: verdict.detail },
+          `refused frontend connection: ${what}`,
+          verdict.detail,
+        );
         socket.destroy();
         return;
       }

@@ -163,9 +163,15 @@ export class KanalServer {
   private registerGauges(): void {
     const metrics = this.metrics;
     metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
-    metrics.gauge('kanal_server_agent_identities', 'Distinct agents (credential + agentID) connected to this server', () => this.registry.agentCount);
-    metrics.gauge('kanal_server_agent_tunnels_quiet', 'Agent tunnels whose liveness PING is unanswered (dials avoid them)', () =>
-      this.registry.list().filter((b) => b.liveness?.quiet).length,
+    metrics.gauge(
+      'kanal_server_agent_identities',
+      'Distinct agents (credential + agentID) connected to this server',
+      () => this.registry.agentCount,
+    );
+    metrics.gauge(
+      'kanal_server_agent_tunnels_quiet',
+      'Agent tunnels whose liveness PING is unanswered (dials avoid them)',
+      () => this.registry.list().filter((b) => b.liveness?.quiet).length,
     );
     metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
     metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
@@ -174,12 +180,20 @@ export class KanalServer {
     metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
       this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
     );
-    metrics.gauge('kanal_server_node_to_cp_connections', 'Node -> control plane connections the server holds (dialling or open), all agents', () => this.nodeToCp.used);
-    metrics.gauge('kanal_server_streams_read_paused', 'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)', () =>
-      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
+    metrics.gauge(
+      'kanal_server_node_to_cp_connections',
+      'Node -> control plane connections the server holds (dialling or open), all agents',
+      () => this.nodeToCp.used,
     );
-    metrics.gauge('kanal_server_window_growth_bytes', 'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams', () =>
-      [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
+    metrics.gauge(
+      'kanal_server_streams_read_paused',
+      'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)',
+      () => [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
+    );
+    metrics.gauge(
+      'kanal_server_window_growth_bytes',
+      'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams',
+      () => [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
     );
   }
 
@@ -239,7 +253,11 @@ export class KanalServer {
     }
     const { serverID, serverCount, agent, leases } = this.opts;
     const keepalive = agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
-    const tokens = agent.tokens && { user: agent.tokens.expectedUsername, audience: agent.tokens.audience, clientCertificate: agent.tls.ca ? 'required' : 'not asked for' };
+    const tokens = agent.tokens && {
+      user: agent.tokens.expectedUsername,
+      audience: agent.tokens.audience,
+      clientCertificate: agent.tls.ca ? 'required' : 'not asked for',
+    };
     if (leases) {
       const m = this.upstreamLeaseMetrics;
       leases.on('collected', () => m.culled.inc());
@@ -258,7 +276,10 @@ export class KanalServer {
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
     const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
     this.transition({ kind: 'listening' });
-    this.opts.log.info({ serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease }, 'kanal server started');
+    this.opts.log.info(
+      { serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease },
+      'kanal server started',
+    );
   }
 
   private async startListeners(): Promise<void> {
@@ -270,7 +291,10 @@ export class KanalServer {
     const nodeToCp = this.nodeToCp;
     const openFiles = openFilesLimit();
     if (openFiles !== undefined && nodeToCp.limit >= openFiles) {
-      log.warn({ maxNodeToCpConnections: nodeToCp.limit, openFilesLimit: openFiles }, '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit');
+      log.warn(
+        { maxNodeToCpConnections: nodeToCp.limit, openFilesLimit: openFiles },
+        '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit',
+      );
     }
     const frontendLog = log.child({ part: 'frontend' });
     const agentLog = log.child({ part: 'agents' });
@@ -279,7 +303,11 @@ export class KanalServer {
     const agentRefusals = this.refusals(agentLog);
     const allowList = new AllowList(opts.allowedDestinations);
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
-    else log.info({ allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles }, 'node -> control plane destinations allowed');
+    else
+      log.info(
+        { allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles },
+        'node -> control plane destinations allowed',
+      );
 
     const keepalive = opts.agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
     const agentGrpc = opts.transport.createServer<AgentCredential>(
@@ -288,7 +316,14 @@ export class KanalServer {
           serverID: opts.serverID,
           serverCount: opts.serverCount,
           registry: this.registry,
-          destinations: new DestinationDialer(allowList, opts.destinationDialTimeoutMs, nodeToCp, nodeDialLog, this.refusals(nodeDialLog), metrics),
+          destinations: new DestinationDialer(
+            allowList,
+            opts.destinationDialTimeoutMs,
+            nodeToCp,
+            nodeDialLog,
+            this.refusals(nodeDialLog),
+            metrics,
+          ),
           features: SERVER_FEATURES,
           limits: { ...opts.limits, ...opts.agentLimits },
           log: agentLog,
@@ -311,7 +346,14 @@ export class KanalServer {
     );
     this.closers.push(() => agentGrpc.close(1000));
 
-    const backendDialer = new BackendDialer(this.registry, opts.backendDialTimeoutMs, frontendLog, metrics, frontendRefusals, opts.proxyStrategies);
+    const backendDialer = new BackendDialer(
+      this.registry,
+      opts.backendDialTimeoutMs,
+      frontendLog,
+      metrics,
+      frontendRefusals,
+      opts.proxyStrategies,
+    );
     const frontendGrpc = opts.transport.createServer(
       {
         proxy: createGrpcFrontend(backendDialer, frontendLog, (t) => this.trackFrontend(t), opts.limits, metrics),
@@ -345,9 +387,11 @@ export class KanalServer {
     });
     if (opts.health) {
       const { host, port } = opts.health;
-      this.health = await startHealthServer({ host, port, readiness: () => this.readiness(), registry: metrics.registry, log }).catch((err: unknown) => {
-        throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
-      });
+      this.health = await startHealthServer({ host, port, readiness: () => this.readiness(), registry: metrics.registry, log }).catch(
+        (err: unknown) => {
+          throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
+        },
+      );
     }
   }
 
@@ -399,7 +443,8 @@ export class KanalServer {
 
   /** Moves along NEXT_STATES; any other move is a bug here and throws. */
   private transition(next: ServerState): void {
-    if (!NEXT_STATES[this.current.kind].includes(next.kind)) throw new Error(`server: no transition from ${this.current.kind} to ${next.kind}`);
+    if (!NEXT_STATES[this.current.kind].includes(next.kind))
+      throw new Error(`server: no transition from ${this.current.kind} to ${next.kind}`);
     this.current = next;
   }
 

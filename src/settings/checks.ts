@@ -28,7 +28,8 @@ export function portFlag(flag: string, value: number, allowZero: boolean): numbe
 
 /** A whole number of at least `min` (counts: connections, dials). */
 export function countFlag(flag: string, value: number, min = 1): number {
-  if (!Number.isInteger(value) || value < min) throw new UsageError(`--${flag} must be a whole number of at least ${min}, got ${got(value)}`);
+  if (!Number.isInteger(value) || value < min)
+    throw new UsageError(`--${flag} must be a whole number of at least ${min}, got ${got(value)}`);
   return value;
 }
 
@@ -37,7 +38,9 @@ const MAX_CONNECTION_WINDOW_CEILING = 64 * 1024 * 1024;
 /** `--max-connection-window`: from `initial` (the window every connection starts with, DEFAULT_LIMITS.windowBytes) to 64 MiB. */
 export function connectionWindowFlag(flag: string, value: number, initial: number): number {
   if (!Number.isInteger(value) || value < initial || value > MAX_CONNECTION_WINDOW_CEILING) {
-    throw new UsageError(`--${flag} must be a whole number of bytes from ${initial} (the window every connection starts with) to ${MAX_CONNECTION_WINDOW_CEILING}, got ${got(value)}`);
+    throw new UsageError(
+      `--${flag} must be a whole number of bytes from ${initial} (the window every connection starts with) to ${MAX_CONNECTION_WINDOW_CEILING}, got ${got(value)}`,
+    );
   }
   return value;
 }

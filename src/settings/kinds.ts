@@ -13,7 +13,16 @@ export interface Described {
 }
 
 /** A setting of any shape: the kinds below are this with a parser chosen. */
-export function setting<G, V>(spec: Described & { type: GivenType; default?: G; array?: boolean; choices?: readonly string[]; hidden?: boolean; parse: (given: G, flag: string) => V }): Setting<G, V> {
+export function setting<G, V>(
+  spec: Described & {
+    type: GivenType;
+    default?: G;
+    array?: boolean;
+    choices?: readonly string[];
+    hidden?: boolean;
+    parse: (given: G, flag: string) => V;
+  },
+): Setting<G, V> {
   return spec;
 }
 
@@ -31,7 +40,9 @@ export function text(o: Described & { default: string; check?: (value: string, f
 }
 
 /** Free text that may be absent. */
-export function optionalText(o: Described & { check?: (value: string, flag: string) => void }): Setting<string | undefined, string | undefined> {
+export function optionalText(
+  o: Described & { check?: (value: string, flag: string) => void },
+): Setting<string | undefined, string | undefined> {
   const { check, ...rest } = o;
   return setting({
     ...rest,
@@ -73,7 +84,13 @@ export function choice<T extends string>(o: Described & { choices: readonly T[];
 /** A repeatable flag, each value checked by `item` (which may throw a UsageError naming the flag). */
 export function listOf<T>(o: Described & { item: (value: string, flag: string) => T }): Setting<readonly string[], T[]> {
   const { item, ...rest } = o;
-  return setting({ ...rest, type: 'string', array: true, default: [] as readonly string[], parse: (v: readonly string[], flag) => v.map((x) => item(x, flag)) });
+  return setting({
+    ...rest,
+    type: 'string',
+    array: true,
+    default: [] as readonly string[],
+    parse: (v: readonly string[], flag) => v.map((x) => item(x, flag)),
+  });
 }
 
 /** A repeatable flag taken as given. */

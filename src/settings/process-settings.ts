@@ -8,7 +8,11 @@ export const LOGGING = 'Logging';
 
 export const processSettings = {
   'log-level': {
-    ...optionalText({ describe: 'Log level (JSON logs on stdout; default: from --v, else info)', group: LOGGING, check: (v, flag) => void choiceFlag(flag, v, LOG_LEVELS) }),
+    ...optionalText({
+      describe: 'Log level (JSON logs on stdout; default: from --v, else info)',
+      group: LOGGING,
+      check: (v, flag) => void choiceFlag(flag, v, LOG_LEVELS),
+    }),
     choices: LOG_LEVELS,
   },
   'dry-run': toggle({ describe: 'Validate flags, print the configuration as JSON and exit', group: 'Command' }),

@@ -5,7 +5,12 @@ import { helpGroups } from './table.js';
 function defaultText(s: AnySetting): string {
   const d = s.default;
   if (d === undefined || d === '' || (Array.isArray(d) && d.length === 0)) return '';
-  return `\`${Array.isArray(d) ? d.join(',') : String(d)}\``;
+  const text = Array.isArray(d)
+    ? d.join(',')
+    : typeof d === 'string' || typeof d === 'number' || typeof d === 'boolean'
+      ? String(d)
+      : JSON.stringify(d);
+  return `\`${text}\``;
 }
 
 const cell = (text: string): string => text.replace(/\|/g, '\\|');
@@ -16,7 +21,7 @@ export function renderReference(command: string, table: SettingTable): string {
   for (const [group, names] of helpGroups(table)) {
     lines.push(`### ${group}`, '', '| flag | type | default | what it does |', '|---|---|---|---|');
     for (const name of names) {
-      const s = table[name]!;
+      const s = table[name];
       const type = `${s.type}${s.array ? ', repeatable' : ''}${s.choices ? `: ${s.choices.join(' \\| ')}` : ''}`;
       lines.push(`| \`--${name}\` | ${type} | ${defaultText(s)} | ${cell(s.describe)} |`);
     }
@@ -24,7 +29,12 @@ export function renderReference(command: string, table: SettingTable): string {
   }
   const ignored = Object.entries(table).filter(([, s]) => s.notice !== undefined);
   if (ignored.length > 0) {
-    lines.push('### Upstream flags accepted and ignored', '', 'Named once in the log when given; why each is ignored: [upstream-flags.md](upstream-flags.md).', '');
+    lines.push(
+      '### Upstream flags accepted and ignored',
+      '',
+      'Named once in the log when given; why each is ignored: [upstream-flags.md](upstream-flags.md).',
+      '',
+    );
     lines.push(ignored.map(([name]) => `\`--${name}\``).join(', '), '');
   }
   return lines.join('\n');

@@ -48,7 +48,8 @@ export function readSettings<T extends SettingTable>(table: T, given: Readonly<R
   const values: Record<string, unknown> = {};
   for (const [name, s] of Object.entries(table)) {
     const value = given[name];
-    if (value !== undefined && !isGivenType(s, value)) throw new UsageError(`--${name} takes ${s.array ? 'a list of ' : ''}${s.type} values`);
+    if (value !== undefined && !isGivenType(s, value))
+      throw new UsageError(`--${name} takes ${s.array ? 'a list of ' : ''}${s.type} values`);
     values[name] = s.parse(value, name);
   }
   // Each key of the table was parsed by its own entry's parser, so the record has ValuesOf<T>'s shape.

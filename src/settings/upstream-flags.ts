@@ -21,7 +21,8 @@ const verbosity: Setting<number | undefined, number | undefined> = {
   describe: 'klog verbosity, used when --log-level is not given: 0-3 info, 4 debug, 5 and more trace',
   group: 'Logging',
   parse: (v: number | undefined, flag) => {
-    if (v !== undefined && (!Number.isInteger(v) || v < 0)) throw new UsageError(`--${flag} must be a whole number of at least 0, got ${Number.isNaN(v) ? 'a value that is not a number' : v}`);
+    if (v !== undefined && (!Number.isInteger(v) || v < 0))
+      throw new UsageError(`--${flag} must be a whole number of at least 0, got ${Number.isNaN(v) ? 'a value that is not a number' : v}`);
     return v;
   },
 };
@@ -54,8 +55,14 @@ const CONTENTION = 'Go block profiles have no Node.js equivalent; --enable-profi
 export const serverIgnoredFlags = {
   'xfr-channel-size': ignored('number', CHANNELS),
   'enable-contention-profiling': ignored('boolean', CONTENTION),
-  'frontend-keepalive-time': ignored('string', 'Kanal does not PING the kube-apiserver\'s connections; a frontend that goes away is noticed by its socket'),
-  'graceful-shutdown-timeout': ignored('string', 'on SIGTERM the Kanal server closes its listeners and connections at once (upstream\'s default, 0); agents move to the other servers'),
+  'frontend-keepalive-time': ignored(
+    'string',
+    "Kanal does not PING the kube-apiserver's connections; a frontend that goes away is noticed by its socket",
+  ),
+  'graceful-shutdown-timeout': ignored(
+    'string',
+    "on SIGTERM the Kanal server closes its listeners and connections at once (upstream's default, 0); agents move to the other servers",
+  ),
 } as const;
 
 /** Agent flags of upstream that mean nothing in Kanal. */
@@ -63,6 +70,9 @@ export const agentIgnoredFlags = {
   'xfr-channel-size': ignored('number', CHANNELS),
   'warn-on-channel-limit': ignored('boolean', CHANNELS),
   'enable-contention-profiling': ignored('boolean', CONTENTION),
-  'probe-interval': ignored('string', 'Kanal\'s /readyz follows its tunnels as they go up and down; there is nothing to poll'),
-  'keepalive-time': ignored('string', 'the Kanal server PINGs each agent connection (server --keepalive-time) and closes it when unanswered; the agent reconnects'),
+  'probe-interval': ignored('string', "Kanal's /readyz follows its tunnels as they go up and down; there is nothing to poll"),
+  'keepalive-time': ignored(
+    'string',
+    'the Kanal server PINGs each agent connection (server --keepalive-time) and closes it when unanswered; the agent reconnects',
+  ),
 } as const;

@@ -82,7 +82,7 @@ export class ConnectionSendQueue {
     if (this.stopped) return true;
     const before = this.queued;
     while (this.queued > 0 && this.window > 0 && this.host.writable) {
-      const chunk = this.chunks[0]!;
+      const chunk = this.chunks[0];
       const n = Math.min(chunk.length - this.offset, this.maxDataBytes, this.window);
       const piece = n === chunk.length ? chunk : chunk.subarray(this.offset, this.offset + n);
       this.offset += n;

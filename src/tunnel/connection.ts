@@ -219,7 +219,8 @@ export class TunnelConnection {
   // ---------- state ----------
 
   private transition(next: ConnectionState): void {
-    if (!NEXT_STATES[this.current].includes(next)) throw new Error(`connection ${this.connectID}: no transition from ${this.current} to ${next}`);
+    if (!NEXT_STATES[this.current].includes(next))
+      throw new Error(`connection ${this.connectID}: no transition from ${this.current} to ${next}`);
     this.current = next;
   }
 
@@ -258,7 +259,8 @@ export class TunnelConnection {
     this.inbound.release();
     if (tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
     this.host.forget(this.connectID);
-    if (error) this.log.debug({ connectID: this.connectID, dialID: String(this.dialID), err: error.message }, 'connection closed with error');
+    if (error)
+      this.log.debug({ connectID: this.connectID, dialID: String(this.dialID), err: error.message }, 'connection closed with error');
     this.local.connectionClosed(local, error);
   }
 }

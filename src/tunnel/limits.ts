@@ -97,7 +97,8 @@ export function resolveLimits(partial: Partial<TunnelLimits> = {}): TunnelLimits
     if (value !== undefined) limits[name] = value;
   }
   if (partial.windowBytes !== undefined && partial.maxWindowBytes === undefined) limits.maxWindowBytes = partial.windowBytes;
-  if (limits.maxWindowBytes < limits.windowBytes) throw new Error(`maxWindowBytes (${limits.maxWindowBytes}) is below windowBytes (${limits.windowBytes})`);
+  if (limits.maxWindowBytes < limits.windowBytes)
+    throw new Error(`maxWindowBytes (${limits.maxWindowBytes}) is below windowBytes (${limits.windowBytes})`);
   if (limits.maxQueuedBytes < limits.pauseReadingQueuedBytes) {
     throw new Error(`maxQueuedBytes (${limits.maxQueuedBytes}) is below pauseReadingQueuedBytes (${limits.pauseReadingQueuedBytes})`);
   }

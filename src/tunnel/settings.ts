@@ -17,7 +17,8 @@ export const tunnelSettings = {
   'peer-read-timeout': setting({
     type: 'string',
     default: `${DEFAULT_LIMITS.peerReadTimeoutMs / 1000}s`,
-    describe: 'A peer that leaves what this side sent unread (it stopped reading, or floods requests without reading the answers) is not read from either; its stream is closed after this long',
+    describe:
+      'A peer that leaves what this side sent unread (it stopped reading, or floods requests without reading the answers) is not read from either; its stream is closed after this long',
     group: LIMITS,
     parse: (v: string, flag) => durationFlag(flag, v),
   }),

@@ -36,7 +36,10 @@ export function dialTcp(address: string, opts: TcpDialOptions): Promise<net.Sock
     const onError = (err: NodeJS.ErrnoException): void =>
       done(new DialError('refused', `dial tcp ${label}: ${err.code ?? ''} ${err.message}`.replace(/\s+/g, ' ').trim()));
     const onAbort = (): void => done(new DialError('cancelled', `dial tcp ${label}: cancelled`));
-    const timer = setTimeout(() => done(new DialError('timeout', `dial tcp ${label}: i/o timeout after ${opts.timeoutMs} ms`)), opts.timeoutMs);
+    const timer = setTimeout(
+      () => done(new DialError('timeout', `dial tcp ${label}: i/o timeout after ${opts.timeoutMs} ms`)),
+      opts.timeoutMs,
+    );
     socket.once('connect', onConnect);
     socket.once('error', onError);
     if (opts.signal?.aborted) onAbort();

@@ -118,7 +118,7 @@ const OPEN_STATES: readonly OpenState[] = [
 ];
 
 function openState(writeBlocked: boolean, peerDraining: boolean): OpenState {
-  return OPEN_STATES[(writeBlocked ? 1 : 0) + (peerDraining ? 2 : 0)]!;
+  return OPEN_STATES[(writeBlocked ? 1 : 0) + (peerDraining ? 2 : 0)];
 }
 
 const CLOSING: TunnelState = { kind: 'closing' };
@@ -129,7 +129,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   readonly limits: TunnelLimits;
   readonly log: Logger;
   /** See TunnelState; changed only by transition(). */
-  private current: TunnelState = OPEN_STATES[0]!;
+  private current: TunnelState = OPEN_STATES[0];
 
   /** Open connections: at most maxInboundConnections + maxOutboundConnections. */
   private readonly connections = new Map<number, TunnelConnection>();
@@ -249,7 +249,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     if (!this.isOpen) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
     const refusal =
       this.overLimit('maxPendingDials', this.pendingDials.size, 'dials waiting for an answer') ??
-      this.overLimit('maxOutboundConnections', this.pendingDials.size + this.dialerConnections, 'connections open or being dialled through this tunnel');
+      this.overLimit(
+        'maxOutboundConnections',
+        this.pendingDials.size + this.dialerConnections,
+        'connections open or being dialled through this tunnel',
+      );
     if (refusal) return Promise.reject(new DialError('exhausted', refusal));
     if (opts.signal?.aborted) return Promise.reject(new DialError('cancelled', 'dial cancelled'));
     let dialID = randomDialID();
@@ -343,7 +347,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       this.recentlyGone.add(connectID);
       this.opts.onConnectionClosed?.(conn);
       // Per connection: no fields built unless they are logged.
-      if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut }, 'connection closed');
+      if (this.log.isLevelEnabled('debug'))
+        this.log.debug(
+          { connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut },
+          'connection closed',
+        );
     }
   }
 
@@ -393,9 +401,16 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     }
     if (queued < this.limits.pauseReadingQueuedBytes || !this.readPause.hold('peer-not-reading')) return;
     this.opts.onLimit?.('pauseReadingQueuedBytes');
-    this.noise.warn('peer-not-reading', { queuedBytes: queued, ...this.flagOf('pauseReadingQueuedBytes') }, 'peer does not read what we send: stopped reading from it until it does');
+    this.noise.warn(
+      'peer-not-reading',
+      { queuedBytes: queued, ...this.flagOf('pauseReadingQueuedBytes') },
+      'peer does not read what we send: stopped reading from it until it does',
+    );
     const timeout = this.limits.peerReadTimeoutMs;
-    this.peerReadTimer = setTimeout(() => this.closeStalledPeer('peerReadTimeoutMs', `it left ${this.stream.queuedBytes} bytes unread for ${timeout} ms`), timeout);
+    this.peerReadTimer = setTimeout(
+      () => this.closeStalledPeer('peerReadTimeoutMs', `it left ${this.stream.queuedBytes} bytes unread for ${timeout} ms`),
+      timeout,
+    );
     this.peerReadTimer.unref();
   }
 
@@ -432,7 +447,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     const waiters = [...this.drainWaiters];
     this.drainWaiters = new Set();
     for (let i = 0; i < waiters.length; i++) {
-      waiters[i]!();
+      waiters[i]();
       const s = this.current;
       // Closed by what the waiter did: its close dropped the rest.
       if (s.kind !== 'open') return;
@@ -544,7 +559,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     if (this.inboundDials.has(dialID)) return refuse('duplicate dial ID');
     const refusal =
       this.overLimit('maxPendingDials', this.inboundDials.size, 'dials waiting for an answer') ??
-      this.overLimit('maxInboundConnections', this.inboundDials.size + this.performerConnections, 'connections open or being dialled for the peer');
+      this.overLimit(
+        'maxInboundConnections',
+        this.inboundDials.size + this.performerConnections,
+        'connections open or being dialled for the peer',
+      );
     if (refusal) return refuse(refusal);
     const abort = new Cancel();
     this.inboundDials.set(dialID, abort);

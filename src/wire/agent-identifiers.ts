@@ -69,7 +69,8 @@ export function parseAgentIdentifiers(text: string): AgentIdentifiers {
   let values = 0;
   let defaultRouteSeen = false;
   for (const [key, value] of q) {
-    if (++values > MAX_IDENTIFIER_VALUES) throw new Error(`more than ${MAX_IDENTIFIER_VALUES} identifiers; announce fewer (a cidr covers many addresses)`);
+    if (++values > MAX_IDENTIFIER_VALUES)
+      throw new Error(`more than ${MAX_IDENTIFIER_VALUES} identifiers; announce fewer (a cidr covers many addresses)`);
     const quoted = JSON.stringify(value.slice(0, 80));
     switch (key) {
       case 'host':

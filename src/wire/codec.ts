@@ -6,16 +6,7 @@
  */
 import { PacketType, type DataPacket, type Packet } from './packet.js';
 import { DATA_PAYLOAD_FIELD, decodeData, encodeData } from './data-frame.js';
-import {
-  bigVarintSize,
-  PacketDecodeError,
-  Reader,
-  varintSize,
-  WIRE_LEN,
-  WIRE_VARINT,
-  writeBigVarint,
-  writeVarint,
-} from './protobuf.js';
+import { bigVarintSize, PacketDecodeError, Reader, varintSize, WIRE_LEN, WIRE_VARINT, writeBigVarint, writeVarint } from './protobuf.js';
 
 // Packet field numbers (oneof payload) by packet type.
 const PAYLOAD_FIELD: Record<PacketType, number> = {
@@ -29,9 +20,7 @@ const PAYLOAD_FIELD: Record<PacketType, number> = {
   [PacketType.KANAL_WINDOW]: 100,
   [PacketType.KANAL_HALF_CLOSE]: 101,
 };
-const TYPE_BY_FIELD = new Map<number, PacketType>(
-  Object.entries(PAYLOAD_FIELD).map(([t, f]) => [f, Number(t) as PacketType]),
-);
+const TYPE_BY_FIELD = new Map<number, PacketType>(Object.entries(PAYLOAD_FIELD).map(([t, f]) => [f, Number(t) as PacketType]));
 
 // ---------- encoding ----------
 

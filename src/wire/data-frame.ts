@@ -18,6 +18,8 @@ import { PacketDecodeError, peekVarint, Reader, tag, varintSize, WIRE_LEN, WIRE_
 export const DATA_PAYLOAD_FIELD = 4;
 
 const TAG_TYPE = tag(1, WIRE_VARINT);
+/** PacketType.DATA as the byte it is on the wire. */
+const DATA_TYPE: number = PacketType.DATA;
 const TAG_PAYLOAD = tag(DATA_PAYLOAD_FIELD, WIRE_LEN);
 const TAG_CONNECT_ID = tag(1, WIRE_VARINT);
 const TAG_ERROR = tag(2, WIRE_LEN);
@@ -115,7 +117,7 @@ export interface DataHeader {
 export function matchDataHeader(buf: Uint8Array, start: number, end: number, messageLength: number): DataHeader | null {
   const messageEnd = start + messageLength;
   if (end > messageEnd) end = messageEnd;
-  if (end - start < 5 || buf[start] !== TAG_TYPE || buf[start + 1] !== PacketType.DATA || buf[start + 2] !== TAG_PAYLOAD) return null;
+  if (end - start < 5 || buf[start] !== TAG_TYPE || buf[start + 1] !== DATA_TYPE || buf[start + 2] !== TAG_PAYLOAD) return null;
   const inner = peekVarint(buf, start + 3, end, 5);
   if (inner === null || inner[1] + inner[0] !== messageEnd) return null;
   let pos = inner[1];

@@ -69,7 +69,7 @@ export function peekVarint(buf: Uint8Array, pos: number, end: number, maxBytes: 
   let value = 0;
   let mul = 1;
   for (let i = 0; i < maxBytes && pos < end; i++) {
-    const b = buf[pos++]!;
+    const b = buf[pos++];
     value += (b & 0x7f) * mul;
     if (b < 0x80) return [value, pos];
     mul *= 128;
@@ -92,7 +92,7 @@ export class Reader {
     let mul = 1;
     for (let i = 0; i < 10; i++) {
       if (this.pos >= this.end) throw new PacketDecodeError('truncated varint');
-      const b = this.buf[this.pos++]!;
+      const b = this.buf[this.pos++];
       result += (b & 0x7f) * mul;
       if (b < 0x80) {
         if (i === 9 || result > Number.MAX_SAFE_INTEGER) {
@@ -109,7 +109,7 @@ export class Reader {
     let shift = 0n;
     for (let i = 0; i < 10; i++) {
       if (this.pos >= this.end) throw new PacketDecodeError('truncated varint');
-      const b = this.buf[this.pos++]!;
+      const b = this.buf[this.pos++];
       result |= BigInt(b & 0x7f) << shift;
       if (b < 0x80) return BigInt.asIntN(64, result);
       shift += 7n;

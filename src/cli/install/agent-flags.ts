@@ -31,10 +31,15 @@ function flagName(word: string): string | undefined {
 
 /** Parses words with the agent's own option table; throws UsageError with the agent's message. */
 export function parseAgentFlags(words: readonly string[]): AgentFlagSet {
-  if (words.length === 0) throw new UsageError('no agent flags: pass them after "--", e.g. kanal install-node -- --proxy-server-host cp.example --ca-cert /etc/kanal/ca.crt ...');
+  if (words.length === 0)
+    throw new UsageError(
+      'no agent flags: pass them after "--", e.g. kanal install-node -- --proxy-server-host cp.example --ca-cert /etc/kanal/ca.crt ...',
+    );
   for (const word of words) {
     if (word === '' || /[\s"'\\$`]/.test(word)) {
-      throw new UsageError(`agent flag ${JSON.stringify(word)}: values in /etc/kanal/agent.env cannot be empty or contain whitespace, quotes, backslashes, '$' or backticks`);
+      throw new UsageError(
+        `agent flag ${JSON.stringify(word)}: values in /etc/kanal/agent.env cannot be empty or contain whitespace, quotes, backslashes, '$' or backticks`,
+      );
     }
     const name = word.startsWith('-') ? flagName(word) : undefined;
     if (name && FORBIDDEN.has(name)) throw new UsageError(`agent flag --${name} does not belong in the unit's command line`);
@@ -51,12 +56,13 @@ export function parseAgentFlags(words: readonly string[]): AgentFlagSet {
       .fail((message, err) => {
         throw err ?? new UsageError(message);
       })
-      .parseSync() as AgentArgs & { _: (string | number)[] };
+      .parseSync();
   } catch (err) {
     throw new UsageError(`agent flags: ${errorMessage(err)}`);
   }
   const positional = parsed._;
-  if (positional.length > 0) throw new UsageError(`agent flags: unexpected argument(s) ${positional.map((p) => JSON.stringify(String(p))).join(', ')}`);
+  if (positional.length > 0)
+    throw new UsageError(`agent flags: unexpected argument(s) ${positional.map((p) => JSON.stringify(String(p))).join(', ')}`);
   let config: AgentConfig;
   try {
     config = validateAgentArgs(parsed);
@@ -65,7 +71,8 @@ export function parseAgentFlags(words: readonly string[]): AgentFlagSet {
   }
   for (const flag of FILE_FLAGS) {
     const value = parsed[flag];
-    if (value && !path.isAbsolute(value)) throw new UsageError(`agent flag --${flag} ${value}: use an absolute path (the unit runs with / as its working directory)`);
+    if (value && !path.isAbsolute(value))
+      throw new UsageError(`agent flag --${flag} ${value}: use an absolute path (the unit runs with / as its working directory)`);
   }
   return { words: [...words], args: parsed, config };
 }

@@ -21,7 +21,14 @@ export const PATHS = {
 } as const;
 
 /** Every path install-node may create, in removal order (links and drop-ins first). */
-export const MANAGED_PATHS: readonly string[] = [PATHS.wantsLink, PATHS.kubeletDropIn, PATHS.unitDropIn, PATHS.unit, PATHS.envFile, PATHS.modulesLoad];
+export const MANAGED_PATHS: readonly string[] = [
+  PATHS.wantsLink,
+  PATHS.kubeletDropIn,
+  PATHS.unitDropIn,
+  PATHS.unit,
+  PATHS.envFile,
+  PATHS.modulesLoad,
+];
 
 /**
  * Directories removed on uninstall when they are empty afterwards. System
@@ -36,7 +43,8 @@ export const DIR_MODES: Readonly<Record<string, number>> = { '/etc/kanal': 0o750
 /** systemd gained RestartSteps= and RestartMaxDelaySec= (restart back-off) in v254. */
 export const RESTART_BACKOFF_SYSTEMD = 254;
 
-export type PlannedEntry = { path: string; kind: 'file'; content: Buffer; mode: number } | { path: string; kind: 'symlink'; target: string };
+export type PlannedEntry =
+  { path: string; kind: 'file'; content: Buffer; mode: number } | { path: string; kind: 'symlink'; target: string };
 
 export interface PlanOptions {
   flags: AgentFlagSet;
@@ -92,9 +100,15 @@ export function unitDropIn(flags: AgentFlagSet, systemdVersion: number): string 
   ];
   if (caps.length > 0) lines.push(`CapabilityBoundingSet=${caps.join(' ')}`, `AmbientCapabilities=${caps.join(' ')}`);
   if (systemdVersion >= RESTART_BACKOFF_SYSTEMD) {
-    lines.push(`# systemd ${systemdVersion} >= ${RESTART_BACKOFF_SYSTEMD}: back off from RestartSec=2s to 1 minute over 10 restarts.`, 'RestartSteps=10', 'RestartMaxDelaySec=60s');
+    lines.push(
+      `# systemd ${systemdVersion} >= ${RESTART_BACKOFF_SYSTEMD}: back off from RestartSec=2s to 1 minute over 10 restarts.`,
+      'RestartSteps=10',
+      'RestartMaxDelaySec=60s',
+    );
   } else {
-    lines.push(`# systemd ${systemdVersion} < ${RESTART_BACKOFF_SYSTEMD} has no RestartSteps=: restarts stay RestartSec=2s apart (the agent backs off reconnects itself).`);
+    lines.push(
+      `# systemd ${systemdVersion} < ${RESTART_BACKOFF_SYSTEMD} has no RestartSteps=: restarts stay RestartSec=2s apart (the agent backs off reconnects itself).`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
@@ -123,7 +137,12 @@ export function planNodeInstall(opts: PlanOptions): PlannedEntry[] {
   const node = opts.flags.config.node;
   if (node && node.interfaceType === 'dummy') {
     // Load the dummy module at boot rather than rely on autoloading from the hardened unit.
-    entries.push({ path: PATHS.modulesLoad, kind: 'file', content: Buffer.from(`${HEADER}# kanal-agent creates a dummy interface (--bind-interface-type dummy).\ndummy\n`), mode: 0o644 });
+    entries.push({
+      path: PATHS.modulesLoad,
+      kind: 'file',
+      content: Buffer.from(`${HEADER}# kanal-agent creates a dummy interface (--bind-interface-type dummy).\ndummy\n`),
+      mode: 0o644,
+    });
   }
   return entries;
 }

@@ -38,8 +38,7 @@ export const REPLACE_AFTER_MS = 5000;
 export type AdmissionRefusal = Extract<RefusalReason, 'agent_credential_full' | 'agent_tunnels_full' | 'agent_admissions_busy'>;
 
 export type Admission =
-  | { ok: true; backend: AgentBackend; replaced: AgentBackend[] }
-  | { ok: false; reason: AdmissionRefusal; message: string };
+  { ok: true; backend: AgentBackend; replaced: AgentBackend[] } | { ok: false; reason: AdmissionRefusal; message: string };
 
 /** What the registry decided for one candidate at one moment. */
 type Decision = { ok: true; replace: AgentBackend[] } | { ok: false; reason: AdmissionRefusal; probe: AgentBackend[]; message: string };
@@ -74,7 +73,11 @@ export class AgentRegistry {
     if (!decision.ok && decision.probe.length > 0) {
       const waiting = this.pending.get(credential.key) ?? 0;
       if (waiting >= MAX_PENDING_PER_CREDENTIAL) {
-        return { ok: false, reason: 'agent_admissions_busy', message: `${waiting} other tunnels of this credential are being admitted; retry later` };
+        return {
+          ok: false,
+          reason: 'agent_admissions_busy',
+          message: `${waiting} other tunnels of this credential are being admitted; retry later`,
+        };
       }
       this.pending.set(credential.key, waiting + 1);
       const unanswered = new Set<AgentBackend>();
@@ -94,7 +97,9 @@ export class AgentRegistry {
     if (!decision.ok) return { ok: false, reason: decision.reason, message: decision.message };
     for (const old of decision.replace) {
       this.remove(old);
-      old.tunnel.close(new Error(`replaced by a new tunnel of the same credential: this one left a PING unanswered for ${REPLACE_AFTER_MS} ms`));
+      old.tunnel.close(
+        new Error(`replaced by a new tunnel of the same credential: this one left a PING unanswered for ${REPLACE_AFTER_MS} ms`),
+      );
     }
     const backend = create();
     this.add(backend);
@@ -139,10 +144,13 @@ export class AgentRegistry {
   /** Adds a tunnel without admission checks (the admitted path and tests). */
   add(backend: AgentBackend): void {
     let agents = this.agents.get(backend.credential.key);
-    if (!agents) this.agents.set(backend.credential.key, (agents = new Map()));
-    let tunnels = agents.get(backend.agentID);
+    if (!agents) {
+      agents = new Map<string, AgentBackend[]>();
+      this.agents.set(backend.credential.key, agents);
+    }
+    const tunnels = agents.get(backend.agentID);
     if (tunnels) tunnels.push(backend);
-    else agents.set(backend.agentID, (tunnels = [backend]));
+    else agents.set(backend.agentID, [backend]);
     this.all.add(backend);
     this.routes.add(backend);
   }

@@ -7,7 +7,15 @@
 import type { Logger } from 'pino';
 import type { IncomingStream } from '../../transport/transport.js';
 import { GrpcStatus } from '../../transport/grpc-status.js';
-import { MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_AUTHORIZATION, MD_KANAL_FEATURES, MD_SERVER_COUNT, MD_SERVER_ID, firstValue } from '../../wire/metadata.js';
+import {
+  MD_AGENT_ID,
+  MD_AGENT_IDENTIFIERS,
+  MD_AUTHORIZATION,
+  MD_KANAL_FEATURES,
+  MD_SERVER_COUNT,
+  MD_SERVER_ID,
+  firstValue,
+} from '../../wire/metadata.js';
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../../wire/features.js';
 import { Tunnel } from '../../tunnel/tunnel.js';
 import type { TunnelLimitName, TunnelLimits } from '../../tunnel/limits.js';
@@ -84,36 +92,60 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
   const tokens = opts.tokens;
   if (!tokens) return (incoming) => serveAgentStream(incoming, incoming.context, opts);
   return (incoming) => {
-    tokens.authenticator.authenticate(incoming.metadata.get(MD_AUTHORIZATION) ?? [], peerHost(incoming.peer)).then((result) => {
-      if (result.ok) {
-        serveAgentStream(incoming, tokenCredential(result.identity), opts);
-        return;
-      }
-      const { kind, reason, agentFault } = result.refusal;
-      // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
-      const who = incoming.context ? { credential: incoming.context.subject } : {};
-      opts.refusals.refuse(TOKEN_REFUSALS[kind], incoming.peer, { ...who, reason }, `refused agent stream: service account token ${kind}`, kind);
-      // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
-      incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
-    }, (err: Error) => {
-      opts.log.error({ peer: incoming.peer, err: err.message }, 'checking an agent token failed');
-      incoming.reject(GrpcStatus.INTERNAL, 'the server could not check the token');
-    });
+    tokens.authenticator.authenticate(incoming.metadata.get(MD_AUTHORIZATION) ?? [], peerHost(incoming.peer)).then(
+      (result) => {
+        if (result.ok) {
+          serveAgentStream(incoming, tokenCredential(result.identity), opts);
+          return;
+        }
+        const { kind, reason, agentFault } = result.refusal;
+        // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
+        const who = incoming.context ? { credential: incoming.context.subject } : {};
+        opts.refusals.refuse(
+          TOKEN_REFUSALS[kind],
+          incoming.peer,
+          { ...who, reason },
+          `refused agent stream: service account token ${kind}`,
+          kind,
+        );
+        // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
+        incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
+      },
+      (err: Error) => {
+        opts.log.error({ peer: incoming.peer, err: err.message }, 'checking an agent token failed');
+        incoming.reject(GrpcStatus.INTERNAL, 'the server could not check the token');
+      },
+    );
   };
 }
 
 /** Checks the metadata and admits the stream under `context`, who authenticated it. */
-function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: AgentCredential | undefined, opts: AgentServiceOptions): void {
+function serveAgentStream(
+  incoming: IncomingStream<AgentCredential>,
+  context: AgentCredential | undefined,
+  opts: AgentServiceOptions,
+): void {
   // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
   const credential = context ?? unauthenticatedCredential(incoming.peer);
   /** Counts, logs (rate-limited per peer, reason and credential) and answers a refusal; `message` is what the agent logs. */
   const refuse = (reason: RefusalReason, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
-    opts.refusals.refuse(reason, incoming.peer, { credential: credential.subject, ...fields, reason: message }, `refused agent stream: ${what}`, credential.subject);
+    opts.refusals.refuse(
+      reason,
+      incoming.peer,
+      { credential: credential.subject, ...fields, reason: message },
+      `refused agent stream: ${what}`,
+      credential.subject,
+    );
     incoming.reject(code, message);
   };
   const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
   if (agentIDs.length !== 1 || !agentIDs[0]) {
-    refuse('agent_metadata', 'expected exactly one agentID', GrpcStatus.INVALID_ARGUMENT, `expected exactly one agentID in the metadata, got ${agentIDs.length}`);
+    refuse(
+      'agent_metadata',
+      'expected exactly one agentID',
+      GrpcStatus.INVALID_ARGUMENT,
+      `expected exactly one agentID in the metadata, got ${agentIDs.length}`,
+    );
     return;
   }
   const agentID = agentIDs[0];
@@ -131,28 +163,43 @@ function serveAgentStream(incoming: IncomingStream<AgentCredential>, context: Ag
   }
   const log = opts.log.child({ agentID, credential: credential.subject });
   const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
-  admitted.then((admission) => {
-    if (!admission.ok) {
-      refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
-      return;
-    }
-    for (const old of admission.replaced) {
-      log.warn({ peer: incoming.peer, replacedPeer: old.peer, replacedAgentID: old.agentID, since: old.connectedAt.toISOString() }, 'replaced a stale tunnel of the same credential');
-      opts.metrics?.deadTunnels.inc({ reason: 'replaced' });
-    }
-    const others = opts.registry.otherHolders(agentID, credential);
-    if (others.length > 0) {
-      log.warn({ otherCredentials: others.slice(0, 3) }, 'another credential announces the same agentID; they are separate agents and share nothing');
-    }
-    log.info(
-      { peer: incoming.peer, features: formatFeatures(admission.backend.tunnel.features) || 'none', identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200), tunnels: opts.registry.size, agents: opts.registry.agentCount },
-      'agent connected',
-    );
-  }, (err: Error) => {
-    // Nothing was registered; never let a failed admission become an unhandled rejection.
-    log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
-    incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
-  });
+  admitted.then(
+    (admission) => {
+      if (!admission.ok) {
+        refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
+        return;
+      }
+      for (const old of admission.replaced) {
+        log.warn(
+          { peer: incoming.peer, replacedPeer: old.peer, replacedAgentID: old.agentID, since: old.connectedAt.toISOString() },
+          'replaced a stale tunnel of the same credential',
+        );
+        opts.metrics?.deadTunnels.inc({ reason: 'replaced' });
+      }
+      const others = opts.registry.otherHolders(agentID, credential);
+      if (others.length > 0) {
+        log.warn(
+          { otherCredentials: others.slice(0, 3) },
+          'another credential announces the same agentID; they are separate agents and share nothing',
+        );
+      }
+      log.info(
+        {
+          peer: incoming.peer,
+          features: formatFeatures(admission.backend.tunnel.features) || 'none',
+          identifiers: truncateForLog(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '', 200),
+          tunnels: opts.registry.size,
+          agents: opts.registry.agentCount,
+        },
+        'agent connected',
+      );
+    },
+    (err: Error) => {
+      // Nothing was registered; never let a failed admission become an unhandled rejection.
+      log.error({ peer: incoming.peer, err: err.message }, 'admitting an agent stream failed');
+      incoming.reject(GrpcStatus.INTERNAL, 'the server could not admit this stream');
+    },
+  );
 }
 
 /** Answers the stream and builds the agent's tunnel (called by the registry once admitted). */
@@ -176,14 +223,24 @@ function accept(
     features,
     log,
     limits: opts.limits,
-    dialHandler: features.has(Feature.NodeDial) ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject }, dial) : undefined,
+    dialHandler: features.has(Feature.NodeDial)
+      ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject }, dial)
+      : undefined,
     refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
     // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
     onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
     onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
   });
-  const backend: AgentBackend = { agentID, credential, identifiers, tunnel, liveness: incoming.liveness, peer: incoming.peer, connectedAt: new Date() };
+  const backend: AgentBackend = {
+    agentID,
+    credential,
+    identifiers,
+    tunnel,
+    liveness: incoming.liveness,
+    peer: incoming.peer,
+    connectedAt: new Date(),
+  };
   const liveness = incoming.liveness;
   const onQuiet = (): void => log.warn({ peer: incoming.peer }, 'agent tunnel quiet: a PING went unanswered; dials prefer other tunnels');
   const onAlive = (): void => log.info({ peer: incoming.peer }, 'agent tunnel answers PINGs again');
@@ -191,7 +248,10 @@ function accept(
   tunnel.once('close', (err) => {
     liveness?.off('quiet', onQuiet).off('alive', onAlive);
     opts.registry.remove(backend);
-    log.info({ peer: incoming.peer, reason: err?.message ?? 'stream ended', tunnels: opts.registry.size, agents: opts.registry.agentCount }, 'agent disconnected');
+    log.info(
+      { peer: incoming.peer, reason: err?.message ?? 'stream ended', tunnels: opts.registry.size, agents: opts.registry.agentCount },
+      'agent disconnected',
+    );
   });
   return backend;
 }

@@ -71,10 +71,13 @@ export interface ServerConfig {
 export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig {
   const certFile = v['cluster-cert'] ?? v['server-cert'];
   const keyFile = v['cluster-key'] ?? v['server-key'];
-  if (!certFile || !keyFile) throw new UsageError('the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)');
+  if (!certFile || !keyFile)
+    throw new UsageError('the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)');
   const tokens = tokenAuthSettings(v);
   if (tokens && v['allow-unauthenticated-agents']) {
-    throw new UsageError('--allow-unauthenticated-agents contradicts token authentication (--agent-namespace, --agent-service-account, --authentication-audience): every agent needs a token');
+    throw new UsageError(
+      '--allow-unauthenticated-agents contradicts token authentication (--agent-namespace, --agent-service-account, --authentication-audience): every agent needs a token',
+    );
   }
   if (!v['cluster-ca-cert'] && !tokens && !v['allow-unauthenticated-agents']) {
     throw new UsageError(
@@ -85,7 +88,12 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
   const udsPath = v['uds-name'];
   if (udsPath) {
     const gid = v['uds-group'];
-    frontend.uds = { path: udsPath, deleteExisting: v['delete-existing-uds-file'], mode: v['uds-mode'], ...(gid === undefined ? {} : { gid }) };
+    frontend.uds = {
+      path: udsPath,
+      deleteExisting: v['delete-existing-uds-file'],
+      mode: v['uds-mode'],
+      ...(gid === undefined ? {} : { gid }),
+    };
   } else {
     const [cert, key, ca] = [v['server-cert'], v['server-key'], v['server-ca-cert']];
     if (!cert || !key) throw new UsageError('the frontend needs --uds-name, or --server-cert and --server-key for mTLS TCP');
@@ -161,8 +169,16 @@ function tokenAuthSettings(v: ServerSettings): ServerConfig['agent']['tokens'] {
   const [namespace, serviceAccount, audience] = [v['agent-namespace'], v['agent-service-account'], v['authentication-audience']];
   if (!namespace && !serviceAccount && !audience) return undefined;
   if (!namespace || !serviceAccount || !audience) {
-    const missing = [['--agent-namespace', namespace], ['--agent-service-account', serviceAccount], ['--authentication-audience', audience]].filter(([, x]) => !x).map(([f]) => f);
-    throw new UsageError(`token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.join(', ')}`);
+    const missing = [
+      ['--agent-namespace', namespace],
+      ['--agent-service-account', serviceAccount],
+      ['--authentication-audience', audience],
+    ]
+      .filter(([, x]) => !x)
+      .map(([f]) => f);
+    throw new UsageError(
+      `token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.join(', ')}`,
+    );
   }
   for (const [flag, value] of Object.entries({ '--agent-namespace': namespace, '--agent-service-account': serviceAccount })) {
     if (value.includes(':')) throw new UsageError(`${flag} ${JSON.stringify(value)} must not contain ':'`);

@@ -31,7 +31,7 @@ export const DEFAULT_BACKEND_DIAL_TIMEOUT = '10s';
 const IDENTITY = 'Server identity and HA';
 const AGENTS = 'Agent port';
 const AUTH = 'Agent authentication';
-const FRONTEND = 'Frontend (the kube-apiserver\'s side)';
+const FRONTEND = "Frontend (the kube-apiserver's side)";
 const ROUTING = 'Routing and dials';
 const PORTS = 'Health and admin ports';
 
@@ -71,23 +71,55 @@ export const serverSettings = {
   'agent-bind-address': text({ default: '0.0.0.0', describe: 'Address the agent port listens on', group: AGENTS }),
   'cluster-cert': optionalText({ describe: 'Certificate the agent port presents (default: --server-cert)', group: AGENTS }),
   'cluster-key': optionalText({ describe: 'Key for --cluster-cert (default: --server-key)', group: AGENTS }),
-  'cluster-ca-cert': optionalText({ describe: 'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)', group: AUTH }),
-  'allow-unauthenticated-agents': toggle({ describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address', group: AUTH }),
-  'agent-namespace': optionalText({ describe: 'Token authentication: namespace of the agents\' service account (with --agent-service-account, --authentication-audience)', group: AUTH }),
-  'agent-service-account': optionalText({ describe: 'Token authentication: the agents\' service account; every agent stream needs its token (see docs/kubernetes-api.md)', group: AUTH }),
-  'authentication-audience': optionalText({ describe: 'Token authentication: audience the agents\' tokens must be for, e.g. system:konnectivity-server', group: AUTH }),
+  'cluster-ca-cert': optionalText({
+    describe:
+      'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)',
+    group: AUTH,
+  }),
+  'allow-unauthenticated-agents': toggle({
+    describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address',
+    group: AUTH,
+  }),
+  'agent-namespace': optionalText({
+    describe: "Token authentication: namespace of the agents' service account (with --agent-service-account, --authentication-audience)",
+    group: AUTH,
+  }),
+  'agent-service-account': optionalText({
+    describe: "Token authentication: the agents' service account; every agent stream needs its token (see docs/kubernetes-api.md)",
+    group: AUTH,
+  }),
+  'authentication-audience': optionalText({
+    describe: "Token authentication: audience the agents' tokens must be for, e.g. system:konnectivity-server",
+    group: AUTH,
+  }),
   ...kubeSettings,
   ...kubeRateSettings,
-  'enable-lease-controller': toggle({ describe: 'Publish this server\'s Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers', group: LEASES }),
+  'enable-lease-controller': toggle({
+    describe: "Publish this server's Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers",
+    group: LEASES,
+  }),
   'lease-label': leaseLabelsSetting,
   'max-agents-per-credential': count({
     default: 1,
-    describe: 'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)',
+    describe:
+      'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)',
     group: AUTH,
   }),
-  'agent-client-subject': pins('Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)', AUTH, parseSubjectPattern),
-  'agent-client-eku': pins('Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)', AUTH, parseEku),
-  'frontend-client-subject': pins('The frontend client certificate (the kube-apiserver) must have this subject attribute, e.g. CN=kube-apiserver (repeatable)', FRONTEND, parseSubjectPattern),
+  'agent-client-subject': pins(
+    'Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)',
+    AUTH,
+    parseSubjectPattern,
+  ),
+  'agent-client-eku': pins(
+    'Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)',
+    AUTH,
+    parseEku,
+  ),
+  'frontend-client-subject': pins(
+    'The frontend client certificate (the kube-apiserver) must have this subject attribute, e.g. CN=kube-apiserver (repeatable)',
+    FRONTEND,
+    parseSubjectPattern,
+  ),
   'frontend-client-eku': pins('The frontend client certificate must carry this extended key usage OID (repeatable)', FRONTEND, parseEku),
   'keepalive-time': setting({
     type: 'string',
@@ -100,8 +132,17 @@ export const serverSettings = {
       return ms;
     },
   }),
-  'keepalive-timeout': duration({ default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`, describe: 'An agent connection whose PING stays unanswered this long is closed', group: AGENTS }),
-  mode: choice({ choices: FRONTEND_MODES, default: FRONTEND_MODES[0], describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection', group: FRONTEND }),
+  'keepalive-timeout': duration({
+    default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`,
+    describe: 'An agent connection whose PING stays unanswered this long is closed',
+    group: AGENTS,
+  }),
+  mode: choice({
+    choices: FRONTEND_MODES,
+    default: FRONTEND_MODES[0],
+    describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection',
+    group: FRONTEND,
+  }),
   'uds-name': optionalText({ describe: 'Serve the frontend on this Unix socket instead of TCP', group: FRONTEND }),
   // Upstream's default (true): its manifests rely on it across restarts; Kanal removes only a stale socket (docs/frontends.md).
   'delete-existing-uds-file': toggle({
@@ -118,13 +159,14 @@ export const serverSettings = {
   }),
   'uds-group': setting({
     type: 'string',
-    describe: 'Group (name or ID) of the --uds-name socket (default: the server\'s group)',
+    describe: "Group (name or ID) of the --uds-name socket (default: the server's group)",
     group: FRONTEND,
     parse: (v: string | undefined, flag) => (v === undefined ? undefined : groupFlag(flag, v)),
   }),
   'frontend-header-timeout': duration({
     default: '30s',
-    describe: 'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed',
+    describe:
+      'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed',
     group: FRONTEND,
   }),
   'server-port': port({ default: 8090, allowZero: true, describe: 'Frontend TCP port (mTLS); ignored with --uds-name', group: FRONTEND }),
@@ -156,7 +198,7 @@ export const serverSettings = {
     type: 'string',
     array: true,
     default: [] as readonly string[],
-    describe: 'TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node\'s list); no effect on TLS 1.3',
+    describe: "TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node's list); no effect on TLS 1.3",
     group: AGENTS,
     parse: (v: readonly string[]) => tlsPolicyFlags('', v).ciphers,
   }),
@@ -168,7 +210,10 @@ export const serverSettings = {
     parse: (v: string, flag): { ms: number; notice?: string } => {
       // Upstream's 0 waits for ever; every wait in Kanal is bounded.
       if (!/^0+(\.0*)?[a-z]*$/.test(v)) return { ms: durationFlag(flag, v) };
-      return { ms: durationFlag(flag, DEFAULT_BACKEND_DIAL_TIMEOUT), notice: `--${flag} ${v}: upstream's "no timeout" is not offered; using ${DEFAULT_BACKEND_DIAL_TIMEOUT}` };
+      return {
+        ms: durationFlag(flag, DEFAULT_BACKEND_DIAL_TIMEOUT),
+        notice: `--${flag} ${v}: upstream's "no timeout" is not offered; using ${DEFAULT_BACKEND_DIAL_TIMEOUT}`,
+      };
     },
   }),
   'allowed-destination': listOf({
@@ -186,9 +231,17 @@ export const serverSettings = {
   'destination-dial-timeout': duration({ default: '10s', describe: 'Timeout for dials to allowed destinations', group: ROUTING }),
   'health-port': port({ default: 8092, allowZero: true, describe: 'Port for /healthz, /readyz and /metrics (0 disables)', group: PORTS }),
   'health-bind-address': text({ default: '0.0.0.0', describe: 'Address the health port listens on', group: PORTS }),
-  'admin-port': port({ default: 8095, allowZero: true, describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)', group: PORTS }),
+  'admin-port': port({
+    default: 8095,
+    allowZero: true,
+    describe: 'Port for /metrics and, with --enable-profiling, profiles (0 disables)',
+    group: PORTS,
+  }),
   'admin-bind-address': text({ default: '127.0.0.1', describe: 'Address the admin port listens on', group: PORTS }),
-  'enable-profiling': toggle({ describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)', group: PORTS }),
+  'enable-profiling': toggle({
+    describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)',
+    group: PORTS,
+  }),
   'max-message-size': setting({
     type: 'number',
     default: 4 * 1024 * 1024,
@@ -216,7 +269,11 @@ export const serverSettings = {
     describe: 'Control plane -> node connections through one agent tunnel (dialling or open); more fail with 503',
     group: LIMITS,
   }),
-  'max-pending-dials-per-agent': count({ default: DEFAULT_LIMITS.maxPendingDials, describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused', group: LIMITS }),
+  'max-pending-dials-per-agent': count({
+    default: DEFAULT_LIMITS.maxPendingDials,
+    describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused',
+    group: LIMITS,
+  }),
   ...transportSettings,
   'log-level': processSettings['log-level'],
   ...klogFlags,

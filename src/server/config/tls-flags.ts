@@ -42,15 +42,23 @@ export function tlsPolicyFlags(minVersion: string, cipherSuites: readonly string
     const v = MIN_VERSIONS[minVersion];
     if (!v) {
       const below = minVersion === 'VersionTLS10' || minVersion === 'VersionTLS11';
-      throw new UsageError(`--tls-min-version ${JSON.stringify(minVersion)}: ${below ? 'Kanal serves TLS 1.2 or newer only; ' : ''}use VersionTLS12 or VersionTLS13`);
+      throw new UsageError(
+        `--tls-min-version ${JSON.stringify(minVersion)}: ${below ? 'Kanal serves TLS 1.2 or newer only; ' : ''}use VersionTLS12 or VersionTLS13`,
+      );
     }
     policy.minVersion = v;
   }
-  const names = cipherSuites.flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '');
+  const names = cipherSuites
+    .flatMap((s) => s.split(','))
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
   if (names.length > 0) {
     const openssl = names.map((n) => {
       const o = GO_CIPHER_SUITES[n];
-      if (!o) throw new UsageError(`--cipher-suites: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`);
+      if (!o)
+        throw new UsageError(
+          `--cipher-suites: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`,
+        );
       return o;
     });
     policy.ciphers = [...new Set(openssl), TLS13_SUITES].join(':');

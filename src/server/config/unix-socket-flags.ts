@@ -5,9 +5,11 @@ import { errorMessage } from '../../common/error-message.js';
 
 /** Octal permission bits, "0660" or "660"; no setuid/setgid/sticky bits (meaningless on a socket). */
 export function fileModeFlag(flag: string, text: string): number {
-  if (!/^0?[0-7]{3}$/.test(text)) throw new UsageError(`--${flag} must be octal permission bits such as 0660 or 0600, got ${JSON.stringify(text)}`);
+  if (!/^0?[0-7]{3}$/.test(text))
+    throw new UsageError(`--${flag} must be octal permission bits such as 0660 or 0600, got ${JSON.stringify(text)}`);
   const mode = parseInt(text, 8);
-  if ((mode & 0o200) === 0) throw new UsageError(`--${flag} ${text} leaves the owner without write permission; connecting to a Unix socket needs it`);
+  if ((mode & 0o200) === 0)
+    throw new UsageError(`--${flag} ${text} leaves the owner without write permission; connecting to a Unix socket needs it`);
   return mode;
 }
 
@@ -25,7 +27,9 @@ export function groupFlag(flag: string, text: string, groupFile = '/etc/group'):
   try {
     lines = fs.readFileSync(groupFile, 'utf8').split('\n');
   } catch (err) {
-    throw new UsageError(`--${flag} ${JSON.stringify(text)}: cannot read ${groupFile} to look the group up (${errorMessage(err)}); pass the numeric group ID`);
+    throw new UsageError(
+      `--${flag} ${JSON.stringify(text)}: cannot read ${groupFile} to look the group up (${errorMessage(err)}); pass the numeric group ID`,
+    );
   }
   for (const line of lines) {
     const [name, , gid] = line.split(':');

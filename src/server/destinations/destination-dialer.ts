@@ -34,7 +34,9 @@ export class DestinationDialer {
         'destination_not_allowed',
         agent,
         { dialID: String(dial.dialID), address: dial.address, allowed: this.allowList.list() },
-        this.allowList.empty ? 'refused node dial: no --allowed-destination configured' : 'refused node dial: destination not on the allow-list',
+        this.allowList.empty
+          ? 'refused node dial: no --allowed-destination configured'
+          : 'refused node dial: destination not on the allow-list',
       );
       throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
     }

@@ -44,11 +44,18 @@ export class BackendDialer {
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
     if (outcome.contested) {
       const { host: contested, subjects } = outcome.contested;
-      this.failures.warn(`contested ${contested}`, { host: contested, credentials: subjects.slice(0, 3) }, 'agents of several credentials announce the same destination; destHost routes it to none of them');
+      this.failures.warn(
+        `contested ${contested}`,
+        { host: contested, credentials: subjects.slice(0, 3) },
+        'agents of several credentials announce the same destination; destHost routes it to none of them',
+      );
     }
     if (!outcome.ok) {
       this.metrics?.dialDone('cp_to_node', 'no-backend', t0);
-      const message = this.registry.size === 0 ? 'no agent is connected to this proxy server' : `no agent serves ${address} under --proxy-strategies ${this.strategies.join(',')}: ${outcome.reason}`;
+      const message =
+        this.registry.size === 0
+          ? 'no agent is connected to this proxy server'
+          : `no agent serves ${address} under --proxy-strategies ${this.strategies.join(',')}: ${outcome.reason}`;
       this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address, reason: message }, 'no agent available for dial');
       throw new DialError('no-backend', message);
     }
@@ -59,7 +66,19 @@ export class BackendDialer {
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
       // Per dial: no fields built unless they are logged (the dial path's CPU counts).
       if (this.log.isLevelEnabled('debug')) {
-        this.log.debug({ peer, agentID: backend.agentID, credential: backend.credential.subject, strategy, address, connectID: conn.connectID, dialID: String(conn.dialID), ms: Math.round(performance.now() - started) }, 'dial established');
+        this.log.debug(
+          {
+            peer,
+            agentID: backend.agentID,
+            credential: backend.credential.subject,
+            strategy,
+            address,
+            connectID: conn.connectID,
+            dialID: String(conn.dialID),
+            ms: Math.round(performance.now() - started),
+          },
+          'dial established',
+        );
       }
       return conn;
     } catch (err) {
@@ -67,7 +86,15 @@ export class BackendDialer {
       this.metrics?.dialDone('cp_to_node', failure, t0);
       // An agent that lets a dial time out may be gone without a FIN: check now rather than at the next keepalive.
       if (failure === 'timeout') this.registry.verify(backend);
-      const fields = { peer, agentID: backend.agentID, credential: backend.credential.subject, address, failure, err: errorMessage(err), ms: Math.round(performance.now() - started) };
+      const fields = {
+        peer,
+        agentID: backend.agentID,
+        credential: backend.credential.subject,
+        address,
+        failure,
+        err: errorMessage(err),
+        ms: Math.round(performance.now() - started),
+      };
       if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
       else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
       throw err;

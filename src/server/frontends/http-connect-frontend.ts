@@ -104,12 +104,15 @@ export class HttpConnectFrontend {
     this.open++;
     socket.once('close', () => this.open--);
     const client = new Client(this, socket, peer, this.limits.maxHeaderBytes);
-    client.headerTimer = setTimeout(() => {
-      client.headerTimer = undefined;
-      this.refusals.refuse('frontend_header_timeout', peer, {}, 'closed frontend connection: request head not complete in time');
-      client.stopReading();
-      this.answer(socket, client, 408, 'request head not complete in time');
-    }, Math.max(0, headerDeadlineMs));
+    client.headerTimer = setTimeout(
+      () => {
+        client.headerTimer = undefined;
+        this.refusals.refuse('frontend_header_timeout', peer, {}, 'closed frontend connection: request head not complete in time');
+        client.stopReading();
+        this.answer(socket, client, 408, 'request head not complete in time');
+      },
+      Math.max(0, headerDeadlineMs),
+    );
   }
 
   /** Acts on the parser's verdict on `client`'s head. */
@@ -118,11 +121,23 @@ export class HttpConnectFrontend {
     client.stopReading();
     const { peer, socket } = client;
     if (verdict.kind === 'bad') {
-      this.refusals.refuse('frontend_bad_request', peer, { err: verdict.reason, code: verdict.code }, 'refused malformed HTTP request on frontend', verdict.code);
+      this.refusals.refuse(
+        'frontend_bad_request',
+        peer,
+        { err: verdict.reason, code: verdict.code },
+        'refused malformed HTTP request on frontend',
+        verdict.code,
+      );
       this.answer(socket, client, verdict.status, `bad request: ${verdict.code}`);
     } else if (verdict.method !== 'CONNECT') {
       this.refusals.refuse('frontend_method', peer, { method: verdict.method, url: verdict.target }, 'refused non-CONNECT request');
-      this.answer(socket, client, 405, `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`, 'Allow: CONNECT\r\n');
+      this.answer(
+        socket,
+        client,
+        405,
+        `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`,
+        'Allow: CONNECT\r\n',
+      );
     } else {
       this.connect(client, verdict.target, verdict.rest);
     }

@@ -98,7 +98,7 @@ export class RequestHeadParser {
     const buf = this.buf;
     const stop = Math.min(buf.length, this.maxBytes);
     for (let i = this.pos; i < stop; i++) {
-      const b = buf[i]!;
+      const b = buf[i];
       switch (this.state) {
         case State.Start:
           if (b === CR) this.state = State.StartLf;
@@ -152,7 +152,8 @@ export class RequestHeadParser {
           break;
         case State.FieldValue:
           if (b === CR) this.state = State.FieldValueLf;
-          else if (!isFieldValueByte(b)) return this.decide(bad(400, 'HPE_INVALID_HEADER_TOKEN', 'invalid character in header field value'));
+          else if (!isFieldValueByte(b))
+            return this.decide(bad(400, 'HPE_INVALID_HEADER_TOKEN', 'invalid character in header field value'));
           break;
         case State.EndLf: {
           if (b !== LF) return this.decide(bad(400, 'HPE_LF_EXPECTED', 'expected LF after CR'));

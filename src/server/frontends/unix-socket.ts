@@ -76,7 +76,8 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
     dirStat = fs.statSync(dir);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new UnixSocketError(`--uds-name ${file}: directory ${dir} does not exist; create it first (systemd: RuntimeDirectory=)`);
+    if (code === 'ENOENT')
+      throw new UnixSocketError(`--uds-name ${file}: directory ${dir} does not exist; create it first (systemd: RuntimeDirectory=)`);
     throw new UnixSocketError(`--uds-name ${file}: cannot use directory ${dir}: ${errorMessage(err)}`);
   }
   if (!dirStat.isDirectory()) throw new UnixSocketError(`--uds-name ${file}: ${dir} is not a directory`);
@@ -92,7 +93,8 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
       `--uds-name ${file} is a ${kindOf(existing)}, not a socket; Kanal removes only a stale socket there (--delete-existing-uds-file), so move it away or choose another path`,
     );
   }
-  if (!opts.deleteExisting) throw new UnixSocketError(`--uds-name ${file} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`);
+  if (!opts.deleteExisting)
+    throw new UnixSocketError(`--uds-name ${file} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`);
   if (await servedNow(file)) throw new UnixSocketError(`--uds-name ${file}: another process is serving on this socket; stop it first`);
   try {
     fs.unlinkSync(file);
@@ -126,7 +128,9 @@ function listenAt(server: net.Server, file: string, mask: number): Promise<void>
 export async function listenUnix(server: net.Server, opts: UnixSocketOptions): Promise<UnixSocketFile> {
   const file = path.resolve(opts.path);
   if (Buffer.byteLength(file) > MAX_SOCKET_PATH) {
-    throw new UnixSocketError(`--uds-name ${file}: the path is ${Buffer.byteLength(file)} bytes long; Unix socket paths are limited to ${MAX_SOCKET_PATH}`);
+    throw new UnixSocketError(
+      `--uds-name ${file}: the path is ${Buffer.byteLength(file)} bytes long; Unix socket paths are limited to ${MAX_SOCKET_PATH}`,
+    );
   }
   await clearTheWay({ ...opts, path: file });
   const mode = opts.mode ?? DEFAULT_UDS_MODE;
@@ -145,7 +149,9 @@ export async function listenUnix(server: net.Server, opts: UnixSocketOptions): P
       try {
         fs.chownSync(file, -1, opts.gid);
       } catch (err) {
-        throw new UnixSocketError(`--uds-group: cannot give ${file} group ${opts.gid}: ${errorMessage(err)} (the server must be root or a member of that group)`);
+        throw new UnixSocketError(
+          `--uds-group: cannot give ${file} group ${opts.gid}: ${errorMessage(err)} (the server must be root or a member of that group)`,
+        );
       }
     }
     fs.chmodSync(file, mode);

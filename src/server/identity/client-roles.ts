@@ -35,9 +35,9 @@ const FLAG: Record<Role, { subject: string; eku: string }> = {
 export function parseSubjectPattern(text: string): SubjectPattern {
   const m = /^([A-Za-z][A-Za-z0-9.]*)=(.+)$/.exec(text);
   if (!m) throw new Error(`"${text}": want ATTRIBUTE=VALUE, e.g. CN=kube-apiserver or O=system:nodes (a trailing * matches by prefix)`);
-  const raw = m[2]!;
+  const raw = m[2];
   const prefix = raw.endsWith('*');
-  return { attribute: m[1]!.toUpperCase(), value: prefix ? raw.slice(0, -1) : raw, prefix, text };
+  return { attribute: m[1].toUpperCase(), value: prefix ? raw.slice(0, -1) : raw, prefix, text };
 }
 
 export function parseEku(text: string): string {
@@ -63,7 +63,9 @@ function subjectAttributes(cert: X509Certificate): [string, string][] {
 
 export function matchesPins(cert: X509Certificate, pins: RolePins): boolean {
   const attrs = subjectAttributes(cert);
-  const subjectMatch = pins.subjects.some((p) => attrs.some(([a, v]) => a === p.attribute && (p.prefix ? v.startsWith(p.value) : v === p.value)));
+  const subjectMatch = pins.subjects.some((p) =>
+    attrs.some(([a, v]) => a === p.attribute && (p.prefix ? v.startsWith(p.value) : v === p.value)),
+  );
   const ekus = cert.keyUsage ?? [];
   return subjectMatch || pins.ekus.some((oid) => ekus.includes(oid));
 }
@@ -82,7 +84,8 @@ export class ClientRoles {
   refusal(cert: X509Certificate, role: Role): string | undefined {
     const other: Role = role === 'agent' ? 'frontend' : 'agent';
     const theirs = this[other];
-    if (isPinned(theirs) && matchesPins(cert, theirs)) return `the certificate is pinned to the ${other} role (${describePins(other, theirs)})`;
+    if (isPinned(theirs) && matchesPins(cert, theirs))
+      return `the certificate is pinned to the ${other} role (${describePins(other, theirs)})`;
     const own = this[role];
     if (isPinned(own) && !matchesPins(cert, own)) return `the certificate matches none of ${describePins(role, own)}`;
     return undefined;
@@ -126,10 +129,13 @@ export function assertRolesSeparated(agentCa: Buffer | undefined, frontendCa: Bu
   if (!shared) return;
   if (isPinned(roles.agent) && isPinned(roles.frontend)) {
     const same =
-      roles.agent.subjects.some((a) => roles.frontend.subjects.some((f) => a.attribute === f.attribute && a.value === f.value && a.prefix === f.prefix)) ||
-      roles.agent.ekus.some((e) => roles.frontend.ekus.includes(e));
+      roles.agent.subjects.some((a) =>
+        roles.frontend.subjects.some((f) => a.attribute === f.attribute && a.value === f.value && a.prefix === f.prefix),
+      ) || roles.agent.ekus.some((e) => roles.frontend.ekus.includes(e));
     if (!same) return;
-    throw new Error(`--cluster-ca-cert and --server-ca-cert share a CA (${shared}) and the two roles are pinned to the same subject or EKU: pin each role to its own`);
+    throw new Error(
+      `--cluster-ca-cert and --server-ca-cert share a CA (${shared}) and the two roles are pinned to the same subject or EKU: pin each role to its own`,
+    );
   }
   throw new Error(
     `--cluster-ca-cert and --server-ca-cert share a CA (${shared}): every agent certificate could then open the frontend and the kube-apiserver's certificate could register as an agent. ` +

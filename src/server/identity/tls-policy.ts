@@ -5,7 +5,8 @@ import { certificateCredential, unauthenticatedCredential, type AgentCredential 
 import type { ClientRoles, Role } from './client-roles.js';
 
 /** A refusal is either about trust (`certificate`) or about the role (`role`): `<role>_<refusal>` in metrics. */
-export type PeerVerdict = { ok: true; credential: AgentCredential; detail: string } | { ok: false; refusal: 'certificate' | 'role'; detail: string };
+export type PeerVerdict =
+  { ok: true; credential: AgentCredential; detail: string } | { ok: false; refusal: 'certificate' | 'role'; detail: string };
 
 /**
  * The peer's verified certificate, parsed from its DER. Not
@@ -35,7 +36,11 @@ export function verifyClientCertificate(socket: TLSSocket, role: Role, roles: Cl
   const presented = Object.keys(socket.getPeerCertificate()).length > 0;
   const reason = presented && socket.authorizationError ? String(socket.authorizationError) : 'no client certificate presented';
   if (withoutCertificate) {
-    return { ok: true, credential: unauthenticatedCredential(socket.remoteAddress ?? 'unknown'), detail: `unauthenticated (${reason}); allowed: ${withoutCertificate}` };
+    return {
+      ok: true,
+      credential: unauthenticatedCredential(socket.remoteAddress ?? 'unknown'),
+      detail: `unauthenticated (${reason}); allowed: ${withoutCertificate}`,
+    };
   }
   return { ok: false, refusal: 'certificate', detail: reason };
 }

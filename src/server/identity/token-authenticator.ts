@@ -154,7 +154,8 @@ export class TokenAuthenticator {
       ['--authentication-audience', options.audience],
     ] as const) {
       if (!value) throw new RangeError(`${flag} must not be empty for token authentication`);
-      if (flag !== '--authentication-audience' && value.includes(':')) throw new RangeError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
+      if (flag !== '--authentication-audience' && value.includes(':'))
+        throw new RangeError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
     }
     this.expectedUsername = `system:serviceaccount:${options.namespace}:${options.serviceAccount}`;
     this.reviewTimeoutMs = options.reviewTimeoutMs ?? 5000;
@@ -181,13 +182,18 @@ export class TokenAuthenticator {
    */
   async authenticate(authorization: readonly string[], peer = ''): Promise<TokenAuthentication> {
     if (authorization.length === 0) {
-      return this.refuse('no-token', 'no service account token: the agent sent no authorization metadata (set --service-account-token-path on the agent)');
+      return this.refuse(
+        'no-token',
+        'no service account token: the agent sent no authorization metadata (set --service-account-token-path on the agent)',
+      );
     }
-    if (authorization.length > 1) return this.refuse('malformed', `${authorization.length} authorization values; send exactly one "Bearer <token>"`);
-    const token = SCHEME.exec(authorization[0]!)?.[1]?.trim();
+    if (authorization.length > 1)
+      return this.refuse('malformed', `${authorization.length} authorization values; send exactly one "Bearer <token>"`);
+    const token = SCHEME.exec(authorization[0])?.[1]?.trim();
     if (token === undefined) return this.refuse('malformed', 'authorization metadata is not "Bearer <token>"');
     if (token === '') return this.refuse('malformed', 'empty bearer token');
-    if (Buffer.byteLength(token) > this.maxTokenBytes) return this.refuse('malformed', `bearer token longer than ${this.maxTokenBytes} bytes`);
+    if (Buffer.byteLength(token) > this.maxTokenBytes)
+      return this.refuse('malformed', `bearer token longer than ${this.maxTokenBytes} bytes`);
     return this.authenticateToken(token, peer);
   }
 
@@ -235,7 +241,10 @@ export class TokenAuthenticator {
       const review = await api.call(
         `TokenReview for audience ${audience}`,
         (options) =>
-          api.authentication.createTokenReview({ body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, audiences: [audience] } } }, options),
+          api.authentication.createTokenReview(
+            { body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, audiences: [audience] } } },
+            options,
+          ),
         { timeoutMs: this.reviewTimeoutMs },
       );
       status = review.status;
@@ -247,7 +256,10 @@ export class TokenAuthenticator {
       const said = status?.error ? `: ${status.error}` : '';
       const claimed = jwtClaims(token)?.aud;
       if (claimed && !claimed.includes(audience)) {
-        return this.refuse('wrong-audience', `the token is for audiences ${JSON.stringify(claimed)}, this server requires ${JSON.stringify(audience)} (--authentication-audience; the audience of the agent's projected token)${said}`);
+        return this.refuse(
+          'wrong-audience',
+          `the token is for audiences ${JSON.stringify(claimed)}, this server requires ${JSON.stringify(audience)} (--authentication-audience; the audience of the agent's projected token)${said}`,
+        );
       }
       return this.refuse('rejected', `the Kubernetes API did not authenticate the token${said}`);
     }
@@ -261,7 +273,10 @@ export class TokenAuthenticator {
     if (username !== this.expectedUsername) {
       const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(username);
       const who = sa ? `service account ${sa[2]} in namespace ${sa[1]}` : `user ${JSON.stringify(username)}, not a service account`;
-      return this.refuse('wrong-identity', `the token belongs to ${who}; this server accepts only ${this.expectedUsername} (--agent-namespace, --agent-service-account)`);
+      return this.refuse(
+        'wrong-identity',
+        `the token belongs to ${who}; this server accepts only ${this.expectedUsername} (--agent-namespace, --agent-service-account)`,
+      );
     }
     const identity = this.identity(status.user ?? {}, token);
     this.remember(key, identity);
@@ -317,7 +332,7 @@ function jwtClaims(token: string): { exp?: number; aud?: string[] } | undefined 
   const parts = token.split('.');
   if (parts.length !== 3) return undefined;
   try {
-    const claims = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as { exp?: unknown; aud?: unknown };
+    const claims = JSON.parse(Buffer.from(parts[1], 'base64url').toString('utf8')) as { exp?: unknown; aud?: unknown };
     const aud = typeof claims.aud === 'string' ? [claims.aud] : Array.isArray(claims.aud) ? claims.aud.map(String) : undefined;
     return { ...(typeof claims.exp === 'number' ? { exp: claims.exp } : {}), ...(aud ? { aud } : {}) };
   } catch {

@@ -96,20 +96,29 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
   private readonly written: number[] = [];
   private consecutiveFailures = 0;
   private readonly backoff: Backoff;
-  private readonly counts: ServerLeaseControllerStats = { renewals: 0, renewFailures: 0, collected: 0, gcFailures: 0, lastRenewedAt: undefined };
+  private readonly counts: ServerLeaseControllerStats = {
+    renewals: 0,
+    renewFailures: 0,
+    collected: 0,
+    gcFailures: 0,
+    lastRenewedAt: undefined,
+  };
 
   constructor(private readonly options: ServerLeaseControllerOptions) {
     super();
     this.leaseName = serverLeaseName(options.serverId);
     this.namespace = options.namespace ?? DEFAULT_LEASE_NAMESPACE;
-    if (Object.keys(options.labels).length === 0) throw new RangeError('--lease-label must name at least one label: it is how servers find each other\'s leases');
+    if (Object.keys(options.labels).length === 0)
+      throw new RangeError("--lease-label must name at least one label: it is how servers find each other's leases");
     this.selector = formatLabels(options.labels);
     this.durationSeconds = options.leaseDurationSeconds ?? LEASE_DURATION_SECONDS;
     this.renewIntervalMs = options.renewIntervalMs ?? LEASE_RENEW_INTERVAL_MS;
     this.gcIntervalMs = options.gcIntervalMs ?? LEASE_GC_INTERVAL_MS;
     this.callTimeoutMs = options.callTimeoutMs ?? 5000;
     if (this.renewIntervalMs >= this.durationSeconds * 1000) {
-      throw new RangeError(`lease renew interval ${this.renewIntervalMs} ms must be shorter than the lease duration ${this.durationSeconds} s`);
+      throw new RangeError(
+        `lease renew interval ${this.renewIntervalMs} ms must be shorter than the lease duration ${this.durationSeconds} s`,
+      );
     }
     this.backoff = new Backoff(500, this.renewIntervalMs);
   }
@@ -137,12 +146,18 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     if (rv === undefined) return;
     try {
       await this.api(`delete lease ${this.namespace}/${this.leaseName}`, (o) =>
-        this.options.api.coordination.deleteNamespacedLease({ name: this.leaseName, namespace: this.namespace, body: { preconditions: { resourceVersion: rv } } }, o),
+        this.options.api.coordination.deleteNamespacedLease(
+          { name: this.leaseName, namespace: this.namespace, body: { preconditions: { resourceVersion: rv } } },
+          o,
+        ),
       );
-      this.options.log.info({ lease: this.leaseName, namespace: this.namespace }, 'deleted this server\'s lease');
+      this.options.log.info({ lease: this.leaseName, namespace: this.namespace }, "deleted this server's lease");
     } catch (err) {
       // Conflict: someone renewed it after us (a server sharing our ID); otherwise it expires on its own.
-      this.options.log.warn({ lease: this.leaseName, err: errorMessage(err) }, 'could not delete this server\'s lease; it expires on its own');
+      this.options.log.warn(
+        { lease: this.leaseName, err: errorMessage(err) },
+        "could not delete this server's lease; it expires on its own",
+      );
     }
     this.current = undefined;
   }
@@ -178,7 +193,9 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
       const expired = last === undefined || Date.now() - last >= this.durationSeconds * 1000;
       this.options.log[expired ? 'error' : 'warn'](
         { lease: this.leaseName, namespace: this.namespace, failures: this.consecutiveFailures, err: e.message },
-        expired ? 'cannot renew this server\'s lease: agents counting leases do not count this server' : 'cannot renew this server\'s lease; retrying',
+        expired
+          ? "cannot renew this server's lease: agents counting leases do not count this server"
+          : "cannot renew this server's lease; retrying",
       );
       this.emit('renew-failed', e, this.consecutiveFailures, expired);
       this.scheduleRenewal(this.backoff.next());
@@ -210,9 +227,13 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     }
     // A valid lease renewed by someone else: another holder, or our own ID renewed by another process.
     const holder = existing.spec?.holderIdentity ?? '';
-    const renewedByOther = holder !== this.options.serverId || (conflicted && !this.written.includes(timeMs(existing.spec?.renewTime) ?? NaN));
+    const renewedByOther =
+      holder !== this.options.serverId || (conflicted && !this.written.includes(timeMs(existing.spec?.renewTime) ?? NaN));
     if (renewedByOther && isLeaseValid(existing, Date.now())) {
-      this.options.log.warn({ lease: this.leaseName, holder }, 'another process renews this server\'s lease: do two servers share one --server-id?');
+      this.options.log.warn(
+        { lease: this.leaseName, holder },
+        "another process renews this server's lease: do two servers share one --server-id?",
+      );
       this.emit('contended', holder);
     }
     return this.update(existing);
@@ -220,7 +241,10 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
 
   private update(base: V1Lease): Promise<V1Lease> {
     return this.api(`update lease ${this.namespace}/${this.leaseName}`, (o) =>
-      this.options.api.coordination.replaceNamespacedLease({ name: this.leaseName, namespace: this.namespace, body: this.desired(base) }, o),
+      this.options.api.coordination.replaceNamespacedLease(
+        { name: this.leaseName, namespace: this.namespace, body: this.desired(base) },
+        o,
+      ),
     );
   }
 
@@ -269,7 +293,10 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     try {
       await this.gcCall('delete', () =>
         this.api(`delete expired lease ${this.namespace}/${name}`, (o) =>
-          this.options.api.coordination.deleteNamespacedLease({ name, namespace: this.namespace, body: rv ? { preconditions: { resourceVersion: rv } } : {} }, o),
+          this.options.api.coordination.deleteNamespacedLease(
+            { name, namespace: this.namespace, body: rv ? { preconditions: { resourceVersion: rv } } : {} },
+            o,
+          ),
         ),
       );
     } catch (err) {
@@ -279,7 +306,10 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
     }
     this.counts.collected++;
     const expiredAt = leaseExpiresAt(lease);
-    this.options.log.info({ lease: name, holder: lease.spec?.holderIdentity, expiredAt: expiredAt ? new Date(expiredAt).toISOString() : undefined }, 'deleted an expired server lease');
+    this.options.log.info(
+      { lease: name, holder: lease.spec?.holderIdentity, expiredAt: expiredAt ? new Date(expiredAt).toISOString() : undefined },
+      'deleted an expired server lease',
+    );
     this.emit('collected', name);
   }
 
@@ -293,7 +323,8 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
   /** Runs one call of the garbage collection and reports how it ended ('gc-call', upstream's lease_list/lease_delete metrics). */
   private async gcCall<T>(op: 'list' | 'delete', call: () => Promise<T>): Promise<T> {
     const started = performance.now();
-    const ended = (status: number, reason: string): boolean => this.emit('gc-call', op, status, reason, (performance.now() - started) / 1000);
+    const ended = (status: number, reason: string): boolean =>
+      this.emit('gc-call', op, status, reason, (performance.now() - started) / 1000);
     try {
       const result = await call();
       ended(200, '');

@@ -19,7 +19,8 @@ export function parseProxyStrategies(text: string): ProxyStrategy[] {
   for (const item of text.split(',')) {
     const s = item.trim();
     if (s === '') continue;
-    if (!isProxyStrategy(s)) throw new Error(`unknown proxy strategy ${JSON.stringify(s.slice(0, 80))} (known: ${PROXY_STRATEGIES.join(', ')})`);
+    if (!isProxyStrategy(s))
+      throw new Error(`unknown proxy strategy ${JSON.stringify(s.slice(0, 80))} (known: ${PROXY_STRATEGIES.join(', ')})`);
     if (out.includes(s)) throw new Error(`proxy strategy ${s} is listed twice`);
     out.push(s);
   }

@@ -29,7 +29,10 @@ export class RouteIndex {
   add(backend: AgentBackend): void {
     if (this.agentOf.has(backend)) return;
     let ofCredential = this.byAgent.get(backend.credential.key);
-    if (!ofCredential) this.byAgent.set(backend.credential.key, (ofCredential = new Map()));
+    if (!ofCredential) {
+      ofCredential = new Map<string, AgentBackend[]>();
+      this.byAgent.set(backend.credential.key, ofCredential);
+    }
     let tunnels = ofCredential.get(backend.agentID);
     if (tunnels) tunnels.push(backend);
     else {

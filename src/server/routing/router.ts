@@ -38,8 +38,7 @@ export interface Route {
 }
 
 export type RouteOutcome =
-  | { ok: true; backend: AgentBackend; strategy: ProxyStrategy; contested?: Contest }
-  | { ok: false; reason: string; contested?: Contest };
+  { ok: true; backend: AgentBackend; strategy: ProxyStrategy; contested?: Contest } | { ok: false; reason: string; contested?: Contest };
 
 /** A destination claimed by agents of several credentials: destHost ignores it. */
 export interface Contest {
@@ -116,7 +115,11 @@ function destHost(index: RouteIndex, host: string | undefined): Allowed {
   const credentials = new Map(scored.map(([b]) => [b.credential.key, b.credential.subject]));
   if (credentials.size > 1) {
     const contested = { host: dest, subjects: [...credentials.values()] };
-    return allowedSet('destHost', `destHost: agents of ${credentials.size} credentials announce ${dest}, so none is trusted with it`, contested);
+    return allowedSet(
+      'destHost',
+      `destHost: agents of ${credentials.size} credentials announce ${dest}, so none is trusted with it`,
+      contested,
+    );
   }
   const best = Math.max(...scored.map(([, s]) => s));
   const a = allowedSet('destHost', '');

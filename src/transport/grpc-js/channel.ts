@@ -28,14 +28,14 @@ export function openGrpcJsStream(
   return new Promise<GrpcJsPacketCall>((resolve, reject) => {
     const call = client.makeBidiStreamRequest<Packet | Buffer, Decoded>(path, serializePacket, decodeOrExplain, toGrpcMetadata(metadata), {
       deadline,
-    }) as grpc.ClientDuplexStream<Packet | Buffer, Decoded>;
+    });
     let settled = false;
     const timer = setTimeout(() => {
       settle(new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, `no response headers within ${timeoutMs} ms`));
       call.cancel();
     }, timeoutMs);
     const onError = (err: Error & { code?: number; details?: string }): void =>
-      settle(new GrpcStatusError((err.code ?? GrpcStatus.UNKNOWN) as GrpcStatus, err.details ?? err.message));
+      settle(new GrpcStatusError(err.code ?? GrpcStatus.UNKNOWN, err.details ?? err.message));
     const settle = (result: Error | GrpcJsPacketCall): void => {
       if (settled) return;
       settled = true;

@@ -29,7 +29,12 @@ interface ResettableStream {
 }
 
 function isResettable(v: unknown): v is ResettableStream {
-  return typeof v === 'object' && v !== null && typeof Reflect.get(v, 'close') === 'function' && typeof Reflect.get(v, 'writableLength') === 'number';
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    typeof Reflect.get(v, 'close') === 'function' &&
+    typeof Reflect.get(v, 'writableLength') === 'number'
+  );
 }
 
 /**
@@ -78,7 +83,8 @@ export class GrpcJsPacketCall extends EventEmitter implements PacketStream {
       (call as ServerCall).on('cancelled', () => this.finish(new GrpcStatusError(GrpcStatus.CANCELLED, 'cancelled by peer')));
     } else {
       (call as ClientCall).on('status', (s: grpc.StatusObject) => {
-        this.finish(s.code === 0 ? undefined : new GrpcStatusError(s.code as number as GrpcStatus, s.details));
+        const code: number = s.code;
+        this.finish(code === 0 ? undefined : new GrpcStatusError(code, s.details));
       });
       call.on('end', () => this.end());
     }

@@ -62,11 +62,13 @@ export function createGrpcJsServer<C = undefined>(handlers: StreamHandlers<C>, o
   });
   /** Contexts of the open connections, by peerKey(). */
   const contexts = new Map<string, C>();
-  const route = (handler: ((s: IncomingStream<C>) => void) | undefined) => (call: ServerCall): void => {
-    const stream = incoming(call, contexts.get(call.getPeer()));
-    if (handler) handler(stream);
-    else stream.reject(GrpcStatus.UNIMPLEMENTED, 'service not served on this port');
-  };
+  const route =
+    (handler: ((s: IncomingStream<C>) => void) | undefined) =>
+    (call: ServerCall): void => {
+      const stream = incoming(call, contexts.get(call.getPeer()));
+      if (handler) handler(stream);
+      else stream.reject(GrpcStatus.UNIMPLEMENTED, 'service not served on this port');
+    };
   server.addService(agentServiceDefinition, { Connect: route(handlers.agentConnect) });
   server.addService(proxyServiceDefinition, { Proxy: route(handlers.proxy) });
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());

@@ -27,7 +27,11 @@ export class ClientTlsCredentials extends grpc.ChannelCredentials {
     return other === this;
   }
 
-  _createSecureConnector(target: grpc.experimental.GrpcUri, _options: grpc.ChannelOptions, callCredentials?: grpc.CallCredentials): grpc.experimental.SecureConnector {
+  _createSecureConnector(
+    target: grpc.experimental.GrpcUri,
+    _options: grpc.ChannelOptions,
+    callCredentials?: grpc.CallCredentials,
+  ): grpc.experimental.SecureConnector {
     const name = this.opts.serverName ?? grpc.experimental.splitHostPort(target.path)?.host ?? target.path;
     const call = callCredentials ?? grpc.CallCredentials.createEmpty();
     return {

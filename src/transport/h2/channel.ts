@@ -106,7 +106,7 @@ function parseTarget(opts: ChannelOptions): Target {
   if (target.startsWith('dns:///')) target = target.slice('dns:///'.length);
   const m = /^\[([^\]]+)\]:(\d+)$/.exec(target) ?? /^([^:]+):(\d+)$/.exec(target);
   if (!m) throw new TypeError(`invalid gRPC target "${opts.target}" (want host:port or unix:///path)`);
-  const host = m[1]!;
+  const host = m[1];
   const port = Number(m[2]);
   return {
     connect: () => wrap(undefined, host, port),
@@ -265,7 +265,8 @@ export class H2Channel implements GrpcChannel {
     const current = this.session;
     if (current && !current.closed && !current.destroyed) return current;
     const target = this.target;
-    let created: ClientHttp2Session | undefined;
+    // The socket is made inside http2.connect, before the session it belongs to is returned.
+    const created: { session?: ClientHttp2Session } = {};
     const session = http2.connect(`${this.opts.tls ? 'https' : 'http'}://${target.authority}`, {
       settings: {
         enablePush: false,
@@ -281,11 +282,11 @@ export class H2Channel implements GrpcChannel {
           closeWhenPeerGone(socket, () => undefined);
         });
         // As on the server: a dead connection ends every stream at once.
-        socket.once('close', () => setImmediate(() => created?.destroy()));
+        socket.once('close', () => setImmediate(() => created.session?.destroy()));
         return socket;
       },
     });
-    created = session;
+    created.session = session;
     this.session = session;
     this.open.set(session, new Set());
     session.on('error', (err: Error) => {

@@ -52,9 +52,9 @@ function normaliseBinary(value: string): string {
 export function metadataFromRawHeaders(raw: readonly string[]): MetadataMap {
   const out = new Map<string, string[]>();
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    const key = raw[i]!.toLowerCase();
+    const key = raw[i].toLowerCase();
     if (isReserved(key)) continue;
-    const value = raw[i + 1]!;
+    const value = raw[i + 1];
     let list = out.get(key);
     if (list === undefined) out.set(key, (list = []));
     if (key.endsWith('-bin')) {
@@ -84,7 +84,6 @@ export function addMetadataHeaders(target: Record<string, string>, metadata: Rec
 
 /** Bytes outside 0x20–0x7E and '%' are sent as %XX of their UTF-8 encoding. */
 export function encodeGrpcMessage(message: string): string {
-  // eslint-disable-next-line no-control-regex
   if (/^[\x20-\x24\x26-\x7e]*$/.test(message)) return message;
   let out = '';
   for (const b of Buffer.from(message, 'utf8')) {
@@ -108,10 +107,10 @@ export function decodeGrpcMessage(value: string): string {
   const out = Buffer.allocUnsafe(src.length);
   let n = 0;
   for (let i = 0; i < src.length; i++) {
-    const c = src[i]!;
+    const c = src[i];
     if (c === 0x25 && i + 2 < src.length) {
-      const hi = hexValue(src[i + 1]!);
-      const lo = hexValue(src[i + 2]!);
+      const hi = hexValue(src[i + 1]);
+      const lo = hexValue(src[i + 2]);
       if (hi >= 0 && lo >= 0) {
         out[n++] = hi * 16 + lo;
         i += 2;
@@ -141,7 +140,7 @@ const TIMEOUT_UNIT_MS: Record<string, number> = {
 export function parseGrpcTimeout(value: string): number | undefined {
   const m = /^(\d{1,8})([HMSmun])$/.exec(value);
   if (!m) return undefined;
-  return Number(m[1]) * TIMEOUT_UNIT_MS[m[2]!]!;
+  return Number(m[1]) * TIMEOUT_UNIT_MS[m[2]];
 }
 
 /** Encodes a timeout in milliseconds as a `grpc-timeout` value. */
@@ -158,7 +157,7 @@ export function formatGrpcTimeout(ms: number): string {
 /** grpc-status header value → code; missing or malformed → undefined. */
 export function parseGrpcStatus(value: string | string[] | undefined): GrpcStatus | undefined {
   if (typeof value !== 'string' || !/^\d{1,3}$/.test(value)) return undefined;
-  return Number(value) as GrpcStatus;
+  return Number(value);
 }
 
 /** Non-200 HTTP responses without grpc-status (PROTOCOL-HTTP2.md / http-grpc-status-mapping.md). */

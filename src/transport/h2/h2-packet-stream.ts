@@ -98,7 +98,6 @@ export function statusFromTrailers(headers: IncomingHttpHeaders): GrpcStatusErro
   return new GrpcStatusError(code, message);
 }
 
-
 /** How long a client may keep its half open after the status was sent. */
 const RELEASE_AFTER_STATUS_MS = 2000;
 
@@ -232,7 +231,11 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   destroy(error?: Error): void {
     if (this.closed) return;
     if (error instanceof GrpcStatusError) this.stop({ code: error.code, message: error.message });
-    else this.stop({ code: this.role === 'server' ? GrpcStatus.UNAVAILABLE : GrpcStatus.CANCELLED, message: error?.message ?? 'stream destroyed' });
+    else
+      this.stop({
+        code: this.role === 'server' ? GrpcStatus.UNAVAILABLE : GrpcStatus.CANCELLED,
+        message: error?.message ?? 'stream destroyed',
+      });
     this.finish(error);
   }
 

@@ -173,12 +173,12 @@ export class SendQueue {
     const keys = this.heldKeys;
     while (this.head < held.length && this.sink.writableLength < max && !this.sink.destroyed) {
       const i = this.head;
-      const key = keys[i]!;
+      const key = keys[i];
       const withPayload = keys[i + 1] === PAYLOAD;
       this.head += withPayload ? 2 : 1;
-      this.heldBytes -= held[i]!.length + (withPayload ? held[i + 1]!.length : 0);
-      if (withPayload) this.writeWithPayload(held[i]!, held[i + 1]!);
-      else this.write(held[i]!);
+      this.heldBytes -= held[i].length + (withPayload ? held[i + 1].length : 0);
+      if (withPayload) this.writeWithPayload(held[i], held[i + 1]);
+      else this.write(held[i]);
       if (key !== -1) {
         const n = this.heldPerConnection.get(key)! - 1;
         if (n === 0) this.heldPerConnection.delete(key);
@@ -216,7 +216,7 @@ export class SendQueue {
   private writeBatch(): void {
     const n = this.batch.length;
     if (n === 0) return;
-    const buf = n === 1 ? this.batch[0]! : Buffer.concat(this.batch, this.batchBytes);
+    const buf = n === 1 ? this.batch[0] : Buffer.concat(this.batch, this.batchBytes);
     this.batch = [];
     this.batchBytes = 0;
     this.write(buf);

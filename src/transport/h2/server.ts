@@ -69,10 +69,7 @@ function peerOf(connection: Duplex): string {
 /** Refuses a call with a Trailers-Only response (one HEADERS frame with END_STREAM). */
 function trailersOnly(h2: ServerHttp2Stream, code: GrpcStatus, message: string, extra: Record<string, string> = {}): void {
   if (h2.destroyed || h2.closed || h2.headersSent) return;
-  h2.respond(
-    { ':status': 200, 'content-type': GRPC_CONTENT_TYPE, ...extra, ...statusTrailers(code, message) },
-    { endStream: true },
-  );
+  h2.respond({ ':status': 200, 'content-type': GRPC_CONTENT_TYPE, ...extra, ...statusTrailers(code, message) }, { endStream: true });
   releaseAfterStatus(h2);
 }
 
@@ -104,7 +101,8 @@ class ClosedPacketStream extends EventEmitter implements PacketStream {
  * DEADLINE_EXCEEDED); gone (the client closed the stream while waiting).
  * Only 'waiting' moves, and only once.
  */
-type IncomingState = { readonly name: 'waiting' | 'rejected' | 'expired' | 'gone' } | { readonly name: 'accepted'; readonly stream: H2PacketStream };
+type IncomingState =
+  { readonly name: 'waiting' | 'rejected' | 'expired' | 'gone' } | { readonly name: 'accepted'; readonly stream: H2PacketStream };
 
 class H2IncomingStream<C> implements IncomingStream<C> {
   readonly peer: string;
@@ -170,10 +168,10 @@ class H2IncomingStream<C> implements IncomingStream<C> {
     this.settle({ name: 'accepted', stream });
     const response: Record<string, string> = {};
     addMetadataHeaders(response, headers);
-    h2.respond(
-      { ...response, ':status': 200, 'content-type': GRPC_CONTENT_TYPE, 'grpc-accept-encoding': 'identity' },
-      { waitForTrailers: true, sendDate: false } as http2.ServerStreamResponseOptions,
-    );
+    h2.respond({ ...response, ':status': 200, 'content-type': GRPC_CONTENT_TYPE, 'grpc-accept-encoding': 'identity' }, {
+      waitForTrailers: true,
+      sendDate: false,
+    } as http2.ServerStreamResponseOptions);
     this.track(stream);
     return stream;
   }
@@ -275,12 +273,7 @@ export class H2ServerTransport<C = undefined> implements GrpcServerTransport<C> 
     }
   };
 
-  private readonly onStream = (
-    h2: ServerHttp2Stream,
-    headers: IncomingHttpHeaders,
-    _flags: number,
-    rawHeaders: string[],
-  ): void => {
+  private readonly onStream = (h2: ServerHttp2Stream, headers: IncomingHttpHeaders, _flags: number, rawHeaders: string[]): void => {
     h2.on('error', noop);
     if (this.closing) {
       h2.close(h2c.NGHTTP2_REFUSED_STREAM);
