@@ -18,7 +18,7 @@ import {
 import { agentBuilder, validateAgentArgs, loadAgentCredentials, buildAgentOptions, type AgentArgs } from '../../src/cli/agent-command.js';
 import { PARSER_CONFIGURATION } from '../../src/cli/parser-configuration.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
-import { AssembledAgent, type AssembledAgentOptions } from '../../src/agent/assembled-agent.js';
+import { KanalAgent, type AgentOptions } from '../../src/agent/agent.js';
 
 /** Parses `argv` (flags after the command name) as `kanal` does; a usage error throws. */
 function parseFlags<T>(builder: (y: Argv) => Argv<T>, argv: readonly string[]): T {
@@ -52,13 +52,13 @@ export async function serverOptionsFromFlags(argv: readonly string[], overrides:
 }
 
 /** The agent's assembly as `kanal agent ...argv` builds it (its tunnels, leases, node side and admin port). */
-export async function agentAssemblyFromFlags(argv: readonly string[], overrides: InProcessOverrides): Promise<AssembledAgentOptions> {
+export async function agentAssemblyFromFlags(argv: readonly string[], overrides: InProcessOverrides): Promise<AgentOptions> {
   const config = validateAgentArgs(parseAgentFlags(argv));
   const agent = await buildAgentOptions(config, loadAgentCredentials(config));
   agent.log = overrides.log;
   if (overrides.ephemeralHealthHost !== undefined) agent.health = { host: overrides.ephemeralHealthHost, port: 0 };
   // As runAgent() composes it (src/cli/agent-command.ts).
-  return { agent, leases: config.leases, node: config.node, admin: config.admin };
+  return { tunnels: agent, leases: config.leases, node: config.node, admin: config.admin };
 }
 
 /** A started KanalServer built from flags; stopped by the caller. */
@@ -72,15 +72,15 @@ export async function startServerInProcess(
   return { server, options };
 }
 
-/** A started AssembledAgent built from flags (plus `adjust` for what no flag sets); stopped by the caller. */
+/** A started KanalAgent built from flags (plus `adjust` for what no flag sets); stopped by the caller. */
 export async function startAgentInProcess(
   argv: readonly string[],
   overrides: InProcessOverrides,
-  adjust: (assembly: AssembledAgentOptions) => void = () => undefined,
-): Promise<AssembledAgent> {
+  adjust: (assembly: AgentOptions) => void = () => undefined,
+): Promise<KanalAgent> {
   const assembly = await agentAssemblyFromFlags(argv, overrides);
   adjust(assembly);
-  const assembled = new AssembledAgent(assembly);
+  const assembled = new KanalAgent(assembly);
   await assembled.start();
   return assembled;
 }

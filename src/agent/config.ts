@@ -8,7 +8,7 @@ import { UsageError } from '../common/usage-error.js';
 import { logLevelFrom } from '../settings/process-settings.js';
 import type { TransportName } from '../transport/choice.js';
 import { kubeClientConfig } from '../kube/settings.js';
-import type { AssembledAgentOptions } from './assembled-agent.js';
+import type { AgentOptions } from './agent.js';
 import { nodeSideFromSettings, type NodeSideOptions } from './node-side-config.js';
 import type { ServerCountSource } from './server-count.js';
 import type { AgentSettings } from './settings.js';
@@ -27,7 +27,7 @@ export interface AgentConfig {
   };
   tokenFile?: string;
   /** `--count-server-leases`: the API client and the leases counted. */
-  leases?: AssembledAgentOptions['leases'];
+  leases?: AgentOptions['leases'];
   serverCountSource: ServerCountSource;
   syncForever: boolean;
   dialTimeoutMs: number;
@@ -35,7 +35,7 @@ export interface AgentConfig {
   reconnect: { initialMs: number; maxMs: number };
   shutdownGraceMs: number;
   health?: { host: string; port: number };
-  admin?: AssembledAgentOptions['admin'];
+  admin?: AgentOptions['admin'];
   node?: NodeSideOptions;
   maxConnectionWindowBytes: number;
   /** Control plane -> node connections per server tunnel, dialling or open. */

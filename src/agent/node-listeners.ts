@@ -14,7 +14,7 @@ import { formatHostPort } from '../common/host-port.js';
 import { DialError } from '../tunnel/errors.js';
 import type { Target } from './target.js';
 import { DEFAULT_LIMITS } from '../tunnel/limits.js';
-import type { KanalAgent } from './agent.js';
+import type { ServerTunnels } from './server-tunnels.js';
 import { Cancel } from '../common/cancel.js';
 
 export interface NodeListenersOptions {
@@ -22,7 +22,7 @@ export interface NodeListenersOptions {
   targets: readonly Target[];
   tunnelWaitMs: number;
   dialTimeoutMs: number;
-  agent: KanalAgent;
+  agent: ServerTunnels;
   log: Logger;
 }
 

@@ -2,7 +2,7 @@
  * The node -> control plane side's configuration (KEP-2025): which advertise
  * address the agent serves, on which interface, and which --target ports it
  * forwards. Each setting is checked by its entry (settings.ts); what ties
- * them together is checked here, beside what uses it (assembled-agent.ts).
+ * them together is checked here, beside what uses it (agent.ts).
  */
 import { UsageError } from '../common/usage-error.js';
 import type { InterfaceType } from './host-interface-manager.js';

@@ -1,8 +1,8 @@
 /** `kanal agent`: its settings (src/agent/settings.ts) on the command line, validation, start. */
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
-import type { AgentOptions } from '../agent/agent.js';
-import { AssembledAgent } from '../agent/assembled-agent.js';
+import type { ServerTunnelsOptions } from '../agent/server-tunnels.js';
+import { KanalAgent } from '../agent/agent.js';
 import { agentConfig, type AgentConfig } from '../agent/config.js';
 import { agentSettings, type AgentGiven } from '../agent/settings.js';
 import { CredentialCheck } from '../common/credential-files.js';
@@ -53,7 +53,7 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
 export async function buildAgentOptions(
   config: AgentConfig,
   credentials: AgentCredentials = loadAgentCredentials(config),
-): Promise<AgentOptions> {
+): Promise<ServerTunnelsOptions> {
   const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
   const s = config.server;
   const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
@@ -128,9 +128,9 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   for (const notice of config.notices) log.warn(notice);
   if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
   enableGcPacing();
-  const assembled = new AssembledAgent({ agent: options, leases: config.leases, node: config.node, admin: config.admin });
-  const agent = assembled.agent;
-  await assembled.start();
+  const kanalAgent = new KanalAgent({ tunnels: options, leases: config.leases, node: config.node, admin: config.admin });
+  const agent = kanalAgent.tunnels;
+  await kanalAgent.start();
   // systemd (Type=notify): READY=1 once the listeners are bound and the first
   // tunnel is up, or after --connect-timeout at the latest so an unreachable
   // control plane never blocks the kubelet (ordered after us) for good.
@@ -142,7 +142,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   runUntilSignalled(log, async () => {
     reclaimer.stop();
     notifier.stopping('draining');
-    await assembled.stop(config.shutdownGraceMs);
+    await kanalAgent.stop(config.shutdownGraceMs);
     // Last line: everything the agent created is gone.
     log.info('kanal agent stopped');
   });

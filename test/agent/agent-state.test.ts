@@ -1,5 +1,5 @@
 /**
- * KanalAgent's life (created -> running -> draining -> stopped, src/agent/agent.ts):
+ * ServerTunnels's life (created -> running -> draining -> stopped, src/agent/server-tunnels.ts):
  * it only moves forward, so a stop() that lands while start() is still opening
  * the health port leaves nothing running, and a stopped agent cannot start again.
  */
@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { KanalAgent } from '../../src/agent/agent.js';
+import { ServerTunnels } from '../../src/agent/server-tunnels.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { captureLogger, makeEnv, startServer } from '../helpers/in-process.js';
@@ -28,7 +28,7 @@ test('stop() during start() leaves nothing running: no tunnel comes up, the heal
   const env = await makeEnv(t);
   const { server } = await startServer(t, env);
   const own = await issueAgentCertificate(env.pki, 'node-1');
-  const agent = new KanalAgent({
+  const agent = new ServerTunnels({
     agentID: 'node-1',
     agentIdentifiers: '',
     server: {

@@ -1,13 +1,13 @@
 /**
  * Node -> control plane (KEP-2025) through the agent as `kanal agent`
- * assembles it (src/agent/assembled-agent.ts), in process and on the
+ * assembles it (src/agent/agent.ts), in process and on the
  * default transport (h2): node listeners on 127.0.0.2 with
  * --bind-interface-type none, so no root and no namespace is needed.
  */
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
 import net from 'node:net';
-import { AssembledAgent } from '../../src/agent/assembled-agent.js';
+import { KanalAgent } from '../../src/agent/agent.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
 import { freePort } from '../../kit/launch/kanal-cli.js';
@@ -122,8 +122,8 @@ test('a start that cannot bind a target fails naming the address and releases wh
   t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())));
   const first = node.targets[0];
   const logs = captureLogger('debug');
-  const assembled = new AssembledAgent({
-    agent: {
+  const assembled = new KanalAgent({
+    tunnels: {
       agentID: 'node-1',
       agentIdentifiers: '',
       server: { host: '127.0.0.1', port: server.agentPort, tls: { ca: fs.readFileSync(env.pki.caCert) } },
@@ -136,7 +136,7 @@ test('a start that cannot bind a target fails naming the address and releases wh
     node: { ...node, targets: [first, { localPort: taken, destination: '127.0.0.1:2' }] },
   });
   await t.throwsAsync(assembled.start(), { message: `cannot listen on ${NODE_ADDRESS}:${taken}: EADDRINUSE` });
-  t.is(assembled.agent.tunnels().length, 0);
+  t.is(assembled.tunnels.tunnels().length, 0);
   // The first target's listener was closed again.
   await t.throwsAsync(connectNode(first.localPort), { code: 'ECONNREFUSED' });
 });

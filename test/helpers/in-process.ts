@@ -1,5 +1,5 @@
 /**
- * KanalServer and KanalAgent in the test process: throwaway PKI in a temp
+ * KanalServer and ServerTunnels in the test process: throwaway PKI in a temp
  * dir, agent port on 127.0.0.1:0 with mTLS, frontend on a Unix socket,
  * health on 127.0.0.1:0, logs captured into arrays. Options become `kanal`
  * flags, assembled by the CLI's own functions (kit/launch/in-process.ts).
@@ -11,7 +11,7 @@ import type { Duplex } from 'node:stream';
 import type { ExecutionContext } from 'ava';
 import { issueAgentCertificate, writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 import type { KanalServer, ServerOptions } from '../../src/server/server.js';
-import type { KanalAgent } from '../../src/agent/agent.js';
+import type { ServerTunnels } from '../../src/agent/server-tunnels.js';
 import type { ProxyStrategy } from '../../src/server/routing/proxy-strategies.js';
 import { startAgentInProcess, startServerInProcess } from '../../kit/launch/in-process.js';
 import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
@@ -111,7 +111,7 @@ export async function startServer(
 }
 
 export interface StartedAgent {
-  agent: KanalAgent;
+  agent: ServerTunnels;
   logs: CapturedLogger;
   stopped: boolean;
   stop(graceMs?: number): Promise<void>;
@@ -174,12 +174,12 @@ export async function startAgent(
     flags,
     { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) },
     (assembly) => {
-      if (opts.features) assembly.agent.features = opts.features;
+      if (opts.features) assembly.tunnels.features = opts.features;
       if (opts.node) assembly.node = opts.node;
     },
   );
   const started: StartedAgent = {
-    agent: assembled.agent,
+    agent: assembled.tunnels,
     logs,
     stopped: false,
     async stop(graceMs = 1000) {

@@ -1,5 +1,5 @@
 /**
- * KanalServer and KanalAgent constructed directly in the test process, over
+ * KanalServer and ServerTunnels constructed directly in the test process, over
  * real sockets (agent port with mTLS on 127.0.0.1, frontend on a Unix
  * socket): traffic in both directions, tables back to zero, DRAIN on agent
  * stop, refusals, readiness.
@@ -12,7 +12,7 @@ import { AGENT_SERVICE_CONNECT, MD_AGENT_ID, MD_AGENT_IDENTIFIERS } from '../../
 import { GrpcStatus, GrpcStatusError } from '../../src/transport/transport.js';
 import { grpcJsTransport } from '../../src/transport/grpc-js/index.js';
 import type { KanalServer } from '../../src/server/server.js';
-import type { KanalAgent } from '../../src/agent/agent.js';
+import type { ServerTunnels } from '../../src/agent/server-tunnels.js';
 import fs from 'node:fs';
 import {
   closedPort,
@@ -39,7 +39,7 @@ function pickedAgentID(server: KanalServer): string | undefined {
   return outcome.ok ? outcome.backend.agentID : undefined;
 }
 
-function agentIdle(agent: KanalAgent): boolean {
+function agentIdle(agent: ServerTunnels): boolean {
   return agent.stats().tunnels.every((x) => x.connections === 0 && x.pendingDials === 0 && x.inboundDials === 0);
 }
 
