@@ -13,275 +13,45 @@
 // the following clean stop removes it. A link without the marker is the
 // operator's and is never deleted.
 
-import { isIP } from 'node:net';
 import { readFileSync } from 'node:fs';
-import { NetlinkError, describeErrno } from './netlink-error.js';
-import { NetlinkSocket, withNetlinkSocket, type NetlinkSocketOptions } from './netlink-socket.js';
+import { NetlinkError } from './netlink-error.js';
+import { withNetlinkSocket, type NetlinkSocketOptions } from './netlink-socket.js';
+import { IFF_UP, buildSetLinkUp } from './rtnetlink.js';
 import {
-  IFF_UP,
-  RTM_NEWADDR,
-  RTM_NEWLINK,
-  type LinkInfo,
-  addressBytes,
-  buildDelAddr,
-  buildDelLink,
-  buildGetAddrDump,
-  buildGetLinkByName,
-  buildNewAddr,
-  buildNewLink,
-  buildSetLinkAlias,
-  buildSetLinkUp,
-  formatAddress,
-  hostPrefixLen,
-  parseAddr,
-  parseLink,
-} from './rtnetlink.js';
+  KANAL_LINK_ALIAS,
+  validateAddress,
+  validateHostInterfaceSpec,
+  validateInterfaceName,
+  type HostInterfaceSpec,
+  type HostInterfaceState,
+} from './host-interface-spec.js';
+import {
+  EEXIST,
+  ENODEV,
+  addAddress,
+  createLink,
+  deleteAddress,
+  deleteLink,
+  errnoOf,
+  explain,
+  getLink,
+  hasAddress,
+  setLinkAlias,
+} from './host-interface-steps.js';
 
 export { NetlinkError } from './netlink-error.js';
-
-export type InterfaceKind = 'dummy' | 'bridge';
-export const INTERFACE_KINDS: readonly InterfaceKind[] = ['dummy', 'bridge'];
-
-export interface HostInterfaceSpec {
-  name: string;
-  kind: InterfaceKind;
-  /** IPv4 or IPv6 literal; installed as /32 or /128. */
-  address: string;
-}
-
-export interface HostInterfaceState {
-  name: string;
-  address: string;
-  /**
-   * True when Kanal created the link (remove will delete it): either this
-   * ensure created it, or it was reclaimed (see `reclaimed`).
-   */
-  createdLink: boolean;
-  /**
-   * True when Kanal added the address (remove will delete it). Always true on
-   * a Kanal-created link: such a link only ever gets its address from Kanal.
-   */
-  addedAddress: boolean;
-  /**
-   * True when the link already existed and carried the Kanal ownership marker
-   * (KANAL_LINK_ALIAS): a leftover of an earlier run that did not stop cleanly
-   * (crash, SIGKILL). It is treated as created by Kanal.
-   */
-  reclaimed: boolean;
-  ifindex: number;
-  /**
-   * Kind of the link as the kernel reports it (IFLA_INFO_KIND). May differ from
-   * the requested kind when an existing link was adopted; null when the link
-   * has no kind (e.g. a physical NIC).
-   */
-  kind: string | null;
-}
-
-/** Invalid input, detected before any kernel call. */
-export class HostInterfaceSpecError extends Error {
-  override name = 'HostInterfaceSpecError';
-  readonly field: 'name' | 'kind' | 'address';
-  constructor(field: 'name' | 'kind' | 'address', message: string) {
-    super(message);
-    this.field = field;
-  }
-}
-
-const EPERM = 1;
-const ENODEV = 19;
-const EEXIST = 17;
-const EACCES = 13;
-const EADDRNOTAVAIL = 99;
-const EOPNOTSUPP = 95;
-const IFNAMSIZ = 16; // including the trailing NUL
-
-/**
- * The alias (IFLA_IFALIAS) Kanal puts on every link it creates: the kernel's
- * record that the link is Kanal's to delete. Compared byte for byte; an
- * operator can hand a link over to Kanal by setting exactly this alias, or
- * keep a Kanal-made link by changing or clearing it.
- */
-export const KANAL_LINK_ALIAS = 'kanal-agent: created by kanal, removed on clean stop';
-
-// ---------------------------------------------------------------- validation
-
-export function validateInterfaceName(name: unknown): string {
-  if (typeof name !== 'string' || name.length === 0) {
-    throw new HostInterfaceSpecError('name', 'interface name must be a non-empty string');
-  }
-  const bytes = Buffer.byteLength(name, 'utf8');
-  if (bytes > IFNAMSIZ - 1) {
-    throw new HostInterfaceSpecError(
-      'name',
-      `interface name ${JSON.stringify(name)} is ${bytes} bytes; Linux allows at most ${IFNAMSIZ - 1} (IFNAMSIZ)`,
-    );
-  }
-  if (name === '.' || name === '..') {
-    throw new HostInterfaceSpecError('name', `interface name ${JSON.stringify(name)} is not allowed`);
-  }
-  // '/' and ':' and whitespace are rejected by the kernel (dev_valid_name); '%'
-  // would make the kernel pick a name from a template ("kanal%d"), which we
-  // could then not find again by name.
-  // eslint-disable-next-line no-control-regex
-  const bad = /[\s/:%\x00-\x1f\x7f]/.exec(name);
-  if (bad) {
-    throw new HostInterfaceSpecError(
-      'name',
-      `interface name ${JSON.stringify(name)} contains ${JSON.stringify(bad[0])}; '/', ':', '%', whitespace and control characters are not allowed`,
-    );
-  }
-  return name;
-}
-
-export function validateAddress(address: unknown): string {
-  if (typeof address !== 'string' || isIP(address) === 0 || address.includes('%')) {
-    throw new HostInterfaceSpecError(
-      'address',
-      `address ${JSON.stringify(address)} is not an IPv4 or IPv6 literal (no prefix length, no zone)`,
-    );
-  }
-  const { family, bytes } = addressBytes(address);
-  if (bytes.every((b) => b === 0)) {
-    throw new HostInterfaceSpecError('address', `address ${address} is the unspecified address; a host address is needed`);
-  }
-  if ((family === 2 && bytes[0] >= 224 && bytes[0] <= 239) || (family === 10 && bytes[0] === 0xff)) {
-    throw new HostInterfaceSpecError('address', `address ${address} is a multicast address; a unicast host address is needed`);
-  }
-  return address;
-}
-
-export function validateKind(kind: unknown): InterfaceKind {
-  if (kind !== 'dummy' && kind !== 'bridge') {
-    throw new HostInterfaceSpecError(
-      'kind',
-      `interface kind ${JSON.stringify(kind)} is not supported; use one of ${INTERFACE_KINDS.join(', ')}`,
-    );
-  }
-  return kind;
-}
-
-/** Check a spec completely without touching the kernel. */
-export function validateHostInterfaceSpec(spec: HostInterfaceSpec): HostInterfaceSpec {
-  return { name: validateInterfaceName(spec.name), kind: validateKind(spec.kind), address: validateAddress(spec.address) };
-}
-
-// ---------------------------------------------------------------- kernel steps
-
-function errnoOf(err: unknown): number {
-  return err instanceof NetlinkError ? err.errno : -1;
-}
-
-/** Add the sentence an operator needs for the errors with a known cause. */
-function explain(err: unknown, what: string): unknown {
-  if (!(err instanceof NetlinkError)) return err;
-  if (err.errno === EPERM) {
-    return new NetlinkError(
-      err.operation,
-      err.errno,
-      `cannot ${what}: the kernel refused (${describeErrno(EPERM)}); CAP_NET_ADMIN is needed in this network namespace (run as root or grant the capability, e.g. AmbientCapabilities=CAP_NET_ADMIN)`,
-      err.kernelMessage,
-    );
-  }
-  const kernel = err.kernelMessage ? `: ${err.kernelMessage}` : '';
-  return new NetlinkError(
-    err.operation,
-    err.errno,
-    `cannot ${what} (${err.errno ? describeErrno(err.errno) : err.message})${kernel}`,
-    err.kernelMessage,
-  );
-}
-
-function getLink(sock: NetlinkSocket, name: string): LinkInfo | undefined {
-  try {
-    const reply = sock.request(`RTM_GETLINK ${name}`, (seq) => buildGetLinkByName(seq, name));
-    const msg = reply.find((m) => m.type === RTM_NEWLINK);
-    return msg ? parseLink(msg) : undefined;
-  } catch (err) {
-    if (errnoOf(err) === ENODEV) return undefined;
-    throw explain(err, `look up interface ${name}`);
-  }
-}
-
-function createLink(sock: NetlinkSocket, name: string, kind: InterfaceKind): void {
-  const operation = `RTM_NEWLINK ${name} kind ${kind}`;
-  try {
-    sock.request(operation, (seq) => buildNewLink(seq, name, kind));
-  } catch (err) {
-    if (errnoOf(err) === EOPNOTSUPP) {
-      const other: InterfaceKind = kind === 'dummy' ? 'bridge' : 'dummy';
-      throw new NetlinkError(
-        operation,
-        EOPNOTSUPP,
-        `cannot create interface ${name} of kind ${kind}: this kernel has no '${kind}' link type (${describeErrno(EOPNOTSUPP)}; module ${kind} not available). ` +
-          `Use --bind-interface-type ${other}, or create the interface yourself and pass --bind-interface-type none`,
-        err instanceof NetlinkError ? err.kernelMessage : undefined,
-      );
-    }
-    if (errnoOf(err) === EEXIST) throw err; // the caller adopts the link
-    throw explain(err, `create interface ${name} of kind ${kind}`);
-  }
-}
-
-function setLinkAlias(sock: NetlinkSocket, name: string, ifindex: number, alias: string): void {
-  try {
-    sock.request(`RTM_NEWLINK ${name} alias`, (seq) => buildSetLinkAlias(seq, ifindex, alias));
-  } catch (err) {
-    throw explain(err, `mark interface ${name} as created by Kanal (set its alias)`);
-  }
-}
-
-function hasAddress(sock: NetlinkSocket, ifindex: number, address: string): boolean {
-  const { family, bytes } = addressBytes(address);
-  const wanted = formatAddress(family, bytes);
-  const reply = sock.request(`RTM_GETADDR dump`, (seq) => buildGetAddrDump(seq, family, ifindex));
-  return reply
-    .filter((m) => m.type === RTM_NEWADDR)
-    .map(parseAddr)
-    .some((a) => a.ifindex === ifindex && a.family === family && (a.local === wanted || a.address === wanted));
-}
-
-/** Returns true when this call added the address. */
-function addAddress(sock: NetlinkSocket, name: string, ifindex: number, address: string): boolean {
-  const { family } = addressBytes(address);
-  const prefix = `${address}/${hostPrefixLen(family)}`;
-  try {
-    if (hasAddress(sock, ifindex, address)) return false;
-  } catch (err) {
-    throw explain(err, `list addresses of ${name}`);
-  }
-  try {
-    sock.request(`RTM_NEWADDR ${prefix} dev ${name}`, (seq) => buildNewAddr(seq, ifindex, address));
-    return true;
-  } catch (err) {
-    if (errnoOf(err) === EEXIST) return false; // appeared in between: someone else owns it
-    if (errnoOf(err) === EACCES && family === 10) {
-      const e = err as NetlinkError;
-      throw new NetlinkError(
-        e.operation,
-        EACCES,
-        `cannot add ${prefix} to ${name}: IPv6 is disabled on this interface (${describeErrno(EACCES)}; check net.ipv6.conf.${name}.disable_ipv6 and net.ipv6.conf.all.disable_ipv6)`,
-        e.kernelMessage,
-      );
-    }
-    throw explain(err, `add address ${prefix} to ${name}`);
-  }
-}
-
-function deleteLink(sock: NetlinkSocket, name: string, ifindex: number): void {
-  try {
-    sock.request(`RTM_DELLINK ${name}`, (seq) => buildDelLink(seq, ifindex));
-  } catch (err) {
-    if (errnoOf(err) !== ENODEV) throw explain(err, `delete interface ${name}`);
-  }
-}
-
-function deleteAddress(sock: NetlinkSocket, name: string, ifindex: number, address: string): void {
-  try {
-    sock.request(`RTM_DELADDR ${address} dev ${name}`, (seq) => buildDelAddr(seq, ifindex, address));
-  } catch (err) {
-    if (errnoOf(err) !== EADDRNOTAVAIL && errnoOf(err) !== ENODEV) throw explain(err, `remove address ${address} from ${name}`);
-  }
-}
+export {
+  HostInterfaceSpecError,
+  INTERFACE_KINDS,
+  KANAL_LINK_ALIAS,
+  validateAddress,
+  validateHostInterfaceSpec,
+  validateInterfaceName,
+  validateKind,
+  type HostInterfaceSpec,
+  type HostInterfaceState,
+  type InterfaceKind,
+} from './host-interface-spec.js';
 
 // ---------------------------------------------------------------- public API
 

@@ -8,7 +8,7 @@
 import koffi from 'koffi';
 import { EAGAIN, EINTR, SOCK_CLOEXEC, getLibc } from './libc.js';
 import { AF_NETLINK, MSG_TRUNC, NETLINK_ROUTE, SOCK_RAW, sockaddrNl, sysError } from './netlink-socket.js';
-import { parseMessages, type NlMessage } from './rtnetlink.js';
+import { parseMessages, type NlMessage } from './netlink-message.js';
 
 const MSG_DONTWAIT = 0x40;
 const ENOBUFS = 105;

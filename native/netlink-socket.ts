@@ -10,7 +10,7 @@
 import koffi from 'koffi';
 import { EAGAIN, EINTR, SOCK_CLOEXEC, SOL_SOCKET, getLibc } from './libc.js';
 import { NetlinkError, describeErrno } from './netlink-error.js';
-import { NLMSG_DONE, NLMSG_ERROR, type NlMessage, parseErrorPayload, parseMessages, readI32 } from './rtnetlink.js';
+import { NLMSG_DONE, NLMSG_ERROR, type NlMessage, parseErrorPayload, parseMessages, readI32 } from './netlink-message.js';
 
 export const AF_NETLINK = 16;
 export const SOCK_RAW = 3;

@@ -11,7 +11,8 @@ import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { writeThrowawayPki } from '../pki/throwaway-pki.js';
+import { writeThrowawayPki, type ThrowawayPki } from '../pki/throwaway-pki.js';
+import type { Child } from '../launch/child.js';
 import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { CleanupStack } from '../launch/cleanup-scope.js';
@@ -26,6 +27,9 @@ interface Row {
   bytes: number;
   ms: number;
 }
+
+/** Runs one step and records its row: what it got, or the error it threw. */
+type Timer = (what: string, fn: () => Promise<{ result: string; bytes: number }>) => Promise<void>;
 
 /** Sends an HTTP/1.1 GET over an established stream and returns the raw response. */
 function httpOver(conn: Duplex, host: string, pathName: string): Promise<Buffer> {
@@ -43,13 +47,186 @@ function statusOf(raw: Buffer): string {
   return raw.subarray(0, raw.indexOf('\r\n')).toString('latin1');
 }
 
+/** Ports and paths the demo's processes meet on. */
+interface DemoPlaces {
+  dir: string;
+  pki: ThrowawayPki;
+  uds: string;
+  agentPort: number;
+  serverHealth: number;
+  agentHealth: number;
+  /** The agent's --target listeners on ADVERTISE: one to the KAS stand-in, one to a destination the server refuses. */
+  kasLocal: number;
+  refusedLocal: number;
+  kasPort: number;
+  backendAddr: string;
+}
+
+/** A service on the "node" side and a kube-apiserver stand-in on the "control plane" side, listening on loopback. */
+async function startStandIns(pki: ThrowawayPki, servers: net.Server[]): Promise<{ backendAddr: string; kasPort: number }> {
+  const payload = Buffer.alloc(256 * 1024, 'k');
+  const backend = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(payload));
+  const kas = https.createServer({ cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey) }, (req, res) => {
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0-kas-stand-in', path: req.url }));
+  });
+  servers.push(backend, kas);
+  await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))));
+  return { backendAddr: `127.0.0.1:${(backend.address() as net.AddressInfo).port}`, kasPort: (kas.address() as net.AddressInfo).port };
+}
+
+/** `kanal server` and `kanal agent` as children of `scope`, once both are ready. */
+async function startKanal(scope: CleanupStack, places: DemoPlaces): Promise<{ server: Child; agent: Child }> {
+  const { dir, pki, uds, agentPort, serverHealth, agentHealth, kasLocal, refusedLocal, kasPort, backendAddr } = places;
+  const server = spawnKanal(scope, {
+    name: 'server',
+    args: [
+      'server',
+      '--uds-name',
+      uds,
+      '--cluster-cert',
+      pki.serverCert,
+      '--cluster-key',
+      pki.serverKey,
+      '--cluster-ca-cert',
+      pki.caCert,
+      '--agent-bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      String(agentPort),
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      String(serverHealth),
+      '--allowed-destination',
+      `127.0.0.1:${kasPort}`,
+      '--log-level',
+      'info',
+    ],
+    logFile: path.join(dir, 'server.log'),
+  });
+  const agent = spawnKanal(scope, {
+    name: 'agent',
+    args: [
+      'agent',
+      '--proxy-server-host',
+      '127.0.0.1',
+      '--proxy-server-port',
+      String(agentPort),
+      '--ca-cert',
+      pki.caCert,
+      '--agent-cert',
+      pki.agentCert,
+      '--agent-key',
+      pki.agentKey,
+      '--agent-id',
+      'demo-node',
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-server-port',
+      String(agentHealth),
+      '--bind-address',
+      ADVERTISE,
+      '--bind-interface-type',
+      'none',
+      '--target',
+      `${kasLocal}:127.0.0.1:${kasPort}`,
+      '--target',
+      `${refusedLocal}:${backendAddr}`,
+      '--log-level',
+      'info',
+    ],
+    logFile: path.join(dir, 'agent.log'),
+  });
+  await waitHealthy(server, `http://127.0.0.1:${serverHealth}/readyz`, 20_000);
+  await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
+  console.log(`server and agent up (agent port ${agentPort}, frontend ${uds})\n`);
+  return { server, agent };
+}
+
+/** Every direction and frontend, one row each. */
+async function runSteps(places: DemoPlaces, time: Timer): Promise<void> {
+  const { pki, uds, kasLocal, refusedLocal, backendAddr } = places;
+  // The kube-apiserver's side: grpc-js, a gRPC implementation independent of the server's default (h2).
+  const grpcJsTransport = await loadTransport('grpc-js');
+
+  await time('CP -> node  HTTP CONNECT over UDS', async () => {
+    const s = await httpConnect(await connectUnix(uds), backendAddr);
+    const raw = await httpOver(s, backendAddr, '/');
+    return { result: statusOf(raw), bytes: raw.length };
+  });
+  await time('CP -> node  gRPC ProxyService over UDS (upstream client style)', async () => {
+    const { conn } = await grpcDial(grpcJsTransport, `unix://${uds}`, backendAddr, { kanal: false });
+    const raw = await httpOver(conn, backendAddr, '/');
+    return { result: statusOf(raw), bytes: raw.length };
+  });
+  await time('CP -> node  gRPC ProxyService over UDS (Kanal extensions)', async () => {
+    const { conn } = await grpcDial(grpcJsTransport, `unix://${uds}`, backendAddr, { kanal: true });
+    const raw = await httpOver(conn, backendAddr, '/');
+    return { result: statusOf(raw), bytes: raw.length };
+  });
+  await time('CP -> node  CONNECT to a closed port', async () => {
+    const closed = await freePort();
+    try {
+      await httpConnect(await connectUnix(uds), `127.0.0.1:${closed}`);
+      return { result: 'unexpectedly connected', bytes: 0 };
+    } catch (err) {
+      return { result: `refused as expected: ${errorMessage(err).split('\n')[0]}`, bytes: 0 };
+    }
+  });
+  await time(`node -> CP  https://${ADVERTISE}:${kasLocal}/version (TLS passes through)`, async () => {
+    const body = await new Promise<string>((resolve, reject) => {
+      const req = https.get(
+        { host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000 },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => resolve(`${res.statusCode} ${text}`));
+        },
+      );
+      req.on('error', reject);
+    });
+    return { result: body.slice(0, 60), bytes: body.length };
+  });
+  await time(`node -> CP  ${ADVERTISE}:${refusedLocal} -> ${backendAddr} (not allow-listed)`, async () => {
+    const s = net.connect({ host: ADVERTISE, port: refusedLocal });
+    const closed = await new Promise<string>((resolve) => {
+      s.on('data', () => undefined);
+      s.once('close', () => resolve('closed by the agent: server refused the destination'));
+      s.once('error', () => undefined);
+    });
+    return { result: closed, bytes: 0 };
+  });
+}
+
+/** Prints the rows and the server's refusal line; a failed step sets the exit code. */
+function report(rows: readonly Row[], server: Child, agent: Child): void {
+  const width = Math.max(...rows.map((r) => r.what.length));
+  for (const r of rows)
+    console.log(`${r.what.padEnd(width)}  ${r.ms.toFixed(1).padStart(7)} ms  ${String(r.bytes).padStart(7)} B  ${r.result}`);
+  const refusal = fs
+    .readFileSync(server.logFile, 'utf8')
+    .split('\n')
+    .find((l) => l.includes('refused node dial'));
+  if (refusal) console.log(`\nserver log for the refused destination:\n  ${refusal}`);
+  const failed = rows.filter((r) => r.result.startsWith('ERROR') || r.result.startsWith('unexpectedly'));
+  if (failed.length > 0) {
+    console.log(`\n${failed.length} step(s) failed; logs: ${server.logFile}, ${agent.logFile}`);
+    process.exitCode = 1;
+  } else {
+    console.log('\nall demo steps behaved as expected');
+  }
+}
+
 async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-demo-'));
   // Children and listeners; the directory stays when a step failed (its logs).
   const scope = new CleanupStack();
   const servers: net.Server[] = [];
   const rows: Row[] = [];
-  const time = async (what: string, fn: () => Promise<{ result: string; bytes: number }>): Promise<void> => {
+  const time: Timer = async (what, fn) => {
     const t0 = performance.now();
     try {
       const r = await fn();
@@ -61,19 +238,7 @@ async function main(): Promise<void> {
   try {
     console.log(`kanal demo: working in ${dir}`);
     const pki = await writeThrowawayPki(dir, { serverIps: [ADVERTISE] });
-
-    // A service on the "node" side and a kube-apiserver stand-in on the "control plane" side.
-    const payload = Buffer.alloc(256 * 1024, 'k');
-    const backend = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(payload));
-    const kas = https.createServer({ cert: fs.readFileSync(pki.serverCert), key: fs.readFileSync(pki.serverKey) }, (req, res) => {
-      res
-        .writeHead(200, { 'content-type': 'application/json' })
-        .end(JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0-kas-stand-in', path: req.url }));
-    });
-    servers.push(backend, kas);
-    await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))));
-    const backendAddr = `127.0.0.1:${(backend.address() as net.AddressInfo).port}`;
-    const kasPort = (kas.address() as net.AddressInfo).port;
+    const { backendAddr, kasPort } = await startStandIns(pki, servers);
     const [agentPort, serverHealth, agentHealth, kasLocal, refusedLocal] = await Promise.all([
       freePort(),
       freePort(),
@@ -82,139 +247,10 @@ async function main(): Promise<void> {
       freePort(ADVERTISE),
     ]);
     const uds = path.join(dir, 'konnectivity.sock');
-
-    const server = spawnKanal(
-      scope,
-      'server',
-      [
-        'server',
-        '--uds-name',
-        uds,
-        '--cluster-cert',
-        pki.serverCert,
-        '--cluster-key',
-        pki.serverKey,
-        '--cluster-ca-cert',
-        pki.caCert,
-        '--agent-bind-address',
-        '127.0.0.1',
-        '--agent-port',
-        String(agentPort),
-        '--health-bind-address',
-        '127.0.0.1',
-        '--health-port',
-        String(serverHealth),
-        '--allowed-destination',
-        `127.0.0.1:${kasPort}`,
-        '--log-level',
-        'info',
-      ],
-      path.join(dir, 'server.log'),
-    );
-    const agent = spawnKanal(
-      scope,
-      'agent',
-      [
-        'agent',
-        '--proxy-server-host',
-        '127.0.0.1',
-        '--proxy-server-port',
-        String(agentPort),
-        '--ca-cert',
-        pki.caCert,
-        '--agent-cert',
-        pki.agentCert,
-        '--agent-key',
-        pki.agentKey,
-        '--agent-id',
-        'demo-node',
-        '--health-bind-address',
-        '127.0.0.1',
-        '--health-server-port',
-        String(agentHealth),
-        '--bind-address',
-        ADVERTISE,
-        '--bind-interface-type',
-        'none',
-        '--target',
-        `${kasLocal}:127.0.0.1:${kasPort}`,
-        '--target',
-        `${refusedLocal}:${backendAddr}`,
-        '--log-level',
-        'info',
-      ],
-      path.join(dir, 'agent.log'),
-    );
-    await waitHealthy(server, `http://127.0.0.1:${serverHealth}/readyz`, 20_000);
-    await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
-    console.log(`server and agent up (agent port ${agentPort}, frontend ${uds})\n`);
-    // The kube-apiserver's side: grpc-js, a gRPC implementation independent of the server's default (h2).
-    const grpcJsTransport = await loadTransport('grpc-js');
-
-    await time('CP -> node  HTTP CONNECT over UDS', async () => {
-      const s = await httpConnect(await connectUnix(uds), backendAddr);
-      const raw = await httpOver(s, backendAddr, '/');
-      return { result: statusOf(raw), bytes: raw.length };
-    });
-    await time('CP -> node  gRPC ProxyService over UDS (upstream client style)', async () => {
-      const { conn } = await grpcDial(grpcJsTransport, `unix://${uds}`, backendAddr, { kanal: false });
-      const raw = await httpOver(conn, backendAddr, '/');
-      return { result: statusOf(raw), bytes: raw.length };
-    });
-    await time('CP -> node  gRPC ProxyService over UDS (Kanal extensions)', async () => {
-      const { conn } = await grpcDial(grpcJsTransport, `unix://${uds}`, backendAddr, { kanal: true });
-      const raw = await httpOver(conn, backendAddr, '/');
-      return { result: statusOf(raw), bytes: raw.length };
-    });
-    await time('CP -> node  CONNECT to a closed port', async () => {
-      const closed = await freePort();
-      try {
-        await httpConnect(await connectUnix(uds), `127.0.0.1:${closed}`);
-        return { result: 'unexpectedly connected', bytes: 0 };
-      } catch (err) {
-        return { result: `refused as expected: ${errorMessage(err).split('\n')[0]}`, bytes: 0 };
-      }
-    });
-    await time(`node -> CP  https://${ADVERTISE}:${kasLocal}/version (TLS passes through)`, async () => {
-      const body = await new Promise<string>((resolve, reject) => {
-        const req = https.get(
-          { host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000 },
-          (res) => {
-            let text = '';
-            res.setEncoding('utf8');
-            res.on('data', (c: string) => (text += c));
-            res.on('end', () => resolve(`${res.statusCode} ${text}`));
-          },
-        );
-        req.on('error', reject);
-      });
-      return { result: body.slice(0, 60), bytes: body.length };
-    });
-    await time(`node -> CP  ${ADVERTISE}:${refusedLocal} -> ${backendAddr} (not allow-listed)`, async () => {
-      const s = net.connect({ host: ADVERTISE, port: refusedLocal });
-      const closed = await new Promise<string>((resolve) => {
-        s.on('data', () => undefined);
-        s.once('close', () => resolve('closed by the agent: server refused the destination'));
-        s.once('error', () => undefined);
-      });
-      return { result: closed, bytes: 0 };
-    });
-
-    const width = Math.max(...rows.map((r) => r.what.length));
-    for (const r of rows)
-      console.log(`${r.what.padEnd(width)}  ${r.ms.toFixed(1).padStart(7)} ms  ${String(r.bytes).padStart(7)} B  ${r.result}`);
-    const refusal = fs
-      .readFileSync(server.logFile, 'utf8')
-      .split('\n')
-      .find((l) => l.includes('refused node dial'));
-    if (refusal) console.log(`\nserver log for the refused destination:\n  ${refusal}`);
-    const failed = rows.filter((r) => r.result.startsWith('ERROR') || r.result.startsWith('unexpectedly'));
-    if (failed.length > 0) {
-      console.log(`\n${failed.length} step(s) failed; logs: ${server.logFile}, ${agent.logFile}`);
-      process.exitCode = 1;
-    } else {
-      console.log('\nall demo steps behaved as expected');
-    }
+    const places: DemoPlaces = { dir, pki, uds, agentPort, serverHealth, agentHealth, kasLocal, refusedLocal, kasPort, backendAddr };
+    const { server, agent } = await startKanal(scope, places);
+    await runSteps(places, time);
+    report(rows, server, agent);
   } finally {
     await scope.run();
     for (const s of servers) s.close();

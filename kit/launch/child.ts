@@ -123,7 +123,13 @@ export class Child {
   waitForLog(match: RegExp | ((l: LogLine) => boolean), timeoutMs: number, what: string): Promise<LogLine | string> {
     const find =
       match instanceof RegExp ? (text: string) => match.exec(text)?.[0] : (text: string) => pinoLines(jsonObjects(text)).find(match);
-    return waitUntilLogged<LogLine | string>(this.logFile, find, timeoutMs, `${this.name}: ${what}`, () => this.ended());
+    return waitUntilLogged<LogLine | string>({
+      file: this.logFile,
+      find,
+      timeoutMs,
+      what: `${this.name}: ${what}`,
+      ended: () => this.ended(),
+    });
   }
 
   /** Same for any JSON line (events of the stand-in services). */
@@ -132,13 +138,13 @@ export class Child {
     timeoutMs: number,
     what = 'the expected line',
   ): Promise<Record<string, unknown>> {
-    return waitUntilLogged(
-      this.logFile,
-      (text) => jsonObjects(text).find(match),
+    return waitUntilLogged({
+      file: this.logFile,
+      find: (text) => jsonObjects(text).find(match),
       timeoutMs,
-      `${this.name}: ${what}`,
-      () => this.ended(),
-    );
+      what: `${this.name}: ${what}`,
+      ended: () => this.ended(),
+    });
   }
 
   /** Sends a signal unless the process already ended. */

@@ -16,15 +16,12 @@ import { errorMessage } from '../../src/common/error-message.js';
 /** dist/src/cli/main.js (this file runs from dist/kit/launch/). */
 export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
 
+/** A `kanal` child: its name, its command line after `kanal`, its log file, and the rest of a ChildSpec. */
+export type KanalChildSpec = Omit<ChildSpec, 'argv'> & { args: readonly string[] };
+
 /** `kanal ...args` as a child the scope stops; its output (the JSON log) goes to `logFile`. */
-export function spawnKanal(
-  scope: Scope,
-  name: string,
-  args: readonly string[],
-  logFile: string,
-  opts: Omit<ChildSpec, 'name' | 'argv' | 'logFile'> = {},
-): Child {
-  return spawnChild(scope, { ...opts, name, argv: [process.execPath, KANAL_CLI, ...args], logFile });
+export function spawnKanal(scope: Scope, { args, ...spec }: KanalChildSpec): Child {
+  return spawnChild(scope, { ...spec, argv: [process.execPath, KANAL_CLI, ...args] });
 }
 
 /** `kanal ...args` to completion (bounded, never rejects). */

@@ -52,18 +52,24 @@ export function logTail(file: string, lines = 15): string {
   return fs.existsSync(file) ? readLogText(file).split('\n').slice(-lines).join('\n') : '(no log file)';
 }
 
+/** A wait for a log file to show something. */
+export interface LogWait<T> {
+  file: string;
+  /** What is sought in the file's whole text; undefined while it is not there. */
+  find: (text: string) => T | undefined;
+  timeoutMs: number;
+  /** Names what is awaited in the error. */
+  what: string;
+  /** Why the writer is gone (e.g. "exited with code 1"), or undefined while it runs. */
+  ended?: () => string | undefined;
+}
+
 /**
  * Polls a log file until `find` finds something in its text; throws with the
  * log's tail after timeoutMs, or as soon as `ended()` tells the writer is gone
  * without it.
  */
-export async function waitUntilLogged<T>(
-  file: string,
-  find: (text: string) => T | undefined,
-  timeoutMs: number,
-  what: string,
-  ended: () => string | undefined = () => undefined,
-): Promise<T> {
+export async function waitUntilLogged<T>({ file, find, timeoutMs, what, ended = () => undefined }: LogWait<T>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     // Exit first, then the read: a line written just before the exit still counts.
@@ -79,14 +85,8 @@ export async function waitUntilLogged<T>(
 }
 
 /** Polls a JSON log file until a pino line matches (see waitUntilLogged). */
-export function waitForLog(
-  file: string,
-  match: (l: LogLine) => boolean,
-  timeoutMs: number,
-  what: string,
-  ended?: () => string | undefined,
-): Promise<LogLine> {
-  return waitUntilLogged(file, (text) => pinoLines(jsonObjects(text)).find(match), timeoutMs, what, ended);
+export function waitForLog({ match, ...wait }: Omit<LogWait<LogLine>, 'find'> & { match: (l: LogLine) => boolean }): Promise<LogLine> {
+  return waitUntilLogged({ ...wait, find: (text) => pinoLines(jsonObjects(text)).find(match) });
 }
 
 /** A warn (or worse) line whose msg contains `text`. */

@@ -118,7 +118,10 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
         if (this.resourceVersion === '') await this.list();
         await this.watchOnce();
       } catch (err) {
-        const e = err instanceof KubeApiError ? err : new KubeApiError('client', `watch leases in ${this.namespace}`, String(err));
+        const e =
+          err instanceof KubeApiError
+            ? err
+            : new KubeApiError({ kind: 'client', operation: `watch leases in ${this.namespace}`, message: String(err) });
         if (e.kind !== 'gone') {
           this.loseSync(e);
           await this.sleep(this.backoff.next());
@@ -183,11 +186,11 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
         clearTimeout(idle);
         idle = setTimeout(() => {
           settle(
-            new KubeApiError(
-              'timeout',
-              `watch leases in ${this.namespace}`,
-              `no event or bookmark for ${this.watchIdleTimeoutMs} ms; replacing the watch`,
-            ),
+            new KubeApiError({
+              kind: 'timeout',
+              operation: `watch leases in ${this.namespace}`,
+              message: `no event or bookmark for ${this.watchIdleTimeoutMs} ms; replacing the watch`,
+            }),
           );
           handle.stop();
         }, this.watchIdleTimeoutMs);

@@ -29,6 +29,18 @@ export interface DialingAgent {
   credential: string;
 }
 
+/** One refusal of a network peer, as Refusals.refuse logs and counts it. */
+export interface PeerRefusal {
+  reason: RefusalReason;
+  /** "host:port" or "unix:path": the log is rate-limited per host. */
+  peer: string;
+  /** Logged with the line. */
+  fields: Record<string, unknown>;
+  message: string;
+  /** A finer cause (a parser error code, a TLS alert): refusals differing in it are logged apart. */
+  detail?: string;
+}
+
 export class Refusals {
   private readonly log: RateLimitedLog;
 
@@ -42,10 +54,9 @@ export class Refusals {
 
   /**
    * Counts a refusal of a network peer ("host:port", "unix:path"); logs it
-   * unless this peer's host had one for `reason` (and `detail`, a finer cause
-   * such as a parser error code) within the interval.
+   * unless this peer's host had one for `reason` (and `detail`) within the interval.
    */
-  refuse(reason: RefusalReason, peer: string, fields: Record<string, unknown>, message: string, detail = ''): void {
+  refuse({ reason, peer, fields, message, detail = '' }: PeerRefusal): void {
     this.metrics?.refusals.inc({ reason });
     this.log.warn(
       `${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`,

@@ -64,13 +64,15 @@ export class UpstreamDialMetrics {
 }
 
 /** A gauge whose labelled values are computed at scrape time. */
-function liveGauge<L extends string>(
-  registry: Registry,
-  name: string,
-  help: string,
-  labelNames: readonly L[],
-  read: () => [Partial<Record<L, string>>, number][],
-): void {
+interface LiveGauge<L extends string> {
+  name: string;
+  help: string;
+  labelNames: readonly L[];
+  /** The labelled values now, read at each scrape. */
+  read: () => [Partial<Record<L, string>>, number][];
+}
+
+function liveGauge<L extends string>(registry: Registry, { name, help, labelNames, read }: LiveGauge<L>): void {
   new Gauge({
     name,
     help,
@@ -108,50 +110,55 @@ export interface UpstreamServerLeaseMetrics {
 }
 
 export function registerUpstreamServerMetrics(registry: Registry, r: UpstreamServerReadings): UpstreamServerLeaseMetrics {
-  liveGauge(
-    registry,
-    `${SERVER}grpc_connections`,
-    'Number of current grpc connections, partitioned by service method.',
-    ['service_method'],
-    () => [
+  liveGauge(registry, {
+    name: `${SERVER}grpc_connections`,
+    help: 'Number of current grpc connections, partitioned by service method.',
+    labelNames: ['service_method'],
+    read: () => [
       [{ service_method: 'Connect' }, r.agentStreams()],
       [{ service_method: 'Proxy' }, r.proxyStreams()],
     ],
-  );
-  liveGauge(registry, `${SERVER}http_connections`, 'Number of current HTTP CONNECT connections', [], () => [
-    [{}, r.httpConnectConnections()],
-  ]);
-  liveGauge(
-    registry,
-    `${SERVER}ready_backend_connections`,
-    'Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends',
-    [],
-    () => [[{}, r.readyAgents()]],
-  );
+  });
+  liveGauge(registry, {
+    name: `${SERVER}http_connections`,
+    help: 'Number of current HTTP CONNECT connections',
+    labelNames: [],
+    read: () => [[{}, r.httpConnectConnections()]],
+  });
+  liveGauge(registry, {
+    name: `${SERVER}ready_backend_connections`,
+    help: 'Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends',
+    labelNames: [],
+    read: () => [[{}, r.readyAgents()]],
+  });
   // Reported under "default": the agents ready for any of the configured strategies (docs/metrics.md).
-  liveGauge(registry, `${SERVER}ready_backends`, 'Number of konnectivity agent connected to the proxy server', ['proxy_strategy'], () => [
-    [{ proxy_strategy: 'default' }, r.readyAgents()],
-  ]);
-  liveGauge(registry, `${SERVER}pending_backend_dials`, 'Current number of pending backend dial requests', [], () => [
-    [{}, r.pendingDials()],
-  ]);
-  liveGauge(
-    registry,
-    `${SERVER}established_connections`,
-    'Current number of established end-to-end connections (after dial success)',
-    [],
-    () => [[{}, r.establishedConnections()]],
-  );
-  liveGauge(
-    registry,
-    `${SERVER}full_receive_channels`,
-    'Number of current connections blocked by a full receive channel, partitioned by service method.',
-    ['service_method'],
-    () => [
+  liveGauge(registry, {
+    name: `${SERVER}ready_backends`,
+    help: 'Number of konnectivity agent connected to the proxy server',
+    labelNames: ['proxy_strategy'],
+    read: () => [[{ proxy_strategy: 'default' }, r.readyAgents()]],
+  });
+  liveGauge(registry, {
+    name: `${SERVER}pending_backend_dials`,
+    help: 'Current number of pending backend dial requests',
+    labelNames: [],
+    read: () => [[{}, r.pendingDials()]],
+  });
+  liveGauge(registry, {
+    name: `${SERVER}established_connections`,
+    help: 'Current number of established end-to-end connections (after dial success)',
+    labelNames: [],
+    read: () => [[{}, r.establishedConnections()]],
+  });
+  liveGauge(registry, {
+    name: `${SERVER}full_receive_channels`,
+    help: 'Number of current connections blocked by a full receive channel, partitioned by service method.',
+    labelNames: ['service_method'],
+    read: () => [
       [{ service_method: 'Connect' }, r.pausedAgentStreams()],
       [{ service_method: 'Proxy' }, r.pausedProxyStreams()],
     ],
-  );
+  });
   // Upstream observes each Send() to a frontend; Kanal's writes are asynchronous and flow-controlled (docs/metrics.md).
   new Histogram({
     name: `${SERVER}frontend_write_duration_seconds`,
@@ -211,15 +218,24 @@ export interface UpstreamAgentEventMetrics {
 }
 
 export function registerUpstreamAgentMetrics(registry: Registry, r: UpstreamAgentReadings): UpstreamAgentEventMetrics {
-  liveGauge(registry, `${AGENT}open_server_connections`, 'Current number of open server connections.', [], () => [
-    [{}, r.serverConnections()],
-  ]);
-  liveGauge(registry, `${AGENT}known_server_count`, 'Current number of servers agent is trying to connect to.', [], () => [
-    [{}, r.knownServers()],
-  ]);
-  liveGauge(registry, `${AGENT}open_endpoint_connections`, 'Current number of open endpoint connections.', [], () => [
-    [{}, r.endpointConnections()],
-  ]);
+  liveGauge(registry, {
+    name: `${AGENT}open_server_connections`,
+    help: 'Current number of open server connections.',
+    labelNames: [],
+    read: () => [[{}, r.serverConnections()]],
+  });
+  liveGauge(registry, {
+    name: `${AGENT}known_server_count`,
+    help: 'Current number of servers agent is trying to connect to.',
+    labelNames: [],
+    read: () => [[{}, r.knownServers()]],
+  });
+  liveGauge(registry, {
+    name: `${AGENT}open_endpoint_connections`,
+    help: 'Current number of open endpoint connections.',
+    labelNames: [],
+    read: () => [[{}, r.endpointConnections()]],
+  });
   return {
     serverFailures: new Counter({
       name: `${AGENT}server_connection_failure_count`,

@@ -105,13 +105,13 @@ function closeFailedHandshakes(
 ): void {
   server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: tls.TLSSocket) => {
     const code = err.code ?? err.message;
-    refusals.refuse(
-      `${what}_tls_handshake`,
-      tlsPeer(socket, peers),
-      { err: code },
-      `refused ${what} connection: TLS handshake failed`,
-      code,
-    );
+    refusals.refuse({
+      reason: `${what}_tls_handshake`,
+      peer: tlsPeer(socket, peers),
+      fields: { err: code },
+      message: `refused ${what} connection: TLS handshake failed`,
+      detail: code,
+    });
     socket.destroy();
   });
 }
@@ -179,13 +179,13 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     const peer = tlsPeer(socket, peers);
     if (!verdict.ok) {
       const what = verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate';
-      opts.refusals.refuse(
-        `agent_${verdict.refusal}`,
+      opts.refusals.refuse({
+        reason: `agent_${verdict.refusal}`,
         peer,
-        { reason: verdict.detail },
-        `refused agent connection: ${what}`,
-        verdict.detail,
-      );
+        fields: { reason: verdict.detail },
+        message: `refused agent connection: ${what}`,
+        detail: verdict.detail,
+      });
       socket.destroy();
       return;
     }
@@ -237,7 +237,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       return;
     }
     if (proto === 'timeout') {
-      opts.refusals.refuse('frontend_timeout', peer, {}, 'closed frontend connection: no request in time');
+      opts.refusals.refuse({ reason: 'frontend_timeout', peer, fields: {}, message: 'closed frontend connection: no request in time' });
       socket.destroy();
       return;
     }
@@ -252,13 +252,13 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       opts.httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt));
       socket.resume();
     } else {
-      opts.refusals.refuse(
-        'frontend_protocol',
+      opts.refusals.refuse({
+        reason: 'frontend_protocol',
         peer,
-        { protocol: proto, mode: opts.mode },
-        'refused frontend connection: protocol not served in this --mode',
-        proto,
-      );
+        fields: { protocol: proto, mode: opts.mode },
+        message: 'refused frontend connection: protocol not served in this --mode',
+        detail: proto,
+      });
       socket.destroy();
     }
   };
@@ -311,13 +311,13 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       const verdict = verifyClientCertificate(socket, 'frontend', tcp.roles ?? new ClientRoles());
       if (!verdict.ok) {
         const what = verdict.refusal === 'role' ? 'not a frontend credential' : 'no valid client certificate';
-        opts.refusals.refuse(
-          `frontend_${verdict.refusal}`,
+        opts.refusals.refuse({
+          reason: `frontend_${verdict.refusal}`,
           peer,
-          { reason: verdict.detail },
-          `refused frontend connection: ${what}`,
-          verdict.detail,
-        );
+          fields: { reason: verdict.detail },
+          message: `refused frontend connection: ${what}`,
+          detail: verdict.detail,
+        });
         socket.destroy();
         return;
       }

@@ -3,9 +3,8 @@
  * the allow-list and health together, and takes them down in order.
  */
 import type { Logger } from 'pino';
-import type { Transport } from '../transport/transport.js';
-import type { TunnelLimits } from '../tunnel/limits.js';
-import { Tunnel, type TunnelStats } from '../tunnel/tunnel.js';
+import type { GrpcServerTransport } from '../transport/transport.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
 import { Feature, type FeatureSet } from '../wire/features.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { KanalMetrics } from '../domain/metrics.js';
@@ -19,77 +18,19 @@ import { BackendDialer } from './frontends/backend-dialer.js';
 import { DestinationDialer } from './destinations/destination-dialer.js';
 import { createGrpcFrontend } from './frontends/grpc-frontend.js';
 import { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
-import { listenForAgents, listenForFrontends, type FrontendMode, type Listener, type TlsFiles } from './listeners.js';
+import { listenForAgents, listenForFrontends, type Listener } from './listeners.js';
 import { Refusals } from '../domain/refusal-log.js';
-import type { UnixSocketOptions } from './frontends/unix-socket.js';
 import { listenError } from '../common/listen-error.js';
-import { assertRolesSeparated, ClientRoles, NO_PINS, type RolePins } from './identity/client-roles.js';
+import { assertRolesSeparated, ClientRoles, NO_PINS } from './identity/client-roles.js';
 import type { AgentCredential } from './identity/agent-credential.js';
-import type { KeepaliveOptions } from '../transport/liveness.js';
-import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from './routing/proxy-strategies.js';
-import type { TokenAuthenticator } from './identity/token-authenticator.js';
-import type { ServerLeaseController } from './leases/lease-controller.js';
+import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
+import { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
+import { feedLeaseMetrics, registerServerGauges } from './server-gauges.js';
 
-export interface ServerOptions {
-  serverID: string;
-  serverCount: number;
-  agent: {
-    host: string;
-    port: number;
-    tls: TlsFiles;
-    allowUnauthenticated: boolean;
-    /** Client certificates of agents must match these (when set) and never the frontend's. */
-    clientPins?: RolePins;
-    /** Agents (distinct agentIDs) one credential may hold on this server. Default 1. */
-    maxAgentsPerCredential?: number;
-    /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
-    keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
-    /**
-     * Service account token authentication: every agent stream needs a
-     * valid token, whose identity is the agent's credential. Without a
-     * client CA (`tls.ca`) the agent port then asks for no certificate (as
-     * upstream); with one, the connection needs a valid certificate as well.
-     */
-    tokens?: TokenAuthenticator;
-  };
-  /** `--enable-lease-controller`: started once the listeners serve; stopped (lease deleted) first on stop. */
-  leases?: ServerLeaseController;
-  frontend: {
-    mode: FrontendMode;
-    /** From accept to a complete request head; default REQUEST_HEAD_TIMEOUT_MS. */
-    headerTimeoutMs?: number;
-    uds?: UnixSocketOptions;
-    /** `clientPins`: the KAS's client certificate must match these (when set) and never the agents'. */
-    tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
-  };
-  health?: { host: string; port: number };
-  backendDialTimeoutMs: number;
-  /** How a dial picks its agent (routing/router.ts). Default upstream's: ['default']. */
-  proxyStrategies?: readonly ProxyStrategy[];
-  allowedDestinations: readonly string[];
-  destinationDialTimeoutMs: number;
-  maxReceiveMessageBytes: number;
-  transport: Transport;
-  /** Limits of every tunnel (agent tunnels and gRPC frontend streams). */
-  limits?: Partial<TunnelLimits>;
-  /** Further limits of agent tunnels: the per-agent caps. */
-  agentLimits?: Partial<TunnelLimits>;
-  /** Node -> control plane connections of all agents together (file descriptors here); default half the open-files limit. */
-  maxNodeToCpConnections?: number;
-  log: Logger;
-}
-
-export interface ServerStats {
-  agents: number;
-  frontendStreams: number;
-  agentTunnels: (TunnelStats & { agentID: string; credential: string })[];
-  frontendTunnels: TunnelStats[];
-}
+export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
-/** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
-export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
 /** Streams one agent connection may have open: agents use one; room for a second while one closes. */
 const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
 
@@ -156,45 +97,7 @@ export class KanalServer {
       pausedProxyStreams: () => [...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
     });
     this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
-    this.registerGauges();
-  }
-
-  /** Once per server: a prom-client registry refuses a name twice. */
-  private registerGauges(): void {
-    const metrics = this.metrics;
-    metrics.gauge('kanal_server_agents', 'Agent tunnels connected to this server', () => this.registry.size);
-    metrics.gauge(
-      'kanal_server_agent_identities',
-      'Distinct agents (credential + agentID) connected to this server',
-      () => this.registry.agentCount,
-    );
-    metrics.gauge(
-      'kanal_server_agent_tunnels_quiet',
-      'Agent tunnels whose liveness PING is unanswered (dials avoid them)',
-      () => this.registry.list().filter((b) => b.liveness?.quiet).length,
-    );
-    metrics.gauge('kanal_server_frontend_streams', 'gRPC frontend streams open', () => this.frontendTunnels.size);
-    metrics.gauge('kanal_server_connections_open', 'Tunnelled connections open through agents', () =>
-      this.registry.list().reduce((n, b) => n + b.tunnel.stats().connections, 0),
-    );
-    metrics.gauge('kanal_server_pending_dials', 'Dials through agents waiting for an answer', () =>
-      this.registry.list().reduce((n, b) => n + b.tunnel.stats().pendingDials, 0),
-    );
-    metrics.gauge(
-      'kanal_server_node_to_cp_connections',
-      'Node -> control plane connections the server holds (dialling or open), all agents',
-      () => this.nodeToCp.used,
-    );
-    metrics.gauge(
-      'kanal_server_streams_read_paused',
-      'Agent tunnels and frontend streams the server is not reading now (slow reader or peer not reading)',
-      () => [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
-    );
-    metrics.gauge(
-      'kanal_server_window_growth_bytes',
-      'Receive-window growth (beyond the first window) held by connections on agent tunnels and frontend streams',
-      () => [...this.registry.list().map((b) => b.tunnel), ...this.frontendTunnels].reduce((n, t) => n + t.stats().windowGrowthBytes, 0),
-    );
+    registerServerGauges(this.metrics, { registry: this.registry, frontendTunnels: this.frontendTunnels, nodeToCp: this.nodeToCp });
   }
 
   /** Where the server is in its life (ServerState). */
@@ -259,18 +162,7 @@ export class KanalServer {
       clientCertificate: agent.tls.ca ? 'required' : 'not asked for',
     };
     if (leases) {
-      const m = this.upstreamLeaseMetrics;
-      leases.on('collected', () => m.culled.inc());
-      leases.on('gc-call', (op, status, reason, seconds) => {
-        const code = String(status);
-        if (op === 'list') {
-          m.lists.inc({ http_status_code: code, reason });
-          m.listSeconds.observe({ http_status_code: code }, seconds);
-        } else {
-          m.deletes.inc({ http_status_code: code, reason });
-          m.deleteSeconds.observe({ http_status_code: code }, seconds);
-        }
-      });
+      feedLeaseMetrics(leases, this.upstreamLeaseMetrics);
       leases.start();
     }
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
@@ -282,13 +174,44 @@ export class KanalServer {
     );
   }
 
+  /** Binds the frontend, the agent port and the health port, in that order; what it started is released by release(). */
   private async startListeners(): Promise<void> {
     const { opts } = this;
-    const log = opts.log;
-    const metrics = this.metrics;
     const roles = new ClientRoles(opts.agent.clientPins ?? NO_PINS, opts.frontend.tcp?.clientPins ?? NO_PINS);
     assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
-    const nodeToCp = this.nodeToCp;
+    const logs = { frontend: opts.log.child({ part: 'frontend' }), agents: opts.log.child({ part: 'agents' }) };
+    const refusals = { frontend: this.refusals(logs.frontend), agents: this.refusals(logs.agents) };
+    const destinations = this.destinationDialer();
+    const agentGrpc = this.startAgentGrpc(destinations, logs.agents, refusals.agents);
+    const { frontendGrpc, httpConnect } = this.startFrontends(logs.frontend, refusals.frontend);
+    this.frontendListener = await listenForFrontends({
+      mode: opts.frontend.mode,
+      uds: opts.frontend.uds,
+      tcp: opts.frontend.tcp && { ...opts.frontend.tcp, roles },
+      requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
+      grpc: frontendGrpc,
+      httpConnect,
+      log: logs.frontend,
+      refusals: refusals.frontend,
+    });
+    this.agentListener = await listenForAgents({
+      host: opts.agent.host,
+      port: opts.agent.port,
+      tls: opts.agent.tls,
+      allowUnauthenticated: opts.agent.allowUnauthenticated,
+      tokenAuthentication: !!opts.agent.tokens,
+      roles,
+      grpc: agentGrpc,
+      log: logs.agents,
+      refusals: refusals.agents,
+    });
+    await this.startHealth();
+  }
+
+  /** Node -> control plane dials: the allow-list within the server-wide budget, both logged as the server starts. */
+  private destinationDialer(): DestinationDialer {
+    const { opts, nodeToCp } = this;
+    const log = opts.log;
     const openFiles = openFilesLimit();
     if (openFiles !== undefined && nodeToCp.limit >= openFiles) {
       log.warn(
@@ -296,11 +219,6 @@ export class KanalServer {
         '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit',
       );
     }
-    const frontendLog = log.child({ part: 'frontend' });
-    const agentLog = log.child({ part: 'agents' });
-    const nodeDialLog = log.child({ part: 'node-dial' });
-    const frontendRefusals = this.refusals(frontendLog);
-    const agentRefusals = this.refusals(agentLog);
     const allowList = new AllowList(opts.allowedDestinations);
     if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
     else
@@ -308,7 +226,20 @@ export class KanalServer {
         { allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles },
         'node -> control plane destinations allowed',
       );
+    const nodeDialLog = log.child({ part: 'node-dial' });
+    return new DestinationDialer({
+      allowList,
+      timeoutMs: opts.destinationDialTimeoutMs,
+      budget: nodeToCp,
+      log: nodeDialLog,
+      refusals: this.refusals(nodeDialLog),
+      metrics: this.metrics,
+    });
+  }
 
+  /** The gRPC server of the agent port: AgentService/Connect, with keepalive PINGs. */
+  private startAgentGrpc(destinations: DestinationDialer, agentLog: Logger, agentRefusals: Refusals): GrpcServerTransport<AgentCredential> {
+    const { opts, metrics } = this;
     const keepalive = opts.agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
     const agentGrpc = opts.transport.createServer<AgentCredential>(
       {
@@ -316,14 +247,7 @@ export class KanalServer {
           serverID: opts.serverID,
           serverCount: opts.serverCount,
           registry: this.registry,
-          destinations: new DestinationDialer(
-            allowList,
-            opts.destinationDialTimeoutMs,
-            nodeToCp,
-            nodeDialLog,
-            this.refusals(nodeDialLog),
-            metrics,
-          ),
+          destinations,
           features: SERVER_FEATURES,
           limits: { ...opts.limits, ...opts.agentLimits },
           log: agentLog,
@@ -345,54 +269,48 @@ export class KanalServer {
       },
     );
     this.closers.push(() => agentGrpc.close(1000));
+    return agentGrpc;
+  }
 
-    const backendDialer = new BackendDialer(
-      this.registry,
-      opts.backendDialTimeoutMs,
-      frontendLog,
+  /** The KAS's side: the gRPC ProxyService and HTTP CONNECT, both dialling through agents with one BackendDialer. */
+  private startFrontends(
+    frontendLog: Logger,
+    frontendRefusals: Refusals,
+  ): { frontendGrpc: GrpcServerTransport; httpConnect: HttpConnectFrontend } {
+    const { opts, metrics } = this;
+    const dialer = new BackendDialer({
+      registry: this.registry,
+      timeoutMs: opts.backendDialTimeoutMs,
+      log: frontendLog,
       metrics,
-      frontendRefusals,
-      opts.proxyStrategies,
-    );
+      refusals: frontendRefusals,
+      strategies: opts.proxyStrategies,
+    });
     const frontendGrpc = opts.transport.createServer(
       {
-        proxy: createGrpcFrontend(backendDialer, frontendLog, (t) => this.trackFrontend(t), opts.limits, metrics),
+        proxy: createGrpcFrontend({ dialer, log: frontendLog, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics }),
       },
       { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
     );
     this.closers.push(() => frontendGrpc.close(1000));
-    const httpConnect = new HttpConnectFrontend(backendDialer, this.refusals(log.child({ part: 'frontend', frontend: 'http-connect' })));
+    const httpConnect = new HttpConnectFrontend(dialer, this.refusals(opts.log.child({ part: 'frontend', frontend: 'http-connect' })));
     this.httpConnect = httpConnect;
+    return { frontendGrpc, httpConnect };
+  }
 
-    this.frontendListener = await listenForFrontends({
-      mode: opts.frontend.mode,
-      uds: opts.frontend.uds,
-      tcp: opts.frontend.tcp && { ...opts.frontend.tcp, roles },
-      requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
-      grpc: frontendGrpc,
-      httpConnect,
-      log: frontendLog,
-      refusals: frontendRefusals,
+  private async startHealth(): Promise<void> {
+    if (!this.opts.health) return;
+    const { host, port } = this.opts.health;
+    const { metrics, opts } = this;
+    this.health = await startHealthServer({
+      host,
+      port,
+      readiness: () => this.readiness(),
+      registry: metrics.registry,
+      log: opts.log,
+    }).catch((err: unknown) => {
+      throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
     });
-    this.agentListener = await listenForAgents({
-      host: opts.agent.host,
-      port: opts.agent.port,
-      tls: opts.agent.tls,
-      allowUnauthenticated: opts.agent.allowUnauthenticated,
-      tokenAuthentication: !!opts.agent.tokens,
-      roles,
-      grpc: agentGrpc,
-      log: agentLog,
-      refusals: agentRefusals,
-    });
-    if (opts.health) {
-      const { host, port } = opts.health;
-      this.health = await startHealthServer({ host, port, readiness: () => this.readiness(), registry: metrics.registry, log }).catch(
-        (err: unknown) => {
-          throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
-        },
-      );
-    }
   }
 
   /** A Refusals for one part of the server, flushed when it stops. */

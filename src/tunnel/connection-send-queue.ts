@@ -16,6 +16,17 @@ export interface SendHost {
   whenWritable(resume: () => void): void;
 }
 
+export interface SendQueueOptions {
+  host: SendHost;
+  connectID: number;
+  /** The peer's first window: Infinity without flow control. */
+  window: number;
+  /** DATA packets carry at most this many bytes. */
+  maxDataBytes: number;
+  /** Called whenever bytes left the queue or the transport drained. */
+  onProgress: () => void;
+}
+
 export class ConnectionSendQueue {
   /** Credit left from the peer: >= 0, Infinity without flow control. */
   private window: number;
@@ -32,15 +43,18 @@ export class ConnectionSendQueue {
     this.pump();
   };
 
-  constructor(
-    private readonly host: SendHost,
-    private readonly connectID: number,
-    window: number,
-    private readonly maxDataBytes: number,
-    /** Called whenever bytes left the queue or the transport drained. */
-    private readonly onProgress: () => void,
-  ) {
-    this.window = window;
+  private readonly host: SendHost;
+  private readonly connectID: number;
+  private readonly maxDataBytes: number;
+  private readonly onProgress: () => void;
+
+  // Once per connection, not per packet: an options object costs nothing on the data path.
+  constructor(opts: SendQueueOptions) {
+    this.host = opts.host;
+    this.connectID = opts.connectID;
+    this.window = opts.window;
+    this.maxDataBytes = opts.maxDataBytes;
+    this.onProgress = opts.onProgress;
   }
 
   /** True when nothing waits and the transport takes more: the local end may hand over its next bytes. */

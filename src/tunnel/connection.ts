@@ -91,7 +91,13 @@ export class TunnelConnection {
     this.address = opts.address;
     this.role = opts.role;
     this.log = opts.log;
-    this.sender = new ConnectionSendQueue(host, opts.connectID, opts.rules.sendWindow, opts.limits.maxDataBytes, this.onSendProgress);
+    this.sender = new ConnectionSendQueue({
+      host,
+      connectID: opts.connectID,
+      window: opts.rules.sendWindow,
+      maxDataBytes: opts.limits.maxDataBytes,
+      onProgress: this.onSendProgress,
+    });
     this.inbound = opts.rules.inboundFlow(host, opts.connectID);
   }
 

@@ -35,6 +35,7 @@ const EMPTY = new Uint8Array(0);
  * the headroom) followed by `payload`. Proto3 omits a zero connectID, an
  * empty error and an empty payload.
  */
+// Positional on purpose: called once per DATA packet, where an options object would be an allocation per packet.
 export function encodeData(connectID: number, error: string, payload: Uint8Array, headroom: number, withPayload: boolean): Buffer {
   const errorBytes = error.length === 0 ? 0 : Buffer.byteLength(error, 'utf8');
   const n = payload.length;

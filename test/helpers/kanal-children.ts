@@ -87,7 +87,7 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
     }
     args.push(...(spec.extraArgs ?? []));
     const wrapper = spec.openFilesLimit ? ['prlimit', `--nofile=${spec.openFilesLimit}:${spec.openFilesLimit}`, '--'] : [];
-    const proc = spawnKanal(scope, name, args, path.join(ws.dir, `${name}.log`), { wrapper, umask: spec.umask });
+    const proc = spawnKanal(scope, { name, args, logFile: path.join(ws.dir, `${name}.log`), wrapper, umask: spec.umask });
     // /healthz answers once every listener is up (the health port opens last).
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
     return Object.assign(proc, {
@@ -105,7 +105,7 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
 /** Starts the same server again (same flags, ports and log file) after it stopped. */
 export async function restartServer(scope: Scope, old: KanalServerProcess): Promise<KanalServerProcess> {
   if (old.running()) throw new Error(`${old.name} is still running`);
-  const proc = spawnKanal(scope, old.name, [...old.args], old.logFile);
+  const proc = spawnKanal(scope, { name: old.name, args: [...old.args], logFile: old.logFile });
   // The agent port may still be held for a moment by the old process's sockets.
   await waitHealthy(proc, `http://127.0.0.1:${old.healthPort}/healthz`, 20_000);
   const { agentPort, healthPort, adminPort, frontendPort, uds, args, readyzUrl } = old;
@@ -177,7 +177,7 @@ export async function startAgent(
     if (cert === 'shared') args.push('--agent-cert', pki.agentCert, '--agent-key', pki.agentKey);
     if (cert === 'rogue') args.push('--agent-cert', pki.rogueAgentCert, '--agent-key', pki.rogueAgentKey);
     args.push(...(spec.extraArgs ?? []));
-    const proc = spawnKanal(scope, agentID, args, path.join(ws.dir, `${agentID}.log`));
+    const proc = spawnKanal(scope, { name: agentID, args, logFile: path.join(ws.dir, `${agentID}.log`) });
     const readyzUrl = (): string => `http://127.0.0.1:${healthPort}/readyz`;
     // Up first (health port open), then ready (a tunnel is up) if asked.
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);

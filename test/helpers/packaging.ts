@@ -267,13 +267,13 @@ export function startKanal(args: readonly string[], opts: { env?: NodeJS.Process
         return lines();
       },
       waitFor: (match, timeoutMs = 60_000) =>
-        waitUntilLogged(
-          logFile,
-          (text) => text.split('\n').find((l) => l !== '' && match(l)),
+        waitUntilLogged({
+          file: logFile,
+          find: (text) => text.split('\n').find((l) => l !== '' && match(l)),
           timeoutMs,
-          `${child.name}: a matching line`,
-          () => child.ended(),
-        ),
+          what: `${child.name}: a matching line`,
+          ended: () => child.ended(),
+        }),
     },
     output: () => child.log(),
     stop: (graceMs = 10_000) => child.stop('SIGTERM', graceMs),

@@ -323,7 +323,11 @@ test('the setup-konnectivity manifests run: agent connects, admin ports serve ev
       '--agent-bind-address=127.0.0.1',
       '--health-bind-address=127.0.0.1',
     ];
-    const server = spawnKanal(t, 'manifest-server', ['server', ...serverArgs], path.join(ws.dir, 'manifest-server.log'));
+    const server = spawnKanal(t, {
+      name: 'manifest-server',
+      args: ['server', ...serverArgs],
+      logFile: path.join(ws.dir, 'manifest-server.log'),
+    });
     await waitHealthy(server, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
     return { server, agentPort, adminPort, healthPort };
   });
@@ -347,7 +351,11 @@ test('the setup-konnectivity manifests run: agent connects, admin ports serve ev
       '--probe-interval=5s',
       '--agent-identifiers=ipv4=127.0.0.1',
     ];
-    const agent = spawnKanal(t, 'manifest-agent', ['agent', ...agentArgs], path.join(ws.dir, 'manifest-agent.log'));
+    const agent = spawnKanal(t, {
+      name: 'manifest-agent',
+      args: ['agent', ...agentArgs],
+      logFile: path.join(ws.dir, 'manifest-agent.log'),
+    });
     await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
     return { agent, agentAdmin };
   });
@@ -480,10 +488,9 @@ test('--alpn-proto: the agent offers the extra protocol before h2 in its TLS han
   await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', () => resolve()));
   t.teardown(() => front.close());
   const port = (front.address() as AddressInfo).port;
-  const agent = spawnKanal(
-    t,
-    'alpn-agent',
-    [
+  const agent = spawnKanal(t, {
+    name: 'alpn-agent',
+    args: [
       'agent',
       '--proxy-server-host=127.0.0.1',
       `--proxy-server-port=${port}`,
@@ -495,8 +502,8 @@ test('--alpn-proto: the agent offers the extra protocol before h2 in its TLS han
       '--sync-interval=200ms',
       '--sync-interval-cap=1s',
     ],
-    path.join(ws.dir, 'alpn-agent.log'),
-  );
+    logFile: path.join(ws.dir, 'alpn-agent.log'),
+  });
   await agent.waitForLog((l) => l.msg === 'cannot connect to proxy server', 20_000, 'a first attempt');
   t.true(offered.includes('konnectivity'), `negotiated: ${JSON.stringify(offered)}`);
 });
@@ -512,10 +519,9 @@ test('an agent whose server (or a front before it) negotiates another ALPN proto
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', () => resolve()));
     const port = (front.address() as AddressInfo).port;
     const name = `alpn-${protocols ? 'other' : 'none'}`;
-    const agent = spawnKanal(
-      t,
+    const agent = spawnKanal(t, {
       name,
-      [
+      args: [
         'agent',
         '--proxy-server-host=127.0.0.1',
         `--proxy-server-port=${port}`,
@@ -527,8 +533,8 @@ test('an agent whose server (or a front before it) negotiates another ALPN proto
         '--sync-interval=200ms',
         '--sync-interval-cap=400ms',
       ],
-      path.join(ws.dir, `${name}.log`),
-    );
+      logFile: path.join(ws.dir, `${name}.log`),
+    });
     // Node's http2 aborted the process (SIGABRT) on a socket destroyed under it.
     const refused = (l: { msg: string; err?: unknown }): boolean =>
       l.msg === 'cannot connect to proxy server' && String(l.err).includes('server did not negotiate HTTP/2 via ALPN');

@@ -31,7 +31,11 @@ test('a kanal child that exits at start fails the readiness wait with its exit a
   const scope = new CleanupStack();
   t.teardown(() => scope.run());
   const dir = scopedTempDir(scope, 'kanal-kit-');
-  const server = spawnKanal(scope, 'no-certs', ['server', '--uds-name', path.join(dir, 's.sock')], path.join(dir, 'no-certs.log'));
+  const server = spawnKanal(scope, {
+    name: 'no-certs',
+    args: ['server', '--uds-name', path.join(dir, 's.sock')],
+    logFile: path.join(dir, 'no-certs.log'),
+  });
   // A timeout far beyond the test's own: only the exit can end this wait.
   const err = await t.throwsAsync(waitHealthy(server, `http://127.0.0.1:${await freePort()}/healthz`, 600_000));
   t.regex(err.message, /^no-certs exited with 2 before http:\/\/127\.0\.0\.1:\d+\/healthz answered/);

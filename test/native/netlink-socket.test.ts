@@ -4,17 +4,8 @@
 import test from 'ava';
 import { NetlinkSocket, withNetlinkSocket } from '../../native/netlink-socket.js';
 import { NetlinkError } from '../../native/netlink-error.js';
-import {
-  IFLA_IFNAME,
-  NLM_F_REQUEST,
-  RTM_GETLINK,
-  RTM_NEWLINK,
-  buildGetLinkByName,
-  encodeIfinfomsg,
-  encodeMessage,
-  encodeStringAttr,
-  parseLink,
-} from '../../native/rtnetlink.js';
+import { IFLA_IFNAME, RTM_GETLINK, RTM_NEWLINK, buildGetLinkByName, encodeIfinfomsg, parseLink } from '../../native/rtnetlink.js';
+import { NLM_F_REQUEST, encodeMessage, encodeStringAttr } from '../../native/netlink-message.js';
 
 const linux = process.platform === 'linux';
 const linuxTest = linux ? test : test.skip;

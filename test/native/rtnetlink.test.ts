@@ -4,9 +4,6 @@
 import test from 'ava';
 import { endianness } from 'node:os';
 import {
-  NLMSG_ERROR,
-  NLM_F_ACK_TLVS,
-  NLM_F_CAPPED,
   RTM_NEWADDR,
   addressBytes,
   buildGetLinkByName,
@@ -14,18 +11,23 @@ import {
   buildNewLink,
   buildSetLinkAlias,
   buildSetLinkUp,
-  encodeAttr,
   encodeIfinfomsg,
+  formatAddress,
+  parseAddr,
+  parseLink,
+} from '../../native/rtnetlink.js';
+import {
+  NLMSG_ERROR,
+  NLM_F_ACK_TLVS,
+  NLM_F_CAPPED,
+  encodeAttr,
   encodeNestedAttr,
   encodeStringAttr,
   encodeMessage,
-  formatAddress,
-  parseAddr,
   parseErrorPayload,
-  parseLink,
   parseMessages,
   readU32,
-} from '../../native/rtnetlink.js';
+} from '../../native/netlink-message.js';
 import { HostInterfaceSpecError, KANAL_LINK_ALIAS, validateHostInterfaceSpec } from '../../native/host-interface.js';
 import { NetlinkError } from '../../native/netlink-error.js';
 

@@ -115,7 +115,10 @@ test('agent port: a connection whose TLS handshake stalls is closed at the hands
 test('frontend TCP port: a connection whose TLS handshake stalls is closed at the handshake timeout, logged and counted', async (t) => {
   const logs = captureLogger();
   const { refusals, metrics } = refusalsFor(logs);
-  const httpConnect = new HttpConnectFrontend(new BackendDialer(new AgentRegistry(), 1000, logs.log), refusals);
+  const httpConnect = new HttpConnectFrontend(
+    new BackendDialer({ registry: new AgentRegistry(), timeoutMs: 1000, log: logs.log }),
+    refusals,
+  );
   const listener = await listenForFrontends({
     mode: 'both',
     tcp: { host: '127.0.0.1', port: 0, tls: await serverTls(), handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS },

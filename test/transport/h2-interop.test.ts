@@ -492,7 +492,7 @@ test.serial('h2 server honours a grpc-js client deadline (grpc-timeout): both si
   const ch = createGrpcJsChannel({ target: s.listener.target, tls: { ca: files.ca, cert: files.clientCert, key: files.clientKey } });
   t.teardown(() => ch.close());
   const started = Date.now();
-  const st = await openGrpcJsStream(ch.client, AGENT_SERVICE_CONNECT, {}, 5000, Date.now() + 400);
+  const st = await openGrpcJsStream(ch.client, { path: AGENT_SERVICE_CONNECT, metadata: {}, timeoutMs: 5000, deadline: Date.now() + 400 });
   const clientErr = await watch(st).result;
   const serverErr = await serverSide!;
   t.is((clientErr as GrpcStatusError).code, GrpcStatus.DEADLINE_EXCEEDED);

@@ -54,7 +54,7 @@ interface Relay {
 function relay(opts: { features: FeatureSet; agentDialHandler: DialHandler; limits?: Partial<TunnelLimits>; withAgent?: boolean }): Relay {
   const logs = captureLogger();
   const registry = new AgentRegistry();
-  const dialer = new BackendDialer(registry, 5000, logs.log);
+  const dialer = new BackendDialer({ registry, timeoutMs: 5000, log: logs.log });
   // Agent stream.
   const agentLink = createMemoryLink();
   const agent = new Tunnel(agentLink.a, {
@@ -93,7 +93,7 @@ function relay(opts: { features: FeatureSet; agentDialHandler: DialHandler; limi
       throw new Error(`unexpected reject ${code} ${message}`);
     },
   };
-  createGrpcFrontend(dialer, logs.log, (t) => (frontendTunnel = t), opts.limits)(incoming);
+  createGrpcFrontend({ dialer, log: logs.log, track: (t) => (frontendTunnel = t), limits: opts.limits })(incoming);
   const negotiated = parseFeatures(acceptedHeaders[MD_KANAL_FEATURES]);
   const kas = new Tunnel(frontendLink.a, { side: 'agent', features: negotiated, log: captureLogger().log, limits: opts.limits });
   const all = (): Tunnel[] => [kas, agent, serverAgent, frontendTunnel!];

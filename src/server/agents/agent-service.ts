@@ -101,13 +101,13 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
         const { kind, reason, agentFault } = result.refusal;
         // The connection's certificate (when --cluster-ca-cert is set too) says who was refused.
         const who = incoming.context ? { credential: incoming.context.subject } : {};
-        opts.refusals.refuse(
-          TOKEN_REFUSALS[kind],
-          incoming.peer,
-          { ...who, reason },
-          `refused agent stream: service account token ${kind}`,
-          kind,
-        );
+        opts.refusals.refuse({
+          reason: TOKEN_REFUSALS[kind],
+          peer: incoming.peer,
+          fields: { ...who, reason },
+          message: `refused agent stream: service account token ${kind}`,
+          detail: kind,
+        });
         // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
         incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
       },
@@ -119,6 +119,24 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
   };
 }
 
+/** An agent stream refused before it is admitted; `message` is what the agent logs, `what` what this server logs. */
+interface StreamRefusal {
+  reason: RefusalReason;
+  what: string;
+  code: GrpcStatus;
+  message: string;
+  fields?: Record<string, unknown>;
+}
+
+/** An agent stream the registry admitted, with who it is. */
+interface AdmittedStream {
+  incoming: IncomingStream<AgentCredential>;
+  credential: AgentCredential;
+  agentID: string;
+  identifiers: AgentIdentifiers;
+  log: Logger;
+}
+
 /** Checks the metadata and admits the stream under `context`, who authenticated it. */
 function serveAgentStream(
   incoming: IncomingStream<AgentCredential>,
@@ -128,45 +146,63 @@ function serveAgentStream(
   // The agent listener always says who it is; a stream injected without (a test's) is its own peer.
   const credential = context ?? unauthenticatedCredential(incoming.peer);
   /** Counts, logs (rate-limited per peer, reason and credential) and answers a refusal; `message` is what the agent logs. */
-  const refuse = (reason: RefusalReason, what: string, code: GrpcStatus, message: string, fields: Record<string, unknown> = {}): void => {
-    opts.refusals.refuse(
+  const refuse = ({ reason, what, code, message, fields = {} }: StreamRefusal): void => {
+    opts.refusals.refuse({
       reason,
-      incoming.peer,
-      { credential: credential.subject, ...fields, reason: message },
-      `refused agent stream: ${what}`,
-      credential.subject,
-    );
+      peer: incoming.peer,
+      fields: { credential: credential.subject, ...fields, reason: message },
+      message: `refused agent stream: ${what}`,
+      detail: credential.subject,
+    });
     incoming.reject(code, message);
   };
   const agentIDs = incoming.metadata.get(MD_AGENT_ID) ?? [];
   if (agentIDs.length !== 1 || !agentIDs[0]) {
-    refuse(
-      'agent_metadata',
-      'expected exactly one agentID',
-      GrpcStatus.INVALID_ARGUMENT,
-      `expected exactly one agentID in the metadata, got ${agentIDs.length}`,
-    );
+    refuse({
+      reason: 'agent_metadata',
+      what: 'expected exactly one agentID',
+      code: GrpcStatus.INVALID_ARGUMENT,
+      message: `expected exactly one agentID in the metadata, got ${agentIDs.length}`,
+    });
     return;
   }
   const agentID = agentIDs[0];
   if (agentID.length > MAX_AGENT_ID_LENGTH) {
     const message = `agentID is ${agentID.length} characters long; at most ${MAX_AGENT_ID_LENGTH} are accepted`;
-    refuse('agent_metadata', 'agentID too long', GrpcStatus.INVALID_ARGUMENT, message, { length: agentID.length });
+    refuse({
+      reason: 'agent_metadata',
+      what: 'agentID too long',
+      code: GrpcStatus.INVALID_ARGUMENT,
+      message,
+      fields: { length: agentID.length },
+    });
     return;
   }
   let identifiers: AgentIdentifiers;
   try {
     identifiers = parseAgentIdentifiers(firstValue(incoming.metadata, MD_AGENT_IDENTIFIERS) ?? '');
   } catch (err) {
-    refuse('agent_metadata', 'bad agentIdentifiers', GrpcStatus.INVALID_ARGUMENT, errorMessage(err), { agentID });
+    refuse({
+      reason: 'agent_metadata',
+      what: 'bad agentIdentifiers',
+      code: GrpcStatus.INVALID_ARGUMENT,
+      message: errorMessage(err),
+      fields: { agentID },
+    });
     return;
   }
   const log = opts.log.child({ agentID, credential: credential.subject });
-  const admitted = opts.registry.admit(credential, agentID, () => accept(incoming, credential, agentID, identifiers, log, opts));
+  const admitted = opts.registry.admit(credential, agentID, () => accept({ incoming, credential, agentID, identifiers, log }, opts));
   admitted.then(
     (admission) => {
       if (!admission.ok) {
-        refuse(admission.reason, REFUSALS[admission.reason], GrpcStatus.RESOURCE_EXHAUSTED, admission.message, { agentID });
+        refuse({
+          reason: admission.reason,
+          what: REFUSALS[admission.reason],
+          code: GrpcStatus.RESOURCE_EXHAUSTED,
+          message: admission.message,
+          fields: { agentID },
+        });
         return;
       }
       for (const old of admission.replaced) {
@@ -203,14 +239,7 @@ function serveAgentStream(
 }
 
 /** Answers the stream and builds the agent's tunnel (called by the registry once admitted). */
-function accept(
-  incoming: IncomingStream<AgentCredential>,
-  credential: AgentCredential,
-  agentID: string,
-  identifiers: AgentIdentifiers,
-  log: Logger,
-  opts: AgentServiceOptions,
-): AgentBackend {
+function accept({ incoming, credential, agentID, identifiers, log }: AdmittedStream, opts: AgentServiceOptions): AgentBackend {
   const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), opts.features);
   const headers: Record<string, string> = {
     [MD_SERVER_ID]: opts.serverID,

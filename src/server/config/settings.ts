@@ -23,7 +23,7 @@ import { FRONTEND_MODES } from '../listeners.js';
 import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
 import { tlsPolicyFlags } from './tls-flags.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
-import { DEFAULT_AGENT_KEEPALIVE } from '../server.js';
+import { DEFAULT_AGENT_KEEPALIVE } from '../server-options.js';
 
 /** `--backend-dial-timeout`'s default, also what upstream's 0 ("no timeout") becomes. */
 export const DEFAULT_BACKEND_DIAL_TIMEOUT = '10s';

@@ -14,16 +14,33 @@ import type { KanalMetrics } from '../../domain/metrics.js';
 import type { ConnectionBudget } from '../../domain/connection-budget.js';
 import type { DialingAgent, Refusals } from '../../domain/refusal-log.js';
 
+export interface DestinationDialerOptions {
+  allowList: AllowList;
+  /** How long a TCP connect may take (--destination-dial-timeout). */
+  timeoutMs: number;
+  /** Node -> control plane connections of all agents, being dialled or open (--max-node-to-cp-connections). */
+  budget: ConnectionBudget;
+  log: Logger;
+  refusals: Refusals;
+  metrics?: KanalMetrics;
+}
+
 export class DestinationDialer {
-  constructor(
-    private readonly allowList: AllowList,
-    private readonly timeoutMs: number,
-    /** Node -> control plane connections of all agents, being dialled or open (--max-node-to-cp-connections). */
-    private readonly budget: ConnectionBudget,
-    private readonly log: Logger,
-    private readonly refusals: Refusals,
-    private readonly metrics?: KanalMetrics,
-  ) {}
+  private readonly allowList: AllowList;
+  private readonly timeoutMs: number;
+  private readonly budget: ConnectionBudget;
+  private readonly log: Logger;
+  private readonly refusals: Refusals;
+  private readonly metrics: KanalMetrics | undefined;
+
+  constructor(opts: DestinationDialerOptions) {
+    this.allowList = opts.allowList;
+    this.timeoutMs = opts.timeoutMs;
+    this.budget = opts.budget;
+    this.log = opts.log;
+    this.refusals = opts.refusals;
+    this.metrics = opts.metrics;
+  }
 
   /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
   async dial(agent: DialingAgent, dial: InboundDial): Promise<Duplex> {

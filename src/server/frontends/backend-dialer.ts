@@ -14,19 +14,36 @@ import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from '../../domain/refusa
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from '../routing/proxy-strategies.js';
 import { errorMessage } from '../../common/error-message.js';
 
+export interface BackendDialerOptions {
+  registry: AgentRegistry;
+  /** How long a dial waits for the agent's DIAL_RSP (--backend-dial-timeout). */
+  timeoutMs: number;
+  log: Logger;
+  metrics?: KanalMetrics;
+  /** Default: a Refusals of its own on `log`. */
+  refusals?: Refusals;
+  /** How a dial picks its agent (--proxy-strategies); default upstream's. */
+  strategies?: readonly ProxyStrategy[];
+}
+
 export class BackendDialer {
   /** Failed dials are logged once per interval per frontend peer and kind of failure. */
   private readonly failures: RateLimitedLog;
+  private readonly registry: AgentRegistry;
+  private readonly timeoutMs: number;
+  private readonly log: Logger;
+  private readonly metrics: KanalMetrics | undefined;
+  private readonly refusals: Refusals;
+  private readonly strategies: readonly ProxyStrategy[];
 
-  constructor(
-    private readonly registry: AgentRegistry,
-    private readonly timeoutMs: number,
-    private readonly log: Logger,
-    private readonly metrics?: KanalMetrics,
-    private readonly refusals: Refusals = new Refusals(log, metrics),
-    private readonly strategies: readonly ProxyStrategy[] = DEFAULT_PROXY_STRATEGIES,
-  ) {
-    this.failures = new RateLimitedLog(log, REFUSAL_LOG_INTERVAL_MS);
+  constructor(opts: BackendDialerOptions) {
+    this.registry = opts.registry;
+    this.timeoutMs = opts.timeoutMs;
+    this.log = opts.log;
+    this.metrics = opts.metrics;
+    this.refusals = opts.refusals ?? new Refusals(opts.log, opts.metrics);
+    this.strategies = opts.strategies ?? DEFAULT_PROXY_STRATEGIES;
+    this.failures = new RateLimitedLog(opts.log, REFUSAL_LOG_INTERVAL_MS);
   }
 
   /** `peer` is the frontend client the dial is for (logs only). */
@@ -38,7 +55,12 @@ export class BackendDialer {
     } catch (err) {
       // Not worth an agent's time, and not worth a line per request.
       this.metrics?.dialDone('cp_to_node', 'refused', t0);
-      this.refusals.refuse('frontend_bad_address', peer, { address, err: errorMessage(err) }, 'refused dial: malformed address');
+      this.refusals.refuse({
+        reason: 'frontend_bad_address',
+        peer,
+        fields: { address, err: errorMessage(err) },
+        message: 'refused dial: malformed address',
+      });
       throw new DialError('refused', `bad address: ${errorMessage(err)}`);
     }
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });

@@ -17,13 +17,17 @@ const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_d
 
 const FRONTEND_FEATURES = new Set([Feature.Window, Feature.HalfClose]);
 
-export function createGrpcFrontend(
-  dialer: BackendDialer,
-  log: Logger,
-  track: (tunnel: Tunnel) => void,
-  limits?: Partial<TunnelLimits>,
-  metrics?: KanalMetrics,
-): (incoming: IncomingStream) => void {
+export interface GrpcFrontendOptions {
+  /** Performs the KAS's dials through an agent. */
+  dialer: BackendDialer;
+  log: Logger;
+  /** Told of each frontend stream's tunnel as it opens (the server counts and closes them). */
+  track: (tunnel: Tunnel) => void;
+  limits?: Partial<TunnelLimits>;
+  metrics?: KanalMetrics;
+}
+
+export function createGrpcFrontend({ dialer, log, track, limits, metrics }: GrpcFrontendOptions): (incoming: IncomingStream) => void {
   return (incoming) => {
     const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), FRONTEND_FEATURES);
     const headers: Record<string, string> = {};

@@ -76,6 +76,15 @@ class Client {
   private readonly onClose = (): void => this.stopReading();
 }
 
+/** The one response a CONNECT gets before its connection closes (any but 200). */
+interface Answer {
+  status: number;
+  /** The plain-text body. */
+  message: string;
+  /** Extra header lines, each ending in CRLF. */
+  headers?: string;
+}
+
 export class HttpConnectFrontend {
   private readonly limits: HttpConnectLimits;
 
@@ -107,9 +116,14 @@ export class HttpConnectFrontend {
     client.headerTimer = setTimeout(
       () => {
         client.headerTimer = undefined;
-        this.refusals.refuse('frontend_header_timeout', peer, {}, 'closed frontend connection: request head not complete in time');
+        this.refusals.refuse({
+          reason: 'frontend_header_timeout',
+          peer,
+          fields: {},
+          message: 'closed frontend connection: request head not complete in time',
+        });
         client.stopReading();
-        this.answer(socket, client, 408, 'request head not complete in time');
+        this.answer(socket, client, { status: 408, message: 'request head not complete in time' });
       },
       Math.max(0, headerDeadlineMs),
     );
@@ -121,23 +135,26 @@ export class HttpConnectFrontend {
     client.stopReading();
     const { peer, socket } = client;
     if (verdict.kind === 'bad') {
-      this.refusals.refuse(
-        'frontend_bad_request',
+      this.refusals.refuse({
+        reason: 'frontend_bad_request',
         peer,
-        { err: verdict.reason, code: verdict.code },
-        'refused malformed HTTP request on frontend',
-        verdict.code,
-      );
-      this.answer(socket, client, verdict.status, `bad request: ${verdict.code}`);
+        fields: { err: verdict.reason, code: verdict.code },
+        message: 'refused malformed HTTP request on frontend',
+        detail: verdict.code,
+      });
+      this.answer(socket, client, { status: verdict.status, message: `bad request: ${verdict.code}` });
     } else if (verdict.method !== 'CONNECT') {
-      this.refusals.refuse('frontend_method', peer, { method: verdict.method, url: verdict.target }, 'refused non-CONNECT request');
-      this.answer(
-        socket,
-        client,
-        405,
-        `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`,
-        'Allow: CONNECT\r\n',
-      );
+      this.refusals.refuse({
+        reason: 'frontend_method',
+        peer,
+        fields: { method: verdict.method, url: verdict.target },
+        message: 'refused non-CONNECT request',
+      });
+      this.answer(socket, client, {
+        status: 405,
+        message: `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`,
+        headers: 'Allow: CONNECT\r\n',
+      });
     } else {
       this.connect(client, verdict.target, verdict.rest);
     }
@@ -149,8 +166,13 @@ export class HttpConnectFrontend {
     try {
       address = formatHostPort(parseHostPort(authority));
     } catch (err) {
-      this.refusals.refuse('frontend_bad_authority', peer, { authority, err: errorMessage(err) }, 'refused CONNECT: malformed authority');
-      this.answer(socket, client, 400, `bad CONNECT authority: ${errorMessage(err)}`);
+      this.refusals.refuse({
+        reason: 'frontend_bad_authority',
+        peer,
+        fields: { authority, err: errorMessage(err) },
+        message: 'refused CONNECT: malformed authority',
+      });
+      this.answer(socket, client, { status: 400, message: `bad CONNECT authority: ${errorMessage(err)}` });
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
@@ -173,7 +195,7 @@ export class HttpConnectFrontend {
           return;
         }
         const status = err instanceof DialError ? HTTP_STATUS_FOR_FAILURE[err.failure] : 502;
-        this.answer(socket, client, status, err.message);
+        this.answer(socket, client, { status, message: err.message });
       },
     );
   }
@@ -184,7 +206,7 @@ export class HttpConnectFrontend {
    * connection after lingerMs whatever the client does. `headers` are
    * extra header lines, each ending in CRLF.
    */
-  private answer(socket: Duplex, client: Client, status: number, message: string, headers = ''): void {
+  private answer(socket: Duplex, client: Client, { status, message, headers = '' }: Answer): void {
     if (client.answered) return;
     client.answered = true;
     socket.on('error', () => undefined);

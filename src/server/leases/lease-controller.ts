@@ -186,7 +186,10 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
       this.emit('renewed', this.current);
       this.scheduleRenewal(this.renewIntervalMs * (1 + Math.random() * 0.04));
     } catch (err) {
-      const e = err instanceof KubeApiError ? err : new KubeApiError('client', `renew lease ${this.leaseName}`, String(err));
+      const e =
+        err instanceof KubeApiError
+          ? err
+          : new KubeApiError({ kind: 'client', operation: `renew lease ${this.leaseName}`, message: String(err) });
       this.consecutiveFailures++;
       this.counts.renewFailures++;
       const last = this.counts.lastRenewedAt;
@@ -314,7 +317,8 @@ export class ServerLeaseController extends EventEmitter<ServerLeaseControllerEve
   }
 
   private collectFailed(err: unknown): void {
-    const e = err instanceof KubeApiError ? err : new KubeApiError('client', 'collect expired leases', String(err));
+    const e =
+      err instanceof KubeApiError ? err : new KubeApiError({ kind: 'client', operation: 'collect expired leases', message: String(err) });
     this.counts.gcFailures++;
     this.options.log.warn({ namespace: this.namespace, err: e.message }, 'cannot collect expired server leases');
     this.emit('gc-failed', e);

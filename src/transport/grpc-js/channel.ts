@@ -13,17 +13,22 @@ export interface GrpcJsChannel extends GrpcChannel {
   readonly client: grpc.Client;
 }
 
-/**
- * Opens a bidirectional call and resolves once the response headers arrived.
- * `deadline` is sent as grpc-timeout; `timeoutMs` bounds the wait for headers.
- */
+export interface GrpcJsCallOptions {
+  /** The method, e.g. AGENT_SERVICE_CONNECT. */
+  path: string;
+  metadata: Record<string, string>;
+  /** Bounds the wait for the response headers. */
+  timeoutMs: number;
+  /** Sent as grpc-timeout; default none. */
+  deadline?: grpc.Deadline;
+  /** Names the far end in logs; default `path`. */
+  peer?: string;
+}
+
+/** Opens a bidirectional call and resolves once the response headers arrived. */
 export function openGrpcJsStream(
   client: grpc.Client,
-  path: string,
-  metadata: Record<string, string>,
-  timeoutMs: number,
-  deadline: grpc.Deadline = Infinity,
-  peer = path,
+  { path, metadata, timeoutMs, deadline = Infinity, peer = path }: GrpcJsCallOptions,
 ): Promise<GrpcJsPacketCall> {
   return new Promise<GrpcJsPacketCall>((resolve, reject) => {
     const call = client.makeBidiStreamRequest<Packet | Buffer, Decoded>(path, serializePacket, decodeOrExplain, toGrpcMetadata(metadata), {
@@ -76,7 +81,7 @@ export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOpt
   const client = new grpc.Client(opts.target, credentials, options);
   return {
     client,
-    openStream: (path, metadata, timeoutMs) => openGrpcJsStream(client, path, metadata, timeoutMs, Infinity, opts.target),
+    openStream: (path, metadata, timeoutMs) => openGrpcJsStream(client, { path, metadata, timeoutMs, peer: opts.target }),
     close: () => client.close(),
   };
 }

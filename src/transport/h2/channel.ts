@@ -147,24 +147,9 @@ export class H2Channel implements GrpcChannel {
         return;
       }
       const session = this.getSession();
-      const headers: OutgoingHttpHeaders & Record<string, string> = {};
-      addMetadataHeaders(headers, metadata);
-      Object.assign(headers, {
-        ':method': 'POST',
-        ':path': path,
-        'content-type': GRPC_CONTENT_TYPE,
-        te: 'trailers',
-        'user-agent': this.userAgent,
-        'grpc-accept-encoding': 'identity',
-      });
-      let req: ClientHttp2Stream;
-      try {
-        req = session.request(headers, { endStream: false });
-      } catch (err) {
-        // A session that is going away, or headers node:http2 refuses (bad metadata).
-        const code = (err as { code?: string }).code ?? '';
-        const status = /SESSION|GOAWAY|DESTROYED|CLOSED/.test(code) ? GrpcStatus.UNAVAILABLE : GrpcStatus.INTERNAL;
-        reject(new GrpcStatusError(status, `cannot open stream: ${errorMessage(err)}`));
+      const req = this.request(session, path, metadata);
+      if (req instanceof GrpcStatusError) {
+        reject(req);
         return;
       }
       this.trackStream(session, req);
@@ -191,57 +176,79 @@ export class H2Channel implements GrpcChannel {
       const onError = (err: Error): void => {
         lastError ??= err;
       };
-      const onClose = (): void => {
-        const sessionError = this.sessionErrors.get(session);
-        if (session.destroyed || req.rstCode === undefined) {
-          const why = sessionError ?? lastError;
-          settle(new GrpcStatusError(GrpcStatus.UNAVAILABLE, `connection to ${this.target.peer} failed${why ? `: ${why.message}` : ''}`));
-        } else {
-          settle(new GrpcStatusError(grpcStatusFromRstCode(req.rstCode), `stream reset by the server (code ${req.rstCode})`));
-        }
-      };
+      const onClose = (): void => settle(this.closedBeforeResponse(session, req, lastError));
       const onResponse = (h: IncomingHttpHeaders, flags: number, raw: string[]): void => {
-        const status = Number(h[':status']);
-        const grpcStatus = parseGrpcStatus(h['grpc-status']);
-        const rawMessage = h['grpc-message'];
-        const message = typeof rawMessage === 'string' ? decodeGrpcMessage(rawMessage) : '';
-        if (status !== 200) {
-          settle(
-            grpcStatus !== undefined && grpcStatus !== GrpcStatus.OK
-              ? new GrpcStatusError(grpcStatus, message)
-              : new GrpcStatusError(grpcStatusFromHttp(status), `unexpected HTTP status ${status}${message ? `: ${message}` : ''}`),
-          );
-          return;
-        }
-        if (!isGrpcContentType(h['content-type'])) {
-          settle(new GrpcStatusError(GrpcStatus.UNKNOWN, `unexpected content-type "${String(h['content-type'] ?? '')}"`));
-          return;
-        }
         const endStream = (flags & h2c.NGHTTP2_FLAG_END_STREAM) !== 0;
-        if (endStream || grpcStatus !== undefined) {
-          // Trailers-Only.
-          const err = statusFromTrailers(h);
-          if (err) {
-            settle(err);
-            return;
-          }
-        }
-        const stream = new H2PacketStream(req, {
-          role: 'client',
-          metadata: metadataFromRawHeaders(raw),
-          peer: this.target.peer,
-          maxReceiveMessageBytes: this.maxReceiveMessageBytes,
-          sendBufferBytes: this.sendBufferBytes,
-        });
-        settle(stream);
-        if (endStream) {
+        const result = this.answered(req, h, endStream, raw);
+        settle(result);
+        if (endStream && result instanceof H2PacketStream) {
           // OK without a single message: the call is already over.
-          setImmediate(() => stream.finish(undefined));
+          setImmediate(() => result.finish(undefined));
         }
       };
       req.on('error', onError);
       req.on('response', onResponse);
       req.on('close', onClose);
+    });
+  }
+
+  /** Sends the call's request headers on `session`: the stream, or why it could not be opened. */
+  private request(session: ClientHttp2Session, path: string, metadata: Record<string, string>): ClientHttp2Stream | GrpcStatusError {
+    const headers: OutgoingHttpHeaders & Record<string, string> = {};
+    addMetadataHeaders(headers, metadata);
+    Object.assign(headers, {
+      ':method': 'POST',
+      ':path': path,
+      'content-type': GRPC_CONTENT_TYPE,
+      te: 'trailers',
+      'user-agent': this.userAgent,
+      'grpc-accept-encoding': 'identity',
+    });
+    try {
+      return session.request(headers, { endStream: false });
+    } catch (err) {
+      // A session that is going away, or headers node:http2 refuses (bad metadata).
+      const code = (err as { code?: string }).code ?? '';
+      const status = /SESSION|GOAWAY|DESTROYED|CLOSED/.test(code) ? GrpcStatus.UNAVAILABLE : GrpcStatus.INTERNAL;
+      return new GrpcStatusError(status, `cannot open stream: ${errorMessage(err)}`);
+    }
+  }
+
+  /** Why a stream closed before its response headers: the connection failed, or the server reset it. */
+  private closedBeforeResponse(session: ClientHttp2Session, req: ClientHttp2Stream, lastError: Error | undefined): GrpcStatusError {
+    const sessionError = this.sessionErrors.get(session);
+    if (session.destroyed || req.rstCode === undefined) {
+      const why = sessionError ?? lastError;
+      return new GrpcStatusError(GrpcStatus.UNAVAILABLE, `connection to ${this.target.peer} failed${why ? `: ${why.message}` : ''}`);
+    }
+    return new GrpcStatusError(grpcStatusFromRstCode(req.rstCode), `stream reset by the server (code ${req.rstCode})`);
+  }
+
+  /** The response headers: the call's PacketStream, or the status that refused it (HTTP status, content-type, Trailers-Only). */
+  private answered(req: ClientHttp2Stream, h: IncomingHttpHeaders, endStream: boolean, raw: string[]): GrpcStatusError | H2PacketStream {
+    const status = Number(h[':status']);
+    const grpcStatus = parseGrpcStatus(h['grpc-status']);
+    const rawMessage = h['grpc-message'];
+    const message = typeof rawMessage === 'string' ? decodeGrpcMessage(rawMessage) : '';
+    if (status !== 200) {
+      return grpcStatus !== undefined && grpcStatus !== GrpcStatus.OK
+        ? new GrpcStatusError(grpcStatus, message)
+        : new GrpcStatusError(grpcStatusFromHttp(status), `unexpected HTTP status ${status}${message ? `: ${message}` : ''}`);
+    }
+    if (!isGrpcContentType(h['content-type'])) {
+      return new GrpcStatusError(GrpcStatus.UNKNOWN, `unexpected content-type "${String(h['content-type'] ?? '')}"`);
+    }
+    if (endStream || grpcStatus !== undefined) {
+      // Trailers-Only.
+      const err = statusFromTrailers(h);
+      if (err) return err;
+    }
+    return new H2PacketStream(req, {
+      role: 'client',
+      metadata: metadataFromRawHeaders(raw),
+      peer: this.target.peer,
+      maxReceiveMessageBytes: this.maxReceiveMessageBytes,
+      sendBufferBytes: this.sendBufferBytes,
     });
   }
 

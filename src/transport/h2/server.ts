@@ -104,6 +104,17 @@ class ClosedPacketStream extends EventEmitter implements PacketStream {
 type IncomingState =
   { readonly name: 'waiting' | 'rejected' | 'expired' | 'gone' } | { readonly name: 'accepted'; readonly stream: H2PacketStream };
 
+/** One call as the server received it: its headers, its session, and what the server gives every call. */
+interface IncomingCall<C> {
+  metadata: MetadataMap;
+  session: SessionInfo<C>;
+  limits: { maxReceiveMessageBytes: number; sendBufferBytes: number };
+  /** From grpc-timeout, if sent. */
+  timeoutMs: number | undefined;
+  /** Told of the stream once accepted (the server closes them at shutdown). */
+  track: (s: H2PacketStream) => void;
+}
+
 class H2IncomingStream<C> implements IncomingStream<C> {
   readonly peer: string;
   readonly context: C | undefined;
@@ -113,14 +124,17 @@ class H2IncomingStream<C> implements IncomingStream<C> {
   /** The grpc-timeout; it aborts an accepted call too. Cleared once the stream is closed or the call rejected. */
   private readonly deadline: NodeJS.Timeout | undefined;
 
+  readonly metadata: MetadataMap;
+  private readonly opts: IncomingCall<C>['limits'];
+  private readonly track: (s: H2PacketStream) => void;
+
   constructor(
     private readonly h2: ServerHttp2Stream,
-    readonly metadata: MetadataMap,
-    session: SessionInfo<C>,
-    private readonly opts: { maxReceiveMessageBytes: number; sendBufferBytes: number },
-    timeoutMs: number | undefined,
-    private readonly track: (s: H2PacketStream) => void,
+    { metadata, session, limits, timeoutMs, track }: IncomingCall<C>,
   ) {
+    this.metadata = metadata;
+    this.opts = limits;
+    this.track = track;
     this.peer = session.peer;
     this.context = session.context;
     this.liveness = session.liveness;
@@ -320,14 +334,13 @@ export class H2ServerTransport<C = undefined> implements GrpcServerTransport<C> 
       trailersOnly(h2, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`);
       return;
     }
-    const incoming = new H2IncomingStream<C>(
-      h2,
-      metadataFromRawHeaders(rawHeaders),
-      (h2.session && this.sessionInfo.get(h2.session)) ?? { peer: 'unknown', context: undefined, liveness: undefined },
-      this.opts,
+    const incoming = new H2IncomingStream<C>(h2, {
+      metadata: metadataFromRawHeaders(rawHeaders),
+      session: (h2.session && this.sessionInfo.get(h2.session)) ?? { peer: 'unknown', context: undefined, liveness: undefined },
+      limits: this.opts,
       timeoutMs,
-      this.track,
-    );
+      track: this.track,
+    });
     handler(incoming);
   };
 

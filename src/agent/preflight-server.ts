@@ -1,0 +1,190 @@
+/** `--check`: the server reached with the agent's credentials: TLS with ALPN h2, the agent stream accepted, each --target dialled. */
+import tls from 'node:tls';
+import { isIP } from 'node:net';
+import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
+import { DialError } from '../tunnel/errors.js';
+import { formatHostPort } from '../common/host-port.js';
+import { connectToServer } from './server-connection.js';
+import { ServiceAccountTokenSource } from './service-account-token.js';
+import { errorMessage } from '../common/error-message.js';
+
+import type { CheckResult, PreflightOptions } from './preflight-options.js';
+
+const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+
+export function describeNetError(err: NodeJS.ErrnoException, target: string, timeoutMs: number): string {
+  switch (err.code) {
+    case 'ECONNREFUSED':
+      return `${target}: connection refused (is the kanal server running, and is its --agent-port reachable from here?)`;
+    case 'ETIMEDOUT':
+    case 'TIMEOUT':
+      return `${target}: no answer within ${timeoutMs} ms (firewall, wrong address, or server down)`;
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return `${target}: cannot resolve the host name (${err.code})`;
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+      return `${target}: no route to the server (${err.code})`;
+    case 'ECONNRESET':
+      return `${target}: the server closed the connection during the TLS handshake (ECONNRESET)`;
+    default:
+      break;
+  }
+  if (err.code && /CERT|SELF_SIGNED|ISSUER|SIGNATURE|ALTNAME|VERIFY/.test(err.code)) {
+    return `${target}: the server certificate is not trusted: ${err.message} (${err.code}); check --ca-cert and --tls-server-name`;
+  }
+  return `${target}: ${err.message}${err.code ? ` (${err.code})` : ''}`;
+}
+
+export interface TlsMaterial {
+  ca: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+}
+
+export function checkServerTls(opts: PreflightOptions, material: TlsMaterial): Promise<CheckResult & { ok: boolean }> {
+  const { host, port, serverName } = opts.server;
+  const target = formatHostPort({ host, port });
+  const verifyName = serverName ?? host;
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = (r: CheckResult & { ok: boolean }): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.end();
+      socket.destroySoon();
+      resolve(r);
+    };
+    const socket = tls.connect({
+      host,
+      port,
+      ca: material.ca,
+      cert: material.cert,
+      key: material.key,
+      servername: isIP(verifyName) === 0 ? verifyName : undefined,
+      checkServerIdentity: (_hostname, cert) => tls.checkServerIdentity(verifyName, cert),
+      ALPNProtocols: ['h2'],
+    });
+    const timer = setTimeout(
+      () =>
+        done({
+          name: 'server-tls',
+          status: 'fail',
+          detail: describeNetError({ name: 'Error', message: 'timeout', code: 'TIMEOUT' }, target, opts.connectTimeoutMs),
+          ok: false,
+        }),
+      opts.connectTimeoutMs,
+    );
+    socket.once('secureConnect', () => {
+      if (socket.alpnProtocol !== 'h2') {
+        done({
+          name: 'server-tls',
+          status: 'fail',
+          detail: `${target}: TLS works but the server did not choose HTTP/2 (ALPN ${socket.alpnProtocol || 'none'}); is this a kanal/Konnectivity agent port?`,
+          ok: false,
+        });
+        return;
+      }
+      const peer = socket.getPeerCertificate();
+      const cn = peer?.subject?.CN ? `CN=${String(peer.subject.CN)}` : 'certificate';
+      const client = material.cert ? 'client certificate accepted' : 'no client certificate';
+      const protocol = socket.getProtocol() ?? 'TLS';
+      // With TLS 1.3 the client finishes first; the server judges our
+      // certificate afterwards. An HTTP/2 server that kept the connection
+      // sends its SETTINGS frame at once, one that refused us closes it.
+      socket.once('data', () => {
+        done({
+          name: 'server-tls',
+          status: 'pass',
+          detail: `${target}: ${protocol} handshake ok, server ${cn} verified as ${verifyName}, ALPN h2, ${client}`,
+          ok: true,
+        });
+      });
+      socket.once('close', () => {
+        const why = material.cert
+          ? "it refused the agent certificate (is --agent-cert signed by the CA in the server's --cluster-ca-cert?)"
+          : 'it requires a client certificate (--agent-cert/--agent-key), unless started with --allow-unauthenticated-agents';
+        done({
+          name: 'server-tls',
+          status: 'fail',
+          detail: `${target}: the server closed the connection right after the TLS handshake: ${why}`,
+          ok: false,
+        });
+      });
+    });
+    socket.once('error', (err: NodeJS.ErrnoException) =>
+      done({ name: 'server-tls', status: 'fail', detail: describeNetError(err, target, opts.connectTimeoutMs), ok: false }),
+    );
+  });
+}
+
+export async function checkAgentStream(opts: PreflightOptions, material: TlsMaterial): Promise<CheckResult[]> {
+  const results: CheckResult[] = [];
+  const target = formatHostPort({ host: opts.server.host, port: opts.server.port });
+  const token = opts.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(opts.tokenFile);
+  let conn;
+  try {
+    conn = await connectToServer({
+      target,
+      tls: { ca: material.ca, cert: material.cert, key: material.key, serverName: opts.server.serverName },
+      agentID: opts.agentID,
+      agentIdentifiers: opts.agentIdentifiers,
+      token: token && (() => token.readSync()),
+      features: AGENT_FEATURES,
+      transport: opts.transport,
+      dialHandler: () => Promise.reject(new DialError('refused', 'kanal agent --check does not accept dials')),
+      connectTimeoutMs: opts.connectTimeoutMs,
+      log: opts.log,
+    });
+  } catch (err) {
+    const msg = errorMessage(err);
+    const hint = /UNAUTHENTICATED|drop|closed|reset|refused|UNAVAILABLE/i.test(msg)
+      ? " (the server likely refused the agent credentials: is --agent-cert signed by the CA in the server's --cluster-ca-cert, or is the token accepted?)"
+      : '';
+    results.push({ name: 'server-accepts-agent', status: 'fail', detail: `${target}: AgentService/Connect failed: ${msg}${hint}` });
+    if (opts.node) results.push({ name: 'node-dial', status: 'skip', detail: 'needs an accepted agent stream' });
+    return results;
+  }
+  try {
+    // Ask the server not to route control-plane dials to this short-lived stream.
+    conn.tunnel.sendDrain();
+    const features = formatFeatures(conn.tunnel.features) || 'none (upstream Konnectivity server)';
+    results.push({
+      name: 'server-accepts-agent',
+      status: 'pass',
+      detail: `${target}: accepted as agent ${opts.agentID} by server ${conn.serverID} (server count ${conn.serverCount}); features: ${features}`,
+    });
+    if (opts.node) {
+      if (!conn.tunnel.features.has(Feature.NodeDial)) {
+        results.push({
+          name: 'node-dial',
+          status: 'fail',
+          detail: `server ${conn.serverID} does not support node -> control plane dials (upstream Konnectivity?); the --target listeners would refuse every connection`,
+        });
+      } else {
+        results.push({ name: 'node-dial', status: 'pass', detail: `node -> control plane dials negotiated with server ${conn.serverID}` });
+        for (const t of opts.node.targets) {
+          const name = `target ${t.localPort}`;
+          const t0 = Date.now();
+          try {
+            const c = await conn.tunnel.dial(t.destination, { timeoutMs: opts.dialTimeoutMs });
+            c.close();
+            results.push({ name, status: 'pass', detail: `server ${conn.serverID} dialled ${t.destination} in ${Date.now() - t0} ms` });
+          } catch (err) {
+            const hint =
+              err instanceof DialError && err.failure === 'forbidden' ? ` (add --allowed-destination ${t.destination} on the server)` : '';
+            results.push({
+              name,
+              status: 'fail',
+              detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}${hint}`,
+            });
+          }
+        }
+      }
+    }
+  } finally {
+    conn.close();
+  }
+  return results;
+}

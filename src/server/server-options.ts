@@ -1,0 +1,70 @@
+/** What a KanalServer is given (ports, credentials, routing, limits) and what it reports of itself. */
+import type { Logger } from 'pino';
+import type { Transport } from '../transport/transport.js';
+import type { TunnelLimits } from '../tunnel/limits.js';
+import type { TunnelStats } from '../tunnel/tunnel.js';
+import type { FrontendMode, TlsFiles } from './listeners.js';
+import type { UnixSocketOptions } from './frontends/unix-socket.js';
+import type { RolePins } from './identity/client-roles.js';
+import type { KeepaliveOptions } from '../transport/liveness.js';
+import type { ProxyStrategy } from './routing/proxy-strategies.js';
+import type { TokenAuthenticator } from './identity/token-authenticator.js';
+import type { ServerLeaseController } from './leases/lease-controller.js';
+
+/** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
+export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
+export interface ServerOptions {
+  serverID: string;
+  serverCount: number;
+  agent: {
+    host: string;
+    port: number;
+    tls: TlsFiles;
+    allowUnauthenticated: boolean;
+    /** Client certificates of agents must match these (when set) and never the frontend's. */
+    clientPins?: RolePins;
+    /** Agents (distinct agentIDs) one credential may hold on this server. Default 1. */
+    maxAgentsPerCredential?: number;
+    /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
+    keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
+    /**
+     * Service account token authentication: every agent stream needs a
+     * valid token, whose identity is the agent's credential. Without a
+     * client CA (`tls.ca`) the agent port then asks for no certificate (as
+     * upstream); with one, the connection needs a valid certificate as well.
+     */
+    tokens?: TokenAuthenticator;
+  };
+  /** `--enable-lease-controller`: started once the listeners serve; stopped (lease deleted) first on stop. */
+  leases?: ServerLeaseController;
+  frontend: {
+    mode: FrontendMode;
+    /** From accept to a complete request head; default REQUEST_HEAD_TIMEOUT_MS. */
+    headerTimeoutMs?: number;
+    uds?: UnixSocketOptions;
+    /** `clientPins`: the KAS's client certificate must match these (when set) and never the agents'. */
+    tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
+  };
+  health?: { host: string; port: number };
+  backendDialTimeoutMs: number;
+  /** How a dial picks its agent (routing/router.ts). Default upstream's: ['default']. */
+  proxyStrategies?: readonly ProxyStrategy[];
+  allowedDestinations: readonly string[];
+  destinationDialTimeoutMs: number;
+  maxReceiveMessageBytes: number;
+  transport: Transport;
+  /** Limits of every tunnel (agent tunnels and gRPC frontend streams). */
+  limits?: Partial<TunnelLimits>;
+  /** Further limits of agent tunnels: the per-agent caps. */
+  agentLimits?: Partial<TunnelLimits>;
+  /** Node -> control plane connections of all agents together (file descriptors here); default half the open-files limit. */
+  maxNodeToCpConnections?: number;
+  log: Logger;
+}
+
+export interface ServerStats {
+  agents: number;
+  frontendStreams: number;
+  agentTunnels: (TunnelStats & { agentID: string; credential: string })[];
+  frontendTunnels: TunnelStats[];
+}

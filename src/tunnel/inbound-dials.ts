@@ -1,0 +1,100 @@
+/**
+ * The peer's dials this side performs: each DIAL_REQ is checked (a handler,
+ * the protocol, a fresh dial ID, the limits), handed to the DialHandler with a
+ * cancel signal that the peer's DIAL_CLS or the tunnel's close aborts, and
+ * answered with DIAL_RSP (docs/protocol.md, docs/limits.md).
+ */
+import { Cancel } from '../common/cancel.js';
+import type { RateLimitedLog } from '../common/rate-limited-log.js';
+import { PacketType, type Packet } from '../wire/packet.js';
+import { TunnelConnection } from './connection.js';
+import type { DialHandler } from './dial-handler.js';
+import type { LimitReports } from './limit-reports.js';
+import { splice } from './splice.js';
+
+export interface InboundDialsOptions {
+  noise: RateLimitedLog;
+  /** Sends a packet to the peer (nothing while the tunnel is not open). */
+  send(packet: Packet): void;
+  isOpen(): boolean;
+  reports: LimitReports;
+  /** Open connections this side performs for the peer (maxInboundConnections counts them with the dials). */
+  performerConnections(): number;
+  /** The handler now (Tunnel.setDialHandler may change it), or undefined to refuse every dial. */
+  handler(): DialHandler | undefined;
+  /** Text of the refusal when there is no handler. */
+  refuseDialsReason?: string;
+  /** Adds a connection, with a connectID of this side's parity, for a dial that connected. */
+  openConnection(dialID: bigint, address: string): TunnelConnection;
+}
+
+export class InboundDials {
+  /** At most maxPendingDials, and counted in maxInboundConnections. */
+  private readonly performing = new Map<bigint, Cancel>();
+
+  constructor(private readonly opts: InboundDialsOptions) {}
+
+  get size(): number {
+    return this.performing.size;
+  }
+
+  /** DIAL_REQ from the peer. */
+  requested(protocol: string, address: string, dialID: bigint): void {
+    const { opts } = this;
+    const refuse = (error: string): void => {
+      opts.noise.warn('dial-refused', { dialID: String(dialID), address, reason: error }, 'refusing dial request');
+      opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error });
+    };
+    const handler = opts.handler();
+    if (!handler) return refuse(opts.refuseDialsReason ?? 'this side does not accept dial requests');
+    if (protocol !== 'tcp') return refuse(`unsupported protocol ${JSON.stringify(protocol)}`);
+    if (this.performing.has(dialID)) return refuse('duplicate dial ID');
+    const refusal =
+      opts.reports.overLimit('maxPendingDials', this.performing.size, 'dials waiting for an answer') ??
+      opts.reports.overLimit(
+        'maxInboundConnections',
+        this.performing.size + opts.performerConnections(),
+        'connections open or being dialled for the peer',
+      );
+    if (refusal) return refuse(refusal);
+    const abort = new Cancel();
+    this.performing.set(dialID, abort);
+    handler({ protocol, address, dialID, signal: abort }).then(
+      (endpoint) => {
+        this.performing.delete(dialID);
+        if (abort.aborted || !opts.isOpen()) {
+          if (endpoint instanceof TunnelConnection) endpoint.close();
+          else endpoint.destroy();
+          return;
+        }
+        const conn = opts.openConnection(dialID, address);
+        // DIAL_RSP before the splice: the endpoint's first bytes must follow it.
+        opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: conn.connectID, error: '' });
+        splice(endpoint, conn);
+      },
+      (err: Error) => {
+        this.performing.delete(dialID);
+        if (abort.aborted || !opts.isOpen()) return;
+        opts.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
+        opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
+      },
+    );
+  }
+
+  /** DIAL_CLS from the peer for a dial we perform; false when it is not one. */
+  cancelledByPeer(dialID: bigint): boolean {
+    const inbound = this.performing.get(dialID);
+    if (!inbound) return false;
+    this.performing.delete(dialID);
+    inbound.abort();
+    return true;
+  }
+
+  /** The tunnel closed: every dial being performed is aborted. */
+  abortAll(): void {
+    for (const [id, abort] of this.performing) {
+      this.performing.delete(id);
+      abort.abort();
+    }
+  }
+}

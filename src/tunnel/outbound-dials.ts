@@ -1,0 +1,125 @@
+/**
+ * Our dials awaiting the peer's answer: a DIAL_REQ went out, and each dial
+ * waits, with its timer and its requester's cancel signal, for DIAL_RSP, for
+ * the peer's DIAL_CLS, or for the tunnel to close (docs/protocol.md). At most
+ * maxPendingDials (Tunnel.dial checks before starting one).
+ */
+import type { Logger } from 'pino';
+import { PacketType, type Packet } from '../wire/packet.js';
+import type { TunnelConnection } from './connection.js';
+import type { DialOptions } from './dial-handler.js';
+import { randomDialID } from './dial-id.js';
+import { DialError } from './errors.js';
+import type { LimitReports } from './limit-reports.js';
+
+interface PendingDial {
+  address: string;
+  resolve(conn: TunnelConnection): void;
+  reject(err: Error): void;
+  cleanup(): void;
+}
+
+export interface OutboundDialsOptions {
+  log: Logger;
+  /** Sends a packet to the peer (nothing while the tunnel is not open). */
+  send(packet: Packet): void;
+  reports: LimitReports;
+  /** Open connections this side asked for (maxOutboundConnections counts them with the dials). */
+  dialerConnections(): number;
+  /** Adds the connection the peer opened for a dial, or returns undefined when its connectID is taken. */
+  openConnection(connectID: number, dialID: bigint, address: string): TunnelConnection | undefined;
+}
+
+export class OutboundDials {
+  private readonly pending = new Map<bigint, PendingDial>();
+
+  constructor(private readonly opts: OutboundDialsOptions) {}
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  /** Sends DIAL_REQ for `address` unless a limit refuses; settles on the answer, a timeout, the requester's cancel, or the tunnel's close. */
+  start(address: string, opts: DialOptions): Promise<TunnelConnection> {
+    const { reports } = this.opts;
+    const refusal =
+      reports.overLimit('maxPendingDials', this.pending.size, 'dials waiting for an answer') ??
+      reports.overLimit(
+        'maxOutboundConnections',
+        this.pending.size + this.opts.dialerConnections(),
+        'connections open or being dialled through this tunnel',
+      );
+    if (refusal) return Promise.reject(new DialError('exhausted', refusal));
+    if (opts.signal?.aborted) return Promise.reject(new DialError('cancelled', 'dial cancelled'));
+    let dialID = randomDialID();
+    while (this.pending.has(dialID)) dialID = randomDialID();
+    return new Promise<TunnelConnection>((resolve, reject) => {
+      const cancel = (failure: 'timeout' | 'cancelled', message: string): void => {
+        if (!this.pending.has(dialID)) return;
+        this.pending.get(dialID)?.cleanup();
+        this.pending.delete(dialID);
+        this.opts.send({ type: PacketType.DIAL_CLS, random: dialID });
+        this.opts.log.debug({ dialID: String(dialID), address }, `dial ${failure}`);
+        reject(new DialError(failure, message));
+      };
+      const timer = setTimeout(() => cancel('timeout', `dial to ${address} timed out after ${opts.timeoutMs} ms`), opts.timeoutMs);
+      const onAbort = (): void => cancel('cancelled', 'dial cancelled by requester');
+      opts.signal?.addEventListener('abort', onAbort);
+      this.pending.set(dialID, {
+        address,
+        resolve,
+        reject,
+        cleanup: () => {
+          clearTimeout(timer);
+          opts.signal?.removeEventListener('abort', onAbort);
+        },
+      });
+      this.opts.send({ type: PacketType.DIAL_REQ, protocol: opts.protocol ?? 'tcp', address, random: dialID });
+    });
+  }
+
+  /** DIAL_RSP: the peer connected (`connectID`) or refused (`error`). */
+  answered(dialID: bigint, connectID: number, error: string): void {
+    const pending = this.pending.get(dialID);
+    if (!pending) {
+      if (!error && connectID !== 0) {
+        // The dial was cancelled meanwhile: close what the peer opened.
+        this.opts.log.debug({ dialID: String(dialID), connectID }, 'DIAL_RSP for a cancelled dial; closing it');
+        this.opts.send({ type: PacketType.CLOSE_REQ, connectID });
+      }
+      return;
+    }
+    this.pending.delete(dialID);
+    pending.cleanup();
+    if (error) {
+      pending.reject(new DialError('refused', error));
+      return;
+    }
+    const conn = connectID === 0 ? undefined : this.opts.openConnection(connectID, dialID, pending.address);
+    if (!conn) {
+      this.opts.log.error({ dialID: String(dialID), connectID }, 'peer answered a dial with an unusable connectID');
+      pending.reject(new DialError('refused', `peer assigned unusable connectID ${connectID}`));
+      return;
+    }
+    pending.resolve(conn);
+  }
+
+  /** DIAL_CLS from the peer for one of our dials; false when it is not ours. */
+  closedByPeer(dialID: bigint): boolean {
+    const pending = this.pending.get(dialID);
+    if (!pending) return false;
+    this.pending.delete(dialID);
+    pending.cleanup();
+    pending.reject(new DialError('refused', 'dial closed by peer'));
+    return true;
+  }
+
+  /** The tunnel closed: every dial fails with `message`. */
+  failAll(message: string): void {
+    for (const [id, pending] of this.pending) {
+      this.pending.delete(id);
+      pending.cleanup();
+      pending.reject(new DialError('tunnel-closed', message));
+    }
+  }
+}

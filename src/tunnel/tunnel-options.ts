@@ -1,0 +1,39 @@
+/** What a Tunnel is given (its side, features, limits, dial handler, hooks) and what it reports. */
+import type { Logger } from 'pino';
+import type { FeatureSet } from '../wire/features.js';
+import type { TunnelConnection } from './connection.js';
+import type { DialHandler } from './dial-handler.js';
+import type { TunnelLimitName, TunnelLimits } from './limits.js';
+
+export interface TunnelOptions {
+  /** 'agent' assigns odd connectIDs, 'server' even ones. */
+  side: 'agent' | 'server';
+  features: FeatureSet;
+  log: Logger;
+  limits?: Partial<TunnelLimits>;
+  /** Performs dials requested by the peer; absent means every DIAL_REQ is refused. */
+  dialHandler?: DialHandler;
+  /** Text of the refusal when there is no dial handler. */
+  refuseDialsReason?: string;
+  /** Called once per connection when it leaves the table (for metrics). */
+  onConnectionClosed?: (conn: TunnelConnection) => void;
+  /** Called each time a limit refuses a dial, pauses reading or closes the stream (for metrics). */
+  onLimit?: (limit: TunnelLimitName) => void;
+  /** The flag that sets each limit, named in log lines so an operator knows what to raise. */
+  limitFlags?: Partial<Record<TunnelLimitName, string>>;
+}
+
+export interface TunnelStats {
+  connections: number;
+  pendingDials: number;
+  inboundDials: number;
+  /** Window growth its connections hold now (see TunnelLimits.windowGrowthBudgetBytes). */
+  windowGrowthBytes: number;
+  /** True while the tunnel does not read its stream (a slow local reader, or a peer that does not read). */
+  readPaused: boolean;
+}
+
+export interface TunnelEvents {
+  'drain-requested': [];
+  close: [error: Error | undefined];
+}
