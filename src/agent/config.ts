@@ -6,42 +6,28 @@
 import type { LevelWithSilent } from 'pino';
 import { UsageError } from '../common/usage-error.js';
 import { logLevelFrom } from '../settings/process-settings.js';
-import type { TransportName } from '../transport/choice.js';
 import { kubeClientConfig } from '../kube/settings.js';
 import type { AgentOptions } from './agent.js';
 import { nodeSideFromSettings, type NodeSideOptions } from './node-side-config.js';
-import type { ServerCountSource } from './server-count.js';
 import type { AgentSettings } from './settings.js';
 
+/**
+ * Every setting as its entry parsed it (`settings`, by flag name: what the
+ * code reads), and what several settings make together. A setting is never
+ * restated here under a second name.
+ */
 export interface AgentConfig {
-  agentID: string;
-  agentIdentifiers: string;
-  server: {
-    host: string;
-    port: number;
-    caFile?: string;
-    certFile?: string;
-    keyFile?: string;
-    serverName?: string;
-    alpnProtocols: string[];
-  };
-  tokenFile?: string;
+  settings: AgentSettings;
+  /** The server the agent dials and how it verifies it (--proxy-server-host/-port, --ca-cert, --agent-cert/-key, --tls-server-name, --alpn-proto). */
+  server: { host: string; port: number; caFile: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
   /** `--count-server-leases`: the API client and the leases counted. */
   leases?: AgentOptions['leases'];
-  serverCountSource: ServerCountSource;
-  syncForever: boolean;
-  dialTimeoutMs: number;
-  connectTimeoutMs: number;
+  /** --sync-interval .. --sync-interval-cap. */
   reconnect: { initialMs: number; maxMs: number };
-  shutdownGraceMs: number;
   health?: { host: string; port: number };
   admin?: AgentOptions['admin'];
   node?: NodeSideOptions;
-  maxConnectionWindowBytes: number;
-  /** Control plane -> node connections per server tunnel, dialling or open. */
-  maxCpToNodeConnections: number;
-  peerReadTimeoutMs: number;
-  transport: TransportName;
+  /** --log-level, else klog's --v. */
   logLevel: LevelWithSilent;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
@@ -68,8 +54,7 @@ export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
   const healthPort = v['health-server-port'];
   const adminPort = v['admin-server-port'];
   return {
-    agentID: v['agent-id'],
-    agentIdentifiers: v['agent-identifiers'],
+    settings: v,
     server: {
       host: v['proxy-server-host'],
       port: v['proxy-server-port'],
@@ -79,21 +64,11 @@ export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
       serverName: v['tls-server-name'],
       alpnProtocols: v['alpn-proto'],
     },
-    tokenFile: v['service-account-token-path'],
     ...(leases ? { leases } : {}),
-    serverCountSource: v['server-count-source'],
-    syncForever: v['sync-forever'],
-    dialTimeoutMs: v['dial-timeout'],
-    connectTimeoutMs: v['connect-timeout'],
     reconnect: { initialMs, maxMs },
-    shutdownGraceMs: v['shutdown-grace-period'],
     health: healthPort > 0 ? { host: healthHost, port: healthPort } : undefined,
     admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
     node,
-    maxConnectionWindowBytes: v['max-connection-window'],
-    maxCpToNodeConnections: v['max-cp-to-node-connections'],
-    peerReadTimeoutMs: v['peer-read-timeout'],
-    transport: v.transport,
     logLevel: logLevelFrom(v['log-level'], v.v),
     notices,
   };

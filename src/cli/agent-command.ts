@@ -37,12 +37,13 @@ export interface AgentCredentials {
 export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   const s = config.server;
   const check = new CredentialCheck();
-  const ca = check.certificates({ flag: 'ca-cert', path: s.caFile ?? '' });
+  const ca = check.certificates({ flag: 'ca-cert', path: s.caFile });
   const pair =
     s.certFile && s.keyFile
       ? check.keyPair({ flag: 'agent-cert', path: s.certFile }, { flag: 'agent-key', path: s.keyFile }, 'client')
       : undefined;
-  if (config.tokenFile) check.token({ flag: 'service-account-token-path', path: config.tokenFile });
+  const tokenFile = config.settings['service-account-token-path'];
+  if (tokenFile) check.token({ flag: 'service-account-token-path', path: tokenFile });
   check.done();
   return {
     tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols },
@@ -54,26 +55,28 @@ export async function buildAgentOptions(
   config: AgentConfig,
   credentials: AgentCredentials = loadAgentCredentials(config),
 ): Promise<ServerTunnelsOptions> {
-  const log = createLogger(config.logLevel, 'agent').child({ agentID: config.agentID });
+  const v = config.settings;
+  const log = createLogger(config.logLevel, 'agent').child({ agentID: v['agent-id'] });
   const s = config.server;
-  const token = config.tokenFile === undefined ? undefined : new ServiceAccountTokenSource(config.tokenFile);
+  const tokenFile = v['service-account-token-path'];
+  const token = tokenFile === undefined ? undefined : new ServiceAccountTokenSource(tokenFile);
   return {
-    agentID: config.agentID,
-    agentIdentifiers: config.agentIdentifiers,
+    agentID: v['agent-id'],
+    agentIdentifiers: v['agent-identifiers'],
     server: { host: s.host, port: s.port, tls: credentials.tls },
     token: token && (() => token.readSync()),
-    serverCount: { source: config.serverCountSource },
-    syncForever: config.syncForever,
-    dialTimeoutMs: config.dialTimeoutMs,
-    connectTimeoutMs: config.connectTimeoutMs,
+    serverCount: { source: v['server-count-source'] },
+    syncForever: v['sync-forever'],
+    dialTimeoutMs: v['dial-timeout'],
+    connectTimeoutMs: v['connect-timeout'],
     reconnect: config.reconnect,
     health: config.health,
     limits: {
-      maxWindowBytes: config.maxConnectionWindowBytes,
-      peerReadTimeoutMs: config.peerReadTimeoutMs,
-      maxInboundConnections: config.maxCpToNodeConnections,
+      maxWindowBytes: v['max-connection-window'],
+      peerReadTimeoutMs: v['peer-read-timeout'],
+      maxInboundConnections: v['max-cp-to-node-connections'],
     },
-    transport: await loadTransport(config.transport),
+    transport: await loadTransport(v.transport),
     log,
   };
 }
@@ -93,19 +96,20 @@ export function agentBuilder(y: Argv): Argv<AgentArgs> {
 /** `--check`: runs the preflight checks, prints the list, sets the exit code (0 all passed, 1 otherwise). */
 async function runAgentCheck(config: AgentConfig): Promise<void> {
   const s = config.server;
+  const v = config.settings;
   const results = await runPreflight({
-    agentID: config.agentID,
-    agentIdentifiers: config.agentIdentifiers,
+    agentID: v['agent-id'],
+    agentIdentifiers: v['agent-identifiers'],
     server: s,
-    tokenFile: config.tokenFile,
-    connectTimeoutMs: config.connectTimeoutMs,
-    dialTimeoutMs: config.dialTimeoutMs,
+    tokenFile: v['service-account-token-path'],
+    connectTimeoutMs: v['connect-timeout'],
+    dialTimeoutMs: v['dial-timeout'],
     node: config.node,
     healthPort: config.health?.port,
-    transport: await loadTransport(config.transport),
+    transport: await loadTransport(v.transport),
     log: createLogger('silent', 'agent-check'),
   });
-  process.stdout.write(formatPreflight(results, `kanal agent --check (agent ID ${config.agentID}, server ${s.host}:${s.port})`));
+  process.stdout.write(formatPreflight(results, `kanal agent --check (agent ID ${v['agent-id']}, server ${s.host}:${s.port})`));
   process.exitCode = preflightPassed(results) ? 0 : 1;
 }
 
@@ -137,12 +141,12 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
   const status = (): string => agent.readiness().detail;
   agent.onTunnelChange(() => (notifier.isReady ? notifier.status(status()) : notifier.ready(status())));
-  setTimeout(() => notifier.ready(status()), config.connectTimeoutMs).unref();
+  setTimeout(() => notifier.ready(status()), config.settings['connect-timeout']).unref();
   const reclaimer = startMemoryReclaimer(agent.metrics, log);
   runUntilSignalled(log, async () => {
     reclaimer.stop();
     notifier.stopping('draining');
-    await kanalAgent.stop(config.shutdownGraceMs);
+    await kanalAgent.stop(config.settings['shutdown-grace-period']);
     // Last line: everything the agent created is gone.
     log.info('kanal agent stopped');
   });

@@ -51,7 +51,8 @@ function loadListenerTls(
 /** Reads and checks every credential file the flags name; throws CredentialFilesError listing each problem. */
 export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   const check = new CredentialCheck();
-  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], config.agent, config.tls);
+  const agentFiles = { ...config.agent, caFile: config.settings['cluster-ca-cert'] };
+  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], agentFiles, config.tls);
   const tcp = config.frontend.tcp;
   const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp, config.tls) : undefined;
   check.done();
@@ -63,21 +64,22 @@ export async function buildServerOptions(
   credentials: ServerCredentials = loadServerCredentials(config),
 ): Promise<ServerOptions> {
   const log = createLogger(config.logLevel, 'server');
+  const v = config.settings;
   return {
-    serverID: config.serverID,
-    serverCount: config.serverCount,
+    serverID: v['server-id'],
+    serverCount: v['server-count'],
     agent: {
-      host: config.agent.host,
-      port: config.agent.port,
+      host: v['agent-bind-address'],
+      port: v['agent-port'],
       tls: credentials.agent,
-      allowUnauthenticated: config.agent.allowUnauthenticated,
+      allowUnauthenticated: v['allow-unauthenticated-agents'],
       clientPins: config.agent.clientPins,
-      maxAgentsPerCredential: config.agent.maxAgentsPerCredential,
-      keepalive: config.agent.keepalive,
+      maxAgentsPerCredential: v['max-agents-per-credential'],
+      keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
     },
     frontend: {
-      mode: config.frontend.mode,
-      headerTimeoutMs: config.frontend.headerTimeoutMs,
+      mode: v.mode,
+      headerTimeoutMs: v['frontend-header-timeout'],
       uds: config.frontend.uds,
       tcp: config.frontend.tcp &&
         credentials.frontend && {
@@ -88,19 +90,19 @@ export async function buildServerOptions(
         },
     },
     health: config.health,
-    backendDialTimeoutMs: config.backendDialTimeoutMs,
-    proxyStrategies: config.proxyStrategies,
-    allowedDestinations: config.allowedDestinations,
-    destinationDialTimeoutMs: config.destinationDialTimeoutMs,
-    maxReceiveMessageBytes: config.maxReceiveMessageBytes,
-    limits: { maxWindowBytes: config.maxConnectionWindowBytes, peerReadTimeoutMs: config.peerReadTimeoutMs },
+    backendDialTimeoutMs: v['backend-dial-timeout'].ms,
+    proxyStrategies: v['proxy-strategies'],
+    allowedDestinations: v['allowed-destination'],
+    destinationDialTimeoutMs: v['destination-dial-timeout'],
+    maxReceiveMessageBytes: v['max-message-size'],
+    limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
     agentLimits: {
-      maxInboundConnections: config.perAgent.maxNodeToCpConnections,
-      maxOutboundConnections: config.perAgent.maxCpToNodeConnections,
-      maxPendingDials: config.perAgent.maxPendingDials,
+      maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
+      maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
+      maxPendingDials: v['max-pending-dials-per-agent'],
     },
     maxNodeToCpConnections: config.maxNodeToCpConnections,
-    transport: await loadTransport(config.transport),
+    transport: await loadTransport(v.transport),
     log,
   };
 }
@@ -177,7 +179,7 @@ async function useKubernetesApi(config: ServerConfig, options: ServerOptions): P
     const { ServerLeaseController } = await import('../server/leases/lease-controller.js');
     options.leases = new ServerLeaseController({
       api: client(),
-      serverId: config.serverID,
+      serverId: config.settings['server-id'],
       namespace: leases.namespace,
       labels: leases.labels,
       log: options.log.child({ part: 'lease' }),

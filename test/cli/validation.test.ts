@@ -69,24 +69,22 @@ function kanal(args: string[]): Promise<Run> {
 
 test('validateServerArgs accepts a minimal UDS configuration and fills upstream defaults', (t) => {
   const c = validateServerArgs(parseServer(SERVER_OK));
-  t.is(c.agent.port, 8091);
-  t.is(c.agent.host, '0.0.0.0');
-  t.is(c.agent.caFile, '/nonexistent/ca.crt');
-  t.false(c.agent.allowUnauthenticated);
-  t.deepEqual(c.frontend, {
-    mode: 'both',
-    headerTimeoutMs: 30_000,
-    uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 },
-  });
+  t.is(c.settings['agent-port'], 8091);
+  t.is(c.settings['agent-bind-address'], '0.0.0.0');
+  t.is(c.settings['cluster-ca-cert'], '/nonexistent/ca.crt');
+  t.false(c.settings['allow-unauthenticated-agents']);
+  t.is(c.settings.mode, 'both');
+  t.is(c.settings['frontend-header-timeout'], 30_000);
+  t.deepEqual(c.frontend, { uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 } });
   t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
   t.deepEqual(c.admin, { host: '127.0.0.1', port: 8095, profiling: false }, "upstream's admin port, loopback only, no profiling");
   t.is(c.logLevel, 'info');
   t.deepEqual(c.notices, []);
-  t.is(c.backendDialTimeoutMs, 10_000);
-  t.deepEqual(c.proxyStrategies, ['default']);
-  t.deepEqual(c.allowedDestinations, []);
-  t.is(c.serverCount, 1);
-  t.true(c.serverID.length > 0);
+  t.is(c.settings['backend-dial-timeout'].ms, 10_000);
+  t.deepEqual(c.settings['proxy-strategies'], ['default']);
+  t.deepEqual(c.settings['allowed-destination'], []);
+  t.is(c.settings['server-count'], 1);
+  t.true(c.settings['server-id'].length > 0);
 });
 
 test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables', (t) => {
@@ -136,9 +134,9 @@ test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables
       'destHost,,defaultRoute,default',
     ]),
   );
-  t.deepEqual(c.proxyStrategies, ['destHost', 'defaultRoute', 'default']);
-  t.is(c.backendDialTimeoutMs, 90_000);
-  t.is(c.destinationDialTimeoutMs, 500);
+  t.deepEqual(c.settings['proxy-strategies'], ['destHost', 'defaultRoute', 'default']);
+  t.is(c.settings['backend-dial-timeout'].ms, 90_000);
+  t.is(c.settings['destination-dial-timeout'], 500);
   t.deepEqual(c.frontend.tcp, {
     host: '0.0.0.0',
     port: 0,
@@ -148,13 +146,13 @@ test('validateServerArgs: durations, TCP frontend, allow-list, health 0 disables
     clientPins: { subjects: [{ attribute: 'CN', value: 'kube-apiserver', prefix: false, text: 'CN=kube-apiserver' }], ekus: [] },
   });
   t.deepEqual(c.agent.clientPins, { subjects: [], ekus: ['1.3.6.1.4.1.55555.1'] });
-  t.is(c.agent.maxAgentsPerCredential, 50);
-  t.deepEqual(c.agent.keepalive, { intervalMs: 5000, timeoutMs: 15_000 });
+  t.is(c.settings['max-agents-per-credential'], 50);
+  t.deepEqual([c.settings['keepalive-time'], c.settings['keepalive-timeout']], [5000, 15_000]);
   t.is(c.frontend.uds, undefined);
-  t.deepEqual(c.allowedDestinations, ['10.0.0.1:6443', '[fd00::1]:443', 'kas.internal:6443']);
+  t.deepEqual(c.settings['allowed-destination'], ['10.0.0.1:6443', '[fd00::1]:443', 'kas.internal:6443']);
   t.is(c.health, undefined);
-  t.is(c.serverCount, 3);
-  t.is(c.serverID, 'cp-1');
+  t.is(c.settings['server-count'], 3);
+  t.is(c.settings['server-id'], 'cp-1');
 });
 
 const serverRefusals: [string, string[], RegExp][] = [
@@ -254,10 +252,16 @@ for (const [name, argv, message] of serverRefusals) {
 }
 
 test('--max-connection-window: 4 MiB unless set; accepted from 1 MiB (no growth) on both commands', (t) => {
-  t.is(validateServerArgs(parseServer(SERVER_OK)).maxConnectionWindowBytes, 4 * 1024 * 1024);
-  t.is(validateAgentArgs(parseAgent(AGENT_OK)).maxConnectionWindowBytes, 4 * 1024 * 1024);
-  t.is(validateServerArgs(parseServer([...SERVER_OK, '--max-connection-window', '1048576'])).maxConnectionWindowBytes, 1024 * 1024);
-  t.is(validateAgentArgs(parseAgent([...AGENT_OK, '--max-connection-window', '8388608'])).maxConnectionWindowBytes, 8 * 1024 * 1024);
+  t.is(validateServerArgs(parseServer(SERVER_OK)).settings['max-connection-window'], 4 * 1024 * 1024);
+  t.is(validateAgentArgs(parseAgent(AGENT_OK)).settings['max-connection-window'], 4 * 1024 * 1024);
+  t.is(
+    validateServerArgs(parseServer([...SERVER_OK, '--max-connection-window', '1048576'])).settings['max-connection-window'],
+    1024 * 1024,
+  );
+  t.is(
+    validateAgentArgs(parseAgent([...AGENT_OK, '--max-connection-window', '8388608'])).settings['max-connection-window'],
+    8 * 1024 * 1024,
+  );
 });
 
 test('--max-connection-window reaches the options the server and agent build their tunnels from', async (t) => {
@@ -326,7 +330,11 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
   t.is(server.maxNodeToCpConnections, 40);
   t.is(server.limits?.peerReadTimeoutMs, 5000);
   const defaults = validateServerArgs(parseServer(base));
-  t.deepEqual(defaults.perAgent, { maxNodeToCpConnections: 1024, maxCpToNodeConnections: 8192, maxPendingDials: 1024 });
+  const d = defaults.settings;
+  t.deepEqual(
+    [d['max-node-to-cp-connections-per-agent'], d['max-cp-to-node-connections-per-agent'], d['max-pending-dials-per-agent']],
+    [1024, 8192, 1024],
+  );
   const nofile = Number(/^Max open files\s+(\d+)/m.exec(fs.readFileSync('/proc/self/limits', 'utf8'))![1]);
   t.is(defaults.maxNodeToCpConnections, Math.floor(nofile / 2));
   t.throws(() => validateServerArgs(parseServer([...base, '--max-node-to-cp-connections-per-agent', '0'])), {
@@ -339,8 +347,8 @@ test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA 
   const c = validateServerArgs(
     parseServer(['--cluster-cert', 'a', '--cluster-key', 'b', '--uds-name', 's', '--allow-unauthenticated-agents']),
   );
-  t.true(c.agent.allowUnauthenticated);
-  t.is(c.agent.caFile, undefined);
+  t.true(c.settings['allow-unauthenticated-agents']);
+  t.is(c.settings['cluster-ca-cert'], undefined);
 });
 
 // yargs checks `choices` on the command line; each setting's own parser checks them again, typed, for callers that bypass yargs (kanal install-node, tests).
@@ -370,12 +378,12 @@ test('validateAgentArgs accepts a minimal configuration and fills upstream defau
   const c = validateAgentArgs(parseAgent(AGENT_OK));
   t.is(c.server.host, 'cp.example');
   t.is(c.server.port, 8091);
-  t.is(c.agentID, defaultAgentID());
-  t.is(c.dialTimeoutMs, 10_000);
+  t.is(c.settings['agent-id'], defaultAgentID());
+  t.is(c.settings['dial-timeout'], 10_000);
   t.deepEqual(c.reconnect, { initialMs: 1000, maxMs: 30_000 });
   t.deepEqual(c.health, { host: '0.0.0.0', port: 8093 });
   t.is(c.node, undefined);
-  t.is(c.shutdownGraceMs, 30_000);
+  t.is(c.settings['shutdown-grace-period'], 30_000);
 });
 
 test('validateAgentArgs parses --target mappings (IPv4, IPv6 in brackets, names)', (t) => {
@@ -520,8 +528,8 @@ test('a repeated scalar flag keeps its last value (as Go flags do); repeatable f
   const s = validateServerArgs(
     parseServer([...SERVER_OK, '--agent-port', '8091', '--agent-port', '9000', '--mode', 'grpc', '--mode', 'http-connect']),
   );
-  t.is(s.agent.port, 9000);
-  t.is(s.frontend.mode, 'http-connect');
+  t.is(s.settings['agent-port'], 9000);
+  t.is(s.settings.mode, 'http-connect');
   const a = validateAgentArgs(
     parseAgent([...AGENT_OK, '--proxy-server-host', 'cp2.example', ...NODE, '--target', '1:a:1', '--target', '2:b:2']),
   );
@@ -618,13 +626,16 @@ test('kanal --dry-run prints the validated configuration as JSON and exits 0 wit
     ]),
   ]);
   t.is(server.code, 0, server.stderr);
-  const sc = JSON.parse(server.stdout) as { frontend: { uds: { path: string } }; allowedDestinations: string[]; agent: { port: number } };
+  const sc = JSON.parse(server.stdout) as {
+    frontend: { uds: { path: string } };
+    settings: { 'allowed-destination': string[]; 'agent-port': number };
+  };
   t.is(sc.frontend.uds.path, uds);
-  t.deepEqual(sc.allowedDestinations, ['10.0.0.1:6443']);
-  t.is(sc.agent.port, 8091);
+  t.deepEqual(sc.settings['allowed-destination'], ['10.0.0.1:6443']);
+  t.is(sc.settings['agent-port'], 8091);
   t.is(agent.code, 0, agent.stderr);
-  const ac = JSON.parse(agent.stdout) as { agentID: string; node: { bindAddress: string; targets: unknown[] } };
-  t.is(ac.agentID, 'node-7');
+  const ac = JSON.parse(agent.stdout) as { settings: { 'agent-id': string }; node: { bindAddress: string; targets: unknown[] } };
+  t.is(ac.settings['agent-id'], 'node-7');
   t.deepEqual(ac.node.targets, [{ localPort: 6443, destination: '[fd00::1]:6443' }]);
   t.is(ac.node.bindAddress, '10.200.0.1');
   // Nothing was created.
@@ -651,7 +662,7 @@ test('kanal: a repeated flag keeps the last value in the printed configuration',
     '--dry-run',
   ]);
   t.is(r.code, 0, r.stderr);
-  t.is((JSON.parse(r.stdout) as { agent: { port: number } }).agent.port, 9000);
+  t.is((JSON.parse(r.stdout) as { settings: { 'agent-port': number } }).settings['agent-port'], 9000);
 });
 
 test('kanal --help exits 0 and lists the commands and upstream flag names', async (t) => {

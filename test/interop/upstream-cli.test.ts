@@ -168,7 +168,7 @@ for (const c of COMMANDS) {
     const config = JSON.parse(r.stdout) as {
       notices: string[];
       logLevel: string;
-      backendDialTimeoutMs: number;
+      settings: { 'backend-dial-timeout': { ms: number } };
       admin: { host: string; port: number; profiling: boolean };
       tls: { minVersion: string; ciphers: string };
     };
@@ -179,7 +179,7 @@ for (const c of COMMANDS) {
       config.notices.some((m) => m.startsWith('--backend-dial-timeout 0s: ')),
       'upstream\'s "no timeout" is named',
     );
-    t.is(config.backendDialTimeoutMs, 10_000, 'a dial through an agent stays bounded');
+    t.is(config.settings['backend-dial-timeout'].ms, 10_000, 'a dial through an agent stays bounded');
     t.is(config.logLevel, 'debug', "upstream's default -v 4 is debug");
     t.deepEqual(config.admin, { host: '127.0.0.1', port: 8095, profiling: true });
     t.is(config.tls.minVersion, 'TLSv1.2');
@@ -612,8 +612,8 @@ test("--tls-min-version and --cipher-suites hold on the agent port; the kind exa
   ];
   const r = await runCli(['server', '--dry-run', ...kind]);
   t.is(r.code, 0, r.stderr);
-  const c = JSON.parse(r.stdout) as { notices: string[]; agent: { keepalive: { intervalMs: number } } };
-  t.is(c.agent.keepalive.intervalMs, 3_600_000);
+  const c = JSON.parse(r.stdout) as { notices: string[]; settings: { 'keepalive-time': number } };
+  t.is(c.settings['keepalive-time'], 3_600_000);
   t.deepEqual(
     c.notices.map((n) => n.slice(0, n.indexOf(' '))),
     ['--logtostderr', '--log-file', '--log-file-max-size'],

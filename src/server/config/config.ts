@@ -8,60 +8,46 @@ import { UsageError } from '../../common/usage-error.js';
 import { errorMessage } from '../../common/error-message.js';
 import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
 import { logLevelFrom } from '../../settings/process-settings.js';
-import type { TransportName } from '../../transport/choice.js';
 import { kubeClientConfig } from '../../kube/settings.js';
 import type { KubeClientConfig } from '../../kube/kube-clients.js';
 import { serverLeaseName } from '../../kube/lease.js';
 import type { Labels } from '../../kube/labels.js';
-import type { FrontendMode } from '../listeners.js';
 import type { RolePins } from '../identity/client-roles.js';
-import type { ProxyStrategy } from '../routing/proxy-strategies.js';
 import type { TlsPolicy } from './tls-flags.js';
 import type { ServerSettings } from './settings.js';
 
-/** Flag values after validation, before any file is read. */
+/**
+ * Every setting as its entry parsed it (`settings`, by flag name: what the
+ * code reads), and what several settings make together. A setting is never
+ * restated here under a second name. Read before any file is.
+ */
 export interface ServerConfig {
-  serverID: string;
-  serverCount: number;
-  /** certFlag/keyFlag: the flags certFile/keyFile came from (--server-cert/--server-key stand in for the --cluster-* pair). */
+  settings: ServerSettings;
+  /** The agent port's serving pair (--cluster-cert/--cluster-key, else --server-cert/--server-key: certFlag/keyFlag name the ones used), its client pins, and token authentication (all three flags given). */
   agent: {
-    host: string;
-    port: number;
     certFile: string;
     keyFile: string;
     certFlag: string;
     keyFlag: string;
-    caFile?: string;
-    allowUnauthenticated: boolean;
     clientPins: RolePins;
-    maxAgentsPerCredential: number;
-    keepalive: { intervalMs: number; timeoutMs: number };
-    /** Service account token authentication (all three flags given). */
     tokens?: { namespace: string; serviceAccount: string; audience: string };
   };
   /** Set when token authentication or the lease controller uses the API. */
   kube?: KubeClientConfig;
   /** `--enable-lease-controller`. */
   leases?: { namespace: string; labels: Labels };
+  /** The frontend: a Unix socket (--uds-name and its mode, group, stale-socket rule) or mTLS TCP. */
   frontend: {
-    mode: FrontendMode;
-    headerTimeoutMs: number;
     uds?: { path: string; deleteExisting: boolean; mode: number; gid?: number };
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
   };
   health?: { host: string; port: number };
+  /** --tls-min-version and --cipher-suites, for both TLS listeners. */
   tls: TlsPolicy;
   admin?: { host: string; port: number; profiling: boolean };
-  backendDialTimeoutMs: number;
-  proxyStrategies: ProxyStrategy[];
-  allowedDestinations: string[];
-  destinationDialTimeoutMs: number;
-  maxReceiveMessageBytes: number;
-  maxConnectionWindowBytes: number;
-  perAgent: { maxNodeToCpConnections: number; maxCpToNodeConnections: number; maxPendingDials: number };
+  /** --max-node-to-cp-connections, its 0 made half the open-files limit. */
   maxNodeToCpConnections: number;
-  peerReadTimeoutMs: number;
-  transport: TransportName;
+  /** --log-level, else klog's --v. */
   logLevel: LevelWithSilent;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
@@ -84,7 +70,7 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
       '--cluster-ca-cert is required to authenticate agents by client certificate (or --agent-namespace, --agent-service-account and --authentication-audience to authenticate them by service account token, or --allow-unauthenticated-agents to accept any agent, which is insecure)',
     );
   }
-  const frontend: ServerConfig['frontend'] = { mode: v.mode, headerTimeoutMs: v['frontend-header-timeout'] };
+  const frontend: ServerConfig['frontend'] = {};
   const udsPath = v['uds-name'];
   if (udsPath) {
     const gid = v['uds-group'];
@@ -123,20 +109,13 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
   const healthPort = v['health-port'];
   const adminPort = v['admin-port'];
   return {
-    serverID,
-    serverCount: v['server-count'],
+    settings: v,
     agent: {
-      host: v['agent-bind-address'],
-      port: v['agent-port'],
       certFile,
       keyFile,
       certFlag: v['cluster-cert'] ? 'cluster-cert' : 'server-cert',
       keyFlag: v['cluster-key'] ? 'cluster-key' : 'server-key',
-      caFile: v['cluster-ca-cert'],
-      allowUnauthenticated: v['allow-unauthenticated-agents'],
       clientPins: { subjects: v['agent-client-subject'], ekus: v['agent-client-eku'] },
-      maxAgentsPerCredential: v['max-agents-per-credential'],
-      keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
       ...(tokens ? { tokens } : {}),
     },
     ...(kube ? { kube } : {}),
@@ -145,20 +124,7 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
     health: healthPort > 0 ? { host: v['health-bind-address'], port: healthPort } : undefined,
     tls: { ...(minVersion ? { minVersion } : {}), ...(ciphers ? { ciphers } : {}) },
     admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
-    backendDialTimeoutMs: backendDialTimeout.ms,
-    proxyStrategies: v['proxy-strategies'],
-    allowedDestinations: v['allowed-destination'],
-    destinationDialTimeoutMs: v['destination-dial-timeout'],
-    maxReceiveMessageBytes: v['max-message-size'],
-    maxConnectionWindowBytes: v['max-connection-window'],
-    perAgent: {
-      maxNodeToCpConnections: v['max-node-to-cp-connections-per-agent'],
-      maxCpToNodeConnections: v['max-cp-to-node-connections-per-agent'],
-      maxPendingDials: v['max-pending-dials-per-agent'],
-    },
     maxNodeToCpConnections: v['max-node-to-cp-connections'] || defaultNodeToCpConnections(),
-    peerReadTimeoutMs: v['peer-read-timeout'],
-    transport: v.transport,
     logLevel: logLevelFrom(v['log-level'], v.v),
     notices,
   };
