@@ -6,7 +6,7 @@
 import os from 'node:os';
 import { isIP } from 'node:net';
 import { UsageError } from '../common/usage-error.js';
-import { errorMessage } from '../common/error-message.js';
+import { namedFlag } from '../settings/checks.js';
 import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../settings/kinds.js';
 import { processSettings } from '../settings/process-settings.js';
 import { agentIgnoredFlags, klogFlags } from '../settings/upstream-flags.js';
@@ -96,11 +96,7 @@ export const agentSettings = {
       "What this agent serves, for the server's --proxy-strategies: a URL query of host, ipv4, ipv6, cidr and default-route, e.g. host=node1&ipv4=10.0.0.5&cidr=10.244.1.0/24 (see docs/routing.md)",
     group: AUTH,
     check: (v, flag) => {
-      try {
-        parseAgentIdentifiers(v);
-      } catch (err) {
-        throw new UsageError(`--${flag}: ${errorMessage(err)}`);
-      }
+      namedFlag(flag, () => parseAgentIdentifiers(v));
     },
   }),
   'count-server-leases': toggle({
@@ -159,13 +155,7 @@ export const agentSettings = {
   target: listOf({
     describe: 'local_port:dst_host:dst_port forwarded to the control plane (repeatable)',
     group: NODE,
-    item: (v, flag) => {
-      try {
-        return parseTarget(v);
-      } catch (err) {
-        throw new UsageError(`--${flag}: ${errorMessage(err)}`);
-      }
-    },
+    item: (v, flag) => namedFlag(flag, () => parseTarget(v)),
   }),
   'bind-interface': text({
     default: 'kanal0',

@@ -51,3 +51,12 @@ export function choiceFlag<T extends string>(flag: string, value: string, choice
   if (choice === undefined) throw new UsageError(`--${flag} ${JSON.stringify(value)}: use ${choices.join(', ')}`);
   return choice;
 }
+
+/** `parse()`'s value; whatever it throws becomes a UsageError that names the flag first (`--flag: why`, or `--flag why` with `separator` ' '). */
+export function namedFlag<T>(flag: string, parse: () => T, separator = ': '): T {
+  try {
+    return parse();
+  } catch (err) {
+    throw new UsageError(`--${flag}${separator}${errorMessage(err)}`);
+  }
+}

@@ -6,10 +6,9 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { UsageError } from '../../common/usage-error.js';
-import { errorMessage } from '../../common/error-message.js';
 import { parseHostPort } from '../../common/host-port.js';
 import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
-import { durationFlag } from '../../settings/checks.js';
+import { durationFlag, namedFlag } from '../../settings/checks.js';
 import { processSettings } from '../../settings/process-settings.js';
 import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../../settings/setting.js';
@@ -40,13 +39,7 @@ function pins<T>(describe: string, group: string, parse: (text: string) => T) {
   return listOf({
     describe,
     group,
-    item: (v, flag) => {
-      try {
-        return parse(v);
-      } catch (err) {
-        throw new UsageError(`--${flag} ${errorMessage(err)}`);
-      }
-    },
+    item: (v, flag) => namedFlag(flag, () => parse(v), ' '),
   });
 }
 
@@ -179,13 +172,7 @@ export const serverSettings = {
     default: 'default',
     describe: `Ordered, comma-separated ways to pick an agent for a dial: ${PROXY_STRATEGIES.join(', ')} (see docs/routing.md)`,
     group: ROUTING,
-    parse: (v: string, flag) => {
-      try {
-        return parseProxyStrategies(v);
-      } catch (err) {
-        throw new UsageError(`--${flag}: ${errorMessage(err)}`);
-      }
-    },
+    parse: (v: string, flag) => namedFlag(flag, () => parseProxyStrategies(v)),
   }),
   'tls-min-version': setting({
     type: 'string',
@@ -220,12 +207,10 @@ export const serverSettings = {
     describe: 'host:port agents may reach through this server (repeatable; none = deny all)',
     group: ROUTING,
     item: (v, flag) => {
-      try {
+      return namedFlag(flag, () => {
         parseHostPort(v);
         return v;
-      } catch (err) {
-        throw new UsageError(`--${flag}: ${errorMessage(err)}`);
-      }
+      });
     },
   }),
   'destination-dial-timeout': duration({ default: '10s', describe: 'Timeout for dials to allowed destinations', group: ROUTING }),
