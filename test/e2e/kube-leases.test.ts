@@ -145,14 +145,14 @@ test("command line: lease flags are checked, with upstream's names and defaults"
     '--lease-label',
     'k8s-app in (konnectivity-server)',
   ]);
-  const a = JSON.parse(counting.stdout) as { leases: unknown; serverCountSource: string; syncForever: boolean };
+  const a = JSON.parse(counting.stdout) as { leases: unknown; settings: { 'server-count-source': string; 'sync-forever': boolean } };
   t.deepEqual(a.leases, {
     kube: { qps: 0, burst: 0, contentType: 'application/vnd.kubernetes.protobuf' },
     namespace: 'kube-system',
     selector: 'k8s-app in (konnectivity-server)',
   });
-  t.is(a.serverCountSource, 'max');
-  t.true(a.syncForever);
+  t.is(a.settings['server-count-source'], 'max');
+  t.true(a.settings['sync-forever']);
   const badSource = await runCli([...agent, '--server-count-source', 'min']);
   t.is(badSource.code, 2);
   t.regex(badSource.stderr, /server-count-source/);
