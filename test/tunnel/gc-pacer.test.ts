@@ -33,7 +33,9 @@ function factorAfter(env: NodeJS.ProcessEnv, opts: { enable: boolean; move: bool
         const failure: Error = err;
         return reject(failure);
       }
-      const factors = [...stdout.matchAll(/\[HeapController\] Limit: .*\((\d+\.\d)\)/g)].map((m) => m[1]);
+      // V8 11 (Node 20) prints "[HeapController] Limit: ... (factor)"; V8 13 and later (Node 24, 26) "[HeapController] factor F based on ...".
+      const found = [...stdout.matchAll(/\[HeapController\] (?:Limit: .*\((\d+\.\d)\)|factor (\d+\.\d) )/g)];
+      const factors = found.map((m) => m[1] ?? m[2]).filter((f) => f !== undefined);
       if (factors.length === 0) return reject(new Error(`no old-generation limit in V8's trace:\n${stdout.slice(-2000)}`));
       resolve(factors[factors.length - 1]);
     });
