@@ -315,7 +315,7 @@ export function renderText(r: Report): string {
     "TLS tunnel -> agent -> backend (Kanal's and upstream's alike); node->CP (Kanal only): client -> agent listener on 127.0.0.2 ->",
     'tunnel -> server -> allow-listed backend. Proxy CPU = server + agent; endpoints CPU = client + backend workers (the direct',
     "baseline pays TLS there, the proxies' endpoints speak plain TCP). All processes share the same cores, so the load",
-    'generators compete with the proxies for CPU. Goals (issue 15): bulk >= 2x upstream at <= 0.5x its CPU per GB; dial p50 and',
+    'generators compete with the proxies for CPU. Goals: bulk >= 2x upstream at <= 0.5x its CPU per GB; dial p50 and',
     "p99 <= upstream's, dials/s >= upstream's; memory per idle connection and per agent <= upstream's; isolation ratio >= 0.9.",
     ...(r.soak
       ? [

@@ -20,7 +20,7 @@ import { kubeRateSettings, kubeSettings, leaseLabelsSetting, LEASES } from '../.
 import { parseEku, parseSubjectPattern } from '../identity/client-roles.js';
 import { FRONTEND_MODES } from '../listeners.js';
 import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
-import { tlsPolicyFlags } from './tls-flags.js';
+import { cipherSuitesFlag, minVersionFlag } from './tls-flags.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
 import { DEFAULT_AGENT_KEEPALIVE } from '../server-options.js';
 
@@ -179,7 +179,7 @@ export const serverSettings = {
     default: '',
     describe: 'Oldest TLS version the agent port and TCP frontend accept: VersionTLS12 (default) or VersionTLS13',
     group: AGENTS,
-    parse: (v: string) => tlsPolicyFlags(v, []).minVersion,
+    parse: (v: string) => minVersionFlag(v),
   }),
   'cipher-suites': setting({
     type: 'string',
@@ -187,7 +187,7 @@ export const serverSettings = {
     default: [] as readonly string[],
     describe: "TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node's list); no effect on TLS 1.3",
     group: AGENTS,
-    parse: (v: readonly string[]) => tlsPolicyFlags('', v).ciphers,
+    parse: (v: readonly string[]) => cipherSuitesFlag(v),
   }),
   'backend-dial-timeout': setting({
     type: 'string',

@@ -36,32 +36,33 @@ const GO_CIPHER_SUITES: Record<string, string> = {
 
 const TLS13_SUITES = 'TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256';
 
-export function tlsPolicyFlags(minVersion: string, cipherSuites: readonly string[]): TlsPolicy {
-  const policy: TlsPolicy = {};
-  if (minVersion !== '') {
-    const v = MIN_VERSIONS[minVersion];
-    if (!v) {
-      const below = minVersion === 'VersionTLS10' || minVersion === 'VersionTLS11';
-      throw new UsageError(
-        `--tls-min-version ${JSON.stringify(minVersion)}: ${below ? 'Kanal serves TLS 1.2 or newer only; ' : ''}use VersionTLS12 or VersionTLS13`,
-      );
-    }
-    policy.minVersion = v;
+/** `--tls-min-version`: Go's name to Node's; empty keeps Node's default (TLS 1.2). */
+export function minVersionFlag(minVersion: string): TlsPolicy['minVersion'] {
+  if (minVersion === '') return undefined;
+  const v = MIN_VERSIONS[minVersion];
+  if (!v) {
+    const below = minVersion === 'VersionTLS10' || minVersion === 'VersionTLS11';
+    throw new UsageError(
+      `--tls-min-version ${JSON.stringify(minVersion)}: ${below ? 'Kanal serves TLS 1.2 or newer only; ' : ''}use VersionTLS12 or VersionTLS13`,
+    );
   }
+  return v;
+}
+
+/** `--cipher-suites` (repeatable, comma-separated Go names) as an OpenSSL list; none keeps Node's. */
+export function cipherSuitesFlag(cipherSuites: readonly string[]): TlsPolicy['ciphers'] {
   const names = cipherSuites
     .flatMap((s) => s.split(','))
     .map((s) => s.trim())
     .filter((s) => s !== '');
-  if (names.length > 0) {
-    const openssl = names.map((n) => {
-      const o = GO_CIPHER_SUITES[n];
-      if (!o)
-        throw new UsageError(
-          `--cipher-suites: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`,
-        );
-      return o;
-    });
-    policy.ciphers = [...new Set(openssl), TLS13_SUITES].join(':');
-  }
-  return policy;
+  if (names.length === 0) return undefined;
+  const openssl = names.map((n) => {
+    const o = GO_CIPHER_SUITES[n];
+    if (!o)
+      throw new UsageError(
+        `--cipher-suites: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`,
+      );
+    return o;
+  });
+  return [...new Set(openssl), TLS13_SUITES].join(':');
 }
