@@ -1,98 +1,11 @@
 #!/usr/bin/env node
-/** The `kanal` command: yargs parses, the command modules validate and run. */
-import fs from 'node:fs';
-import type { Argv } from 'yargs';
-import { errorMessage } from '../common/error-message.js';
-import { UsageError } from '../common/usage-error.js';
-import { exitAfterLogs } from './lifecycle.js';
-import { PARSER_CONFIGURATION } from './parser-configuration.js';
+/** The `kanal` executable: refuses a Node.js it cannot run on before anything else loads, then runs the command. */
+import { runtimeProblem } from './runtime.js';
 
-const EXIT_USAGE = 2;
-
-/**
- * The version from our own package.json (dist/src/cli/ is three levels down).
- * yargs' own lookup walks up from guesses that fail under some install paths.
- */
-function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
-    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
-  } catch {
-    return 'unknown';
-  }
+const problem = runtimeProblem(process.versions.node);
+if (problem === undefined) {
+  void import('./commands.js').then(({ run }) => run());
+} else {
+  process.stderr.write(`kanal: ${problem}\n`);
+  process.exitCode = 1;
 }
-
-function report(err: unknown): number {
-  process.stderr.write(`kanal: ${errorMessage(err)}\n`);
-  return err instanceof UsageError ? EXIT_USAGE : 1;
-}
-
-/** A command failed: the log lines it wrote go out first (bounded wait). */
-function fail(err: unknown): void {
-  exitAfterLogs(report(err));
-}
-
-/**
- * Each command with its flags and handler, imported only when it is the one
- * run: one command's module graph is memory another never uses (docs/memory.md).
- */
-const COMMANDS = {
-  server: {
-    describe: 'Run the proxy server beside the kube-apiserver',
-    async add(y: Argv): Promise<Argv> {
-      const { serverBuilder, runServer } = await import('./server-command.js');
-      return y.command('server', this.describe, serverBuilder, (args) => runServer(args).catch(fail));
-    },
-  },
-  agent: {
-    describe: 'Run the proxy agent on a node',
-    async add(y: Argv): Promise<Argv> {
-      const { agentBuilder, runAgent } = await import('./agent-command.js');
-      return y.command('agent', this.describe, agentBuilder, (args) => runAgent(args).catch(fail));
-    },
-  },
-  'install-node': {
-    describe: 'Install the agent as a systemd unit that starts before the kubelet',
-    async add(y: Argv): Promise<Argv> {
-      const { installNodeBuilder, runInstallNode } = await import('./install-node-command.js');
-      return y.command('install-node', this.describe, installNodeBuilder, (args) =>
-        Promise.resolve()
-          .then(() => runInstallNode(args))
-          .catch(fail),
-      );
-    },
-  },
-};
-type CommandName = keyof typeof COMMANDS;
-
-function isCommandName(s: string): s is CommandName {
-  return Object.hasOwn(COMMANDS, s);
-}
-
-async function main(): Promise<void> {
-  const [{ default: yargs }, { hideBin }] = await Promise.all([import('yargs'), import('yargs/helpers')]);
-  const argv = hideBin(process.argv);
-  let y = yargs(argv)
-    .scriptName('kanal')
-    .usage('$0 <command> [flags]\n\nBidirectional Kubernetes apiserver network proxy (Konnectivity-compatible).');
-  // The first word naming a command is the command yargs will run; the others are listed by name only.
-  const chosen = argv.find(isCommandName);
-  for (const [name, command] of Object.entries(COMMANDS)) {
-    y = name === chosen ? await command.add(y) : y.command(name, command.describe);
-  }
-  await y
-    .demandCommand(1, 'name a command: server, agent or install-node')
-    .strict()
-    .parserConfiguration(PARSER_CONFIGURATION)
-    .wrap(Math.min(110, process.stdout.columns || 110))
-    .fail((message, err) => {
-      if (err) process.exit(report(err));
-      process.stderr.write(`kanal: ${message}\nRun "kanal --help" or "kanal <command> --help" for usage.\n`);
-      process.exit(EXIT_USAGE);
-    })
-    .help()
-    .version(packageVersion())
-    .parseAsync();
-}
-
-main().catch(fail);

@@ -1,4 +1,5 @@
 /** `kanal server`: its settings (src/server/config/settings.ts) on the command line, validation, start. */
+import { runtimeWarning } from './runtime.js';
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
@@ -125,6 +126,8 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const options = await buildServerOptions(config, credentials);
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
+  const runtime = runtimeWarning(process.versions.node, 'server');
+  if (runtime) options.log.warn(runtime);
   if (args.kubeconfig && !config.kube)
     options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   const apiClients = await useKubernetesApi(config, options);

@@ -1,69 +1,82 @@
 /** How KubeApi's calls reach the API: over kept-alive connections, each call bound to its deadline's abort signal. */
 import { createHash } from 'node:crypto';
-import type http from 'node:http';
-import https from 'node:https';
+import type https from 'node:https';
 import {
   IsomorphicFetchHttpLibrary,
   type HttpLibrary,
+  type KubeConfig,
   type Observable,
   type RequestContext,
   type ResponseContext,
+  type SecurityAuthentication,
+  type DispatcherOptions,
 } from '@kubernetes/client-node';
+import { Agent } from 'undici';
 
-/**
- * client-node's fetch library, with every request bound to one abort signal
- * (the call's deadline) and sent over the client's kept-alive connections.
- */
+type AgentConnectOptions = Extract<DispatcherOptions, { type: 'agent' }>['connect'];
+
+/** client-node's fetch library, with every request bound to one abort signal (the call's deadline). */
 export class AbortableHttpLibrary implements HttpLibrary {
   private readonly inner = new IsomorphicFetchHttpLibrary();
-  constructor(
-    private readonly signal: AbortSignal,
-    private readonly agents: KeptAliveAgent,
-  ) {}
+  constructor(private readonly signal: AbortSignal) {}
 
   send(request: RequestContext): Observable<ResponseContext> {
     request.setSignal(this.signal);
-    const agent = this.agents.for(request.getAgent());
-    if (agent) request.setAgent(agent);
     return this.inner.send(request);
   }
 }
 
 /**
- * client-node builds a new https.Agent for every request, so every call paid
- * a TLS handshake. This keeps one kept-alive agent per set of TLS options
- * (client-node re-reads the credential files per request, so a rotated
- * certificate yields new options and a new agent; the old one's idle sockets
- * time out). Proxy agents are left as they are.
+ * client-node builds a new undici Agent (dispatcher) for every request
+ * (KubeConfig.applySecurityAuthentication), so every call paid a TLS
+ * handshake. This authentication applies the kubeconfig's as client-node
+ * does, then sends the request over one kept-alive Agent per set of TLS
+ * options: client-node re-reads the credential files per request, so a
+ * rotated certificate yields new options and a new Agent, and the old one is
+ * closed once its calls end. Proxied clusters keep client-node's dispatcher.
  */
-export class KeptAliveAgent {
-  private current: { key: string; agent: https.Agent } | undefined;
+export class KeptAliveAgent implements SecurityAuthentication {
+  private current: { key: string; agent: Agent } | undefined;
 
-  constructor(private readonly maxSockets: number) {}
+  constructor(
+    private readonly kubeConfig: KubeConfig,
+    private readonly maxSockets: number,
+  ) {}
 
-  for(fresh: http.Agent | https.Agent | undefined): https.Agent | undefined {
-    if (!fresh || Object.getPrototypeOf(fresh) !== https.Agent.prototype) return undefined;
-    const o = (fresh as https.Agent).options;
-    const key = createHash('sha256')
-      .update(
-        JSON.stringify(
-          [o.ca, o.cert, o.key, o.pfx, o.passphrase, o.rejectUnauthorized, o.servername].map((v) =>
-            Buffer.isBuffer(v) ? v.toString('base64') : v,
-          ),
-        ),
-      )
-      .digest('hex');
-    if (this.current?.key !== key) {
-      this.current = {
-        key,
-        agent: new https.Agent({ ...o, keepAlive: true, maxSockets: this.maxSockets, maxFreeSockets: this.maxSockets, timeout: 60_000 }),
-      };
-    }
-    return this.current.agent;
+  getName(): string {
+    return 'kanal-kept-alive';
+  }
+
+  async applySecurityAuthentication(context: RequestContext): Promise<void> {
+    await this.kubeConfig.applySecurityAuthentication(context);
+    const tls: https.RequestOptions = {};
+    await this.kubeConfig.applyToHTTPSOptions(tls);
+    const { ca, cert, key, pfx, passphrase, rejectUnauthorized, servername } = tls;
+    const options = this.kubeConfig.createDispatcherOptions(this.kubeConfig.getCurrentCluster(), {
+      ca,
+      cert,
+      key,
+      pfx,
+      passphrase,
+      rejectUnauthorized,
+      servername,
+    });
+    if (options.type !== 'agent') return;
+    context.setDispatcher(this.agentFor(options.connect));
   }
 
   close(): void {
-    this.current?.agent.destroy();
+    void this.current?.agent.destroy();
     this.current = undefined;
+  }
+
+  private agentFor(connect: AgentConnectOptions): Agent {
+    // JSON.stringify turns each Buffer (ca, cert, key) into its bytes.
+    const key = createHash('sha256').update(JSON.stringify(connect)).digest('hex');
+    if (this.current?.key !== key) {
+      void this.current?.agent.close();
+      this.current = { key, agent: new Agent({ connect, connections: this.maxSockets, keepAliveTimeout: 60_000 }) };
+    }
+    return this.current.agent;
   }
 }

@@ -65,7 +65,8 @@ export function toKubeApiError(server: string, operation: string, err: unknown, 
   if (err instanceof ApiException) {
     return errorFromStatus(server, operation, err.code, typeof err.body === 'string' ? err.body : JSON.stringify(err.body ?? ''));
   }
-  const e = err as NodeJS.ErrnoException;
+  // undici's fetch (client-node 2) throws TypeError('fetch failed') with the socket's error as its cause.
+  const e = (err instanceof TypeError && err.cause instanceof Error ? err.cause : err) as NodeJS.ErrnoException;
   const code = e?.code ?? (e as { errno?: string })?.errno;
   if (typeof code === 'string' && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ALTNAME|TLS/i.test(code)) {
     return new KubeApiError({

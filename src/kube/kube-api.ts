@@ -70,7 +70,7 @@ export class KubeApi {
         : undefined;
     this.rate = new TokenBucket(options.qps ?? 0, options.burst ?? 0);
     this.slots = new RequestSlots(options.maxInFlight ?? 16, options.maxWaiting ?? 256);
-    this.agents = new KeptAliveAgent(this.slots.limit);
+    this.agents = new KeptAliveAgent(options.kubeConfig, this.slots.limit);
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.coordination = options.kubeConfig.makeApiClient(CoordinationV1Api);
     this.authentication = options.kubeConfig.makeApiClient(AuthenticationV1Api);
@@ -114,7 +114,7 @@ export class KubeApi {
       await this.waitForRate(operation, deadline - performance.now());
       const signal = AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())));
       try {
-        return await fn({ httpApi: new AbortableHttpLibrary(signal, this.agents) });
+        return await fn({ httpApi: new AbortableHttpLibrary(signal), authMethods: { default: this.agents } });
       } catch (err) {
         throw toKubeApiError(this.server, operation, err, signal.aborted ? timeoutMs : undefined);
       }

@@ -190,7 +190,7 @@ test('KubeApi: each failure names its cause (401, 403, 404, 409, 410, 429, 5xx, 
   t.is(down.kind, 'unreachable');
   t.regex(
     down.message,
-    /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up)/,
+    /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:\d+: .*(ECONNREFUSED|socket hang up|other side closed)/,
     'refused, or a kept-alive connection cut',
   );
   await k.api.comeBack();
