@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { KANAL_CLI as CLI, freePort, waitHealthy } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
+import { RUNTIME_FLAGS } from '../src/cli/runtime-flags.js';
 import { Worker } from './rpc.js';
 import type { BackendPorts, LoadgenCommands, Product } from './loadgen-protocol.js';
 import type { SwarmCommands } from './agent-swarm.js';
@@ -36,6 +37,8 @@ export async function readyDetail(url: string): Promise<string> {
 
 export interface KanalServerProc {
   child: Child;
+  /** Milliseconds from spawning the process to its /healthz answering 200. */
+  readyMs: number;
   uds: string;
   agentPort: number;
   healthUrl: string;
@@ -50,6 +53,8 @@ export interface TunnelPair {
   agent: Child;
   /** The server's mTLS agent port (127.0.0.1). */
   agentPort: number;
+  /** Milliseconds from spawning each process to ready: the server's /healthz, then the agent's /readyz (its tunnel up). */
+  readyMs: { server: number; agent: number };
   /** Prometheus metrics of each process (Kanal: the health ports; upstream: the server's admin port, the agent's health port). */
   metricsUrls: { server: string; agent: string };
   stop(): Promise<void>;
@@ -77,8 +82,21 @@ export interface StartOptions {
   serverArgs?: string[];
   /** More `kanal agent` flags (startPair). */
   agentArgs?: string[];
-  /** The kanal CLI to run (another build's dist/src/cli/main.js, for A/B comparisons); default this checkout's. */
+  /** The kanal CLI to run (another build's dist/src/cli/main.js, or a kanal executable, for A/B comparisons); default this checkout's. */
   cli?: string;
+}
+
+/**
+ * How to run `cli`: a .js file with this Node and the V8 flags Kanal always
+ * runs with (src/cli/runtime-flags.ts) before `nodeArgs`; anything else (the
+ * single executable, which carries those flags) as it is.
+ */
+export function kanalProgram(
+  cli: string | undefined,
+  nodeArgs: readonly string[] = [],
+): { script: string; nodeArgs: string[] } | { executable: string } {
+  if (cli === undefined || cli.endsWith('.js')) return { script: cli ?? CLI, nodeArgs: [...RUNTIME_FLAGS, ...nodeArgs] };
+  return { executable: cli };
 }
 
 export async function startServer(o: StartOptions): Promise<KanalServerProc> {
@@ -111,16 +129,16 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
   args.push(...(o.serverArgs ?? []));
+  const t0 = performance.now();
   const child = spawnChild({
     name: `${o.tag}-server`,
-    script: o.cli ?? CLI,
+    ...kanalProgram(o.cli, o.nodeArgs),
     args,
-    nodeArgs: o.nodeArgs,
     logFile: path.join(o.dir, `${o.tag}-server.log`),
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
-  return { child, uds, agentPort, healthUrl };
+  return { child, uds, agentPort, healthUrl, readyMs: performance.now() - t0 };
 }
 
 /** A server and one `kanal agent` with node-side listeners for the three backend services. */
@@ -135,10 +153,10 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
   ]);
   const agentID = `${o.tag}-node`;
   const cred = await issueAgentCertificate(o.pki, agentID);
+  const t0 = performance.now();
   const agent = spawnChild({
     name: `${o.tag}-agent`,
-    script: o.cli ?? CLI,
-    nodeArgs: o.nodeArgs,
+    ...kanalProgram(o.cli, o.nodeArgs),
     logFile: path.join(o.dir, `${o.tag}-agent.log`),
     args: [
       'agent',
@@ -176,9 +194,11 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
     ],
   });
   await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
+  const agentReadyMs = performance.now() - t0;
   await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'kanal',
+    readyMs: { server: server.readyMs, agent: agentReadyMs },
     uds: server.uds,
     server: server.child,
     agent,

@@ -29,6 +29,7 @@ import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
 import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 import { runSoak } from './suite-soak.js';
+import { runStart } from './suite-start.js';
 import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
@@ -40,7 +41,8 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --transport    gRPC implementation for server, agent and bench agents (default h2)
   --only         comma-separated: ${SECTION_ORDER.join(',')},soak
                  (soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
-  --kanal-cli    the kanal CLI every Kanal pair runs (another build's dist/src/cli/main.js, for a before/after run)
+  --kanal-cli    the kanal CLI every Kanal pair runs: another build's dist/src/cli/main.js (a before/after run),
+                 or a kanal executable (npm run package: dist/release/kanal)
   --soak-count   connections per soak phase and product (default 100,000; --smoke 2,000)
   --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
                  (upload unless =down) and summarise their top self-time functions
@@ -49,7 +51,7 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
                  default: KANAL_UPSTREAM_DIR, else ../shared/upstream/ beside the checkout`;
 
 /** Run order: the long-lived pair first, memory and the separate agents server last. */
-const RUN_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'isolation', 'memory', 'agents'];
+const RUN_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'isolation', 'memory', 'agents', 'start'];
 
 interface Options {
   mode: Mode;
@@ -236,6 +238,7 @@ async function main(): Promise<void> {
       isolation: () => runIsolation(env),
       memory: () => runIdleConnections(env),
       agents: () => runAgents(env),
+      start: () => runStart(env),
     };
     for (const s of opts.sections) {
       try {

@@ -22,6 +22,8 @@ export interface Params {
   dialWarmup: number;
   /** Dials timed on a freshly started pair of each product (the cold start). */
   coldDials: number;
+  /** Fresh pairs of each product started and timed to ready (section 5). */
+  startRuns: number;
   requestMs: number;
   requestConcurrency: number;
   idleConnections: number;
@@ -65,6 +67,7 @@ export const PARAMS: Record<Mode, Params> = {
     dialConcurrency: 8,
     dialWarmup: 20,
     coldDials: 20,
+    startRuns: 1,
     requestMs: 200,
     requestConcurrency: 16,
     idleConnections: 40,
@@ -89,6 +92,7 @@ export const PARAMS: Record<Mode, Params> = {
     dialConcurrency: 8,
     dialWarmup: 3_000,
     coldDials: 1_000,
+    startRuns: 5,
     requestMs: 400,
     requestConcurrency: 16,
     idleConnections: 2000,
@@ -109,6 +113,7 @@ export const PARAMS: Record<Mode, Params> = {
     dialConcurrency: 8,
     dialWarmup: 5_000,
     coldDials: 2_000,
+    startRuns: 10,
     requestMs: 2000,
     requestConcurrency: 16,
     idleConnections: 10_000,

@@ -3,7 +3,7 @@ import type { MachineInfo } from './proc.js';
 import type { ProfileSummary } from './profile.js';
 
 /** The sections one can run (--only); 'versus' is derived from the others (side-by-side.ts). */
-export type Section = 'throughput' | 'latency' | 'loaded' | 'requests' | 'memory' | 'agents' | 'isolation';
+export type Section = 'throughput' | 'latency' | 'loaded' | 'requests' | 'memory' | 'agents' | 'isolation' | 'start';
 
 export interface Row {
   /** Stable identifier, e.g. "throughput.cp-node.up.1". */
@@ -162,9 +162,23 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       { key: 'agentGrowthMiB', title: 'agent +MiB', digits: 1 },
     ],
   },
+  start: {
+    title: '6. Start: exec -> ready (server: /healthz; agent: /readyz, its tunnel up), CPU and RSS then; fresh pairs, medians',
+    columns: [
+      { key: 'serverReadyMs', title: 'server ms', digits: 0 },
+      { key: 'serverReadyMsSpread', title: 'spread', digits: 0, suffix: '%' },
+      { key: 'agentReadyMs', title: 'agent ms', digits: 0 },
+      { key: 'agentReadyMsSpread', title: 'spread', digits: 0, suffix: '%' },
+      { key: 'serverCpuMs', title: 'server CPU ms', digits: 0 },
+      { key: 'agentCpuMs', title: 'agent CPU ms', digits: 0 },
+      { key: 'serverRssMiB', title: 'server RSS MiB', digits: 1 },
+      { key: 'agentRssMiB', title: 'agent RSS MiB', digits: 1 },
+      { key: 'runs', title: 'runs', digits: 0 },
+    ],
+  },
 };
 
-export const SECTION_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'memory', 'agents', 'isolation'];
+export const SECTION_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'memory', 'agents', 'isolation', 'start'];
 
 /** Growth columns are signed: RSS may come back below the first reading. */
 const SOAK_READING_COLUMNS: Column[] = [

@@ -164,6 +164,23 @@ const LINES: Line[] = [
   ),
   memoryLine('memory.server-start', 'server RSS at start', 'MiB', 'memory.idle-connections', 'serverStartRssMiB'),
   memoryLine('memory.agent-start', 'agent RSS at start', 'MiB', 'memory.idle-connections', 'agentStartRssMiB'),
+  ...(
+    [
+      ['serverReadyMs', 'server start, exec -> ready', 'ms', 0],
+      ['agentReadyMs', 'agent start, exec -> tunnel up', 'ms', 0],
+      ['serverCpuMs', 'server CPU to ready', 'ms', 0],
+      ['agentCpuMs', 'agent CPU to tunnel up', 'ms', 0],
+    ] as const
+  ).map(([key, label, unit, digits]): Line => ({
+    id: `start.${key}`,
+    label,
+    unit,
+    digits,
+    better: 'lower',
+    kanal: { row: 'start.pair', key, spread: `${key}Spread` },
+    upstream: { row: 'start.pair.upstream', key, spread: `${key}Spread` },
+    ratio: `${key}VsUpstream`,
+  })),
   memoryLine(
     'agents.server',
     'server memory per connected agent',

@@ -81,6 +81,8 @@ export interface UpstreamServerProc {
   healthUrl: string;
   /** Prometheus metrics (admin port). */
   metricsUrl: string;
+  /** Milliseconds from spawning the process to its /healthz answering 200. */
+  readyMs: number;
 }
 
 export interface UpstreamStartOptions {
@@ -93,6 +95,7 @@ export interface UpstreamStartOptions {
 export async function startUpstreamServer(o: UpstreamStartOptions): Promise<UpstreamServerProc> {
   const [agentPort, healthPort, adminPort] = await Promise.all([freePort(), freePort(), freePort()]);
   const uds = path.join(o.dir, `${o.tag}.sock`);
+  const t0 = performance.now();
   const child = spawnChild({
     name: `${o.tag}-server`,
     executable: o.binaries.proxyServer,
@@ -117,7 +120,7 @@ export async function startUpstreamServer(o: UpstreamStartOptions): Promise<Upst
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
-  return { child, uds, agentPort, healthUrl, metricsUrl: `http://127.0.0.1:${adminPort}/metrics` };
+  return { child, uds, agentPort, healthUrl, metricsUrl: `http://127.0.0.1:${adminPort}/metrics`, readyMs: performance.now() - t0 };
 }
 
 /** Upstream's proxy-server and one proxy-agent (its own certificate, CN = agentID), ready to carry CONNECT tunnels. */
@@ -126,6 +129,7 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
   const agentID = `${o.tag}-node`;
   const cred = await issueAgentCertificate(o.pki, agentID);
   const [healthPort, adminPort] = await Promise.all([freePort(), freePort()]);
+  const t0 = performance.now();
   const agent = spawnChild({
     name: `${o.tag}-agent`,
     executable: o.binaries.proxyAgent,
@@ -145,9 +149,11 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
     ],
   });
   await waitHealthy(agent, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
+  const agentReadyMs = performance.now() - t0;
   await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'upstream',
+    readyMs: { server: server.readyMs, agent: agentReadyMs },
     uds: server.uds,
     server: server.child,
     agent,

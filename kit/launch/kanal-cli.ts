@@ -12,21 +12,28 @@ import { spawnChild, type Child, type ChildSpec } from './child.js';
 import type { Scope } from './cleanup-scope.js';
 import { run, type RunOptions, type RunResult } from './run-to-end.js';
 import { errorMessage } from '../../src/common/error-message.js';
+import { RUNTIME_FLAGS } from '../../src/cli/runtime-flags.js';
 
 /** dist/src/cli/main.js (this file runs from dist/kit/launch/). */
 export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
+
+/** The command line that runs `kanal`: this Node with the V8 flags Kanal always runs with (src/cli/runtime-flags.ts), then the CLI. */
+export function kanalCommand(): string[] {
+  return [process.execPath, ...RUNTIME_FLAGS, KANAL_CLI];
+}
 
 /** A `kanal` child: its name, its command line after `kanal`, its log file, and the rest of a ChildSpec. */
 export type KanalChildSpec = Omit<ChildSpec, 'argv'> & { args: readonly string[] };
 
 /** `kanal ...args` as a child the scope stops; its output (the JSON log) goes to `logFile`. */
 export function spawnKanal(scope: Scope, { args, ...spec }: KanalChildSpec): Child {
-  return spawnChild(scope, { ...spec, argv: [process.execPath, KANAL_CLI, ...args] });
+  return spawnChild(scope, { ...spec, argv: [...kanalCommand(), ...args] });
 }
 
 /** `kanal ...args` to completion (bounded, never rejects). */
 export function runKanal(args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  return run(process.execPath, [KANAL_CLI, ...args], opts);
+  const [program, ...rest] = kanalCommand();
+  return run(program, [...rest, ...args], opts);
 }
 
 /** A port that was free on `host` a moment ago (see withPortRetry). */
@@ -55,12 +62,14 @@ function getStatus(url: string): Promise<number> {
 
 /** Polls a health URL until it answers 200; fails with the child's log when it ends first or after timeoutMs. */
 export async function waitHealthy(child: Child, url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+  const started = Date.now();
+  const deadline = started + timeoutMs;
   while (Date.now() < deadline) {
     const ended = child.ended();
     if (ended !== undefined) throw new Error(`${child.name} ${ended} before ${url} answered; log ${child.logFile}:\n${child.tail()}`);
     if ((await getStatus(url)) === 200) return;
-    await sleep(100);
+    // Polled finely while a start is still quick: bench/ times exec -> ready through this.
+    await sleep(Date.now() - started < 3000 ? 5 : 100);
   }
   throw new Error(`${child.name}: ${url} not ready after ${timeoutMs} ms; log ${child.logFile}:\n${child.tail()}`);
 }

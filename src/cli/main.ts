@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=8
 /** The `kanal` executable: refuses a Node.js it cannot run on before anything else loads, then runs the command. */
 import { runtimeProblem } from './runtime.js';
 

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { runtimeProblem, runtimeWarning, SUPPORTED_NODE } from '../../src/cli/runtime.js';
+import { RUNTIME_FLAGS } from '../../src/cli/runtime-flags.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'main.js');
 
@@ -44,4 +45,9 @@ test('kanal on an unsupported Node.js exits 1 with the message, before loading a
   t.is(r.code, 1);
   t.is(r.stdout, '');
   t.is(r.stderr, `kanal: ${runtimeProblem(version)}\n`);
+});
+
+test("the npm form's shebang runs node with RUNTIME_FLAGS, as the executable and the launchers do", (t) => {
+  const shebang = fs.readFileSync(MAIN, 'utf8').split('\n')[0];
+  t.is(shebang, `#!/usr/bin/env -S node ${RUNTIME_FLAGS.join(' ')}`);
 });

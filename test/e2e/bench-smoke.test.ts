@@ -31,6 +31,7 @@ const KANAL_ROWS: string[] = [
   'agents.per-agent',
   'isolation.stalled-client',
   'isolation.stalled-backend',
+  'start.pair',
 ];
 
 const UPSTREAM_ROWS: string[] = [
@@ -43,6 +44,7 @@ const UPSTREAM_ROWS: string[] = [
   'agents.per-agent.upstream',
   'isolation.stalled-client.upstream',
   'isolation.stalled-backend.upstream',
+  'start.pair.upstream',
   // Section 0, a sample: each kind of figure side by side, and a Kanal-only line.
   'versus.bulk.up.1',
   'versus.cpu.down.8',
@@ -54,6 +56,8 @@ const UPSTREAM_ROWS: string[] = [
   'versus.requests.cp-node.c16',
   'versus.memory.server',
   'versus.agents.server',
+  'versus.start.serverReadyMs',
+  'versus.start.agentReadyMs',
   'versus.isolation.stalled-client',
   'versus.node-cp.bulk.up.1',
 ];
@@ -68,6 +72,7 @@ const REQUIRED_VALUES: Record<Row['section'], string[]> = {
   memory: ['connections', 'serverKiBPerConn', 'agentKiBPerConn', 'serverRssMiB', 'agentRssMiB'],
   agents: ['agents', 'serverKiBPerAgent', 'serverRssMiB'],
   isolation: ['aloneMbps', 'stalledMbps', 'ratio', 'serverGrowthMiB', 'agentGrowthMiB'],
+  start: ['serverReadyMs', 'agentReadyMs', 'serverCpuMs', 'agentCpuMs', 'serverRssMiB', 'agentRssMiB', 'runs'],
 };
 
 function runBench(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

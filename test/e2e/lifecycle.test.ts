@@ -13,8 +13,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import {
-  CLI,
   freePort,
+  kanalCommand,
   makeWorkspace,
   nodeListener,
   readLog,
@@ -45,7 +45,8 @@ function spawnPiped(t: ExecutionContext, ws: Workspace, name: string, args: stri
   let reader: number | undefined = fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   const writer = fs.openSync(fifo, 'w');
   const err = fs.openSync(path.join(ws.dir, `${name}.stderr`), 'a');
-  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', writer, err] });
+  const [program, ...rest] = kanalCommand();
+  const child = spawn(program, [...rest, ...args], { stdio: ['ignore', writer, err] });
   fs.closeSync(writer);
   fs.closeSync(err);
   const pid = child.pid!;

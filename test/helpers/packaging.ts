@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { Child } from '../../kit/launch/child.js';
 import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
-import { KANAL_CLI } from '../../kit/launch/kanal-cli.js';
+import { kanalCommand } from '../../kit/launch/kanal-cli.js';
 import { waitUntilLogged } from '../../kit/launch/log-reader.js';
 import type { RunResult } from '../../kit/launch/run-to-end.js';
 
@@ -250,7 +250,7 @@ export function startKanal(args: readonly string[], opts: { env?: NodeJS.Process
   const logFile = path.join(scopedTempDir(logDirs, 'kanal-packaging-'), 'output.log');
   const child = new Child({
     name: `kanal ${args[0] ?? ''}`.trim(),
-    argv: [process.execPath, KANAL_CLI, ...args],
+    argv: [...kanalCommand(), ...args],
     logFile,
     wrapper: opts.wrapper,
     env: opts.env,
