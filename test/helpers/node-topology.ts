@@ -23,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createNetns, destroyAllNetns, type ExecResult, type Netns } from '../../kit/launch/netns.js';
 import { Child } from '../../kit/launch/child.js';
-import { KANAL_CLI } from '../../kit/launch/kanal-cli.js';
+import { kanalCommand } from '../../kit/launch/kanal-cli.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 /** The kube-apiserver advertise address the agent serves on the node. */
@@ -174,7 +174,7 @@ export async function createTopology(): Promise<Topology> {
       pki,
       uds: path.join(dir, 'konnectivity.sock'),
       spawn: spawnIn,
-      kanal: (ns, label, args) => spawnIn(ns, label, [process.execPath, KANAL_CLI, ...args]),
+      kanal: (ns, label, args) => spawnIn(ns, label, [...kanalCommand(), ...args]),
       async services(ns, label, services) {
         const p = spawnIn(ns, label, [process.execPath, SELF, JSON.stringify(services)]);
         await p.waitForLine((l) => l.event === 'ready', 10_000);
