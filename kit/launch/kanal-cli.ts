@@ -16,17 +16,30 @@ import { errorMessage } from '../../src/common/error-message.js';
 /** dist/src/cli/main.js (this file runs from dist/kit/launch/). */
 export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
 
+/**
+ * The command line that runs `kanal`: `node dist/src/cli/main.js`, or the
+ * single executable named by KANAL_EXECUTABLE (an absolute path; see
+ * docs/executable.md), so the demo, tests and bench can run either form.
+ */
+export function kanalCommand(env: NodeJS.ProcessEnv = process.env): readonly string[] {
+  const executable = env.KANAL_EXECUTABLE;
+  if (executable === undefined || executable === '') return [process.execPath, KANAL_CLI];
+  if (!path.isAbsolute(executable)) throw new Error(`KANAL_EXECUTABLE=${executable}: give the executable's absolute path`);
+  return [executable];
+}
+
 /** A `kanal` child: its name, its command line after `kanal`, its log file, and the rest of a ChildSpec. */
 export type KanalChildSpec = Omit<ChildSpec, 'argv'> & { args: readonly string[] };
 
 /** `kanal ...args` as a child the scope stops; its output (the JSON log) goes to `logFile`. */
 export function spawnKanal(scope: Scope, { args, ...spec }: KanalChildSpec): Child {
-  return spawnChild(scope, { ...spec, argv: [process.execPath, KANAL_CLI, ...args] });
+  return spawnChild(scope, { ...spec, argv: [...kanalCommand(), ...args] });
 }
 
 /** `kanal ...args` to completion (bounded, never rejects). */
 export function runKanal(args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  return run(process.execPath, [KANAL_CLI, ...args], opts);
+  const [program, ...before] = kanalCommand();
+  return run(program, [...before, ...args], opts);
 }
 
 /** A port that was free on `host` a moment ago (see withPortRetry). */
