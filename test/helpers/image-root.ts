@@ -121,23 +121,22 @@ export async function assembleImageRoot(opts: AssembleOptions): Promise<ImageRoo
 }
 
 /**
- * argv from the root as `user`: its own PID and mount namespace with a fresh
- * /proc (a container has one; node reads /proc/self/exe), an environment
- * holding only distroless's PATH. The namespace's mounts go with it.
+ * argv from the root as `user`, in its own PID and mount namespace as in a
+ * container: a fresh /proc (node reads /proc/self/exe), the root read-only with
+ * a tmpfs on /tmp as the pods mount it (readOnlyRootFilesystem and an emptyDir),
+ * and only distroless's PATH in the environment. The mounts go with the namespace.
  */
 export function runInRoot(root: string, user: { uid: number; gid: number }, argv: readonly string[]): Promise<RunResult> {
-  return run(
-    'unshare',
-    [
-      '--mount',
-      '--pid',
-      '--fork',
-      `--mount-proc=${path.join(root, 'proc')}`,
-      'chroot',
-      `--userspec=${user.uid}:${user.gid}`,
-      root,
-      ...argv,
-    ],
-    { env: { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' }, timeoutMs: 60_000 },
-  );
+  const script = [
+    'set -e',
+    'mount --bind "$0" "$0"',
+    'mount -o remount,bind,ro "$0"',
+    'mount -t tmpfs -o mode=1777,size=64m tmpfs "$0/tmp"',
+    'mount -t proc proc "$0/proc"',
+    `exec chroot --userspec=${user.uid}:${user.gid} "$0" "$@"`,
+  ].join('\n');
+  return run('unshare', ['--mount', '--pid', '--fork', '--propagation', 'private', 'sh', '-c', script, root, ...argv], {
+    env: { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' },
+    timeoutMs: 60_000,
+  });
 }

@@ -1,11 +1,12 @@
 /**
  * What `kanal install-node` puts on a node, as data: every path it manages,
  * with the exact bytes and mode each should have. Applying the plan (and
- * removing it) is apply.ts; nothing here touches the file system except
- * reading the unit templates shipped with Kanal (program.ts).
+ * removing it) is apply.ts; nothing here touches the file system (the unit
+ * templates are in the program: unit-templates.ts).
  */
 import type { AgentFlagSet } from './agent-flags.js';
-import { KANAL_BINARY, shippedFile } from './program.js';
+import { KANAL_BINARY } from './program.js';
+import { UNIT_TEMPLATES } from './unit-templates.js';
 
 export const UNIT_DIR = '/etc/systemd/system';
 export const AGENT_UNIT = 'kanal-agent.service';
@@ -56,8 +57,6 @@ export interface PlanOptions {
   flags: AgentFlagSet;
   /** Major version of the node's systemd; decides whether the restart back-off keys are written. */
   systemdVersion: number;
-  /** Package root holding systemd/ (default: this package, or the executable's assets). */
-  packageDir?: string;
   /** The kanal executable to install as /usr/local/bin/kanal (absent in the npm form: npm installed it). */
   executable?: string;
 }
@@ -127,7 +126,7 @@ export function envFile(flags: AgentFlagSet): string {
 }
 
 export function planNodeInstall(opts: PlanOptions): PlannedEntry[] {
-  const read = (name: string): Buffer => shippedFile(`systemd/${name}`, opts.packageDir);
+  const read = (name: keyof typeof UNIT_TEMPLATES): Buffer => Buffer.from(UNIT_TEMPLATES[name]);
   const entries: PlannedEntry[] = [
     // The program first: the unit that runs it comes after it in the report.
     ...(opts.executable === undefined ? [] : [{ path: KANAL_BINARY, kind: 'copy', source: opts.executable, mode: 0o755 } as const]),
