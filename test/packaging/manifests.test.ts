@@ -14,6 +14,7 @@ import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { Pod, type IPod } from 'kubernetes-models/v1';
 import { parseDuration } from '../../src/common/duration.js';
+import { execForm, last, stages } from '../helpers/dockerfile.js';
 import { REPO, dryRunRefusal, kanal, parseEnvFile, run, tempDir } from '../helpers/packaging.js';
 
 const STATIC_PODS = path.join(REPO, 'static-pods');
@@ -64,13 +65,8 @@ function flags(words: readonly string[], name: string): string[] {
   return out;
 }
 
-/** The image's ENTRYPOINT from deploy/image/Dockerfile: what runs when a container has no `command`. */
-async function imageEntrypoint(): Promise<string[]> {
-  const dockerfile = await readFile(path.join(DEPLOY, 'image', 'Dockerfile'), 'utf8');
-  const m = /^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(dockerfile);
-  if (!m) throw new Error('Dockerfile has no exec-form ENTRYPOINT');
-  return JSON.parse(m[1]) as string[];
-}
+/** The image's ENTRYPOINT (deploy/image/Dockerfile's last stage): what runs when a container has no `command`. */
+const imageEntrypoint = execForm(last(stages(await readFile(path.join(DEPLOY, 'image', 'Dockerfile'), 'utf8')).pop()!, 'ENTRYPOINT')!);
 
 const egressFiles = (await readdir(EGRESS)).filter((f) => f.endsWith('.yaml')).sort();
 const podFiles = (await readdir(STATIC_PODS)).filter((f) => f.endsWith('.yaml')).sort();
@@ -97,9 +93,8 @@ for (const file of podFiles) {
   });
 
   test(`${file} uses container command lines the CLI accepts`, async (t) => {
-    const entry = await imageEntrypoint();
     for (const c of pods.get(file)!.spec!.containers) {
-      const argv = [...(c.command ?? entry), ...(c.args ?? [])];
+      const argv = [...(c.command ?? imageEntrypoint), ...(c.args ?? [])];
       t.is(path.posix.basename(argv[0]), 'kanal', `${c.name} runs kanal`);
       const r = await kanal([...argv.slice(1), '--dry-run']);
       t.is(dryRunRefusal(r), undefined, `kanal ${argv.slice(1).join(' ')} --dry-run`);
