@@ -27,8 +27,6 @@ export const installNodeFlags = {
 
 export type InstallNodeArgs = InferredOptionTypes<typeof installNodeFlags> & { '--'?: (string | number)[] };
 
-export { KANAL_BINARY } from './install/program.js';
-
 export function installNodeBuilder(y: Argv): Argv<InstallNodeArgs> {
   return y
     .options(installNodeFlags)
