@@ -16,7 +16,7 @@ import type { Child } from '../launch/child.js';
 import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { CleanupStack } from '../launch/cleanup-scope.js';
-import { freePort, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
+import { freePort, kanalCommand, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
 import { errorMessage } from '../../src/common/error-message.js';
 
 const ADVERTISE = '127.0.0.2';
@@ -237,6 +237,7 @@ async function main(): Promise<void> {
   };
   try {
     console.log(`kanal demo: working in ${dir}`);
+    console.log(`kanal demo: running ${kanalCommand().join(' ')}`);
     const pki = await writeThrowawayPki(dir, { serverIps: [ADVERTISE] });
     const { backendAddr, kasPort } = await startStandIns(pki, servers);
     const [agentPort, serverHealth, agentHealth, kasLocal, refusedLocal] = await Promise.all([

@@ -17,9 +17,17 @@ import { RUNTIME_FLAGS } from '../../src/cli/runtime-flags.js';
 /** dist/src/cli/main.js (this file runs from dist/kit/launch/). */
 export const KANAL_CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli/main.js');
 
-/** The command line that runs `kanal`: this Node with the V8 flags Kanal always runs with (src/cli/runtime-flags.ts), then the CLI. */
-export function kanalCommand(): string[] {
-  return [process.execPath, ...RUNTIME_FLAGS, KANAL_CLI];
+/**
+ * The command line that runs `kanal`: this Node with the V8 flags Kanal always
+ * runs with (src/cli/runtime-flags.ts) and `dist/src/cli/main.js`, or the single
+ * executable named by KANAL_EXECUTABLE (an absolute path; it carries those
+ * flags; see docs/executable.md), so the demo, tests and bench can run either form.
+ */
+export function kanalCommand(env: NodeJS.ProcessEnv = process.env): readonly string[] {
+  const executable = env.KANAL_EXECUTABLE;
+  if (executable === undefined || executable === '') return [process.execPath, ...RUNTIME_FLAGS, KANAL_CLI];
+  if (!path.isAbsolute(executable)) throw new Error(`KANAL_EXECUTABLE=${executable}: give the executable's absolute path`);
+  return [executable];
 }
 
 /** A `kanal` child: its name, its command line after `kanal`, its log file, and the rest of a ChildSpec. */
@@ -32,8 +40,8 @@ export function spawnKanal(scope: Scope, { args, ...spec }: KanalChildSpec): Chi
 
 /** `kanal ...args` to completion (bounded, never rejects). */
 export function runKanal(args: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  const [program, ...rest] = kanalCommand();
-  return run(program, [...rest, ...args], opts);
+  const [program, ...before] = kanalCommand();
+  return run(program, [...before, ...args], opts);
 }
 
 /** A port that was free on `host` a moment ago (see withPortRetry). */

@@ -1,25 +1,12 @@
 /** The `kanal` command: yargs parses, the command modules validate and run. */
-import fs from 'node:fs';
 import type { Argv } from 'yargs';
 import { errorMessage } from '../common/error-message.js';
 import { UsageError } from '../common/usage-error.js';
+import { buildInfo } from './build-info.js';
 import { exitAfterLogs } from './lifecycle.js';
 import { PARSER_CONFIGURATION } from './parser-configuration.js';
 
 const EXIT_USAGE = 2;
-
-/**
- * The version from our own package.json (dist/src/cli/ is three levels down).
- * yargs' own lookup walks up from guesses that fail under some install paths.
- */
-function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(fs.readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
-    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
-  } catch {
-    return 'unknown';
-  }
-}
 
 function report(err: unknown): number {
   process.stderr.write(`kanal: ${errorMessage(err)}\n`);
@@ -61,6 +48,17 @@ const COMMANDS = {
       );
     },
   },
+  version: {
+    describe: "Print Kanal's version, commit, form and runtime",
+    async add(y: Argv): Promise<Argv> {
+      const { versionBuilder, runVersion } = await import('./version-command.js');
+      return y.command('version', this.describe, versionBuilder, (args) =>
+        Promise.resolve()
+          .then(() => runVersion(args))
+          .catch(fail),
+      );
+    },
+  },
 };
 type CommandName = keyof typeof COMMANDS;
 
@@ -80,7 +78,7 @@ export async function main(): Promise<void> {
     y = name === chosen ? await command.add(y) : y.command(name, command.describe);
   }
   await y
-    .demandCommand(1, 'name a command: server, agent or install-node')
+    .demandCommand(1, 'name a command: server, agent, install-node or version')
     .strict()
     .parserConfiguration(PARSER_CONFIGURATION)
     .wrap(Math.min(110, process.stdout.columns || 110))
@@ -90,7 +88,7 @@ export async function main(): Promise<void> {
       process.exit(EXIT_USAGE);
     })
     .help()
-    .version(packageVersion())
+    .version(buildInfo().version)
     .parseAsync();
 }
 

@@ -1,8 +1,9 @@
 /**
  * `kanal install-node [--root DIR] [--uninstall] -- <agent flags>`: installs
  * the kanal-agent unit, its drop-in, the kubelet drop-in and
- * /etc/kanal/agent.env, idempotently. The agent flags are validated exactly
- * as `kanal agent` validates them before anything is written.
+ * /etc/kanal/agent.env, idempotently; run from the kanal executable, also the
+ * executable itself as /usr/local/bin/kanal (program.ts). The agent flags are
+ * validated exactly as `kanal agent` validates them before anything is written.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -11,6 +12,7 @@ import { parseAgentFlags, FILE_FLAGS } from './install/agent-flags.js';
 import { planNodeInstall, PATHS, RESTART_BACKOFF_SYSTEMD } from './install/node-plan.js';
 import { applyPlan, uninstall, underRoot, type Change } from './install/apply.js';
 import { detectSystemdVersion, systemctl, systemdRunning } from './install/systemd.js';
+import { KANAL_BINARY, programForm } from './install/program.js';
 import { UsageError } from '../common/usage-error.js';
 
 export const installNodeFlags = {
@@ -25,9 +27,6 @@ export const installNodeFlags = {
 
 export type InstallNodeArgs = InferredOptionTypes<typeof installNodeFlags> & { '--'?: (string | number)[] };
 
-/** Binary the unit's ExecStart names. */
-export const KANAL_BINARY = '/usr/local/bin/kanal';
-
 export function installNodeBuilder(y: Argv): Argv<InstallNodeArgs> {
   return y
     .options(installNodeFlags)
@@ -41,7 +40,10 @@ export function installNodeBuilder(y: Argv): Argv<InstallNodeArgs> {
 
 function report(out: string[], changes: readonly Change[], dryRun: boolean): number {
   const changed = changes.filter((c) => c.kind !== 'unchanged');
-  for (const c of changes) out.push(`  ${(dryRun && c.kind !== 'unchanged' ? `would be ${c.kind}` : c.kind).padEnd(18)} ${c.path}`);
+  for (const c of changes) {
+    const from = c.source === undefined ? '' : ` (copy of ${c.source})`;
+    out.push(`  ${(dryRun && c.kind !== 'unchanged' ? `would be ${c.kind}` : c.kind).padEnd(18)} ${c.path}${from}`);
+  }
   return changed.length;
 }
 
@@ -66,6 +68,8 @@ export function runInstallNode(args: InstallNodeArgs): void {
         ? 'nothing to remove: kanal-agent is not installed here'
         : `${n} path(s) ${dryRun ? 'would be ' : ''}removed; anything else under /etc/kanal (credentials) is left in place`,
     );
+    // The program may also run kanal-server.service or an operator's checks: removing it is the operator's call.
+    if (fs.existsSync(underRoot(root, KANAL_BINARY))) out.push(`${KANAL_BINARY} stays: rm it once nothing else runs it`);
     if (manageSystemd && n > 0) {
       const err = systemctl(['daemon-reload']);
       out.push(err ? `warning: systemctl daemon-reload failed: ${err}` : 'systemd reloaded');
@@ -81,7 +85,8 @@ export function runInstallNode(args: InstallNodeArgs): void {
   }
   const detected = args['systemd-version'] ?? detectSystemdVersion();
   const systemdVersion = detected ?? 0;
-  const plan = planNodeInstall({ flags, systemdVersion });
+  const form = programForm();
+  const plan = planNodeInstall({ flags, systemdVersion, ...(form.kind === 'executable' ? { executable: form.path } : {}) });
 
   out.push(
     `kanal install-node: ${dryRun ? 'checking' : 'installing into'} ${root} (systemd ${detected ?? 'unknown: assuming no restart back-off support'})`,
@@ -94,8 +99,10 @@ export function runInstallNode(args: InstallNodeArgs): void {
     if (file && !fs.existsSync(underRoot(root, file)))
       out.push(`  note: --${flag} ${file} does not exist yet; put it there before starting the agent`);
   }
-  if (!fs.existsSync(underRoot(root, KANAL_BINARY)))
-    out.push(`  note: ${KANAL_BINARY} does not exist; the unit runs it (npm install --global --prefix /usr/local kanal-<version>.tgz)`);
+  if (form.kind === 'npm' && !fs.existsSync(underRoot(root, KANAL_BINARY)))
+    out.push(
+      `  note: ${KANAL_BINARY} does not exist; the unit runs it: run install-node from the kanal executable (it installs itself), or npm install --global --prefix /usr/local kanal-<version>.tgz`,
+    );
 
   if (n === 0) {
     out.push('nothing changed: already installed with these flags');

@@ -103,11 +103,17 @@ async function must(what: string, r: Promise<ExecResult>): Promise<ExecResult> {
   return res;
 }
 
+export interface TopologyOptions {
+  /** The command line that runs `kanal` (default: kanalCommand(), node with the built CLI or KANAL_EXECUTABLE). */
+  kanal?: readonly string[];
+}
+
 /**
  * Creates both namespaces and the veth pair between them. Call destroy() in a
  * teardown; on failure here, whatever was created is destroyed before the throw.
  */
-export async function createTopology(): Promise<Topology> {
+export async function createTopology(opts: TopologyOptions = {}): Promise<Topology> {
+  const kanalArgv = opts.kanal ?? kanalCommand();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-node-'));
   const procs = new Set<NsProcess>();
   const created: Netns[] = [];
@@ -174,7 +180,7 @@ export async function createTopology(): Promise<Topology> {
       pki,
       uds: path.join(dir, 'konnectivity.sock'),
       spawn: spawnIn,
-      kanal: (ns, label, args) => spawnIn(ns, label, [...kanalCommand(), ...args]),
+      kanal: (ns, label, args) => spawnIn(ns, label, [...kanalArgv, ...args]),
       async services(ns, label, services) {
         const p = spawnIn(ns, label, [process.execPath, SELF, JSON.stringify(services)]);
         await p.waitForLine((l) => l.event === 'ready', 10_000);

@@ -9,9 +9,21 @@ import path from 'node:path';
 import { parse } from 'yaml';
 import { REPO, dryRunRefusal, kanal } from '../helpers/packaging.js';
 
+interface SecurityContext {
+  runAsUser?: number;
+  allowPrivilegeEscalation?: boolean;
+  readOnlyRootFilesystem?: boolean;
+  capabilities?: { add?: string[]; drop?: string[] };
+}
+
+interface Container {
+  args: string[];
+  securityContext?: SecurityContext;
+}
+
 interface Workload {
   kind: string;
-  spec: { containers?: Array<{ args: string[] }>; template?: { spec: { containers: Array<{ args: string[] }> } } };
+  spec: { containers?: Container[]; template?: { spec: { containers: Container[] } } };
 }
 
 for (const [file, command] of [
@@ -27,5 +39,10 @@ for (const [file, command] of [
     t.is(args[0], command);
     const r = await kanal([...args, '--dry-run']);
     t.is(dryRunRefusal(r), undefined);
+    // Neither needs a capability (no --bind-address): all dropped, nothing to escalate to, nothing written.
+    const sc = containers[0].securityContext;
+    t.deepEqual(sc?.capabilities, { drop: ['ALL'] });
+    t.false(sc?.allowPrivilegeEscalation);
+    t.true(sc?.readOnlyRootFilesystem);
   });
 }

@@ -31,7 +31,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ['kit/pki'],
   // One way to launch Kanal (in process from flags, or as a CLI child), one log reader, one cleanup scope.
   ['kit/launch'],
-  ['kit/demo'],
+  // The demo, and the release build (the single executable): nothing imports either.
+  ['kit/demo', 'kit/release'],
 ];
 
 /**

@@ -15,6 +15,8 @@ export interface Change {
   /** Path as it will be on the node (without the --root prefix). */
   path: string;
   kind: ChangeKind;
+  /** The file a copy comes from (the running kanal executable). */
+  source?: string;
 }
 
 /** `path` (absolute, as on the node) inside `root`. */
@@ -53,7 +55,68 @@ function writeAtomically(file: string, content: Buffer, mode: number): void {
   }
 }
 
+/** Same bytes, read in pieces: the executable is over 100 MiB. */
+function sameBytes(a: string, b: string): boolean {
+  const fa = fs.openSync(a, 'r');
+  const fb = fs.openSync(b, 'r');
+  try {
+    const ba = Buffer.alloc(1 << 20);
+    const bb = Buffer.alloc(1 << 20);
+    for (;;) {
+      const na = fs.readSync(fa, ba);
+      const nb = fs.readSync(fb, bb);
+      if (na !== nb || !ba.subarray(0, na).equals(bb.subarray(0, nb))) return false;
+      if (na === 0) return true;
+    }
+  } finally {
+    fs.closeSync(fa);
+    fs.closeSync(fb);
+  }
+}
+
+/**
+ * The program: a copy written beside the target, made root's when we are root
+ * (a unit running a file others can replace runs their code), flushed, then
+ * renamed over it, so a node never sees half an executable (rename(2)).
+ */
+function copyAtomically(source: string, file: string, mode: number): void {
+  const tmp = `${file}.kanal-tmp-${process.pid}`;
+  try {
+    fs.copyFileSync(source, tmp);
+    fs.chmodSync(tmp, mode);
+    if (process.getuid?.() === 0) fs.chownSync(tmp, 0, 0);
+    const fd = fs.openSync(tmp, 'r');
+    try {
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+  } catch (err) {
+    fs.rmSync(tmp, { force: true });
+    throw err;
+  }
+}
+
+function applyCopy(root: string, entry: Extract<PlannedEntry, { kind: 'copy' }>, dryRun: boolean): ChangeKind {
+  const file = underRoot(root, entry.path);
+  const st = lstat(file);
+  if (st && !st.isFile() && !st.isSymbolicLink()) throw new Error(`${entry.path} exists and is not a file; remove it first`);
+  if (st?.isFile()) {
+    const src = fs.statSync(entry.source);
+    // Running from there already (the same inode), or the same program with the unit's mode.
+    if (st.dev === src.dev && st.ino === src.ino) return 'unchanged';
+    if ((st.mode & 0o7777) === entry.mode && st.size === src.size && sameBytes(file, entry.source)) return 'unchanged';
+  }
+  if (!dryRun) {
+    ensureDir(root, path.dirname(entry.path), false);
+    copyAtomically(entry.source, file, entry.mode); // rename(2) replaces an npm install's symbolic link too
+  }
+  return st ? 'updated' : 'created';
+}
+
 function applyEntry(root: string, entry: PlannedEntry, dryRun: boolean): ChangeKind {
+  if (entry.kind === 'copy') return applyCopy(root, entry, dryRun);
   const file = underRoot(root, entry.path);
   const st = lstat(file);
   if (entry.kind === 'symlink') {
@@ -85,7 +148,11 @@ function removeEntry(root: string, nodePath: string, dryRun: boolean): boolean {
 }
 
 export function applyPlan(root: string, plan: readonly PlannedEntry[], dryRun = false): Change[] {
-  const changes: Change[] = plan.map((entry) => ({ path: entry.path, kind: applyEntry(root, entry, dryRun) }));
+  const changes: Change[] = plan.map((entry) => ({
+    path: entry.path,
+    kind: applyEntry(root, entry, dryRun),
+    ...(entry.kind === 'copy' ? { source: entry.source } : {}),
+  }));
   const planned = new Set(plan.map((e) => e.path));
   for (const stale of MANAGED_PATHS.filter((p) => !planned.has(p))) {
     if (removeEntry(root, stale, dryRun)) changes.push({ path: stale, kind: 'removed' });

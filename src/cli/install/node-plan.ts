@@ -1,13 +1,12 @@
 /**
  * What `kanal install-node` puts on a node, as data: every path it manages,
  * with the exact bytes and mode each should have. Applying the plan (and
- * removing it) is apply.ts; nothing here touches the file system except
- * reading the unit templates shipped in the package.
+ * removing it) is apply.ts; nothing here touches the file system (the unit
+ * templates are in the program: unit-templates.ts).
  */
-import fs from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { AgentFlagSet } from './agent-flags.js';
+import { KANAL_BINARY } from './program.js';
+import { UNIT_TEMPLATES } from './unit-templates.js';
 
 export const UNIT_DIR = '/etc/systemd/system';
 export const AGENT_UNIT = 'kanal-agent.service';
@@ -43,23 +42,26 @@ export const DIR_MODES: Readonly<Record<string, number>> = { '/etc/kanal': 0o750
 /** systemd gained RestartSteps= and RestartMaxDelaySec= (restart back-off) in v254. */
 export const RESTART_BACKOFF_SYSTEMD = 254;
 
+/**
+ * A file with these bytes, a symbolic link, or a copy of a file on this
+ * machine (the kanal executable, too big to hold as bytes). A copy is never a
+ * managed path: a re-install in the npm form or --uninstall leaves the program
+ * alone, since the same file may run kanal-server.service.
+ */
 export type PlannedEntry =
-  { path: string; kind: 'file'; content: Buffer; mode: number } | { path: string; kind: 'symlink'; target: string };
+  | { path: string; kind: 'file'; content: Buffer; mode: number }
+  | { path: string; kind: 'symlink'; target: string }
+  | { path: string; kind: 'copy'; source: string; mode: number };
 
 export interface PlanOptions {
   flags: AgentFlagSet;
   /** Major version of the node's systemd; decides whether the restart back-off keys are written. */
   systemdVersion: number;
-  /** Package root holding systemd/ (default: this package). */
-  packageDir?: string;
+  /** The kanal executable to install as /usr/local/bin/kanal (absent in the npm form: npm installed it). */
+  executable?: string;
 }
 
 const HEADER = '# Managed by `kanal install-node`: re-run it to change this file (manual edits are overwritten).\n';
-
-/** The package root: dist/src/cli/install/ -> ../../../.. (the same in the repo and in an installed package). */
-export function packageRoot(): string {
-  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..');
-}
 
 function seconds(ms: number): number {
   return Math.ceil(ms / 1000);
@@ -124,9 +126,10 @@ export function envFile(flags: AgentFlagSet): string {
 }
 
 export function planNodeInstall(opts: PlanOptions): PlannedEntry[] {
-  const dir = path.join(opts.packageDir ?? packageRoot(), 'systemd');
-  const read = (name: string): Buffer => fs.readFileSync(path.join(dir, name));
+  const read = (name: keyof typeof UNIT_TEMPLATES): Buffer => Buffer.from(UNIT_TEMPLATES[name]);
   const entries: PlannedEntry[] = [
+    // The program first: the unit that runs it comes after it in the report.
+    ...(opts.executable === undefined ? [] : [{ path: KANAL_BINARY, kind: 'copy', source: opts.executable, mode: 0o755 } as const]),
     { path: PATHS.unit, kind: 'file', content: read(AGENT_UNIT), mode: 0o644 },
     { path: PATHS.unitDropIn, kind: 'file', content: Buffer.from(unitDropIn(opts.flags, opts.systemdVersion)), mode: 0o644 },
     { path: PATHS.kubeletDropIn, kind: 'file', content: read('kubelet.service.d/10-kanal.conf'), mode: 0o644 },

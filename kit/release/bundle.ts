@@ -1,0 +1,63 @@
+/**
+ * The compiled CLI (dist/src) as one ES module for the single executable:
+ * esbuild follows every static and literal dynamic import (the commands are
+ * imported only when run, and their modules import others the same way), so
+ * nothing is left to load from a file system the executable does not have.
+ * https://esbuild.github.io/api/#bundle
+ */
+import path from 'node:path';
+import { build, type Metafile, type Plugin } from 'esbuild';
+
+export interface Bundle {
+  /** The bundled script. */
+  readonly file: string;
+  /** What went in: esbuild's metafile (inputs by path, with node_modules/<package>/... for dependencies). */
+  readonly metafile: Metafile;
+}
+
+/**
+ * koffi tries `loadStatic(pkg)` from its src/static.js before searching the
+ * file system for its native module; ours (native/embedded-koffi.ts) loads the
+ * copy embedded in the executable. The only change made to a dependency.
+ */
+function embeddedKoffi(loader: string): Plugin {
+  return {
+    name: 'kanal-embedded-koffi',
+    setup(b) {
+      b.onResolve({ filter: /^\.\/src\/static\.js$/ }, (args) =>
+        args.importer.includes(`${path.sep}node_modules${path.sep}koffi${path.sep}`) ? { path: loader } : undefined,
+      );
+    },
+  };
+}
+
+/**
+ * CommonJS dependencies call require() for built-ins, which an ES module lacks;
+ * in a single executable a require made this way loads built-ins only.
+ * https://nodejs.org/api/single-executable-applications.html#requireid-in-the-injected-main-script-is-not-file-based
+ */
+const REQUIRE_SHIM =
+  "import { createRequire as kanalCreateRequire } from 'node:module'; const require = kanalCreateRequire(import.meta.url);";
+
+/** Bundles `dist/src/cli/main.js` of `distDir` into `outFile`; fails on any import esbuild cannot resolve. */
+export async function bundleCli(dist: string, outFile: string): Promise<Bundle> {
+  const distDir = path.resolve(dist);
+  const result = await build({
+    entryPoints: [path.join(distDir, 'src', 'cli', 'main.js')],
+    outfile: outFile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node26',
+    minify: false,
+    sourcemap: false,
+    legalComments: 'eof',
+    metafile: true,
+    logLevel: 'silent',
+    banner: { js: REQUIRE_SHIM },
+    plugins: [embeddedKoffi(path.join(distDir, 'native', 'embedded-koffi.js'))],
+  });
+  const problems = result.errors.map((e) => e.text);
+  if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
+  return { file: outFile, metafile: result.metafile };
+}
