@@ -54,6 +54,13 @@ function strippedNode(work: string): string {
 export async function packageKanal(o: PackageOptions = DEFAULT_OPTIONS): Promise<string> {
   if (process.platform !== 'linux' || process.arch !== 'x64')
     throw new Error(`the executable is built for linux-x64; this is ${process.platform}-${process.arch}`);
+  const [major, minor] = process.versions.node.split('.').map(Number);
+  if (major < 25 || (major === 25 && minor < 5)) {
+    // --build-sea arrived in Node 25.5: https://nodejs.org/api/single-executable-applications.html
+    throw new Error(
+      `node ${process.versions.node} cannot build a single executable (needs 25.5 or later): run it with node_modules/.bin/node`,
+    );
+  }
   const dist = path.join(REPO, 'dist');
   if (!fs.existsSync(path.join(dist, 'src', 'cli', 'main.js')))
     throw new Error(`${dist}/src/cli/main.js is missing: run npm run build first`);

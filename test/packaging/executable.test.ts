@@ -83,7 +83,9 @@ test('the npm form reports itself as such, with the commit npm run build wrote',
   const r = await run(process.execPath, [KANAL_CLI, 'version', '-o', 'json'], { env: { ...process.env, NODE_OPTIONS: '' } });
   t.is(r.code, 0, r.stderr);
   const report = JSON.parse(r.stdout) as VersionReport;
-  const written = parseBuildInfo(fs.readFileSync(path.join(REPO, 'dist', 'build-info.json'), 'utf8'));
+  const file = path.join(REPO, 'dist', 'build-info.json');
+  // npm run build writes it; a bare tsc does not, and the commit then reads as unknown.
+  const written = parseBuildInfo(fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : undefined);
   t.like(report, { version: PACKAGE_VERSION, commit: written.commit, form: 'npm' });
 });
 
