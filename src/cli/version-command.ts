@@ -13,12 +13,13 @@ export const versionFlags = {
 export type VersionArgs = InferredOptionTypes<typeof versionFlags>;
 
 export interface VersionReport extends BuildInfo {
-  readonly runtime: { readonly node: string; readonly v8: string; readonly openssl: string };
+  /** `flags`: the Node options this process started with (src/cli/runtime-flags.ts), to check that a service runs with them. */
+  readonly runtime: { readonly node: string; readonly v8: string; readonly openssl: string; readonly flags: readonly string[] };
 }
 
 export function versionReport(): VersionReport {
   const { node, v8, openssl } = process.versions;
-  return { ...buildInfo(), runtime: { node, v8, openssl } };
+  return { ...buildInfo(), runtime: { node, v8, openssl, flags: process.execArgv } };
 }
 
 export function versionBuilder(y: Argv): Argv<VersionArgs> {
@@ -35,6 +36,7 @@ export function runVersion(args: VersionArgs): void {
           `commit:  ${r.commit}`,
           `form:    ${r.form === 'executable' ? 'single executable' : 'npm package'}`,
           `runtime: Node.js ${r.runtime.node} (V8 ${r.runtime.v8}, OpenSSL ${r.runtime.openssl})`,
+          `flags:   ${r.runtime.flags.length > 0 ? r.runtime.flags.join(' ') : '(none)'}`,
         ].join('\n');
   process.stdout.write(`${text}\n`);
 }

@@ -5,6 +5,7 @@
  * without leaving it on disk, and ships with a matching checksum and an SBOM
  * of what is inside.
  */
+import { RUNTIME_FLAGS } from '../../src/cli/runtime-flags.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -67,7 +68,8 @@ test('kanal version names the version, the commit, the executable form and its r
   t.regex(r.commit, /^[0-9a-f]{40}(-dirty)?$/);
   t.is(r.commit.slice(0, 40), gitCommit(REPO).slice(0, 40), 'built from this checkout');
   t.is(r.form, 'executable');
-  t.deepEqual(r.runtime, { node: process.versions.node, v8: process.versions.v8, openssl: process.versions.openssl });
+  // The executable starts with the V8 flags every form runs with (its execArgv).
+  t.deepEqual(r.runtime, { node: process.versions.node, v8: process.versions.v8, openssl: process.versions.openssl, flags: RUNTIME_FLAGS });
 
   const text = await exe(['version']);
   t.is(text.code, 0);
@@ -87,6 +89,7 @@ test('the npm form reports itself as such, with the commit npm run build wrote',
   // npm run build writes it; a bare tsc does not, and the commit then reads as unknown.
   const written = parseBuildInfo(fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : undefined);
   t.like(report, { version: PACKAGE_VERSION, commit: written.commit, form: 'npm' });
+  t.deepEqual(report.runtime.flags, [], 'started without the launchers, no flags');
 });
 
 test('build info that is missing or malformed reads as unknown', (t) => {
@@ -155,7 +158,7 @@ test('koffi loads from the embedded copy and leaves nothing in TMPDIR; an unusab
 });
 
 test('KANAL_EXECUTABLE picks the command the kit runs, and must be absolute', (t) => {
-  t.deepEqual(kanalCommand({}), [process.execPath, KANAL_CLI]);
+  t.deepEqual(kanalCommand({}), [process.execPath, ...RUNTIME_FLAGS, KANAL_CLI]);
   t.deepEqual(kanalCommand({ KANAL_EXECUTABLE: '/opt/kanal' }), ['/opt/kanal']);
   t.throws(() => kanalCommand({ KANAL_EXECUTABLE: 'kanal' }), { message: /KANAL_EXECUTABLE=kanal: give the executable's absolute path/ });
 });
