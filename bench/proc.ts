@@ -86,6 +86,21 @@ export function rssBytes(pid: number): number {
   }
 }
 
+/**
+ * Anonymous resident memory of `pid` in bytes (RssAnon): what the process
+ * itself allocated. VmRSS adds the file pages it maps, which depend on the
+ * page cache: a binary just written (built, copied) is cached in large folios
+ * that map whole, so the same start reads 40 MiB higher (bench/README.md, section 6).
+ */
+export function rssAnonBytes(pid: number): number {
+  try {
+    const m = /^RssAnon:\s+(\d+)\s+kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
 /** Open file descriptors of `pid` (0 when unreadable). */
 export function fdCount(pid: number): number {
   try {

@@ -163,7 +163,8 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
     ],
   },
   start: {
-    title: '6. Start: exec -> ready (server: /healthz; agent: /readyz, its tunnel up), CPU and RSS then; fresh pairs, medians',
+    title:
+      '6. Start: exec -> ready (server: /healthz; agent: /readyz, its tunnel up), CPU and RSS (and its anonymous part) then; fresh pairs, medians',
     columns: [
       { key: 'serverReadyMs', title: 'server ms', digits: 0 },
       { key: 'serverReadyMsSpread', title: 'spread', digits: 0, suffix: '%' },
@@ -173,6 +174,8 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       { key: 'agentCpuMs', title: 'agent CPU ms', digits: 0 },
       { key: 'serverRssMiB', title: 'server RSS MiB', digits: 1 },
       { key: 'agentRssMiB', title: 'agent RSS MiB', digits: 1 },
+      { key: 'serverAnonMiB', title: 'server anon MiB', digits: 1 },
+      { key: 'agentAnonMiB', title: 'agent anon MiB', digits: 1 },
       { key: 'runs', title: 'runs', digits: 0 },
     ],
   },

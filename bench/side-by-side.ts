@@ -170,6 +170,8 @@ const LINES: Line[] = [
       ['agentReadyMs', 'agent start, exec -> tunnel up', 'ms', 0],
       ['serverCpuMs', 'server CPU to ready', 'ms', 0],
       ['agentCpuMs', 'agent CPU to tunnel up', 'ms', 0],
+      ['serverAnonMiB', 'server anonymous RSS when ready', 'MiB', 1],
+      ['agentAnonMiB', 'agent anonymous RSS when ready', 'MiB', 1],
     ] as const
   ).map(([key, label, unit, digits]): Line => ({
     id: `start.${key}`,

@@ -5,7 +5,7 @@
  * getting there and its RSS then. What a restart, a node boot or a rolling
  * update costs before the first dial; the first dials after it are in 2a.
  */
-import { cpuSeconds, rssBytes } from './proc.js';
+import { cpuSeconds, rssAnonBytes, rssBytes } from './proc.js';
 import { median, spread } from './stats.js';
 import { pairOf, products, withFreshPair, type Env } from './env.js';
 import type { Product } from './loadgen-protocol.js';
@@ -20,9 +20,20 @@ interface StartRun {
   agentCpuMs: number;
   serverRssMiB: number;
   agentRssMiB: number;
+  serverAnonMiB: number;
+  agentAnonMiB: number;
 }
 
-const FIGURES = ['serverReadyMs', 'agentReadyMs', 'serverCpuMs', 'agentCpuMs', 'serverRssMiB', 'agentRssMiB'] as const;
+const FIGURES = [
+  'serverReadyMs',
+  'agentReadyMs',
+  'serverCpuMs',
+  'agentCpuMs',
+  'serverRssMiB',
+  'agentRssMiB',
+  'serverAnonMiB',
+  'agentAnonMiB',
+] as const;
 const LABEL: Record<Product, string> = { kanal: 'Kanal', upstream: 'upstream' };
 
 export async function runStart(env: Env): Promise<Row[]> {
@@ -41,6 +52,8 @@ export async function runStart(env: Env): Promise<Row[]> {
           agentCpuMs: cpuSeconds(pair.agent.pid) * 1000,
           serverRssMiB: rssBytes(pair.server.pid) / MiB,
           agentRssMiB: rssBytes(pair.agent.pid) / MiB,
+          serverAnonMiB: rssAnonBytes(pair.server.pid) / MiB,
+          agentAnonMiB: rssAnonBytes(pair.agent.pid) / MiB,
         });
         return Promise.resolve();
       });

@@ -81,8 +81,9 @@ export async function buildAgentOptions(
   };
 }
 
-export function agentBuilder(y: Argv): Argv<AgentArgs> {
-  return withSettings(y, agentSettings)
+/** `forHelp`: whether --help was asked for (withSettings). */
+export function agentBuilder(y: Argv, forHelp = true): Argv<AgentArgs> {
+  return withSettings(y, agentSettings, forHelp)
     .example(
       '$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key',
       'Control plane -> node only',

@@ -21,20 +21,31 @@ function fail(err: unknown): void {
 /**
  * Each command with its flags and handler, imported only when it is the one
  * run: one command's module graph is memory another never uses (docs/memory.md).
+ * `forHelp`: whether --help was asked for (src/cli/with-settings.ts).
  */
 const COMMANDS = {
   server: {
     describe: 'Run the proxy server beside the kube-apiserver',
-    async add(y: Argv): Promise<Argv> {
+    async add(y: Argv, forHelp: boolean): Promise<Argv> {
       const { serverBuilder, runServer } = await import('./server-command.js');
-      return y.command('server', this.describe, serverBuilder, (args) => runServer(args).catch(fail));
+      return y.command(
+        'server',
+        this.describe,
+        (c) => serverBuilder(c, forHelp),
+        (args) => runServer(args).catch(fail),
+      );
     },
   },
   agent: {
     describe: 'Run the proxy agent on a node',
-    async add(y: Argv): Promise<Argv> {
+    async add(y: Argv, forHelp: boolean): Promise<Argv> {
       const { agentBuilder, runAgent } = await import('./agent-command.js');
-      return y.command('agent', this.describe, agentBuilder, (args) => runAgent(args).catch(fail));
+      return y.command(
+        'agent',
+        this.describe,
+        (c) => agentBuilder(c, forHelp),
+        (args) => runAgent(args).catch(fail),
+      );
     },
   },
   'install-node': {
@@ -74,8 +85,9 @@ export async function main(): Promise<void> {
     .usage('$0 <command> [flags]\n\nBidirectional Kubernetes apiserver network proxy (Konnectivity-compatible).');
   // The first word naming a command is the command yargs will run; the others are listed by name only.
   const chosen = argv.find(isCommandName);
+  const forHelp = argv.some((a) => a === '--help' || a.startsWith('--help='));
   for (const [name, command] of Object.entries(COMMANDS)) {
-    y = name === chosen ? await command.add(y) : y.command(name, command.describe);
+    y = name === chosen ? await command.add(y, forHelp) : y.command(name, command.describe);
   }
   await y
     .demandCommand(1, 'name a command: server, agent, install-node or version')

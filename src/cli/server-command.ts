@@ -108,8 +108,9 @@ export async function buildServerOptions(
   };
 }
 
-export function serverBuilder(y: Argv): Argv<ServerArgs> {
-  return withSettings(y, serverSettings).example(
+/** `forHelp`: whether --help was asked for (withSettings). */
+export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
+  return withSettings(y, serverSettings, forHelp).example(
     '$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt',
     'Frontend on a Unix socket, agents with mTLS',
   );

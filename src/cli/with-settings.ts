@@ -4,9 +4,15 @@ import type { GivenOf, SettingTable } from '../settings/setting.js';
 import { helpGroups, yargsOptions } from '../settings/table.js';
 import { lastValueWins } from './last-value-wins.js';
 
-export function withSettings<T extends SettingTable>(y: Argv, table: T): Argv<GivenOf<T>> {
-  let argv = y.options(yargsOptions(table)).middleware(lastValueWins(table), true);
-  for (const [group, names] of helpGroups(table)) argv = argv.group(names, `${group}:`);
+/**
+ * `forHelp`: whether --help was asked for. yargs renders the run command's
+ * whole help text on every start (yargs' command.js, cacheHelpMessage); with
+ * every flag hidden and undescribed that costs nothing: ≈ 40 ms of CPU and
+ * 6 MiB of a server's start (docs/memory.md, "Start").
+ */
+export function withSettings<T extends SettingTable>(y: Argv, table: T, forHelp = true): Argv<GivenOf<T>> {
+  let argv = y.options(yargsOptions(table, forHelp)).middleware(lastValueWins(table), true);
+  if (forHelp) for (const [group, names] of helpGroups(table)) argv = argv.group(names, `${group}:`);
   // yargs types argv from literal option objects; the table types each value by its entry instead (GivenOf).
   return argv as unknown as Argv<GivenOf<T>>;
 }

@@ -7,16 +7,17 @@ import { UsageError } from '../common/usage-error.js';
 import type { AnySetting, SettingTable, ValuesOf } from './setting.js';
 
 /** yargs' option for each setting: the table's type, default, help, choices, visibility. */
-export function yargsOptions(table: SettingTable): Record<string, Options> {
+export function yargsOptions(table: SettingTable, forHelp = true): Record<string, Options> {
   const options: Record<string, Options> = {};
   for (const [name, s] of Object.entries(table)) {
     options[name] = {
       type: s.type,
-      describe: s.describe,
+      // Without --help nothing shows them: yargs renders a run command's help text all the same (withSettings).
+      ...(forHelp ? { describe: s.describe } : {}),
       ...(s.array ? { array: true } : {}),
       ...(s.default !== undefined ? { default: s.default } : {}),
       ...(s.choices ? { choices: [...s.choices] } : {}),
-      ...(s.hidden ? { hidden: true } : {}),
+      ...(s.hidden || !forHelp ? { hidden: true } : {}),
     };
   }
   return options;
