@@ -6,13 +6,25 @@
 // deleted first, so the suite runs each test once.
 // Exit status is non-zero when a test failed or ava itself failed (crash, no tests, bad args).
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const avaCli = join(root, 'node_modules', 'ava', 'entrypoints', 'cli.mjs');
+const avaDir = join(root, 'node_modules', 'ava');
+
+/** ava's command-line entry, as its package.json names it (ava 7: cli.mjs; ava 8: cli.js). */
+function avaEntry() {
+  try {
+    const { bin } = JSON.parse(readFileSync(join(avaDir, 'package.json'), 'utf8'));
+    const rel = typeof bin === 'string' ? bin : bin?.ava;
+    return typeof rel === 'string' ? join(avaDir, rel) : join(avaDir, 'entrypoints', 'cli.js');
+  } catch {
+    return join(avaDir, 'entrypoints', 'cli.js');
+  }
+}
+const avaCli = avaEntry();
 
 let passed = 0;
 let failed = 0;

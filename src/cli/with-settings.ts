@@ -8,7 +8,7 @@ import { lastValueWins } from './last-value-wins.js';
  * `forHelp`: whether --help was asked for. yargs renders the run command's
  * whole help text on every start (yargs' command.js, cacheHelpMessage); with
  * every flag hidden and undescribed that costs nothing: ≈ 40 ms of CPU and
- * 6 MiB of a server's start (docs/memory.md, "Start").
+ * 6 MiB of a server's start (docs/memory.md, "Node 26").
  */
 export function withSettings<T extends SettingTable>(y: Argv, table: T, forHelp = true): Argv<GivenOf<T>> {
   let argv = y.options(yargsOptions(table, forHelp)).middleware(lastValueWins(table), true);

@@ -685,3 +685,26 @@ test('kanal --help exits 0 and lists the commands and upstream flag names', asyn
   ])
     t.true(agent.stdout.includes(flag), flag);
 });
+
+test('without --help the flags are hidden and undescribed (yargs renders the help text on every run), yet parsed and checked as with it', async (t) => {
+  const quiet = (builder: (y: Argv, forHelp: boolean) => Argv, forHelp: boolean): Promise<string> => builder(yargs([]), forHelp).getHelp();
+  for (const builder of [serverBuilder, agentBuilder] as const) {
+    const shown = await quiet(builder, true);
+    const hidden = await quiet(builder, false);
+    t.regex(shown, /--log-level\s+\S/, 'with --help: every flag with its description');
+    t.notRegex(hidden, /--log-level|--transport/, 'without: no flag rows at all');
+    t.true(hidden.length < shown.length / 10, `${hidden.length} against ${shown.length} characters`);
+  }
+  // Hidden flags are still parsed, defaulted and refused like the described ones.
+  const agent = (args: string[]): AgentArgs =>
+    agentBuilder(yargs(args), false)
+      .strict()
+      .exitProcess(false)
+      .fail((m, err) => {
+        throw err ?? new Error(m);
+      })
+      .parseSync();
+  t.is(agent(['--proxy-server-host', 'cp.example'])['proxy-server-port'], 8091);
+  t.throws(() => agent(['--log-level', 'loud']), { message: /Invalid values:[\s\S]*log-level/ });
+  t.throws(() => agent(['--bogus-flag']), { message: /Unknown arguments?: bogus-flag/ });
+});

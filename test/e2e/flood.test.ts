@@ -27,11 +27,18 @@ import {
 import { openFloodingPeer, startFloodingServer, streamsAnswered } from '../helpers/flooding-peer.js';
 
 /**
- * What a flood may add to a process's RSS in the first seconds. Unbounded it
- * grew by ≈ 100 MiB a second; bounded, h2 adds ≈ 8 MiB and grpc-js churns
- * through ≈ 40 MiB of garbage (its objects per message) before it settles.
+ * What a flood may add to a process's RSS in the first seconds, by transport.
+ * Unbounded it grew by ≈ 100 MiB a second; bounded, h2 adds 10-25 MiB. grpc-js
+ * decodes what it reads into arrays of messages before Kanal can stop reading:
+ * on Node 26 that garbage lands in V8's new large-object space (16.8 MiB of it
+ * at the peak in a heap reading; a snapshot's full GC finds none of it alive)
+ * and a flooded grpc-js agent peaks 59-100 MiB above its start (Node 20: 47-54).
+ * The bound that matters is the plateau below: once reading stops, nothing more
+ * is taken in, and the next collection returns the garbage.
  */
-const RSS_BUDGET_MIB = 64;
+const RSS_BUDGET_MIB: Record<string, number> = { h2: 64, 'grpc-js': 128 };
+/** Once reading has stopped RSS stays put: the last second may rise at most this much above the peak before it. */
+const PLATEAU_MIB = 8;
 const FLOOD_SAMPLE_MS = 3000;
 
 function rssMiB(pid: number): number {
@@ -39,11 +46,14 @@ function rssMiB(pid: number): number {
   return m ? Number(m[1]) / 1024 : 0;
 }
 
-/** Samples `pid`'s RSS every 100 ms for `ms`; returns the highest. */
-async function peakRss(pid: number, ms: number): Promise<number> {
-  let peak = 0;
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(100)) peak = Math.max(peak, rssMiB(pid));
-  return peak;
+/** Samples `pid`'s RSS every 100 ms for `ms`: the highest, and how far the last second rose above the peak before it. */
+async function peakRss(pid: number, ms: number): Promise<{ peak: number; lastSecondRise: number }> {
+  const samples: { at: number; mib: number }[] = [];
+  const start = Date.now();
+  for (const end = start + ms; Date.now() < end; await sleep(100)) samples.push({ at: Date.now() - start, mib: rssMiB(pid) });
+  const before = Math.max(...samples.filter((s) => s.at < ms - 1000).map((s) => s.mib));
+  const last = Math.max(...samples.filter((s) => s.at >= ms - 1000).map((s) => s.mib));
+  return { peak: Math.max(before, last), lastSecondRise: last - before };
 }
 
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -70,9 +80,10 @@ for (const transport of ['h2', 'grpc-js']) {
       const baseline = rssMiB(server.pid);
 
       flooder.flood(closeRequests);
-      const peak = await peakRss(server.pid, FLOOD_SAMPLE_MS);
+      const { peak, lastSecondRise } = await peakRss(server.pid, FLOOD_SAMPLE_MS);
       t.log(`server RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${flooder.sent()} packets`);
-      t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+      t.true(peak - baseline < RSS_BUDGET_MIB[transport], `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+      t.true(lastSecondRise <= PLATEAU_MIB, `RSS still rising ${lastSecondRise.toFixed(0)} MiB in the last second`);
       await server.waitForLog(
         warnLine('peer does not read what we send', (l) => l.agentID === 'flooder'),
         10_000,
@@ -98,7 +109,7 @@ for (const transport of ['h2', 'grpc-js']) {
       t.true((m.get('kanal_stream_read_pauses_total{reason="peer_not_reading"}') ?? 0) >= 1);
       t.is(m.get('kanal_streams_closed_total{reason="peer_not_reading"}'), 1);
       t.is(m.get('kanal_server_agents'), 1, 'the flooder is gone, node-1 stays');
-      t.true(rssMiB(server.pid) - baseline < RSS_BUDGET_MIB);
+      t.true(rssMiB(server.pid) - baseline < RSS_BUDGET_MIB[transport]);
     },
   );
 
@@ -118,9 +129,10 @@ for (const transport of ['h2', 'grpc-js']) {
       await hostile.accepted;
       const baseline = rssMiB(agent.pid);
       hostile.flood();
-      const peak = await peakRss(agent.pid, FLOOD_SAMPLE_MS);
+      const { peak, lastSecondRise } = await peakRss(agent.pid, FLOOD_SAMPLE_MS);
       t.log(`agent RSS: ${baseline.toFixed(0)} MiB before, ${peak.toFixed(0)} MiB at most while flooded by ${hostile.sent()} packets`);
-      t.true(peak - baseline < RSS_BUDGET_MIB, `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+      t.true(peak - baseline < RSS_BUDGET_MIB[transport], `RSS grew by ${(peak - baseline).toFixed(0)} MiB`);
+      t.true(lastSecondRise <= PLATEAU_MIB, `RSS still rising ${lastSecondRise.toFixed(0)} MiB in the last second`);
       await agent.waitForLog(warnLine('peer does not read what we send'), 10_000, 'reading paused');
       await agent.waitForLog(warnLine('closing stream: the peer does not read'), 10_000, 'stream closed');
       await within(hostile.streamClosed, 10_000, 'the hostile server sees its stream closed');
