@@ -91,7 +91,9 @@ test.serial('one TLS connection cannot register thousands of agents; an honest a
   const m = await scrapeMetrics(server.healthPort);
   t.true((m.get('kanal_server_agent_identities') ?? 0) <= 2);
   t.false(honest.stream.closed);
-  t.true((await dialsPerAgent(server, [honest], 3))[0] > 0, 'the honest agent still gets dials');
+  // Dials go to the least loaded agent, ties at random: with the one admitted abuser beside it, 20 dials
+  // leave the honest agent none with probability 2^-20 (3 left it none one run in eight).
+  t.true((await dialsPerAgent(server, [honest], 20))[0] > 0, 'the honest agent still gets dials');
 });
 
 test.serial('a second credential announcing the same agentID is another agent and never takes over the first', async (t) => {
