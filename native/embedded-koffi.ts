@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import sea from 'node:sea';
 
-/** The SEA asset holding koffi's prebuilt module for this platform (kit/release/sea-config.ts). */
+/** The SEA asset holding koffi's prebuilt module for this platform (kit/release/package.ts puts it there). */
 export const KOFFI_ASSET = 'koffi.node';
 
 /** The platform the embedded module was built for, as koffi names it (`${process.platform}-${process.arch}`). */

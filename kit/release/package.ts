@@ -16,7 +16,7 @@ import { buildFacts, writeBuildFacts } from './build-info.js';
 import { bundleCli } from './bundle.js';
 import { sha256File, sha256sumLine } from './checksum.js';
 import { buildSea } from './sea.js';
-import { bundledPackages, npmComponents, sbom } from './sbom.js';
+import { bundledPackages, lockHashes, npmComponents, sbom } from './sbom.js';
 import { RUNTIME_FLAGS } from '../../src/cli/runtime-flags.js';
 
 // This file runs as dist/kit/release/package.js.
@@ -90,6 +90,7 @@ export async function packageKanal(o: PackageOptions = DEFAULT_OPTIONS): Promise
       facts,
       packages: bundledPackages(bundle.metafile, REPO),
       npm: npmComponents(REPO),
+      lock: lockHashes(REPO),
       natives: [
         {
           source: `node_modules/${KOFFI_PACKAGE}/${KOFFI_NATIVE}`,

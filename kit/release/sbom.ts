@@ -15,6 +15,8 @@ import type { BuildFacts } from './build-info.js';
 export interface BundledPackage {
   readonly name: string;
   readonly version: string;
+  /** Where it is installed, relative to the repository (node_modules/...): its key in package-lock.json. */
+  readonly dir?: string;
   /** The SPDX expression of its package.json, when it has one. */
   readonly license?: string;
 }
@@ -57,7 +59,12 @@ export function bundledPackages(metafile: Metafile, cwd: string): BundledPackage
     };
     if (typeof pkg.name !== 'string' || typeof pkg.version !== 'string') throw new Error(`${dir}/package.json: no name or version`);
     const license = typeof pkg.license === 'string' ? { license: pkg.license } : {};
-    found.set(`${pkg.name}@${pkg.version}`, { name: pkg.name, version: pkg.version, ...license });
+    found.set(`${pkg.name}@${pkg.version}`, {
+      name: pkg.name,
+      version: pkg.version,
+      dir: path.relative(cwd, path.resolve(cwd, dir)),
+      ...license,
+    });
   }
   return [...found.values()].sort((a, b) => a.name.localeCompare(b.name) || a.version.localeCompare(b.version));
 }
@@ -104,8 +111,33 @@ export function runtimeComponent(versions: NodeJS.ProcessVersions = process.vers
   };
 }
 
-/** A package npm sbom did not list (it reads the lockfile's tree): what its own package.json says. */
-function fromPackageJson(p: BundledPackage): Component {
+/**
+ * The tarball hash package-lock.json records for each installed package (its
+ * `integrity`, https://docs.npmjs.com/cli/configuring-npm/package-lock-json),
+ * by install path, as CycloneDX hashes.
+ */
+export function lockHashes(repo: string): Map<string, Component['hashes']> {
+  const byDir = new Map<string, Component['hashes']>();
+  let lock: { packages?: Record<string, { integrity?: unknown }> };
+  try {
+    lock = JSON.parse(fs.readFileSync(path.join(repo, 'package-lock.json'), 'utf8')) as typeof lock;
+  } catch {
+    return byDir;
+  }
+  const ALGS: Record<string, string> = { sha512: 'SHA-512', sha384: 'SHA-384', sha256: 'SHA-256', sha1: 'SHA-1' };
+  for (const [dir, entry] of Object.entries(lock.packages ?? {})) {
+    if (typeof entry.integrity !== 'string') continue;
+    const hashes = entry.integrity
+      .split(/\s+/)
+      .map((sri) => /^(sha\d+)-(.+)$/.exec(sri))
+      .flatMap((m) => (m && ALGS[m[1]] ? [{ alg: ALGS[m[1]], content: Buffer.from(m[2], 'base64').toString('hex') }] : []));
+    if (hashes.length > 0) byDir.set(dir, hashes);
+  }
+  return byDir;
+}
+
+/** A package npm sbom did not list (it reads the lockfile's tree): what its own package.json and the lockfile say. */
+function fromPackageJson(p: BundledPackage, hashes: Component['hashes']): Component {
   return {
     'bom-ref': `${p.name}@${p.version}`,
     type: 'library',
@@ -113,6 +145,7 @@ function fromPackageJson(p: BundledPackage): Component {
     version: p.version,
     purl: npmPurl(p),
     ...(p.license === undefined ? {} : { licenses: [{ expression: p.license }] }),
+    ...(hashes === undefined ? {} : { hashes }),
   };
 }
 
@@ -128,6 +161,8 @@ export interface SbomInput {
   readonly facts: BuildFacts;
   readonly packages: readonly BundledPackage[];
   readonly npm: ReadonlyMap<string, Component>;
+  /** package-lock.json's hashes by install path (lockHashes), for packages npm sbom leaves out. */
+  readonly lock?: ReadonlyMap<string, Component['hashes']>;
   readonly natives: readonly NativeFile[];
   readonly executableSha256: string;
   readonly versions?: NodeJS.ProcessVersions;
@@ -137,7 +172,7 @@ export function sbom(input: SbomInput): Record<string, unknown> {
   const { facts, npm } = input;
   const npmPackages: Component[] = [...input.packages, ...input.natives.map((n) => n.from)]
     .filter((p, i, all) => all.findIndex((q) => q.name === p.name && q.version === p.version) === i)
-    .map((p) => npm.get(`${p.name}@${p.version}`) ?? fromPackageJson(p));
+    .map((p) => npm.get(`${p.name}@${p.version}`) ?? fromPackageJson(p, p.dir === undefined ? undefined : input.lock?.get(p.dir)));
   const natives: Component[] = input.natives.map((n) => ({
     'bom-ref': `file:${n.source}`,
     type: 'file',

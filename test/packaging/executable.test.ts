@@ -211,6 +211,13 @@ test('the SBOM lists Kanal, the runtime, koffi native module and every bundled n
       [...listed].some((l) => l.startsWith(`${name}@`)),
       name,
     );
+  // Every npm package carries a hash of what was installed: npm sbom's, or package-lock.json's integrity.
+  const unhashed = doc.components.filter((c) => c.type === 'library' && c.purl?.startsWith('pkg:npm/') && !(c.hashes?.length ?? 0));
+  t.deepEqual(
+    unhashed.map((c) => `${c.name}@${c.version ?? ''}`),
+    [],
+    'npm packages without a hash',
+  );
 });
 
 // ------------------------------------------------------------ network namespaces (root)
