@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KANAL_CLI as CLI, freePort, waitHealthy } from '../kit/launch/kanal-cli.js';
+import { KANAL_CLI as CLI, freePort, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { RUNTIME_FLAGS } from '../src/cli/runtime-flags.js';
@@ -103,24 +103,10 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
   const uds = path.join(o.dir, `${o.tag}.sock`);
   const args = [
-    'server',
+    ...loopbackServerArgs({ pki: o.pki, agentPort, healthPort }),
     '--uds-name',
     uds,
     '--delete-existing-uds-file',
-    '--cluster-cert',
-    o.pki.serverCert,
-    '--cluster-key',
-    o.pki.serverKey,
-    '--cluster-ca-cert',
-    o.pki.caCert,
-    '--agent-bind-address',
-    '127.0.0.1',
-    '--agent-port',
-    String(agentPort),
-    '--health-bind-address',
-    '127.0.0.1',
-    '--health-port',
-    String(healthPort),
     '--transport',
     o.transport,
     '--log-level',

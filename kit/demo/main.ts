@@ -16,7 +16,7 @@ import type { Child } from '../launch/child.js';
 import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { CleanupStack } from '../launch/cleanup-scope.js';
-import { freePort, kanalCommand, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
+import { freePort, kanalCommand, loopbackServerArgs, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
 import { errorMessage } from '../../src/common/error-message.js';
 
 const ADVERTISE = '127.0.0.2';
@@ -82,23 +82,9 @@ async function startKanal(scope: CleanupStack, places: DemoPlaces): Promise<{ se
   const server = spawnKanal(scope, {
     name: 'server',
     args: [
-      'server',
+      ...loopbackServerArgs({ pki, agentPort, healthPort: serverHealth }),
       '--uds-name',
       uds,
-      '--cluster-cert',
-      pki.serverCert,
-      '--cluster-key',
-      pki.serverKey,
-      '--cluster-ca-cert',
-      pki.caCert,
-      '--agent-bind-address',
-      '127.0.0.1',
-      '--agent-port',
-      String(agentPort),
-      '--health-bind-address',
-      '127.0.0.1',
-      '--health-port',
-      String(serverHealth),
       '--allowed-destination',
       `127.0.0.1:${kasPort}`,
       '--log-level',

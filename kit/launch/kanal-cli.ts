@@ -30,6 +30,38 @@ export function kanalCommand(env: NodeJS.ProcessEnv = process.env): readonly str
   return [executable];
 }
 
+/** The agent-port credentials a loopback server presents and trusts (kit/pki's throwaway PKI has them). */
+export interface ServerCredentials {
+  serverCert: string;
+  serverKey: string;
+  caCert: string;
+}
+
+/**
+ * `kanal server` with the flags every loopback server of the demo, the tests
+ * and the bench starts with: its agent-port certificate and the CA it trusts
+ * for agents (`clusterCa: false` leaves the CA out), the agent port and the
+ * health port on 127.0.0.1. Callers append what makes theirs different.
+ */
+export function loopbackServerArgs(o: { pki: ServerCredentials; agentPort: number; healthPort: number; clusterCa?: boolean }): string[] {
+  return [
+    'server',
+    '--cluster-cert',
+    o.pki.serverCert,
+    '--cluster-key',
+    o.pki.serverKey,
+    ...((o.clusterCa ?? true) ? ['--cluster-ca-cert', o.pki.caCert] : []),
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(o.agentPort),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    String(o.healthPort),
+  ];
+}
+
 /** A `kanal` child: its name, its command line after `kanal`, its log file, and the rest of a ChildSpec. */
 export type KanalChildSpec = Omit<ChildSpec, 'argv'> & { args: readonly string[] };
 

@@ -6,7 +6,7 @@
 import test from 'ava';
 import net from 'node:net';
 import path from 'node:path';
-import { freePort, makeWorkspace, runCli } from '../helpers/kanal-processes.js';
+import { freePort, loopbackServerArgs, makeWorkspace, runCli } from '../helpers/kanal-processes.js';
 
 test('kanal --help lists the commands and exits 0', async (t) => {
   const r = await runCli(['--help']);
@@ -134,23 +134,9 @@ test('a server whose agent port is taken exits non-zero and says so', async (t) 
   t.teardown(() => void blocker.close());
   const port = (blocker.address() as net.AddressInfo).port;
   const r = await runCli([
-    'server',
+    ...loopbackServerArgs({ pki, agentPort: port, healthPort: await freePort() }),
     '--uds-name',
     path.join(ws.dir, 'busy.sock'),
-    '--cluster-cert',
-    pki.serverCert,
-    '--cluster-key',
-    pki.serverKey,
-    '--cluster-ca-cert',
-    pki.caCert,
-    '--agent-bind-address',
-    '127.0.0.1',
-    '--agent-port',
-    String(port),
-    '--health-port',
-    String(await freePort()),
-    '--health-bind-address',
-    '127.0.0.1',
   ]);
   t.not(r.code, 0);
   t.not(r.code, null, 'exited by itself instead of hanging');

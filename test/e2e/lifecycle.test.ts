@@ -15,6 +15,7 @@ import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import {
   freePort,
   kanalCommand,
+  loopbackServerArgs,
   makeWorkspace,
   nodeListener,
   readLog,
@@ -75,21 +76,7 @@ async function serverArgs(ws: Workspace): Promise<{ args: string[]; agentPort: n
   const [agentPort, healthPort] = [await freePort(), await freePort()];
   const { pki } = ws;
   const args = [
-    'server',
-    '--cluster-cert',
-    pki.serverCert,
-    '--cluster-key',
-    pki.serverKey,
-    '--cluster-ca-cert',
-    pki.caCert,
-    '--agent-bind-address',
-    '127.0.0.1',
-    '--agent-port',
-    String(agentPort),
-    '--health-bind-address',
-    '127.0.0.1',
-    '--health-port',
-    String(healthPort),
+    ...loopbackServerArgs({ pki, agentPort, healthPort }),
     '--uds-name',
     path.join(ws.dir, 'piped.sock'),
     '--delete-existing-uds-file',

@@ -14,28 +14,20 @@ import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KanalServer } from '../../src/server/server.js';
-import { freePort, makeWorkspace, readLog, runCli, startServer, type LogLine, type Workspace } from '../helpers/kanal-processes.js';
+import {
+  freePort,
+  loopbackServerArgs,
+  makeWorkspace,
+  readLog,
+  runCli,
+  startServer,
+  type LogLine,
+  type Workspace,
+} from '../helpers/kanal-processes.js';
 import { makeEnv, startServer as startInProcessServer } from '../helpers/in-process.js';
 
 function baseArgs(ws: Workspace, agentPort: number, healthPort: number): string[] {
-  const { pki } = ws;
-  return [
-    'server',
-    '--cluster-cert',
-    pki.serverCert,
-    '--cluster-key',
-    pki.serverKey,
-    '--cluster-ca-cert',
-    pki.caCert,
-    '--agent-bind-address',
-    '127.0.0.1',
-    '--agent-port',
-    String(agentPort),
-    '--health-bind-address',
-    '127.0.0.1',
-    '--health-port',
-    String(healthPort),
-  ];
+  return loopbackServerArgs({ pki: ws.pki, agentPort, healthPort });
 }
 
 function logLines(stdout: string): LogLine[] {

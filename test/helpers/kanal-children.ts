@@ -7,7 +7,7 @@ import path from 'node:path';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import type { Child } from '../../kit/launch/child.js';
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
-import { freePort, runKanal, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
+import { freePort, loopbackServerArgs, runKanal, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
 import { run, type RunResult } from '../../kit/launch/run-to-end.js';
 import type { Workspace } from './workspace.js';
 
@@ -44,20 +44,7 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
   return withPortRetry(async () => {
     const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
     const args = [
-      'server',
-      '--cluster-cert',
-      pki.serverCert,
-      '--cluster-key',
-      pki.serverKey,
-      ...((spec.clusterCa ?? true) ? ['--cluster-ca-cert', pki.caCert] : []),
-      '--agent-bind-address',
-      '127.0.0.1',
-      '--agent-port',
-      String(agentPort),
-      '--health-bind-address',
-      '127.0.0.1',
-      '--health-port',
-      String(healthPort),
+      ...loopbackServerArgs({ pki, agentPort, healthPort, clusterCa: spec.clusterCa }),
       '--admin-port',
       String(adminPort),
       '--server-id',

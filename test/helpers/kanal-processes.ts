@@ -13,7 +13,15 @@
 export { CleanupStack, type Scope } from '../../kit/launch/cleanup-scope.js';
 export { readLog, logTail, waitForLog, warnLine, WARN, type LogLine } from '../../kit/launch/log-reader.js';
 export type { Child as KanalProcess } from '../../kit/launch/child.js';
-export { KANAL_CLI as CLI, freePort, kanalCommand, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
+export {
+  KANAL_CLI as CLI,
+  freePort,
+  kanalCommand,
+  loopbackServerArgs,
+  spawnKanal,
+  waitHealthy,
+  withPortRetry,
+} from '../../kit/launch/kanal-cli.js';
 export { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 export * from './workspace.js';
 export * from './kanal-children.js';
