@@ -21,13 +21,22 @@ import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { errorMessage } from '../common/error-message.js';
+import type { Logger } from 'pino';
+import { tenantsServerConfig } from '../server/tenants/command-line.js';
+import { loadTenants, type LoadedTenant } from '../server/tenants/loaded-tenant.js';
+import type { TenantSpec } from '../server/tenants/tenants-file.js';
+import type { TokenAuthenticator } from '../server/identity/token-authenticator.js';
+import { watchTenantsFile } from '../server/tenants/tenants-watch.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
 export type ServerArgs = ServerGiven;
 
 /** The server's configuration from its command line: each setting parsed by its entry (src/server/config/settings.ts), then the checks that tie them together (src/server/config/config.ts). */
 export function validateServerArgs(a: ServerArgs): ServerConfig {
-  return serverConfig(readSettings(serverSettings, a), upstreamNotices(a, serverSettings));
+  const v = readSettings(serverSettings, a);
+  const notices = upstreamNotices(a, serverSettings);
+  const file = v['tenants-config'];
+  return file ? tenantsServerConfig(v, a, notices, file) : serverConfig(v, notices);
 }
 
 export interface ServerCredentials {
@@ -116,10 +125,22 @@ export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
   );
 }
 
+/** `--tenants-config`: the file's tenants, loaded (and checked against the command line's shared TCP frontend). */
+function tenantsOf(config: ServerConfig): (() => LoadedTenant[]) | undefined {
+  const file = config.tenants?.file;
+  if (!file) return undefined;
+  return () => loadTenants(file, { tcpFrontend: !!config.frontend.tcp });
+}
+
 export async function runServer(args: ServerArgs): Promise<void> {
   const config = validateServerArgs(args);
+  const tenants = tenantsOf(config);
   if (args['dry-run']) {
-    dryRun(config, () => loadServerCredentials(config));
+    dryRun(config, () => {
+      const credentials = loadServerCredentials(config);
+      if (tenants) process.stdout.write(`${JSON.stringify({ tenants: tenants().map((t) => t.spec) }, null, 2)}\n`);
+      return credentials;
+    });
     return;
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
@@ -132,6 +153,20 @@ export async function runServer(args: ServerArgs): Promise<void> {
   if (args.kubeconfig && !config.kube)
     options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   const apiClients = await useKubernetesApi(config, options);
+  if (tenants) {
+    // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
+    const first = tenants();
+    let pending: LoadedTenant[] | undefined = first;
+    options.tenants = {
+      load: () => {
+        const list = pending ?? tenants();
+        pending = undefined;
+        return list;
+      },
+      policy: config.tls,
+      tokenReview: (spec) => tenantTokenReview(spec, options.log.child({ tenant: spec.name, part: 'kube' })),
+    };
+  }
   enableGcPacing();
   const server = new KanalServer(options);
   let admin: HttpListener | undefined;
@@ -139,7 +174,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
     await server.start();
     if (config.admin)
       admin = await startAdminPort(
-        { ...config.admin, registry: server.metrics.registry, log: options.log },
+        { ...config.admin, registry: server.metricsSource, log: options.log },
         '--admin-bind-address, --admin-port',
       );
   } catch (err) {
@@ -151,7 +186,9 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
   const reclaimer = startMemoryReclaimer(server.metrics, options.log);
+  const watch = config.tenants && reloadOnChange(server, config.tenants.file, options.log);
   runUntilSignalled(options.log, async () => {
+    watch?.close();
     notifier.stopping();
     reclaimer.stop();
     await Promise.all([admin?.close(), server.stop()]);
@@ -190,4 +227,34 @@ async function useKubernetesApi(config: ServerConfig, options: ServerOptions): P
     });
   }
   return clients;
+}
+
+/** Reloads the tenants file when it changes and on SIGHUP (docs/multi-tenant.md, "Live changes"). */
+function reloadOnChange(server: KanalServer, file: string, log: Logger): { close(): void } {
+  const reload = (why: string): void => {
+    log.info({ file, why }, 'reloading the tenants file');
+    void server.reloadTenants();
+  };
+  const onHangup = (): void => reload('SIGHUP');
+  process.on('SIGHUP', onHangup);
+  const watch = watchTenantsFile(file, () => reload('the file changed'), log);
+  return {
+    close: () => {
+      process.off('SIGHUP', onHangup);
+      watch.close();
+    },
+  };
+}
+
+/** Token review for one tenant, against its own kube-apiserver (its kubeconfig). */
+async function tenantTokenReview(spec: TenantSpec, log: Logger): Promise<{ authenticator: TokenAuthenticator; release: () => void }> {
+  const tokens = spec.tokens;
+  if (!tokens) throw new Error(`tenant ${spec.name} has no token review`);
+  const newClient = await kubeClients(tokens.kube, log);
+  const api = newClient();
+  const { TokenAuthenticator } = await import('../server/identity/token-authenticator.js');
+  return {
+    authenticator: new TokenAuthenticator({ api, namespace: tokens.namespace, serviceAccount: tokens.serviceAccount, audience: tokens.audience }),
+    release: () => api.close(),
+  };
 }

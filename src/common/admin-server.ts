@@ -3,7 +3,7 @@
  * /metrics, and with --enable-profiling Node's CPU profiles and heap
  * snapshots. Upstream's Go pprof paths get a message naming Kanal's own.
  */
-import type { Registry } from 'prom-client';
+import type { MetricsSource } from './health-server.js';
 import type { Logger } from 'pino';
 import { sendMetrics } from './health-server.js';
 import { sendText, startHttpListener, type HttpListener } from './http-listener.js';
@@ -13,7 +13,7 @@ import { DEFAULT_CPU_PROFILE_SECONDS, MAX_CPU_PROFILE_SECONDS, Profiler } from '
 export interface AdminServerOptions {
   host: string;
   port: number;
-  registry: Registry;
+  registry: MetricsSource;
   /** --enable-profiling: serve /debug/kanal/cpu-profile and /debug/kanal/heap-snapshot. */
   profiling: boolean;
   log: Logger;

@@ -17,6 +17,8 @@ import { errorMessage } from './error-message.js';
 export interface FlagFile {
   flag: string;
   path: string;
+  /** Set for a file named in a settings file (e.g. 'tenant "alpha"'): the setting is then named without dashes. */
+  where?: string;
 }
 
 /** One or more credential files are unusable; the message lists each (flag, path, cause). */
@@ -56,7 +58,7 @@ export interface KeyFile extends FlagFile {
 }
 
 function label(file: FlagFile): string {
-  return `--${file.flag} ${file.path}`;
+  return file.where ? `${file.where}: ${file.flag} ${file.path}` : `--${file.flag} ${file.path}`;
 }
 
 function problem(file: FlagFile, cause: string): CredentialFileError {

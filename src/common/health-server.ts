@@ -12,17 +12,20 @@ export interface Readiness {
   detail: string;
 }
 
+/** What /metrics serves: a prom-client Registry, or the server's aggregate of its tenants' (docs/multi-tenant.md). */
+export type MetricsSource = Pick<Registry, 'metrics' | 'contentType'>;
+
 export interface HealthServerOptions {
   host: string;
   port: number;
   readiness: () => Readiness;
-  registry?: Registry;
+  registry?: MetricsSource;
   log: Logger;
 }
 
 export type HealthServer = HttpListener;
 
-export function sendMetrics(registry: Registry, res: http.ServerResponse): void {
+export function sendMetrics(registry: MetricsSource, res: http.ServerResponse): void {
   registry.metrics().then(
     (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
     (err: Error) => sendText(res, 500, err.message),

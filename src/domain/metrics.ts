@@ -32,10 +32,20 @@ export class KanalMetrics {
   /** Upstream's names for control plane -> node dials (upstream-metrics.ts). */
   readonly upstreamDials: UpstreamDialMetrics;
 
-  constructor(component: 'server' | 'agent') {
-    // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*;
-    // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (bench/notes/dial-profile.md finding 6).
-    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
+  /**
+   * `tenant`: the metrics of one tenant of a shared server (docs/multi-tenant.md), every
+   * series labelled with it; the process's own (process_*, nodejs_*, memory)
+   * are then left to the server's unlabelled registry.
+   */
+  constructor(component: 'server' | 'agent', tenant?: string) {
+    const processWide = tenant === undefined ? [this.registry] : [];
+    if (tenant === undefined) {
+      // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*;
+      // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (bench/notes/dial-profile.md finding 6).
+      collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
+    } else {
+      this.registry.setDefaultLabels({ tenant });
+    }
     this.upstreamDials = new UpstreamDialMetrics(component, this.registry);
     this.dials = new Counter({
       name: 'kanal_dials_total',
@@ -77,12 +87,12 @@ export class KanalMetrics {
     this.memoryCollections = new Counter({
       name: 'kanal_memory_collections_total',
       help: 'Major GCs run because resident memory stood 8 MiB above its floor (docs/memory.md)',
-      registers: [this.registry],
+      registers: processWide,
     });
     this.memoryReclaimedBytes = new Counter({
       name: 'kanal_memory_reclaimed_bytes_total',
       help: 'Resident memory given back to the kernel by those GCs and by malloc_trim every 10 s',
-      registers: [this.registry],
+      registers: processWide,
     });
     this.streamsClosed = new Counter({
       name: 'kanal_streams_closed_total',

@@ -43,6 +43,17 @@ export const REFUSAL_REASONS = [
   // Server, node -> control plane dials (destination-dialer.ts)
   'destination_not_allowed',
   'node_to_cp_connections',
+  // Server with --tenants-config: which tenant a peer belongs to (tenants/tenant-directory.ts)
+  'agent_tenant_unknown',
+  'agent_tenant_ambiguous',
+  'agent_tenant_mismatch',
+  'agent_tenant_full',
+  'frontend_tenant_unknown',
+  'frontend_tenant_ambiguous',
+  // Server with --tenants-config: a tenant's own limits (tenants/tenant-quota.ts)
+  'tenant_connections',
+  'tenant_pending_dials',
+  'tenant_dial_rate',
   // Agent, a tunnel to a server: its limits (node_to_cp_connections as above, counted by the agent)
   'pending_dials',
   'cp_to_node_connections',

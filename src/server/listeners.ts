@@ -11,7 +11,8 @@ import type { GrpcServerTransport } from '../transport/transport.js';
 import { listenError } from '../common/listen-error.js';
 import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './identity/tls-policy.js';
-import type { AgentCredential } from './identity/agent-credential.js';
+import type { AgentConnection } from './identity/agent-credential.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
 import { ClientRoles } from './identity/client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
@@ -33,6 +34,18 @@ export interface Listener {
   readonly address: string;
   readonly port: number;
   close(): Promise<void>;
+  /** TLS listeners: replaces the default context's credentials (a reload of the tenants file). */
+  setSecureContext?(options: tls.SecureContextOptions): void;
+}
+
+/** Whose a TLS connection is, decided by a server of many tenants (tenants/tenant-directory.ts). */
+export type ConnectionRecognition<C> =
+  | { ok: true; connection: C; identity: string }
+  | { ok: false; reason: RefusalReason; what: string; detail: string; fields?: Record<string, unknown> };
+
+/** What the frontend listener established about a connection: on a server of many tenants, whose it is. */
+export interface FrontendConnection {
+  readonly tenant?: string;
 }
 
 /** From accept to a complete request head (HTTP/1.1) or HTTP/2 preface. */
@@ -146,8 +159,12 @@ export interface AgentListenerOptions {
   tokenAuthentication?: boolean;
   /** Role pins of client certificates (default: none; separate CAs keep the roles apart). */
   roles?: ClientRoles;
-  /** Streams learn who authenticated their connection from the context. */
-  grpc: GrpcServerTransport<AgentCredential>;
+  /** Streams learn who authenticated their connection (and whose it is) from the context. */
+  grpc: GrpcServerTransport<AgentConnection>;
+  /** A server of many tenants decides whose each connection is (instead of the one CA and `roles`). */
+  recognise?: (socket: tls.TLSSocket) => ConnectionRecognition<AgentConnection>;
+  /** The context for a TLS server name (SNI), when one is not the default's. */
+  sni?: (serverName: string) => tls.SecureContext | undefined;
   log: Logger;
   refusals: Refusals;
   /** Default HANDSHAKE_TIMEOUT_MS. */
@@ -170,30 +187,31 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     ALPNProtocols: ['h2'],
     handshakeTimeout: opts.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
     allowHalfOpen: false,
+    ...(opts.sni ? { SNICallback: sniCallback(opts.sni) } : {}),
   });
   track(server, sockets, peers);
   // Agents that size their own side rule the HTTP/2 stall out even when this one is short.
   server.on('connection', sendBufferSizer(sizeTunnelSendBuffer, opts.log, 'agent sockets'));
+  const recognise = opts.recognise ?? ((socket: tls.TLSSocket) => oneCluster(socket, opts.roles ?? new ClientRoles(), withoutCertificate));
   server.on('secureConnection', (socket: tls.TLSSocket) => {
-    const verdict = verifyClientCertificate(socket, 'agent', opts.roles ?? new ClientRoles(), withoutCertificate);
+    const verdict = recognise(socket);
     const peer = tlsPeer(socket, peers);
     if (!verdict.ok) {
-      const what = verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate';
       opts.refusals.refuse({
-        reason: `agent_${verdict.refusal}`,
+        reason: verdict.reason,
         peer,
-        fields: { reason: verdict.detail },
-        message: `refused agent connection: ${what}`,
+        fields: { ...verdict.fields, reason: verdict.detail },
+        message: `refused agent connection: ${verdict.what}`,
         detail: verdict.detail,
       });
       socket.destroy();
       return;
     }
-    opts.log.debug({ peer, credential: verdict.credential.subject, identity: verdict.detail }, 'agent TLS connection accepted');
+    opts.log.debug({ peer, tenant: verdict.connection.tenant, identity: verdict.identity }, 'agent TLS connection accepted');
     closeWhenPeerGone(socket, (reason) =>
       opts.log.warn({ peer, reason }, 'closing agent connection: its peer is gone and HTTP/2 had not noticed'),
     );
-    opts.grpc.injectConnection(socket, verdict.credential);
+    opts.grpc.injectConnection(socket, verdict.connection);
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'agent');
   const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
@@ -207,7 +225,31 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     },
     'agent listener ready',
   );
-  return { address: `${opts.host}:${port}`, port, close: () => closeServer(server, sockets) };
+  return {
+    address: `${opts.host}:${port}`,
+    port,
+    close: () => closeServer(server, sockets),
+    setSecureContext: (o) => server.setSecureContext({ ...opts.tls, ...o }),
+  };
+}
+
+/** A server of one cluster: its CA and role pins decide (tls-policy.ts). */
+function oneCluster(socket: tls.TLSSocket, roles: ClientRoles, withoutCertificate: string | undefined): ConnectionRecognition<AgentConnection> {
+  const verdict = verifyClientCertificate(socket, 'agent', roles, withoutCertificate);
+  if (verdict.ok) return { ok: true, connection: { credential: verdict.credential }, identity: verdict.detail };
+  return {
+    ok: false,
+    reason: `agent_${verdict.refusal}`,
+    what: verdict.refusal === 'role' ? 'not an agent credential' : 'no valid client certificate',
+    detail: verdict.detail,
+  };
+}
+
+/** Node's SNICallback from a lookup: an unknown name gets the default context (undefined). */
+function sniCallback(
+  lookup: (serverName: string) => tls.SecureContext | undefined,
+): (serverName: string, cb: (err: Error | null, ctx?: tls.SecureContext) => void) => void {
+  return (serverName, cb) => cb(null, lookup(serverName));
 }
 
 /** `--mode`: which frontend protocols are served; the first is the default (both, told apart by their first bytes). */
@@ -218,9 +260,20 @@ export type FrontendMode = (typeof FRONTEND_MODES)[number];
 export interface FrontendListenerOptions {
   mode: FrontendMode;
   uds?: UnixSocketOptions;
-  tcp?: { host: string; port: number; tls: TlsFiles; handshakeTimeoutMs?: number; roles?: ClientRoles };
-  grpc: GrpcServerTransport;
-  httpConnect: HttpConnectFrontend;
+  tcp?: {
+    host: string;
+    port: number;
+    tls: TlsFiles;
+    handshakeTimeoutMs?: number;
+    roles?: ClientRoles;
+    /** A server of many tenants decides whose each connection is (instead of the one CA and `roles`). */
+    recognise?: (socket: tls.TLSSocket) => ConnectionRecognition<{ tenant: string }>;
+  };
+  /** The tenant a Unix socket serves (a server of many tenants gives each its own). */
+  tenant?: string;
+  grpc: GrpcServerTransport<FrontendConnection>;
+  /** The CONNECT frontend of a connection's tenant (undefined: the tenant is gone). */
+  httpConnect: (tenant: string | undefined) => HttpConnectFrontend | undefined;
   log: Logger;
   refusals: Refusals;
   /** Default REQUEST_HEAD_TIMEOUT_MS. */
@@ -228,7 +281,7 @@ export interface FrontendListenerOptions {
 }
 
 /** Hands a frontend connection to the gRPC server or the CONNECT frontend by its first bytes. */
-function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string): void {
+function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string, connection: FrontendConnection): void {
   const acceptedAt = Date.now();
   const headTimeoutMs = opts.requestHeadTimeoutMs ?? REQUEST_HEAD_TIMEOUT_MS;
   const route = (proto: SniffResult): void => {
@@ -246,10 +299,15 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       closeWhenPeerGone(socket, (reason) =>
         opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
       );
-      opts.grpc.injectConnection(socket);
+      opts.grpc.injectConnection(socket, connection);
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
-      opts.httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt));
+      const httpConnect = opts.httpConnect(connection.tenant);
+      if (!httpConnect) {
+        socket.destroy();
+        return;
+      }
+      httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt));
       socket.resume();
     } else {
       opts.refusals.refuse({
@@ -276,7 +334,8 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   const peers = new WeakMap<net.Socket, string>();
   if (opts.uds) {
     const peer = `unix:${opts.uds.path}`;
-    const server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, peer));
+    const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
+    const server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, peer, connection));
     track(server, sockets, peers);
     server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
     const file: UnixSocketFile = await listenUnix(server, opts.uds);
@@ -298,7 +357,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   if (!tcp) throw new Error('frontend needs --uds-name or --server-port');
   const server = tls.createServer({
     ...tcp.tls,
-    requestCert: !!tcp.tls.ca,
+    requestCert: !!tcp.tls.ca || !!tcp.recognise,
     rejectUnauthorized: false,
     ALPNProtocols: ['h2', 'http/1.1'],
     handshakeTimeout: tcp.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
@@ -307,6 +366,22 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
   track(server, sockets, peers);
   server.on('secureConnection', (socket: tls.TLSSocket) => {
     const peer = tlsPeer(socket, peers);
+    if (tcp.recognise) {
+      const verdict = tcp.recognise(socket);
+      if (!verdict.ok) {
+        opts.refusals.refuse({
+          reason: verdict.reason,
+          peer,
+          fields: { ...verdict.fields, reason: verdict.detail },
+          message: `refused frontend connection: ${verdict.what}`,
+          detail: verdict.detail,
+        });
+        socket.destroy();
+        return;
+      }
+      dispatch(socket, opts, peer, verdict.connection);
+      return;
+    }
     if (tcp.tls.ca) {
       const verdict = verifyClientCertificate(socket, 'frontend', tcp.roles ?? new ClientRoles());
       if (!verdict.ok) {
@@ -322,11 +397,16 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
         return;
       }
     }
-    dispatch(socket, opts, peer);
+    dispatch(socket, opts, peer, {});
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'frontend');
   const port = await listenTcp(server, tcp.host, tcp.port, '--server-bind-address, --server-port');
   reportErrors(server, opts.log);
   opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
-  return { address: `${tcp.host}:${port}`, port, close: () => closeServer(server, sockets) };
+  return {
+    address: `${tcp.host}:${port}`,
+    port,
+    close: () => closeServer(server, sockets),
+    setSecureContext: (o) => server.setSecureContext({ ...tcp.tls, ...o }),
+  };
 }

@@ -10,6 +10,9 @@ import type { KeepaliveOptions } from '../transport/liveness.js';
 import type { ProxyStrategy } from './routing/proxy-strategies.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import type { ServerLeaseController } from './leases/lease-controller.js';
+import type { LoadedTenant } from './tenants/loaded-tenant.js';
+import type { TenantSpec } from './tenants/tenants-file.js';
+import type { TlsPolicyOptions } from './tenants/tenant-directory.js';
 
 /** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
 export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
@@ -60,11 +63,25 @@ export interface ServerOptions {
   /** Node -> control plane connections of all agents together (file descriptors here); default half the open-files limit. */
   maxNodeToCpConnections?: number;
   log: Logger;
+  /**
+   * `--tenants-config`: the server serves the tenants `load()` reads (and
+   * reads again on reloadTenants()) instead of one cluster from the options
+   * above; those then only give what the tenants share (ports, keepalive,
+   * transport, the default agent-port certificate, the TCP frontend).
+   */
+  tenants?: {
+    /** Reads and checks the file and every file it names; throws a TenantsFileError listing every problem. */
+    load(): LoadedTenant[];
+    /** --tls-min-version and --cipher-suites for the tenants' own TLS contexts. */
+    policy: TlsPolicyOptions;
+    /** A token authenticator against the tenant's own kube-apiserver, and what closes its client. */
+    tokenReview?(spec: TenantSpec): Promise<{ authenticator: TokenAuthenticator; release: () => void }>;
+  };
 }
 
 export interface ServerStats {
   agents: number;
   frontendStreams: number;
-  agentTunnels: (TunnelStats & { agentID: string; credential: string })[];
+  agentTunnels: (TunnelStats & { agentID: string; credential: string; tenant?: string })[];
   frontendTunnels: TunnelStats[];
 }

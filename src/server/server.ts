@@ -1,35 +1,37 @@
 /**
- * Kanal proxy server: wires the agent listener, the frontends, routing,
- * the allow-list and health together, and takes them down in order.
+ * Kanal proxy server: the listeners (agent port, frontends, health) and the
+ * tenants they hand connections to (tenants/tenant.ts), started and taken
+ * down in order. Without --tenants-config there is one unnamed tenant from
+ * the flags; with it, every tenant of the file, recognised per connection
+ * by tenants/tenant-directory.ts and changed live (docs/multi-tenant.md).
  */
-import type { Logger } from 'pino';
-import type { GrpcServerTransport } from '../transport/transport.js';
-import type { Tunnel } from '../tunnel/tunnel.js';
-import { Feature, type FeatureSet } from '../wire/features.js';
+import type { GrpcServerTransport, IncomingStream } from '../transport/transport.js';
+import { GrpcStatus } from '../transport/grpc-status.js';
+import { AggregatorRegistry, Counter } from 'prom-client';
+import type { LabelledCounter } from '../domain/metrics.js';
+import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { KanalMetrics } from '../domain/metrics.js';
-import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
 import { ConnectionBudget } from '../domain/connection-budget.js';
 import { defaultNodeToCpConnections, openFilesLimit } from '../common/open-files-limit.js';
-import { AgentRegistry } from './agents/agent-registry.js';
-import { AllowList } from './destinations/allow-list.js';
-import { createAgentService } from './agents/agent-service.js';
-import { BackendDialer } from './frontends/backend-dialer.js';
-import { DestinationDialer } from './destinations/destination-dialer.js';
-import { createGrpcFrontend } from './frontends/grpc-frontend.js';
-import { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
-import { listenForAgents, listenForFrontends, type Listener } from './listeners.js';
+import type { AgentRegistry } from './agents/agent-registry.js';
+import { listenForAgents, listenForFrontends, type FrontendConnection, type Listener } from './listeners.js';
 import { Refusals } from '../domain/refusal-log.js';
 import { listenError } from '../common/listen-error.js';
+import { errorMessage } from '../common/error-message.js';
 import { assertRolesSeparated, ClientRoles, NO_PINS } from './identity/client-roles.js';
-import type { AgentCredential } from './identity/agent-credential.js';
+import type { AgentConnection } from './identity/agent-credential.js';
+import { MD_AUTHORIZATION } from '../wire/metadata.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
+import type { UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
 import { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
-import { feedLeaseMetrics, registerServerGauges } from './server-gauges.js';
+import { feedLeaseMetrics } from './server-gauges.js';
+import { Tenant } from './tenants/tenant.js';
+import { TenantDirectory } from './tenants/tenant-directory.js';
+import type { LoadedTenant } from './tenants/loaded-tenant.js';
+import { TenantsFileError } from './tenants/tenants-file.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
-
-const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
 /** Streams one agent connection may have open: agents use one; room for a second while one closes. */
 const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
@@ -64,45 +66,131 @@ const NEXT_STATES: Readonly<Record<ServerState['kind'], readonly ServerState['ki
   stopped: [],
 };
 
+/** The implicit tenant's key in `rooms`: a server without --tenants-config. */
+const ONE_CLUSTER = '';
+
+/** A tenant being served, with what was loaded for it and its own Unix socket. */
+interface Room {
+  tenant: Tenant;
+  loaded?: LoadedTenant;
+  uds?: Listener;
+  /** Closes what was opened for it (its kube-apiserver client). */
+  release?: () => void;
+}
+
+/** What a reload of the tenants file changed (names), or why it changed nothing. */
+export type ReloadResult = { ok: true; added: string[]; changed: string[]; removed: string[] } | { ok: false; error: string };
+
 export class KanalServer {
-  readonly registry: AgentRegistry;
+  /** The process's metrics, and the tenant's on a server of one cluster. */
   readonly metrics = new KanalMetrics('server');
   /** See ServerState; changed only by transition(). */
   private current: ServerState = { kind: 'created' };
-  private readonly frontendTunnels = new Set<Tunnel>();
   /** Node -> control plane connections of all agents together (file descriptors here). */
   private readonly nodeToCp: ConnectionBudget;
+  /** Tenant name (ONE_CLUSTER without --tenants-config) -> what serves it. */
+  private readonly rooms = new Map<string, Room>();
+  /** Whose a connection is; replaced whole on a reload (undefined: one cluster). */
+  private directory: TenantDirectory | undefined;
   /** Set while starting and kept once closed, so their ports can still be read (tests, logs). */
   private agentListener: Listener | undefined;
   private frontendListener: Listener | undefined;
   private health: HealthServer | undefined;
-  private httpConnect: HttpConnectFrontend | undefined;
-  /** Upstream's lease metric names, for the lease controller to feed. */
-  readonly upstreamLeaseMetrics: UpstreamServerLeaseMetrics;
   private closers: (() => Promise<void>)[] = [];
   /** Report the refusals still held back by rate limiting (at stop). */
   private flushers: (() => void)[] = [];
+  private readonly log: ServerOptions['log'];
+  /** Listener-level refusals (before a tenant is known): counted in the process's metrics. */
+  private readonly refusalLogs: { frontend: Refusals; agents: Refusals };
+  /** One reload at a time; a request during one sets reloadAgain and is served by one more pass. */
+  private reloading: Promise<ReloadResult> | undefined;
+  private reloadAgain = false;
+  /** kanal_tenants_config_reloads_total{result}: with --tenants-config only. */
+  private readonly reloads: LabelledCounter<{ result: 'applied' | 'invalid' }> | undefined;
+  private frontendGrpc: GrpcServerTransport<FrontendConnection> | undefined;
 
   constructor(private readonly opts: ServerOptions) {
-    this.registry = new AgentRegistry(opts.agent.maxAgentsPerCredential ?? 1);
-    const agentTunnels = (): Tunnel[] => this.registry.list().map((b) => b.tunnel);
-    this.upstreamLeaseMetrics = registerUpstreamServerMetrics(this.metrics.registry, {
-      agentStreams: () => this.registry.size,
-      proxyStreams: () => this.frontendTunnels.size,
-      httpConnectConnections: () => this.httpConnect?.size ?? 0,
-      readyAgents: () => this.registry.agentCount,
-      pendingDials: () => agentTunnels().reduce((n, t) => n + t.stats().pendingDials, 0),
-      establishedConnections: () => agentTunnels().reduce((n, t) => n + t.stats().connections, 0),
-      pausedAgentStreams: () => agentTunnels().filter((t) => t.stats().readPaused).length,
-      pausedProxyStreams: () => [...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
-    });
+    this.log = opts.log;
     this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
-    registerServerGauges(this.metrics, { registry: this.registry, frontendTunnels: this.frontendTunnels, nodeToCp: this.nodeToCp });
+    this.refusalLogs = {
+      frontend: this.refusals(opts.log.child({ part: 'frontend' })),
+      agents: this.refusals(opts.log.child({ part: 'agents' })),
+    };
+    this.reloads = opts.tenants
+      ? new Counter({
+          name: 'kanal_tenants_config_reloads_total',
+          help: 'Reloads of the tenants file by result: applied, or invalid (refused whole; the running tenants stay)',
+          labelNames: ['result'],
+          registers: [this.metrics.registry],
+        })
+      : undefined;
+    if (!opts.tenants) {
+      this.rooms.set(ONE_CLUSTER, { tenant: this.oneCluster() });
+    } else {
+      this.metrics.gauge('kanal_server_tenants', 'Tenants this server serves (--tenants-config)', () => this.rooms.size);
+    }
+  }
+
+  /** The tenant of a server without --tenants-config, from its options, sharing the server's metrics. */
+  private oneCluster(): Tenant {
+    const o = this.opts;
+    return new Tenant({
+      serverID: o.serverID,
+      serverCount: o.serverCount,
+      maxAgentsPerCredential: o.agent.maxAgentsPerCredential ?? 1,
+      proxyStrategies: o.proxyStrategies,
+      backendDialTimeoutMs: o.backendDialTimeoutMs,
+      allowedDestinations: o.allowedDestinations,
+      destinationDialTimeoutMs: o.destinationDialTimeoutMs,
+      limits: o.limits,
+      agentLimits: o.agentLimits,
+      tokens: o.agent.tokens,
+      nodeToCp: this.nodeToCp,
+      metrics: this.metrics,
+      log: o.log,
+    });
+  }
+
+  /** A tenant of the file, in its own metrics and log lines. */
+  private tenantFrom(loaded: LoadedTenant, tokens: TokenAuthenticator | undefined): Tenant {
+    const name = loaded.spec.name;
+    return new Tenant({
+      ...loaded.options,
+      ...(tokens ? { tokens } : {}),
+      name,
+      serverID: this.opts.serverID,
+      limits: { ...this.opts.limits, ...loaded.options.limits },
+      nodeToCp: this.nodeToCp,
+      metrics: new KanalMetrics('server', name),
+      log: this.log.child({ tenant: name }),
+    });
   }
 
   /** Where the server is in its life (ServerState). */
   get state(): ServerState['kind'] {
     return this.current.kind;
+  }
+
+  /** The agents of a server of one cluster (tests and the in-process kit read it). */
+  get registry(): AgentRegistry {
+    return this.tenant(ONE_CLUSTER).registry;
+  }
+
+  /** Upstream's lease metric names of a server of one cluster, for the lease controller to feed. */
+  get upstreamLeaseMetrics(): UpstreamServerLeaseMetrics {
+    return this.tenant(ONE_CLUSTER).upstreamLeaseMetrics;
+  }
+
+  /** The tenant named `name` (ONE_CLUSTER: the one of a server without --tenants-config); throws when there is none. */
+  tenant(name: string): Tenant {
+    const room = this.rooms.get(name);
+    if (!room) throw new Error(name === ONE_CLUSTER ? 'this server has --tenants-config: name the tenant' : `no tenant ${JSON.stringify(name)}`);
+    return room.tenant;
+  }
+
+  /** Names of the tenants served (empty without --tenants-config). */
+  get tenantNames(): string[] {
+    return [...this.rooms.keys()].filter((n) => n !== ONE_CLUSTER);
   }
 
   get agentPort(): number {
@@ -117,19 +205,42 @@ export class KanalServer {
     return this.health?.port ?? 0;
   }
 
+  /**
+   * One cluster: ready once an agent is connected (upstream's rule). Many: ready
+   * once listening, since a tenant without nodes must not take the shared
+   * server out of its load balancer; the detail lists every tenant.
+   */
   readiness(): Readiness {
-    const n = this.registry.size;
-    return n > 0 ? { ready: true, detail: `${n} agent(s) connected` } : { ready: false, detail: 'no agent connected' };
+    if (!this.opts.tenants) {
+      const n = this.registry.size;
+      return n > 0 ? { ready: true, detail: `${n} agent(s) connected` } : { ready: false, detail: 'no agent connected' };
+    }
+    const lines = [...this.rooms.values()].map((r) => `tenant ${r.tenant.name ?? ''}: ${r.tenant.agentsDetail()}`);
+    const ready = this.current.kind === 'listening';
+    return { ready, detail: `${this.rooms.size} tenant(s)${lines.length > 0 ? `\n${lines.join('\n')}` : ''}` };
   }
 
   stats(): ServerStats {
+    const tenants = [...this.rooms.values()].map((r) => r.tenant);
     return {
-      agents: this.registry.size,
-      frontendStreams: this.frontendTunnels.size,
-      agentTunnels: this.registry.list().map((b) => ({ agentID: b.agentID, credential: b.credential.subject, ...b.tunnel.stats() })),
-      frontendTunnels: [...this.frontendTunnels].map((t) => t.stats()),
+      agents: tenants.reduce((n, t) => n + t.registry.size, 0),
+      frontendStreams: tenants.reduce((n, t) => n + t.frontendTunnels.size, 0),
+      agentTunnels: tenants.flatMap((t) =>
+        t.registry.list().map((b) => ({ agentID: b.agentID, credential: b.credential.subject, ...(t.name ? { tenant: t.name } : {}), ...b.tunnel.stats() })),
+      ),
+      frontendTunnels: tenants.flatMap((t) => [...t.frontendTunnels].map((x) => x.stats())),
     };
   }
+
+  /** /metrics: the process's registry, with every tenant's labelled series beside it. */
+  readonly metricsSource = {
+    contentType: this.metrics.registry.contentType,
+    metrics: async (): Promise<string> => {
+      if (!this.opts.tenants) return this.metrics.registry.metrics();
+      const all = [this.metrics.registry, ...[...this.rooms.values()].map((r) => r.tenant.metrics.registry)];
+      return AggregatorRegistry.aggregate(await Promise.all(all.map((r) => r.getMetricsAsJSON()))).metrics();
+    },
+  };
 
   /**
    * Starts every listener. On failure everything already started is
@@ -148,7 +259,9 @@ export class KanalServer {
 
   private async bringUp(): Promise<void> {
     try {
+      if (this.opts.tenants) await this.addTenants(await this.opts.tenants.load());
       await this.startListeners();
+      for (const room of this.rooms.values()) if (room.loaded?.spec.uds) room.uds = await this.listenTenantSocket(room);
     } catch (err) {
       await this.release();
       this.transition({ kind: 'stopped' });
@@ -166,9 +279,13 @@ export class KanalServer {
       leases.start();
     }
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
-    const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
     this.transition({ kind: 'listening' });
-    this.opts.log.info(
+    if (this.opts.tenants) {
+      this.log.info({ serverID, keepalive, tenants: this.tenantNames.length }, 'kanal server started');
+      return;
+    }
+    const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
+    this.log.info(
       { serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease },
       'kanal server started',
     );
@@ -178,84 +295,78 @@ export class KanalServer {
   private async startListeners(): Promise<void> {
     const { opts } = this;
     const roles = new ClientRoles(opts.agent.clientPins ?? NO_PINS, opts.frontend.tcp?.clientPins ?? NO_PINS);
-    assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
-    const logs = { frontend: opts.log.child({ part: 'frontend' }), agents: opts.log.child({ part: 'agents' }) };
-    const refusals = { frontend: this.refusals(logs.frontend), agents: this.refusals(logs.agents) };
-    const destinations = this.destinationDialer();
-    const agentGrpc = this.startAgentGrpc(destinations, logs.agents, refusals.agents);
-    const { frontendGrpc, httpConnect } = this.startFrontends(logs.frontend, refusals.frontend);
-    this.frontendListener = await listenForFrontends({
-      mode: opts.frontend.mode,
-      uds: opts.frontend.uds,
-      tcp: opts.frontend.tcp && { ...opts.frontend.tcp, roles },
-      requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
-      grpc: frontendGrpc,
-      httpConnect,
-      log: logs.frontend,
-      refusals: refusals.frontend,
-    });
+    if (!opts.tenants) assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
+    this.warnAboutBudget();
+    const agentGrpc = this.startAgentGrpc();
+    const frontendGrpc = this.startFrontendGrpc();
+    const directory = this.directory;
+    const tcp = opts.frontend.tcp;
+    if (tcp || !opts.tenants) {
+      this.frontendListener = await listenForFrontends({
+        mode: opts.frontend.mode,
+        uds: opts.tenants ? undefined : opts.frontend.uds,
+        tcp: tcp && {
+          ...tcp,
+          tls: directory ? { ...tcp.tls, ca: this.trust(directory.frontendTrust) } : tcp.tls,
+          roles,
+          ...(directory ? { recognise: (socket) => this.currentDirectory().recogniseFrontend(socket) } : {}),
+        },
+        requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
+        grpc: frontendGrpc,
+        httpConnect: (tenant) => this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.httpConnect,
+        log: this.log.child({ part: 'frontend' }),
+        refusals: this.refusalLogs.frontend,
+      });
+    }
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
       port: opts.agent.port,
-      tls: opts.agent.tls,
+      tls: directory ? { ...opts.agent.tls, ca: this.trust(directory.agentTrust) } : opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
       tokenAuthentication: !!opts.agent.tokens,
       roles,
       grpc: agentGrpc,
-      log: logs.agents,
-      refusals: refusals.agents,
+      log: this.log.child({ part: 'agents' }),
+      refusals: this.refusalLogs.agents,
+      ...(directory
+        ? {
+            recognise: (socket) => this.currentDirectory().recogniseAgent(socket),
+            sni: (name) => this.currentDirectory().contextFor(name),
+          }
+        : {}),
     });
     await this.startHealth();
   }
 
-  /** Node -> control plane dials: the allow-list within the server-wide budget, both logged as the server starts. */
-  private destinationDialer(): DestinationDialer {
-    const { opts, nodeToCp } = this;
-    const log = opts.log;
-    const openFiles = openFilesLimit();
-    if (openFiles !== undefined && nodeToCp.limit >= openFiles) {
-      log.warn(
-        { maxNodeToCpConnections: nodeToCp.limit, openFilesLimit: openFiles },
-        '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit',
-      );
-    }
-    const allowList = new AllowList(opts.allowedDestinations);
-    if (allowList.empty) log.info('no --allowed-destination: every node -> control plane dial will be refused');
-    else
-      log.info(
-        { allowed: allowList.list(), maxConnections: nodeToCp.limit, openFilesLimit: openFiles },
-        'node -> control plane destinations allowed',
-      );
-    const nodeDialLog = log.child({ part: 'node-dial' });
-    return new DestinationDialer({
-      allowList,
-      timeoutMs: opts.destinationDialTimeoutMs,
-      budget: nodeToCp,
-      log: nodeDialLog,
-      refusals: this.refusals(nodeDialLog),
-      metrics: this.metrics,
-    });
+  /** A trust bundle for a listener: a PEM string as Buffer, or none. */
+  private trust(pem: string | undefined): Buffer | undefined {
+    return pem === undefined ? undefined : Buffer.from(pem);
   }
 
-  /** The gRPC server of the agent port: AgentService/Connect, with keepalive PINGs. */
-  private startAgentGrpc(destinations: DestinationDialer, agentLog: Logger, agentRefusals: Refusals): GrpcServerTransport<AgentCredential> {
+  private currentDirectory(): TenantDirectory {
+    if (!this.directory) throw new Error('no tenant directory on a server of one cluster');
+    return this.directory;
+  }
+
+  /** The node -> control plane budget, against the open-files limit, said once at start. */
+  private warnAboutBudget(): void {
+    const openFiles = openFilesLimit();
+    const { limit } = this.nodeToCp;
+    if (openFiles !== undefined && limit >= openFiles) {
+      this.log.warn(
+        { maxNodeToCpConnections: limit, openFilesLimit: openFiles },
+        '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit',
+      );
+    } else this.log.info({ maxConnections: limit, openFilesLimit: openFiles }, 'node -> control plane connections bounded');
+  }
+
+  /** The gRPC server of the agent port: AgentService/Connect, with keepalive PINGs, each stream handed to its tenant. */
+  private startAgentGrpc(): GrpcServerTransport<AgentConnection> {
     const { opts, metrics } = this;
     const keepalive = opts.agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
-    const agentGrpc = opts.transport.createServer<AgentCredential>(
-      {
-        agentConnect: createAgentService({
-          serverID: opts.serverID,
-          serverCount: opts.serverCount,
-          registry: this.registry,
-          destinations,
-          features: SERVER_FEATURES,
-          limits: { ...opts.limits, ...opts.agentLimits },
-          log: agentLog,
-          metrics,
-          refusals: agentRefusals,
-          tokens: opts.agent.tokens && { authenticator: opts.agent.tokens },
-        }),
-      },
+    const agentLog = this.log.child({ part: 'agents' });
+    const agentGrpc = opts.transport.createServer<AgentConnection>(
+      { agentConnect: (incoming) => this.routeAgent(incoming) },
       {
         maxReceiveMessageBytes: opts.maxReceiveMessageBytes,
         maxConcurrentStreams: MAX_STREAMS_PER_AGENT_CONNECTION,
@@ -272,49 +383,180 @@ export class KanalServer {
     return agentGrpc;
   }
 
-  /** The KAS's side: the gRPC ProxyService and HTTP CONNECT, both dialling through agents with one BackendDialer. */
-  private startFrontends(
-    frontendLog: Logger,
-    frontendRefusals: Refusals,
-  ): { frontendGrpc: GrpcServerTransport; httpConnect: HttpConnectFrontend } {
-    const { opts, metrics } = this;
-    const dialer = new BackendDialer({
-      registry: this.registry,
-      timeoutMs: opts.backendDialTimeoutMs,
-      log: frontendLog,
-      metrics,
-      refusals: frontendRefusals,
-      strategies: opts.proxyStrategies,
-    });
-    const frontendGrpc = opts.transport.createServer(
+  /** An agent stream to its tenant: the one its connection was recognised as, else the one its token's issuer names. */
+  private routeAgent(incoming: IncomingStream<AgentConnection>): void {
+    const connection = incoming.context ?? {};
+    const name = this.opts.tenants
+      ? (connection.tenant ?? this.directory?.tenantOfToken(incoming.metadata.get(MD_AUTHORIZATION) ?? []))
+      : ONE_CLUSTER;
+    const room = name === undefined ? undefined : this.rooms.get(name);
+    if (!room) {
+      const detail = name === undefined ? 'no tenant recognises its connection or token' : `tenant ${JSON.stringify(name)} is no longer served`;
+      this.refusalLogs.agents.refuse({
+        reason: 'agent_tenant_unknown',
+        peer: incoming.peer,
+        fields: { reason: detail },
+        message: 'refused agent stream: it belongs to no tenant',
+        detail,
+      });
+      incoming.reject(GrpcStatus.UNAUTHENTICATED, `this server serves no tenant for this agent: ${detail}`);
+      return;
+    }
+    room.tenant.serveAgent(withContext(incoming, connection.credential));
+  }
+
+  /** The KAS's side: the gRPC ProxyService, each stream handed to its connection's tenant. */
+  private startFrontendGrpc(): GrpcServerTransport<FrontendConnection> {
+    const frontendGrpc = this.opts.transport.createServer<FrontendConnection>(
       {
-        proxy: createGrpcFrontend({ dialer, log: frontendLog, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics }),
+        proxy: (incoming) => {
+          const room = this.rooms.get(incoming.context?.tenant ?? ONE_CLUSTER);
+          if (!room) {
+            incoming.reject(GrpcStatus.UNAVAILABLE, 'the tenant of this connection is no longer served');
+            return;
+          }
+          room.tenant.serveProxy(withContext(incoming, undefined));
+        },
       },
-      { maxReceiveMessageBytes: opts.maxReceiveMessageBytes },
+      { maxReceiveMessageBytes: this.opts.maxReceiveMessageBytes },
     );
     this.closers.push(() => frontendGrpc.close(1000));
-    const httpConnect = new HttpConnectFrontend(dialer, this.refusals(opts.log.child({ part: 'frontend', frontend: 'http-connect' })));
-    this.httpConnect = httpConnect;
-    return { frontendGrpc, httpConnect };
+    this.frontendGrpc = frontendGrpc;
+    return frontendGrpc;
+  }
+
+  /** A tenant's own Unix socket for its kube-apiserver. */
+  private async listenTenantSocket(room: Room): Promise<Listener | undefined> {
+    const uds = room.loaded?.spec.uds;
+    if (!uds || !this.frontendGrpc) return undefined;
+    return listenForFrontends({
+      mode: this.opts.frontend.mode,
+      uds,
+      tenant: room.tenant.name,
+      requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,
+      grpc: this.frontendGrpc,
+      httpConnect: (tenant) => this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.httpConnect,
+      log: room.tenant.log.child({ part: 'frontend' }),
+      refusals: this.refusalLogs.frontend,
+    });
+  }
+
+  /** The tenants of the file at start (the file was checked whole by load()). */
+  private async addTenants(list: readonly LoadedTenant[]): Promise<void> {
+    this.directory = new TenantDirectory(
+      list.map((l) => l.credentials),
+      this.opts.tenants?.policy ?? {},
+    );
+    for (const loaded of list) this.rooms.set(loaded.spec.name, await this.openRoom(loaded));
+    this.log.info({ tenants: list.map((l) => l.spec.name) }, `serving ${list.length} tenant(s)`);
+  }
+
+  private async openRoom(loaded: LoadedTenant): Promise<Room> {
+    const review = loaded.spec.tokens && (await this.opts.tenants?.tokenReview?.(loaded.spec));
+    const tenant = this.tenantFrom(loaded, review?.authenticator);
+    return { tenant, loaded, ...(review ? { release: review.release } : {}) };
+  }
+
+  /**
+   * Re-reads the tenants file and applies what changed, touching no other
+   * tenant: added tenants start, removed ones are closed (one line each), a
+   * changed one is closed and started anew. A file that cannot be used
+   * changes nothing. One reload at a time; requests during one are merged into the next.
+   */
+  async reloadTenants(): Promise<ReloadResult> {
+    if (!this.opts.tenants) return { ok: false, error: 'this server has no --tenants-config' };
+    if (this.current.kind !== 'listening') return { ok: false, error: `the server is ${this.current.kind}` };
+    if (this.reloading) {
+      this.reloadAgain = true;
+      return this.reloading;
+    }
+    const run = async (): Promise<ReloadResult> => {
+      let result: ReloadResult;
+      do {
+        this.reloadAgain = false;
+        result = await this.applyReload();
+      } while (this.reloadAgain && this.current.kind === 'listening');
+      return result;
+    };
+    this.reloading = run().finally(() => (this.reloading = undefined));
+    return this.reloading;
+  }
+
+  private async applyReload(): Promise<ReloadResult> {
+    const tenants = this.opts.tenants;
+    if (!tenants) return { ok: false, error: 'no --tenants-config' };
+    let list: LoadedTenant[];
+    let directory: TenantDirectory;
+    try {
+      list = tenants.load();
+      directory = new TenantDirectory(
+        list.map((l) => l.credentials),
+        tenants.policy,
+      );
+    } catch (err) {
+      const error = errorMessage(err);
+      // One field per mistake: a long message would be cut in the log line (log-safety.ts).
+      const fields = err instanceof TenantsFileError ? { file: err.file, mistakes: err.mistakes } : { err: error };
+      this.log.error(fields, 'tenants file refused: the running tenants stay as they are');
+      this.reloads?.inc({ result: 'invalid' });
+      return { ok: false, error };
+    }
+    const next = new Map(list.map((l) => [l.spec.name, l]));
+    const removed = [...this.rooms.keys()].filter((n) => !next.has(n));
+    const changed = [...next.keys()].filter((n) => {
+      const room = this.rooms.get(n);
+      return room !== undefined && room.loaded?.fingerprint !== next.get(n)?.fingerprint;
+    });
+    const added = [...next.keys()].filter((n) => !this.rooms.has(n));
+    for (const name of [...removed, ...changed]) await this.closeRoom(name, removed.includes(name) ? 'removed from' : 'changed in');
+    this.directory = directory;
+    this.agentListener?.setSecureContext?.({ ca: this.trust(directory.agentTrust) });
+    this.frontendListener?.setSecureContext?.({ ca: this.trust(directory.frontendTrust) });
+    for (const name of [...changed, ...added]) {
+      const loaded = next.get(name);
+      if (!loaded) continue;
+      const room = await this.openRoom(loaded);
+      this.rooms.set(name, room);
+      try {
+        room.uds = await this.listenTenantSocket(room);
+      } catch (err) {
+        room.tenant.log.error({ err: errorMessage(err) }, "cannot listen on the tenant's Unix socket; its agents are served, its kube-apiserver cannot reach it");
+      }
+      room.tenant.log.info(changed.includes(name) ? 'tenant changed: started anew' : 'tenant added');
+    }
+    this.reloads?.inc({ result: 'applied' });
+    this.log.info({ added, changed, removed, tenants: this.rooms.size }, 'tenants file applied');
+    return { ok: true, added, changed, removed };
+  }
+
+  /** Stops serving a tenant: its socket, its agents' tunnels and its kube-apiserver's streams, in one line. */
+  private async closeRoom(name: string, how: string): Promise<void> {
+    const room = this.rooms.get(name);
+    if (!room) return;
+    this.rooms.delete(name);
+    await room.uds?.close();
+    const { agents, frontendStreams } = { agents: room.tenant.registry.size, frontendStreams: room.tenant.frontendTunnels.size };
+    room.tenant.close(new Error(`tenant ${name} was ${how} the tenants file`));
+    room.release?.();
+    room.tenant.log.info({ agentTunnels: agents, frontendStreams }, `tenant ${how.replace(/ (from|in)$/, '')} the tenants file: its agents and connections closed`);
   }
 
   private async startHealth(): Promise<void> {
     if (!this.opts.health) return;
     const { host, port } = this.opts.health;
-    const { metrics, opts } = this;
     this.health = await startHealthServer({
       host,
       port,
       readiness: () => this.readiness(),
-      registry: metrics.registry,
-      log: opts.log,
+      registry: this.metricsSource,
+      log: this.log,
     }).catch((err: unknown) => {
       throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
     });
   }
 
   /** A Refusals for one part of the server, flushed when it stops. */
-  private refusals(log: Logger): Refusals {
+  private refusals(log: ServerOptions['log']): Refusals {
     const r = new Refusals(log, this.metrics);
     this.flushers.push(() => r.flush());
     return r;
@@ -353,10 +595,11 @@ export class KanalServer {
       await this.opts.leases?.stop();
     } finally {
       // Released even when the lease could not be deleted: nothing may stay bound.
+      await this.reloading?.catch(() => undefined);
       await this.release();
       this.transition({ kind: 'stopped' });
     }
-    this.opts.log.info('kanal server stopped');
+    this.log.info('kanal server stopped');
   }
 
   /** Moves along NEXT_STATES; any other move is a bug here and throws. */
@@ -370,16 +613,26 @@ export class KanalServer {
   private async release(): Promise<void> {
     await this.frontendListener?.close();
     await this.agentListener?.close();
-    for (const t of this.frontendTunnels) t.close();
-    for (const b of this.registry.list()) b.tunnel.close();
+    for (const room of this.rooms.values()) {
+      await room.uds?.close();
+      room.tenant.close();
+      room.release?.();
+    }
     await Promise.all(this.closers.map((c) => c()));
     this.closers = [];
     await this.health?.close();
     for (const flush of this.flushers.splice(0)) flush();
   }
+}
 
-  private trackFrontend(tunnel: Tunnel): void {
-    this.frontendTunnels.add(tunnel);
-    tunnel.once('close', () => this.frontendTunnels.delete(tunnel));
-  }
+/** The same stream with another context: a tenant's handlers take the credential, not the connection record. */
+function withContext<C, D>(incoming: IncomingStream<C>, context: D | undefined): IncomingStream<D> {
+  return {
+    metadata: incoming.metadata,
+    peer: incoming.peer,
+    context,
+    ...(incoming.liveness ? { liveness: incoming.liveness } : {}),
+    accept: (headers) => incoming.accept(headers),
+    reject: (code, message) => incoming.reject(code, message),
+  };
 }

@@ -65,3 +65,51 @@ export function upstreamNotices(given: Readonly<Record<string, unknown>>, table:
   }
   return notices;
 }
+
+/** What a settings file gave, parsed: the values with the table's defaults applied, and every mistake found. */
+export interface FileSettings<T extends SettingTable> {
+  values: ValuesOf<T>;
+  /** One line per mistake, each naming its setting as the file spells it (without the flag's dashes). */
+  mistakes: string[];
+}
+
+/** A setting's default parsed, standing in for a mistaken value (undefined where even that is refused, e.g. a required one). */
+function fallback(s: AnySetting, name: string): unknown {
+  try {
+    return s.parse(s.default, name);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Every setting of `table` parsed from a settings file's mapping (a YAML
+ * object): defaults applied here (yargs does it for a command line), a
+ * single value taken for a repeatable setting, and every mistake collected
+ * instead of the first thrown. Keys outside the table are the caller's to
+ * report. The values of a setting with a mistake are its default.
+ */
+export function readFileSettings<T extends SettingTable>(table: T, given: Readonly<Record<string, unknown>>): FileSettings<T> {
+  const values: Record<string, unknown> = {};
+  const mistakes: string[] = [];
+  for (const [name, s] of Object.entries(table)) {
+    let value = given[name] ?? s.default;
+    if (s.array && value !== undefined && !Array.isArray(value)) value = [value];
+    const parse = (v: unknown): unknown => s.parse(v, name);
+    if (value !== undefined && !isGivenType(s, value)) {
+      mistakes.push(`${name} takes ${s.array ? 'a list of ' : 'a '}${s.type}${s.array ? 's' : ''}, got ${JSON.stringify(value)}`);
+      values[name] = fallback(s, name);
+      continue;
+    }
+    try {
+      values[name] = parse(value);
+    } catch (err) {
+      if (!(err instanceof UsageError)) throw err;
+      // The parsers name their flag (--name); a file names the key.
+      mistakes.push(err.message.replaceAll(`--${name}`, name));
+      values[name] = fallback(s, name);
+    }
+  }
+  // Each key of the table was parsed by its own entry's parser, so the record has ValuesOf<T>'s shape.
+  return { values: values as ValuesOf<T>, mistakes };
+}

@@ -123,7 +123,7 @@ test('frontend TCP port: a connection whose TLS handshake stalls is closed at th
     mode: 'both',
     tcp: { host: '127.0.0.1', port: 0, tls: await serverTls(), handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS },
     grpc: unusedGrpc(),
-    httpConnect,
+    httpConnect: () => httpConnect,
     log: logs.log,
     refusals,
   });

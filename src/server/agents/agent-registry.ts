@@ -35,7 +35,10 @@ const MAX_PENDING_PER_CREDENTIAL = 2;
 export const REPLACE_AFTER_MS = 5000;
 
 /** Why admission refuses a tunnel: a subset of kanal_refusals_total's reasons. */
-export type AdmissionRefusal = Extract<RefusalReason, 'agent_credential_full' | 'agent_tunnels_full' | 'agent_admissions_busy'>;
+export type AdmissionRefusal = Extract<
+  RefusalReason,
+  'agent_credential_full' | 'agent_tunnels_full' | 'agent_admissions_busy' | 'agent_tenant_full'
+>;
 
 export type Admission =
   { ok: true; backend: AgentBackend; replaced: AgentBackend[] } | { ok: false; reason: AdmissionRefusal; message: string };
@@ -60,7 +63,11 @@ export class AgentRegistry {
   /** What routing reads, kept with `agents` (add, remove): the same agents and tunnels, in arrays of its own. */
   private readonly routes = new RouteIndex();
 
-  constructor(readonly maxAgentsPerCredential = 1) {}
+  /** `maxAgents`: distinct agents of all credentials together (a tenant's max-agents); unbounded for a server of one cluster. */
+  constructor(
+    readonly maxAgentsPerCredential = 1,
+    readonly maxAgents = Number.POSITIVE_INFINITY,
+  ) {}
 
   /**
    * Admits a tunnel of `credential` announcing `agentID`, replacing stale
@@ -126,6 +133,13 @@ export class AgentRegistry {
         message: `agent ${agentID} already holds ${tunnels.length} live tunnels to this server`,
       };
     }
+    if (Number.isFinite(this.maxAgents) && this.agentCount >= this.maxAgents)
+      return {
+        ok: false,
+        reason: 'agent_tenant_full',
+        probe: [],
+        message: `the tenant already has its maximum of ${this.maxAgents} agents on this server (max-agents)`,
+      };
     if (!agents || agents.size < this.maxAgentsPerCredential) return { ok: true, replace: [] };
     const staleAgent = [...agents.values()].find((ts) => ts.every(stale));
     if (staleAgent) return { ok: true, replace: [...staleAgent] };

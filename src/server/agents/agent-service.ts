@@ -67,6 +67,8 @@ export interface AgentServiceOptions {
    * agent's credential.
    */
   tokens?: { authenticator: TokenAuthenticator };
+  /** Told of every connection of an agent tunnel as it closes (a tenant's quota gives its ticket back). */
+  onConnectionClosed?: (connection: object) => void;
 }
 
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent. */
@@ -86,6 +88,7 @@ const REFUSALS: Record<AdmissionRefusal, string> = {
   agent_credential_full: 'its credential already holds as many live agents as allowed',
   agent_tunnels_full: 'the agent already holds as many live tunnels as allowed',
   agent_admissions_busy: 'too many tunnels of its credential are being admitted at once',
+  agent_tenant_full: 'its tenant already has as many agents as allowed',
 };
 
 export function createAgentService(opts: AgentServiceOptions): (incoming: IncomingStream<AgentCredential>) => void {
@@ -257,7 +260,10 @@ function accept({ incoming, credential, agentID, identifiers, log }: AdmittedStr
       : undefined,
     refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
     // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
-    onConnectionClosed: (c) => opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
+    onConnectionClosed: (c) => {
+      opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn);
+      opts.onConnectionClosed?.(c);
+    },
     onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
   });

@@ -51,6 +51,8 @@ export interface ServerConfig {
   logLevel: LevelWithSilent;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
+  /** `--tenants-config`: the file declaring the tenants (tenants/command-line.ts); the settings above are then what they share. */
+  tenants?: { file: string };
 }
 
 /** Checks what ties the settings together; `notices` are the command line's lines about ignored upstream flags (more may be added). */
@@ -130,8 +132,10 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
   };
 }
 
-/** `--agent-namespace`, `--agent-service-account`, `--authentication-audience`: all three or none (upstream). */
-function tokenAuthSettings(v: ServerSettings): ServerConfig['agent']['tokens'] {
+/** `--agent-namespace`, `--agent-service-account`, `--authentication-audience`: all three or none (upstream); a tenant's too. */
+export function tokenAuthSettings(
+  v: Pick<ServerSettings, 'agent-namespace' | 'agent-service-account' | 'authentication-audience'>,
+): ServerConfig['agent']['tokens'] {
   const [namespace, serviceAccount, audience] = [v['agent-namespace'], v['agent-service-account'], v['authentication-audience']];
   if (!namespace && !serviceAccount && !audience) return undefined;
   if (!namespace || !serviceAccount || !audience) {

@@ -44,6 +44,11 @@ function pins<T>(describe: string, group: string, parse: (text: string) => T) {
 }
 
 export const serverSettings = {
+  'tenants-config': optionalText({
+    describe:
+      'Serve many clusters: the YAML file declaring each tenant, how its agents and kube-apiserver are recognised and its settings (docs/multi-tenant.md); re-read when it changes and on SIGHUP',
+    group: IDENTITY,
+  }),
   'server-id': setting({
     type: 'string',
     describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)',

@@ -13,6 +13,7 @@ import type { AllowList } from './allow-list.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
 import type { ConnectionBudget } from '../../domain/connection-budget.js';
 import type { DialingAgent, Refusals } from '../../domain/refusal-log.js';
+import { isQuotaRefusal, type TenantQuota } from '../tenants/tenant-quota.js';
 
 export interface DestinationDialerOptions {
   allowList: AllowList;
@@ -23,6 +24,8 @@ export interface DestinationDialerOptions {
   log: Logger;
   refusals: Refusals;
   metrics?: KanalMetrics;
+  /** The tenant's share of the server (tenants/tenant-quota.ts); absent: a server of one cluster. */
+  quota?: TenantQuota;
 }
 
 export class DestinationDialer {
@@ -32,6 +35,7 @@ export class DestinationDialer {
   private readonly log: Logger;
   private readonly refusals: Refusals;
   private readonly metrics: KanalMetrics | undefined;
+  private readonly quota: TenantQuota | undefined;
 
   constructor(opts: DestinationDialerOptions) {
     this.allowList = opts.allowList;
@@ -40,6 +44,7 @@ export class DestinationDialer {
     this.log = opts.log;
     this.refusals = opts.refusals;
     this.metrics = opts.metrics;
+    this.quota = opts.quota;
   }
 
   /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
@@ -57,8 +62,21 @@ export class DestinationDialer {
       );
       throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
     }
-    const release = this.budget.take();
+    const ticket = this.quota?.take();
+    if (ticket && isQuotaRefusal(ticket)) {
+      this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
+      this.refusals.refuseAgent(ticket.reason, agent, { address: dial.address }, 'refused node dial: over the tenant\'s limits');
+      throw new DialError('exhausted', ticket.message);
+    }
+    const taken = this.budget.take();
+    const release =
+      taken &&
+      ((): void => {
+        taken();
+        ticket?.done();
+      });
     if (!release) {
+      ticket?.done();
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
       this.refusals.refuseAgent(
         'node_to_cp_connections',
@@ -76,6 +94,7 @@ export class DestinationDialer {
       this.metrics?.dialDone('node_to_cp', err instanceof DialError ? err.failure : 'refused', t0);
       throw err;
     }
+    ticket?.connected();
     socket.once('close', release);
     this.metrics?.dialDone('node_to_cp', 'ok', t0);
     this.log.debug({ ...agent, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');

@@ -13,6 +13,7 @@ import { RateLimitedLog } from '../../common/rate-limited-log.js';
 import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from '../../domain/refusal-log.js';
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from '../routing/proxy-strategies.js';
 import { errorMessage } from '../../common/error-message.js';
+import { isQuotaRefusal, type TenantQuota } from '../tenants/tenant-quota.js';
 
 export interface BackendDialerOptions {
   registry: AgentRegistry;
@@ -24,6 +25,8 @@ export interface BackendDialerOptions {
   refusals?: Refusals;
   /** How a dial picks its agent (--proxy-strategies); default upstream's. */
   strategies?: readonly ProxyStrategy[];
+  /** The tenant's share of the server (tenants/tenant-quota.ts); absent: a server of one cluster. */
+  quota?: TenantQuota;
 }
 
 export class BackendDialer {
@@ -35,6 +38,7 @@ export class BackendDialer {
   private readonly metrics: KanalMetrics | undefined;
   private readonly refusals: Refusals;
   private readonly strategies: readonly ProxyStrategy[];
+  private readonly quota: TenantQuota | undefined;
 
   constructor(opts: BackendDialerOptions) {
     this.registry = opts.registry;
@@ -43,6 +47,7 @@ export class BackendDialer {
     this.metrics = opts.metrics;
     this.refusals = opts.refusals ?? new Refusals(opts.log, opts.metrics);
     this.strategies = opts.strategies ?? DEFAULT_PROXY_STRATEGIES;
+    this.quota = opts.quota;
     this.failures = new RateLimitedLog(opts.log, REFUSAL_LOG_INTERVAL_MS);
   }
 
@@ -63,6 +68,23 @@ export class BackendDialer {
       });
       throw new DialError('refused', `bad address: ${errorMessage(err)}`);
     }
+    const ticket = this.quota?.take();
+    if (ticket && isQuotaRefusal(ticket)) {
+      this.metrics?.dialDone('cp_to_node', 'exhausted', t0);
+      this.refusals.refuse({ reason: ticket.reason, peer, fields: { address }, message: 'refused dial: over the tenant\'s limits', detail: ticket.message });
+      throw new DialError('exhausted', ticket.message);
+    }
+    try {
+      const conn = await this.dialThrough(address, host, t0, signal, peer);
+      if (ticket) this.quota?.hold(conn, ticket);
+      return conn;
+    } catch (err) {
+      ticket?.done();
+      throw err;
+    }
+  }
+
+  private async dialThrough(address: string, host: string, t0: number, signal: CancelSignal | undefined, peer: string): Promise<TunnelConnection> {
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
     if (outcome.contested) {
       const { host: contested, subjects } = outcome.contested;

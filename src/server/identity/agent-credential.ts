@@ -46,3 +46,14 @@ export function tokenCredential(id: AgentTokenIdentity): AgentCredential {
   const pod = id.podName === undefined ? '' : ` pod ${id.podName}${id.nodeName === undefined ? '' : ` on node ${id.nodeName}`}`;
   return { key: `token\n${id.username}\n${id.uid}\n${id.podUid ?? id.podName ?? ''}`, subject: oneLine(`${id.username}${pod}`) };
 }
+
+/**
+ * What the agent port established about a connection before any stream:
+ * who authenticated it (absent: a token on each stream decides) and, on a
+ * server of many tenants, whose it is (absent: the tenant is named by the
+ * stream's token, or the server has one cluster).
+ */
+export interface AgentConnection {
+  readonly credential?: AgentCredential;
+  readonly tenant?: string;
+}

@@ -1,0 +1,147 @@
+/**
+ * A tenant of the file made ready to serve: its spec (tenants-file.ts), its
+ * credential files read and checked, what recognises it (tenant-directory.ts)
+ * and its options (tenant.ts). Loading reads every file of every tenant and
+ * reports every problem at once; nothing of it is applied until all is well.
+ */
+import { createHash } from 'node:crypto';
+import { CredentialCheck, CredentialFilesError } from '../../common/credential-files.js';
+import { errorMessage } from '../../common/error-message.js';
+import { assertRolesSeparated, ClientRoles, sharedTrust } from '../identity/client-roles.js';
+import type { TenantCredentials } from './tenant-directory.js';
+import type { TenantOptions } from './tenant.js';
+import { readTenantsFile, TenantsFileError, type TenantSpec } from './tenants-file.js';
+
+/** What a tenant takes from the server rather than from its entry. */
+type FromServer = 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens';
+
+export interface LoadedTenant {
+  spec: TenantSpec;
+  credentials: TenantCredentials;
+  options: Omit<TenantOptions, FromServer>;
+  /** The entry and the contents of every file it names: equal fingerprints, unchanged tenant. */
+  fingerprint: string;
+}
+
+/** One tenant's files read and checked into `check` (each problem recorded, named with the tenant). */
+function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | undefined {
+  const where = `tenant ${JSON.stringify(spec.name)}`;
+  const v = spec.settings;
+  const serving =
+    spec.serving &&
+    check.keyPair({ flag: 'cluster-cert', path: spec.serving.certFile, where }, { flag: 'cluster-key', path: spec.serving.keyFile, where }, 'server');
+  const agentCa = v['cluster-ca-cert'] && check.certificates({ flag: 'cluster-ca-cert', path: v['cluster-ca-cert'], where });
+  const frontendCa = v['server-ca-cert'] && check.certificates({ flag: 'server-ca-cert', path: v['server-ca-cert'], where });
+  if ((spec.serving && !serving) || (v['cluster-ca-cert'] && !agentCa) || (v['server-ca-cert'] && !frontendCa)) return undefined;
+  return {
+    name: spec.name,
+    serverNames: v['server-name'],
+    ...(serving ? { serving: { cert: serving.cert.pem, key: serving.key.pem } } : {}),
+    ...(agentCa ? { agentCa: agentCa.pem } : {}),
+    agentPins: spec.agentPins,
+    ...(frontendCa ? { frontendCa: frontendCa.pem } : {}),
+    frontendPins: spec.frontendPins,
+    ...(v['token-issuer'] !== undefined ? { tokenIssuer: v['token-issuer'] } : {}),
+    tokens: spec.tokens !== undefined,
+  };
+}
+
+function optionsOf(spec: TenantSpec): LoadedTenant['options'] {
+  const v = spec.settings;
+  return {
+    serverCount: v['server-count'],
+    maxAgentsPerCredential: v['max-agents-per-credential'],
+    maxAgents: v['max-agents'],
+    quota: {
+      maxConnections: v['max-connections'],
+      maxPendingDials: v['max-pending-dials'],
+      dialRate: v['dial-rate'],
+      dialBurst: v['dial-burst'],
+    },
+    proxyStrategies: v['proxy-strategies'],
+    backendDialTimeoutMs: v['backend-dial-timeout'].ms,
+    allowedDestinations: v['allowed-destination'],
+    destinationDialTimeoutMs: v['destination-dial-timeout'],
+    limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
+    agentLimits: {
+      maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
+      maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
+      maxPendingDials: v['max-pending-dials-per-agent'],
+    },
+  };
+}
+
+function fingerprintOf(spec: TenantSpec, c: TenantCredentials): string {
+  const h = createHash('sha256').update(spec.fingerprint);
+  for (const part of [c.serving?.cert, c.serving?.key, c.agentCa, c.frontendCa]) h.update(part ?? '').update('\0');
+  return h.digest('hex');
+}
+
+/**
+ * Roles never mix across tenants either: an agent CA of one tenant that is
+ * also a kube-apiserver CA (of any tenant) needs pins on both sides, as
+ * within one tenant (client-roles.ts). Compared by certificate fingerprint.
+ */
+function checkRolesAcross(loaded: readonly { spec: TenantSpec; credentials: TenantCredentials }[], mistakes: string[]): void {
+  for (const a of loaded) {
+    if (!a.credentials.agentCa) continue;
+    for (const b of loaded) {
+      if (!b.credentials.frontendCa) continue;
+      const roles = new ClientRoles(a.spec.agentPins, b.spec.frontendPins);
+      try {
+        if (a === b) assertRolesSeparated(a.credentials.agentCa, b.credentials.frontendCa, roles);
+        else if (sharedTrust(a.credentials.agentCa, b.credentials.frontendCa)) assertRolesSeparated(a.credentials.agentCa, b.credentials.frontendCa, roles);
+      } catch (err) {
+        const who = a === b ? `tenant ${JSON.stringify(a.spec.name)}` : `tenants ${JSON.stringify(a.spec.name)} (agents) and ${JSON.stringify(b.spec.name)} (kube-apiserver)`;
+        mistakes.push(`${who}: ${errorMessage(err).replace(/--([a-z-]+)/g, '$1')}`);
+      }
+    }
+  }
+}
+
+/** Reads the file and every credential file its tenants name; throws TenantsFileError listing every problem. */
+export function loadTenants(file: string, server: { tcpFrontend: boolean }): LoadedTenant[] {
+  const specs = readTenantsFile(file);
+  const noFrontend = server.tcpFrontend ? [] : specs.filter((s) => s.settings['server-ca-cert'] !== undefined);
+  if (noFrontend.length > 0)
+    throw new TenantsFileError(
+      file,
+      noFrontend.map(
+        (s) => `tenant ${JSON.stringify(s.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
+      ),
+    );
+  const check = new CredentialCheck();
+  const loaded = specs.flatMap((spec) => {
+    const credentials = loadOne(spec, check);
+    return credentials ? [{ spec, credentials }] : [];
+  });
+  const mistakes: string[] = [];
+  try {
+    check.done();
+  } catch (err) {
+    if (!(err instanceof CredentialFilesError)) throw err;
+    mistakes.push(...err.problems);
+  }
+  if (mistakes.length === 0 && specs.length < 200) checkRolesAcross(loaded, mistakes);
+  else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
+  if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
+  return loaded.map(({ spec, credentials }) => ({ spec, credentials, options: optionsOf(spec), fingerprint: fingerprintOf(spec, credentials) }));
+}
+
+/** checkRolesAcross for many tenants: pairs that share a CA certificate found through one index (a chain between CAs is then not looked for). */
+function checkRolesAcrossByFingerprint(loaded: readonly { spec: TenantSpec; credentials: TenantCredentials }[], mistakes: string[]): void {
+  const digest = (pem: Buffer): string => createHash('sha256').update(pem).digest('hex');
+  const agentByCa = new Map<string, { spec: TenantSpec; credentials: TenantCredentials }[]>();
+  for (const a of loaded) {
+    if (!a.credentials.agentCa) continue;
+    const key = digest(a.credentials.agentCa);
+    agentByCa.set(key, [...(agentByCa.get(key) ?? []), a]);
+  }
+  const pairs: { spec: TenantSpec; credentials: TenantCredentials }[] = [];
+  for (const b of loaded) {
+    if (!b.credentials.frontendCa) continue;
+    for (const a of agentByCa.get(digest(b.credentials.frontendCa)) ?? []) pairs.push(a, b);
+  }
+  for (let i = 0; i < pairs.length; i += 2) checkRolesAcross([pairs[i], pairs[i + 1]], mistakes);
+  for (const t of loaded) checkRolesAcross([t], mistakes);
+}

@@ -1,0 +1,278 @@
+/**
+ * Whose a connection is, on a server of many tenants (docs/multi-tenant.md,
+ * "Recognition"). Built whole from the loaded tenants and replaced whole on
+ * a reload, so a decision never sees half of a change.
+ *
+ * Agent port, in order: (1) a TLS server name (SNI) that one tenant lists
+ * picks it: its certificate is presented, and a client certificate must be
+ * issued by its CA and match its pins; (2) else the client certificate: the
+ * tenants whose CA issued it and whose pins it matches, exactly one; (3) else
+ * a token-only agent: the tenant whose token-issuer is its token's `iss`
+ * (the token then goes to that tenant's kube-apiserver alone). The TCP
+ * frontend: the tenant whose server-ca-cert issued the kube-apiserver's
+ * client certificate and whose pins it matches, exactly one.
+ */
+import tls from 'node:tls';
+import { X509Certificate } from 'node:crypto';
+import type { RefusalReason } from '../../domain/refusal-reason.js';
+import { certificateCredential, type AgentConnection } from '../identity/agent-credential.js';
+import { ClientRoles, parseBundle, type RolePins } from '../identity/client-roles.js';
+import { peerCertificate } from '../identity/tls-policy.js';
+
+/** What the directory needs of one tenant: its name, recognition settings and credentials (read and checked). */
+export interface TenantCredentials {
+  name: string;
+  serverNames: readonly string[];
+  /** The pair presented for serverNames. */
+  serving?: { cert: Buffer; key: Buffer };
+  agentCa?: Buffer;
+  agentPins: RolePins;
+  frontendCa?: Buffer;
+  frontendPins: RolePins;
+  tokenIssuer?: string;
+  /** Agents authenticate with tokens (reviewed by the tenant's service): a certificate is then optional. */
+  tokens: boolean;
+}
+
+export type Recognition<C> =
+  | { ok: true; connection: C; identity: string }
+  | { ok: false; reason: RefusalReason; what: string; detail: string; fields?: Record<string, unknown> };
+
+interface CaEntry {
+  tenant: string;
+  ca: X509Certificate;
+}
+
+/** The trust index of one role: issuing certificate's subject -> the tenants' CA certificates with that subject. */
+class CaIndex {
+  private readonly bySubject = new Map<string, CaEntry[]>();
+  private readonly pem: string[] = [];
+
+  add(tenant: string, bundle: Buffer): void {
+    this.pem.push(String(bundle));
+    for (const ca of parseBundle(bundle)) {
+      const list = this.bySubject.get(ca.subject) ?? [];
+      list.push({ tenant, ca });
+      this.bySubject.set(ca.subject, list);
+    }
+  }
+
+  /** Every tenant one of whose CA certificates issued `cert` (checked by signature, not by name alone). */
+  issuers(cert: X509Certificate): string[] {
+    const out = new Set<string>();
+    for (const { tenant, ca } of this.bySubject.get(cert.issuer) ?? []) {
+      if (cert.checkIssued(ca) && cert.verify(ca.publicKey)) out.add(tenant);
+    }
+    return [...out];
+  }
+
+  /** The union bundle for a listener's trust store (OpenSSL checks validity and signature; issuers() says whose). */
+  bundle(): string | undefined {
+    return this.pem.length > 0 ? this.pem.join('\n') : undefined;
+  }
+}
+
+/** The parts of TLS options the directory's contexts share with the listener (--tls-min-version, --cipher-suites). */
+export type TlsPolicyOptions = Pick<tls.SecureContextOptions, 'minVersion' | 'ciphers'>;
+
+const names = (list: readonly string[]): string => list.map((n) => JSON.stringify(n)).join(' and ');
+
+export class TenantDirectory {
+  private readonly byServerName = new Map<string, { tenant: TenantCredentials; context: tls.SecureContext }>();
+  private readonly tenants = new Map<string, TenantCredentials>();
+  private readonly agentCas = new CaIndex();
+  private readonly frontendCas = new CaIndex();
+  private readonly issuers = new Map<string, string>();
+
+  constructor(list: readonly TenantCredentials[], policy: TlsPolicyOptions) {
+    for (const t of list) {
+      this.tenants.set(t.name, t);
+      if (t.agentCa) this.agentCas.add(t.name, t.agentCa);
+      if (t.frontendCa) this.frontendCas.add(t.name, t.frontendCa);
+      if (t.tokenIssuer !== undefined) this.issuers.set(t.tokenIssuer, t.name);
+      if (t.serving) {
+        const context = tls.createSecureContext({ ...policy, cert: t.serving.cert, key: t.serving.key, ...(t.agentCa ? { ca: t.agentCa } : {}) });
+        for (const n of t.serverNames) this.byServerName.set(n, { tenant: t, context });
+      }
+    }
+  }
+
+  get size(): number {
+    return this.tenants.size;
+  }
+
+  /** The agent port's context for a server name (SNICallback); undefined: the default one. */
+  contextFor(serverName: string): tls.SecureContext | undefined {
+    return this.byServerName.get(serverName.toLowerCase())?.context;
+  }
+
+  /** Every tenant's agent CA together: the agent port's default trust store. */
+  get agentTrust(): string | undefined {
+    return this.agentCas.bundle();
+  }
+
+  /** Every tenant's kube-apiserver client CA together: the TCP frontend's trust store. */
+  get frontendTrust(): string | undefined {
+    return this.frontendCas.bundle();
+  }
+
+  /** Which tenant an agent connection is, once its handshake is done (see the file's comment). */
+  recogniseAgent(socket: tls.TLSSocket): Recognition<AgentConnection> {
+    const sni = typeof socket.servername === 'string' ? socket.servername.toLowerCase() : undefined;
+    const byName = sni === undefined ? undefined : this.byServerName.get(sni)?.tenant;
+    const { raw } = socket.getPeerCertificate();
+    // Trusted by some tenant (OpenSSL verified the chain against this context's store).
+    const cert = peerCertificate(socket);
+    const presented = raw !== undefined;
+    if (byName) return this.agentByServerName(byName, sni ?? '', cert, presented, socket);
+    if (cert) {
+      const owners = this.agentCas.issuers(cert);
+      const fitting = owners.filter((name) => this.fitsAgent(name, cert) === undefined);
+      if (fitting.length === 1) {
+        const credential = certificateCredential(cert);
+        return { ok: true, connection: { tenant: fitting[0], credential }, identity: `certificate ${credential.subject}` };
+      }
+      if (fitting.length > 1)
+        return {
+          ok: false,
+          reason: 'agent_tenant_ambiguous',
+          what: 'its certificate fits several tenants',
+          detail: `tenants ${names(fitting)} both accept ${certificateCredential(cert).subject}: give them server-name, or pins of their own`,
+          fields: { tenants: fitting },
+        };
+      if (this.issuers.size === 0) {
+        const why = owners.map((n) => `tenant ${JSON.stringify(n)}: ${this.fitsAgent(n, cert) ?? ''}`).join('; ');
+        return {
+          ok: false,
+          reason: 'agent_tenant_unknown',
+          what: 'its certificate fits no tenant',
+          detail: why || `${certificateCredential(cert).subject} is issued by no tenant's cluster-ca-cert`,
+          fields: { tenants: owners },
+        };
+      }
+    }
+    // A token decides (its issuer names the tenant); without token tenants nothing can.
+    if (this.issuers.size > 0) return { ok: true, connection: {}, identity: 'a token to name its tenant' };
+    return {
+      ok: false,
+      reason: 'agent_tenant_unknown',
+      what: 'it names no tenant',
+      detail:
+        sni === undefined
+          ? `no server name (SNI) and ${presented ? 'a client certificate no tenant trusts' : 'no client certificate'}`
+          : `server name ${JSON.stringify(sni)} is no tenant's, and ${presented ? 'its client certificate fits no tenant' : 'no client certificate'}`,
+      fields: sni === undefined ? {} : { serverName: sni },
+    };
+  }
+
+  private agentByServerName(
+    tenant: TenantCredentials,
+    sni: string,
+    cert: X509Certificate | undefined,
+    presented: boolean,
+    socket: tls.TLSSocket,
+  ): Recognition<AgentConnection> {
+    const name = tenant.name;
+    if (cert) {
+      const misfit = this.fitsAgent(name, cert);
+      if (misfit === undefined) {
+        const credential = certificateCredential(cert);
+        return { ok: true, connection: { tenant: name, credential }, identity: `server name ${sni}, certificate ${credential.subject}` };
+      }
+      return { ok: false, reason: 'agent_tenant_mismatch', what: `its certificate is not tenant ${JSON.stringify(name)}'s`, detail: misfit, fields: { tenant: name } };
+    }
+    if (presented && tenant.agentCa) {
+      // Not trusted by this tenant's CA: whose is it?
+      const { raw } = socket.getPeerCertificate();
+      const owners = raw ? this.agentCas.issuers(new X509Certificate(raw)) : [];
+      const theirs = owners.filter((n) => n !== name);
+      return {
+        ok: false,
+        reason: 'agent_tenant_mismatch',
+        what: `server name ${JSON.stringify(sni)} is tenant ${JSON.stringify(name)}'s, the certificate is not`,
+        detail: theirs.length > 0 ? `issued by the CA of tenant ${names(theirs)}` : String(socket.authorizationError ?? 'untrusted'),
+        fields: { tenant: name, ...(theirs.length > 0 ? { certificateTenants: theirs } : {}) },
+      };
+    }
+    if (tenant.tokens && !tenant.agentCa)
+      return { ok: true, connection: { tenant: name }, identity: `server name ${sni}, a token to come` };
+    return {
+      ok: false,
+      reason: 'agent_tenant_mismatch',
+      what: `tenant ${JSON.stringify(name)} needs a client certificate`,
+      detail: 'no client certificate presented',
+      fields: { tenant: name },
+    };
+  }
+
+  /** Why tenant `name` does not take `cert` as an agent's (its CA, its pins, the frontend's pins), or undefined. */
+  private fitsAgent(name: string, cert: X509Certificate): string | undefined {
+    const t = this.tenants.get(name);
+    if (!t?.agentCa) return `tenant ${JSON.stringify(name)} takes no agent certificates`;
+    if (!this.agentCas.issuers(cert).includes(name)) {
+      const owners = this.agentCas.issuers(cert);
+      return owners.length > 0
+        ? `issued by the CA of tenant ${names(owners)}, not of tenant ${JSON.stringify(name)}`
+        : `not issued by tenant ${JSON.stringify(name)}'s cluster-ca-cert`;
+    }
+    return new ClientRoles(t.agentPins, t.frontendPins).refusal(cert, 'agent');
+  }
+
+  /** Which tenant's kube-apiserver a TCP frontend connection is. */
+  recogniseFrontend(socket: tls.TLSSocket): Recognition<{ tenant: string }> {
+    const cert = peerCertificate(socket);
+    if (!cert)
+      return {
+        ok: false,
+        reason: 'frontend_certificate',
+        what: 'no valid client certificate',
+        detail: socket.authorizationError ? String(socket.authorizationError) : 'no client certificate presented',
+      };
+    const subject = certificateCredential(cert).subject;
+    // Roles never mix: a certificate some tenant takes as an agent's never opens a frontend.
+    const asAgent = this.agentCas.issuers(cert).filter((n) => this.fitsAgent(n, cert) === undefined);
+    if (asAgent.length > 0)
+      return {
+        ok: false,
+        reason: 'frontend_role',
+        what: 'not a frontend credential',
+        detail: `${subject} is an agent credential of tenant ${names(asAgent)}`,
+        fields: { tenants: asAgent },
+      };
+    const owners = this.frontendCas.issuers(cert);
+    const fitting = owners.filter((n) => {
+      const t = this.tenants.get(n);
+      return t !== undefined && new ClientRoles(t.agentPins, t.frontendPins).refusal(cert, 'frontend') === undefined;
+    });
+    if (fitting.length === 1) return { ok: true, connection: { tenant: fitting[0] }, identity: `certificate ${subject}` };
+    if (fitting.length > 1)
+      return {
+        ok: false,
+        reason: 'frontend_tenant_ambiguous',
+        what: 'its certificate fits several tenants',
+        detail: `tenants ${names(fitting)} both accept ${subject}: pin each with frontend-client-subject`,
+        fields: { tenants: fitting },
+      };
+    return {
+      ok: false,
+      reason: 'frontend_tenant_unknown',
+      what: 'its certificate fits no tenant',
+      detail: owners.length > 0 ? `${subject} matches no pins of tenant ${names(owners)}` : `${subject} is issued by no tenant's server-ca-cert`,
+      fields: { tenants: owners },
+    };
+  }
+
+  /** The tenant whose token-issuer is the (not yet reviewed) token's `iss`; its review decides. */
+  tenantOfToken(authorization: readonly string[]): string | undefined {
+    if (authorization.length !== 1) return undefined;
+    const m = /^Bearer ([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{1,8192})\.[A-Za-z0-9_-]*$/.exec(authorization[0]);
+    if (!m) return undefined;
+    try {
+      const claims: unknown = JSON.parse(Buffer.from(m[2], 'base64url').toString('utf8'));
+      const iss = typeof claims === 'object' && claims !== null ? Reflect.get(claims, 'iss') : undefined;
+      return typeof iss === 'string' ? this.issuers.get(iss) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * A tenant's share of the server (docs/multi-tenant.md, "Fairness"): its
+ * tunnelled connections, its dials waiting for an answer and its dial rate,
+ * both directions together, so one tenant's load is bounded by its own
+ * limits and never by another's. A dial takes a ticket before anything is
+ * dialled; the ticket is given back exactly once, when the dial fails or the
+ * connection it made closes.
+ */
+import type { RefusalReason } from '../../domain/refusal-reason.js';
+
+export interface TenantQuotaLimits {
+  maxConnections: number;
+  maxPendingDials: number;
+  /** Dials per second; 0: not rate-limited. */
+  dialRate: number;
+  dialBurst: number;
+}
+
+export type QuotaRefusal = { reason: Extract<RefusalReason, 'tenant_connections' | 'tenant_pending_dials' | 'tenant_dial_rate'>; message: string };
+
+/** A dial's place in the quota: pending until connected() or done(); done() gives everything back (once). */
+export interface QuotaTicket {
+  connected(): void;
+  done(): void;
+}
+
+export class TenantQuota {
+  /** Dials taken and not yet answered; connections established and not yet closed. Invariant: both >= 0. */
+  private pending = 0;
+  private connections = 0;
+  /** Token bucket: tokens as of `refilledAt` (performance.now()). */
+  private tokens: number;
+  private refilledAt = performance.now();
+
+  /** Connections whose ticket is given back when they close (release()). */
+  private readonly held = new Map<object, QuotaTicket>();
+
+  constructor(readonly limits: TenantQuotaLimits) {
+    this.tokens = limits.dialBurst;
+  }
+
+  get stats(): { pendingDials: number; connections: number } {
+    return { pendingDials: this.pending, connections: this.connections };
+  }
+
+  /** `ticket`'s dial made `connection`: the ticket is given back when release(connection) is called. */
+  hold(connection: object, ticket: QuotaTicket): void {
+    ticket.connected();
+    this.held.set(connection, ticket);
+  }
+
+  /** A connection closed: its ticket, if it holds one, is given back. */
+  release(connection: object): void {
+    this.held.get(connection)?.done();
+    this.held.delete(connection);
+  }
+
+  /** A ticket for one dial, or why the tenant may not dial now. */
+  take(): QuotaTicket | QuotaRefusal {
+    const { maxConnections, maxPendingDials, dialRate, dialBurst } = this.limits;
+    if (this.pending + this.connections >= maxConnections)
+      return { reason: 'tenant_connections', message: `the tenant holds its maximum of ${maxConnections} tunnelled connections (max-connections)` };
+    if (this.pending >= maxPendingDials)
+      return { reason: 'tenant_pending_dials', message: `the tenant has its maximum of ${maxPendingDials} dials waiting for an answer (max-pending-dials)` };
+    if (dialRate > 0) {
+      const now = performance.now();
+      this.tokens = Math.min(dialBurst, this.tokens + ((now - this.refilledAt) / 1000) * dialRate);
+      this.refilledAt = now;
+      if (this.tokens < 1) return { reason: 'tenant_dial_rate', message: `the tenant dials faster than its ${dialRate} dials/s (dial-rate, dial-burst)` };
+      this.tokens -= 1;
+    }
+    this.pending++;
+    let state: 'pending' | 'connected' | 'done' = 'pending';
+    return {
+      connected: () => {
+        if (state !== 'pending') return;
+        state = 'connected';
+        this.pending--;
+        this.connections++;
+      },
+      done: () => {
+        if (state === 'pending') this.pending--;
+        else if (state === 'connected') this.connections--;
+        state = 'done';
+      },
+    };
+  }
+}
+
+export function isQuotaRefusal(t: QuotaTicket | QuotaRefusal): t is QuotaRefusal {
+  return 'reason' in t;
+}

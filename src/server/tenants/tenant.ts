@@ -1,0 +1,175 @@
+/**
+ * One cluster's room in a server: its agents (registry, agent service,
+ * token review), the dials its kube-apiserver makes through them (frontends'
+ * handlers, routing), its nodes' dials toward the control plane (its own
+ * allow-list) and its limits and metrics. A server of one cluster has one
+ * unnamed tenant built from its flags; with --tenants-config each declared
+ * tenant is one (docs/multi-tenant.md). Nothing here is shared between
+ * tenants but the server-wide connection budget: the listeners decide whose
+ * a connection is and hand it to that tenant's handlers.
+ */
+import type { Logger } from 'pino';
+import type { IncomingStream } from '../../transport/transport.js';
+import type { Tunnel } from '../../tunnel/tunnel.js';
+import type { TunnelLimits } from '../../tunnel/limits.js';
+import { Feature, type FeatureSet } from '../../wire/features.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '../../domain/upstream-metrics.js';
+import type { ConnectionBudget } from '../../domain/connection-budget.js';
+import { Refusals } from '../../domain/refusal-log.js';
+import { AgentRegistry } from '../agents/agent-registry.js';
+import { createAgentService } from '../agents/agent-service.js';
+import { AllowList } from '../destinations/allow-list.js';
+import { DestinationDialer } from '../destinations/destination-dialer.js';
+import { BackendDialer } from '../frontends/backend-dialer.js';
+import { createGrpcFrontend } from '../frontends/grpc-frontend.js';
+import { HttpConnectFrontend } from '../frontends/http-connect-frontend.js';
+import type { AgentCredential } from '../identity/agent-credential.js';
+import type { TokenAuthenticator } from '../identity/token-authenticator.js';
+import type { ProxyStrategy } from '../routing/proxy-strategies.js';
+import { registerServerGauges } from '../server-gauges.js';
+import { TenantQuota, type TenantQuotaLimits } from './tenant-quota.js';
+
+const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+
+export interface TenantOptions {
+  /** Absent: the one cluster of a server without --tenants-config (no `tenant` label anywhere). */
+  name?: string;
+  serverID: string;
+  serverCount: number;
+  maxAgentsPerCredential: number;
+  /** Distinct agents of the tenant (max-agents); absent: unbounded but for the per-credential bound. */
+  maxAgents?: number;
+  /** The tenant's share of dials and connections (max-connections, max-pending-dials, dial-rate); absent: none. */
+  quota?: TenantQuotaLimits;
+  proxyStrategies?: readonly ProxyStrategy[];
+  backendDialTimeoutMs: number;
+  allowedDestinations: readonly string[];
+  destinationDialTimeoutMs: number;
+  /** Limits of every tunnel (agent tunnels and gRPC frontend streams). */
+  limits?: Partial<TunnelLimits>;
+  /** Further limits of agent tunnels: the per-agent caps. */
+  agentLimits?: Partial<TunnelLimits>;
+  /** Token review against this tenant's kube-apiserver. */
+  tokens?: TokenAuthenticator;
+  /** Node -> control plane connections of the whole server (file descriptors): shared by every tenant. */
+  nodeToCp: ConnectionBudget;
+  /** The tenant's own metrics (labelled with its name on a shared server). */
+  metrics: KanalMetrics;
+  /** Already carries the tenant's name on a shared server. */
+  log: Logger;
+}
+
+export class Tenant {
+  readonly name: string | undefined;
+  readonly registry: AgentRegistry;
+  readonly metrics: KanalMetrics;
+  readonly log: Logger;
+  readonly quota: TenantQuota | undefined;
+  /** gRPC frontend streams open (the server closes them with the tenant). */
+  readonly frontendTunnels = new Set<Tunnel>();
+  readonly httpConnect: HttpConnectFrontend;
+  /** AgentService/Connect for this tenant's agents: `context` is who authenticated the connection. */
+  readonly serveAgent: (incoming: IncomingStream<AgentCredential>) => void;
+  /** ProxyService/Proxy for this tenant's kube-apiserver. */
+  readonly serveProxy: (incoming: IncomingStream) => void;
+  /** Upstream's lease metric names, for a lease controller to feed. */
+  readonly upstreamLeaseMetrics: UpstreamServerLeaseMetrics;
+  /** Frontend and agent refusal logs, flushed when the tenant closes. */
+  private readonly refusalLogs: Refusals[] = [];
+  readonly allowList: AllowList;
+
+  constructor(readonly opts: TenantOptions) {
+    this.name = opts.name;
+    this.metrics = opts.metrics;
+    this.log = opts.log;
+    this.registry = new AgentRegistry(opts.maxAgentsPerCredential, opts.maxAgents);
+    this.quota = opts.quota && new TenantQuota(opts.quota);
+    const agentTunnels = (): Tunnel[] => this.registry.list().map((b) => b.tunnel);
+    this.upstreamLeaseMetrics = registerUpstreamServerMetrics(this.metrics.registry, {
+      agentStreams: () => this.registry.size,
+      proxyStreams: () => this.frontendTunnels.size,
+      httpConnectConnections: () => this.httpConnect.size,
+      readyAgents: () => this.registry.agentCount,
+      pendingDials: () => agentTunnels().reduce((n, t) => n + t.stats().pendingDials, 0),
+      establishedConnections: () => agentTunnels().reduce((n, t) => n + t.stats().connections, 0),
+      pausedAgentStreams: () => agentTunnels().filter((t) => t.stats().readPaused).length,
+      pausedProxyStreams: () => [...this.frontendTunnels].filter((t) => t.stats().readPaused).length,
+    });
+    registerServerGauges(this.metrics, { registry: this.registry, frontendTunnels: this.frontendTunnels, nodeToCp: opts.nodeToCp });
+    const logs = { frontend: opts.log.child({ part: 'frontend' }), agents: opts.log.child({ part: 'agents' }) };
+    const dialer = new BackendDialer({
+      registry: this.registry,
+      timeoutMs: opts.backendDialTimeoutMs,
+      log: logs.frontend,
+      metrics: this.metrics,
+      refusals: this.refusals(logs.frontend),
+      strategies: opts.proxyStrategies,
+      ...(this.quota ? { quota: this.quota } : {}),
+    });
+    this.serveProxy = createGrpcFrontend({
+      dialer,
+      log: logs.frontend,
+      track: (t) => this.trackFrontend(t),
+      limits: opts.limits,
+      metrics: this.metrics,
+    });
+    this.httpConnect = new HttpConnectFrontend(dialer, this.refusals(opts.log.child({ part: 'frontend', frontend: 'http-connect' })));
+    this.allowList = new AllowList(opts.allowedDestinations);
+    const quota = this.quota;
+    this.serveAgent = createAgentService({
+      serverID: opts.serverID,
+      serverCount: opts.serverCount,
+      registry: this.registry,
+      destinations: this.destinationDialer(),
+      features: SERVER_FEATURES,
+      limits: { ...opts.limits, ...opts.agentLimits },
+      log: logs.agents,
+      metrics: this.metrics,
+      refusals: this.refusals(logs.agents),
+      tokens: opts.tokens && { authenticator: opts.tokens },
+      ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
+    });
+  }
+
+  /** Node -> control plane dials: this tenant's allow-list within the server-wide budget. */
+  private destinationDialer(): DestinationDialer {
+    const log = this.opts.log.child({ part: 'node-dial' });
+    if (this.allowList.empty) this.opts.log.info('no allowed destination: every node -> control plane dial will be refused');
+    else this.opts.log.info({ allowed: this.allowList.list() }, 'node -> control plane destinations allowed');
+    return new DestinationDialer({
+      allowList: this.allowList,
+      timeoutMs: this.opts.destinationDialTimeoutMs,
+      budget: this.opts.nodeToCp,
+      log,
+      refusals: this.refusals(log),
+      metrics: this.metrics,
+      ...(this.quota ? { quota: this.quota } : {}),
+    });
+  }
+
+  /** A Refusals counted in this tenant's metrics, flushed when it closes. */
+  private refusals(log: Logger): Refusals {
+    const r = new Refusals(log, this.metrics);
+    this.refusalLogs.push(r);
+    return r;
+  }
+
+  private trackFrontend(tunnel: Tunnel): void {
+    this.frontendTunnels.add(tunnel);
+    tunnel.once('close', () => this.frontendTunnels.delete(tunnel));
+  }
+
+  /** "3 agent(s) connected" or "no agent connected". */
+  agentsDetail(): string {
+    const n = this.registry.size;
+    return n > 0 ? `${n} agent(s) connected` : 'no agent connected';
+  }
+
+  /** Closes every tunnel of the tenant (agents and frontend streams); `why` is what their peers and logs are told. */
+  close(why?: Error): void {
+    for (const t of this.frontendTunnels) t.close(why);
+    for (const b of this.registry.list()) b.tunnel.close(why);
+    for (const r of this.refusalLogs) r.flush();
+  }
+}

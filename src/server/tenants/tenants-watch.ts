@@ -1,0 +1,57 @@
+/**
+ * Reloads the tenants file when it changes. The directory is watched, not
+ * the file: a mounted ConfigMap is updated by swapping the `..data` symlink
+ * beside the file (kubelet's AtomicWriter), which a watch on the old file
+ * never sees; an editor's rename-into-place is the same case. Events are
+ * gathered for a moment (one change is often several events) and the
+ * content compared, so a touch without a change reloads nothing.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { createHash } from 'node:crypto';
+import type { Logger } from 'pino';
+
+/** Events within this long make one reload. */
+export const SETTLE_MS = 250;
+
+export interface TenantsWatch {
+  close(): void;
+}
+
+function digest(file: string): string | undefined {
+  try {
+    return createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+  } catch {
+    return undefined;
+  }
+}
+
+/** Calls `reload` after the file's content changed; says once if the directory cannot be watched (SIGHUP still works). */
+export function watchTenantsFile(file: string, reload: () => void, log: Logger): TenantsWatch {
+  let last = digest(file);
+  let timer: NodeJS.Timeout | undefined;
+  const settle = (): void => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      timer = undefined;
+      const now = digest(file);
+      if (now === last) return;
+      last = now;
+      reload();
+    }, SETTLE_MS);
+    timer.unref();
+  };
+  let watcher: fs.FSWatcher | undefined;
+  try {
+    watcher = fs.watch(path.dirname(path.resolve(file)), { persistent: false }, settle);
+    watcher.on('error', (err) => log.warn({ err: err.message }, 'watching the tenants file failed; reload it with SIGHUP'));
+  } catch (err) {
+    log.warn({ err: (err as Error).message, file }, 'cannot watch the tenants file; reload it with SIGHUP');
+  }
+  return {
+    close: () => {
+      clearTimeout(timer);
+      watcher?.close();
+    },
+  };
+}

@@ -1,0 +1,349 @@
+/**
+ * One `kanal server` for several clusters (docs/multi-tenant.md), with real
+ * processes and TLS on loopback: tenant alpha's agents are recognised by
+ * server name (SNI) and its kube-apiserver comes in on its own Unix socket;
+ * tenant beta's agents by their client certificate's CA and subject, its
+ * kube-apiserver on the shared mTLS TCP frontend by its certificate. Every
+ * attempt to cross from one tenant to the other is refused, logged with both
+ * named and counted, and the other tenant's traffic goes on; the file is
+ * changed live (an invalid file changes nothing, a removed tenant is closed).
+ */
+import test, { type ExecutionContext } from 'ava';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import tls from 'node:tls';
+import { readFileSync } from 'node:fs';
+import { createCertificateAuthority, type CertificateAuthority } from '../../kit/pki/certificate-authority.js';
+import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
+import type { Child } from '../../kit/launch/child.js';
+import { connectUnix, httpConnect, ConnectRefused } from '../../kit/demo/proxy-client.js';
+import {
+  echoRoundTrip,
+  makeWorkspace,
+  readHashed,
+  runCli,
+  scrapeMetrics,
+  sha256,
+  startAgent,
+  startEchoBackend,
+  startSourceBackend,
+  type KanalAgentProcess,
+  type Workspace,
+} from '../helpers/kanal-processes.js';
+
+const ALPHA_NAME = 'alpha.tenants.test';
+
+interface Pem {
+  cert: string;
+  key: string;
+}
+
+/** Files of both tenants' credentials: each has its own CAs, as two clusters do. */
+interface TenantPki {
+  alphaAgentCa: string;
+  alphaServing: Pem & { ca: string };
+  alphaAgent: (id: string) => Promise<Pem>;
+  betaAgentCa: string;
+  betaAgent: (id: string) => Promise<Pem>;
+  betaKasCa: string;
+  betaKas: Pem;
+  /** A kube-apiserver certificate of alpha that beta's KAS CA happens to sign: beta's pins tell them apart. */
+  alphaKas: Pem;
+}
+
+async function writePair(dir: string, name: string, issued: { certPem: string; keyPem: string }): Promise<Pem> {
+  const cert = path.join(dir, `${name}.crt`);
+  const key = path.join(dir, `${name}.key`);
+  await fs.writeFile(cert, issued.certPem);
+  await fs.writeFile(key, issued.keyPem, { mode: 0o600 });
+  return { cert, key };
+}
+
+async function tenantPki(ws: Workspace): Promise<TenantPki> {
+  const dir = path.join(ws.dir, 'tenants-pki');
+  await fs.mkdir(dir);
+  const ca = async (name: string): Promise<[CertificateAuthority, string]> => {
+    const c = await createCertificateAuthority(name);
+    const file = path.join(dir, `${name}.crt`);
+    await fs.writeFile(file, c.certPem);
+    return [c, file];
+  };
+  const [[alphaAgents, alphaAgentCa], [alphaServingCa, alphaServingCaFile], [betaAgents, betaAgentCa], [betaKasCa, betaKasCaFile]] =
+    await Promise.all([ca('alpha-agents-ca'), ca('alpha-serving-ca'), ca('beta-agents-ca'), ca('beta-kas-ca')]);
+  const alphaServing = await writePair(dir, 'alpha-serving', await alphaServingCa.issue({ commonName: ALPHA_NAME, dnsNames: [ALPHA_NAME], usage: 'server' }));
+  const betaKas = await writePair(dir, 'beta-kas', await betaKasCa.issue({ commonName: 'beta-kube-apiserver', usage: 'client' }));
+  const alphaKas = await writePair(dir, 'alpha-kas', await betaKasCa.issue({ commonName: 'alpha-kube-apiserver', usage: 'client' }));
+  return {
+    alphaAgentCa,
+    alphaServing: { ...alphaServing, ca: alphaServingCaFile },
+    alphaAgent: async (id) => writePair(dir, `alpha-${id}`, await alphaAgents.issue({ commonName: id, usage: 'client' })),
+    betaAgentCa,
+    betaAgent: async (id) =>
+      writePair(dir, `beta-${id}`, await betaAgents.issue({ commonName: `system:node:${id}`, usage: 'client' })),
+    betaKasCa: betaKasCaFile,
+    betaKas,
+    alphaKas,
+  };
+}
+
+function tenantsYaml(ws: Workspace, p: TenantPki, tenants: ('alpha' | 'beta')[], backend: string): string {
+  const alpha = `  - name: alpha
+    server-name: [${ALPHA_NAME}]
+    cluster-cert: ${p.alphaServing.cert}
+    cluster-key: ${p.alphaServing.key}
+    cluster-ca-cert: ${p.alphaAgentCa}
+    uds-name: ${path.join(ws.dir, 'alpha.sock')}
+    allowed-destination: [${backend}]
+`;
+  const beta = `  - name: beta
+    cluster-ca-cert: ${p.betaAgentCa}
+    agent-client-subject: [CN=system:node:*]
+    server-ca-cert: ${p.betaKasCa}
+    frontend-client-subject: [CN=beta-kube-apiserver]
+`;
+  return `apiVersion: kanal.dev/v1alpha1\nkind: TenantsConfig\ntenants:\n${tenants.includes('alpha') ? alpha : ''}${tenants.includes('beta') ? beta : ''}`;
+}
+
+interface TenantsServer extends Child {
+  agentPort: number;
+  healthPort: number;
+  frontendPort: number;
+  file: string;
+}
+
+async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: string): Promise<TenantsServer> {
+  const file = path.join(ws.dir, 'tenants.yaml');
+  await fs.writeFile(file, yaml);
+  const { pki } = ws;
+  return withPortRetry(async () => {
+    const [agentPort, healthPort, frontendPort] = [await freePort(), await freePort(), await freePort()];
+    const args = [
+      'server',
+      '--tenants-config',
+      file,
+      '--agent-bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      String(agentPort),
+      '--cluster-cert',
+      pki.serverCert,
+      '--cluster-key',
+      pki.serverKey,
+      '--server-bind-address',
+      '127.0.0.1',
+      '--server-port',
+      String(frontendPort),
+      '--server-cert',
+      pki.frontendCert,
+      '--server-key',
+      pki.frontendKey,
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      String(healthPort),
+      '--admin-port',
+      '0',
+      '--server-id',
+      'shared',
+      '--log-level',
+      'debug',
+    ];
+    const proc = spawnKanal(t, { name: 'shared-server', args, logFile: path.join(ws.dir, 'shared-server.log') });
+    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
+    return Object.assign(proc, { agentPort, healthPort, frontendPort, file });
+  });
+}
+
+/** A Kanal agent of alpha: its own certificate, the tenant's server name as SNI. */
+async function alphaAgent(t: ExecutionContext, ws: Workspace, server: TenantsServer, p: TenantPki, id: string, waitReady = true): Promise<KanalAgentProcess> {
+  const cred = await p.alphaAgent(id);
+  return startAgent(t, ws, server, {
+    agentID: id,
+    cert: 'none',
+    waitReady,
+    extraArgs: ['--ca-cert', p.alphaServing.ca, '--tls-server-name', ALPHA_NAME, '--agent-cert', cred.cert, '--agent-key', cred.key],
+  });
+}
+
+/** A Kanal agent of beta: no SNI (an IP address), recognised by its certificate; the default certificate is the workspace's. */
+async function betaAgent(t: ExecutionContext, ws: Workspace, server: TenantsServer, p: TenantPki, id: string, cred?: Pem): Promise<KanalAgentProcess> {
+  const own = cred ?? (await p.betaAgent(id));
+  return startAgent(t, ws, server, { agentID: id, cert: 'none', extraArgs: ['--agent-cert', own.cert, '--agent-key', own.key] });
+}
+
+/** CONNECT on alpha's socket to `address`. */
+async function viaAlpha(ws: Workspace, address: string): Promise<import('node:net').Socket> {
+  return httpConnect(await connectUnix(path.join(ws.dir, 'alpha.sock')), address, 10_000);
+}
+
+/** CONNECT on the shared TCP frontend with `cred` as the kube-apiserver's certificate. */
+async function viaFrontend(ws: Workspace, server: TenantsServer, cred: Pem, address: string): Promise<import('node:net').Socket> {
+  const s = tls.connect({
+    host: '127.0.0.1',
+    port: server.frontendPort,
+    ca: readFileSync(ws.pki.frontendCaCert),
+    cert: readFileSync(cred.cert),
+    key: readFileSync(cred.key),
+    servername: 'localhost',
+    ALPNProtocols: ['http/1.1'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    s.once('secureConnect', resolve);
+    s.once('error', reject);
+  });
+  return httpConnect(s, address, 10_000);
+}
+
+async function echoes(open: Promise<import('node:net').Socket>, what: string): Promise<boolean> {
+  const s = await open;
+  try {
+    return await echoRoundTrip(s, Buffer.from(what));
+  } finally {
+    s.destroy();
+  }
+}
+
+/** The status a refused CONNECT got (0 when it was not refused, or failed otherwise). */
+async function refusedWith(open: Promise<import('node:net').Socket>): Promise<number> {
+  try {
+    (await open).destroy();
+    return 0;
+  } catch (err) {
+    return err instanceof ConnectRefused ? err.status : -1;
+  }
+}
+
+/** The server's refusal line for `reason`, within a few seconds. */
+function refusal(server: TenantsServer, reason: string): Promise<Record<string, unknown>> {
+  return server.waitForLine((o) => o.refusal === reason, 10_000, `refusal ${reason}`);
+}
+
+test('tenants: each is recognised its own way, reaches only its own agents, and every crossing is refused and counted', async (t) => {
+  const ws = await makeWorkspace(t, 'kanal-tenants-');
+  const p = await tenantPki(ws);
+  const echo = await startEchoBackend(t);
+  const server = await startTenantsServer(t, ws, tenantsYaml(ws, p, ['alpha', 'beta'], echo.address));
+  const readyz = await (await fetch(`http://127.0.0.1:${server.healthPort}/readyz`)).text();
+  t.regex(readyz, /tenant alpha: no agent connected/);
+  t.regex(readyz, /tenant beta: no agent connected/);
+
+  // Nothing connected to beta yet: beta's kube-apiserver finds no agent, alpha's agent notwithstanding.
+  const a1 = await alphaAgent(t, ws, server, p, 'node-1');
+  t.true(await echoes(viaAlpha(ws, echo.address), 'alpha via its socket'), "alpha's kube-apiserver reaches alpha's agent");
+  t.is(await refusedWith(viaFrontend(ws, server, p.betaKas, echo.address)), 500, "beta's kube-apiserver does not reach alpha's agent");
+
+  // The same agentID in beta is another agent: both tenants work, neither replaces the other.
+  await betaAgent(t, ws, server, p, 'node-1');
+  t.true(await echoes(viaFrontend(ws, server, p.betaKas, echo.address), 'beta via TCP'), "beta's kube-apiserver reaches beta's agent");
+  t.true(await echoes(viaAlpha(ws, echo.address), 'alpha again'), 'alpha still served after beta registered node-1');
+
+  // Right SNI (alpha's), another tenant's certificate (beta's): refused, both tenants named.
+  const betaCred = await p.betaAgent('intruder');
+  const wrongCert = await startAgent(t, ws, server, {
+    agentID: 'intruder-1',
+    cert: 'none',
+    waitReady: false,
+    extraArgs: ['--ca-cert', p.alphaServing.ca, '--tls-server-name', ALPHA_NAME, '--agent-cert', betaCred.cert, '--agent-key', betaCred.key],
+  });
+  const mismatch = await refusal(server, 'agent_tenant_mismatch');
+  t.regex(JSON.stringify(mismatch), /alpha/);
+  t.regex(JSON.stringify(mismatch), /beta/);
+  await wrongCert.stop();
+
+  // A certificate of neither tenant, no SNI: refused as no tenant's.
+  await startAgent(t, ws, server, { agentID: 'rogue', cert: 'rogue', waitReady: false });
+  await refusal(server, 'agent_tenant_unknown');
+
+  // An agent certificate of beta on the frontend: not a kube-apiserver's, refused at the handshake.
+  t.is(await refusedWith(viaFrontend(ws, server, betaCred, echo.address).catch(() => Promise.reject(new ConnectRefused(-2, 'closed')))), -2);
+  await refusal(server, 'frontend_certificate');
+  // Alpha's kube-apiserver certificate (from beta's CA, so the TLS handshake passes) naming no tenant: refused.
+  t.is(await refusedWith(viaFrontend(ws, server, p.alphaKas, echo.address).catch(() => Promise.reject(new ConnectRefused(-2, 'closed')))), -2);
+  const unknownKas = await refusal(server, 'frontend_tenant_unknown');
+  t.regex(JSON.stringify(unknownKas), /CN=alpha-kube-apiserver.*matches no pins of tenant/);
+
+  const m = await scrapeMetrics(server.healthPort);
+  t.true((m.get('kanal_refusals_total{reason="agent_tenant_mismatch"}') ?? 0) >= 1, 'the mismatch is counted');
+  t.true((m.get('kanal_refusals_total{reason="frontend_tenant_unknown"}') ?? 0) >= 1, 'the frontend crossing is counted');
+  t.is(m.get('kanal_server_agents{tenant="alpha"}'), 1, "alpha's gauge carries its tenant label");
+  t.is(m.get('kanal_server_agents{tenant="beta"}'), 1);
+  t.is(m.get('kanal_server_tenants'), 2);
+  t.true(a1.running());
+});
+
+test('tenants: the file changes live; an invalid file changes nothing, a removed tenant is closed and the other keeps its transfer', async (t) => {
+  const ws = await makeWorkspace(t, 'kanal-tenants-');
+  const p = await tenantPki(ws);
+  const echo = await startEchoBackend(t);
+  const payload = Buffer.alloc(32 * 1024 * 1024, 7);
+  for (let i = 0; i < payload.length; i += 4096) payload[i] = i & 0xff;
+  const source = await startSourceBackend(t, payload);
+  const server = await startTenantsServer(t, ws, tenantsYaml(ws, p, ['beta'], echo.address));
+  await betaAgent(t, ws, server, p, 'node-1');
+
+  // A transfer of beta runs, slowly read, through every change below.
+  const transfer = await viaFrontend(ws, server, p.betaKas, source.address);
+  const received = readHashed(transfer, payload.length, 60_000, 16 * 1024 * 1024);
+
+  // An invalid file: refused whole, logged, counted; beta untouched.
+  await fs.writeFile(server.file, `${tenantsYaml(ws, p, ['beta'], echo.address)}    server-count: 0\n    bogus: 1\n`);
+  server.signal('SIGHUP');
+  const refused = await server.waitForLine((o) => o.msg === 'tenants file refused: the running tenants stay as they are', 10_000, 'refused');
+  t.deepEqual(refused.mistakes, [
+    'tenant "beta": unknown setting "bogus" (a tenant takes the settings listed in docs/multi-tenant.md; ports, listeners and logging are the command line\'s)',
+    'tenant "beta": server-count must be a positive integer, got 0',
+  ]);
+  t.true(await echoes(viaFrontend(ws, server, p.betaKas, echo.address), 'beta after an invalid file'));
+
+  // Alpha added by writing the file (no signal): it serves at once.
+  await fs.writeFile(server.file, tenantsYaml(ws, p, ['alpha', 'beta'], echo.address));
+  await server.waitForLine((o) => o.msg === 'tenant added' && o.tenant === 'alpha', 10_000, 'alpha added');
+  const a1 = await alphaAgent(t, ws, server, p, 'node-a');
+  t.true(await echoes(viaAlpha(ws, echo.address), 'alpha after it was added'));
+
+  // Alpha removed: its agent's tunnel and socket go, one line; beta's transfer goes on.
+  await fs.writeFile(server.file, tenantsYaml(ws, p, ['beta'], echo.address));
+  const removed = await server.waitForLine((o) => typeof o.msg === 'string' && o.msg.startsWith('tenant removed') && o.tenant === 'alpha', 10_000, 'alpha removed');
+  t.is(removed.agentTunnels, 1);
+  await a1.waitForLine((o) => o.msg === 'tunnel closed' || String(o.msg).includes('disconnected') || String(o.msg).includes('closed'), 10_000, 'alpha agent told');
+  t.true(await fs.stat(path.join(ws.dir, 'alpha.sock')).then(() => false, () => true), "alpha's socket is gone");
+  t.is(await received, sha256(payload), "beta's transfer arrived whole across three reloads");
+  const m = await scrapeMetrics(server.healthPort);
+  t.is(m.get('kanal_tenants_config_reloads_total{result="invalid"}'), 1);
+  t.is(m.get('kanal_tenants_config_reloads_total{result="applied"}'), 2);
+  t.is(m.get('kanal_server_tenants'), 1);
+});
+
+test('tenants: a file with mistakes is reported whole at start (exit 2), and --dry-run checks it', async (t) => {
+  const ws = await makeWorkspace(t, 'kanal-tenants-');
+  const file = path.join(ws.dir, 'bad.yaml');
+  await fs.writeFile(
+    file,
+    `apiVersion: kanal.dev/v1alpha1
+kind: TenantsConfig
+tenants:
+  - name: Alpha
+    cluster-ca-cert: ${ws.pki.caCert}
+    uds-name: /tmp/a.sock
+  - name: beta
+    server-name: [beta.example]
+    allowed-destination: [nope]
+  - name: gamma
+    cluster-ca-cert: ${ws.pki.caCert}
+    uds-name: /tmp/a.sock
+  - name: delta
+    cluster-ca-cert: ${ws.pki.caCert}
+    uds-name: /tmp/a.sock
+`,
+  );
+  const r = await runCli(['server', '--tenants-config', file, '--cluster-cert', ws.pki.serverCert, '--cluster-key', ws.pki.serverKey, '--dry-run']);
+  t.is(r.code, 2, r.stderr);
+  t.regex(r.stderr, /name "Alpha": use a lowercase DNS label/);
+  t.regex(r.stderr, /tenant "beta": allowed-destination/);
+  t.regex(r.stderr, /tenant "beta": server-name needs cluster-cert and cluster-key/);
+  t.regex(r.stderr, /tenant "beta": its agents need a credential/);
+  t.regex(r.stderr, /tenant "delta": uds-name "\/tmp\/a.sock" is already tenant "gamma"'s/);
+  const misplaced = await runCli(['server', '--tenants-config', file, '--cluster-cert', ws.pki.serverCert, '--cluster-key', ws.pki.serverKey, '--allowed-destination', '10.0.0.1:443', '--dry-run']);
+  t.is(misplaced.code, 2);
+  t.regex(misplaced.stderr, /--allowed-destination is a tenant's setting with --tenants-config/);
+});
