@@ -22,9 +22,9 @@ import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { errorMessage } from '../common/error-message.js';
 import type { Logger } from 'pino';
-import { tenantsServerConfig } from '../server/tenants/command-line.js';
-import { loadTenants, type LoadedTenant } from '../server/tenants/loaded-tenant.js';
-import type { TenantSpec } from '../server/tenants/tenants-file.js';
+import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
+import { loadTenants } from '../server/config/tenants-loader.js';
+import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
 import type { TokenAuthenticator } from '../server/identity/token-authenticator.js';
 import { watchTenantsFile } from '../server/tenants/tenants-watch.js';
 
@@ -126,7 +126,7 @@ export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
 }
 
 /** `--tenants-config`: the file's tenants, loaded (and checked against the command line's shared TCP frontend). */
-function tenantsOf(config: ServerConfig): (() => LoadedTenant[]) | undefined {
+function tenantsOf(config: ServerConfig): (() => TenantDefinition[]) | undefined {
   const file = config.tenants?.file;
   if (!file) return undefined;
   return () => loadTenants(file, { tcpFrontend: !!config.frontend.tcp });
@@ -138,7 +138,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   if (args['dry-run']) {
     dryRun(config, () => {
       const credentials = loadServerCredentials(config);
-      if (tenants) process.stdout.write(`${JSON.stringify({ tenants: tenants().map((t) => t.spec) }, null, 2)}\n`);
+      if (tenants) process.stdout.write(`${JSON.stringify({ tenants: tenants().map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
       return credentials;
     });
     return;
@@ -156,7 +156,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   if (tenants) {
     // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
     const first = tenants();
-    let pending: LoadedTenant[] | undefined = first;
+    let pending: TenantDefinition[] | undefined = first;
     options.tenants = {
       load: () => {
         const list = pending ?? tenants();
@@ -164,7 +164,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
         return list;
       },
       policy: config.tls,
-      tokenReview: (spec) => tenantTokenReview(spec, options.log.child({ tenant: spec.name, part: 'kube' })),
+      tokenReview: (tenant) => tenantTokenReview(tenant, options.log.child({ tenant: tenant.name, part: 'kube' })),
     };
   }
   enableGcPacing();
@@ -247,7 +247,7 @@ function reloadOnChange(server: KanalServer, file: string, log: Logger): { close
 }
 
 /** Token review for one tenant, against its own kube-apiserver (its kubeconfig). */
-async function tenantTokenReview(spec: TenantSpec, log: Logger): Promise<{ authenticator: TokenAuthenticator; release: () => void }> {
+async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{ authenticator: TokenAuthenticator; release: () => void }> {
   const tokens = spec.tokens;
   if (!tokens) throw new Error(`tenant ${spec.name} has no token review`);
   const newClient = await kubeClients(tokens.kube, log);

@@ -10,8 +10,7 @@ import type { KeepaliveOptions } from '../transport/liveness.js';
 import type { ProxyStrategy } from './routing/proxy-strategies.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import type { ServerLeaseController } from './leases/lease-controller.js';
-import type { LoadedTenant } from './tenants/loaded-tenant.js';
-import type { TenantSpec } from './tenants/tenants-file.js';
+import type { TenantDefinition } from './tenants/tenant-definition.js';
 import type { TlsPolicyOptions } from './tenants/tenant-directory.js';
 
 /** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
@@ -71,11 +70,11 @@ export interface ServerOptions {
    */
   tenants?: {
     /** Reads and checks the file and every file it names; throws a TenantsFileError listing every problem. */
-    load(): LoadedTenant[];
+    load(): TenantDefinition[];
     /** --tls-min-version and --cipher-suites for the tenants' own TLS contexts. */
     policy: TlsPolicyOptions;
     /** A token authenticator against the tenant's own kube-apiserver, and what closes its client. */
-    tokenReview?(spec: TenantSpec): Promise<{ authenticator: TokenAuthenticator; release: () => void }>;
+    tokenReview?(tenant: TenantDefinition): Promise<{ authenticator: TokenAuthenticator; release: () => void }>;
   };
 }
 

@@ -25,11 +25,10 @@ import { MD_AUTHORIZATION } from '../wire/metadata.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 import type { UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
 import { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
-import { feedLeaseMetrics } from './server-gauges.js';
+import { feedLeaseMetrics } from './tenants/tenant-gauges.js';
 import { Tenant } from './tenants/tenant.js';
 import { TenantDirectory } from './tenants/tenant-directory.js';
-import type { LoadedTenant } from './tenants/loaded-tenant.js';
-import { TenantsFileError } from './tenants/tenants-file.js';
+import { TenantsRefused, type TenantDefinition } from './tenants/tenant-definition.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 
@@ -72,7 +71,7 @@ const ONE_CLUSTER = '';
 /** A tenant being served, with what was loaded for it and its own Unix socket. */
 interface Room {
   tenant: Tenant;
-  loaded?: LoadedTenant;
+  loaded?: TenantDefinition;
   uds?: Listener;
   /** Closes what was opened for it (its kube-apiserver client). */
   release?: () => void;
@@ -152,8 +151,8 @@ export class KanalServer {
   }
 
   /** A tenant of the file, in its own metrics and log lines. */
-  private tenantFrom(loaded: LoadedTenant, tokens: TokenAuthenticator | undefined): Tenant {
-    const name = loaded.spec.name;
+  private tenantFrom(loaded: TenantDefinition, tokens: TokenAuthenticator | undefined): Tenant {
+    const name = loaded.name;
     return new Tenant({
       ...loaded.options,
       ...(tokens ? { tokens } : {}),
@@ -259,9 +258,9 @@ export class KanalServer {
 
   private async bringUp(): Promise<void> {
     try {
-      if (this.opts.tenants) await this.addTenants(await this.opts.tenants.load());
+      if (this.opts.tenants) await this.addTenants(this.opts.tenants.load());
       await this.startListeners();
-      for (const room of this.rooms.values()) if (room.loaded?.spec.uds) room.uds = await this.listenTenantSocket(room);
+      for (const room of this.rooms.values()) if (room.loaded?.uds) room.uds = await this.listenTenantSocket(room);
     } catch (err) {
       await this.release();
       this.transition({ kind: 'stopped' });
@@ -402,6 +401,13 @@ export class KanalServer {
       incoming.reject(GrpcStatus.UNAUTHENTICATED, `this server serves no tenant for this agent: ${detail}`);
       return;
     }
+    if (connection.tenant === undefined && room.loaded?.credentials.agentCa) {
+      // Named by its token alone, but this tenant wants a client certificate as well (as --cluster-ca-cert with tokens).
+      const detail = `tenant ${JSON.stringify(name)} needs a client certificate from its cluster-ca-cert as well as a token`;
+      this.refusalLogs.agents.refuse({ reason: 'agent_tenant_mismatch', peer: incoming.peer, fields: { tenant: name, reason: detail }, message: 'refused agent stream: no certificate', detail });
+      incoming.reject(GrpcStatus.UNAUTHENTICATED, detail);
+      return;
+    }
     room.tenant.serveAgent(withContext(incoming, connection.credential));
   }
 
@@ -427,7 +433,7 @@ export class KanalServer {
 
   /** A tenant's own Unix socket for its kube-apiserver. */
   private async listenTenantSocket(room: Room): Promise<Listener | undefined> {
-    const uds = room.loaded?.spec.uds;
+    const uds = room.loaded?.uds;
     if (!uds || !this.frontendGrpc) return undefined;
     return listenForFrontends({
       mode: this.opts.frontend.mode,
@@ -442,17 +448,17 @@ export class KanalServer {
   }
 
   /** The tenants of the file at start (the file was checked whole by load()). */
-  private async addTenants(list: readonly LoadedTenant[]): Promise<void> {
+  private async addTenants(list: readonly TenantDefinition[]): Promise<void> {
     this.directory = new TenantDirectory(
       list.map((l) => l.credentials),
       this.opts.tenants?.policy ?? {},
     );
-    for (const loaded of list) this.rooms.set(loaded.spec.name, await this.openRoom(loaded));
-    this.log.info({ tenants: list.map((l) => l.spec.name) }, `serving ${list.length} tenant(s)`);
+    for (const loaded of list) this.rooms.set(loaded.name, await this.openRoom(loaded));
+    this.log.info({ tenants: list.map((l) => l.name) }, `serving ${list.length} tenant(s)`);
   }
 
-  private async openRoom(loaded: LoadedTenant): Promise<Room> {
-    const review = loaded.spec.tokens && (await this.opts.tenants?.tokenReview?.(loaded.spec));
+  private async openRoom(loaded: TenantDefinition): Promise<Room> {
+    const review = loaded.tokens && (await this.opts.tenants?.tokenReview?.(loaded));
     const tenant = this.tenantFrom(loaded, review?.authenticator);
     return { tenant, loaded, ...(review ? { release: review.release } : {}) };
   }
@@ -485,7 +491,7 @@ export class KanalServer {
   private async applyReload(): Promise<ReloadResult> {
     const tenants = this.opts.tenants;
     if (!tenants) return { ok: false, error: 'no --tenants-config' };
-    let list: LoadedTenant[];
+    let list: TenantDefinition[];
     let directory: TenantDirectory;
     try {
       list = tenants.load();
@@ -496,12 +502,12 @@ export class KanalServer {
     } catch (err) {
       const error = errorMessage(err);
       // One field per mistake: a long message would be cut in the log line (log-safety.ts).
-      const fields = err instanceof TenantsFileError ? { file: err.file, mistakes: err.mistakes } : { err: error };
+      const fields = err instanceof TenantsRefused ? { file: err.file, mistakes: err.mistakes } : { err: error };
       this.log.error(fields, 'tenants file refused: the running tenants stay as they are');
       this.reloads?.inc({ result: 'invalid' });
       return { ok: false, error };
     }
-    const next = new Map(list.map((l) => [l.spec.name, l]));
+    const next = new Map(list.map((l) => [l.name, l]));
     const removed = [...this.rooms.keys()].filter((n) => !next.has(n));
     const changed = [...next.keys()].filter((n) => {
       const room = this.rooms.get(n);

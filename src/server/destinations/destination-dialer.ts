@@ -13,7 +13,7 @@ import type { AllowList } from './allow-list.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
 import type { ConnectionBudget } from '../../domain/connection-budget.js';
 import type { DialingAgent, Refusals } from '../../domain/refusal-log.js';
-import { isQuotaRefusal, type TenantQuota } from '../tenants/tenant-quota.js';
+import { isQuotaRefusal, type DialQuota } from '../../domain/dial-quota.js';
 
 export interface DestinationDialerOptions {
   allowList: AllowList;
@@ -25,7 +25,7 @@ export interface DestinationDialerOptions {
   refusals: Refusals;
   metrics?: KanalMetrics;
   /** The tenant's share of the server (tenants/tenant-quota.ts); absent: a server of one cluster. */
-  quota?: TenantQuota;
+  quota?: DialQuota;
 }
 
 export class DestinationDialer {
@@ -35,7 +35,7 @@ export class DestinationDialer {
   private readonly log: Logger;
   private readonly refusals: Refusals;
   private readonly metrics: KanalMetrics | undefined;
-  private readonly quota: TenantQuota | undefined;
+  private readonly quota: DialQuota | undefined;
 
   constructor(opts: DestinationDialerOptions) {
     this.allowList = opts.allowList;

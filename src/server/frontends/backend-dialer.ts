@@ -13,7 +13,7 @@ import { RateLimitedLog } from '../../common/rate-limited-log.js';
 import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from '../../domain/refusal-log.js';
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from '../routing/proxy-strategies.js';
 import { errorMessage } from '../../common/error-message.js';
-import { isQuotaRefusal, type TenantQuota } from '../tenants/tenant-quota.js';
+import { isQuotaRefusal, type DialQuota } from '../../domain/dial-quota.js';
 
 export interface BackendDialerOptions {
   registry: AgentRegistry;
@@ -26,7 +26,7 @@ export interface BackendDialerOptions {
   /** How a dial picks its agent (--proxy-strategies); default upstream's. */
   strategies?: readonly ProxyStrategy[];
   /** The tenant's share of the server (tenants/tenant-quota.ts); absent: a server of one cluster. */
-  quota?: TenantQuota;
+  quota?: DialQuota;
 }
 
 export class BackendDialer {
@@ -38,7 +38,7 @@ export class BackendDialer {
   private readonly metrics: KanalMetrics | undefined;
   private readonly refusals: Refusals;
   private readonly strategies: readonly ProxyStrategy[];
-  private readonly quota: TenantQuota | undefined;
+  private readonly quota: DialQuota | undefined;
 
   constructor(opts: BackendDialerOptions) {
     this.registry = opts.registry;

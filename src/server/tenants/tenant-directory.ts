@@ -269,7 +269,7 @@ export class TenantDirectory {
     if (!m) return undefined;
     try {
       const claims: unknown = JSON.parse(Buffer.from(m[2], 'base64url').toString('utf8'));
-      const iss = typeof claims === 'object' && claims !== null ? Reflect.get(claims, 'iss') : undefined;
+      const iss: unknown = typeof claims === 'object' && claims !== null ? Reflect.get(claims, 'iss') : undefined;
       return typeof iss === 'string' ? this.issuers.get(iss) : undefined;
     } catch {
       return undefined;

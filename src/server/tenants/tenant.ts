@@ -27,8 +27,8 @@ import { HttpConnectFrontend } from '../frontends/http-connect-frontend.js';
 import type { AgentCredential } from '../identity/agent-credential.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { ProxyStrategy } from '../routing/proxy-strategies.js';
-import { registerServerGauges } from '../server-gauges.js';
-import { TenantQuota, type TenantQuotaLimits } from './tenant-quota.js';
+import { registerServerGauges } from './tenant-gauges.js';
+import { DialQuota, type DialQuotaLimits } from '../../domain/dial-quota.js';
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
@@ -41,7 +41,7 @@ export interface TenantOptions {
   /** Distinct agents of the tenant (max-agents); absent: unbounded but for the per-credential bound. */
   maxAgents?: number;
   /** The tenant's share of dials and connections (max-connections, max-pending-dials, dial-rate); absent: none. */
-  quota?: TenantQuotaLimits;
+  quota?: DialQuotaLimits;
   proxyStrategies?: readonly ProxyStrategy[];
   backendDialTimeoutMs: number;
   allowedDestinations: readonly string[];
@@ -65,7 +65,7 @@ export class Tenant {
   readonly registry: AgentRegistry;
   readonly metrics: KanalMetrics;
   readonly log: Logger;
-  readonly quota: TenantQuota | undefined;
+  readonly quota: DialQuota | undefined;
   /** gRPC frontend streams open (the server closes them with the tenant). */
   readonly frontendTunnels = new Set<Tunnel>();
   readonly httpConnect: HttpConnectFrontend;
@@ -84,7 +84,7 @@ export class Tenant {
     this.metrics = opts.metrics;
     this.log = opts.log;
     this.registry = new AgentRegistry(opts.maxAgentsPerCredential, opts.maxAgents);
-    this.quota = opts.quota && new TenantQuota(opts.quota);
+    this.quota = opts.quota && new DialQuota(opts.quota);
     const agentTunnels = (): Tunnel[] => this.registry.list().map((b) => b.tunnel);
     this.upstreamLeaseMetrics = registerUpstreamServerMetrics(this.metrics.registry, {
       agentStreams: () => this.registry.size,

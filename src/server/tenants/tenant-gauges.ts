@@ -3,12 +3,12 @@
  * server (a prom-client registry refuses a name twice), each reading the
  * server's parts when scraped (docs/metrics.md).
  */
-import type { KanalMetrics } from '../domain/metrics.js';
-import type { UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
-import type { ConnectionBudget } from '../domain/connection-budget.js';
-import type { Tunnel } from '../tunnel/tunnel.js';
-import type { AgentRegistry } from './agents/agent-registry.js';
-import type { ServerLeaseController } from './leases/lease-controller.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import type { UpstreamServerLeaseMetrics } from '../../domain/upstream-metrics.js';
+import type { ConnectionBudget } from '../../domain/connection-budget.js';
+import type { Tunnel } from '../../tunnel/tunnel.js';
+import type { AgentRegistry } from '../agents/agent-registry.js';
+import type { ServerLeaseController } from '../leases/lease-controller.js';
 
 /** What the gauges read. */
 export interface GaugedParts {

@@ -9,8 +9,8 @@
 import { UsageError } from '../../common/usage-error.js';
 import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
 import { logLevelFrom } from '../../settings/process-settings.js';
-import { serverSettings, type ServerSettings } from '../config/settings.js';
-import type { ServerConfig } from '../config/config.js';
+import { serverSettings, type ServerSettings } from './settings.js';
+import type { ServerConfig } from './config.js';
 import { SHARED_WITH_COMMAND_LINE } from './tenant-settings.js';
 
 /** Kept on the command line with --tenants-config: the agent port's default certificate, and how the API client asks. */

@@ -6,9 +6,9 @@
  * dialled; the ticket is given back exactly once, when the dial fails or the
  * connection it made closes.
  */
-import type { RefusalReason } from '../../domain/refusal-reason.js';
+import type { RefusalReason } from './refusal-reason.js';
 
-export interface TenantQuotaLimits {
+export interface DialQuotaLimits {
   maxConnections: number;
   maxPendingDials: number;
   /** Dials per second; 0: not rate-limited. */
@@ -24,7 +24,7 @@ export interface QuotaTicket {
   done(): void;
 }
 
-export class TenantQuota {
+export class DialQuota {
   /** Dials taken and not yet answered; connections established and not yet closed. Invariant: both >= 0. */
   private pending = 0;
   private connections = 0;
@@ -35,7 +35,7 @@ export class TenantQuota {
   /** Connections whose ticket is given back when they close (release()). */
   private readonly held = new Map<object, QuotaTicket>();
 
-  constructor(readonly limits: TenantQuotaLimits) {
+  constructor(readonly limits: DialQuotaLimits) {
     this.tokens = limits.dialBurst;
   }
 

@@ -7,13 +7,13 @@
  */
 import fs from 'node:fs';
 import { parseDocument } from 'yaml';
-import { UsageError } from '../../common/usage-error.js';
 import { errorMessage } from '../../common/error-message.js';
 import { readFileSettings } from '../../settings/table.js';
 import { kubeClientConfig } from '../../kube/settings.js';
 import type { KubeClientConfig } from '../../kube/kube-clients.js';
 import type { RolePins } from '../identity/client-roles.js';
-import { tokenAuthSettings } from '../config/config.js';
+import { tokenAuthSettings } from './config.js';
+import { TenantsRefused } from '../tenants/tenant-definition.js';
 import { tenantSettings, type TenantSettings } from './tenant-settings.js';
 
 export const TENANTS_API_VERSION = 'kanal.dev/v1alpha1';
@@ -39,19 +39,9 @@ export interface TenantSpec {
   fingerprint: string;
 }
 
-/** A tenants file with mistakes; `mistakes` has one line each. */
-export class TenantsFileError extends UsageError {
+/** A tenants file with mistakes (exit 2 at start, like every UsageError); `mistakes` has one line each. */
+export class TenantsFileError extends TenantsRefused {
   override name = 'TenantsFileError';
-  constructor(
-    readonly file: string,
-    readonly mistakes: readonly string[],
-  ) {
-    super(
-      mistakes.length === 1
-        ? `--tenants-config ${file}: ${mistakes[0]}`
-        : `--tenants-config ${file}: ${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`,
-    );
-  }
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {

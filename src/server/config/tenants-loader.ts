@@ -1,27 +1,15 @@
 /**
- * A tenant of the file made ready to serve: its spec (tenants-file.ts), its
- * credential files read and checked, what recognises it (tenant-directory.ts)
- * and its options (tenant.ts). Loading reads every file of every tenant and
+ * The tenants of the file made ready to serve (tenants/tenant-definition.ts):
+ * each entry (tenants-file.ts) with its credential files read and checked. Loading reads every file of every tenant and
  * reports every problem at once; nothing of it is applied until all is well.
  */
 import { createHash } from 'node:crypto';
 import { CredentialCheck, CredentialFilesError } from '../../common/credential-files.js';
 import { errorMessage } from '../../common/error-message.js';
 import { assertRolesSeparated, ClientRoles, sharedTrust } from '../identity/client-roles.js';
-import type { TenantCredentials } from './tenant-directory.js';
-import type { TenantOptions } from './tenant.js';
+import type { TenantCredentials } from '../tenants/tenant-directory.js';
+import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import { readTenantsFile, TenantsFileError, type TenantSpec } from './tenants-file.js';
-
-/** What a tenant takes from the server rather than from its entry. */
-type FromServer = 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens';
-
-export interface LoadedTenant {
-  spec: TenantSpec;
-  credentials: TenantCredentials;
-  options: Omit<TenantOptions, FromServer>;
-  /** The entry and the contents of every file it names: equal fingerprints, unchanged tenant. */
-  fingerprint: string;
-}
 
 /** One tenant's files read and checked into `check` (each problem recorded, named with the tenant). */
 function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | undefined {
@@ -46,7 +34,7 @@ function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | 
   };
 }
 
-function optionsOf(spec: TenantSpec): LoadedTenant['options'] {
+function optionsOf(spec: TenantSpec): TenantDefinition['options'] {
   const v = spec.settings;
   return {
     serverCount: v['server-count'],
@@ -100,7 +88,7 @@ function checkRolesAcross(loaded: readonly { spec: TenantSpec; credentials: Tena
 }
 
 /** Reads the file and every credential file its tenants name; throws TenantsFileError listing every problem. */
-export function loadTenants(file: string, server: { tcpFrontend: boolean }): LoadedTenant[] {
+export function loadTenants(file: string, server: { tcpFrontend: boolean }): TenantDefinition[] {
   const specs = readTenantsFile(file);
   const noFrontend = server.tcpFrontend ? [] : specs.filter((s) => s.settings['server-ca-cert'] !== undefined);
   if (noFrontend.length > 0)
@@ -125,7 +113,14 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Loa
   if (mistakes.length === 0 && specs.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
-  return loaded.map(({ spec, credentials }) => ({ spec, credentials, options: optionsOf(spec), fingerprint: fingerprintOf(spec, credentials) }));
+  return loaded.map(({ spec, credentials }) => ({
+    name: spec.name,
+    credentials,
+    options: optionsOf(spec),
+    ...(spec.tokens ? { tokens: spec.tokens } : {}),
+    ...(spec.uds ? { uds: spec.uds } : {}),
+    fingerprint: fingerprintOf(spec, credentials),
+  }));
 }
 
 /** checkRolesAcross for many tenants: pairs that share a CA certificate found through one index (a chain between CAs is then not looked for). */

@@ -1,0 +1,41 @@
+/**
+ * A tenant as the server is given it: the tenants file's entry read, checked
+ * and its credential files loaded (config/tenants-loader.ts), in the shapes
+ * the tenant (tenant.ts), the directory (tenant-directory.ts) and its Unix
+ * socket take. Kept apart from the file's own format, which only config/ reads.
+ */
+import { UsageError } from '../../common/usage-error.js';
+import type { KubeClientConfig } from '../../kube/kube-clients.js';
+import type { UnixSocketOptions } from '../frontends/unix-socket.js';
+import type { TenantCredentials } from './tenant-directory.js';
+import type { TenantOptions } from './tenant.js';
+
+/** What a tenant takes from the server rather than from its entry. */
+export type FromServer = 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens';
+
+export interface TenantDefinition {
+  name: string;
+  credentials: TenantCredentials;
+  options: Omit<TenantOptions, FromServer>;
+  /** Token review against the tenant's own kube-apiserver. */
+  tokens?: { namespace: string; serviceAccount: string; audience: string; kube: KubeClientConfig };
+  /** Its kube-apiserver's own Unix socket. */
+  uds?: UnixSocketOptions & { path: string };
+  /** The entry and the contents of every file it names: equal fingerprints, unchanged tenant. */
+  fingerprint: string;
+}
+
+/** Tenants that cannot be served as given (a file with mistakes): every mistake, one line each. */
+export class TenantsRefused extends UsageError {
+  override name = 'TenantsRefused';
+  constructor(
+    readonly file: string,
+    readonly mistakes: readonly string[],
+  ) {
+    super(
+      mistakes.length === 1
+        ? `--tenants-config ${file}: ${mistakes[0]}`
+        : `--tenants-config ${file}: ${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`,
+    );
+  }
+}
