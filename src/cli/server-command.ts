@@ -27,6 +27,8 @@ import { loadTenants } from '../server/config/tenants-loader.js';
 import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
 import type { TokenAuthenticator } from '../server/identity/token-authenticator.js';
 import { watchTenantsFile } from '../server/tenants/tenants-watch.js';
+import { checkForWorkers, startPrimary, workerOf } from './server-workers.js';
+import { linkToPrimary } from '../server/workers/worker-link.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
 export type ServerArgs = ServerGiven;
@@ -145,7 +147,14 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
+  const worker = workerOf();
+  if (tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return runPrimary(config, tenants);
   const options = await buildServerOptions(config, credentials);
+  if (worker) {
+    options.worker = worker;
+    options.health = undefined;
+    options.log = options.log.child({ worker: worker.index });
+  }
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);
   const runtime = runtimeWarning(process.versions.node, 'server');
@@ -156,7 +165,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   if (tenants) {
     // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
     const first = tenants();
-    let pending: TenantDefinition[] | undefined = first;
+    let pending: TenantDefinition[] | undefined = worker ? checkForWorkers(first, config.tenants?.file ?? '') : first;
     options.tenants = {
       load: () => {
         const list = pending ?? tenants();
@@ -169,6 +178,8 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   enableGcPacing();
   const server = new KanalServer(options);
+  if (worker) server.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
+  if (worker) return runWorker(server, options.log);
   let admin: HttpListener | undefined;
   try {
     await server.start();
@@ -254,7 +265,41 @@ async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{
   const api = newClient();
   const { TokenAuthenticator } = await import('../server/identity/token-authenticator.js');
   return {
-    authenticator: new TokenAuthenticator({ api, namespace: tokens.namespace, serviceAccount: tokens.serviceAccount, audience: tokens.audience }),
+    authenticator: new TokenAuthenticator({
+      api,
+      namespace: tokens.namespace,
+      serviceAccount: tokens.serviceAccount,
+      audience: tokens.audience,
+    }),
     release: () => api.close(),
   };
+}
+
+/** `--workers N`: the primary; the workers are this command again (server-workers.ts). */
+async function runPrimary(config: ServerConfig, load: () => TenantDefinition[]): Promise<void> {
+  const log = createLogger(config.logLevel, 'server').child({ worker: 'primary' });
+  for (const notice of config.notices) log.warn(notice);
+  const primary = await startPrimary(config, load, log);
+  let admin: HttpListener | undefined;
+  if (config.admin)
+    admin = await startAdminPort({ ...config.admin, registry: primary.pool.metricsSource, log }, '--admin-bind-address, --admin-port');
+  const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
+  notifier.ready(`serving agents on port ${primary.pool.agentPort} with ${config.tenants?.workers ?? 1} workers`);
+  runUntilSignalled(log, async () => {
+    notifier.stopping();
+    await Promise.all([admin?.close(), primary.stop()]);
+  });
+}
+
+/** A worker: started, linked to its primary, stopped with it or on SIGTERM; reloads only when the primary says. */
+async function runWorker(server: KanalServer, log: Logger): Promise<void> {
+  await server.start();
+  const stop = async (): Promise<void> => {
+    await server.stop();
+  };
+  linkToPrimary(server, log, () => {
+    log.warn('the primary is gone: this worker stops');
+    void stop().finally(() => process.exit(0));
+  });
+  runUntilSignalled(log, stop);
 }

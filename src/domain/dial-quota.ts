@@ -16,7 +16,10 @@ export interface DialQuotaLimits {
   dialBurst: number;
 }
 
-export type QuotaRefusal = { reason: Extract<RefusalReason, 'tenant_connections' | 'tenant_pending_dials' | 'tenant_dial_rate'>; message: string };
+export type QuotaRefusal = {
+  reason: Extract<RefusalReason, 'tenant_connections' | 'tenant_pending_dials' | 'tenant_dial_rate'>;
+  message: string;
+};
 
 /** A dial's place in the quota: pending until connected() or done(); done() gives everything back (once). */
 export interface QuotaTicket {
@@ -59,14 +62,21 @@ export class DialQuota {
   take(): QuotaTicket | QuotaRefusal {
     const { maxConnections, maxPendingDials, dialRate, dialBurst } = this.limits;
     if (this.pending + this.connections >= maxConnections)
-      return { reason: 'tenant_connections', message: `the tenant holds its maximum of ${maxConnections} tunnelled connections (max-connections)` };
+      return {
+        reason: 'tenant_connections',
+        message: `the tenant holds its maximum of ${maxConnections} tunnelled connections (max-connections)`,
+      };
     if (this.pending >= maxPendingDials)
-      return { reason: 'tenant_pending_dials', message: `the tenant has its maximum of ${maxPendingDials} dials waiting for an answer (max-pending-dials)` };
+      return {
+        reason: 'tenant_pending_dials',
+        message: `the tenant has its maximum of ${maxPendingDials} dials waiting for an answer (max-pending-dials)`,
+      };
     if (dialRate > 0) {
       const now = performance.now();
       this.tokens = Math.min(dialBurst, this.tokens + ((now - this.refilledAt) / 1000) * dialRate);
       this.refilledAt = now;
-      if (this.tokens < 1) return { reason: 'tenant_dial_rate', message: `the tenant dials faster than its ${dialRate} dials/s (dial-rate, dial-burst)` };
+      if (this.tokens < 1)
+        return { reason: 'tenant_dial_rate', message: `the tenant dials faster than its ${dialRate} dials/s (dial-rate, dial-burst)` };
       this.tokens -= 1;
     }
     this.pending++;

@@ -36,6 +36,21 @@ export interface Listener {
   close(): Promise<void>;
   /** TLS listeners: replaces the default context's credentials (a reload of the tenants file). */
   setSecureContext?(options: tls.SecureContextOptions): void;
+  /**
+   * TLS listeners: serves a connection another process accepted (a worker,
+   * docs/multi-tenant.md "Workers"); `head` is what that process read of it already.
+   */
+  adopt?(socket: net.Socket, head: Buffer): void;
+  /** The frontend: serves a connection whose tenant another worker decided (already decrypted). */
+  adoptDecided?(socket: net.Socket, connection: FrontendConnection, peer: string): void;
+}
+
+/** Gives a TLS server a connection accepted elsewhere, the bytes already read put back first (Node's TLSSocket takes a socket's buffered data). */
+function adoptInto(server: tls.Server): (socket: net.Socket, head: Buffer) => void {
+  return (socket, head) => {
+    if (head.length > 0) socket.unshift(head);
+    server.emit('connection', socket);
+  };
 }
 
 /** Whose a TLS connection is, decided by a server of many tenants (tenants/tenant-directory.ts). */
@@ -152,7 +167,8 @@ async function listenTcp(server: net.Server, host: string, port: number, flags: 
 
 export interface AgentListenerOptions {
   host: string;
-  port: number;
+  /** Undefined: nothing is bound, connections come in through adopt() (a worker). */
+  port: number | undefined;
   tls: TlsFiles;
   allowUnauthenticated: boolean;
   /** Every stream proves itself with a service account token: without a client CA, no certificate is needed. */
@@ -214,6 +230,16 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     opts.grpc.injectConnection(socket, verdict.connection);
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'agent');
+  const adopt = adoptInto(server);
+  if (opts.port === undefined) {
+    return {
+      address: 'adopted',
+      port: 0,
+      close: () => closeServer(server, sockets),
+      setSecureContext: (o) => server.setSecureContext({ ...opts.tls, ...o }),
+      adopt,
+    };
+  }
   const port = await listenTcp(server, opts.host, opts.port, '--agent-bind-address, --agent-port');
   reportErrors(server, opts.log);
   opts.log.info(
@@ -230,11 +256,16 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     port,
     close: () => closeServer(server, sockets),
     setSecureContext: (o) => server.setSecureContext({ ...opts.tls, ...o }),
+    adopt,
   };
 }
 
 /** A server of one cluster: its CA and role pins decide (tls-policy.ts). */
-function oneCluster(socket: tls.TLSSocket, roles: ClientRoles, withoutCertificate: string | undefined): ConnectionRecognition<AgentConnection> {
+function oneCluster(
+  socket: tls.TLSSocket,
+  roles: ClientRoles,
+  withoutCertificate: string | undefined,
+): ConnectionRecognition<AgentConnection> {
   const verdict = verifyClientCertificate(socket, 'agent', roles, withoutCertificate);
   if (verdict.ok) return { ok: true, connection: { credential: verdict.credential }, identity: verdict.detail };
   return {
@@ -262,7 +293,8 @@ export interface FrontendListenerOptions {
   uds?: UnixSocketOptions;
   tcp?: {
     host: string;
-    port: number;
+    /** Undefined: nothing is bound, connections come in through adopt() (a worker). */
+    port: number | undefined;
     tls: TlsFiles;
     handshakeTimeoutMs?: number;
     roles?: ClientRoles;
@@ -273,7 +305,7 @@ export interface FrontendListenerOptions {
   tenant?: string;
   grpc: GrpcServerTransport<FrontendConnection>;
   /** The CONNECT frontend of a connection's tenant (undefined: the tenant is gone). */
-  httpConnect: (tenant: string | undefined) => HttpConnectFrontend | undefined;
+  httpConnect: (tenant: string | undefined) => Pick<HttpConnectFrontend, 'serve'> | undefined;
   log: Logger;
   refusals: Refusals;
   /** Default REQUEST_HEAD_TIMEOUT_MS. */
@@ -285,6 +317,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
   const acceptedAt = Date.now();
   const headTimeoutMs = opts.requestHeadTimeoutMs ?? REQUEST_HEAD_TIMEOUT_MS;
   const route = (proto: SniffResult): void => {
+    opts.log.debug({ peer, tenant: connection.tenant, protocol: proto }, 'frontend connection');
     if (proto === 'closed' || socket.destroyed) {
       socket.destroy();
       return;
@@ -400,6 +433,18 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     dispatch(socket, opts, peer, {});
   });
   closeFailedHandshakes(server, peers, opts.refusals, 'frontend');
+  const adopt = adoptInto(server);
+  const adoptDecided = (socket: net.Socket, connection: FrontendConnection, peer: string): void => dispatch(socket, opts, peer, connection);
+  if (tcp.port === undefined) {
+    return {
+      address: 'adopted',
+      port: 0,
+      close: () => closeServer(server, sockets),
+      setSecureContext: (o) => server.setSecureContext({ ...tcp.tls, ...o }),
+      adopt,
+      adoptDecided,
+    };
+  }
   const port = await listenTcp(server, tcp.host, tcp.port, '--server-bind-address, --server-port');
   reportErrors(server, opts.log);
   opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
@@ -408,5 +453,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     port,
     close: () => closeServer(server, sockets),
     setSecureContext: (o) => server.setSecureContext({ ...tcp.tls, ...o }),
+    adopt,
+    adoptDecided,
   };
 }

@@ -76,6 +76,17 @@ export interface ServerOptions {
     /** A token authenticator against the tenant's own kube-apiserver, and what closes its client. */
     tokenReview?(tenant: TenantDefinition): Promise<{ authenticator: TokenAuthenticator; release: () => void }>;
   };
+  /**
+   * `--workers`: this server is worker `index` of several (docs/multi-tenant.md,
+   * "Workers"). It binds no TCP port: the primary hands it connections
+   * (adopt*), and it serves only the tenants `owner` gives it, relaying a
+   * connection it recognised as another worker's tenant to that worker.
+   */
+  worker?: {
+    index: number;
+    owner(tenant: string): number;
+    handoffPath(index: number): string;
+  };
 }
 
 export interface ServerStats {

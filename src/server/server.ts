@@ -20,7 +20,7 @@ import { Refusals } from '../domain/refusal-log.js';
 import { listenError } from '../common/listen-error.js';
 import { errorMessage } from '../common/error-message.js';
 import { assertRolesSeparated, ClientRoles, NO_PINS } from './identity/client-roles.js';
-import type { AgentConnection } from './identity/agent-credential.js';
+import type { AgentConnection, AgentCredential } from './identity/agent-credential.js';
 import { MD_AUTHORIZATION } from '../wire/metadata.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 import type { UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
@@ -29,6 +29,9 @@ import { feedLeaseMetrics } from './tenants/tenant-gauges.js';
 import { Tenant } from './tenants/tenant.js';
 import { TenantDirectory } from './tenants/tenant-directory.js';
 import { TenantsRefused, type TenantDefinition } from './tenants/tenant-definition.js';
+import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
+import type net from 'node:net';
+import type { MetricsJson } from '../common/health-server.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 
@@ -107,6 +110,7 @@ export class KanalServer {
   /** kanal_tenants_config_reloads_total{result}: with --tenants-config only. */
   private readonly reloads: LabelledCounter<{ result: 'applied' | 'invalid' }> | undefined;
   private frontendGrpc: GrpcServerTransport<FrontendConnection> | undefined;
+  private agentGrpc: GrpcServerTransport<AgentConnection> | undefined;
 
   constructor(private readonly opts: ServerOptions) {
     this.log = opts.log;
@@ -183,7 +187,8 @@ export class KanalServer {
   /** The tenant named `name` (ONE_CLUSTER: the one of a server without --tenants-config); throws when there is none. */
   tenant(name: string): Tenant {
     const room = this.rooms.get(name);
-    if (!room) throw new Error(name === ONE_CLUSTER ? 'this server has --tenants-config: name the tenant' : `no tenant ${JSON.stringify(name)}`);
+    if (!room)
+      throw new Error(name === ONE_CLUSTER ? 'this server has --tenants-config: name the tenant' : `no tenant ${JSON.stringify(name)}`);
     return room.tenant;
   }
 
@@ -225,7 +230,14 @@ export class KanalServer {
       agents: tenants.reduce((n, t) => n + t.registry.size, 0),
       frontendStreams: tenants.reduce((n, t) => n + t.frontendTunnels.size, 0),
       agentTunnels: tenants.flatMap((t) =>
-        t.registry.list().map((b) => ({ agentID: b.agentID, credential: b.credential.subject, ...(t.name ? { tenant: t.name } : {}), ...b.tunnel.stats() })),
+        t.registry
+          .list()
+          .map((b) => ({
+            agentID: b.agentID,
+            credential: b.credential.subject,
+            ...(t.name ? { tenant: t.name } : {}),
+            ...b.tunnel.stats(),
+          })),
       ),
       frontendTunnels: tenants.flatMap((t) => [...t.frontendTunnels].map((x) => x.stats())),
     };
@@ -296,8 +308,9 @@ export class KanalServer {
     const roles = new ClientRoles(opts.agent.clientPins ?? NO_PINS, opts.frontend.tcp?.clientPins ?? NO_PINS);
     if (!opts.tenants) assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
     this.warnAboutBudget();
-    const agentGrpc = this.startAgentGrpc();
-    const frontendGrpc = this.startFrontendGrpc();
+    const worker = this.opts.worker;
+    const agentGrpc = this.relaying(this.startAgentGrpc(), 'agent');
+    const frontendGrpc = this.relaying(this.startFrontendGrpc(), 'frontend');
     const directory = this.directory;
     const tcp = opts.frontend.tcp;
     if (tcp || !opts.tenants) {
@@ -306,20 +319,22 @@ export class KanalServer {
         uds: opts.tenants ? undefined : opts.frontend.uds,
         tcp: tcp && {
           ...tcp,
+          port: worker ? undefined : tcp.port,
           tls: directory ? { ...tcp.tls, ca: this.trust(directory.frontendTrust) } : tcp.tls,
           roles,
           ...(directory ? { recognise: (socket) => this.currentDirectory().recogniseFrontend(socket) } : {}),
         },
         requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
         grpc: frontendGrpc,
-        httpConnect: (tenant) => this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.httpConnect,
+        httpConnect: (tenant) => this.httpConnectOf(tenant),
         log: this.log.child({ part: 'frontend' }),
         refusals: this.refusalLogs.frontend,
       });
     }
+    if (worker) await this.listenForHandoffs(worker.handoffPath(worker.index));
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
-      port: opts.agent.port,
+      port: worker ? undefined : opts.agent.port,
       tls: directory ? { ...opts.agent.tls, ca: this.trust(directory.agentTrust) } : opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
       tokenAuthentication: !!opts.agent.tokens,
@@ -335,6 +350,28 @@ export class KanalServer {
         : {}),
     });
     await this.startHealth();
+  }
+
+  /** A worker: connections relayed by other workers, each served as its handoff line says. */
+  private async listenForHandoffs(path: string): Promise<void> {
+    const handoffs = await listenForHandoffs(
+      path,
+      (socket, h) => {
+        if (!this.owns(h.tenant) || !this.rooms.has(h.tenant)) {
+          socket.destroy();
+          return;
+        }
+        if (h.kind === 'agent')
+          this.agentGrpc?.injectConnection(socket, { tenant: h.tenant, ...(h.credential ? { credential: h.credential } : {}) });
+        else if (this.frontendListener?.adoptDecided) {
+          this.frontendListener.adoptDecided(socket, { tenant: h.tenant }, h.peer);
+          // The handoff paused it to read its line; the sniffer reads on from here.
+          socket.resume();
+        } else socket.destroy();
+      },
+      this.log,
+    );
+    this.closers.push(() => handoffs.close());
   }
 
   /** A trust bundle for a listener: a PEM string as Buffer, or none. */
@@ -379,6 +416,7 @@ export class KanalServer {
       },
     );
     this.closers.push(() => agentGrpc.close(1000));
+    this.agentGrpc = agentGrpc;
     return agentGrpc;
   }
 
@@ -390,7 +428,8 @@ export class KanalServer {
       : ONE_CLUSTER;
     const room = name === undefined ? undefined : this.rooms.get(name);
     if (!room) {
-      const detail = name === undefined ? 'no tenant recognises its connection or token' : `tenant ${JSON.stringify(name)} is no longer served`;
+      const detail =
+        name === undefined ? 'no tenant recognises its connection or token' : `tenant ${JSON.stringify(name)} is no longer served`;
       this.refusalLogs.agents.refuse({
         reason: 'agent_tenant_unknown',
         peer: incoming.peer,
@@ -404,7 +443,13 @@ export class KanalServer {
     if (connection.tenant === undefined && room.loaded?.credentials.agentCa) {
       // Named by its token alone, but this tenant wants a client certificate as well (as --cluster-ca-cert with tokens).
       const detail = `tenant ${JSON.stringify(name)} needs a client certificate from its cluster-ca-cert as well as a token`;
-      this.refusalLogs.agents.refuse({ reason: 'agent_tenant_mismatch', peer: incoming.peer, fields: { tenant: name, reason: detail }, message: 'refused agent stream: no certificate', detail });
+      this.refusalLogs.agents.refuse({
+        reason: 'agent_tenant_mismatch',
+        peer: incoming.peer,
+        fields: { tenant: name, reason: detail },
+        message: 'refused agent stream: no certificate',
+        detail,
+      });
       incoming.reject(GrpcStatus.UNAUTHENTICATED, detail);
       return;
     }
@@ -441,7 +486,7 @@ export class KanalServer {
       tenant: room.tenant.name,
       requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,
       grpc: this.frontendGrpc,
-      httpConnect: (tenant) => this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.httpConnect,
+      httpConnect: (tenant) => this.httpConnectOf(tenant),
       log: room.tenant.log.child({ part: 'frontend' }),
       refusals: this.refusalLogs.frontend,
     });
@@ -453,8 +498,9 @@ export class KanalServer {
       list.map((l) => l.credentials),
       this.opts.tenants?.policy ?? {},
     );
-    for (const loaded of list) this.rooms.set(loaded.name, await this.openRoom(loaded));
-    this.log.info({ tenants: list.map((l) => l.name) }, `serving ${list.length} tenant(s)`);
+    const own = list.filter((l) => this.owns(l.name));
+    for (const loaded of own) this.rooms.set(loaded.name, await this.openRoom(loaded));
+    this.log.info({ tenants: own.map((l) => l.name) }, `serving ${own.length} tenant(s)`);
   }
 
   private async openRoom(loaded: TenantDefinition): Promise<Room> {
@@ -507,7 +553,7 @@ export class KanalServer {
       this.reloads?.inc({ result: 'invalid' });
       return { ok: false, error };
     }
-    const next = new Map(list.map((l) => [l.name, l]));
+    const next = new Map(list.filter((l) => this.owns(l.name)).map((l) => [l.name, l]));
     const removed = [...this.rooms.keys()].filter((n) => !next.has(n));
     const changed = [...next.keys()].filter((n) => {
       const room = this.rooms.get(n);
@@ -526,13 +572,77 @@ export class KanalServer {
       try {
         room.uds = await this.listenTenantSocket(room);
       } catch (err) {
-        room.tenant.log.error({ err: errorMessage(err) }, "cannot listen on the tenant's Unix socket; its agents are served, its kube-apiserver cannot reach it");
+        room.tenant.log.error(
+          { err: errorMessage(err) },
+          "cannot listen on the tenant's Unix socket; its agents are served, its kube-apiserver cannot reach it",
+        );
       }
       room.tenant.log.info(changed.includes(name) ? 'tenant changed: started anew' : 'tenant added');
     }
     this.reloads?.inc({ result: 'applied' });
     this.log.info({ added, changed, removed, tenants: this.rooms.size }, 'tenants file applied');
     return { ok: true, added, changed, removed };
+  }
+
+  /** Whether this process serves `tenant` (always, unless it is one of several workers). */
+  private owns(tenant: string): boolean {
+    const w = this.opts.worker;
+    return !w || w.owner(tenant) === w.index;
+  }
+
+  /**
+   * A worker's gRPC server as the listeners see it: a connection recognised as
+   * a tenant another worker serves is relayed there (workers/handoff.ts).
+   */
+  private relaying<C extends { tenant?: string; credential?: AgentCredential }>(
+    grpc: GrpcServerTransport<C>,
+    kind: Handoff['kind'],
+  ): GrpcServerTransport<C> {
+    const w = this.opts.worker;
+    if (!w) return grpc;
+    return {
+      injectConnection: (connection, context) => {
+        const tenant = context?.tenant;
+        if (tenant === undefined || this.owns(tenant)) {
+          grpc.injectConnection(connection, context);
+          return;
+        }
+        const peer = peerOfDuplex(connection);
+        forward(
+          connection,
+          w.handoffPath(w.owner(tenant)),
+          { kind, tenant, peer, ...(context?.credential ? { credential: context.credential } : {}) },
+          this.log,
+        );
+      },
+      close: (graceMs) => grpc.close(graceMs),
+    };
+  }
+
+  /** The CONNECT frontend of a tenant, or, on a worker, what relays its connection to the worker that serves it. */
+  private httpConnectOf(tenant: string | undefined): Pick<Tenant['httpConnect'], 'serve'> | undefined {
+    const w = this.opts.worker;
+    if (w && tenant !== undefined && !this.owns(tenant)) {
+      return { serve: (socket, peer) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.log) };
+    }
+    return this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.httpConnect;
+  }
+
+  /** A worker: a connection the primary accepted on the agent port, with what it read of it. */
+  adoptAgent(socket: net.Socket, head: Buffer): void {
+    this.agentListener?.adopt?.(socket, head);
+  }
+
+  /** A worker: a connection the primary accepted on the TCP frontend. */
+  adoptFrontend(socket: net.Socket, head: Buffer): void {
+    if (this.frontendListener?.adopt) this.frontendListener.adopt(socket, head);
+    else socket.destroy();
+  }
+
+  /** Every metric of this process and its tenants, for the primary to aggregate (prom-client's JSON form). */
+  async metricsJson(): Promise<MetricsJson[]> {
+    const all = [this.metrics.registry, ...[...this.rooms.values()].map((r) => r.tenant.metrics.registry)];
+    return Promise.all(all.map((r) => r.getMetricsAsJSON()));
   }
 
   /** Stops serving a tenant: its socket, its agents' tunnels and its kube-apiserver's streams, in one line. */
@@ -544,7 +654,10 @@ export class KanalServer {
     const { agents, frontendStreams } = { agents: room.tenant.registry.size, frontendStreams: room.tenant.frontendTunnels.size };
     room.tenant.close(new Error(`tenant ${name} was ${how} the tenants file`));
     room.release?.();
-    room.tenant.log.info({ agentTunnels: agents, frontendStreams }, `tenant ${how.replace(/ (from|in)$/, '')} the tenants file: its agents and connections closed`);
+    room.tenant.log.info(
+      { agentTunnels: agents, frontendStreams },
+      `tenant ${how.replace(/ (from|in)$/, '')} the tenants file: its agents and connections closed`,
+    );
   }
 
   private async startHealth(): Promise<void> {
@@ -629,6 +742,13 @@ export class KanalServer {
     await this.health?.close();
     for (const flush of this.flushers.splice(0)) flush();
   }
+}
+
+/** A relayed connection's peer for log lines: its address when it has one. */
+function peerOfDuplex(connection: unknown): string {
+  const address: unknown = typeof connection === 'object' && connection !== null ? Reflect.get(connection, 'remoteAddress') : undefined;
+  const port: unknown = typeof connection === 'object' && connection !== null ? Reflect.get(connection, 'remotePort') : undefined;
+  return typeof address === 'string' ? `${address}:${String(port)}` : 'unknown';
 }
 
 /** The same stream with another context: a tenant's handlers take the credential, not the connection record. */

@@ -70,7 +70,11 @@ async function tenantPki(ws: Workspace): Promise<TenantPki> {
   };
   const [[alphaAgents, alphaAgentCa], [alphaServingCa, alphaServingCaFile], [betaAgents, betaAgentCa], [betaKasCa, betaKasCaFile]] =
     await Promise.all([ca('alpha-agents-ca'), ca('alpha-serving-ca'), ca('beta-agents-ca'), ca('beta-kas-ca')]);
-  const alphaServing = await writePair(dir, 'alpha-serving', await alphaServingCa.issue({ commonName: ALPHA_NAME, dnsNames: [ALPHA_NAME], usage: 'server' }));
+  const alphaServing = await writePair(
+    dir,
+    'alpha-serving',
+    await alphaServingCa.issue({ commonName: ALPHA_NAME, dnsNames: [ALPHA_NAME], usage: 'server' }),
+  );
   const betaKas = await writePair(dir, 'beta-kas', await betaKasCa.issue({ commonName: 'beta-kube-apiserver', usage: 'client' }));
   const alphaKas = await writePair(dir, 'alpha-kas', await betaKasCa.issue({ commonName: 'alpha-kube-apiserver', usage: 'client' }));
   return {
@@ -78,8 +82,7 @@ async function tenantPki(ws: Workspace): Promise<TenantPki> {
     alphaServing: { ...alphaServing, ca: alphaServingCaFile },
     alphaAgent: async (id) => writePair(dir, `alpha-${id}`, await alphaAgents.issue({ commonName: id, usage: 'client' })),
     betaAgentCa,
-    betaAgent: async (id) =>
-      writePair(dir, `beta-${id}`, await betaAgents.issue({ commonName: `system:node:${id}`, usage: 'client' })),
+    betaAgent: async (id) => writePair(dir, `beta-${id}`, await betaAgents.issue({ commonName: `system:node:${id}`, usage: 'client' })),
     betaKasCa: betaKasCaFile,
     betaKas,
     alphaKas,
@@ -111,7 +114,7 @@ interface TenantsServer extends Child {
   file: string;
 }
 
-async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: string): Promise<TenantsServer> {
+async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: string, extraArgs: string[] = []): Promise<TenantsServer> {
   const file = path.join(ws.dir, 'tenants.yaml');
   await fs.writeFile(file, yaml);
   const { pki } = ws;
@@ -147,6 +150,7 @@ async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: stri
       'shared',
       '--log-level',
       'debug',
+      ...extraArgs,
     ];
     const proc = spawnKanal(t, { name: 'shared-server', args, logFile: path.join(ws.dir, 'shared-server.log') });
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
@@ -155,7 +159,14 @@ async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: stri
 }
 
 /** A Kanal agent of alpha: its own certificate, the tenant's server name as SNI. */
-async function alphaAgent(t: ExecutionContext, ws: Workspace, server: TenantsServer, p: TenantPki, id: string, waitReady = true): Promise<KanalAgentProcess> {
+async function alphaAgent(
+  t: ExecutionContext,
+  ws: Workspace,
+  server: TenantsServer,
+  p: TenantPki,
+  id: string,
+  waitReady = true,
+): Promise<KanalAgentProcess> {
   const cred = await p.alphaAgent(id);
   return startAgent(t, ws, server, {
     agentID: id,
@@ -166,7 +177,14 @@ async function alphaAgent(t: ExecutionContext, ws: Workspace, server: TenantsSer
 }
 
 /** A Kanal agent of beta: no SNI (an IP address), recognised by its certificate; the default certificate is the workspace's. */
-async function betaAgent(t: ExecutionContext, ws: Workspace, server: TenantsServer, p: TenantPki, id: string, cred?: Pem): Promise<KanalAgentProcess> {
+async function betaAgent(
+  t: ExecutionContext,
+  ws: Workspace,
+  server: TenantsServer,
+  p: TenantPki,
+  id: string,
+  cred?: Pem,
+): Promise<KanalAgentProcess> {
   const own = cred ?? (await p.betaAgent(id));
   return startAgent(t, ws, server, { agentID: id, cert: 'none', extraArgs: ['--agent-cert', own.cert, '--agent-key', own.key] });
 }
@@ -243,7 +261,16 @@ test('tenants: each is recognised its own way, reaches only its own agents, and 
     agentID: 'intruder-1',
     cert: 'none',
     waitReady: false,
-    extraArgs: ['--ca-cert', p.alphaServing.ca, '--tls-server-name', ALPHA_NAME, '--agent-cert', betaCred.cert, '--agent-key', betaCred.key],
+    extraArgs: [
+      '--ca-cert',
+      p.alphaServing.ca,
+      '--tls-server-name',
+      ALPHA_NAME,
+      '--agent-cert',
+      betaCred.cert,
+      '--agent-key',
+      betaCred.key,
+    ],
   });
   const mismatch = await refusal(server, 'agent_tenant_mismatch');
   t.regex(JSON.stringify(mismatch), /alpha/);
@@ -255,10 +282,16 @@ test('tenants: each is recognised its own way, reaches only its own agents, and 
   await refusal(server, 'agent_tenant_unknown');
 
   // An agent certificate of beta on the frontend: not a kube-apiserver's, refused at the handshake.
-  t.is(await refusedWith(viaFrontend(ws, server, betaCred, echo.address).catch(() => Promise.reject(new ConnectRefused(-2, 'closed')))), -2);
+  t.is(
+    await refusedWith(viaFrontend(ws, server, betaCred, echo.address).catch(() => Promise.reject(new ConnectRefused(-2, 'closed')))),
+    -2,
+  );
   await refusal(server, 'frontend_certificate');
   // Alpha's kube-apiserver certificate (from beta's CA, so the TLS handshake passes) naming no tenant: refused.
-  t.is(await refusedWith(viaFrontend(ws, server, p.alphaKas, echo.address).catch(() => Promise.reject(new ConnectRefused(-2, 'closed')))), -2);
+  t.is(
+    await refusedWith(viaFrontend(ws, server, p.alphaKas, echo.address).catch(() => Promise.reject(new ConnectRefused(-2, 'closed')))),
+    -2,
+  );
   const unknownKas = await refusal(server, 'frontend_tenant_unknown');
   t.regex(JSON.stringify(unknownKas), /CN=alpha-kube-apiserver.*matches no pins of tenant/);
 
@@ -287,8 +320,11 @@ test('tenants: the file changes live; an invalid file changes nothing, a removed
 
   // An invalid file: refused whole, logged, counted; beta untouched.
   await fs.writeFile(server.file, `${tenantsYaml(ws, p, ['beta'], echo.address)}    server-count: 0\n    bogus: 1\n`);
+  const isRefusal = (o: Record<string, unknown>): boolean => o.msg === 'tenants file refused: the running tenants stay as they are';
+  const refused = await server.waitForLine(isRefusal, 10_000, 'refused');
+  // SIGHUP reads it again (the file did not change, so only the signal can): refused again.
   server.signal('SIGHUP');
-  const refused = await server.waitForLine((o) => o.msg === 'tenants file refused: the running tenants stay as they are', 10_000, 'refused');
+  await server.waitForLine((o) => isRefusal(o) && o.time !== refused.time, 10_000, 'refused again on SIGHUP');
   t.deepEqual(refused.mistakes, [
     'tenant "beta": unknown setting "bogus" (a tenant takes the settings listed in docs/multi-tenant.md; ports, listeners and logging are the command line\'s)',
     'tenant "beta": server-count must be a positive integer, got 0',
@@ -303,13 +339,27 @@ test('tenants: the file changes live; an invalid file changes nothing, a removed
 
   // Alpha removed: its agent's tunnel and socket go, one line; beta's transfer goes on.
   await fs.writeFile(server.file, tenantsYaml(ws, p, ['beta'], echo.address));
-  const removed = await server.waitForLine((o) => typeof o.msg === 'string' && o.msg.startsWith('tenant removed') && o.tenant === 'alpha', 10_000, 'alpha removed');
+  const removed = await server.waitForLine(
+    (o) => typeof o.msg === 'string' && o.msg.startsWith('tenant removed') && o.tenant === 'alpha',
+    10_000,
+    'alpha removed',
+  );
   t.is(removed.agentTunnels, 1);
-  await a1.waitForLine((o) => o.msg === 'tunnel closed' || String(o.msg).includes('disconnected') || String(o.msg).includes('closed'), 10_000, 'alpha agent told');
-  t.true(await fs.stat(path.join(ws.dir, 'alpha.sock')).then(() => false, () => true), "alpha's socket is gone");
+  await a1.waitForLine(
+    (o) => o.msg === 'tunnel closed' || String(o.msg).includes('disconnected') || String(o.msg).includes('closed'),
+    10_000,
+    'alpha agent told',
+  );
+  t.true(
+    await fs.stat(path.join(ws.dir, 'alpha.sock')).then(
+      () => false,
+      () => true,
+    ),
+    "alpha's socket is gone",
+  );
   t.is(await received, sha256(payload), "beta's transfer arrived whole across three reloads");
   const m = await scrapeMetrics(server.healthPort);
-  t.is(m.get('kanal_tenants_config_reloads_total{result="invalid"}'), 1);
+  t.is(m.get('kanal_tenants_config_reloads_total{result="invalid"}'), 2);
   t.is(m.get('kanal_tenants_config_reloads_total{result="applied"}'), 2);
   t.is(m.get('kanal_server_tenants'), 1);
 });
@@ -336,14 +386,78 @@ tenants:
     uds-name: /tmp/a.sock
 `,
   );
-  const r = await runCli(['server', '--tenants-config', file, '--cluster-cert', ws.pki.serverCert, '--cluster-key', ws.pki.serverKey, '--dry-run']);
+  const r = await runCli([
+    'server',
+    '--tenants-config',
+    file,
+    '--cluster-cert',
+    ws.pki.serverCert,
+    '--cluster-key',
+    ws.pki.serverKey,
+    '--dry-run',
+  ]);
   t.is(r.code, 2, r.stderr);
   t.regex(r.stderr, /name "Alpha": use a lowercase DNS label/);
   t.regex(r.stderr, /tenant "beta": allowed-destination/);
   t.regex(r.stderr, /tenant "beta": server-name needs cluster-cert and cluster-key/);
   t.regex(r.stderr, /tenant "beta": its agents need a credential/);
   t.regex(r.stderr, /tenant "delta": uds-name "\/tmp\/a.sock" is already tenant "gamma"'s/);
-  const misplaced = await runCli(['server', '--tenants-config', file, '--cluster-cert', ws.pki.serverCert, '--cluster-key', ws.pki.serverKey, '--allowed-destination', '10.0.0.1:443', '--dry-run']);
+  const misplaced = await runCli([
+    'server',
+    '--tenants-config',
+    file,
+    '--cluster-cert',
+    ws.pki.serverCert,
+    '--cluster-key',
+    ws.pki.serverKey,
+    '--allowed-destination',
+    '10.0.0.1:443',
+    '--dry-run',
+  ]);
   t.is(misplaced.code, 2);
   t.regex(misplaced.stderr, /--allowed-destination is a tenant's setting with --tenants-config/);
+});
+
+test('tenants over two workers: each tenant whole in its worker, a connection relayed to it, a dead worker restarted alone', async (t) => {
+  const ws = await makeWorkspace(t, 'kanal-tenants-');
+  const p = await tenantPki(ws);
+  const echo = await startEchoBackend(t);
+  const payload = Buffer.alloc(24 * 1024 * 1024, 3);
+  for (let i = 0; i < payload.length; i += 4096) payload[i] = (i >> 12) & 0xff;
+  const source = await startSourceBackend(t, payload);
+  // ownerOf: alpha -> worker 0, beta -> worker 1 (workers/owner.ts).
+  const server = await startTenantsServer(t, ws, tenantsYaml(ws, p, ['alpha', 'beta'], echo.address), ['--workers', '2']);
+  const pids = new Map<number, number>();
+  for (const w of [0, 1]) {
+    const line = await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === w, 10_000, `worker ${w} ready`);
+    pids.set(w, Number(line.pid));
+  }
+  await alphaAgent(t, ws, server, p, 'node-1');
+  // Beta's agents send no server name: the primary hands them to any worker, which relays them to beta's.
+  await betaAgent(t, ws, server, p, 'node-1');
+  await betaAgent(t, ws, server, p, 'node-2');
+  t.true(await echoes(viaAlpha(ws, echo.address), 'alpha in worker 0'));
+  for (let i = 0; i < 4; i++) t.true(await echoes(viaFrontend(ws, server, p.betaKas, echo.address), `beta in worker 1, try ${i}`));
+  const m = await scrapeMetrics(server.healthPort);
+  t.is(m.get('kanal_workers_ready{worker="primary"}'), 2);
+  t.is(m.get('kanal_server_agents{tenant="alpha"}'), 1);
+  t.is(m.get('kanal_server_agents{tenant="beta"}'), 2);
+  t.true(
+    m.has('process_resident_memory_bytes{worker="0"}') && m.has('process_resident_memory_bytes{worker="1"}'),
+    'each worker reports itself',
+  );
+
+  // Alpha moves data while beta's worker dies: alpha's transfer is untouched, beta's worker comes back alone.
+  const transfer = await viaAlpha(ws, source.address);
+  const received = readHashed(transfer, payload.length, 60_000, 12 * 1024 * 1024);
+  process.kill(pids.get(1) ?? 0, 'SIGKILL');
+  await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === 1 && Number(o.pid) !== pids.get(1), 20_000, 'worker 1 back');
+  t.is(await received, sha256(payload), "alpha's transfer arrived whole while beta's worker was restarted");
+  const deadline = Date.now() + 20_000;
+  let beta = false;
+  while (!beta && Date.now() < deadline)
+    beta = await echoes(viaFrontend(ws, server, p.betaKas, echo.address), 'beta after its worker restarted').catch(() => false);
+  t.true(beta, "beta's agents came back to its new worker");
+  const after = await scrapeMetrics(server.healthPort);
+  t.is(after.get('kanal_worker_restarts_total{worker="1"}'), 1);
 });

@@ -50,8 +50,8 @@ const ROOMS: Readonly<Record<string, readonly (readonly string[])[]>> = {
     ['agents'],
     // The kube-apiserver's side: HTTP CONNECT, gRPC, the Unix socket, dials through an agent.
     ['frontends'],
-    // One cluster's room made of the above, and whose a connection is (docs/multi-tenant.md).
-    ['tenants'],
+    // One cluster's room made of the above and whose a connection is; a server's worker processes (docs/multi-tenant.md).
+    ['tenants', 'workers'],
     // The assembly: KanalServer and its listeners.
     ['.'],
     // Settings and configuration, read by the CLI before the server is built.

@@ -51,12 +51,16 @@ export interface ServerConfig {
   logLevel: LevelWithSilent;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
-  /** `--tenants-config`: the file declaring the tenants (tenants/command-line.ts); the settings above are then what they share. */
-  tenants?: { file: string };
+  /** `--tenants-config`: the file declaring the tenants (tenants-command-line.ts); the settings above are then what they share. */
+  tenants?: { file: string; workers: number };
 }
 
 /** Checks what ties the settings together; `notices` are the command line's lines about ignored upstream flags (more may be added). */
 export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig {
+  if (v.workers !== 1)
+    throw new UsageError(
+      '--workers needs --tenants-config: one cluster\'s agents and kube-apiserver meet in one process (docs/multi-tenant.md, "Workers")',
+    );
   const certFile = v['cluster-cert'] ?? v['server-cert'];
   const keyFile = v['cluster-key'] ?? v['server-key'];
   if (!certFile || !keyFile)

@@ -49,6 +49,13 @@ export const serverSettings = {
       'Serve many clusters: the YAML file declaring each tenant, how its agents and kube-apiserver are recognised and its settings (docs/multi-tenant.md); re-read when it changes and on SIGHUP',
     group: IDENTITY,
   }),
+  workers: count({
+    default: 1,
+    min: 0,
+    describe:
+      'With --tenants-config: worker processes the tenants are spread over, each tenant served whole by one (0: one per CPU core); a worker that dies is started again alone',
+    group: IDENTITY,
+  }),
   'server-id': setting({
     type: 'string',
     describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)',

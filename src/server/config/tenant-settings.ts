@@ -69,7 +69,8 @@ export const tenantSettings = {
     group: TENANT,
     parse: (v: string | undefined, flag): string => {
       if (v === undefined || v === '') throw new UsageError(`${flag} is required`);
-      if (!TENANT_NAME.test(v)) throw new UsageError(`--${flag} ${JSON.stringify(v)}: use a lowercase DNS label (a-z, 0-9, '-', at most 63)`);
+      if (!TENANT_NAME.test(v))
+        throw new UsageError(`--${flag} ${JSON.stringify(v)}: use a lowercase DNS label (a-z, 0-9, '-', at most 63)`);
       return v;
     },
   }),
@@ -93,7 +94,12 @@ export const tenantSettings = {
     group: FAIRNESS,
   }),
   'max-pending-dials': count({ default: 1000, describe: 'Dials of the tenant waiting for an answer, both directions', group: FAIRNESS }),
-  'dial-rate': count({ default: 500, min: 0, describe: 'Dials per second of the tenant, both directions (0: no rate limit)', group: FAIRNESS }),
+  'dial-rate': count({
+    default: 500,
+    min: 0,
+    describe: 'Dials per second of the tenant, both directions (0: no rate limit)',
+    group: FAIRNESS,
+  }),
   'dial-burst': count({ default: 1000, describe: 'Dials the tenant may make at once above dial-rate', group: FAIRNESS }),
   ...pick(),
 } as const;

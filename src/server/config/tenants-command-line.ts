@@ -6,6 +6,7 @@
  * given there are refused, naming the file as their place, so no setting
  * has two places that could disagree.
  */
+import os from 'node:os';
 import { UsageError } from '../../common/usage-error.js';
 import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
 import { logLevelFrom } from '../../settings/process-settings.js';
@@ -26,13 +27,19 @@ function isDefault(name: keyof ServerSettings, given: unknown): boolean {
 }
 
 /** The configuration of a server of many tenants; `given` is the command line as yargs parsed it (defaults applied). */
-export function tenantsServerConfig(v: ServerSettings, given: Readonly<Record<string, unknown>>, notices: string[], file: string): ServerConfig {
+export function tenantsServerConfig(
+  v: ServerSettings,
+  given: Readonly<Record<string, unknown>>,
+  notices: string[],
+  file: string,
+): ServerConfig {
   const misplaced = SHARED_WITH_COMMAND_LINE.filter((n) => !STILL_THE_PROCESS.includes(n) && !isDefault(n, given[n]));
   const mistakes = misplaced.map((n) => `--${n} is a tenant's setting with --tenants-config: set ${n} in each tenant's entry of ${file}`);
   for (const n of ONE_CLUSTER_ONLY) {
     if (!isDefault(n, given[n])) mistakes.push(`--${n} is not offered with --tenants-config (docs/multi-tenant.md)`);
   }
-  if (mistakes.length > 0) throw new UsageError(mistakes.length === 1 ? mistakes[0] : `${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`);
+  if (mistakes.length > 0)
+    throw new UsageError(mistakes.length === 1 ? mistakes[0] : `${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`);
   const certFile = v['cluster-cert'] ?? v['server-cert'];
   const keyFile = v['cluster-key'] ?? v['server-key'];
   if (!certFile || !keyFile)
@@ -54,7 +61,15 @@ export function tenantsServerConfig(v: ServerSettings, given: Readonly<Record<st
     },
     frontend:
       cert && key
-        ? { tcp: { host: v['server-bind-address'], port: v['server-port'], certFile: cert, keyFile: key, clientPins: { subjects: [], ekus: [] } } }
+        ? {
+            tcp: {
+              host: v['server-bind-address'],
+              port: v['server-port'],
+              certFile: cert,
+              keyFile: key,
+              clientPins: { subjects: [], ekus: [] },
+            },
+          }
         : {},
     health: healthPort > 0 ? { host: v['health-bind-address'], port: healthPort } : undefined,
     tls: { ...(minVersion ? { minVersion } : {}), ...(ciphers ? { ciphers } : {}) },
@@ -62,6 +77,6 @@ export function tenantsServerConfig(v: ServerSettings, given: Readonly<Record<st
     maxNodeToCpConnections: v['max-node-to-cp-connections'] || defaultNodeToCpConnections(),
     logLevel: logLevelFrom(v['log-level'], v.v),
     notices,
-    tenants: { file },
+    tenants: { file, workers: v.workers || os.availableParallelism() },
   };
 }

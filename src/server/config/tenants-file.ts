@@ -64,15 +64,21 @@ export function readTenantsFile(file: string): TenantSpec[] {
 /** Checks a tenants document's text (`file` names it in messages). */
 export function parseTenants(text: string, file: string): TenantSpec[] {
   const doc = parseDocument(text, { uniqueKeys: true });
-  if (doc.errors.length > 0) throw new TenantsFileError(file, doc.errors.map((e) => `not YAML: ${e.message.split('\n')[0]}`));
+  if (doc.errors.length > 0)
+    throw new TenantsFileError(
+      file,
+      doc.errors.map((e) => `not YAML: ${e.message.split('\n')[0]}`),
+    );
   const root: unknown = doc.toJS({ maxAliasCount: 100 });
   const mistakes: string[] = [];
-  if (!isRecord(root)) throw new TenantsFileError(file, [`want a mapping with apiVersion: ${TENANTS_API_VERSION}, kind: ${TENANTS_KIND} and tenants`]);
+  if (!isRecord(root))
+    throw new TenantsFileError(file, [`want a mapping with apiVersion: ${TENANTS_API_VERSION}, kind: ${TENANTS_KIND} and tenants`]);
   if (root.apiVersion !== TENANTS_API_VERSION)
     mistakes.push(`apiVersion ${JSON.stringify(root.apiVersion)}: this Kanal reads ${TENANTS_API_VERSION}`);
   if (root.kind !== TENANTS_KIND) mistakes.push(`kind ${JSON.stringify(root.kind)}: want ${TENANTS_KIND}`);
   for (const key of Object.keys(root)) {
-    if (!['apiVersion', 'kind', 'tenants'].includes(key)) mistakes.push(`unknown key ${JSON.stringify(key)} (want apiVersion, kind, tenants)`);
+    if (!['apiVersion', 'kind', 'tenants'].includes(key))
+      mistakes.push(`unknown key ${JSON.stringify(key)} (want apiVersion, kind, tenants)`);
   }
   const list = root.tenants ?? [];
   if (!Array.isArray(list)) {
@@ -116,7 +122,7 @@ function checkTenant(entry: unknown, i: number, mistakes: string[]): TenantSpec 
 /** The command line's settings that are not a tenant's, and why. */
 function unknownHint(key: string): string {
   if (key.startsWith('--')) return ': write the setting without dashes';
-  return ' (a tenant takes the settings listed in docs/multi-tenant.md; ports, listeners and logging are the command line\'s)';
+  return " (a tenant takes the settings listed in docs/multi-tenant.md; ports, listeners and logging are the command line's)";
 }
 
 /** The checks that tie a tenant's settings together (as config.ts does for the command line). */
@@ -131,18 +137,24 @@ function tenantSpec(v: TenantSettings, mistakes: string[]): Omit<TenantSpec, 'fi
   const serverNames = v['server-name'];
   const [cert, key] = [v['cluster-cert'], v['cluster-key']];
   if ((cert === undefined) !== (key === undefined)) mistakes.push('cluster-cert and cluster-key go together');
-  if (serverNames.length > 0 && (!cert || !key)) mistakes.push('server-name needs cluster-cert and cluster-key: the certificate presented for those names');
-  if (cert && serverNames.length === 0) mistakes.push('cluster-cert is presented only for the tenant\'s server-name: add server-name');
+  if (serverNames.length > 0 && (!cert || !key))
+    mistakes.push('server-name needs cluster-cert and cluster-key: the certificate presented for those names');
+  if (cert && serverNames.length === 0) mistakes.push("cluster-cert is presented only for the tenant's server-name: add server-name");
   if (!v['cluster-ca-cert'] && !tokens)
-    mistakes.push('its agents need a credential: cluster-ca-cert (client certificates), or agent-namespace, agent-service-account and authentication-audience (tokens)');
-  if (v['token-issuer'] !== undefined && !tokens) mistakes.push('token-issuer needs token review: agent-namespace, agent-service-account and authentication-audience');
+    mistakes.push(
+      'its agents need a credential: cluster-ca-cert (client certificates), or agent-namespace, agent-service-account and authentication-audience (tokens)',
+    );
+  if (v['token-issuer'] !== undefined && !tokens)
+    mistakes.push('token-issuer needs token review: agent-namespace, agent-service-account and authentication-audience');
   if (tokens && !v['cluster-ca-cert'] && serverNames.length === 0 && v['token-issuer'] === undefined)
     mistakes.push('agents with tokens alone are told apart by server-name or token-issuer: give one');
   if ((v['agent-client-subject'].length > 0 || v['agent-client-eku'].length > 0) && !v['cluster-ca-cert'])
     mistakes.push('agent-client-subject and agent-client-eku pin certificates of cluster-ca-cert: give it');
   const udsPath = v['uds-name'];
   if (!udsPath && !v['server-ca-cert'])
-    mistakes.push("its kube-apiserver needs a way in: uds-name (its own Unix socket), or server-ca-cert (its client certificate's CA on the shared TCP frontend)");
+    mistakes.push(
+      "its kube-apiserver needs a way in: uds-name (its own Unix socket), or server-ca-cert (its client certificate's CA on the shared TCP frontend)",
+    );
   if ((v['frontend-client-subject'].length > 0 || v['frontend-client-eku'].length > 0) && !v['server-ca-cert'])
     mistakes.push('frontend-client-subject and frontend-client-eku pin certificates of server-ca-cert: give it');
   if (v['backend-dial-timeout'].notice) mistakes.push(v['backend-dial-timeout'].notice.replace(/--([a-z-]+)/g, '$1'));
@@ -156,7 +168,9 @@ function tenantSpec(v: TenantSettings, mistakes: string[]): Omit<TenantSpec, 'fi
     frontendPins: { subjects: v['frontend-client-subject'], ekus: v['frontend-client-eku'] },
     ...(tokens ? { tokens } : {}),
     ...(udsPath
-      ? { uds: { path: udsPath, deleteExisting: v['delete-existing-uds-file'], mode: v['uds-mode'], ...(gid === undefined ? {} : { gid }) } }
+      ? {
+          uds: { path: udsPath, deleteExisting: v['delete-existing-uds-file'], mode: v['uds-mode'], ...(gid === undefined ? {} : { gid }) },
+        }
       : {}),
   };
 }

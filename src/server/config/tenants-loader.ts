@@ -17,7 +17,11 @@ function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | 
   const v = spec.settings;
   const serving =
     spec.serving &&
-    check.keyPair({ flag: 'cluster-cert', path: spec.serving.certFile, where }, { flag: 'cluster-key', path: spec.serving.keyFile, where }, 'server');
+    check.keyPair(
+      { flag: 'cluster-cert', path: spec.serving.certFile, where },
+      { flag: 'cluster-key', path: spec.serving.keyFile, where },
+      'server',
+    );
   const agentCa = v['cluster-ca-cert'] && check.certificates({ flag: 'cluster-ca-cert', path: v['cluster-ca-cert'], where });
   const frontendCa = v['server-ca-cert'] && check.certificates({ flag: 'server-ca-cert', path: v['server-ca-cert'], where });
   if ((spec.serving && !serving) || (v['cluster-ca-cert'] && !agentCa) || (v['server-ca-cert'] && !frontendCa)) return undefined;
@@ -78,9 +82,13 @@ function checkRolesAcross(loaded: readonly { spec: TenantSpec; credentials: Tena
       const roles = new ClientRoles(a.spec.agentPins, b.spec.frontendPins);
       try {
         if (a === b) assertRolesSeparated(a.credentials.agentCa, b.credentials.frontendCa, roles);
-        else if (sharedTrust(a.credentials.agentCa, b.credentials.frontendCa)) assertRolesSeparated(a.credentials.agentCa, b.credentials.frontendCa, roles);
+        else if (sharedTrust(a.credentials.agentCa, b.credentials.frontendCa))
+          assertRolesSeparated(a.credentials.agentCa, b.credentials.frontendCa, roles);
       } catch (err) {
-        const who = a === b ? `tenant ${JSON.stringify(a.spec.name)}` : `tenants ${JSON.stringify(a.spec.name)} (agents) and ${JSON.stringify(b.spec.name)} (kube-apiserver)`;
+        const who =
+          a === b
+            ? `tenant ${JSON.stringify(a.spec.name)}`
+            : `tenants ${JSON.stringify(a.spec.name)} (agents) and ${JSON.stringify(b.spec.name)} (kube-apiserver)`;
         mistakes.push(`${who}: ${errorMessage(err).replace(/--([a-z-]+)/g, '$1')}`);
       }
     }
@@ -95,7 +103,8 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     throw new TenantsFileError(
       file,
       noFrontend.map(
-        (s) => `tenant ${JSON.stringify(s.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
+        (s) =>
+          `tenant ${JSON.stringify(s.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
       ),
     );
   const check = new CredentialCheck();

@@ -65,7 +65,7 @@ export class DestinationDialer {
     const ticket = this.quota?.take();
     if (ticket && isQuotaRefusal(ticket)) {
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
-      this.refusals.refuseAgent(ticket.reason, agent, { address: dial.address }, 'refused node dial: over the tenant\'s limits');
+      this.refusals.refuseAgent(ticket.reason, agent, { address: dial.address }, "refused node dial: over the tenant's limits");
       throw new DialError('exhausted', ticket.message);
     }
     const taken = this.budget.take();

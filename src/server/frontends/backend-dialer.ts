@@ -71,7 +71,13 @@ export class BackendDialer {
     const ticket = this.quota?.take();
     if (ticket && isQuotaRefusal(ticket)) {
       this.metrics?.dialDone('cp_to_node', 'exhausted', t0);
-      this.refusals.refuse({ reason: ticket.reason, peer, fields: { address }, message: 'refused dial: over the tenant\'s limits', detail: ticket.message });
+      this.refusals.refuse({
+        reason: ticket.reason,
+        peer,
+        fields: { address },
+        message: "refused dial: over the tenant's limits",
+        detail: ticket.message,
+      });
       throw new DialError('exhausted', ticket.message);
     }
     try {
@@ -84,7 +90,13 @@ export class BackendDialer {
     }
   }
 
-  private async dialThrough(address: string, host: string, t0: number, signal: CancelSignal | undefined, peer: string): Promise<TunnelConnection> {
+  private async dialThrough(
+    address: string,
+    host: string,
+    t0: number,
+    signal: CancelSignal | undefined,
+    peer: string,
+  ): Promise<TunnelConnection> {
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
     if (outcome.contested) {
       const { host: contested, subjects } = outcome.contested;

@@ -91,7 +91,12 @@ export class TenantDirectory {
       if (t.frontendCa) this.frontendCas.add(t.name, t.frontendCa);
       if (t.tokenIssuer !== undefined) this.issuers.set(t.tokenIssuer, t.name);
       if (t.serving) {
-        const context = tls.createSecureContext({ ...policy, cert: t.serving.cert, key: t.serving.key, ...(t.agentCa ? { ca: t.agentCa } : {}) });
+        const context = tls.createSecureContext({
+          ...policy,
+          cert: t.serving.cert,
+          key: t.serving.key,
+          ...(t.agentCa ? { ca: t.agentCa } : {}),
+        });
         for (const n of t.serverNames) this.byServerName.set(n, { tenant: t, context });
       }
     }
@@ -179,7 +184,13 @@ export class TenantDirectory {
         const credential = certificateCredential(cert);
         return { ok: true, connection: { tenant: name, credential }, identity: `server name ${sni}, certificate ${credential.subject}` };
       }
-      return { ok: false, reason: 'agent_tenant_mismatch', what: `its certificate is not tenant ${JSON.stringify(name)}'s`, detail: misfit, fields: { tenant: name } };
+      return {
+        ok: false,
+        reason: 'agent_tenant_mismatch',
+        what: `its certificate is not tenant ${JSON.stringify(name)}'s`,
+        detail: misfit,
+        fields: { tenant: name },
+      };
     }
     if (presented && tenant.agentCa) {
       // Not trusted by this tenant's CA: whose is it?
@@ -257,7 +268,8 @@ export class TenantDirectory {
       ok: false,
       reason: 'frontend_tenant_unknown',
       what: 'its certificate fits no tenant',
-      detail: owners.length > 0 ? `${subject} matches no pins of tenant ${names(owners)}` : `${subject} is issued by no tenant's server-ca-cert`,
+      detail:
+        owners.length > 0 ? `${subject} matches no pins of tenant ${names(owners)}` : `${subject} is issued by no tenant's server-ca-cert`,
       fields: { tenants: owners },
     };
   }

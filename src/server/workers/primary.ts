@@ -1,0 +1,341 @@
+/**
+ * The primary of a server with several workers (`--workers`,
+ * docs/multi-tenant.md "Workers"). One Node process is one event loop; a
+ * server of many tenants spreads them over worker processes, each serving
+ * the tenants ownerOf() gives it. The primary binds the shared ports, reads
+ * each connection's ClientHello for its server name and hands the socket to
+ * the worker of that name's tenant (any worker when there is none: that one
+ * recognises the tenant by certificate and relays it, workers/handoff.ts);
+ * it serves health and the workers' metrics together, and starts a worker
+ * that died again without touching the others.
+ */
+import net from 'node:net';
+import type { ChildProcess } from 'node:child_process';
+import type { Logger } from 'pino';
+import { AggregatorRegistry, Counter } from 'prom-client';
+import { startHealthServer, type HealthServer, type MetricsJson, type Readiness } from '../../common/health-server.js';
+import { listenError } from '../../common/listen-error.js';
+import type { KanalMetrics } from '../../domain/metrics.js';
+import { MAX_HELLO_BYTES, readClientHello } from './client-hello.js';
+import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
+
+/** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
+const HELLO_TIMEOUT_MS = 15_000;
+/** A worker that does not answer a request within this long is left out of that answer. */
+const REQUEST_TIMEOUT_MS = 3_000;
+/** How often the workers' readiness (their tenants' agents) is asked for. */
+const POLL_MS = 2_000;
+/** Restart delays of a worker that keeps dying: doubling from the first to the last. */
+const RESTART_DELAY_MS = { first: 500, last: 30_000 };
+/** A worker that lived this long starts its next restart from the first delay. */
+const STABLE_AFTER_MS = 60_000;
+
+/**
+ * One worker process. `state` moves starting -> ready -> (gone -> starting ...)
+ * and to stopped once the primary stops; only transition() changes it.
+ * Invariant: `child` is set in starting and ready, and unset otherwise.
+ */
+type WorkerState = { kind: 'starting' } | { kind: 'ready'; since: number } | { kind: 'gone'; restartAt: number } | { kind: 'stopped' };
+
+interface Worker {
+  index: number;
+  state: WorkerState;
+  child?: ChildProcess;
+  /** Delay of the next restart. */
+  delayMs: number;
+  timer?: NodeJS.Timeout;
+  pending: Map<number, (reply: Extract<ToPrimary, { type: 'reply' }> | undefined) => void>;
+  /** Resolved by the first 'ready' of the current process. */
+  onReady?: () => void;
+}
+
+export interface PrimaryOptions {
+  count: number;
+  /** Starts worker `index` (the CLI knows the command line and the runtime's form). */
+  spawn(index: number): ChildProcess;
+  agent: { host: string; port: number };
+  frontend?: { host: string; port: number };
+  health?: { host: string; port: number };
+  /** The tenant a server name picks (the tenants file's server-name), read afresh for every connection. */
+  tenantOfServerName(name: string): string | undefined;
+  owner(tenant: string): number;
+  metrics: KanalMetrics;
+  log: Logger;
+}
+
+export class WorkerPool {
+  private readonly workers: Worker[];
+  private readonly servers: net.Server[] = [];
+  private readonly sockets = new Set<net.Socket>();
+  private health: HealthServer | undefined;
+  private nextRequest = 1;
+  private roundRobin = 0;
+  private stopping = false;
+  /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
+  private readonly details = new Map<number, string>();
+  private poll: NodeJS.Timeout | undefined;
+  private readonly restarts: Counter<'worker'>;
+  /** Ports as bound (0 asked: the kernel's choice). */
+  agentPort = 0;
+  frontendPort = 0;
+
+  constructor(private readonly opts: PrimaryOptions) {
+    this.workers = Array.from({ length: opts.count }, (_, index) => ({
+      index,
+      state: { kind: 'stopped' },
+      delayMs: RESTART_DELAY_MS.first,
+      pending: new Map(),
+    }));
+    this.restarts = new Counter({
+      name: 'kanal_worker_restarts_total',
+      help: 'Workers started again after they ended unexpectedly',
+      labelNames: ['worker'],
+      registers: [opts.metrics.registry],
+    });
+    opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.state.kind === 'ready').length);
+  }
+
+  /** /metrics of the whole server: the primary's and every worker's that answers. */
+  get metricsSource(): { contentType: KanalMetrics['registry']['contentType']; metrics: () => Promise<string> } {
+    return { contentType: this.opts.metrics.registry.contentType, metrics: () => this.metrics() };
+  }
+
+  get healthPort(): number {
+    return this.health?.port ?? 0;
+  }
+
+  /** Starts every worker, waits until each is ready, then binds the shared ports and health. */
+  async start(): Promise<void> {
+    await Promise.all(this.workers.map((w) => this.startWorker(w)));
+    this.agentPort = await this.listen(this.opts.agent, 'agent', '--agent-bind-address, --agent-port');
+    if (this.opts.frontend) this.frontendPort = await this.listen(this.opts.frontend, 'frontend', '--server-bind-address, --server-port');
+    const health = this.opts.health;
+    if (health) {
+      this.health = await startHealthServer({
+        ...health,
+        readiness: () => this.readiness(),
+        registry: this.metricsSource,
+        log: this.opts.log,
+      }).catch((err: unknown) => {
+        throw listenError(err, `${health.host}:${health.port}`, '--health-bind-address, --health-port');
+      });
+    }
+    this.poll = setInterval(() => void this.pollReadiness(), POLL_MS);
+    this.poll.unref();
+    await this.pollReadiness();
+    this.opts.log.info({ workers: this.workers.length, agentPort: this.agentPort }, 'kanal server started with workers');
+  }
+
+  private transition(w: Worker, next: WorkerState): void {
+    if (w.state.kind === 'stopped' && next.kind !== 'starting') return;
+    w.state = next;
+  }
+
+  private startWorker(w: Worker): Promise<void> {
+    const child = this.opts.spawn(w.index);
+    w.child = child;
+    this.transition(w, { kind: 'starting' });
+    const ready = new Promise<void>((resolve, reject) => {
+      w.onReady = resolve;
+      child.once('exit', (code, signal) => reject(new Error(`worker ${w.index} ended before it was ready (${signal ?? `code ${code}`})`)));
+    });
+    child.on('message', (raw: unknown) => {
+      const m = asToPrimary(raw);
+      if (!m) return;
+      if (m.type === 'ready') {
+        this.transition(w, { kind: 'ready', since: Date.now() });
+        w.onReady?.();
+        w.onReady = undefined;
+        this.opts.log.info({ worker: w.index, pid: child.pid }, 'worker ready');
+        return;
+      }
+      const resolve = w.pending.get(m.id);
+      w.pending.delete(m.id);
+      resolve?.(m);
+    });
+    child.once('exit', (code, signal) => this.ended(w, child, code, signal));
+    return ready;
+  }
+
+  /** A worker ended: at a stop, as asked; otherwise it is started again after its delay. */
+  private ended(w: Worker, child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
+    if (w.child !== child) return;
+    w.child = undefined;
+    for (const resolve of w.pending.values()) resolve(undefined);
+    w.pending.clear();
+    if (this.stopping) {
+      this.transition(w, { kind: 'stopped' });
+      return;
+    }
+    const lived = w.state.kind === 'ready' ? Date.now() - w.state.since : 0;
+    if (lived > STABLE_AFTER_MS) w.delayMs = RESTART_DELAY_MS.first;
+    const delay = w.delayMs;
+    w.delayMs = Math.min(RESTART_DELAY_MS.last, w.delayMs * 2);
+    this.transition(w, { kind: 'gone', restartAt: Date.now() + delay });
+    this.restarts.inc({ worker: String(w.index) });
+    this.opts.log.error(
+      { worker: w.index, code, signal, restartInMs: delay },
+      "worker ended; its tenants' connections are gone until it is back, the other workers' are untouched",
+    );
+    w.timer = setTimeout(() => {
+      w.timer = undefined;
+      if (this.stopping) return;
+      this.startWorker(w).catch((err: Error) => this.opts.log.error({ worker: w.index, err: err.message }, 'worker did not start'));
+    }, delay);
+  }
+
+  private async listen(where: { host: string; port: number }, port: 'agent' | 'frontend', flags: string): Promise<number> {
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: port === 'frontend' }, (socket) => this.route(socket, port));
+    server.on('connection', (s: net.Socket) => {
+      this.sockets.add(s);
+      s.once('close', () => this.sockets.delete(s));
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ host: where.host, port: where.port }, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+    } catch (err) {
+      throw listenError(err, `${where.host}:${where.port}`, flags);
+    }
+    server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
+    this.servers.push(server);
+    const address = server.address();
+    return typeof address === 'object' && address !== null ? address.port : where.port;
+  }
+
+  /** Reads the ClientHello (bounded in size and time), then hands the socket to the worker of its tenant. */
+  private route(socket: net.Socket, port: 'agent' | 'frontend'): void {
+    let head = Buffer.alloc(0);
+    const timer = setTimeout(() => socket.destroy(), HELLO_TIMEOUT_MS);
+    const give = (serverName: string | undefined): void => {
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.pause();
+      const tenant = serverName === undefined ? undefined : this.opts.tenantOfServerName(serverName);
+      const w = this.workerFor(tenant);
+      if (!w?.child) {
+        socket.destroy();
+        return;
+      }
+      const message: ToWorker = { type: 'connection', port, head: head.toString('base64') };
+      w.child.send(message, socket, (err) => {
+        if (err) socket.destroy();
+      });
+    };
+    const onData = (chunk: Buffer): void => {
+      head = Buffer.concat([head, chunk]);
+      const read = readClientHello(head);
+      if (read.kind === 'more' && head.length < MAX_HELLO_BYTES) return;
+      give(read.kind === 'done' ? read.serverName : undefined);
+    };
+    socket.on('data', onData);
+    socket.on('error', () => socket.destroy());
+    socket.resume();
+  }
+
+  /** The owner of `tenant`, or the next ready worker in turn (it recognises the tenant and relays). */
+  private workerFor(tenant: string | undefined): Worker | undefined {
+    if (tenant !== undefined) return this.workers[this.opts.owner(tenant)];
+    for (let i = 0; i < this.workers.length; i++) {
+      const w = this.workers[this.roundRobin++ % this.workers.length];
+      if (w.state.kind === 'ready') return w;
+    }
+    return undefined;
+  }
+
+  private request(
+    w: Worker,
+    what: 'metrics' | 'readiness' | 'reload',
+    timeoutMs = REQUEST_TIMEOUT_MS,
+  ): Promise<Extract<ToPrimary, { type: 'reply' }> | undefined> {
+    const child = w.child;
+    if (!child || w.state.kind !== 'ready') return Promise.resolve(undefined);
+    const id = this.nextRequest++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        w.pending.delete(id);
+        resolve(undefined);
+      }, timeoutMs);
+      w.pending.set(id, (reply) => {
+        clearTimeout(timer);
+        resolve(reply);
+      });
+      const message: ToWorker = { type: 'request', id, what };
+      child.send(message);
+    });
+  }
+
+  /** The primary's own metrics and every worker's that answers, aggregated (each series keeps its worker and tenant labels). */
+  private async metrics(): Promise<string> {
+    const own = await this.opts.metrics.registry.getMetricsAsJSON();
+    const replies = await Promise.all(this.workers.map((w) => this.request(w, 'metrics')));
+    const all: MetricsJson[] = [own, ...replies.flatMap((r) => r?.metrics ?? [])];
+    return AggregatorRegistry.aggregate(all).metrics();
+  }
+
+  /** Ready when every worker is; the detail names each worker and, as last polled, its tenants. */
+  private readiness(): Readiness {
+    const lines = this.workers.map((w) => {
+      const own = w.state.kind === 'ready' ? this.details.get(w.index) : undefined;
+      return `worker ${w.index}: ${w.state.kind}${w.child?.pid ? ` (pid ${w.child.pid})` : ''}${own ? `; ${own.replace(/\n/g, '\n  ')}` : ''}`;
+    });
+    const ready = this.workers.every((w) => w.state.kind === 'ready');
+    return { ready, detail: `${this.workers.length} worker(s)\n${lines.join('\n')}` };
+  }
+
+  private async pollReadiness(): Promise<void> {
+    const replies = await Promise.all(this.workers.map((w) => this.request(w, 'readiness')));
+    replies.forEach((r, i) => {
+      if (r?.readiness) this.details.set(i, r.readiness.detail);
+      else this.details.delete(i);
+    });
+  }
+
+  /** Every worker reads the tenants file again (each applies its own tenants); resolves once all answered. */
+  async reload(): Promise<void> {
+    const replies = await Promise.all(this.workers.map((w) => this.request(w, 'reload', 60_000)));
+    replies.forEach((r, i) => {
+      if (r?.error) this.opts.log.error({ worker: i, err: r.error }, 'worker could not reload the tenants file');
+    });
+  }
+
+  /** Pids of the workers now (tests and operators: `kanal status`). */
+  get pids(): (number | undefined)[] {
+    return this.workers.map((w) => w.child?.pid);
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await Promise.all(
+      this.servers.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            s.close(() => resolve());
+          }),
+      ),
+    );
+    for (const s of this.sockets) s.destroy();
+    await Promise.all(
+      this.workers.map(async (w) => {
+        clearTimeout(w.timer);
+        const child = w.child;
+        if (!child) {
+          this.transition(w, { kind: 'stopped' });
+          return;
+        }
+        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }),
+    );
+    await this.health?.close();
+    clearInterval(this.poll);
+    this.opts.log.info('workers stopped');
+  }
+}

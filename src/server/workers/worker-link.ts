@@ -1,0 +1,55 @@
+/**
+ * A worker's side of the IPC channel (docs/multi-tenant.md, "Workers"): it
+ * takes the connections the primary hands over and answers its requests.
+ * A worker whose primary is gone stops: it has no listener of its own.
+ */
+import net from 'node:net';
+import type { Logger } from 'pino';
+import type { MetricsJson, Readiness } from '../../common/health-server.js';
+import { asToWorker, type ToPrimary } from './messages.js';
+
+/** What a worker's server offers the primary. */
+export interface WorkerHost {
+  adoptAgent(socket: net.Socket, head: Buffer): void;
+  adoptFrontend(socket: net.Socket, head: Buffer): void;
+  metricsJson(): Promise<MetricsJson[]>;
+  readiness(): Readiness;
+  reloadTenants(): Promise<unknown>;
+}
+
+function send(message: ToPrimary): void {
+  process.send?.(message);
+}
+
+/** Serves the primary's messages; `primaryGone` runs once when the channel closes. */
+export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => void): void {
+  process.on('message', (raw: unknown, handle: unknown) => {
+    const m = asToWorker(raw);
+    if (!m) {
+      log.error('a message from the primary that this worker does not know');
+      if (handle instanceof net.Socket) handle.destroy();
+      return;
+    }
+    if (m.type === 'connection') {
+      if (!(handle instanceof net.Socket)) return;
+      const head = Buffer.from(m.head, 'base64');
+      if (m.port === 'agent') host.adoptAgent(handle, head);
+      else host.adoptFrontend(handle, head);
+      return;
+    }
+    const reply = async (): Promise<ToPrimary> => {
+      switch (m.what) {
+        case 'metrics':
+          return { type: 'reply', id: m.id, metrics: await host.metricsJson() };
+        case 'readiness':
+          return { type: 'reply', id: m.id, readiness: host.readiness() };
+        case 'reload':
+          await host.reloadTenants();
+          return { type: 'reply', id: m.id };
+      }
+    };
+    reply().then(send, (err: Error) => send({ type: 'reply', id: m.id, error: err.message }));
+  });
+  process.once('disconnect', primaryGone);
+  send({ type: 'ready' });
+}
