@@ -230,14 +230,12 @@ export class KanalServer {
       agents: tenants.reduce((n, t) => n + t.registry.size, 0),
       frontendStreams: tenants.reduce((n, t) => n + t.frontendTunnels.size, 0),
       agentTunnels: tenants.flatMap((t) =>
-        t.registry
-          .list()
-          .map((b) => ({
-            agentID: b.agentID,
-            credential: b.credential.subject,
-            ...(t.name ? { tenant: t.name } : {}),
-            ...b.tunnel.stats(),
-          })),
+        t.registry.list().map((b) => ({
+          agentID: b.agentID,
+          credential: b.credential.subject,
+          ...(t.name ? { tenant: t.name } : {}),
+          ...b.tunnel.stats(),
+        })),
       ),
       frontendTunnels: tenants.flatMap((t) => [...t.frontendTunnels].map((x) => x.stats())),
     };
