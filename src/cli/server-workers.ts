@@ -10,15 +10,13 @@ import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { isSea } from 'node:sea';
 import type { Logger } from 'pino';
-import { Counter } from 'prom-client';
 import { KanalMetrics } from '../domain/metrics.js';
 import type { ServerConfig } from '../server/config/config.js';
 import type { ServerOptions } from '../server/server.js';
 import { TenantsRefused, type TenantDefinition } from '../server/tenants/tenant-definition.js';
 import { WorkerPool } from '../server/workers/primary.js';
 import { ownerOf } from '../server/workers/owner.js';
-import { watchTenantsFile } from '../server/tenants/tenants-watch.js';
-import { errorMessage } from '../common/error-message.js';
+import { logRefusedReload, reloadCounter, watchTenantsFile } from '../server/tenants/tenants-watch.js';
 
 /** Set in a worker's environment: `index/count` and the directory of the handoff sockets. */
 export const WORKER_ENV = 'KANAL_WORKER';
@@ -82,12 +80,7 @@ export async function startPrimary(config: ServerConfig, load: () => TenantDefin
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-workers-'));
   const metrics = new KanalMetrics('server');
   metrics.registry.setDefaultLabels({ worker: 'primary' });
-  const reloads = new Counter({
-    name: 'kanal_tenants_config_reloads_total',
-    help: 'Reloads of the tenants file by result: applied, or invalid (refused whole; the running tenants stay)',
-    labelNames: ['result'],
-    registers: [metrics.registry],
-  });
+  const reloads = reloadCounter(metrics.registry);
   const v = config.settings;
   const pool = new WorkerPool({
     count: tenants.workers,
@@ -112,8 +105,7 @@ export async function startPrimary(config: ServerConfig, load: () => TenantDefin
     try {
       names = serverNames(checkForWorkers(load(), file));
     } catch (err) {
-      const fields = err instanceof TenantsRefused ? { file: err.file, mistakes: err.mistakes } : { err: errorMessage(err) };
-      log.error(fields, 'tenants file refused: the running tenants stay as they are');
+      logRefusedReload(log, err);
       reloads.inc({ result: 'invalid' });
       return;
     }

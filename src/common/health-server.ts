@@ -21,7 +21,8 @@ export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 export interface HealthServerOptions {
   host: string;
   port: number;
-  readiness: () => Readiness;
+  /** `query`: /readyz's parameters (a server of many tenants answers ?tenant=NAME for one). */
+  readiness: (query: URLSearchParams) => Readiness;
   registry?: MetricsSource;
   log: Logger;
 }
@@ -36,11 +37,11 @@ export function sendMetrics(registry: MetricsSource, res: http.ServerResponse): 
 }
 
 export function startHealthServer(opts: HealthServerOptions): Promise<HealthServer> {
-  return startHttpListener({ host: opts.host, port: opts.port, name: 'health', log: opts.log }, (path, _query, res) => {
+  return startHttpListener({ host: opts.host, port: opts.port, name: 'health', log: opts.log }, (path, query, res) => {
     if (path === '/healthz' || path === '/livez') {
       sendText(res, 200, 'ok\n');
     } else if (path === '/readyz') {
-      const r = opts.readiness();
+      const r = opts.readiness(query);
       sendText(res, r.ready ? 200 : 503, `${r.ready ? 'ok' : 'not ready'}: ${r.detail}\n`);
     } else if (path === '/metrics' && opts.registry) {
       sendMetrics(opts.registry, res);

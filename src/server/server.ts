@@ -7,7 +7,7 @@
  */
 import type { GrpcServerTransport, IncomingStream } from '../transport/transport.js';
 import { GrpcStatus } from '../transport/grpc-status.js';
-import { AggregatorRegistry, Counter } from 'prom-client';
+import { AggregatorRegistry } from 'prom-client';
 import type { LabelledCounter } from '../domain/metrics.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
@@ -28,7 +28,8 @@ import { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from '.
 import { feedLeaseMetrics } from './tenants/tenant-gauges.js';
 import { Tenant } from './tenants/tenant.js';
 import { TenantDirectory } from './tenants/tenant-directory.js';
-import { TenantsRefused, type TenantDefinition } from './tenants/tenant-definition.js';
+import type { TenantDefinition } from './tenants/tenant-definition.js';
+import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
 import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
 import type net from 'node:net';
 import type { MetricsJson } from '../common/health-server.js';
@@ -119,14 +120,7 @@ export class KanalServer {
       frontend: this.refusals(opts.log.child({ part: 'frontend' })),
       agents: this.refusals(opts.log.child({ part: 'agents' })),
     };
-    this.reloads = opts.tenants
-      ? new Counter({
-          name: 'kanal_tenants_config_reloads_total',
-          help: 'Reloads of the tenants file by result: applied, or invalid (refused whole; the running tenants stay)',
-          labelNames: ['result'],
-          registers: [this.metrics.registry],
-        })
-      : undefined;
+    this.reloads = opts.tenants ? reloadCounter(this.metrics.registry) : undefined;
     if (!opts.tenants) {
       this.rooms.set(ONE_CLUSTER, { tenant: this.oneCluster() });
     } else {
@@ -212,9 +206,16 @@ export class KanalServer {
   /**
    * One cluster: ready once an agent is connected (upstream's rule). Many: ready
    * once listening, since a tenant without nodes must not take the shared
-   * server out of its load balancer; the detail lists every tenant.
+   * server out of its load balancer; the detail lists every tenant, and
+   * `?tenant=NAME` asks one tenant's question (an agent connected).
    */
-  readiness(): Readiness {
+  readiness(query?: URLSearchParams): Readiness {
+    const one = query?.get('tenant');
+    if (this.opts.tenants && one) {
+      const room = this.rooms.get(one);
+      if (!room) return { ready: false, detail: `no tenant ${JSON.stringify(one)} here` };
+      return { ready: room.tenant.registry.size > 0, detail: `tenant ${one}: ${room.tenant.agentsDetail()}` };
+    }
     if (!this.opts.tenants) {
       const n = this.registry.size;
       return n > 0 ? { ready: true, detail: `${n} agent(s) connected` } : { ready: false, detail: 'no agent connected' };
@@ -545,9 +546,7 @@ export class KanalServer {
       );
     } catch (err) {
       const error = errorMessage(err);
-      // One field per mistake: a long message would be cut in the log line (log-safety.ts).
-      const fields = err instanceof TenantsRefused ? { file: err.file, mistakes: err.mistakes } : { err: error };
-      this.log.error(fields, 'tenants file refused: the running tenants stay as they are');
+      logRefusedReload(this.log, err);
       this.reloads?.inc({ result: 'invalid' });
       return { ok: false, error };
     }
@@ -664,7 +663,7 @@ export class KanalServer {
     this.health = await startHealthServer({
       host,
       port,
-      readiness: () => this.readiness(),
+      readiness: (query) => this.readiness(query),
       registry: this.metricsSource,
       log: this.log,
     }).catch((err: unknown) => {

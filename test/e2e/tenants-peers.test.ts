@@ -45,6 +45,7 @@ import { shippedRbac, startKubeApi, type KubeFixture } from '../helpers/kube-sta
 import { upstreamBinaries, upstreamUnavailableReason } from '../helpers/upstream.js';
 import { createTenantNetns, type TenantNetns } from '../helpers/tenant-netns.js';
 import { skippedBecause } from '../helpers/skipped.js';
+import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
 
 // Inside the test's namespace every port is free: fixed numbers.
 const AGENT_PORT = 8091;
@@ -57,11 +58,6 @@ const NS = 'kube-system';
 const SA = 'konnectivity-agent';
 const AUDIENCE = 'system:konnectivity-server';
 
-interface Pem {
-  cert: string;
-  key: string;
-}
-
 /** One tenant's own credentials: the CA its agents trust and the certificate for its name, its agent CA. */
 interface TenantPki {
   name: string;
@@ -71,14 +67,6 @@ interface TenantPki {
   serving: Pem;
   agentCa: string;
   agent(id: string): Promise<Pem>;
-}
-
-async function writePair(dir: string, name: string, issued: { certPem: string; keyPem: string }): Promise<Pem> {
-  const cert = path.join(dir, `${name}.crt`);
-  const key = path.join(dir, `${name}.key`);
-  await fs.writeFile(cert, issued.certPem);
-  await fs.writeFile(key, issued.keyPem, { mode: 0o600 });
-  return { cert, key };
 }
 
 async function tenantPki(ws: Workspace, name: string): Promise<TenantPki> {
@@ -101,36 +89,6 @@ async function tenantPki(ws: Workspace, name: string): Promise<TenantPki> {
   };
 }
 
-function tenantsFile(entries: string[]): string {
-  return `apiVersion: kanal.dev/v1alpha1\nkind: TenantsConfig\ntenants:\n${entries.join('')}`;
-}
-
-function serverArgs(file: string, pki: Pem, agentHost: string, agentPort: number, healthPort: number): string[] {
-  return [
-    'server',
-    '--tenants-config',
-    file,
-    '--agent-bind-address',
-    agentHost,
-    '--agent-port',
-    String(agentPort),
-    '--cluster-cert',
-    pki.cert,
-    '--cluster-key',
-    pki.key,
-    '--health-bind-address',
-    '127.0.0.1',
-    '--health-port',
-    String(healthPort),
-    '--admin-port',
-    '0',
-    '--server-id',
-    'shared',
-    '--log-level',
-    'debug',
-  ];
-}
-
 /** The shared server inside the namespace; its /readyz answers once its listeners serve. */
 async function startServerIn(
   netns: TenantNetns,
@@ -141,7 +99,10 @@ async function startServerIn(
 ): Promise<Child> {
   const file = path.join(ws.dir, 'tenants.yaml');
   await fs.writeFile(file, yaml);
-  const server = netns.kanal('shared-server', serverArgs(file, pki, agentHost, AGENT_PORT, HEALTH_PORT));
+  const server = netns.kanal(
+    'shared-server',
+    tenantsServerArgs({ file, defaultPair: pki, agentHost, agentPort: AGENT_PORT, healthPort: HEALTH_PORT }),
+  );
   await netns.waitStatus(`${SERVER_HEALTH}/readyz`, 200, 20_000, server);
   return server;
 }
@@ -467,7 +428,13 @@ async function startRootServer(t: ExecutionContext, ws: Workspace, yaml: string)
   await fs.writeFile(file, yaml);
   return withPortRetry(async () => {
     const [agentPort, healthPort] = [await freePort(), await freePort()];
-    const args = serverArgs(file, { cert: ws.pki.serverCert, key: ws.pki.serverKey }, '127.0.0.1', agentPort, healthPort);
+    const args = tenantsServerArgs({
+      file,
+      defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
+      agentHost: '127.0.0.1',
+      agentPort,
+      healthPort,
+    });
     const proc = spawnKanal(t, { name: 'shared-server', args, logFile: path.join(ws.dir, 'shared-server.log') });
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
     return Object.assign(proc, { agentPort, healthPort });

@@ -111,22 +111,41 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
     }
   }
   const kube = tokens || leases ? kubeClientConfig(v) : undefined;
-  const [minVersion, ciphers] = [v['tls-min-version'], v['cipher-suites']];
-  const healthPort = v['health-port'];
-  const adminPort = v['admin-port'];
+  const shared = processConfig(v, notices, { certFile, keyFile });
   return {
-    settings: v,
+    ...shared,
     agent: {
-      certFile,
-      keyFile,
-      certFlag: v['cluster-cert'] ? 'cluster-cert' : 'server-cert',
-      keyFlag: v['cluster-key'] ? 'cluster-key' : 'server-key',
+      ...shared.agent,
       clientPins: { subjects: v['agent-client-subject'], ekus: v['agent-client-eku'] },
       ...(tokens ? { tokens } : {}),
     },
     ...(kube ? { kube } : {}),
     ...(leases ? { leases } : {}),
     frontend,
+  };
+}
+
+/**
+ * What every server's configuration has, one cluster or many: the agent
+ * port's certificate (`files`, as the caller found it), health and admin
+ * ports, the TLS policy, the node -> control plane budget and logging.
+ */
+export function processConfig(
+  v: ServerSettings,
+  notices: string[],
+  files: { certFile: string; keyFile: string },
+): Omit<ServerConfig, 'frontend' | 'kube' | 'leases' | 'tenants'> {
+  const [minVersion, ciphers] = [v['tls-min-version'], v['cipher-suites']];
+  const healthPort = v['health-port'];
+  const adminPort = v['admin-port'];
+  return {
+    settings: v,
+    agent: {
+      ...files,
+      certFlag: v['cluster-cert'] ? 'cluster-cert' : 'server-cert',
+      keyFlag: v['cluster-key'] ? 'cluster-key' : 'server-key',
+      clientPins: { subjects: [], ekus: [] },
+    },
     health: healthPort > 0 ? { host: v['health-bind-address'], port: healthPort } : undefined,
     tls: { ...(minVersion ? { minVersion } : {}), ...(ciphers ? { ciphers } : {}) },
     admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,

@@ -8,10 +8,8 @@
  */
 import os from 'node:os';
 import { UsageError } from '../../common/usage-error.js';
-import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
-import { logLevelFrom } from '../../settings/process-settings.js';
 import { serverSettings, type ServerSettings } from './settings.js';
-import type { ServerConfig } from './config.js';
+import { processConfig, type ServerConfig } from './config.js';
 import { SHARED_WITH_COMMAND_LINE } from './tenant-settings.js';
 
 /** Kept on the command line with --tenants-config: the agent port's default certificate, and how the API client asks. */
@@ -47,18 +45,8 @@ export function tenantsServerConfig(
       'the agent port needs a default certificate (for agents that send no tenant server name): pass --cluster-cert and --cluster-key (or --server-cert and --server-key)',
     );
   const [cert, key] = [v['server-cert'], v['server-key']];
-  const healthPort = v['health-port'];
-  const adminPort = v['admin-port'];
-  const [minVersion, ciphers] = [v['tls-min-version'], v['cipher-suites']];
   return {
-    settings: v,
-    agent: {
-      certFile,
-      keyFile,
-      certFlag: v['cluster-cert'] ? 'cluster-cert' : 'server-cert',
-      keyFlag: v['cluster-key'] ? 'cluster-key' : 'server-key',
-      clientPins: { subjects: [], ekus: [] },
-    },
+    ...processConfig(v, notices, { certFile, keyFile }),
     frontend:
       cert && key
         ? {
@@ -71,12 +59,6 @@ export function tenantsServerConfig(
             },
           }
         : {},
-    health: healthPort > 0 ? { host: v['health-bind-address'], port: healthPort } : undefined,
-    tls: { ...(minVersion ? { minVersion } : {}), ...(ciphers ? { ciphers } : {}) },
-    admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
-    maxNodeToCpConnections: v['max-node-to-cp-connections'] || defaultNodeToCpConnections(),
-    logLevel: logLevelFrom(v['log-level'], v.v),
-    notices,
     tenants: { file, workers: v.workers || os.availableParallelism() },
   };
 }

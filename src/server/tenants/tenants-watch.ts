@@ -10,6 +10,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
+import { Counter, type Registry } from 'prom-client';
+import type { LabelledCounter } from '../../domain/metrics.js';
+import { errorMessage } from '../../common/error-message.js';
+import { TenantsRefused } from './tenant-definition.js';
 
 /** Events within this long make one reload. */
 export const SETTLE_MS = 250;
@@ -46,7 +50,7 @@ export function watchTenantsFile(file: string, reload: () => void, log: Logger):
     watcher = fs.watch(path.dirname(path.resolve(file)), { persistent: false }, settle);
     watcher.on('error', (err) => log.warn({ err: err.message }, 'watching the tenants file failed; reload it with SIGHUP'));
   } catch (err) {
-    log.warn({ err: (err as Error).message, file }, 'cannot watch the tenants file; reload it with SIGHUP');
+    log.warn({ err: errorMessage(err), file }, 'cannot watch the tenants file; reload it with SIGHUP');
   }
   return {
     close: () => {
@@ -54,4 +58,20 @@ export function watchTenantsFile(file: string, reload: () => void, log: Logger):
       watcher?.close();
     },
   };
+}
+
+/** kanal_tenants_config_reloads_total{result}: how each reload of the tenants file ended. */
+export function reloadCounter(registry: Registry): LabelledCounter<{ result: 'applied' | 'invalid' }> {
+  return new Counter({
+    name: 'kanal_tenants_config_reloads_total',
+    help: 'Reloads of the tenants file by result: applied, or invalid (refused whole; the running tenants stay)',
+    labelNames: ['result'],
+    registers: [registry],
+  });
+}
+
+/** Logs a refused reload: one field per mistake, since a long message would be cut in the log line (log-safety.ts). */
+export function logRefusedReload(log: Logger, err: unknown): void {
+  const fields = err instanceof TenantsRefused ? { file: err.file, mistakes: err.mistakes } : { err: errorMessage(err) };
+  log.error(fields, 'tenants file refused: the running tenants stay as they are');
 }
