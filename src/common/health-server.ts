@@ -15,9 +15,6 @@ export interface Readiness {
 /** What /metrics serves: a prom-client Registry, or the server's aggregate of its tenants' (docs/multi-tenant.md). */
 export type MetricsSource = Pick<Registry, 'metrics' | 'contentType'>;
 
-/** One registry's metrics in prom-client's JSON form, as a worker sends them to the primary to aggregate. */
-export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
-
 export interface HealthServerOptions {
   host: string;
   port: number;

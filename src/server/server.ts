@@ -7,7 +7,6 @@
  */
 import type { GrpcServerTransport, IncomingStream } from '../transport/transport.js';
 import { GrpcStatus } from '../transport/grpc-status.js';
-import { AggregatorRegistry } from 'prom-client';
 import type { LabelledCounter } from '../domain/metrics.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
@@ -32,7 +31,7 @@ import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
 import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
 import type net from 'node:net';
-import type { MetricsJson } from '../common/health-server.js';
+import { mergeExpositions, renderEach } from '../common/metrics-text.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 
@@ -247,8 +246,7 @@ export class KanalServer {
     contentType: this.metrics.registry.contentType,
     metrics: async (): Promise<string> => {
       if (!this.opts.tenants) return this.metrics.registry.metrics();
-      const all = [this.metrics.registry, ...[...this.rooms.values()].map((r) => r.tenant.metrics.registry)];
-      return AggregatorRegistry.aggregate(await Promise.all(all.map((r) => r.getMetricsAsJSON()))).metrics();
+      return mergeExpositions(await this.metricsTexts());
     },
   };
 
@@ -543,6 +541,7 @@ export class KanalServer {
       directory = new TenantDirectory(
         list.map((l) => l.credentials),
         tenants.policy,
+        this.directory,
       );
     } catch (err) {
       const error = errorMessage(err);
@@ -636,10 +635,9 @@ export class KanalServer {
     else socket.destroy();
   }
 
-  /** Every metric of this process and its tenants, for the primary to aggregate (prom-client's JSON form). */
-  async metricsJson(): Promise<MetricsJson[]> {
-    const all = [this.metrics.registry, ...[...this.rooms.values()].map((r) => r.tenant.metrics.registry)];
-    return Promise.all(all.map((r) => r.getMetricsAsJSON()));
+  /** The text of this process's registry and each tenant's, rendered a few at a time (metrics-text.ts); the primary of workers merges them. */
+  metricsTexts(): Promise<string[]> {
+    return renderEach([this.metrics.registry, ...[...this.rooms.values()].map((r) => r.tenant.metrics.registry)]);
   }
 
   /** Stops serving a tenant: its socket, its agents' tunnels and its kube-apiserver's streams, in one line. */

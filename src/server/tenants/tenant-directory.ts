@@ -13,7 +13,7 @@
  * client certificate and whose pins it matches, exactly one.
  */
 import tls from 'node:tls';
-import { X509Certificate } from 'node:crypto';
+import { createHash, X509Certificate } from 'node:crypto';
 import type { RefusalReason } from '../../domain/refusal-reason.js';
 import { certificateCredential, type AgentConnection } from '../identity/agent-credential.js';
 import { ClientRoles, parseBundle, type RolePins } from '../identity/client-roles.js';
@@ -38,30 +38,41 @@ export type Recognition<C> =
   | { ok: true; connection: C; identity: string }
   | { ok: false; reason: RefusalReason; what: string; detail: string; fields?: Record<string, unknown> };
 
+/** One CA certificate and every tenant that trusts it. */
 interface CaEntry {
-  tenant: string;
   ca: X509Certificate;
+  tenants: string[];
 }
 
-/** The trust index of one role: issuing certificate's subject -> the tenants' CA certificates with that subject. */
+/**
+ * The trust index of one role: issuing certificate's subject -> the distinct
+ * CA certificates with that subject (by fingerprint) -> the tenants trusting
+ * each. A certificate costs one signature check per distinct CA of its
+ * issuer's name, however many tenants share that CA.
+ */
 class CaIndex {
-  private readonly bySubject = new Map<string, CaEntry[]>();
+  private readonly bySubject = new Map<string, Map<string, CaEntry>>();
   private readonly pem: string[] = [];
+
+  /** `parse`: a bundle's certificates (the directory keeps them across reloads). */
+  constructor(private readonly parse: (bundle: Buffer) => X509Certificate[]) {}
 
   add(tenant: string, bundle: Buffer): void {
     this.pem.push(String(bundle));
-    for (const ca of parseBundle(bundle)) {
-      const list = this.bySubject.get(ca.subject) ?? [];
-      list.push({ tenant, ca });
-      this.bySubject.set(ca.subject, list);
+    for (const ca of this.parse(bundle)) {
+      const cas = this.bySubject.get(ca.subject) ?? new Map<string, CaEntry>();
+      const entry = cas.get(ca.fingerprint256) ?? { ca, tenants: [] };
+      entry.tenants.push(tenant);
+      cas.set(ca.fingerprint256, entry);
+      this.bySubject.set(ca.subject, cas);
     }
   }
 
   /** Every tenant one of whose CA certificates issued `cert` (checked by signature, not by name alone). */
   issuers(cert: X509Certificate): string[] {
     const out = new Set<string>();
-    for (const { tenant, ca } of this.bySubject.get(cert.issuer) ?? []) {
-      if (cert.checkIssued(ca) && cert.verify(ca.publicKey)) out.add(tenant);
+    for (const { ca, tenants } of this.bySubject.get(cert.issuer)?.values() ?? []) {
+      if (cert.checkIssued(ca) && cert.verify(ca.publicKey)) for (const t of tenants) out.add(t);
     }
     return [...out];
   }
@@ -75,28 +86,50 @@ class CaIndex {
 /** The parts of TLS options the directory's contexts share with the listener (--tls-min-version, --cipher-suites). */
 export type TlsPolicyOptions = Pick<tls.SecureContextOptions, 'minVersion' | 'ciphers'>;
 
+/** SHA-256 of some credential bytes, as a cache key. */
+function digest(...parts: (Buffer | string)[]): string {
+  const h = createHash('sha256');
+  for (const p of parts) h.update(p).update('\0');
+  return h.digest('hex');
+}
+
 const names = (list: readonly string[]): string => list.map((n) => JSON.stringify(n)).join(' and ');
 
 export class TenantDirectory {
   private readonly byServerName = new Map<string, { tenant: TenantCredentials; context: tls.SecureContext }>();
   private readonly tenants = new Map<string, TenantCredentials>();
-  private readonly agentCas = new CaIndex();
-  private readonly frontendCas = new CaIndex();
+  private readonly agentCas: CaIndex;
+  private readonly frontendCas: CaIndex;
   private readonly issuers = new Map<string, string>();
+  /** Each tenant's role pins, made once. */
+  private readonly roles = new Map<string, ClientRoles>();
 
-  constructor(list: readonly TenantCredentials[], policy: TlsPolicyOptions) {
+  /** TLS contexts and parsed CA bundles by their content's digest, kept from one directory to the next (a reload rebuilds only what changed). */
+  private readonly contexts = new Map<string, tls.SecureContext>();
+  private readonly bundles = new Map<string, X509Certificate[]>();
+
+  /** `previous`: the directory this one replaces, whose TLS contexts and parsed bundles are taken over where nothing changed. */
+  constructor(list: readonly TenantCredentials[], policy: TlsPolicyOptions, previous?: TenantDirectory) {
+    const parse = (bundle: Buffer): X509Certificate[] => {
+      const key = digest(bundle);
+      const certs = this.bundles.get(key) ?? previous?.bundles.get(key) ?? parseBundle(bundle);
+      this.bundles.set(key, certs);
+      return certs;
+    };
+    this.agentCas = new CaIndex(parse);
+    this.frontendCas = new CaIndex(parse);
     for (const t of list) {
       this.tenants.set(t.name, t);
+      this.roles.set(t.name, new ClientRoles(t.agentPins, t.frontendPins));
       if (t.agentCa) this.agentCas.add(t.name, t.agentCa);
       if (t.frontendCa) this.frontendCas.add(t.name, t.frontendCa);
       if (t.tokenIssuer !== undefined) this.issuers.set(t.tokenIssuer, t.name);
       if (t.serving) {
-        const context = tls.createSecureContext({
-          ...policy,
-          cert: t.serving.cert,
-          key: t.serving.key,
-          ...(t.agentCa ? { ca: t.agentCa } : {}),
-        });
+        const { cert, key } = t.serving;
+        const id = digest(cert, key, t.agentCa ?? '', JSON.stringify(policy));
+        const context =
+          previous?.contexts.get(id) ?? tls.createSecureContext({ ...policy, cert, key, ...(t.agentCa ? { ca: t.agentCa } : {}) });
+        this.contexts.set(id, context);
         for (const n of t.serverNames) this.byServerName.set(n, { tenant: t, context });
       }
     }
@@ -132,7 +165,7 @@ export class TenantDirectory {
     if (byName) return this.agentByServerName(byName, sni ?? '', cert, presented, socket);
     if (cert) {
       const owners = this.agentCas.issuers(cert);
-      const fitting = owners.filter((name) => this.fitsAgent(name, cert) === undefined);
+      const fitting = owners.filter((name) => this.pinsRefusal(name, cert, 'agent') === undefined);
       if (fitting.length === 1) {
         const credential = certificateCredential(cert);
         return { ok: true, connection: { tenant: fitting[0], credential }, identity: `certificate ${credential.subject}` };
@@ -142,17 +175,20 @@ export class TenantDirectory {
           ok: false,
           reason: 'agent_tenant_ambiguous',
           what: 'its certificate fits several tenants',
-          detail: `tenants ${names(fitting)} both accept ${certificateCredential(cert).subject}: give them server-name, or pins of their own`,
-          fields: { tenants: fitting },
+          detail: `tenants ${names(fitting.slice(0, 3))} all accept ${certificateCredential(cert).subject}: give them server-name, or pins of their own`,
+          fields: { tenants: fitting.slice(0, 10) },
         };
       if (this.issuers.size === 0) {
-        const why = owners.map((n) => `tenant ${JSON.stringify(n)}: ${this.fitsAgent(n, cert) ?? ''}`).join('; ');
+        const why = owners
+          .slice(0, 3)
+          .map((n) => `tenant ${JSON.stringify(n)}: ${this.pinsRefusal(n, cert, 'agent') ?? ''}`)
+          .join('; ');
         return {
           ok: false,
           reason: 'agent_tenant_unknown',
           what: 'its certificate fits no tenant',
           detail: why || `${certificateCredential(cert).subject} is issued by no tenant's cluster-ca-cert`,
-          fields: { tenants: owners },
+          fields: { tenants: owners.slice(0, 10) },
         };
       }
     }
@@ -179,7 +215,8 @@ export class TenantDirectory {
   ): Recognition<AgentConnection> {
     const name = tenant.name;
     if (cert) {
-      const misfit = this.fitsAgent(name, cert);
+      // This name's context trusts only this tenant's CA: OpenSSL's verdict says the CA is its; the pins remain.
+      const misfit = tenant.agentCa ? this.pinsRefusal(name, cert, 'agent') : `tenant ${JSON.stringify(name)} takes no agent certificates`;
       if (misfit === undefined) {
         const credential = certificateCredential(cert);
         return { ok: true, connection: { tenant: name, credential }, identity: `server name ${sni}, certificate ${credential.subject}` };
@@ -216,17 +253,10 @@ export class TenantDirectory {
     };
   }
 
-  /** Why tenant `name` does not take `cert` as an agent's (its CA, its pins, the frontend's pins), or undefined. */
-  private fitsAgent(name: string, cert: X509Certificate): string | undefined {
-    const t = this.tenants.get(name);
-    if (!t?.agentCa) return `tenant ${JSON.stringify(name)} takes no agent certificates`;
-    if (!this.agentCas.issuers(cert).includes(name)) {
-      const owners = this.agentCas.issuers(cert);
-      return owners.length > 0
-        ? `issued by the CA of tenant ${names(owners)}, not of tenant ${JSON.stringify(name)}`
-        : `not issued by tenant ${JSON.stringify(name)}'s cluster-ca-cert`;
-    }
-    return new ClientRoles(t.agentPins, t.frontendPins).refusal(cert, 'agent');
+  /** Why tenant `name`, whose CA issued `cert`, does not take it in `role` (its pins, the other role's pins), or undefined. */
+  private pinsRefusal(name: string, cert: X509Certificate, role: 'agent' | 'frontend'): string | undefined {
+    const roles = this.roles.get(name);
+    return roles ? roles.refusal(cert, role) : `no tenant ${JSON.stringify(name)}`;
   }
 
   /** Which tenant's kube-apiserver a TCP frontend connection is. */
@@ -241,20 +271,17 @@ export class TenantDirectory {
       };
     const subject = certificateCredential(cert).subject;
     // Roles never mix: a certificate some tenant takes as an agent's never opens a frontend.
-    const asAgent = this.agentCas.issuers(cert).filter((n) => this.fitsAgent(n, cert) === undefined);
+    const asAgent = this.agentCas.issuers(cert).filter((n) => this.pinsRefusal(n, cert, 'agent') === undefined);
     if (asAgent.length > 0)
       return {
         ok: false,
         reason: 'frontend_role',
         what: 'not a frontend credential',
-        detail: `${subject} is an agent credential of tenant ${names(asAgent)}`,
-        fields: { tenants: asAgent },
+        detail: `${subject} is an agent credential of tenant ${names(asAgent.slice(0, 3))}`,
+        fields: { tenants: asAgent.slice(0, 10) },
       };
     const owners = this.frontendCas.issuers(cert);
-    const fitting = owners.filter((n) => {
-      const t = this.tenants.get(n);
-      return t !== undefined && new ClientRoles(t.agentPins, t.frontendPins).refusal(cert, 'frontend') === undefined;
-    });
+    const fitting = owners.filter((n) => this.pinsRefusal(n, cert, 'frontend') === undefined);
     if (fitting.length === 1) return { ok: true, connection: { tenant: fitting[0] }, identity: `certificate ${subject}` };
     if (fitting.length > 1)
       return {
@@ -262,15 +289,17 @@ export class TenantDirectory {
         reason: 'frontend_tenant_ambiguous',
         what: 'its certificate fits several tenants',
         detail: `tenants ${names(fitting)} both accept ${subject}: pin each with frontend-client-subject`,
-        fields: { tenants: fitting },
+        fields: { tenants: fitting.slice(0, 10) },
       };
     return {
       ok: false,
       reason: 'frontend_tenant_unknown',
       what: 'its certificate fits no tenant',
       detail:
-        owners.length > 0 ? `${subject} matches no pins of tenant ${names(owners)}` : `${subject} is issued by no tenant's server-ca-cert`,
-      fields: { tenants: owners },
+        owners.length > 0
+          ? `${subject} matches no pins of tenant ${names(owners.slice(0, 3))}${owners.length > 3 ? ` (and ${owners.length - 3} more)` : ''}`
+          : `${subject} is issued by no tenant's server-ca-cert`,
+      fields: { tenants: owners.slice(0, 10) },
     };
   }
 

@@ -1,5 +1,5 @@
 /** What the primary and its workers say to each other over the IPC channel (docs/multi-tenant.md, "Workers"). */
-import type { MetricsJson, Readiness } from '../../common/health-server.js';
+import type { Readiness } from '../../common/health-server.js';
 
 /** Primary -> worker. A 'connection' carries the socket as the message's handle. */
 export type ToWorker =
@@ -7,7 +7,7 @@ export type ToWorker =
   | { type: 'request'; id: number; what: 'metrics' | 'readiness' | 'reload' };
 
 /** Worker -> primary. */
-export type ToPrimary = { type: 'ready' } | { type: 'reply'; id: number; metrics?: MetricsJson[]; readiness?: Readiness; error?: string };
+export type ToPrimary = { type: 'ready' } | { type: 'reply'; id: number; metrics?: string[]; readiness?: Readiness; error?: string };
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null;
@@ -31,7 +31,7 @@ export function asToPrimary(v: unknown): ToPrimary | undefined {
     return {
       type: 'reply',
       id: v.id,
-      ...(Array.isArray(v.metrics) ? { metrics: v.metrics as MetricsJson[] } : {}),
+      ...(Array.isArray(v.metrics) ? { metrics: (v.metrics as unknown[]).filter((m): m is string => typeof m === 'string') } : {}),
       ...(readiness ? { readiness } : {}),
       ...(typeof v.error === 'string' ? { error: v.error } : {}),
     };

@@ -12,8 +12,9 @@
 import net from 'node:net';
 import type { ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
-import { AggregatorRegistry, Counter } from 'prom-client';
-import { startHealthServer, type HealthServer, type MetricsJson, type Readiness } from '../../common/health-server.js';
+import { Counter } from 'prom-client';
+import { mergeExpositions } from '../../common/metrics-text.js';
+import { startHealthServer, type HealthServer, type Readiness } from '../../common/health-server.js';
 import { listenError } from '../../common/listen-error.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
 import { MAX_HELLO_BYTES, readClientHello } from './client-hello.js';
@@ -271,10 +272,9 @@ export class WorkerPool {
 
   /** The primary's own metrics and every worker's that answers, aggregated (each series keeps its worker and tenant labels). */
   private async metrics(): Promise<string> {
-    const own = await this.opts.metrics.registry.getMetricsAsJSON();
+    const own = await this.opts.metrics.registry.metrics();
     const replies = await Promise.all(this.workers.map((w) => this.request(w, 'metrics')));
-    const all: MetricsJson[] = [own, ...replies.flatMap((r) => r?.metrics ?? [])];
-    return AggregatorRegistry.aggregate(all).metrics();
+    return mergeExpositions([own, ...replies.flatMap((r) => r?.metrics ?? [])]);
   }
 
   /** Ready when every worker is; the detail names each worker and, as last polled, its tenants. */

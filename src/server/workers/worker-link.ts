@@ -5,14 +5,14 @@
  */
 import net from 'node:net';
 import type { Logger } from 'pino';
-import type { MetricsJson, Readiness } from '../../common/health-server.js';
+import type { Readiness } from '../../common/health-server.js';
 import { asToWorker, type ToPrimary } from './messages.js';
 
 /** What a worker's server offers the primary. */
 export interface WorkerHost {
   adoptAgent(socket: net.Socket, head: Buffer): void;
   adoptFrontend(socket: net.Socket, head: Buffer): void;
-  metricsJson(): Promise<MetricsJson[]>;
+  metricsTexts(): Promise<string[]>;
   readiness(): Readiness;
   reloadTenants(): Promise<unknown>;
 }
@@ -40,7 +40,7 @@ export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => 
     const reply = async (): Promise<ToPrimary> => {
       switch (m.what) {
         case 'metrics':
-          return { type: 'reply', id: m.id, metrics: await host.metricsJson() };
+          return { type: 'reply', id: m.id, metrics: await host.metricsTexts() };
         case 'readiness':
           return { type: 'reply', id: m.id, readiness: host.readiness() };
         case 'reload':
