@@ -115,6 +115,14 @@ export const CHURN_MIX: readonly ChurnKind[] = [
   'refused',
 ];
 
+export interface FloodResult extends Failures {
+  /** Dials echoed. */
+  ok: number;
+  /** Dials the proxy answered with a status other than 200, by status ("503": 12). */
+  refused: Record<string, number>;
+  elapsedMs: number;
+}
+
 /** Connections of a soak batch by how they ended, e.g. "mtls held" or "refused 502". */
 export type Outcomes = Record<string, number>;
 
@@ -128,8 +136,21 @@ export type LoadgenCommands = {
     result: { opened: number };
   };
   stopFlows: { args: { group: string }; result: null };
-  /** `n` dials, `concurrency` at a time; latency = open (+ CONNECT) -> one byte written and echoed. */
-  dials: { args: { path: Path; n: number; concurrency: number }; result: { latenciesMs: number[]; elapsedMs: number } & Failures };
+  /**
+   * `n` dials, `concurrency` at a time; latency = open (+ CONNECT) -> one byte written and echoed.
+   * `uds`: CONNECT over this Unix socket rather than the configured product's (one tenant's own socket).
+   */
+  dials: {
+    args: { path: Path; n: number; concurrency: number; uds?: string };
+    result: { latenciesMs: number[]; elapsedMs: number } & Failures;
+  };
+  /**
+   * Dials (as `dials` does) as fast as `concurrency` lanes can until stopFlood: a tenant's dial
+   * flood. `uds`: the sockets the lanes take in turn (tenants' own); absent, the configured one.
+   */
+  startFlood: { args: { id: string; path: Path; concurrency: number; uds?: string[] }; result: null };
+  /** Stops a flood once its dials in flight have ended; `refused`: CONNECT answers other than 200, by status. */
+  stopFlood: { args: { id: string }; result: FloodResult };
   requests: {
     args: { path: Path; concurrency: number; durationMs: number; maxRequests: number };
     result: { completed: number; elapsedMs: number } & Failures;

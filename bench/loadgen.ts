@@ -220,7 +220,7 @@ const TCP_PORT: Record<Service, keyof BackendPorts> = { bulk: 'bulkTcp', echo: '
 const OPEN_TIMEOUT_MS = 15_000;
 
 /** Opens a connection to `service` along `path`; resolves once bytes can flow (paused for CONNECT). */
-async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS): Promise<Duplex> {
+async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS, uds?: string): Promise<Duplex> {
   const c = cfg();
   switch (path) {
     case 'direct-tcp': {
@@ -241,7 +241,7 @@ async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS): 
     case 'upstream-cp-tls': {
       const plain = !path.endsWith('-tls');
       const port = plain ? c.backend[TCP_PORT[service]] : c.backend[TLS_PORT[service]];
-      const s = await connectThrough(path, `${c.backendHost}:${port}`, timeoutMs);
+      const s = await connectThrough(path, `${c.backendHost}:${port}`, timeoutMs, uds);
       if (plain) return s;
       const t = tls.connect({ socket: s, ca: c.caPem, servername: 'localhost' });
       return once(t, 'secureConnect', timeoutMs, 'tls through the tunnel', () => t);
@@ -249,10 +249,13 @@ async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS): 
   }
 }
 
-/** CONNECT `authority` over the server's Unix socket of `path`'s product; paused, as httpConnect leaves it. */
-async function connectThrough(path: Path, authority: string, timeoutMs: number): Promise<net.Socket> {
+/**
+ * CONNECT `authority` over the server's Unix socket of `path`'s product (or `over`, a tenant's own);
+ * paused, as httpConnect leaves it.
+ */
+async function connectThrough(path: Path, authority: string, timeoutMs: number, over?: string): Promise<net.Socket> {
   const product = productOf(path);
-  const uds = product && cfg().uds[product];
+  const uds = over ?? (product && cfg().uds[product]);
   if (!uds) throw new Error(`${path}: no ${product ?? 'proxy'} server configured`);
   const s = net.connect({ path: uds });
   await once(s, 'connect', timeoutMs, 'uds connect', () => s);
@@ -325,9 +328,9 @@ function echoOneByte(s: Duplex): Promise<void> {
 }
 
 /** Time from starting to open a connection to its first byte echoed by the backend. */
-async function dialOnce(path: Path): Promise<number> {
+async function dialOnce(path: Path, uds?: string): Promise<number> {
   const t0 = performance.now();
-  const s = await open(path, 'echo');
+  const s = await open(path, 'echo', OPEN_TIMEOUT_MS, uds);
   try {
     await echoOneByte(s);
     return performance.now() - t0;
@@ -451,6 +454,18 @@ function failures(): { errors: number; firstError?: string; note(err: unknown): 
   return f;
 }
 
+/** A dial flood (startFlood .. stopFlood). */
+interface Flood {
+  stop: boolean;
+  ok: number;
+  refused: Record<string, number>;
+  f: ReturnType<typeof failures>;
+  t0: number;
+  lanes: Promise<void>[];
+}
+
+const floods = new Map<string, Flood>();
+
 serveCommands<LoadgenCommands>({
   serve,
   configure(args) {
@@ -477,18 +492,48 @@ serveCommands<LoadgenCommands>({
     groups.delete(group);
     return null;
   },
-  async dials({ path, n, concurrency }) {
+  async dials({ path, n, concurrency, uds }) {
     const latenciesMs: number[] = [];
     const f = failures();
     const t0 = performance.now();
     await pool(n, concurrency, async () => {
       try {
-        latenciesMs.push(await dialOnce(path));
+        latenciesMs.push(await dialOnce(path, uds));
       } catch (err) {
         f.note(err);
       }
     });
     return { latenciesMs, elapsedMs: performance.now() - t0, errors: f.errors, firstError: f.firstError };
+  },
+  startFlood({ id, path, concurrency, uds }) {
+    if (floods.has(id)) throw new Error(`flood ${id} is running already`);
+    const flood: Flood = { stop: false, ok: 0, refused: {}, f: failures(), t0: performance.now(), lanes: [] };
+    let turn = 0;
+    flood.lanes = Array.from({ length: concurrency }, async () => {
+      while (!flood.stop) {
+        const over = uds && uds.length > 0 ? uds[turn++ % uds.length] : undefined;
+        try {
+          await dialOnce(path, over);
+          flood.ok++;
+        } catch (err) {
+          if (err instanceof ConnectRefused) count(flood.refused, String(err.status));
+          else flood.f.note(err);
+          // A lane whose dials all fail (the proxy is gone) must not spin: yield to I/O.
+          if (!(err instanceof ConnectRefused)) await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      }
+    });
+    floods.set(id, flood);
+    return null;
+  },
+  async stopFlood({ id }) {
+    const flood = floods.get(id);
+    if (!flood) throw new Error(`no flood ${id}`);
+    flood.stop = true;
+    const elapsedMs = performance.now() - flood.t0;
+    await Promise.all(flood.lanes);
+    floods.delete(id);
+    return { ok: flood.ok, refused: flood.refused, elapsedMs, errors: flood.f.errors, firstError: flood.f.firstError };
   },
   async requests({ path, concurrency, durationMs, maxRequests }) {
     const f = failures();

@@ -22,7 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { measureReceive, openFlows, setUp, waitIdle, withFreshPair, type Env } from './env.js';
 import { PARAMS, type Mode, type Params } from './params.js';
 import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from './proc.js';
-import { renderText, SECTION_ORDER, type Report, type Row, type Section, type SoakReport } from './report.js';
+import { renderText, SECTION_ORDER, type Report, type Row, type Section, type SoakReport, type TenantsReport } from './report.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { runThroughput } from './suite-throughput.js';
 import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
@@ -30,6 +30,7 @@ import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 import { runSoak } from './suite-soak.js';
 import { runStart } from './suite-start.js';
+import { runTenants } from './suite-tenants.js';
 import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
@@ -39,8 +40,9 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
   --transport    gRPC implementation for server, agent and bench agents (default h2)
-  --only         comma-separated: ${SECTION_ORDER.join(',')},soak
-                 (soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
+  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,soak
+                 (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants;
+                  soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
   --kanal-cli    the kanal CLI every Kanal pair runs: another build's dist/src/cli/main.js (a before/after run),
                  or a kanal executable (npm run package: dist/release/kanal)
   --soak-count   connections per soak phase and product (default 100,000; --smoke 2,000)
@@ -60,6 +62,8 @@ interface Options {
   sections: Section[];
   /** The churn soak: long, so only when named (--only soak) or --full. */
   soak: boolean;
+  /** Section 7, tenants (suite-tenants.ts): its own tables, like the soak's; run unless --only leaves it out. */
+  tenants: boolean;
   kanalCli?: string;
   profile?: 'up' | 'down';
   /** --upstream: a directory, "none", or undefined (look in the usual places). */
@@ -94,8 +98,8 @@ function parseOptions(argv: string[]): Options {
   if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
   const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
   const named = values.only?.split(',').map((s) => s.trim());
-  const unknown = named?.find((s) => s !== 'soak' && !SECTION_ORDER.some((known) => known === s));
-  if (unknown !== undefined) throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, soak)`);
+  const unknown = named?.find((s) => s !== 'soak' && s !== 'tenants' && !SECTION_ORDER.some((known) => known === s));
+  if (unknown !== undefined) throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, soak)`);
   const sections = named ? SECTION_ORDER.filter((s) => named.includes(s)) : SECTION_ORDER;
   const params = { ...PARAMS[mode] };
   if (values['soak-count'] !== undefined) {
@@ -127,6 +131,7 @@ function parseOptions(argv: string[]): Options {
     transport: values.transport,
     sections: RUN_ORDER.filter((s) => sections.includes(s)),
     soak: named ? named.includes('soak') : mode === 'full',
+    tenants: named ? named.includes('tenants') : true,
     kanalCli,
     profile,
     upstream: values.upstream,
@@ -216,6 +221,7 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   let profile: ProfileSummary[] | undefined;
   let soak: SoakReport | undefined;
+  let tenants: TenantsReport | undefined;
   let upstream: Report['upstream'];
   let failed = false;
   try {
@@ -247,6 +253,16 @@ async function main(): Promise<void> {
         failed = true;
         warnings.push(`${s} failed: ${errorMessage(err)}`);
         progress(`${s} FAILED: ${errorMessage(err)}`);
+      }
+    }
+    // Its own servers and agents, after the sections that use the main pair.
+    if (opts.tenants) {
+      try {
+        tenants = await runTenants(env);
+      } catch (err) {
+        failed = true;
+        warnings.push(`tenants failed: ${errorMessage(err)}`);
+        progress(`tenants FAILED: ${errorMessage(err)}`);
       }
     }
     // Last: every other section's figures come first, and the soak starts its own pairs.
@@ -291,6 +307,7 @@ async function main(): Promise<void> {
     rows: withoutNonFinite([...sideBySide(rows, 'origin' in upstream), ...rows]),
     profile,
     soak: soak && { ...soak, readings: withoutNonFinite(soak.readings), summary: withoutNonFinite(soak.summary) },
+    tenants: tenants && { ...tenants, rows: withoutNonFinite(tenants.rows) },
     kanalCli: opts.kanalCli,
     warnings,
   };

@@ -41,6 +41,25 @@ export interface Params {
   soakHoldMs: number;
   /** Short tunnelled connections at a time. */
   soakTunnelConcurrency: number;
+  /**
+   * Tenants (section 7): the two scales, many small tenants (tenantsMany tenants of
+   * tenantsManyAgents agents) and fewer big ones (tenantsFew of tenantsFewAgents).
+   */
+  tenantsMany: number;
+  tenantsManyAgents: number;
+  tenantsFew: number;
+  tenantsFewAgents: number;
+  /** Sequential dials timed per measured tenant and repetition (idle, and next to other tenants' dials). */
+  tenantDials: number;
+  /**
+   * How long RSS is watched (its lowest reading kept) after each step of the scale runs: a little
+   * over the server's memory reclaimer period (src/common/memory-reclaimer.ts, 10 s), so every
+   * reading comes after the collection and malloc_trim a step's growth calls for.
+   */
+  tenantSettleMs: number;
+  /** Fairness: tenant A's dialling lanes (its dial flood) and its bulk download flows. */
+  tenantFloodConcurrency: number;
+  tenantBulkFlows: number;
 }
 
 /** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
@@ -75,6 +94,14 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 500,
     stallFillMs: 100,
     profileMs: 1000,
+    tenantsMany: 20,
+    tenantsManyAgents: 3,
+    tenantsFew: 5,
+    tenantsFewAgents: 6,
+    tenantDials: 20,
+    tenantSettleMs: 300,
+    tenantFloodConcurrency: 16,
+    tenantBulkFlows: 8,
     ...SOAK,
     soakConnections: 2_000,
     soakEvery: 500,
@@ -100,6 +127,16 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 500,
     stallFillMs: 300,
     profileMs: 3000,
+    // Not the full sizes: with every tenant's agents CA the same certificate, each agent handshake
+    // costs the server a signature check per tenant (tenant-directory.ts), ~12 agents/s at 1,000 tenants.
+    tenantsMany: 200,
+    tenantsManyAgents: 3,
+    tenantsFew: 50,
+    tenantsFewAgents: 10,
+    tenantDials: 200,
+    tenantSettleMs: 11_000,
+    tenantFloodConcurrency: 128,
+    tenantBulkFlows: 8,
     ...SOAK,
   },
   full: {
@@ -121,6 +158,14 @@ export const PARAMS: Record<Mode, Params> = {
     agentsPerSwarm: 250,
     stallFillMs: 500,
     profileMs: 5000,
+    tenantsMany: 1000,
+    tenantsManyAgents: 3,
+    tenantsFew: 100,
+    tenantsFewAgents: 30,
+    tenantDials: 500,
+    tenantSettleMs: 11_000,
+    tenantFloodConcurrency: 128,
+    tenantBulkFlows: 8,
     ...SOAK,
   },
 };

@@ -43,6 +43,8 @@ export interface Report {
   profile?: ProfileSummary[];
   /** The churn soak (--only soak, --full): tables of its own, so the other sections' rows keep their shape. */
   soak?: SoakReport;
+  /** Section 7, tenants: tables of their own, as the soak's. */
+  tenants?: TenantsReport;
   /** --kanal-cli: the build every Kanal pair ran, when not this checkout's. */
   kanalCli?: string;
   warnings: string[];
@@ -67,6 +69,29 @@ export interface SoakReport {
   summary: SoakRow[];
   /** How the connections of each phase ended, one line per product and phase. */
   outcomes: string[];
+}
+
+/** The tables of section 7 (suite-tenants.ts). */
+export type TenantsTable = 'scale' | 'reload' | 'dials' | 'fairness' | 'load';
+
+export interface TenantsRow {
+  /** Stable identifier, e.g. "tenants.scale.1000x3" or "tenants.fairness.b-dial-p50". */
+  id: string;
+  table: TenantsTable;
+  label: string;
+  values: Record<string, number>;
+  /** Keys of `values` that may legitimately be zero or negative (memory deltas). */
+  signed?: string[];
+  /** The individual runs behind a median, in run order. */
+  runs?: number[];
+}
+
+export interface TenantsReport {
+  rows: TenantsRow[];
+  /** The goal a tenant's memory is held to (KiB beyond its agents and connections). */
+  goalKiBPerTenant: number;
+  /** How the figures were taken, printed under the tables. */
+  notes: string[];
 }
 
 interface Column {
@@ -209,6 +234,91 @@ const SOAK_SUMMARY_COLUMNS: Column[] = [
   { key: 'growthVsUpstream', title: 'growth /upstream', digits: 2 },
 ];
 
+const TENANTS_TABLES: Record<TenantsTable, { title: string; columns: Column[] }> = {
+  scale: {
+    title:
+      '7a. Tenants: server RSS with an empty tenants file, with the tenants declared (no agent), with every agent connected\n' +
+      '    (lowest VmRSS over the settle time after each step); per tenant: (declared - empty) / tenants; per agent: (connected - declared) / agents',
+    columns: [
+      { key: 'tenants', title: 'tenants', digits: 0 },
+      { key: 'agents', title: 'agents', digits: 0 },
+      { key: 'emptyRssMiB', title: 'RSS empty MiB', digits: 1 },
+      { key: 'declaredRssMiB', title: 'RSS declared MiB', digits: 1 },
+      { key: 'connectedRssMiB', title: 'RSS agents MiB', digits: 1 },
+      { key: 'kibPerTenant', title: 'KiB/tenant', digits: 1 },
+      { key: 'heapKiBPerTenant', title: 'heap KiB/tenant', digits: 1 },
+      { key: 'kibPerAgent', title: 'KiB/agent', digits: 1 },
+      { key: 'agentSideKiBPerAgent', title: 'agent side KiB/tunnel', digits: 1 },
+      { key: 'declareMs', title: 'declare all ms', digits: 0 },
+      { key: 'connectPerS', title: 'connected/s', digits: 0 },
+      { key: 'metricsKiBPerTenant', title: '/metrics KiB/tenant', digits: 2 },
+      { key: 'metricsScrapeMs', title: 'scrape ms', digits: 0 },
+    ],
+  },
+  reload: {
+    title:
+      "7b. Tenants: one tenant changed (its allowed-destination) in a file of all of them: write -> the server's 'tenants file applied'\n" +
+      "    (includes the watch's 250 ms settle), and write -> that tenant's agents connected again (bench agents retry every 50 ms); medians",
+    columns: [
+      { key: 'appliedMs', title: 'applied ms', digits: 0 },
+      { key: 'appliedSpread', title: 'spread', digits: 0, suffix: '%' },
+      { key: 'agentsBackMs', title: 'agents back ms', digits: 0 },
+      { key: 'reloadCpuMs', title: 'server CPU ms', digits: 0 },
+      { key: 'changedAgents', title: 'its agents', digits: 0 },
+      { key: 'runs', title: 'runs', digits: 0 },
+    ],
+  },
+  dials: {
+    title:
+      "7c. Tenants: dial latency through a few tenants' own Unix sockets (sequential, CONNECT -> one byte echoed), idle and while\n" +
+      "    other tenants' kube-apiservers dial as fast as they can through theirs (ratio: loaded / idle, pooled percentiles)",
+    columns: [
+      { key: 'idleP50Ms', title: 'idle p50 ms', digits: 2 },
+      { key: 'idleP99Ms', title: 'idle p99 ms', digits: 2 },
+      { key: 'loadedP50Ms', title: 'loaded p50 ms', digits: 2 },
+      { key: 'loadedP99Ms', title: 'loaded p99 ms', digits: 2 },
+      { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
+      { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
+      { key: 'loadDialsPerS', title: 'load dials/s', digits: 0 },
+      { key: 'loadRefused', title: 'load refused', digits: 0 },
+      { key: 'loadTenants', title: 'load tenants', digits: 0 },
+      { key: 'measuredTenants', title: 'measured', digits: 0 },
+      { key: 'samples', title: 'dials', digits: 0 },
+    ],
+  },
+  fairness: {
+    title:
+      "7d. Fairness: tenant B alone, next to tenant A's load on B's server (A: bulk downloads and a dial flood, its own agent), and next to\n" +
+      "    the same load through a server of A's own on the same machine (the cores' share alone); ratios: to B alone, and B's server / A's own\n" +
+      '    (latency: pooled percentiles; bulk: median of per-run ratios)',
+    columns: [
+      { key: 'alone', title: 'alone', digits: 2 },
+      { key: 'shared', title: "A on B's server", digits: 2 },
+      { key: 'own', title: 'A on its own', digits: 2 },
+      { key: 'ratioShared', title: 'ratio shared', digits: 2 },
+      { key: 'ratioOwn', title: 'ratio own', digits: 2 },
+      { key: 'sharedVsOwn', title: 'shared / own', digits: 2 },
+      { key: 'aloneSpread', title: 'spread alone', digits: 0, suffix: '%' },
+      { key: 'sharedSpread', title: 'spread shared', digits: 0, suffix: '%' },
+      { key: 'samples', title: 'samples', digits: 0 },
+    ],
+  },
+  load: {
+    title:
+      "7e. Tenant A's load while B was measured: its dial flood and its bulk flows (medians per run; refused: the server's\n" +
+      '    kanal_refusals_total{tenant="a"} by reason, summed over the runs; refused share: CONNECTs answered 503 / tried)',
+    columns: [
+      { key: 'attemptsPerS', title: 'dials tried/s', digits: 0 },
+      { key: 'okPerS', title: 'dials ok/s', digits: 0 },
+      { key: 'rateRefused', title: 'refused: dial-rate', digits: 0 },
+      { key: 'otherRefused', title: 'refused: other', digits: 0 },
+      { key: 'refusedShare', title: 'refused share', digits: 0, suffix: '%' },
+      { key: 'bulkMbps', title: 'A bulk MB/s', digits: 0 },
+      { key: 'runs', title: 'runs', digits: 0 },
+    ],
+  },
+};
+
 function fmt(v: number | undefined, c: Column): string {
   if (v === undefined || !Number.isFinite(v)) return '—';
   const x = c.suffix === '%' ? v * 100 : v;
@@ -292,6 +402,17 @@ function renderSoak(s: SoakReport): string[] {
   ];
 }
 
+function renderTenants(t: TenantsReport): string[] {
+  const width = Math.max(...t.rows.map((row) => row.label.length), 30);
+  const out: string[] = [];
+  for (const [table, spec] of Object.entries(TENANTS_TABLES) as [TenantsTable, (typeof TENANTS_TABLES)[TenantsTable]][]) {
+    const rows = t.rows.filter((row) => row.table === table);
+    if (rows.length > 0) out.push(...renderTable(spec.title, spec.columns, rows, width));
+  }
+  out.push('', `Tenants goal: at most ${t.goalKiBPerTenant} KiB of server memory per tenant beyond its agents and connections.`);
+  return [...out, ...t.notes.map((n) => `  ${n}`)];
+}
+
 export function renderText(r: Report): string {
   const m = r.machine;
   const out: string[] = [];
@@ -314,6 +435,7 @@ export function renderText(r: Report): string {
     if (rows.length === 0) continue;
     out.push(...renderTable(COLUMNS[section].title, COLUMNS[section].columns, rows, labelWidth));
   }
+  if (r.tenants) out.push(...renderTenants(r.tenants));
   if (r.soak) out.push(...renderSoak(r.soak));
   if (r.profile && r.profile.length > 0) {
     for (const p of r.profile) {
