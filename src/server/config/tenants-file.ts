@@ -182,6 +182,7 @@ function checkAcrossTenants(specs: readonly TenantSpec[], mistakes: string[]): v
     const key = `${what}\n${value}`;
     const first = claims.get(key);
     if (first === undefined) claims.set(key, tenant);
+    else if (what === 'name') mistakes.push(`tenant ${JSON.stringify(tenant)} is declared more than once`);
     else mistakes.push(`tenant ${JSON.stringify(tenant)}: ${what} ${JSON.stringify(value)} is already tenant ${JSON.stringify(first)}'s`);
   };
   for (const s of specs) {
