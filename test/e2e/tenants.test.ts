@@ -31,6 +31,8 @@ import {
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
+import { roundRobin } from '../helpers/round-robin.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const ALPHA_NAME = 'alpha.tenants.test';
 
@@ -103,8 +105,14 @@ interface TenantsServer extends Child {
   file: string;
 }
 
-async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: string, extraArgs: string[] = []): Promise<TenantsServer> {
-  const file = path.join(ws.dir, 'tenants.yaml');
+async function startTenantsServer(
+  t: ExecutionContext,
+  ws: Workspace,
+  yaml: string,
+  extraArgs: string[] = [],
+  name = 'shared-server',
+): Promise<TenantsServer> {
+  const file = path.join(ws.dir, `${name}.yaml`);
   await fs.writeFile(file, yaml);
   const { pki } = ws;
   return withPortRetry(async () => {
@@ -127,7 +135,7 @@ async function startTenantsServer(t: ExecutionContext, ws: Workspace, yaml: stri
       pki.frontendKey,
       ...extraArgs,
     ];
-    const proc = spawnKanal(t, { name: 'shared-server', args, logFile: path.join(ws.dir, 'shared-server.log') });
+    const proc = spawnKanal(t, { name, args: [...args, '--server-id', name], logFile: path.join(ws.dir, `${name}.log`) });
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
     return Object.assign(proc, { agentPort, healthPort, frontendPort, file });
   });
@@ -162,17 +170,10 @@ async function alphaAgent(
   });
 }
 
-/** A Kanal agent of beta: no SNI (an IP address), recognised by its certificate; the default certificate is the workspace's. */
-async function betaAgent(
-  t: ExecutionContext,
-  ws: Workspace,
-  server: TenantsServer,
-  p: TenantPki,
-  id: string,
-  cred?: Pem,
-): Promise<KanalAgentProcess> {
-  const own = cred ?? (await p.betaAgent(id));
-  return startAgent(t, ws, server, { agentID: id, cert: 'none', extraArgs: ['--agent-cert', own.cert, '--agent-key', own.key] });
+/** A Kanal agent of beta: no SNI (an IP address), recognised by its certificate; the default certificate is the workspace's. `agentPort`: a server's, or a balancer's in front of several. */
+async function betaAgent(t: ExecutionContext, ws: Workspace, agentPort: number, p: TenantPki, id: string): Promise<KanalAgentProcess> {
+  const own = await p.betaAgent(id);
+  return startAgent(t, ws, { agentPort }, { agentID: id, cert: 'none', extraArgs: ['--agent-cert', own.cert, '--agent-key', own.key] });
 }
 
 /** CONNECT on alpha's socket to `address`. */
@@ -243,7 +244,7 @@ test('tenants: each is recognised its own way, reaches only its own agents, and 
   t.is(await refusedWith(viaFrontend(ws, server, p.betaKas, echo.address)), 500, "beta's kube-apiserver does not reach alpha's agent");
 
   // The same agentID in beta is another agent: both tenants work, neither replaces the other.
-  await betaAgent(t, ws, server, p, 'node-1');
+  await betaAgent(t, ws, server.agentPort, p, 'node-1');
   t.true(await echoes(viaFrontend(ws, server, p.betaKas, echo.address), 'beta via TCP'), "beta's kube-apiserver reaches beta's agent");
   t.true(await echoes(viaAlpha(ws, echo.address), 'alpha again'), 'alpha still served after beta registered node-1');
 
@@ -305,7 +306,7 @@ test('tenants: the file changes live; an invalid file changes nothing, a removed
   for (let i = 0; i < payload.length; i += 4096) payload[i] = i & 0xff;
   const source = await startSourceBackend(t, payload);
   const server = await startTenantsServer(t, ws, tenantsYaml(ws, p, ['beta'], echo.address));
-  await betaAgent(t, ws, server, p, 'node-1');
+  await betaAgent(t, ws, server.agentPort, p, 'node-1');
 
   // A transfer of beta runs, slowly read, through every change below.
   const transfer = await viaFrontend(ws, server, p.betaKas, source.address);
@@ -427,8 +428,8 @@ test('tenants over two workers: each tenant whole in its worker, a connection re
   }
   await alphaAgent(t, ws, server, p, 'node-1');
   // Beta's agents send no server name: the primary hands them to any worker, which relays them to beta's.
-  await betaAgent(t, ws, server, p, 'node-1');
-  await betaAgent(t, ws, server, p, 'node-2');
+  await betaAgent(t, ws, server.agentPort, p, 'node-1');
+  await betaAgent(t, ws, server.agentPort, p, 'node-2');
   t.true(await echoes(viaAlpha(ws, echo.address), 'alpha in worker 0'));
   for (let i = 0; i < 4; i++) t.true(await echoes(viaFrontend(ws, server, p.betaKas, echo.address), `beta in worker 1, try ${i}`));
   const m = await scrapeMetrics(server.healthPort);
@@ -453,4 +454,22 @@ test('tenants over two workers: each tenant whole in its worker, a connection re
   t.true(beta, "beta's agents came back to its new worker");
   const after = await scrapeMetrics(server.healthPort);
   t.is(after.get('kanal_worker_restarts_total{worker="1"}'), 1);
+});
+
+test("tenants behind one address: two shared servers, each of beta's agents holds a tunnel to both, beta's count right", async (t) => {
+  const ws = await makeWorkspace(t, 'kanal-tenants-');
+  const p = await tenantPki(ws);
+  const echo = await startEchoBackend(t);
+  const yaml = tenantsYaml(ws, p, ['beta'], echo.address).replace('    proxy-strategies: destHost,default\n', '    server-count: 2\n');
+  const servers = [await startTenantsServer(t, ws, yaml, [], 'server-a'), await startTenantsServer(t, ws, yaml, [], 'server-b')];
+  const lbPort = await roundRobin(t, () => servers.map((s) => s.agentPort));
+  const agent = await betaAgent(t, ws, lbPort, p, 'node-1');
+  const deadline = Date.now() + 20_000;
+  let detail = '';
+  while (!/2\/2 server tunnel\(s\) up/.test(detail) && Date.now() < deadline) {
+    detail = await (await fetch(agent.readyzUrl())).text();
+    await sleep(100);
+  }
+  t.regex(detail, /2\/2 server tunnel\(s\) up/, "beta's server-count (2) reached the agent through the shared servers");
+  for (const s of servers) t.true(await echoes(viaFrontend(ws, s, p.betaKas, echo.address), `beta through ${s.name}`));
 });
