@@ -38,8 +38,14 @@ export class DialQuota {
   /** Connections whose ticket is given back when they close (release()). */
   private readonly held = new Map<object, QuotaTicket>();
 
-  constructor(readonly limits: DialQuotaLimits) {
+  constructor(private limits: DialQuotaLimits) {
     this.tokens = limits.dialBurst;
+  }
+
+  /** New limits (a tenant's file changed): tickets out stay valid; the bucket keeps its tokens up to the new burst. */
+  configure(limits: DialQuotaLimits): void {
+    this.limits = limits;
+    this.tokens = Math.min(this.tokens, limits.dialBurst);
   }
 
   get stats(): { pendingDials: number; connections: number } {

@@ -359,7 +359,11 @@ export class KanalServer {
           return;
         }
         if (h.kind === 'agent')
-          this.agentGrpc?.injectConnection(socket, { tenant: h.tenant, ...(h.credential ? { credential: h.credential } : {}) });
+          this.agentGrpc?.injectConnection(socket, {
+            tenant: h.tenant,
+            peer: h.peer,
+            ...(h.credential ? { credential: h.credential } : {}),
+          });
         else if (this.frontendListener?.adoptDecided) {
           this.frontendListener.adoptDecided(socket, { tenant: h.tenant }, h.peer);
           // The handoff paused it to read its line; the sniffer reads on from here.
@@ -450,7 +454,7 @@ export class KanalServer {
       incoming.reject(GrpcStatus.UNAUTHENTICATED, detail);
       return;
     }
-    room.tenant.serveAgent(withContext(incoming, connection.credential));
+    room.tenant.serveAgent(withContext(incoming, connection.credential, connection.peer));
   }
 
   /** The KAS's side: the gRPC ProxyService, each stream handed to its connection's tenant. */
@@ -556,11 +560,25 @@ export class KanalServer {
       return room !== undefined && room.loaded?.fingerprint !== next.get(n)?.fingerprint;
     });
     const added = [...next.keys()].filter((n) => !this.rooms.has(n));
-    for (const name of [...removed, ...changed]) await this.closeRoom(name, removed.includes(name) ? 'removed from' : 'changed in');
+    // Settings alone changed: applied in place, the tenant's agents and connections stay.
+    const tuned = changed.filter((n) => this.rooms.get(n)?.loaded?.identity === next.get(n)?.identity);
+    const rebuilt = changed.filter((n) => !tuned.includes(n));
+    for (const name of [...removed, ...rebuilt]) await this.closeRoom(name, removed.includes(name) ? 'removed from' : 'changed in');
+    for (const name of tuned) {
+      const room = this.rooms.get(name);
+      const loaded = next.get(name);
+      if (!room || !loaded) continue;
+      room.tenant.update(loaded.options);
+      room.loaded = loaded;
+      room.tenant.log.info(
+        { agentTunnels: room.tenant.registry.size },
+        'tenant changed: settings applied in place, its agents and connections stay',
+      );
+    }
     this.directory = directory;
     this.agentListener?.setSecureContext?.({ ca: this.trust(directory.agentTrust) });
     this.frontendListener?.setSecureContext?.({ ca: this.trust(directory.frontendTrust) });
-    for (const name of [...changed, ...added]) {
+    for (const name of [...rebuilt, ...added]) {
       const loaded = next.get(name);
       if (!loaded) continue;
       const room = await this.openRoom(loaded);
@@ -573,10 +591,10 @@ export class KanalServer {
           "cannot listen on the tenant's Unix socket; its agents are served, its kube-apiserver cannot reach it",
         );
       }
-      room.tenant.log.info(changed.includes(name) ? 'tenant changed: started anew' : 'tenant added');
+      room.tenant.log.info(rebuilt.includes(name) ? 'tenant changed: started anew' : 'tenant added');
     }
     this.reloads?.inc({ result: 'applied' });
-    this.log.info({ added, changed, removed, tenants: this.rooms.size }, 'tenants file applied');
+    this.log.info({ added, changed, inPlace: tuned, removed, tenants: this.rooms.size }, 'tenants file applied');
     return { ok: true, added, changed, removed };
   }
 
@@ -747,10 +765,10 @@ function peerOfDuplex(connection: unknown): string {
 }
 
 /** The same stream with another context: a tenant's handlers take the credential, not the connection record. */
-function withContext<C, D>(incoming: IncomingStream<C>, context: D | undefined): IncomingStream<D> {
+function withContext<C, D>(incoming: IncomingStream<C>, context: D | undefined, peer = incoming.peer): IncomingStream<D> {
   return {
     metadata: incoming.metadata,
-    peer: incoming.peer,
+    peer,
     context,
     ...(incoming.liveness ? { liveness: incoming.liveness } : {}),
     accept: (headers) => incoming.accept(headers),

@@ -331,6 +331,28 @@ test('tenants: the file changes live; an invalid file changes nothing, a removed
   const a1 = await alphaAgent(t, ws, server, p, 'node-a');
   t.true(await echoes(viaAlpha(ws, echo.address), 'alpha after it was added'));
 
+  // Alpha's settings changed (another allowed destination, a lower dial rate), its credentials not: applied in
+  // place, its agent's tunnel and a connection open through it stay.
+  const open = await viaAlpha(ws, echo.address);
+  t.true(await echoRoundTrip(open, Buffer.from('before the change')));
+  const changedYaml = tenantsYaml(ws, p, ['alpha', 'beta'], echo.address).replace(
+    `    allowed-destination: [${echo.address}]\n`,
+    `    allowed-destination: [${echo.address}, 127.0.0.1:1]\n    dial-rate: 100\n`,
+  );
+  await fs.writeFile(server.file, changedYaml);
+  const inPlace = await server.waitForLine(
+    (o) => o.msg === 'tenants file applied' && Array.isArray(o.inPlace) && o.inPlace.includes('alpha'),
+    10_000,
+    'alpha changed in place',
+  );
+  t.deepEqual([inPlace.changed, inPlace.added, inPlace.removed], [['alpha'], [], []]);
+  t.true(await echoRoundTrip(open, Buffer.from('after the change')), "the connection open through alpha's agent carried on");
+  open.destroy();
+  t.false(
+    server.logLines().some((l) => l.msg === 'agent disconnected' && l.tenant === 'alpha'),
+    "alpha's agent kept its tunnel",
+  );
+
   // Alpha removed: its agent's tunnel and socket go, one line; beta's transfer goes on.
   await fs.writeFile(server.file, tenantsYaml(ws, p, ['beta'], echo.address));
   const removed = await server.waitForLine(
@@ -354,7 +376,7 @@ test('tenants: the file changes live; an invalid file changes nothing, a removed
   t.is(await received, sha256(payload), "beta's transfer arrived whole across three reloads");
   const m = await scrapeMetrics(server.healthPort);
   t.is(m.get('kanal_tenants_config_reloads_total{result="invalid"}'), 2);
-  t.is(m.get('kanal_tenants_config_reloads_total{result="applied"}'), 2);
+  t.is(m.get('kanal_tenants_config_reloads_total{result="applied"}'), 3);
   t.is(m.get('kanal_server_tenants'), 1);
 });
 

@@ -65,9 +65,23 @@ export class AgentRegistry {
 
   /** `maxAgents`: distinct agents of all credentials together (a tenant's max-agents); unbounded for a server of one cluster. */
   constructor(
-    readonly maxAgentsPerCredential = 1,
-    readonly maxAgents = Number.POSITIVE_INFINITY,
+    private maxPerCredential = 1,
+    private maxTotal = Number.POSITIVE_INFINITY,
   ) {}
+
+  get maxAgentsPerCredential(): number {
+    return this.maxPerCredential;
+  }
+
+  get maxAgents(): number {
+    return this.maxTotal;
+  }
+
+  /** New bounds (a tenant's file changed): they apply to admissions from now on; agents already in stay. */
+  configure(o: { maxAgentsPerCredential: number; maxAgents?: number }): void {
+    this.maxPerCredential = o.maxAgentsPerCredential;
+    this.maxTotal = o.maxAgents ?? Number.POSITIVE_INFINITY;
+  }
 
   /**
    * Admits a tunnel of `credential` announcing `agentID`, replacing stale

@@ -63,10 +63,17 @@ function optionsOf(spec: TenantSpec): TenantDefinition['options'] {
   };
 }
 
-function fingerprintOf(spec: TenantSpec, c: TenantCredentials): string {
-  const h = createHash('sha256').update(spec.fingerprint);
+/** Who the tenant is (TenantDefinition.identity): everything but its settings. */
+function identityOf(spec: TenantSpec, c: TenantCredentials): string {
+  const h = createHash('sha256');
   for (const part of [c.serving?.cert, c.serving?.key, c.agentCa, c.frontendCa]) h.update(part ?? '').update('\0');
+  const { serverNames, agentPins, frontendPins, tokenIssuer } = c;
+  h.update(JSON.stringify({ serverNames, agentPins, frontendPins, tokenIssuer, tokens: spec.tokens, uds: spec.uds }));
   return h.digest('hex');
+}
+
+function fingerprintOf(spec: TenantSpec, identity: string): string {
+  return createHash('sha256').update(spec.fingerprint).update('\0').update(identity).digest('hex');
 }
 
 /**
@@ -122,14 +129,18 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
   if (mistakes.length === 0 && specs.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
-  return loaded.map(({ spec, credentials }) => ({
-    name: spec.name,
-    credentials,
-    options: optionsOf(spec),
-    ...(spec.tokens ? { tokens: spec.tokens } : {}),
-    ...(spec.uds ? { uds: spec.uds } : {}),
-    fingerprint: fingerprintOf(spec, credentials),
-  }));
+  return loaded.map(({ spec, credentials }) => {
+    const identity = identityOf(spec, credentials);
+    return {
+      name: spec.name,
+      credentials,
+      options: optionsOf(spec),
+      ...(spec.tokens ? { tokens: spec.tokens } : {}),
+      ...(spec.uds ? { uds: spec.uds } : {}),
+      fingerprint: fingerprintOf(spec, identity),
+      identity,
+    };
+  });
 }
 
 /** checkRolesAcross for many tenants: pairs that share a CA certificate found through one index (a chain between CAs is then not looked for). */

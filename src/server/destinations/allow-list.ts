@@ -12,10 +12,19 @@ function canonical(hp: HostPort): string {
 }
 
 export class AllowList {
-  private readonly entries: Set<string>;
+  private entries: Set<string>;
 
   constructor(destinations: readonly string[]) {
-    this.entries = new Set(destinations.map((d) => canonical(parseHostPort(d))));
+    this.entries = AllowList.parse(destinations);
+  }
+
+  private static parse(destinations: readonly string[]): Set<string> {
+    return new Set(destinations.map((d) => canonical(parseHostPort(d))));
+  }
+
+  /** A tenant's list changed in its file (docs/multi-tenant.md): dials from now on are checked against `destinations`. */
+  replace(destinations: readonly string[]): void {
+    this.entries = AllowList.parse(destinations);
   }
 
   get empty(): boolean {

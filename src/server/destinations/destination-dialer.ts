@@ -30,7 +30,7 @@ export interface DestinationDialerOptions {
 
 export class DestinationDialer {
   private readonly allowList: AllowList;
-  private readonly timeoutMs: number;
+  private timeoutMs: number;
   private readonly budget: ConnectionBudget;
   private readonly log: Logger;
   private readonly refusals: Refusals;
@@ -45,6 +45,11 @@ export class DestinationDialer {
     this.refusals = opts.refusals;
     this.metrics = opts.metrics;
     this.quota = opts.quota;
+  }
+
+  /** A tenant's --destination-dial-timeout changed in its file (its allow-list is replaced in place). */
+  configure(o: { timeoutMs: number }): void {
+    this.timeoutMs = o.timeoutMs;
   }
 
   /** `agent` labels the log lines: the agentID and the credential that authenticated it. */

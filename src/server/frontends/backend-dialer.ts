@@ -33,11 +33,11 @@ export class BackendDialer {
   /** Failed dials are logged once per interval per frontend peer and kind of failure. */
   private readonly failures: RateLimitedLog;
   private readonly registry: AgentRegistry;
-  private readonly timeoutMs: number;
+  private timeoutMs: number;
   private readonly log: Logger;
   private readonly metrics: KanalMetrics | undefined;
   private readonly refusals: Refusals;
-  private readonly strategies: readonly ProxyStrategy[];
+  private strategies: readonly ProxyStrategy[];
   private readonly quota: DialQuota | undefined;
 
   constructor(opts: BackendDialerOptions) {
@@ -49,6 +49,12 @@ export class BackendDialer {
     this.strategies = opts.strategies ?? DEFAULT_PROXY_STRATEGIES;
     this.quota = opts.quota;
     this.failures = new RateLimitedLog(opts.log, REFUSAL_LOG_INTERVAL_MS);
+  }
+
+  /** A tenant's settings changed in its file: dials from now on use these. */
+  configure(o: { timeoutMs: number; strategies?: readonly ProxyStrategy[] }): void {
+    this.timeoutMs = o.timeoutMs;
+    this.strategies = o.strategies ?? DEFAULT_PROXY_STRATEGIES;
   }
 
   /** `peer` is the frontend client the dial is for (logs only). */

@@ -27,8 +27,11 @@ export interface GrpcFrontendOptions {
   metrics?: KanalMetrics;
 }
 
-export function createGrpcFrontend({ dialer, log, track, limits, metrics }: GrpcFrontendOptions): (incoming: IncomingStream) => void {
+/** `opts.limits` is read for each new stream (a tenant's may change). */
+export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: IncomingStream) => void {
+  const { dialer, log, track, metrics } = opts;
   return (incoming) => {
+    const limits = opts.limits;
     const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), FRONTEND_FEATURES);
     const headers: Record<string, string> = {};
     if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);

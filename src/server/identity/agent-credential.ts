@@ -56,4 +56,6 @@ export function tokenCredential(id: AgentTokenIdentity): AgentCredential {
 export interface AgentConnection {
   readonly credential?: AgentCredential;
   readonly tenant?: string;
+  /** The client's address when the connection was relayed from another worker (the stream's own peer is then the relay). */
+  readonly peer?: string;
 }

@@ -23,6 +23,12 @@ export interface TenantDefinition {
   uds?: UnixSocketOptions & { path: string };
   /** The entry and the contents of every file it names: equal fingerprints, unchanged tenant. */
   fingerprint: string;
+  /**
+   * Who the tenant is: its credentials' contents, names, pins, token review
+   * and socket. A change of the fingerprint with this one equal is a change of
+   * settings alone, applied in place (tenant.ts update()).
+   */
+  identity: string;
 }
 
 /** Tenants that cannot be served as given (a file with mistakes): every mistake, one line each. */

@@ -18,11 +18,11 @@ import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '
 import type { ConnectionBudget } from '../../domain/connection-budget.js';
 import { Refusals } from '../../domain/refusal-log.js';
 import { AgentRegistry } from '../agents/agent-registry.js';
-import { createAgentService } from '../agents/agent-service.js';
+import { createAgentService, type AgentServiceOptions } from '../agents/agent-service.js';
 import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
-import { createGrpcFrontend } from '../frontends/grpc-frontend.js';
+import { createGrpcFrontend, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
 import { HttpConnectFrontend } from '../frontends/http-connect-frontend.js';
 import type { AgentCredential } from '../identity/agent-credential.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
@@ -75,6 +75,11 @@ export class Tenant {
   readonly serveProxy: (incoming: IncomingStream) => void;
   /** Upstream's lease metric names, for a lease controller to feed. */
   readonly upstreamLeaseMetrics: UpstreamServerLeaseMetrics;
+  /** What the agent service and the gRPC frontend read per new stream, changed by update(). */
+  private readonly agentOptions: AgentServiceOptions;
+  private readonly frontendOptions: GrpcFrontendOptions;
+  private readonly dialer: BackendDialer;
+  private readonly destinations: DestinationDialer;
   /** Frontend and agent refusal logs, flushed when the tenant closes. */
   private readonly refusalLogs: Refusals[] = [];
   readonly allowList: AllowList;
@@ -98,7 +103,7 @@ export class Tenant {
     });
     registerServerGauges(this.metrics, { registry: this.registry, frontendTunnels: this.frontendTunnels, nodeToCp: opts.nodeToCp });
     const logs = { frontend: opts.log.child({ part: 'frontend' }), agents: opts.log.child({ part: 'agents' }) };
-    const dialer = new BackendDialer({
+    const dialer = (this.dialer = new BackendDialer({
       registry: this.registry,
       timeoutMs: opts.backendDialTimeoutMs,
       log: logs.frontend,
@@ -106,22 +111,18 @@ export class Tenant {
       refusals: this.refusals(logs.frontend),
       strategies: opts.proxyStrategies,
       ...(this.quota ? { quota: this.quota } : {}),
-    });
-    this.serveProxy = createGrpcFrontend({
-      dialer,
-      log: logs.frontend,
-      track: (t) => this.trackFrontend(t),
-      limits: opts.limits,
-      metrics: this.metrics,
-    });
+    }));
+    this.frontendOptions = { dialer, log: logs.frontend, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics: this.metrics };
+    this.serveProxy = createGrpcFrontend(this.frontendOptions);
     this.httpConnect = new HttpConnectFrontend(dialer, this.refusals(opts.log.child({ part: 'frontend', frontend: 'http-connect' })));
     this.allowList = new AllowList(opts.allowedDestinations);
     const quota = this.quota;
-    this.serveAgent = createAgentService({
+    this.destinations = this.destinationDialer();
+    this.agentOptions = {
       serverID: opts.serverID,
       serverCount: opts.serverCount,
       registry: this.registry,
-      destinations: this.destinationDialer(),
+      destinations: this.destinations,
       features: SERVER_FEATURES,
       limits: { ...opts.limits, ...opts.agentLimits },
       log: logs.agents,
@@ -129,7 +130,25 @@ export class Tenant {
       refusals: this.refusals(logs.agents),
       tokens: opts.tokens && { authenticator: opts.tokens },
       ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
-    });
+    };
+    this.serveAgent = createAgentService(this.agentOptions);
+  }
+
+  /**
+   * The tenant's settings changed in its file while who it is did not (its
+   * credentials, names, token review and socket): applied in place, so its
+   * agents and connections stay. Bounds and limits apply to what comes next
+   * (a new agent, dial or tunnel); nothing already admitted is undone.
+   */
+  update(next: Omit<TenantOptions, 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens'>): void {
+    this.allowList.replace(next.allowedDestinations);
+    this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs });
+    this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies });
+    this.registry.configure({ maxAgentsPerCredential: next.maxAgentsPerCredential, maxAgents: next.maxAgents });
+    if (next.quota) this.quota?.configure(next.quota);
+    this.agentOptions.serverCount = next.serverCount;
+    this.agentOptions.limits = { ...next.limits, ...next.agentLimits };
+    this.frontendOptions.limits = next.limits;
   }
 
   /** Node -> control plane dials: this tenant's allow-list within the server-wide budget. */
