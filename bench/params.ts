@@ -60,6 +60,13 @@ export interface Params {
   /** Fairness: tenant A's dialling lanes (its dial flood) and its bulk download flows. */
   tenantFloodConcurrency: number;
   tenantBulkFlows: number;
+  /**
+   * Workers (7f): tenants loaded at once on a server of `--workers 1` and one of `--workers 2`
+   * (named so that they spread evenly over 2 workers), and each one's dialling lanes; each
+   * downloads over tenantBulkFlows flows.
+   */
+  tenantWorkersTenants: number;
+  tenantWorkersLanes: number;
 }
 
 /** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
@@ -102,6 +109,8 @@ export const PARAMS: Record<Mode, Params> = {
     tenantSettleMs: 300,
     tenantFloodConcurrency: 16,
     tenantBulkFlows: 8,
+    tenantWorkersTenants: 2,
+    tenantWorkersLanes: 8,
     ...SOAK,
     soakConnections: 2_000,
     soakEvery: 500,
@@ -137,6 +146,8 @@ export const PARAMS: Record<Mode, Params> = {
     tenantSettleMs: 11_000,
     tenantFloodConcurrency: 128,
     tenantBulkFlows: 8,
+    tenantWorkersTenants: 2,
+    tenantWorkersLanes: 64,
     ...SOAK,
   },
   full: {
@@ -166,6 +177,8 @@ export const PARAMS: Record<Mode, Params> = {
     tenantSettleMs: 11_000,
     tenantFloodConcurrency: 128,
     tenantBulkFlows: 8,
+    tenantWorkersTenants: 4,
+    tenantWorkersLanes: 64,
     ...SOAK,
   },
 };

@@ -75,6 +75,39 @@ export function cpuSecondsOf(pids: readonly number[]): number {
   return pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
 }
 
+/**
+ * `pid`'s descendants (children first, then theirs), from /proc/<pid>/task/<tid>/children
+ * (the kernel's list of each thread's children); [] once it is gone.
+ */
+export function descendantPids(pid: number): number[] {
+  const out: number[] = [];
+  const queue = [pid];
+  while (queue.length > 0) {
+    const parent = queue.shift()!;
+    let tasks: string[];
+    try {
+      tasks = fs.readdirSync(`/proc/${parent}/task`);
+    } catch {
+      continue;
+    }
+    for (const tid of tasks) {
+      let text: string;
+      try {
+        text = fs.readFileSync(`/proc/${parent}/task/${tid}/children`, 'utf8');
+      } catch {
+        continue;
+      }
+      for (const child of text.trim().split(/\s+/).filter(Boolean).map(Number)) {
+        if (!out.includes(child)) {
+          out.push(child);
+          queue.push(child);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 /** Resident set size of `pid` in bytes (VmRSS), 0 once the process is gone. */
 export function rssBytes(pid: number): number {
   try {

@@ -72,7 +72,7 @@ export interface SoakReport {
 }
 
 /** The tables of section 7 (suite-tenants.ts). */
-export type TenantsTable = 'scale' | 'reload' | 'dials' | 'fairness' | 'load';
+export type TenantsTable = 'scale' | 'reload' | 'dials' | 'fairness' | 'load' | 'workers';
 
 export interface TenantsRow {
   /** Stable identifier, e.g. "tenants.scale.1000x3" or "tenants.fairness.b-dial-p50". */
@@ -258,12 +258,14 @@ const TENANTS_TABLES: Record<TenantsTable, { title: string; columns: Column[] }>
   reload: {
     title:
       "7b. Tenants: one tenant changed (its allowed-destination) in a file of all of them: write -> the server's 'tenants file applied'\n" +
-      "    (includes the watch's 250 ms settle), and write -> that tenant's agents connected again (bench agents retry every 50 ms); medians",
+      "    (includes the watch's 250 ms settle), and write -> that tenant's agents connected again (bench agents retry every 50 ms); medians;\n" +
+      "    in place: runs the server applied in place (its log's inPlace), its agents kept: no 'agents back' then",
     columns: [
       { key: 'appliedMs', title: 'applied ms', digits: 0 },
       { key: 'appliedSpread', title: 'spread', digits: 0, suffix: '%' },
       { key: 'agentsBackMs', title: 'agents back ms', digits: 0 },
       { key: 'reloadCpuMs', title: 'server CPU ms', digits: 0 },
+      { key: 'inPlaceRuns', title: 'in place', digits: 0 },
       { key: 'changedAgents', title: 'its agents', digits: 0 },
       { key: 'runs', title: 'runs', digits: 0 },
     ],
@@ -288,18 +290,23 @@ const TENANTS_TABLES: Record<TenantsTable, { title: string; columns: Column[] }>
   },
   fairness: {
     title:
-      "7d. Fairness: tenant B alone, next to tenant A's load on B's server (A: bulk downloads and a dial flood, its own agent), and next to\n" +
-      "    the same load through a server of A's own on the same machine (the cores' share alone); ratios: to B alone, and B's server / A's own\n" +
+      "7d. Fairness: tenant B alone, next to tenant A's load on B's server (A: bulk downloads and a dial flood, its own agent), next to\n" +
+      "    the same load through a server of A's own on the same machine (the cores' share alone), and next to it with A and B in the two\n" +
+      "    workers of one --workers 2 server (B's own agent and socket there); ratios: to B alone (on B's one-process server), and to A's own\n" +
       '    (latency: pooled percentiles; bulk: median of per-run ratios)',
     columns: [
       { key: 'alone', title: 'alone', digits: 2 },
       { key: 'shared', title: "A on B's server", digits: 2 },
       { key: 'own', title: 'A on its own', digits: 2 },
+      { key: 'workers', title: 'A in other worker', digits: 2 },
       { key: 'ratioShared', title: 'ratio shared', digits: 2 },
       { key: 'ratioOwn', title: 'ratio own', digits: 2 },
+      { key: 'ratioWorkers', title: 'ratio workers', digits: 2 },
       { key: 'sharedVsOwn', title: 'shared / own', digits: 2 },
+      { key: 'workersVsOwn', title: 'workers / own', digits: 2 },
       { key: 'aloneSpread', title: 'spread alone', digits: 0, suffix: '%' },
       { key: 'sharedSpread', title: 'spread shared', digits: 0, suffix: '%' },
+      { key: 'workersSpread', title: 'spread workers', digits: 0, suffix: '%' },
       { key: 'samples', title: 'samples', digits: 0 },
     ],
   },
@@ -314,6 +321,30 @@ const TENANTS_TABLES: Record<TenantsTable, { title: string; columns: Column[] }>
       { key: 'otherRefused', title: 'refused: other', digits: 0 },
       { key: 'refusedShare', title: 'refused share', digits: 0, suffix: '%' },
       { key: 'bulkMbps', title: 'A bulk MB/s', digits: 0 },
+      { key: 'runs', title: 'runs', digits: 0 },
+    ],
+  },
+  workers: {
+    title:
+      "7f. Workers: every tenant's load at once (each its own kanal agent and kube-apiserver; dial-rate off): all dialling as fast as\n" +
+      '    their lanes go (dials/s over the flood), then all downloading (MB/s after the warm-up); the sum over tenants, on a server of\n' +
+      '    --workers 1 (one process) and of --workers 2 (primary + 2 workers), runs interleaved. ratio: to --workers 1, median of per-run\n' +
+      "    ratios; slowest share: the slowest tenant's rate / an even share; cores: CPU s per s of the server's processes, of its busiest\n" +
+      '    process, of the agents, of the load generators + backend, of the whole machine; RSS: primary + workers (loaded: highest at the\n' +
+      '    end of a run; at rest: lowest over the settle time after the runs)',
+    columns: [
+      { key: 'rate', title: 'rate', digits: 0 },
+      { key: 'rateSpread', title: 'spread', digits: 0, suffix: '%' },
+      { key: 'ratio', title: 'ratio 2/1', digits: 2 },
+      { key: 'slowestShare', title: 'slowest share', digits: 2 },
+      { key: 'serverCores', title: 'server cores', digits: 2 },
+      { key: 'busiestCores', title: 'busiest proc', digits: 2 },
+      { key: 'agentCores', title: 'agents cores', digits: 2 },
+      { key: 'otherCores', title: 'loadgen cores', digits: 2 },
+      { key: 'machineCores', title: 'machine cores', digits: 2 },
+      { key: 'loadedRssMiB', title: 'RSS loaded MiB', digits: 1 },
+      { key: 'idleRssMiB', title: 'RSS at rest MiB', digits: 1 },
+      { key: 'processes', title: 'server procs', digits: 0 },
       { key: 'runs', title: 'runs', digits: 0 },
     ],
   },

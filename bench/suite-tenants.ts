@@ -13,10 +13,17 @@
  *
  * Fairness: tenants A and B on one server, each with its own `kanal agent`
  * process and its own load generator: B's dial latency and bulk throughput
- * alone, and while A runs bulk downloads and a dial flood; A's refusals by
- * its dial-rate limit come from the server's /metrics.
+ * alone, and while A runs bulk downloads and a dial flood (on B's server, on a
+ * server of A's own, and in the other worker of a `--workers 2` server); A's
+ * refusals by its dial-rate limit come from the server's /metrics.
+ *
+ * Workers: a few tenants, each with its own `kanal agent` and kube-apiserver,
+ * all loaded at once (dials as fast as their lanes go, then downloads) on a
+ * `--workers 1` server and on a `--workers 2` one: aggregate dials/s and MB/s,
+ * where the CPU went, and the RSS of the primary and its workers.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadCertificateAuthority } from '../kit/pki/certificate-authority.js';
@@ -28,7 +35,8 @@ import type { Env } from './env.js';
 import type { ClientConfig, FloodResult, LoadgenCommands } from './loadgen-protocol.js';
 import type { SwarmCommands } from './agent-swarm.js';
 import type { Worker } from './rpc.js';
-import { cpuSeconds, rssBytes } from './proc.js';
+import { ownerOf } from '../src/server/workers/owner.js';
+import { cpuSeconds, descendantPids, machineBusySeconds, rssBytes } from './proc.js';
 import type { TenantsReport, TenantsRow } from './report.js';
 import { inRepOrder, median, medianRatio, percentile, spread } from './stats.js';
 
@@ -46,6 +54,8 @@ interface TenantDef {
   name: string;
   uds: string;
   allowed: string[];
+  /** Tenant-wide limits written into its entry, e.g. { 'dial-rate': 0 }; absent: the defaults. */
+  limits?: Record<string, number>;
 }
 
 /** The files every tenant names: the wildcard serving pair and the agents' CA (one for all: SNI picks the tenant, the CA verifies). */
@@ -73,6 +83,7 @@ function tenantsYaml(defs: readonly TenantDef[], c: TenantCredentials): string {
       '    delete-existing-uds-file: true',
       `    allowed-destination: [${d.allowed.join(', ')}]`,
       '    max-agents-per-credential: 1',
+      ...Object.entries(d.limits ?? {}).map(([k, v]) => `    ${k}: ${v}`),
     );
   }
   return `${lines.join('\n')}\n`;
@@ -162,7 +173,8 @@ interface TenantsServer {
   log: LogTail;
 }
 
-async function startTenantsServer(env: Env, tag: string, file: string): Promise<TenantsServer> {
+/** A server of the tenants in `file`; `workers`: its --workers (absent: none given, one process). */
+async function startTenantsServer(env: Env, tag: string, file: string, workers?: number): Promise<TenantsServer> {
   const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
   const logFile = path.join(env.dir, `${tag}-server.log`);
   const child = spawnChild({
@@ -181,6 +193,7 @@ async function startTenantsServer(env: Env, tag: string, file: string): Promise<
       env.transport,
       '--log-level',
       'info',
+      ...(workers === undefined ? [] : ['--workers', String(workers)]),
     ],
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
@@ -244,11 +257,16 @@ async function tenantCredentials(env: Env): Promise<TenantCredentials> {
 
 /** The lowest RSS of `pid` over `ms` (read every 250 ms): a reading after the reclaimer's collection and malloc_trim. */
 async function lowestRss(pid: number, ms: number): Promise<number> {
-  let low = rssBytes(pid);
+  return lowestOf(() => rssBytes(pid), ms);
+}
+
+/** The lowest of `read()` over `ms`, read every 250 ms. */
+async function lowestOf(read: () => number, ms: number): Promise<number> {
+  let low = read();
   const end = Date.now() + ms;
   while (Date.now() < end) {
     await sleep(Math.min(250, Math.max(1, end - Date.now())));
-    low = Math.min(low, rssBytes(pid));
+    low = Math.min(low, read());
   }
   return low;
 }
@@ -321,6 +339,39 @@ async function tenantClient(env: Env, name: string, uds: string): Promise<Worker
   const w = startLoadgen(env.dir, name);
   await w.call('configure', clientConfig(env, uds));
   return w;
+}
+
+/** A server's processes: with --workers, the primary and its workers (its children), read afresh. */
+function serverPids(server: TenantsServer): number[] {
+  return [server.child.pid, ...descendantPids(server.child.pid)];
+}
+
+/** Summed VmRSS of a server's processes (the primary and every worker). */
+function serverRss(server: TenantsServer): number {
+  return serverPids(server).reduce((sum, pid) => sum + rssBytes(pid), 0);
+}
+
+/** Which worker holds each tenant, from a --workers server's /readyz ("worker 1: ready (pid …); …" then "  tenant NAME: …" lines). */
+function tenantsByWorker(detail: string): Map<string, string> {
+  const out = new Map<string, string>();
+  let worker: string | undefined;
+  for (const line of detail.split('\n')) {
+    const w = /^worker (\d+):/.exec(line);
+    if (w) worker = w[1];
+    const t = /^\s+tenant (.+?): /.exec(line);
+    if (t && worker !== undefined) out.set(t[1], worker);
+  }
+  return out;
+}
+
+/** Warns unless the server's /readyz lists each tenant under the worker ownerOf() places it in. */
+async function checkPlacement(env: Env, what: string, server: TenantsServer, tenants: readonly string[], workers: number): Promise<void> {
+  const placed = tenantsByWorker((await scrape(`${server.healthUrl}/readyz`)).text);
+  for (const t of tenants) {
+    const seen = placed.get(t);
+    if (seen !== String(ownerOf(t, workers)))
+      env.warnings.push(`tenants ${what}: /readyz lists tenant ${t} in worker ${seen ?? '?'}, ownerOf says ${ownerOf(t, workers)}`);
+  }
 }
 
 // ------------------------------------------------------------------ scale
@@ -471,6 +522,7 @@ async function reloadOne(
   const applied: number[] = [];
   const back: number[] = [];
   const cpu: number[] = [];
+  let kept = 0;
   for (let rep = 0; rep < env.params.reps; rep++) {
     env.progress(`tenants ${label}: changing tenant ${name}, run ${rep + 1}/${env.params.reps}`);
     const defs = o.defs.map((d, i) => (i === index ? { ...d, allowed: o.allowed[(rep + 1) % 2] } : d));
@@ -486,8 +538,11 @@ async function reloadOne(
         `tenants ${label}: a change of tenant ${name} applied as changed ${JSON.stringify(changed)}, added ${JSON.stringify(r.added)}`,
       );
     applied.push(loggedAt(r) - t0);
+    // An allow-list change is applied in place (the log's inPlace): the tenant's agents stay, none to wait for.
+    const inPlace = Array.isArray(r.inPlace) && (r.inPlace as unknown[]).includes(name);
+    if (inPlace) kept++;
     const deadline = Date.now() + 30_000;
-    for (;;) {
+    while (!inPlace) {
       const b = await holder.worker.call('reconnected', { idPrefix: name, since: t0 });
       if (b.count >= s.agentsPerTenant) {
         back.push(b.lastAt - t0);
@@ -512,9 +567,11 @@ async function reloadOne(
       appliedSpread: spread(applied),
       agentsBackMs: back.length > 0 ? median(back) : Number.NaN,
       reloadCpuMs: median(cpu),
+      inPlaceRuns: kept,
       changedAgents: s.agentsPerTenant,
       runs: applied.length,
     },
+    signed: ['inPlaceRuns'],
     runs: applied,
   };
 }
@@ -590,10 +647,14 @@ async function scaleDials(
 
 // ---------------------------------------------------------------- fairness
 
-/** Where tenant A's load goes: the server B is on, or a server of its own on the same machine (the control). */
-type Phase = 'alone' | 'shared' | 'own';
+/**
+ * Where tenant A's load goes: the server B is on, a server of its own on the same machine (the control),
+ * or the other worker of a `--workers 2` server where B is too.
+ */
+type Phase = 'alone' | 'shared' | 'own' | 'workers';
+type LoadPhase = Exclude<Phase, 'alone'>;
 
-const PHASES: readonly Phase[] = ['alone', 'shared', 'own'];
+const PHASES: readonly Phase[] = ['alone', 'shared', 'own', 'workers'];
 
 interface ALoad {
   attempts: number[];
@@ -617,9 +678,10 @@ async function refusalsOf(server: TenantsServer, tenant: string): Promise<Record
 }
 
 /**
- * Tenant B alone, next to tenant A's load on the same server, and next to the
- * same load through a server of A's own on the same machine: what the shared
- * server costs B beyond the cores the two share.
+ * Tenant B alone, next to tenant A's load on the same server, next to the
+ * same load through a server of A's own on the same machine (what the shared
+ * server costs B beyond the cores the two share), and next to it in the other
+ * worker of one `--workers 2` server.
  */
 async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsRow[]> {
   const p = env.params;
@@ -628,27 +690,48 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
   const allowed = [`${BACKEND_HOST}:${env.ports.echoTcp}`];
   const [a, b] = ['a', 'b'].map((name) => ({ name, uds: path.join(dir, `${name}.sock`), allowed }));
   const soloA = { name: 'a', uds: path.join(dir, 'own-a.sock'), allowed };
+  // In the --workers 2 server, B's name is the first of b, b1, b2, ... that rendezvous hashing places in the other worker than a.
+  const apart = ['b', ...Array.from({ length: 64 }, (_, i) => `b${i + 1}`)].find((n) => ownerOf(n, 2) !== ownerOf('a', 2))!;
+  const workersA = { name: 'a', uds: path.join(dir, 'workers-a.sock'), allowed };
+  const workersB = { name: apart, uds: path.join(dir, 'workers-b.sock'), allowed };
   const sharedFile = path.join(dir, 'shared', 'tenants.yaml');
   const soloFile = path.join(dir, 'own', 'tenants.yaml');
-  for (const f of [sharedFile, soloFile]) fs.mkdirSync(path.dirname(f), { recursive: true });
+  const workersFile = path.join(dir, 'workers', 'tenants.yaml');
+  for (const f of [sharedFile, soloFile, workersFile]) fs.mkdirSync(path.dirname(f), { recursive: true });
   writeTenantsFile(sharedFile, [a, b], creds);
   writeTenantsFile(soloFile, [soloA], creds);
-  env.progress('tenants fairness: a server of tenants a and b, another of a alone, a kanal agent per tenant and server');
+  writeTenantsFile(workersFile, [workersA, workersB], creds);
+  env.progress(
+    `tenants fairness: a server of tenants a and b, another of a alone, a --workers 2 server of a and ${apart} (apart), a kanal agent per tenant and server`,
+  );
   const servers: TenantsServer[] = [];
   const children: Child[] = [];
   const workers: Worker<LoadgenCommands>[] = [];
   try {
     servers.push(
-      ...(await Promise.all([startTenantsServer(env, 'tenants-fair', sharedFile), startTenantsServer(env, 'tenants-fair-own', soloFile)])),
+      ...(await Promise.all([
+        startTenantsServer(env, 'tenants-fair', sharedFile),
+        startTenantsServer(env, 'tenants-fair-own', soloFile),
+        startTenantsServer(env, 'tenants-fair-workers', workersFile, 2),
+      ])),
     );
-    const [shared, own] = servers;
+    const [shared, own, workersServer] = servers;
     children.push(
       ...(await Promise.all([
         startTenantAgent(env, 'tenant-a', shared.agentPort, 'a'),
         startTenantAgent(env, 'tenant-b', shared.agentPort, 'b'),
         startTenantAgent(env, 'tenant-a-own', own.agentPort, 'a'),
+        startTenantAgent(env, 'tenant-a-workers', workersServer.agentPort, 'a'),
+        startTenantAgent(env, 'tenant-b-workers', workersServer.agentPort, apart),
       ])),
     );
+    /** Per phase: B's server, socket and name there, and where A's load goes (none when B is alone). */
+    const plan: Record<Phase, { bServer: TenantsServer; bUds: string; bName: string; a?: { server: TenantsServer; uds: string } }> = {
+      alone: { bServer: shared, bUds: b.uds, bName: 'b' },
+      shared: { bServer: shared, bUds: b.uds, bName: 'b', a: { server: shared, uds: a.uds } },
+      own: { bServer: shared, bUds: b.uds, bName: 'b', a: { server: own, uds: soloA.uds } },
+      workers: { bServer: workersServer, bUds: workersB.uds, bName: apart, a: { server: workersServer, uds: workersA.uds } },
+    };
     // A's kube-apiserver as two processes, its downloads in one and its dial flood in the other: the flood
     // then dials as fast as the server lets it, not as fast as an event loop busy with the flows can.
     const [clientA, floodA, clientB] = await Promise.all([
@@ -684,27 +767,38 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
     };
 
     env.progress('tenants fairness: warm-up');
-    await bDials([]);
-    await bBulk();
-    for (const uds of [a.uds, soloA.uds]) await floodA.call('dials', { path: 'kanal-cp', n: p.tenantDials, concurrency: 4, uds }, 600_000);
+    for (const uds of [workersB.uds, b.uds]) {
+      await clientB.call('configure', clientConfig(env, uds));
+      await bDials([]);
+      await bBulk();
+    }
+    for (const uds of [a.uds, soloA.uds, workersA.uds])
+      await floodA.call('dials', { path: 'kanal-cp', n: p.tenantDials, concurrency: 4, uds }, 600_000);
     await idleAll();
+    await checkPlacement(env, 'fairness', workersServer, ['a', apart], 2);
 
-    const dials: Record<Phase, number[][]> = { alone: [], shared: [], own: [] };
-    const bulk: Record<Phase, number[]> = { alone: [], shared: [], own: [] };
+    const dials: Record<Phase, number[][]> = { alone: [], shared: [], own: [], workers: [] };
+    const bulk: Record<Phase, number[]> = { alone: [], shared: [], own: [], workers: [] };
     const load = (): ALoad => ({ attempts: [], ok: [], refusedShare: [], mbps: [], rateRefused: 0, otherRefused: 0 });
-    const aLoad: Record<'shared' | 'own', ALoad> = { shared: load(), own: load() };
+    const aLoad: Record<LoadPhase, ALoad> = { shared: load(), own: load(), workers: load() };
     let bRefusals = 0;
     for (let rep = 0; rep < p.reps; rep++) {
       for (const phase of inRepOrder(PHASES, rep)) {
-        const what = { alone: 'alone', shared: "next to A's load on its server", own: "next to A's load on A's own server" }[phase];
+        const what = {
+          alone: 'alone',
+          shared: "next to A's load on its server",
+          own: "next to A's load on A's own server",
+          workers: "next to A's load in the other worker of a --workers 2 server",
+        }[phase];
         env.progress(`tenants fairness: tenant B ${what}, run ${rep + 1}/${p.reps}`);
-        const bBefore = await refusalsOf(shared, 'b');
-        if (phase === 'alone') {
+        const { bServer, bUds, bName, a: aPlace } = plan[phase];
+        await clientB.call('configure', clientConfig(env, bUds));
+        const bBefore = await refusalsOf(bServer, bName);
+        if (phase === 'alone' || !aPlace) {
           await bDials(dials.alone);
           bulk.alone.push(await bBulk());
         } else {
-          const server = phase === 'shared' ? shared : own;
-          const uds = phase === 'shared' ? a.uds : soloA.uds;
+          const { server, uds } = aPlace;
           const into = aLoad[phase];
           const before = await refusalsOf(server, 'a');
           await Promise.all([clientA, floodA].map((w) => w.call('configure', clientConfig(env, uds))));
@@ -743,13 +837,15 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
             else into.otherRefused += d;
           }
         }
-        const bAfter = await refusalsOf(shared, 'b');
+        const bAfter = await refusalsOf(bServer, bName);
         bRefusals += Object.entries(bAfter).reduce((n, [reason, v]) => n + v - (bBefore[reason] ?? 0), 0);
         await idleAll();
       }
     }
     if (bRefusals > 0)
-      env.warnings.push(`tenants fairness: tenant B had ${bRefusals} refusal(s) of its own (kanal_refusals_total{tenant="b"})`);
+      env.warnings.push(
+        `tenants fairness: tenant B had ${bRefusals} refusal(s) of its own (kanal_refusals_total{tenant="b"} or "${apart}")`,
+      );
     const pooled = (x: number[][]): number[] => x.flat();
     const latencyRow = (q: 50 | 99): TenantsRow => {
       const at = (phase: Phase): number => percentile(pooled(dials[phase]), q);
@@ -761,22 +857,26 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
           alone: at('alone'),
           shared: at('shared'),
           own: at('own'),
+          workers: at('workers'),
           ratioShared: at('shared') / at('alone'),
           ratioOwn: at('own') / at('alone'),
+          ratioWorkers: at('workers') / at('alone'),
           sharedVsOwn: at('shared') / at('own'),
+          workersVsOwn: at('workers') / at('own'),
           aloneSpread: spread(dials.alone.map((x) => percentile(x, q))),
           sharedSpread: spread(dials.shared.map((x) => percentile(x, q))),
+          workersSpread: spread(dials.workers.map((x) => percentile(x, q))),
           samples: PHASES.reduce((n, phase) => n + pooled(dials[phase]).length, 0),
         },
-        signed: ['aloneSpread', 'sharedSpread'],
+        signed: ['aloneSpread', 'sharedSpread', 'workersSpread'],
       };
     };
-    const loadRow = (phase: 'shared' | 'own'): TenantsRow => {
+    const loadRow = (phase: LoadPhase): TenantsRow => {
       const l = aLoad[phase];
       return {
-        id: `tenants.fairness.a-load${phase === 'own' ? '.own-server' : ''}`,
+        id: `tenants.fairness.a-load${{ shared: '', own: '.own-server', workers: '.other-worker' }[phase]}`,
         table: 'load',
-        label: phase === 'shared' ? "A on B's server" : 'A on its own server',
+        label: { shared: "A on B's server", own: 'A on its own server', workers: "A in the other worker of B's --workers 2" }[phase],
         values: {
           attemptsPerS: median(l.attempts),
           okPerS: median(l.ok),
@@ -800,22 +900,248 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
           alone: median(bulk.alone),
           shared: median(bulk.shared),
           own: median(bulk.own),
+          workers: median(bulk.workers),
           ratioShared: medianRatio(bulk.shared, bulk.alone),
           ratioOwn: medianRatio(bulk.own, bulk.alone),
+          ratioWorkers: medianRatio(bulk.workers, bulk.alone),
           sharedVsOwn: medianRatio(bulk.shared, bulk.own),
+          workersVsOwn: medianRatio(bulk.workers, bulk.own),
           aloneSpread: spread(bulk.alone),
           sharedSpread: spread(bulk.shared),
+          workersSpread: spread(bulk.workers),
           samples: PHASES.reduce((n, phase) => n + bulk[phase].length, 0),
         },
-        signed: ['aloneSpread', 'sharedSpread'],
+        signed: ['aloneSpread', 'sharedSpread', 'workersSpread'],
         runs: PHASES.flatMap((phase) => bulk[phase]).map((x) => Math.round(x)),
       },
       loadRow('shared'),
       loadRow('own'),
+      loadRow('workers'),
     ];
   } finally {
     await Promise.all([...workers.map((w) => w.child.stop()), ...children.map((c) => c.stop())]);
     await Promise.all(servers.map((s) => s.child.stop()));
+  }
+}
+
+// ----------------------------------------------------------------- workers
+
+/** The worker counts compared in 7f; ratios are to the first. */
+const WORKER_COUNTS = [1, 2] as const;
+
+/** `count` names `<prefix><k>`, the i-th one placed in worker i % workers by rendezvous hashing (ownerOf). */
+function namesSpread(prefix: string, count: number, workers: number): string[] {
+  const names: string[] = [];
+  for (let k = 0; names.length < count; k++) if (ownerOf(`${prefix}${k}`, workers) === names.length % workers) names.push(`${prefix}${k}`);
+  return names;
+}
+
+/** CPU seconds of each process at one moment, with the machine's busy seconds. */
+interface CpuSnapshot {
+  t: number;
+  machine: number;
+  per: Map<number, number>;
+}
+
+function cpuSnapshot(pids: readonly number[]): CpuSnapshot {
+  return { t: performance.now(), machine: machineBusySeconds(), per: new Map(pids.map((pid) => [pid, cpuSeconds(pid)])) };
+}
+
+/** Cores each group of processes kept busy between two snapshots, the busiest of `busiestOf`, and the machine's. */
+function coresBetween(
+  s0: CpuSnapshot,
+  s1: CpuSnapshot,
+  groups: Record<string, readonly number[]>,
+  busiestOf: readonly number[],
+): Record<string, number> {
+  const seconds = (s1.t - s0.t) / 1000;
+  const used = (pid: number): number => ((s1.per.get(pid) ?? 0) - (s0.per.get(pid) ?? 0)) / seconds;
+  const out: Record<string, number> = { machine: (s1.machine - s0.machine) / seconds, busiest: Math.max(0, ...busiestOf.map(used)) };
+  for (const [name, pids] of Object.entries(groups)) out[name] = pids.reduce((sum, pid) => sum + used(pid), 0);
+  return out;
+}
+
+/** One run of all tenants' load on one server: the aggregate rate and where the CPU went. */
+interface WorkersSample {
+  rate: number;
+  /** The slowest tenant's rate over an even share (1: all equal). */
+  slowestShare: number;
+  cores: Record<string, number>;
+  rssBytes: number;
+  processes: number;
+}
+
+/**
+ * Several tenants, each with its own `kanal agent` and kube-apiserver (a load generator), loaded at
+ * once on a `--workers 1` server and on a `--workers 2` server (dial-rate off): the aggregate dials/s
+ * and download MB/s, runs interleaved, the CPU of server, agents and the rest, and the servers' RSS.
+ */
+async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRow[]> {
+  const p = env.params;
+  const dir = path.join(env.dir, 'tenants-workers');
+  const maxWorkers = Math.max(...WORKER_COUNTS);
+  const names = namesSpread('w', p.tenantWorkersTenants, maxWorkers);
+  const allowed = [`${BACKEND_HOST}:${env.ports.echoTcp}`];
+  const T = names.length;
+  env.progress(
+    `tenants workers: ${T} tenants (${names.map((n) => `${n} in worker ${ownerOf(n, maxWorkers)}`).join(', ')}), servers of --workers ${WORKER_COUNTS.join(' and ')}, a kanal agent per tenant and server`,
+  );
+  const setups = WORKER_COUNTS.map((n) => {
+    const sub = path.join(dir, `w${n}`);
+    fs.mkdirSync(sub, { recursive: true });
+    const file = path.join(sub, 'tenants.yaml');
+    const defs = names.map((name) => ({ name, uds: path.join(sub, `${name}.sock`), allowed, limits: { 'dial-rate': 0 } }));
+    writeTenantsFile(file, defs, creds);
+    return { n, file, defs };
+  });
+  const servers: TenantsServer[] = [];
+  const agents: Child[][] = [];
+  const clients: Worker<LoadgenCommands>[] = [];
+  try {
+    servers.push(...(await Promise.all(setups.map((st) => startTenantsServer(env, `tenants-workers-${st.n}`, st.file, st.n)))));
+    agents.push(
+      ...(await Promise.all(
+        setups.map((st, i) =>
+          Promise.all(names.map((name) => startTenantAgent(env, `tenant-${name}-workers-${st.n}`, servers[i].agentPort, name))),
+        ),
+      )),
+    );
+    clients.push(...(await Promise.all(names.map((name, t) => tenantClient(env, `tenant-${name}-kas`, setups[0].defs[t].uds)))));
+    const idleAll = (): Promise<void> => waitWorkersIdle(env, [...clients, env.backend]);
+    const seconds = (p.warmupMs + p.measureMs) / 1000 + 5;
+    const maxBytes = Math.ceil((p.capBytesPerSecond * seconds) / (T * p.tenantBulkFlows));
+    let runs = 0;
+
+    const measure = async (i: number, kind: 'dials' | 'bulk'): Promise<WorkersSample> => {
+      const server = servers[i];
+      await Promise.all(clients.map((c, t) => c.call('configure', clientConfig(env, setups[i].defs[t].uds))));
+      const pids = serverPids(server);
+      const groups = { server: pids, agents: agents[i].map((a) => a.pid), others: [...clients.map((c) => c.pid), env.backend.pid] };
+      const all = Object.values(groups).flat();
+      const id = `workers-${++runs}`;
+      let rates: number[];
+      let s0: CpuSnapshot;
+      let s1: CpuSnapshot;
+      let rss: number;
+      if (kind === 'dials') {
+        s0 = cpuSnapshot(all);
+        await Promise.all(clients.map((c) => c.call('startFlood', { id, path: 'kanal-cp', concurrency: p.tenantWorkersLanes })));
+        let results: FloodResult[];
+        try {
+          await sleep(p.warmupMs + p.measureMs);
+          rss = serverRss(server);
+        } finally {
+          results = await Promise.all(clients.map((c) => c.call('stopFlood', { id }, 60_000)));
+        }
+        s1 = cpuSnapshot(all);
+        results.forEach((r, t) => {
+          failuresWarning(env, `workers: tenant ${names[t]}'s dials (--workers ${setups[i].n})`, r);
+          const refused = Object.values(r.refused).reduce((x, y) => x + y, 0);
+          if (refused > 0)
+            env.warnings.push(
+              `tenants workers: tenant ${names[t]} had ${refused} dial(s) refused (--workers ${setups[i].n}): ${JSON.stringify(r.refused)}`,
+            );
+        });
+        rates = results.map((r) => (r.ok * 1000) / r.elapsedMs);
+      } else {
+        await Promise.all(
+          clients.map((c) =>
+            c.call('openFlows', { group: id, path: 'kanal-cp', mode: 'down', count: p.tenantBulkFlows, maxBytesPerFlow: maxBytes }, 30_000),
+          ),
+        );
+        try {
+          await sleep(p.warmupMs);
+          const c0 = await Promise.all(clients.map((c) => c.call('counters', null)));
+          s0 = cpuSnapshot(all);
+          await sleep(p.measureMs);
+          const c1 = await Promise.all(clients.map((c) => c.call('counters', null)));
+          s1 = cpuSnapshot(all);
+          rss = serverRss(server);
+          rates = c1.map((b, t) => {
+            const end = b.t - b.lastRxAt > 20 ? b.lastRxAt : b.t;
+            return (b.rx - c0[t].rx) / ((end - c0[t].t) / 1000) / 1e6;
+          });
+        } finally {
+          await Promise.all(clients.map((c) => c.call('stopFlows', { group: id })));
+        }
+      }
+      const total = rates.reduce((x, y) => x + y, 0);
+      const later = serverPids(server);
+      if (later.length !== pids.length || later.some((pid) => !pids.includes(pid)))
+        env.warnings.push(
+          `tenants workers: the --workers ${setups[i].n} server's processes changed during a run (${pids.join(',')} -> ${later.join(',')})`,
+        );
+      return {
+        rate: total,
+        slowestShare: total > 0 ? (Math.min(...rates) * T) / total : Number.NaN,
+        cores: coresBetween(s0, s1, groups, pids),
+        rssBytes: rss,
+        processes: pids.length,
+      };
+    };
+
+    env.progress('tenants workers: warm-up');
+    for (let i = 0; i < servers.length; i++) {
+      await measure(i, 'dials');
+      await idleAll();
+      await measure(i, 'bulk');
+      await idleAll();
+    }
+    for (const [i, srv] of servers.entries()) if (setups[i].n > 1) await checkPlacement(env, 'workers', srv, names, setups[i].n);
+
+    const kinds = ['dials', 'bulk'] as const;
+    const samples = kinds.map(() => servers.map((): WorkersSample[] => []));
+    const order = servers.map((_, i) => i);
+    for (let rep = 0; rep < p.reps; rep++) {
+      for (const i of inRepOrder(order, rep)) {
+        for (const k of inRepOrder([0, 1], rep)) {
+          env.progress(`tenants workers: ${T} tenants' ${kinds[k]} at once, --workers ${setups[i].n}, run ${rep + 1}/${p.reps}`);
+          samples[k][i].push(await measure(i, kinds[k]));
+          await idleAll();
+        }
+      }
+    }
+    env.progress(`tenants workers: servers' RSS at rest (lowest over ${(p.tenantSettleMs / 1000).toFixed(1)} s)`);
+    const idleRss = await Promise.all(servers.map((srv) => lowestOf(() => serverRss(srv), p.tenantSettleMs)));
+
+    const rows: TenantsRow[] = [];
+    kinds.forEach((kind, k) => {
+      servers.forEach((_, i) => {
+        const xs = samples[k][i];
+        const rates = xs.map((x) => x.rate);
+        const cores = (key: string): number => median(xs.map((x) => x.cores[key]));
+        const values: Record<string, number> = {
+          rate: median(rates),
+          rateSpread: spread(rates),
+          slowestShare: median(xs.map((x) => x.slowestShare)),
+          serverCores: cores('server'),
+          busiestCores: cores('busiest'),
+          agentCores: cores('agents'),
+          otherCores: cores('others'),
+          machineCores: cores('machine'),
+          loadedRssMiB: Math.max(...xs.map((x) => x.rssBytes)) / MiB,
+          idleRssMiB: idleRss[i] / MiB,
+          processes: median(xs.map((x) => x.processes)),
+          runs: xs.length,
+        };
+        if (i > 0)
+          values.ratio = medianRatio(
+            rates,
+            samples[k][0].map((x) => x.rate),
+          );
+        rows.push({
+          id: `tenants.workers.${kind}.w${setups[i].n}`,
+          table: 'workers',
+          label: `${kind === 'dials' ? 'dials/s' : 'download MB/s'}, ${T} tenants, --workers ${setups[i].n}`,
+          values,
+          runs: rates.map((r) => Math.round(r)),
+        });
+      });
+    });
+    return rows;
+  } finally {
+    await Promise.all([...clients.map((w) => w.child.stop()), ...agents.flat().map((c) => c.stop())]);
+    await Promise.all(servers.map((srv) => srv.child.stop()));
   }
 }
 
@@ -830,6 +1156,7 @@ export async function runTenants(env: Env): Promise<TenantsReport> {
     rows.push(...(await runScale(env, s, creds)));
   }
   rows.push(...(await runFairness(env, creds)));
+  rows.push(...(await runWorkers(env, creds)));
   return {
     rows,
     goalKiBPerTenant: GOAL_KIB_PER_TENANT,
@@ -840,7 +1167,11 @@ export async function runTenants(env: Env): Promise<TenantsReport> {
       `certificate, performing the dials they are asked for. Memory: lowest VmRSS over ${(p.tenantSettleMs / 1000).toFixed(1)} s after each step; heap: nodejs_heap_size_used_bytes.`,
       `Fairness: A = ${p.tenantFloodConcurrency} dialling lanes (a load generator of their own) + ${p.tenantBulkFlows} downloads; the default tenant limits`,
       '(dial-rate 500/s, dial-burst 1000, max-pending-dials 1000, max-connections 10000); a `kanal agent` process per tenant and server;',
-      "every process shares the backend and the machine's cores, hence the control run with A on a server of its own.",
+      "every process shares the backend and the machine's cores, hence the control run with A on a server of its own. The workers column:",
+      "a `--workers 2` server of A and B, B's name picked so that rendezvous hashing (ownerOf) puts it in the other worker than A.",
+      `Workers (7f): ${p.tenantWorkersTenants} tenants, each ${p.tenantWorkersLanes} dialling lanes and then ${p.tenantBulkFlows} downloads, all at once, each its own load generator`,
+      `and \`kanal agent\` per server; dial-rate: 0 (off), other limits the defaults; names spread evenly over 2 workers (ownerOf).`,
+      `--workers 1 runs one process, as a server without --workers; on ${os.availableParallelism()} cores every process of the run shares them.`,
     ],
   };
 }
