@@ -32,6 +32,8 @@ import {
 } from '../helpers/kanal-processes.js';
 import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
 import { roundRobin } from '../helpers/round-robin.js';
+import { ProxyStream } from '../helpers/e2e-grpc-client.js';
+import * as grpc from '@grpc/grpc-js';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 const ALPHA_NAME = 'alpha.tenants.test';
@@ -247,6 +249,28 @@ test('tenants: each is recognised its own way, reaches only its own agents, and 
   await betaAgent(t, ws, server.agentPort, p, 'node-1');
   t.true(await echoes(viaFrontend(ws, server, p.betaKas, echo.address), 'beta via TCP'), "beta's kube-apiserver reaches beta's agent");
   t.true(await echoes(viaAlpha(ws, echo.address), 'alpha again'), 'alpha still served after beta registered node-1');
+
+  // gRPC (the KAS's konnectivity-client) on both ways in: alpha's socket, beta's certificate on the TCP frontend.
+  for (const [what, stream] of [
+    ['alpha over gRPC on its socket', new ProxyStream(`unix://${path.join(ws.dir, 'alpha.sock')}`)],
+    [
+      'beta over gRPC on the TCP frontend',
+      new ProxyStream(`127.0.0.1:${server.frontendPort}`, {
+        credentials: grpc.credentials.createSsl(
+          readFileSync(ws.pki.frontendCaCert),
+          readFileSync(p.betaKas.key),
+          readFileSync(p.betaKas.cert),
+        ),
+        channelOptions: { 'grpc.ssl_target_name_override': 'localhost', 'grpc.default_authority': 'localhost' },
+      }),
+    ],
+  ] as const) {
+    t.teardown(() => stream.cancel());
+    const dial = await stream.dial(echo.address);
+    t.is(dial.error, '', what);
+    t.true(await stream.echoes(dial.connectID, Buffer.from(what), 10_000), what);
+    stream.close();
+  }
 
   // Right SNI (alpha's), another tenant's certificate (beta's): refused, both tenants named.
   const betaCred = await p.betaAgent('intruder');

@@ -1,13 +1,16 @@
 /**
  * deploy/kubernetes/: the DaemonSet-with-token agent and the HA lease server
- * are what docs/kubernetes-api.md shows; their command lines must be
- * accepted by the CLI as written (only the files they name are absent here).
+ * are what docs/kubernetes-api.md shows, the shared server of many tenants
+ * what docs/multi-tenant.md shows; their command lines must be accepted by
+ * the CLI as written (only the files they name are absent here).
  */
 import test from 'ava';
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parse } from 'yaml';
-import { REPO, dryRunRefusal, kanal } from '../helpers/packaging.js';
+import { parse, parseAllDocuments } from 'yaml';
+import { Deployment, type IDeployment } from 'kubernetes-models/apps/v1';
+import { REPO, dryRunRefusal, kanal, tempDir } from '../helpers/packaging.js';
+import { parseTenants } from '../../src/server/config/tenants-file.js';
 
 interface SecurityContext {
   runAsUser?: number;
@@ -46,3 +49,32 @@ for (const [file, command] of [
     t.true(sc?.readOnlyRootFilesystem);
   });
 }
+
+test("deploy/kubernetes/kanal-multi-tenant.yaml: the tenants file is accepted, the server's arguments pass --dry-run, the Deployment validates", async (t) => {
+  const docs = parseAllDocuments(await readFile(path.join(REPO, 'deploy', 'kubernetes', 'kanal-multi-tenant.yaml'), 'utf8')).map(
+    (d) => d.toJS() as { kind: string; data?: Record<string, string> },
+  );
+  t.deepEqual(
+    docs.map((d) => d.kind),
+    ['ConfigMap', 'Deployment', 'Service', 'Service'],
+  );
+  const tenantsYaml = docs[0].data?.['tenants.yaml'] ?? '';
+  t.deepEqual(
+    parseTenants(tenantsYaml, 'tenants.yaml').map((s) => s.name),
+    ['alpha', 'beta'],
+  );
+  const deployment = docs[1] as unknown as IDeployment;
+  t.notThrows(() => new Deployment(deployment).validate());
+  const replicas = deployment.spec?.replicas;
+  t.true(
+    parseTenants(tenantsYaml, 'tenants.yaml').every((s) => s.settings['server-count'] === replicas),
+    "every tenant's server-count is the replica count",
+  );
+  const args = (deployment.spec?.template.spec?.containers[0].args ?? []).map((a) => a.replace('$(POD_NAME)', 'kanal-0'));
+  const tmp = await tempDir('kanal-multi-tenant-');
+  t.teardown(() => tmp.remove());
+  const file = path.join(tmp.dir, 'tenants.yaml');
+  await writeFile(file, tenantsYaml);
+  const r = await kanal([...args.map((a) => (a.startsWith('--tenants-config=') ? `--tenants-config=${file}` : a)), '--dry-run']);
+  t.is(dryRunRefusal(r), undefined);
+});
