@@ -58,7 +58,7 @@ interface TenantDef {
   limits?: Record<string, number>;
 }
 
-/** The files every tenant names: the wildcard serving pair and the agents' CA (one for all: SNI picks the tenant, the CA verifies). */
+/** The files every tenant names: the wildcard serving pair and the agents' CA (one for all: SNI picks the tenant, the CA and the tenant's CN pin verify). */
 interface TenantCredentials {
   cert: string;
   key: string;
@@ -79,6 +79,7 @@ function tenantsYaml(defs: readonly TenantDef[], c: TenantCredentials): string {
       `    cluster-cert: ${c.cert}`,
       `    cluster-key: ${c.key}`,
       `    cluster-ca-cert: ${c.ca}`,
+      `    agent-client-subject: [CN=${d.name}-*]`,
       `    uds-name: ${d.uds}`,
       '    delete-existing-uds-file: true',
       `    allowed-destination: [${d.allowed.join(', ')}]`,
@@ -204,7 +205,8 @@ async function startTenantsServer(env: Env, tag: string, file: string, workers?:
 /** A `kanal agent` of one tenant: SNI names the tenant, its own certificate; it performs the server's dials. */
 async function startTenantAgent(env: Env, tag: string, agentPort: number, tenant: string): Promise<Child> {
   const health = await freePort();
-  const agentID = `${tag}-node`;
+  // CN starts with the tenant's name: its entry pins CN=<tenant>-* (tenants sharing one agents CA must be told apart).
+  const agentID = `${tenant}-${tag}-node`;
   const cred = await issueAgentCertificate(env.pki, agentID);
   const child = spawnChild({
     name: `${tag}-agent`,

@@ -21,14 +21,7 @@ import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { errorMessage } from '../common/error-message.js';
-import type { Logger } from 'pino';
 import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
-import { loadTenants } from '../server/config/tenants-loader.js';
-import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
-import type { TokenAuthenticator } from '../server/identity/token-authenticator.js';
-import { watchTenantsFile } from '../server/tenants/tenants-watch.js';
-import { checkForWorkers, startPrimary, workerOf } from './server-workers.js';
-import { linkToPrimary } from '../server/workers/worker-link.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
 export type ServerArgs = ServerGiven;
@@ -127,16 +120,11 @@ export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
   );
 }
 
-/** `--tenants-config`: the file's tenants, loaded (and checked against the command line's shared TCP frontend). */
-function tenantsOf(config: ServerConfig): (() => TenantDefinition[]) | undefined {
-  const file = config.tenants?.file;
-  if (!file) return undefined;
-  return () => loadTenants(file, { tcpFrontend: !!config.frontend.tcp });
-}
-
 export async function runServer(args: ServerArgs): Promise<void> {
   const config = validateServerArgs(args);
-  const tenants = tenantsOf(config);
+  // Only a server of many tenants loads what serves them (the YAML reader among it): a start of one cluster stays as small as it was.
+  const many = config.tenants ? await import('./server-tenants.js') : undefined;
+  const tenants = many?.tenantsOf(config);
   if (args['dry-run']) {
     dryRun(config, () => {
       const credentials = loadServerCredentials(config);
@@ -147,8 +135,8 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
-  const worker = workerOf();
-  if (tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return runPrimary(config, tenants);
+  const worker = many?.workerOf();
+  if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
   const options = await buildServerOptions(config, credentials);
   if (worker) {
     options.worker = worker;
@@ -162,24 +150,14 @@ export async function runServer(args: ServerArgs): Promise<void> {
   if (args.kubeconfig && !config.kube)
     options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   const apiClients = await useKubernetesApi(config, options);
-  if (tenants) {
-    // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
-    const first = tenants();
-    let pending: TenantDefinition[] | undefined = worker ? checkForWorkers(first, config.tenants?.file ?? '') : first;
-    options.tenants = {
-      load: () => {
-        const list = pending ?? tenants();
-        pending = undefined;
-        return list;
-      },
-      policy: config.tls,
-      tokenReview: (tenant) => tenantTokenReview(tenant, options.log.child({ tenant: tenant.name, part: 'kube' })),
-    };
-  }
+  // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
+  if (many && tenants) options.tenants = many.serverTenants(config, tenants, options.log, worker);
   enableGcPacing();
   const server = new KanalServer(options);
-  if (worker) server.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
-  if (worker) return runWorker(server, options.log);
+  if (many && worker) {
+    server.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
+    return many.runWorker(server, options.log);
+  }
   let admin: HttpListener | undefined;
   try {
     await server.start();
@@ -197,7 +175,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const notifier = new SystemdNotifier((reason) => options.log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
   const reclaimer = startMemoryReclaimer(server.metrics, options.log);
-  const watch = config.tenants && reloadOnChange(server, config.tenants.file, options.log);
+  const watch = many && config.tenants && many.reloadOnChange(server, config.tenants.file, options.log);
   runUntilSignalled(options.log, async () => {
     watch?.close();
     notifier.stopping();
@@ -238,68 +216,4 @@ async function useKubernetesApi(config: ServerConfig, options: ServerOptions): P
     });
   }
   return clients;
-}
-
-/** Reloads the tenants file when it changes and on SIGHUP (docs/multi-tenant.md, "Live changes"). */
-function reloadOnChange(server: KanalServer, file: string, log: Logger): { close(): void } {
-  const reload = (why: string): void => {
-    log.info({ file, why }, 'reloading the tenants file');
-    void server.reloadTenants();
-  };
-  const onHangup = (): void => reload('SIGHUP');
-  process.on('SIGHUP', onHangup);
-  const watch = watchTenantsFile(file, () => reload('the file changed'), log);
-  return {
-    close: () => {
-      process.off('SIGHUP', onHangup);
-      watch.close();
-    },
-  };
-}
-
-/** Token review for one tenant, against its own kube-apiserver (its kubeconfig). */
-async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{ authenticator: TokenAuthenticator; release: () => void }> {
-  const tokens = spec.tokens;
-  if (!tokens) throw new Error(`tenant ${spec.name} has no token review`);
-  const newClient = await kubeClients(tokens.kube, log);
-  const api = newClient();
-  const { TokenAuthenticator } = await import('../server/identity/token-authenticator.js');
-  return {
-    authenticator: new TokenAuthenticator({
-      api,
-      namespace: tokens.namespace,
-      serviceAccount: tokens.serviceAccount,
-      audience: tokens.audience,
-    }),
-    release: () => api.close(),
-  };
-}
-
-/** `--workers N`: the primary; the workers are this command again (server-workers.ts). */
-async function runPrimary(config: ServerConfig, load: () => TenantDefinition[]): Promise<void> {
-  const log = createLogger(config.logLevel, 'server').child({ worker: 'primary' });
-  for (const notice of config.notices) log.warn(notice);
-  const primary = await startPrimary(config, load, log);
-  let admin: HttpListener | undefined;
-  if (config.admin)
-    admin = await startAdminPort({ ...config.admin, registry: primary.pool.metricsSource, log }, '--admin-bind-address, --admin-port');
-  const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
-  notifier.ready(`serving agents on port ${primary.pool.agentPort} with ${config.tenants?.workers ?? 1} workers`);
-  runUntilSignalled(log, async () => {
-    notifier.stopping();
-    await Promise.all([admin?.close(), primary.stop()]);
-  });
-}
-
-/** A worker: started, linked to its primary, stopped with it or on SIGTERM; reloads only when the primary says. */
-async function runWorker(server: KanalServer, log: Logger): Promise<void> {
-  await server.start();
-  const stop = async (): Promise<void> => {
-    await server.stop();
-  };
-  linkToPrimary(server, log, () => {
-    log.warn('the primary is gone: this worker stops');
-    void stop().finally(() => process.exit(0));
-  });
-  runUntilSignalled(log, stop);
 }

@@ -456,6 +456,28 @@ tenants:
   ]);
   t.is(misplaced.code, 2);
   t.regex(misplaced.stderr, /--allowed-destination is a tenant's setting with --tenants-config/);
+
+  // Two tenants trusting one agents CA, one of them unpinned: its agents could be the other's. Refused.
+  const shared = path.join(ws.dir, 'shared-ca.yaml');
+  await fs.writeFile(
+    shared,
+    tenantsFile([
+      `  - name: one\n    cluster-ca-cert: ${ws.pki.caCert}\n    agent-client-subject: [CN=one-*]\n    uds-name: ${path.join(ws.dir, 'one.sock')}\n`,
+      `  - name: two\n    cluster-ca-cert: ${ws.pki.caCert}\n    uds-name: ${path.join(ws.dir, 'two.sock')}\n`,
+    ]),
+  );
+  const unpinned = await runCli([
+    'server',
+    '--tenants-config',
+    shared,
+    '--cluster-cert',
+    ws.pki.serverCert,
+    '--cluster-key',
+    ws.pki.serverKey,
+    '--dry-run',
+  ]);
+  t.is(unpinned.code, 2, unpinned.stderr);
+  t.regex(unpinned.stderr, /tenant "two": its cluster-ca-cert \(CN=kanal-throwaway-ca\) is trusted by tenant "one" too: pin its agents/);
 });
 
 test('tenants over two workers: each tenant whole in its worker, a connection relayed to it, a dead worker restarted alone', async (t) => {

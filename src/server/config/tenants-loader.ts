@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { CredentialCheck, CredentialFilesError } from '../../common/credential-files.js';
 import { errorMessage } from '../../common/error-message.js';
-import { assertRolesSeparated, ClientRoles, sharedTrust } from '../identity/client-roles.js';
+import { assertRolesSeparated, ClientRoles, isPinned, parseBundle, sharedTrust } from '../identity/client-roles.js';
 import type { TenantCredentials } from '../tenants/tenant-directory.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import { readTenantsFile, TenantsFileError, type TenantSpec } from './tenants-file.js';
@@ -102,6 +102,48 @@ function checkRolesAcross(loaded: readonly { spec: TenantSpec; credentials: Tena
   }
 }
 
+/**
+ * Tenants that trust one agent CA must each pin their agents (subject or
+ * EKU), and not to the same pins: otherwise an agent of one, sending the
+ * other's server name, would be taken as the other's (docs/multi-tenant.md,
+ * "Recognition").
+ */
+function checkSharedAgentCas(loaded: readonly { spec: TenantSpec; credentials: TenantCredentials }[], mistakes: string[]): void {
+  const byCa = new Map<string, { subject: string; tenants: TenantSpec[] }>();
+  for (const { spec, credentials } of loaded) {
+    for (const ca of credentials.agentCa ? parseBundle(credentials.agentCa) : []) {
+      const entry = byCa.get(ca.fingerprint256) ?? { subject: ca.subject.replace(/\n/g, ', '), tenants: [] };
+      if (!entry.tenants.includes(spec)) entry.tenants.push(spec);
+      byCa.set(ca.fingerprint256, entry);
+    }
+  }
+  const reported = new Set<string>();
+  for (const { subject, tenants } of byCa.values()) {
+    if (tenants.length < 2) continue;
+    for (const t of tenants.filter((x) => !isPinned(x.agentPins) && !reported.has(x.name))) {
+      reported.add(t.name);
+      const others = tenants
+        .filter((x) => x !== t)
+        .slice(0, 3)
+        .map((x) => JSON.stringify(x.name));
+      mistakes.push(
+        `tenant ${JSON.stringify(t.name)}: its cluster-ca-cert (${subject}) is trusted by tenant ${others.join(', ')} too: pin its agents with agent-client-subject or agent-client-eku (or give it a CA of its own), or their agents could join it`,
+      );
+    }
+    const seen = new Map<string, string>();
+    for (const t of tenants.filter((x) => isPinned(x.agentPins))) {
+      const key = JSON.stringify([t.agentPins.subjects.map((p) => p.text).sort(), [...t.agentPins.ekus].sort()]);
+      const first = seen.get(key);
+      if (first !== undefined && !reported.has(t.name)) {
+        reported.add(t.name);
+        mistakes.push(
+          `tenant ${JSON.stringify(t.name)}: its agent pins are tenant ${JSON.stringify(first)}'s, and both trust ${subject}: pin each to its own agents`,
+        );
+      } else seen.set(key, t.name);
+    }
+  }
+}
+
 /** Reads the file and every credential file its tenants name; throws TenantsFileError listing every problem. */
 export function loadTenants(file: string, server: { tcpFrontend: boolean }): TenantDefinition[] {
   const specs = readTenantsFile(file);
@@ -126,6 +168,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     if (!(err instanceof CredentialFilesError)) throw err;
     mistakes.push(...err.problems);
   }
+  if (mistakes.length === 0) checkSharedAgentCas(loaded, mistakes);
   if (mistakes.length === 0 && specs.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);

@@ -127,8 +127,11 @@ export class TenantDirectory {
       if (t.serving) {
         const { cert, key } = t.serving;
         const id = digest(cert, key, t.agentCa ?? '', JSON.stringify(policy));
+        // One context for every tenant with the same certificate, key and CA (a wildcard certificate shared by many).
         const context =
-          previous?.contexts.get(id) ?? tls.createSecureContext({ ...policy, cert, key, ...(t.agentCa ? { ca: t.agentCa } : {}) });
+          this.contexts.get(id) ??
+          previous?.contexts.get(id) ??
+          tls.createSecureContext({ ...policy, cert, key, ...(t.agentCa ? { ca: t.agentCa } : {}) });
         this.contexts.set(id, context);
         for (const n of t.serverNames) this.byServerName.set(n, { tenant: t, context });
       }

@@ -1,8 +1,10 @@
 /**
- * `kanal server --tenants-config FILE --workers N`: the primary process
+ * `kanal server --tenants-config FILE [--workers N]`: loading the tenants,
+ * reloading them, their token review, and the primary process
  * (workers/primary.ts) and what makes a `kanal server` process one of its
- * workers (docs/multi-tenant.md, "Workers"). A worker is the same command
- * line started again with KANAL_WORKER set; it binds no port of its own.
+ * workers (docs/multi-tenant.md). A worker is the same command line started
+ * again with KANAL_WORKER set; it binds no port of its own. Loaded by
+ * server-command.ts only with --tenants-config.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -12,7 +14,16 @@ import { isSea } from 'node:sea';
 import type { Logger } from 'pino';
 import { KanalMetrics } from '../domain/metrics.js';
 import type { ServerConfig } from '../server/config/config.js';
-import type { ServerOptions } from '../server/server.js';
+import type { KanalServer, ServerOptions } from '../server/server.js';
+import { createLogger } from '../common/logger.js';
+import { startAdminPort } from '../common/admin-server.js';
+import type { HttpListener } from '../common/http-listener.js';
+import { SystemdNotifier } from '../../native/sd-notify.js';
+import { kubeClients } from '../kube/kube-clients.js';
+import type { TokenAuthenticator } from '../server/identity/token-authenticator.js';
+import { loadTenants } from '../server/config/tenants-loader.js';
+import { linkToPrimary } from '../server/workers/worker-link.js';
+import { runUntilSignalled } from './lifecycle.js';
 import { TenantsRefused, type TenantDefinition } from '../server/tenants/tenant-definition.js';
 import { WorkerPool } from '../server/workers/primary.js';
 import { ownerOf } from '../server/workers/owner.js';
@@ -125,4 +136,95 @@ export async function startPrimary(config: ServerConfig, load: () => TenantDefin
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** `--tenants-config`: the file's tenants, loaded (and checked against the command line's shared TCP frontend). */
+export function tenantsOf(config: ServerConfig): (() => TenantDefinition[]) | undefined {
+  const file = config.tenants?.file;
+  if (!file) return undefined;
+  return () => loadTenants(file, { tcpFrontend: !!config.frontend.tcp });
+}
+
+/** What a server of tenants is given (ServerOptions.tenants): the first load (already read, so its mistakes stop the start), later reloads, token review per tenant. */
+export function serverTenants(
+  config: ServerConfig,
+  load: () => TenantDefinition[],
+  log: Logger,
+  worker: ServerOptions['worker'],
+): NonNullable<ServerOptions['tenants']> {
+  const first = load();
+  let pending: TenantDefinition[] | undefined = worker ? checkForWorkers(first, config.tenants?.file ?? '') : first;
+  return {
+    load: () => {
+      const list = pending ?? load();
+      pending = undefined;
+      return list;
+    },
+    policy: config.tls,
+    tokenReview: (tenant) => tenantTokenReview(tenant, log.child({ tenant: tenant.name, part: 'kube' })),
+  };
+}
+
+/** Reloads the tenants file when it changes and on SIGHUP (docs/multi-tenant.md, "Live changes"). */
+export function reloadOnChange(server: KanalServer, file: string, log: Logger): { close(): void } {
+  const reload = (why: string): void => {
+    log.info({ file, why }, 'reloading the tenants file');
+    void server.reloadTenants();
+  };
+  const onHangup = (): void => reload('SIGHUP');
+  process.on('SIGHUP', onHangup);
+  const watch = watchTenantsFile(file, () => reload('the file changed'), log);
+  return {
+    close: () => {
+      process.off('SIGHUP', onHangup);
+      watch.close();
+    },
+  };
+}
+
+/** Token review for one tenant, against its own kube-apiserver (its kubeconfig). */
+async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{ authenticator: TokenAuthenticator; release: () => void }> {
+  const tokens = spec.tokens;
+  if (!tokens) throw new Error(`tenant ${spec.name} has no token review`);
+  const newClient = await kubeClients(tokens.kube, log);
+  const api = newClient();
+  const { TokenAuthenticator } = await import('../server/identity/token-authenticator.js');
+  return {
+    authenticator: new TokenAuthenticator({
+      api,
+      namespace: tokens.namespace,
+      serviceAccount: tokens.serviceAccount,
+      audience: tokens.audience,
+    }),
+    release: () => api.close(),
+  };
+}
+
+/** `--workers N`: the primary; the workers are this command again. */
+export async function runPrimary(config: ServerConfig, load: () => TenantDefinition[]): Promise<void> {
+  const log = createLogger(config.logLevel, 'server').child({ worker: 'primary' });
+  for (const notice of config.notices) log.warn(notice);
+  const primary = await startPrimary(config, load, log);
+  let admin: HttpListener | undefined;
+  if (config.admin)
+    admin = await startAdminPort({ ...config.admin, registry: primary.pool.metricsSource, log }, '--admin-bind-address, --admin-port');
+  const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
+  notifier.ready(`serving agents on port ${primary.pool.agentPort} with ${config.tenants?.workers ?? 1} workers`);
+  runUntilSignalled(log, async () => {
+    notifier.stopping();
+    await Promise.all([admin?.close(), primary.stop()]);
+  });
+}
+
+/** A worker: started, linked to its primary, stopped with it or on SIGTERM; reloads only when the primary says. */
+export async function runWorker(server: KanalServer, log: Logger): Promise<void> {
+  await server.start();
+  const stop = async (): Promise<void> => {
+    await server.stop();
+  };
+  linkToPrimary(server, log, () => {
+    log.warn('the primary is gone: this worker stops');
+    void stop().finally(() => process.exit(0));
+  });
+  runUntilSignalled(log, stop);
 }
