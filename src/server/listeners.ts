@@ -12,7 +12,7 @@ import { listenError } from '../common/listen-error.js';
 import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './identity/tls-policy.js';
 import type { AgentConnection } from './identity/agent-credential.js';
-import type { RefusalReason } from '../domain/refusal-reason.js';
+import type { Recognition } from './tenants/tenant-directory.js';
 import { ClientRoles } from './identity/client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
@@ -52,11 +52,6 @@ function adoptInto(server: tls.Server): (socket: net.Socket, head: Buffer) => vo
     server.emit('connection', socket);
   };
 }
-
-/** Whose a TLS connection is, decided by a server of many tenants (tenants/tenant-directory.ts). */
-export type ConnectionRecognition<C> =
-  | { ok: true; connection: C; identity: string }
-  | { ok: false; reason: RefusalReason; what: string; detail: string; fields?: Record<string, unknown> };
 
 /** What the frontend listener established about a connection: on a server of many tenants, whose it is. */
 export interface FrontendConnection {
@@ -178,7 +173,7 @@ export interface AgentListenerOptions {
   /** Streams learn who authenticated their connection (and whose it is) from the context. */
   grpc: GrpcServerTransport<AgentConnection>;
   /** A server of many tenants decides whose each connection is (instead of the one CA and `roles`). */
-  recognise?: (socket: tls.TLSSocket) => ConnectionRecognition<AgentConnection>;
+  recognise?: (socket: tls.TLSSocket) => Recognition<AgentConnection>;
   /** The context for a TLS server name (SNI), when one is not the default's. */
   sni?: (serverName: string) => tls.SecureContext | undefined;
   log: Logger;
@@ -261,11 +256,7 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
 }
 
 /** A server of one cluster: its CA and role pins decide (tls-policy.ts). */
-function oneCluster(
-  socket: tls.TLSSocket,
-  roles: ClientRoles,
-  withoutCertificate: string | undefined,
-): ConnectionRecognition<AgentConnection> {
+function oneCluster(socket: tls.TLSSocket, roles: ClientRoles, withoutCertificate: string | undefined): Recognition<AgentConnection> {
   const verdict = verifyClientCertificate(socket, 'agent', roles, withoutCertificate);
   if (verdict.ok) return { ok: true, connection: { credential: verdict.credential }, identity: verdict.detail };
   return {
@@ -299,7 +290,7 @@ export interface FrontendListenerOptions {
     handshakeTimeoutMs?: number;
     roles?: ClientRoles;
     /** A server of many tenants decides whose each connection is (instead of the one CA and `roles`). */
-    recognise?: (socket: tls.TLSSocket) => ConnectionRecognition<{ tenant: string }>;
+    recognise?: (socket: tls.TLSSocket) => Recognition<{ tenant: string }>;
   };
   /** The tenant a Unix socket serves (a server of many tenants gives each its own). */
   tenant?: string;

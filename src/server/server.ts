@@ -48,7 +48,9 @@ const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
  * - stopping: stop() takes everything down; another stop() waits for the same end.
  * - stopped: listeners, tunnels, gRPC servers and the health port released
  *   (also after a start that failed); a stop() again does nothing, a start() throws.
- * Invariants: listeners are bound only in 'starting' and never again after it;
+ * Invariants: the shared listeners (agent port, frontend, health) are bound
+ * only in 'starting' and never again after it (a tenant's own socket is bound
+ * when the tenant starts, also on a reload while 'listening');
  * the lease controller starts at the end of 'starting', once every listener
  * serves, and is stopped first in 'stopping'.
  */

@@ -8,7 +8,7 @@
 import test from 'ava';
 import { access, chown, mkdir, readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
-import { parse } from 'yaml';
+import { parse, parseAllDocuments } from 'yaml';
 import { writeThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 import { copies, execForm, labels, last, stages, type Stage } from '../helpers/dockerfile.js';
 import { kanalExecutable } from '../helpers/executable.js';
@@ -89,8 +89,12 @@ async function podSpecs(): Promise<{ file: string; spec: PodSpec }[]> {
   ].filter((f) => f.endsWith('.yaml'));
   const out: { file: string; spec: PodSpec }[] = [];
   for (const file of files) {
-    const doc = parse(await readFile(path.join(REPO, file), 'utf8')) as { spec: PodSpec & { template?: { spec: PodSpec } } };
-    out.push({ file, spec: doc.spec.template?.spec ?? doc.spec });
+    // A file may hold several documents (a Deployment beside its Services and ConfigMap): every workload's pod.
+    for (const d of parseAllDocuments(await readFile(path.join(REPO, file), 'utf8'))) {
+      const doc = d.toJS() as { kind: string; spec?: PodSpec & { template?: { spec: PodSpec } } };
+      const spec = doc.spec?.template?.spec ?? (doc.kind === 'Pod' ? doc.spec : undefined);
+      if (spec) out.push({ file, spec });
+    }
   }
   return out;
 }

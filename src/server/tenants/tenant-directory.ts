@@ -34,6 +34,7 @@ export interface TenantCredentials {
   tokens: boolean;
 }
 
+/** Whose a TLS connection is (and who authenticated it), or why it is refused: what the listeners act on. */
 export type Recognition<C> =
   | { ok: true; connection: C; identity: string }
   | { ok: false; reason: RefusalReason; what: string; detail: string; fields?: Record<string, unknown> };
