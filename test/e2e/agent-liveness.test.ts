@@ -134,7 +134,8 @@ test('an agent that restarted with a new agentID replaces its own silently dead 
   relay.stall();
   await old.kill();
   await startAgent(t, ws, server, { agentID: 'uuid-2', cert: 'shared' });
-  const replaced = await server.waitForLog(warnLine('replaced a stale tunnel of the same credential'), 5000, 'replacement logged');
+  // Logged before the new tunnel was accepted (which startAgent waited for); the bound only allows for a loaded machine's log writes.
+  const replaced = await server.waitForLog(warnLine('replaced a stale tunnel of the same credential'), 15_000, 'replacement logged');
   t.is(replaced.agentID, 'uuid-2');
   t.is(replaced.replacedAgentID, 'uuid-1');
   const m = await waitMetrics(server.healthPort, { kanal_server_agents: 1, 'kanal_dead_tunnels_total{reason="replaced"}': 1 }, 5000);
