@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KANAL_CLI as CLI, freePort, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
+import { KANAL_CLI as CLI, freePort, loopbackAgentArgs, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { RUNTIME_FLAGS } from '../src/cli/runtime-flags.js';
@@ -145,23 +145,7 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
     ...kanalProgram(o.cli, o.nodeArgs),
     logFile: path.join(o.dir, `${o.tag}-agent.log`),
     args: [
-      'agent',
-      '--proxy-server-host',
-      '127.0.0.1',
-      '--proxy-server-port',
-      String(server.agentPort),
-      '--ca-cert',
-      o.pki.caCert,
-      '--agent-cert',
-      cred.cert,
-      '--agent-key',
-      cred.key,
-      '--agent-id',
-      agentID,
-      '--health-bind-address',
-      '127.0.0.1',
-      '--health-server-port',
-      String(agentHealth),
+      ...loopbackAgentArgs({ agentPort: server.agentPort, caCert: o.pki.caCert, credential: cred, agentID, healthPort: agentHealth }),
       '--bind-address',
       NODE_HOST,
       '--bind-interface-type',

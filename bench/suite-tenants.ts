@@ -28,7 +28,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadCertificateAuthority } from '../kit/pki/certificate-authority.js';
 import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
-import { freePort, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
+import { freePort, loopbackAgentArgs, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
 import { spawnChild, type Child } from './children.js';
 import { BACKEND_HOST, kanalProgram, readPem, startLoadgen, startSwarm } from './cluster.js';
 import type { Env } from './env.js';
@@ -213,25 +213,9 @@ async function startTenantAgent(env: Env, tag: string, agentPort: number, tenant
     ...kanalProgram(env.kanalCli),
     logFile: path.join(env.dir, `${tag}-agent.log`),
     args: [
-      'agent',
-      '--proxy-server-host',
-      '127.0.0.1',
-      '--proxy-server-port',
-      String(agentPort),
+      ...loopbackAgentArgs({ agentPort, caCert: env.pki.caCert, credential: cred, agentID, healthPort: health }),
       '--tls-server-name',
       serverName(tenant),
-      '--ca-cert',
-      env.pki.caCert,
-      '--agent-cert',
-      cred.cert,
-      '--agent-key',
-      cred.key,
-      '--agent-id',
-      agentID,
-      '--health-bind-address',
-      '127.0.0.1',
-      '--health-server-port',
-      String(health),
       '--admin-server-port',
       '0',
       '--transport',

@@ -16,7 +16,7 @@ import type { Child } from '../launch/child.js';
 import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { CleanupStack } from '../launch/cleanup-scope.js';
-import { freePort, kanalCommand, loopbackServerArgs, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
+import { freePort, kanalCommand, loopbackAgentArgs, loopbackServerArgs, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
 import { errorMessage } from '../../src/common/error-message.js';
 
 const ADVERTISE = '127.0.0.2';
@@ -95,23 +95,13 @@ async function startKanal(scope: CleanupStack, places: DemoPlaces): Promise<{ se
   const agent = spawnKanal(scope, {
     name: 'agent',
     args: [
-      'agent',
-      '--proxy-server-host',
-      '127.0.0.1',
-      '--proxy-server-port',
-      String(agentPort),
-      '--ca-cert',
-      pki.caCert,
-      '--agent-cert',
-      pki.agentCert,
-      '--agent-key',
-      pki.agentKey,
-      '--agent-id',
-      'demo-node',
-      '--health-bind-address',
-      '127.0.0.1',
-      '--health-server-port',
-      String(agentHealth),
+      ...loopbackAgentArgs({
+        agentPort,
+        caCert: pki.caCert,
+        credential: { cert: pki.agentCert, key: pki.agentKey },
+        agentID: 'demo-node',
+        healthPort: agentHealth,
+      }),
       '--bind-address',
       ADVERTISE,
       '--bind-interface-type',

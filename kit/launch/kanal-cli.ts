@@ -62,6 +62,40 @@ export function loopbackServerArgs(o: { pki: ServerCredentials; agentPort: numbe
   ];
 }
 
+/**
+ * `kanal agent` with the flags every loopback agent of the demo and the bench
+ * starts with: the server's agent port on 127.0.0.1, the CA it trusts, its
+ * client certificate and agentID, its health port on 127.0.0.1. Callers
+ * append what makes theirs different (targets, transport, log level).
+ */
+export function loopbackAgentArgs(o: {
+  agentPort: number;
+  caCert: string;
+  credential: { cert: string; key: string };
+  agentID: string;
+  healthPort: number;
+}): string[] {
+  return [
+    'agent',
+    '--proxy-server-host',
+    '127.0.0.1',
+    '--proxy-server-port',
+    String(o.agentPort),
+    '--ca-cert',
+    o.caCert,
+    '--agent-cert',
+    o.credential.cert,
+    '--agent-key',
+    o.credential.key,
+    '--agent-id',
+    o.agentID,
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-server-port',
+    String(o.healthPort),
+  ];
+}
+
 /** A `kanal` child: its name, its command line after `kanal`, its log file, and the rest of a ChildSpec. */
 export type KanalChildSpec = Omit<ChildSpec, 'argv'> & { args: readonly string[] };
 

@@ -71,7 +71,7 @@ function closeServer(server: net.Server, sockets: Set<net.Socket>): Promise<void
 }
 
 /** "host:port" of a TCP peer, "[v6]:port" for IPv6; `fallback` when the socket has none. */
-function peerOf(socket: net.Socket, fallback: string): string {
+export function peerOf(socket: net.Socket, fallback: string): string {
   const { remoteAddress: address, remotePort: port } = socket;
   if (address === undefined) return fallback;
   return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;

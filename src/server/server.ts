@@ -14,7 +14,7 @@ import { KanalMetrics } from '../domain/metrics.js';
 import { ConnectionBudget } from '../domain/connection-budget.js';
 import { defaultNodeToCpConnections, openFilesLimit } from '../common/open-files-limit.js';
 import type { AgentRegistry } from './agents/agent-registry.js';
-import { listenForAgents, listenForFrontends, type FrontendConnection, type Listener } from './listeners.js';
+import { listenForAgents, listenForFrontends, peerOf, type FrontendConnection, type Listener } from './listeners.js';
 import { Refusals } from '../domain/refusal-log.js';
 import { listenError } from '../common/listen-error.js';
 import { errorMessage } from '../common/error-message.js';
@@ -30,7 +30,7 @@ import { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
 import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
-import type net from 'node:net';
+import net from 'node:net';
 import { mergeExpositions, renderEach } from '../common/metrics-text.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
@@ -623,7 +623,7 @@ export class KanalServer {
           grpc.injectConnection(connection, context);
           return;
         }
-        const peer = peerOfDuplex(connection);
+        const peer = connection instanceof net.Socket ? peerOf(connection, 'unknown') : 'unknown';
         forward(
           connection,
           w.handoffPath(w.owner(tenant)),
@@ -757,13 +757,6 @@ export class KanalServer {
     await this.health?.close();
     for (const flush of this.flushers.splice(0)) flush();
   }
-}
-
-/** A relayed connection's peer for log lines: its address when it has one. */
-function peerOfDuplex(connection: unknown): string {
-  const address: unknown = typeof connection === 'object' && connection !== null ? Reflect.get(connection, 'remoteAddress') : undefined;
-  const port: unknown = typeof connection === 'object' && connection !== null ? Reflect.get(connection, 'remotePort') : undefined;
-  return typeof address === 'string' ? `${address}:${String(port)}` : 'unknown';
 }
 
 /** The same stream with another context: a tenant's handlers take the credential, not the connection record. */

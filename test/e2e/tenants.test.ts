@@ -404,6 +404,21 @@ test('tenants: the file changes live; an invalid file changes nothing, a removed
   t.is(m.get('kanal_server_tenants'), 1);
 });
 
+/** `kanal server --tenants-config FILE --dry-run` with the workspace's default agent-port pair, and `extra`. */
+function dryRunTenants(ws: Workspace, file: string, extra: string[] = []): ReturnType<typeof runCli> {
+  return runCli([
+    'server',
+    '--tenants-config',
+    file,
+    '--cluster-cert',
+    ws.pki.serverCert,
+    '--cluster-key',
+    ws.pki.serverKey,
+    ...extra,
+    '--dry-run',
+  ]);
+}
+
 test('tenants: a file with mistakes is reported whole at start (exit 2), and --dry-run checks it', async (t) => {
   const ws = await makeWorkspace(t, 'kanal-tenants-');
   const file = path.join(ws.dir, 'bad.yaml');
@@ -426,34 +441,14 @@ tenants:
     uds-name: /tmp/a.sock
 `,
   );
-  const r = await runCli([
-    'server',
-    '--tenants-config',
-    file,
-    '--cluster-cert',
-    ws.pki.serverCert,
-    '--cluster-key',
-    ws.pki.serverKey,
-    '--dry-run',
-  ]);
+  const r = await dryRunTenants(ws, file);
   t.is(r.code, 2, r.stderr);
   t.regex(r.stderr, /name "Alpha": use a lowercase DNS label/);
   t.regex(r.stderr, /tenant "beta": allowed-destination/);
   t.regex(r.stderr, /tenant "beta": server-name needs cluster-cert and cluster-key/);
   t.regex(r.stderr, /tenant "beta": its agents need a credential/);
   t.regex(r.stderr, /tenant "delta": uds-name "\/tmp\/a.sock" is already tenant "gamma"'s/);
-  const misplaced = await runCli([
-    'server',
-    '--tenants-config',
-    file,
-    '--cluster-cert',
-    ws.pki.serverCert,
-    '--cluster-key',
-    ws.pki.serverKey,
-    '--allowed-destination',
-    '10.0.0.1:443',
-    '--dry-run',
-  ]);
+  const misplaced = await dryRunTenants(ws, file, ['--allowed-destination', '10.0.0.1:443']);
   t.is(misplaced.code, 2);
   t.regex(misplaced.stderr, /--allowed-destination is a tenant's setting with --tenants-config/);
 
@@ -466,16 +461,7 @@ tenants:
       `  - name: two\n    cluster-ca-cert: ${ws.pki.caCert}\n    uds-name: ${path.join(ws.dir, 'two.sock')}\n`,
     ]),
   );
-  const unpinned = await runCli([
-    'server',
-    '--tenants-config',
-    shared,
-    '--cluster-cert',
-    ws.pki.serverCert,
-    '--cluster-key',
-    ws.pki.serverKey,
-    '--dry-run',
-  ]);
+  const unpinned = await dryRunTenants(ws, shared);
   t.is(unpinned.code, 2, unpinned.stderr);
   t.regex(unpinned.stderr, /tenant "two": its cluster-ca-cert \(CN=kanal-throwaway-ca\) is trusted by tenant "one" too: pin its agents/);
 });

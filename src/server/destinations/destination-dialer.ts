@@ -73,13 +73,7 @@ export class DestinationDialer {
       this.refusals.refuseAgent(ticket.reason, agent, { address: dial.address }, "refused node dial: over the tenant's limits");
       throw new DialError('exhausted', ticket.message);
     }
-    const taken = this.budget.take();
-    const release =
-      taken &&
-      ((): void => {
-        taken();
-        ticket?.done();
-      });
+    const release = this.budget.take();
     if (!release) {
       ticket?.done();
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
@@ -96,11 +90,15 @@ export class DestinationDialer {
       socket = await dialTcp(dial.address, { timeoutMs: this.timeoutMs, signal: dial.signal });
     } catch (err) {
       release();
+      ticket?.done();
       this.metrics?.dialDone('node_to_cp', err instanceof DialError ? err.failure : 'refused', t0);
       throw err;
     }
     ticket?.connected();
-    socket.once('close', release);
+    socket.once('close', () => {
+      release();
+      ticket?.done();
+    });
     this.metrics?.dialDone('node_to_cp', 'ok', t0);
     this.log.debug({ ...agent, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
     return socket;

@@ -74,8 +74,10 @@ export class BackendDialer {
       });
       throw new DialError('refused', `bad address: ${errorMessage(err)}`);
     }
-    const ticket = this.quota?.take();
-    if (ticket && isQuotaRefusal(ticket)) {
+    // A server of one cluster has no quota: its dial takes no detour.
+    if (!this.quota) return this.dialThrough(address, host, t0, signal, peer);
+    const ticket = this.quota.take();
+    if (isQuotaRefusal(ticket)) {
       this.metrics?.dialDone('cp_to_node', 'exhausted', t0);
       this.refusals.refuse({
         reason: ticket.reason,
@@ -88,10 +90,10 @@ export class BackendDialer {
     }
     try {
       const conn = await this.dialThrough(address, host, t0, signal, peer);
-      if (ticket) this.quota?.hold(conn, ticket);
+      this.quota.hold(conn, ticket);
       return conn;
     } catch (err) {
-      ticket?.done();
+      ticket.done();
       throw err;
     }
   }
