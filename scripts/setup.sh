@@ -8,6 +8,7 @@ need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }  # command, p
 
 need_cmd ip iproute2
 need_cmd curl curl
+need_cmd socat socat     # test/e2e/connect-half-close.test.ts: a real client that half-closes (socat -t)
 need_cmd openssl openssl
 need_cmd systemd-analyze systemd
 need_cmd kubectl kubernetes-client

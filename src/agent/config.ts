@@ -10,6 +10,8 @@ import { kubeClientConfig } from '../kube/settings.js';
 import type { AgentOptions } from './agent.js';
 import { nodeSideFromSettings, type NodeSideOptions } from './node-side-config.js';
 import type { AgentSettings } from './settings.js';
+import { withPorts } from './server-addresses.js';
+import type { HostPort } from '../common/host-port.js';
 
 /**
  * Every setting as its entry parsed it (`settings`, by flag name: what the
@@ -18,8 +20,12 @@ import type { AgentSettings } from './settings.js';
  */
 export interface AgentConfig {
   settings: AgentSettings;
-  /** The server the agent dials and how it verifies it (--proxy-server-host/-port, --ca-cert, --agent-cert/-key, --tls-server-name, --alpn-proto). */
-  server: { host: string; port: number; caFile: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
+  /**
+   * The servers the agent dials and how it verifies them (--proxy-server-host
+   * each with its port or --proxy-server-port, --ca-cert, --agent-cert/-key,
+   * --tls-server-name, --alpn-proto).
+   */
+  server: { addresses: HostPort[]; caFile: string; certFile?: string; keyFile?: string; serverName?: string; alpnProtocols: string[] };
   /** `--count-server-leases`: the API client and the leases counted. */
   leases?: AgentOptions['leases'];
   /** --sync-interval .. --sync-interval-cap. */
@@ -56,8 +62,7 @@ export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
   return {
     settings: v,
     server: {
-      host: v['proxy-server-host'],
-      port: v['proxy-server-port'],
+      addresses: withPorts(v['proxy-server-host'], v['proxy-server-port']),
       caFile: v['ca-cert'],
       certFile: v['agent-cert'],
       keyFile: v['agent-key'],

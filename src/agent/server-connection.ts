@@ -11,11 +11,15 @@ import {
   MD_AGENT_IDENTIFIERS,
   MD_AUTHORIZATION,
   MD_KANAL_FEATURES,
+  MD_KANAL_INCARNATION,
+  MD_KANAL_RESUME,
+  MD_KANAL_RESUME_TOKEN,
+  MD_KANAL_RESUMED,
   MD_SERVER_COUNT,
   MD_SERVER_ID,
   firstValue,
 } from '../wire/metadata.js';
-import { formatFeatures, parseFeatures, intersectFeatures, type FeatureSet } from '../wire/features.js';
+import { Feature, formatFeatures, parseFeatures, intersectFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel, type DialHandler, type TunnelOptions } from '../tunnel/tunnel.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
@@ -36,12 +40,29 @@ export interface ServerConnectionOptions {
   onConnectionClosed?: (conn: TunnelConnection) => void;
   onLimit?: TunnelOptions['onLimit'];
   limitFlags?: TunnelOptions['limitFlags'];
+  /**
+   * Resume (docs/protocol.md): the detached tunnels this agent holds, by the
+   * token their server gave; all are named on the new stream, and the one the
+   * server answers with `kanal-resumed` is put on it instead of a new tunnel.
+   */
+  resume?: {
+    timeoutMs: number;
+    /** This agent process (MD_KANAL_INCARNATION). */
+    incarnation: string;
+    held(): ReadonlyMap<string, Tunnel>;
+    onReplayed?: (bytes: number) => void;
+  };
 }
 
 export interface ServerConnection {
   serverID: string;
   serverCount: number;
   tunnel: Tunnel;
+  /** The server's token for this tunnel (resume negotiated), and whether this stream resumed a tunnel held already. */
+  resumeToken?: string;
+  resumed: boolean;
+  /** Tokens named on the stream that the server did not resume. */
+  notResumed: readonly string[];
   close(): void;
   /** Resolves once the underlying stream is finished (after close(): when the server has seen our end). */
   readonly finished: Promise<void>;
@@ -56,6 +77,9 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
   if (opts.agentIdentifiers) metadata[MD_AGENT_IDENTIFIERS] = opts.agentIdentifiers;
   const token = opts.token?.();
   if (token) metadata[MD_AUTHORIZATION] = `Bearer ${token}`;
+  const asked = opts.resume ? [...opts.resume.held().keys()] : [];
+  if (asked.length > 0) metadata[MD_KANAL_RESUME] = asked.join(',');
+  if (opts.resume) metadata[MD_KANAL_INCARNATION] = opts.resume.incarnation;
   let stream;
   try {
     stream = await channel.openStream(AGENT_SERVICE_CONNECT, metadata, opts.connectTimeoutMs);
@@ -73,23 +97,44 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
   }
   // A server that does not answer with kanal-features is upstream Konnectivity.
   const features = intersectFeatures(parseFeatures(firstValue(stream.metadata, MD_KANAL_FEATURES)), opts.features);
-  const log = opts.log.child({ serverID });
-  const tunnel = new Tunnel(stream, {
-    side: 'agent',
-    features,
-    log,
-    limits: opts.limits,
-    dialHandler: opts.dialHandler,
-    onConnectionClosed: opts.onConnectionClosed,
-    onLimit: opts.onLimit,
-    limitFlags: opts.limitFlags,
-  });
-  tunnel.once('close', () => channel.close());
+  const resume = features.has(Feature.Resume) ? opts.resume : undefined;
+  const resumeToken = resume && firstValue(stream.metadata, MD_KANAL_RESUME_TOKEN);
+  const resumedToken = resume && firstValue(stream.metadata, MD_KANAL_RESUMED);
+  const held = resumedToken ? resume.held().get(resumedToken) : undefined;
+  const resumed = held !== undefined && formatFeatures(held.features) === formatFeatures(features) && held.reattach(stream);
+  if (resumedToken && !resumed) {
+    // The server put a tunnel on this stream that we no longer hold: a fresh one here would never match it.
+    stream.destroy();
+    channel.close();
+    throw new Error('the server resumed a tunnel this agent no longer holds; reconnecting');
+  }
+  const tunnel = resumed
+    ? held
+    : new Tunnel(stream, {
+        side: 'agent',
+        features,
+        log: opts.log.child({ serverID }),
+        limits: opts.limits,
+        dialHandler: opts.dialHandler,
+        onConnectionClosed: opts.onConnectionClosed,
+        onLimit: opts.onLimit,
+        limitFlags: opts.limitFlags,
+        ...(resume && resumeToken ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: resume.onReplayed } : {}),
+      });
+  // The channel carries this stream only: it closes when the stream is lost (the tunnel may live on) or the tunnel closes.
+  const streamDone = (): void => {
+    tunnel.off('detached', streamDone).off('close', streamDone);
+    channel.close();
+  };
+  tunnel.on('detached', streamDone).on('close', streamDone);
   const finished = stream.closed ? Promise.resolve() : new Promise<void>((resolve) => stream.once('close', () => resolve()));
   return {
     serverID,
     serverCount: Number.isInteger(serverCount) && serverCount > 0 ? serverCount : 1,
     tunnel,
+    ...(resumeToken ? { resumeToken } : {}),
+    resumed,
+    notResumed: asked.filter((t) => t !== resumedToken || !resumed),
     close: () => tunnel.close(),
     finished,
   };

@@ -6,8 +6,8 @@
 import os from 'node:os';
 import { isIP } from 'node:net';
 import { UsageError } from '../common/usage-error.js';
-import { namedFlag } from '../settings/checks.js';
-import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../settings/kinds.js';
+import { durationFlag, namedFlag } from '../settings/checks.js';
+import { choice, count, duration, durationOrOff, listOf, optionalText, port, setting, text, toggle } from '../settings/kinds.js';
 import { processSettings } from '../settings/process-settings.js';
 import { agentIgnoredFlags, klogFlags } from '../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../settings/setting.js';
@@ -19,6 +19,9 @@ import { kubeSettings, leaseSelectorSetting, LEASES } from '../kube/settings.js'
 import { INTERFACE_TYPES } from './host-interface-manager.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES } from './server-count.js';
 import { parseTarget } from './target.js';
+import { parseServerHosts } from './server-addresses.js';
+import { MIN_KEEPALIVE_INTERVAL_MS } from '../transport/liveness.js';
+import { DEFAULT_RESUME_TIMEOUT_MS } from '../tunnel/resume-timeout.js';
 
 const SERVER = 'Proxy server';
 const AUTH = 'Authentication';
@@ -34,14 +37,18 @@ export function defaultAgentID(): string {
 export const agentSettings = {
   'proxy-server-host': setting({
     type: 'string',
-    describe: 'Host name or address of the proxy server(s) agent port',
+    array: true,
+    describe:
+      'Proxy server host name or address (repeatable or comma-separated; host:port for a port of its own). One address: the servers behind it (a load balancer) get a tunnel each, as many as they count; several, or a name with several addresses: a tunnel through each (docs/ha.md)',
     group: SERVER,
-    parse: (v: string | undefined, flag): string => {
-      if (!v) throw new UsageError(`--${flag} is required`);
-      return v;
-    },
+    parse: (v: readonly string[] | undefined, flag) => parseServerHosts(v ?? [], flag),
   }),
-  'proxy-server-port': port({ default: 8091, allowZero: false, describe: 'Agent port of the proxy server', group: SERVER }),
+  'proxy-server-port': port({
+    default: 8091,
+    allowZero: false,
+    describe: 'Agent port of the proxy servers (for each --proxy-server-host without its own)',
+    group: SERVER,
+  }),
   'ca-cert': setting({
     type: 'string',
     describe: 'CA that signed the proxy server certificate',
@@ -52,7 +59,7 @@ export const agentSettings = {
     },
   }),
   'tls-server-name': optionalText({
-    describe: 'Name to verify the server certificate against (default: --proxy-server-host)',
+    describe: 'Name to verify the server certificates against (default: the --proxy-server-host each address came from)',
     group: SERVER,
   }),
   'alpn-proto': setting({
@@ -118,9 +125,40 @@ export const agentSettings = {
     group: LEASES,
   }),
   'dial-timeout': duration({ default: '10s', describe: 'Timeout for dials the server asks for', group: DIALS }),
-  'sync-interval': duration({ default: '1s', describe: 'First reconnect delay (doubles with jitter)', group: DIALS }),
-  'sync-interval-cap': duration({ default: '30s', describe: 'Longest reconnect delay', group: DIALS }),
+  'sync-interval': duration({
+    default: '1s',
+    describe: 'Reconnect interval (with jitter) after a failed connect, and while servers behind one address are missing',
+    group: DIALS,
+  }),
+  'sync-interval-cap': duration({
+    default: '30s',
+    describe: 'Longest reconnect delay, reached after this long of failures; also how often host names are resolved again',
+    group: DIALS,
+  }),
   'connect-timeout': duration({ default: '10s', describe: 'Timeout for opening a tunnel to a server', group: DIALS }),
+  // 2 s + 5 s: a dead tunnel is noticed within 7 s (docs/ha.md, "Liveness"); an upstream server gets at most one PING per 35 s (its policy).
+  'keepalive-time': setting({
+    type: 'string',
+    default: '2s',
+    describe: "How often the agent PINGs each server connection (at least 1s; upstream's 1h); an upstream server at most every 35s",
+    group: DIALS,
+    parse: (v: string, flag) => {
+      const ms = durationFlag(flag, v);
+      if (ms < MIN_KEEPALIVE_INTERVAL_MS) throw new UsageError(`--${flag} must be at least ${MIN_KEEPALIVE_INTERVAL_MS / 1000}s`);
+      return ms;
+    },
+  }),
+  'keepalive-timeout': duration({
+    default: '5s',
+    describe: 'A server connection that receives nothing this long after a PING (no answer, no data) is closed, and the agent reconnects',
+    group: DIALS,
+  }),
+  'resume-timeout': durationOrOff({
+    default: `${DEFAULT_RESUME_TIMEOUT_MS / 1000}s`,
+    describe:
+      'How long the connections of a lost tunnel wait for it to resume on a new stream to the same server (Kanal servers only); 0 closes them at once',
+    group: DIALS,
+  }),
   'shutdown-grace-period': duration({
     default: '30s',
     describe: 'On SIGTERM: how long open connections may finish after DRAIN',

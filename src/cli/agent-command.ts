@@ -63,12 +63,14 @@ export async function buildAgentOptions(
   return {
     agentID: v['agent-id'],
     agentIdentifiers: v['agent-identifiers'],
-    server: { host: s.host, port: s.port, tls: credentials.tls },
+    server: { hosts: s.addresses, tls: credentials.tls },
     token: token && (() => token.readSync()),
     serverCount: { source: v['server-count-source'] },
     syncForever: v['sync-forever'],
     dialTimeoutMs: v['dial-timeout'],
     connectTimeoutMs: v['connect-timeout'],
+    keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
+    resumeTimeoutMs: v['resume-timeout'],
     reconnect: config.reconnect,
     health: config.health,
     limits: {
@@ -94,9 +96,10 @@ export function agentBuilder(y: Argv, forHelp = true): Argv<AgentArgs> {
     );
 }
 
-/** `--check`: runs the preflight checks, prints the list, sets the exit code (0 all passed, 1 otherwise). */
+/** `--check`: runs the preflight checks (against the first server address given), prints the list, sets the exit code (0 all passed, 1 otherwise). */
 async function runAgentCheck(config: AgentConfig): Promise<void> {
-  const s = config.server;
+  const { addresses, ...verification } = config.server;
+  const s = { ...verification, ...addresses[0] };
   const v = config.settings;
   const results = await runPreflight({
     agentID: v['agent-id'],

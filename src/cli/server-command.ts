@@ -81,6 +81,7 @@ export async function buildServerOptions(
       clientPins: config.agent.clientPins,
       maxAgentsPerCredential: v['max-agents-per-credential'],
       keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
+      resumeTimeoutMs: v['resume-timeout'],
     },
     frontend: {
       mode: v.mode,

@@ -13,6 +13,11 @@ export class AddressError extends Error {
 
 const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$/;
 
+/** An IP address, or a host name as parseHostPort accepts one. */
+export function isValidHost(host: string): boolean {
+  return isIP(host) !== 0 || HOSTNAME.test(host);
+}
+
 /** No valid "host:port" is longer: a 253-character name, ":" and 5 digits. */
 export const MAX_ADDRESS_LENGTH = 259;
 

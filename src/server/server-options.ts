@@ -29,6 +29,8 @@ export interface ServerOptions {
     maxAgentsPerCredential?: number;
     /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
     keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
+    /** Resume (docs/protocol.md): how long a lost agent tunnel's connections wait for it; absent or 0: not offered. */
+    resumeTimeoutMs?: number;
     /**
      * Service account token authentication: every agent stream needs a
      * valid token, whose identity is the agent's credential. Without a

@@ -19,6 +19,18 @@ export function durationFlag(flag: string, value: string): number {
   }
 }
 
+/** A duration that may be 0 (off); a bare "0" needs no unit, as in Go's time.ParseDuration. */
+export function durationOrOffFlag(flag: string, value: string): number {
+  if (value.trim() === '0') return 0;
+  try {
+    const ms = parseDuration(value);
+    if (ms < 0) throw new Error('must not be negative');
+    return ms;
+  } catch (err) {
+    throw new UsageError(`--${flag}: ${errorMessage(err)}`);
+  }
+}
+
 export function portFlag(flag: string, value: number, allowZero: boolean): number {
   if (!Number.isInteger(value) || value < (allowZero ? 0 : 1) || value > 65535) {
     throw new UsageError(`--${flag} must be a port number ${allowZero ? '0' : '1'}-65535, got ${got(value)}`);

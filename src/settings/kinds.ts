@@ -3,7 +3,7 @@
  * with the shared checks (checks.ts), so a kind's message is the same on
  * every command that has it.
  */
-import { choiceFlag, countFlag, durationFlag, portFlag } from './checks.js';
+import { choiceFlag, countFlag, durationFlag, durationOrOffFlag, portFlag } from './checks.js';
 import type { GivenType, Setting } from './setting.js';
 
 /** What every entry says about itself. */
@@ -73,6 +73,11 @@ export function count(o: Described & { default: number; min?: number }): Setting
 /** A positive Go-style duration ("10s", "1m30s"), in milliseconds. */
 export function duration(o: Described & { default: string }): Setting<string, number> {
   return setting({ ...o, type: 'string', parse: (v: string, flag) => durationFlag(flag, v) });
+}
+
+/** A duration where 0 turns something off (durationOrOffFlag). */
+export function durationOrOff(o: Described & { default: string }): Setting<string, number> {
+  return setting({ ...o, type: 'string', parse: (v: string, flag) => durationOrOffFlag(flag, v) });
 }
 
 /** One of `choices` (yargs lists them in --help and refuses others). */

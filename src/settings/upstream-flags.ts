@@ -71,8 +71,4 @@ export const agentIgnoredFlags = {
   'warn-on-channel-limit': ignored('boolean', CHANNELS),
   'enable-contention-profiling': ignored('boolean', CONTENTION),
   'probe-interval': ignored('string', "Kanal's /readyz follows its tunnels as they go up and down; there is nothing to poll"),
-  'keepalive-time': ignored(
-    'string',
-    'the Kanal server PINGs each agent connection (server --keepalive-time) and closes it when unanswered; the agent reconnects',
-  ),
 } as const;

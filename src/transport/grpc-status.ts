@@ -23,10 +23,12 @@ export enum GrpcStatus {
 /** Error carrying the gRPC status a stream ended with. */
 export class GrpcStatusError extends Error {
   override name = 'GrpcStatusError';
+  /** `cause`: the socket or TLS error behind it, for callers that tell failures apart (a refused connection). */
   constructor(
     readonly code: GrpcStatus,
     message: string,
+    options?: { cause?: unknown },
   ) {
-    super(message);
+    super(message, options);
   }
 }

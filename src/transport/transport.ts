@@ -86,7 +86,40 @@ export interface ChannelOptions {
   tls?: ClientTlsOptions;
   /** Largest message accepted from the peer, bytes. */
   maxReceiveMessageBytes?: number;
+  /** The client's PINGs (default DEFAULT_CLIENT_KEEPALIVE). */
+  keepalive?: ClientKeepalive;
 }
+
+/**
+ * How a client checks that its server is still there: a connection with a
+ * stream open is PINGed every `intervalMs`, and one that then receives
+ * nothing (no answer, no other byte) for `timeoutMs` is closed, ending its
+ * streams with UNAVAILABLE (grpc-go's client keepalive,
+ * keepalive.ClientParameters, also counts any byte received as a sign of life).
+ */
+export interface ClientKeepalive {
+  intervalMs: number;
+  timeoutMs: number;
+  /**
+   * Whether the server that sent these response headers accepts a PING every
+   * `intervalMs`. Until a response says yes, PINGs are at least
+   * POLICED_PING_INTERVAL_MS apart; absent: every server accepts them.
+   */
+  acceptsFrequentPings?: (responseMetadata: MetadataMap) => boolean;
+}
+
+/** Without options: a PING after a minute of silence, the connection closed 20 s later. */
+export const DEFAULT_CLIENT_KEEPALIVE: ClientKeepalive = { intervalMs: 60_000, timeoutMs: 20_000 };
+
+/**
+ * The PING spacing a grpc-go server with upstream's policy tolerates: its
+ * agent port allows one PING per 30 s without data in between and sends
+ * GOAWAY (ENHANCE_YOUR_CALM, "too_many_pings") at the third that comes sooner
+ * (apiserver-network-proxy cmd/server/app/server.go, KeepaliveEnforcementPolicy
+ * MinTime 30s; grpc-go internal/transport/http2_server.go, handlePing). 5 s of
+ * margin for timers and the network.
+ */
+export const POLICED_PING_INTERVAL_MS = 35_000;
 
 /** Client half: one HTTP/2 connection to a server, on which streams are opened. */
 export interface GrpcChannel {

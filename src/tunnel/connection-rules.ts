@@ -22,12 +22,27 @@ export interface InboundFlow {
   taken(queued: number): void;
   /** The connection closed: give back what it holds. Once. */
   release(): void;
+  /** The peer's FIN arrived (with resume it is acknowledged at once). */
+  peerEnded(): void;
+  /** Bytes received from the peer so far. */
+  readonly receivedBytes: number;
+  /** The absolute offset up to which the peer may send (Infinity without flow control). */
+  readonly limit: number;
 }
+
+/**
+ * With resume, received bytes are acknowledged at least this often (with
+ * credit, or alone) so the sender can forget them; a smaller tail is
+ * acknowledged after ACK_DELAY_MS (docs/protocol.md, "Resume").
+ */
+export const ACK_EVERY_BYTES = 256 * 1024;
+export const ACK_DELAY_MS = 200;
 
 /** What an InboundFlow needs from its tunnel. */
 export interface InboundFlowHost extends UnflowedHost {
   readonly windowGrowth: WindowGrowthBudget;
-  sendWindow(connectID: number, increment: number): void;
+  /** KANAL_WINDOW: credit, and with resume what was received (and whether the FIN was). */
+  sendWindow(connectID: number, increment: number, acknowledged?: number, finReceived?: boolean): void;
 }
 
 export interface ConnectionRules {
@@ -35,6 +50,8 @@ export interface ConnectionRules {
   readonly flowControl: boolean;
   /** True when a FIN is passed on (KANAL_HALF_CLOSE); without it a FIN closes the connection. */
   readonly halfClose: boolean;
+  /** True when connections outlive a lost stream: sent bytes are kept until acknowledged, received ones acknowledged. */
+  readonly resume: boolean;
   /** Our first send window: the peer's windowBytes, or unlimited. */
   readonly sendWindow: number;
   inboundFlow(host: InboundFlowHost, connectID: number): InboundFlow;
@@ -45,17 +62,21 @@ export interface ConnectionRules {
 export function connectionRules(features: FeatureSet, limits: TunnelLimits): ConnectionRules {
   const halfClose = features.has(Feature.HalfClose);
   if (features.has(Feature.Window)) {
+    // Resume replays from acknowledged offsets and ends with a FIN: it needs both.
+    const resume = halfClose && features.has(Feature.Resume);
     return {
       flowControl: true,
       halfClose,
+      resume,
       sendWindow: limits.windowBytes,
-      inboundFlow: (host, connectID) => new WindowedFlow(host, connectID, new ReceiveWindow(limits, host.windowGrowth)),
+      inboundFlow: (host, connectID) => new WindowedFlow(host, connectID, new ReceiveWindow(limits, host.windowGrowth), resume),
       configureStream: () => undefined,
     };
   }
   return {
     flowControl: false,
     halfClose,
+    resume: false,
     sendWindow: Number.POSITIVE_INFINITY,
     inboundFlow: (host, connectID) => new UnflowedFlow(new UnflowedHold(host, connectID, limits.unflowedBufferBytes)),
     // A slow reader pauses the whole stream: what the peer may send meanwhile lands when reading resumes.
@@ -63,17 +84,38 @@ export function connectionRules(features: FeatureSet, limits: TunnelLimits): Con
   };
 }
 
-/** With the window extension: credit goes back as the reader takes bytes; a peer past its window is at fault. */
+/**
+ * With the window extension: credit goes back as the reader takes bytes; a
+ * peer past its window is at fault. With resume each grant also says what
+ * was received (what arrived is in the local end, which outlives a lost
+ * stream), and received bytes no grant covers are acknowledged alone.
+ */
 class WindowedFlow implements InboundFlow {
+  /** With resume: the received count last sent to the peer. */
+  private acknowledged = 0;
+  /** With resume: armed while received bytes wait for an acknowledgement. */
+  private ackTimer: NodeJS.Timeout | undefined;
+
   constructor(
     private readonly host: InboundFlowHost,
     private readonly connectID: number,
     private readonly window: ReceiveWindow,
+    private readonly acks: boolean,
   ) {}
+
+  get receivedBytes(): number {
+    return this.window.received;
+  }
+
+  get limit(): number {
+    return this.window.limit;
+  }
 
   received(bytes: number): string | undefined {
     const overrun = this.window.receive(bytes);
-    return overrun > 0 ? `peer overran the flow-control window (${overrun} > ${this.window.size} bytes)` : undefined;
+    if (overrun > 0) return `peer overran the flow-control window (${overrun} > ${this.window.size} bytes)`;
+    if (this.acks && this.window.received - this.acknowledged >= ACK_EVERY_BYTES) this.acknowledge(0, false);
+    return undefined;
   }
 
   /** Credit is only counted as the reader takes bytes: right after a delivery the reader would look behind. */
@@ -81,11 +123,35 @@ class WindowedFlow implements InboundFlow {
 
   taken(queued: number): void {
     const credit = this.window.consumed(queued);
-    if (credit > 0) this.host.sendWindow(this.connectID, credit);
+    if (!this.acks) {
+      if (credit > 0) this.host.sendWindow(this.connectID, credit);
+      return;
+    }
+    if (credit > 0) this.acknowledge(credit, false);
+    else if (this.window.received > this.acknowledged && !this.ackTimer) {
+      this.ackTimer = setTimeout(this.delayedAck, ACK_DELAY_MS);
+      this.ackTimer.unref();
+    }
+  }
+
+  peerEnded(): void {
+    if (this.acks) this.acknowledge(0, true);
   }
 
   release(): void {
+    clearTimeout(this.ackTimer);
+    this.ackTimer = undefined;
     this.window.release();
+  }
+
+  private readonly delayedAck = (): void => {
+    this.ackTimer = undefined;
+    if (this.window.received > this.acknowledged) this.acknowledge(0, false);
+  };
+
+  private acknowledge(credit: number, fin: boolean): void {
+    this.acknowledged = this.window.received;
+    this.host.sendWindow(this.connectID, credit, this.acknowledged, fin);
   }
 }
 
@@ -107,5 +173,16 @@ class UnflowedFlow implements InboundFlow {
 
   release(): void {
     this.hold.update(0); // releases the hold and the buffered bytes
+  }
+
+  /** Without flow control there is no resume: nothing to acknowledge, no offsets kept. */
+  peerEnded(): void {}
+
+  get receivedBytes(): number {
+    return 0;
+  }
+
+  get limit(): number {
+    return Number.POSITIVE_INFINITY;
   }
 }

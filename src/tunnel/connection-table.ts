@@ -42,6 +42,11 @@ export class ConnectionTable {
     return this.byId.has(connectID);
   }
 
+  /** True when `connectID` has this side's parity: this side performed the dial and assigned it. */
+  assignedHere(connectID: number): boolean {
+    return connectID % 2 === this.nextConnectID % 2;
+  }
+
   /** A free connectID of this side's parity. */
   allocateConnectID(): number {
     let id = this.nextConnectID;

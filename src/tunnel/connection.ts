@@ -17,6 +17,7 @@ import { noteBytesMoved } from './gc-pacer.js';
 import { ConnectionSendQueue, type SendHost } from './connection-send-queue.js';
 import type { ConnectionRules, InboundFlow, InboundFlowHost } from './connection-rules.js';
 import { EarlyEnd, type LocalClose, type LocalEnd } from './local-end.js';
+import { PacketType, type ResumePacket } from '../wire/packet.js';
 
 /** How long a connection whose local end went away may make no progress sending what that end left before it is dropped. */
 export const FLUSH_IDLE_MS = 10_000;
@@ -81,6 +82,17 @@ export class TunnelConnection {
   /** The local end went away cleanly: close once the send queue is empty and the FIN is out, unless flushTimer sees no progress. */
   private closeWhenSent = false;
   private flushTimer: NodeJS.Timeout | undefined;
+  /** Our FIN went out (KANAL_HALF_CLOSE), and whether the peer acknowledged it (resume). */
+  private finSent = false;
+  private finAcked = false;
+  /** Closed with nothing of ours dropped (both FINs, or our end finished after all was sent): with resume it lingers until acknowledged. */
+  private closedCleanly = false;
+  /** The close went to the peer (CLOSE_REQ/CLOSE_RSP): a replay after a lost stream sends it again. */
+  private closeSent = false;
+  /** The peer's FIN arrived (KANAL_HALF_CLOSE). */
+  private peerFinReceived = false;
+  /** Why it closed (for the tunnel's log line): an error's message, or how it ended cleanly. */
+  closeReason = '';
 
   constructor(
     private readonly host: ConnectionHost,
@@ -97,6 +109,7 @@ export class TunnelConnection {
       window: opts.rules.sendWindow,
       maxDataBytes: opts.limits.maxDataBytes,
       onProgress: this.onSendProgress,
+      retain: opts.rules.resume,
     });
     this.inbound = opts.rules.inboundFlow(host, opts.connectID);
   }
@@ -122,6 +135,19 @@ export class TunnelConnection {
   /** Bytes handed over by the local end and not sent yet. */
   get queuedBytes(): number {
     return this.sender.queuedBytes;
+  }
+
+  /** Bytes sent and kept until the peer acknowledges them (resume; docs/protocol.md). */
+  get unacknowledgedBytes(): number {
+    return this.sender.unacknowledged;
+  }
+
+  /**
+   * Closed cleanly with something the peer has not acknowledged (bytes, or
+   * the FIN): with resume the tunnel keeps it so a lost stream loses none of it.
+   */
+  get lingers(): boolean {
+    return this.current === 'closed' && this.closedCleanly && (this.sender.unacknowledged > 0 || (this.finSent && !this.finAcked));
   }
 
   /** Joins the local end; what arrived before goes to it first. Once. */
@@ -158,13 +184,14 @@ export class TunnelConnection {
     if (this.current === 'closed' || this.closeWhenSent) return;
     this.end();
     if (this.sender.queuedBytes === 0 && !this.finPending) {
-      this.close();
+      this.closeSentAll();
       return;
     }
     this.closeWhenSent = true;
     let left = this.sender.queuedBytes;
     this.flushTimer = setInterval(() => {
-      if (this.sender.queuedBytes < left) left = this.sender.queuedBytes;
+      // A stream being replaced sends nothing: that is not the peer's stall (the resume timeout bounds it).
+      if (this.sender.queuedBytes < left || this.sender.isSuspended) left = this.sender.queuedBytes;
       else this.close(); // stalled, not slow
     }, FLUSH_IDLE_MS);
     this.flushTimer.unref();
@@ -196,19 +223,27 @@ export class TunnelConnection {
     if (this.state !== 'closed') this.inbound.delivered(this.local.undeliveredBytes);
   }
 
-  receiveWindow(increment: number): void {
-    if (this.current === 'closed' || !this.opts.rules.flowControl) return;
-    this.sender.credit(increment);
+  /** KANAL_WINDOW: credit, and with resume what the peer received (it may be for a connection closed here and lingering). */
+  receiveWindow(increment: number, acknowledged?: number, finReceived?: boolean): void {
+    if (!this.opts.rules.flowControl) return;
+    if (acknowledged !== undefined && this.opts.rules.resume && !this.sender.acknowledge(acknowledged)) {
+      this.log.warn({ connectID: this.connectID, acknowledged, sent: this.bytesOut }, 'peer acknowledged bytes never sent; ignoring it');
+      return;
+    }
+    if (finReceived && this.finSent) this.finAcked = true;
+    if (this.current !== 'closed') this.sender.credit(increment);
   }
 
   receiveHalfClose(): void {
     if (this.current === 'closed' || this.current === 'peer-ended') return;
     // The state changes before the local end hears of it: a relay partner may answer at once.
     const bothEnded = this.current === 'local-ended';
+    this.peerFinReceived = true;
     if (!bothEnded) this.transition('peer-ended');
+    this.inbound.peerEnded();
     this.local.peerEnded();
     // Both FINs passed: nothing more to tell the peer.
-    if (bothEnded) this.shut(undefined, 'flush', false);
+    if (bothEnded) this.shut(undefined, 'flush', false, true);
   }
 
   /** The peer closed the connection (CLOSE_REQ/CLOSE_RSP/DIAL_CLS): what it sent before still reaches the local reader unless it failed. */
@@ -222,6 +257,62 @@ export class TunnelConnection {
     this.shut(error, 'abort', false);
   }
 
+  // ---------- resume (docs/protocol.md, "Resume") ----------
+
+  /** The stream is lost or being replaced: nothing is sent until resume(). */
+  suspend(): void {
+    this.sender.suspend();
+  }
+
+  /** True from suspend() until resume(): the peer has not said yet what it has of this connection. */
+  get suspended(): boolean {
+    return this.sender.isSuspended;
+  }
+
+  /** What this side has of the connection, for the peer after a lost stream. */
+  resumeEntry(): ResumePacket {
+    return {
+      type: PacketType.KANAL_RESUME,
+      connectID: this.connectID,
+      received: this.inbound.receivedBytes,
+      limit: this.inbound.limit,
+      finReceived: this.peerFinReceived,
+      dialID: this.dialID,
+    };
+  }
+
+  /**
+   * The peer's entry after a lost stream: send again what it lacks, then our
+   * FIN if it lacks that too, and carry on. Returns a fault (the peer's
+   * numbers cannot be true) or undefined.
+   */
+  resume(received: number, limit: number, finReceived: boolean): { resent: number } | { fault: string } {
+    if (this.current === 'closed') return { resent: 0 };
+    if (finReceived && !this.finSent) return { fault: 'peer claims our FIN arrived, but none was sent' };
+    if (this.finSent && !finReceived) this.finPending = true;
+    const result = this.sender.resumeAt(received, limit);
+    if ('fault' in result) return result;
+    // An empty replay reports no progress: the FIN (and a local end waiting to go on) are told here.
+    this.onSendProgress();
+    return result;
+  }
+
+  /** For a connection closed here that lingers: sends what the peer lacks of it, our FIN and close again. Returns the bytes sent again, -1 when its numbers cannot be true. */
+  replay(received: number, finReceived: boolean): number {
+    const resent = this.sender.replayClosed(received);
+    if (resent >= 0) {
+      if (this.finSent && !finReceived) this.host.sendHalfClose(this.connectID);
+      if (this.closeSent) this.host.sendClose(this.connectID, this.role, '');
+    }
+    this.sender.release();
+    return resent;
+  }
+
+  /** Forgets what was kept for a replay (the tunnel is closing for good). */
+  releaseRetained(): void {
+    this.sender.release();
+  }
+
   // ---------- state ----------
 
   private transition(next: ConnectionState): void {
@@ -233,8 +324,14 @@ export class TunnelConnection {
   /** Sends our FIN once everything before it is sent. */
   private sendFinWhenSent(): void {
     // Also reached after the local end's sendProgress(), which may have closed the connection.
-    if (!this.finPending || this.sender.queuedBytes > 0 || this.current === 'closed') return;
+    if (!this.finPending || this.sender.queuedBytes > 0 || this.sender.isSuspended || this.current === 'closed') return;
     this.finPending = false;
+    if (this.current === 'local-ended') {
+      // Resumed: the FIN sent before the stream was lost did not arrive.
+      this.host.sendHalfClose(this.connectID);
+      return;
+    }
+    this.finSent = this.opts.rules.halfClose;
     if (!this.opts.rules.halfClose) {
       // Plain Konnectivity has no half-close: a FIN closes the whole connection.
       this.close();
@@ -242,7 +339,7 @@ export class TunnelConnection {
     }
     if (this.current === 'peer-ended') {
       this.host.sendHalfClose(this.connectID);
-      this.shut(undefined, 'flush', false);
+      this.shut(undefined, 'flush', false, true);
     } else {
       this.transition('local-ended');
       this.host.sendHalfClose(this.connectID);
@@ -253,20 +350,31 @@ export class TunnelConnection {
     if (this.current === 'closed') return;
     this.local.sendProgress();
     this.sendFinWhenSent();
-    if (this.closeWhenSent && !this.finPending && this.sender.queuedBytes === 0) this.close();
+    if (this.closeWhenSent && !this.finPending && this.sender.queuedBytes === 0 && !this.sender.isSuspended) this.closeSentAll();
   };
 
-  /** The one way to 'closed': releases what the connection holds, tells the peer when `tellPeer`, and closes the local end. */
-  private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean): void {
+  /** The local end finished and everything it handed over went out: a clean close, told to the peer. */
+  private closeSentAll(): void {
+    this.shut(undefined, 'abort', true, true);
+  }
+
+  /**
+   * The one way to 'closed': releases what the connection holds, tells the
+   * peer when `tellPeer`, and closes the local end. `clean`: nothing of ours
+   * was dropped, so what the peer has not acknowledged is kept (lingers).
+   */
+  private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean, clean = false): void {
     if (this.current === 'closed') return;
     this.transition('closed');
     clearInterval(this.flushTimer);
     this.sender.stop();
     this.inbound.release();
+    this.closedCleanly = clean && this.opts.rules.resume;
+    if (!this.closedCleanly) this.sender.release();
+    this.closeSent = tellPeer;
     if (tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
+    this.closeReason = error?.message ?? (clean ? 'finished' : 'closed');
     this.host.forget(this.connectID);
-    if (error)
-      this.log.debug({ connectID: this.connectID, dialID: String(this.dialID), err: error.message }, 'connection closed with error');
     this.local.connectionClosed(local, error);
   }
 }

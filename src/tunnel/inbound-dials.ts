@@ -11,12 +11,14 @@ import { TunnelConnection } from './connection.js';
 import type { DialHandler } from './dial-handler.js';
 import type { LimitReports } from './limit-reports.js';
 import { splice } from './splice.js';
+import { resetSocket } from './socket-reset.js';
 
 export interface InboundDialsOptions {
   noise: RateLimitedLog;
   /** Sends a packet to the peer (nothing while the tunnel is not open). */
   send(packet: Packet): void;
-  isOpen(): boolean;
+  /** Open, or detached waiting for a resume (a dial that connects meanwhile is kept; its DIAL_RSP is sent again on request). */
+  isAlive(): boolean;
   reports: LimitReports;
   /** Open connections this side performs for the peer (maxInboundConnections counts them with the dials). */
   performerConnections(): number;
@@ -62,9 +64,11 @@ export class InboundDials {
     handler({ protocol, address, dialID, signal: abort }).then(
       (endpoint) => {
         this.performing.delete(dialID);
-        if (abort.aborted || !opts.isOpen()) {
-          if (endpoint instanceof TunnelConnection) endpoint.close();
-          else endpoint.destroy();
+        if (abort.aborted || !opts.isAlive()) {
+          // The requester gave up: the endpoint is cut, not finished (docs/frontends.md, "How a connection ends").
+          if (endpoint instanceof TunnelConnection) endpoint.close(new Error('dial cancelled'));
+          // No error: nobody listens on the endpoint yet, and the reset says it all.
+          else resetSocket(endpoint);
           return;
         }
         const conn = opts.openConnection(dialID, address);
@@ -74,11 +78,15 @@ export class InboundDials {
       },
       (err: Error) => {
         this.performing.delete(dialID);
-        if (abort.aborted || !opts.isOpen()) return;
+        if (abort.aborted || !opts.isAlive()) return;
         opts.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
         opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
       },
     );
+  }
+
+  isPerforming(dialID: bigint): boolean {
+    return this.performing.has(dialID);
   }
 
   /** DIAL_CLS from the peer for a dial we perform; false when it is not one. */

@@ -14,6 +14,7 @@ import type { LimitReports } from './limit-reports.js';
 
 interface PendingDial {
   address: string;
+  protocol: string;
   resolve(conn: TunnelConnection): void;
   reject(err: Error): void;
   cleanup(): void;
@@ -67,6 +68,7 @@ export class OutboundDials {
       opts.signal?.addEventListener('abort', onAbort);
       this.pending.set(dialID, {
         address,
+        protocol: opts.protocol ?? 'tcp',
         resolve,
         reject,
         cleanup: () => {
@@ -76,6 +78,16 @@ export class OutboundDials {
       });
       this.opts.send({ type: PacketType.DIAL_REQ, protocol: opts.protocol ?? 'tcp', address, random: dialID });
     });
+  }
+
+  isPending(dialID: bigint): boolean {
+    return this.pending.has(dialID);
+  }
+
+  /** After a lost stream was replaced (resume): asks again for every dial still waiting; the peer answers each once. */
+  requestAgain(): void {
+    for (const [dialID, p] of this.pending)
+      this.opts.send({ type: PacketType.DIAL_REQ, protocol: p.protocol, address: p.address, random: dialID });
   }
 
   /** DIAL_RSP: the peer connected (`connectID`) or refused (`error`). */

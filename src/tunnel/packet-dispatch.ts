@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { RateLimitedLog } from '../common/rate-limited-log.js';
-import { PacketType, type Packet } from '../wire/packet.js';
+import { PacketType, type Packet, type ResumeEndPacket, type ResumePacket, type WindowPacket } from '../wire/packet.js';
 import type { ConnectionTable } from './connection-table.js';
 import type { InboundDials } from './inbound-dials.js';
 import type { OutboundDials } from './outbound-dials.js';
@@ -22,6 +22,12 @@ export interface PacketDispatchOptions {
   send(packet: Packet): void;
   /** DRAIN: the peer asks for no new dials. */
   drainRequested(): void;
+  /** KANAL_RESUME, KANAL_RESUME_END (resume-exchange.ts). */
+  resume(p: ResumePacket | ResumeEndPacket): void;
+  /** A DIAL_REQ while resuming: true when it repeats a dial known here (and was handled). */
+  requestedAgain(dialID: bigint): boolean;
+  /** KANAL_WINDOW acknowledging a connection no longer open (it may linger). */
+  lingeringWindow(p: WindowPacket): void;
 }
 
 export class PacketDispatch {
@@ -41,10 +47,13 @@ export class PacketDispatch {
         else conn.receiveData(p.data);
         return;
       }
-      case PacketType.KANAL_WINDOW:
-        // A window for a connection that just closed is normal; ignore it.
-        this.connections.get(p.connectID)?.receiveWindow(p.increment);
+      case PacketType.KANAL_WINDOW: {
+        const conn = this.connections.get(p.connectID);
+        if (conn) conn.receiveWindow(p.increment, p.acknowledged, p.finReceived);
+        // Else it closed just now (normal): an acknowledgement may still release what it keeps.
+        else if (p.acknowledged !== undefined || p.finReceived) this.opts.lingeringWindow(p);
         return;
+      }
       case PacketType.KANAL_HALF_CLOSE: {
         const conn = this.connections.get(p.connectID);
         if (!conn) return this.unknownConnection(p.connectID, 'KANAL_HALF_CLOSE');
@@ -52,6 +61,7 @@ export class PacketDispatch {
         return;
       }
       case PacketType.DIAL_REQ:
+        if (this.opts.requestedAgain(p.random)) return;
         return this.opts.inbound.requested(p.protocol, p.address, p.random);
       case PacketType.DIAL_RSP:
         return this.opts.outbound.answered(p.random, p.connectID, p.error);
@@ -75,6 +85,9 @@ export class PacketDispatch {
         return;
       case PacketType.DRAIN:
         return this.opts.drainRequested();
+      case PacketType.KANAL_RESUME:
+      case PacketType.KANAL_RESUME_END:
+        return this.opts.resume(p);
     }
   }
 

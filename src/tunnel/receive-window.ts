@@ -68,6 +68,11 @@ export class ReceiveWindow {
     return this.receivedBytes;
   }
 
+  /** The absolute offset up to which the peer may send: what was consumed at the last grant plus the window. */
+  get limit(): number {
+    return this.grantedBytes + this.sizeBytes;
+  }
+
   /**
    * Counts `bytes` from the peer. Returns the bytes outstanding beyond the
    * last grant when the peer overran the window (a protocol fault), else 0.

@@ -9,6 +9,7 @@
 import type { Duplex } from 'node:stream';
 import { FLUSH_IDLE_MS, TunnelConnection } from './connection.js';
 import type { LocalClose, LocalEnd } from './local-end.js';
+import { resetBehindEnd, resetSocket } from './socket-reset.js';
 
 export function splice(endpoint: Duplex | TunnelConnection, conn: TunnelConnection): void {
   if (endpoint instanceof TunnelConnection) {
@@ -44,6 +45,8 @@ class SocketEnd implements LocalEnd {
       this.onClose();
       return;
     }
+    // Nor 'end': a CONNECT client's FIN before its 200 is a half-close, passed on after what came before it (docs/frontends.md).
+    if (socket.readableEnded) this.onEnd();
     // Paused only behind queued bytes (their send is under way and reports progress); a full
     // transport alone is found by the first send, which then waits for its drain.
     if (conn.queuedBytes === 0) {
@@ -70,7 +73,12 @@ class SocketEnd implements LocalEnd {
     }
   }
 
-  private readonly onEnd = (): void => this.conn.end();
+  private readonly onEnd = (): void => {
+    // A reset libuv reported as an end (socket-reset.ts) is a failure, not a FIN to pass on.
+    const reset = resetBehindEnd(this.socket);
+    if (reset) this.socket.destroy(reset);
+    else this.conn.end();
+  };
 
   private readonly onError = (err: Error): void => {
     this.failure = err;
@@ -114,19 +122,23 @@ class SocketEnd implements LocalEnd {
 
   connectionClosed(how: LocalClose, error?: Error): void {
     const s = this.socket;
-    if (how === 'abort' || s.destroyed) {
-      s.destroy(error);
+    if (s.destroyed) return;
+    if (how === 'abort') {
+      // A failure is a reset, so the reader cannot take a cut transfer for a whole one; without an
+      // error the close was this side's choice (a FIN without half-close, as upstream), and ends with FIN.
+      if (error) resetSocket(s, error);
+      else s.destroy();
       return;
     }
     if (s.writableFinished) {
       s.destroy();
       return;
     }
-    // Let what is queued flush, however slowly (no byte is lost to a slow reader), then release the socket; a stalled reader is cut.
+    // Let what is queued flush, however slowly (no byte is lost to a slow reader), then release the socket; a stalled reader is cut, with a reset: its bytes are lost.
     let left = s.writableLength;
     this.flushTimer = setInterval(() => {
       if (s.writableLength < left) left = s.writableLength;
-      else s.destroy();
+      else resetSocket(s, new Error(`reader took nothing for ${FLUSH_IDLE_MS} ms after the connection closed`));
     }, FLUSH_IDLE_MS);
     this.flushTimer.unref();
     s.once('finish', () => s.destroy());

@@ -21,6 +21,14 @@ export interface TunnelOptions {
   onLimit?: (limit: TunnelLimitName) => void;
   /** The flag that sets each limit, named in log lines so an operator knows what to raise. */
   limitFlags?: Partial<Record<TunnelLimitName, string>>;
+  /**
+   * With the resume feature: how long a lost stream's connections wait for
+   * reattach() before they are closed (0 or absent: a lost stream closes the
+   * tunnel, as without the feature).
+   */
+  resumeTimeoutMs?: number;
+  /** Bytes sent again on a resumed stream (metrics). */
+  onReplayed?: (bytes: number) => void;
 }
 
 export interface TunnelStats {
@@ -31,9 +39,17 @@ export interface TunnelStats {
   windowGrowthBytes: number;
   /** True while the tunnel does not read its stream (a slow local reader, or a peer that does not read). */
   readPaused: boolean;
+  /** True while the stream is lost and the tunnel waits for a resume. */
+  detached: boolean;
 }
 
 export interface TunnelEvents {
   'drain-requested': [];
+  /** The stream was lost; connections wait for reattach() (resume). */
+  detached: [error: Error];
+  /** No new stream came within the resume timeout; 'close' follows. */
+  'resume-expired': [];
+  /** A new stream is under the tunnel, `detachedMs` after the loss. */
+  resumed: [detachedMs: number];
   close: [error: Error | undefined];
 }

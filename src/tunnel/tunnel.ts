@@ -8,7 +8,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { PacketStream } from '../transport/packet-stream.js';
-import { PacketType, type Packet } from '../wire/packet.js';
+import { PacketType, type Packet, type ResumeEndPacket, type ResumePacket, type WindowPacket } from '../wire/packet.js';
 import type { FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import { DialError, TunnelClosedError } from './errors.js';
@@ -27,6 +27,8 @@ import { WindowGrowthBudget } from './receive-window.js';
 import { connectionRules, type ConnectionRules } from './connection-rules.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { GrpcStatus, GrpcStatusError } from '../transport/grpc-status.js';
+import { ResumeExchange } from './resume-exchange.js';
+import { LingeringConnections } from './lingering-connections.js';
 
 export type { DialHandler, DialOptions, InboundDial } from './dial-handler.js';
 export type { TunnelEvents, TunnelOptions, TunnelStats } from './tunnel-options.js';
@@ -41,18 +43,25 @@ const PEER_FAULTS = new Set([GrpcStatus.RESOURCE_EXHAUSTED, GrpcStatus.INTERNAL,
  *   still go, bounded by maxQueuedBytes). `peerDraining`: the peer sent DRAIN,
  *   "prefer other tunnels for new dials"; it still serves the ones it gets, as
  *   upstream's agent does (docs/protocol.md).
+ * - detached (resume negotiated): the stream was lost while both sides live.
+ *   Connections, dials and their bookkeeping stay, nothing is sent, local
+ *   reads pause; reattach() puts a new stream under it (open again), or the
+ *   resume timeout closes it.
  * - closing: close() is ending the stream. Nothing is sent; a 'close' the
  *   stream emits meanwhile is this side's decision, never a peer's fault.
  * - closed: the stream ended. Final.
  *
- * Invariants: open -> closing -> closed or open -> closed, never back;
- * `peerDraining` never returns to false. Once closed: no dial pending in
- * either direction, no connection in the table, no drain waiter, no
- * peer-read timer. Open states are the four shared OPEN_STATES, so blocking
- * and unblocking on the data path allocate nothing.
+ * Invariants: open -> (detached -> open)* -> closing -> closed, or to closed
+ * from open or detached, never back from closing or closed; `peerDraining`
+ * never returns to false. While detached: no drain waiter, no peer-read
+ * timer, every connection suspended, the resume timer set. Once closed: no
+ * dial pending in either direction, no connection in the table or lingering,
+ * no drain waiter, no timer. Open states are the four shared OPEN_STATES, so
+ * blocking and unblocking on the data path allocate nothing.
  */
 export type TunnelState =
   | { readonly kind: 'open'; readonly writeBlocked: boolean; readonly peerDraining: boolean }
+  | { readonly kind: 'detached'; readonly peerDraining: boolean }
   | { readonly kind: 'closing' }
   | { readonly kind: 'closed' };
 
@@ -70,7 +79,12 @@ function openState(writeBlocked: boolean, peerDraining: boolean): OpenState {
   return OPEN_STATES[(writeBlocked ? 1 : 0) + (peerDraining ? 2 : 0)];
 }
 
+const DETACHED: readonly TunnelState[] = [
+  { kind: 'detached', peerDraining: false },
+  { kind: 'detached', peerDraining: true },
+];
 const CLOSING: TunnelState = { kind: 'closing' };
+const NO_BYTES = new Uint8Array(0);
 const CLOSED: TunnelState = { kind: 'closed' };
 
 export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost {
@@ -92,9 +106,22 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private readonly writeBlockedNow = (): boolean => this.current.kind === 'open' && this.current.writeBlocked;
   private dialHandler: DialHandler | undefined;
   private readonly noise: RateLimitedLog;
-  private readonly readPause: ReadPause;
+  /** The stream under the tunnel now; another after each resume (bind()). */
+  private currentStream!: PacketStream;
+  private readPause!: ReadPause;
   /** Stops reading from, then closes, a peer that does not read what we send. */
-  private readonly peerReads: PeerReadGuard;
+  private peerReads!: PeerReadGuard;
+  private readonly dispatch: PacketDispatch;
+  /** Resume: set while detached, closes the tunnel when no stream comes back in time. */
+  private resumeTimer: NodeJS.Timeout | undefined;
+  /** Resume: when the stream was lost (performance.now()). */
+  private detachedAt = 0;
+  /** Resume: what both sides tell each other on a new stream, until the peer's list has ended. */
+  private exchange: ResumeExchange | undefined;
+  /** Resume: connections closed here whose last bytes or FIN the peer has not acknowledged. */
+  private readonly lingering: LingeringConnections;
+  /** DRAIN went to the peer: sent again on a resumed stream, in case it was lost with the old one. */
+  private drainSent = false;
   private readonly reports: LimitReports;
   /** Bytes buffered for slow local readers of connections without flow control (limits.unflowedStreamBufferBytes). */
   private unflowedBytes = 0;
@@ -104,7 +131,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   private readonly rules: ConnectionRules;
 
   constructor(
-    readonly stream: PacketStream,
+    stream: PacketStream,
     private readonly opts: TunnelOptions,
   ) {
     super();
@@ -126,18 +153,60 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       openConnection: (connectID, dialID, address) =>
         this.connections.has(connectID) ? undefined : this.addConnection(connectID, dialID, address, 'dialer'),
     });
+    this.lingering = new LingeringConnections(this.limits.windowGrowthBudgetBytes);
     this.inbound = new InboundDials({
       noise: this.noise,
       send,
-      isOpen: this.isOpenNow,
+      isAlive: () => this.current.kind === 'open' || this.current.kind === 'detached',
       handler: () => this.dialHandler,
       refuseDialsReason: opts.refuseDialsReason,
       reports: this.reports,
       performerConnections: () => this.connections.performerCount,
       openConnection: (dialID, address) => this.addConnection(this.connections.allocateConnectID(), dialID, address, 'performer'),
     });
+    this.dispatch = new PacketDispatch({
+      side: opts.side,
+      connections: this.connections,
+      inbound: this.inbound,
+      outbound: this.outbound,
+      log: this.log,
+      noise: this.noise,
+      send,
+      drainRequested: () => this.onDrainRequested(),
+      resume: (p) => this.onResumePacket(p),
+      requestedAgain: (dialID) => this.exchange !== undefined && !this.exchange.finished && this.exchange.dialRequested(dialID),
+      lingeringWindow: (p) => this.lingering.acknowledged(p),
+    });
+    this.bind(stream);
+  }
+
+  /** The stream under the tunnel now. */
+  get stream(): PacketStream {
+    return this.currentStream;
+  }
+
+  /** Puts `stream` under the tunnel: its packets, drain and close come here (a lost one's late events do not). */
+  private bind(stream: PacketStream): void {
+    this.currentStream = stream;
     this.readPause = new ReadPause(stream);
-    this.peerReads = new PeerReadGuard({
+    this.peerReads = this.guardReads(stream);
+    // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
+    stream.acceptDataInPieces?.();
+    this.rules.configureStream(stream);
+    stream.on('packet', (p) => {
+      if (stream === this.currentStream) this.dispatch.packet(p);
+    });
+    stream.on('invalid', (reason) => this.noise.warn('invalid', { reason }, 'ignoring malformed packet from peer'));
+    stream.on('drain', () => {
+      if (stream === this.currentStream) this.onTransportDrain();
+    });
+    stream.on('close', (err) => {
+      if (stream === this.currentStream) this.onStreamClose(err);
+    });
+  }
+
+  private guardReads(stream: PacketStream): PeerReadGuard {
+    return new PeerReadGuard({
       stream,
       limits: this.limits,
       readPause: this.readPause,
@@ -147,23 +216,6 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       isOpen: this.isOpenNow,
       close: (error) => this.close(error),
     });
-    // DATA is a byte stream here: a packet may arrive in pieces, uncopied.
-    stream.acceptDataInPieces?.();
-    this.rules.configureStream(stream);
-    const dispatch = new PacketDispatch({
-      side: opts.side,
-      connections: this.connections,
-      inbound: this.inbound,
-      outbound: this.outbound,
-      log: this.log,
-      noise: this.noise,
-      send,
-      drainRequested: () => this.onDrainRequested(),
-    });
-    stream.on('packet', (p) => dispatch.packet(p));
-    stream.on('invalid', (reason) => this.noise.warn('invalid', { reason }, 'ignoring malformed packet from peer'));
-    stream.on('drain', () => this.onTransportDrain());
-    stream.on('close', (err) => this.onStreamClose(err));
   }
 
   // ---------- state, read-only ----------
@@ -178,10 +230,20 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     return this.current.kind === 'closed';
   }
 
+  /** The stream was lost and the tunnel waits for a new one (resume); its connections are kept. */
+  get detached(): boolean {
+    return this.current.kind === 'detached';
+  }
+
+  /** True when this tunnel's connections outlive a lost stream (resume negotiated and a timeout set). */
+  get resumable(): boolean {
+    return this.rules.resume && (this.opts.resumeTimeoutMs ?? 0) > 0;
+  }
+
   /** The peer sent DRAIN while the tunnel was open: it asks for no new dials, but still serves them. */
   get drainRequested(): boolean {
     const s = this.current;
-    return s.kind === 'open' && s.peerDraining;
+    return (s.kind === 'open' || s.kind === 'detached') && s.peerDraining;
   }
 
   /** Open and the transport takes more bulk data now (the data path asks this per packet). */
@@ -222,7 +284,15 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       inboundDials: this.inbound.size,
       windowGrowthBytes: this.windowGrowth.held,
       readPaused: this.readPaused,
+      detached: this.detached,
     };
+  }
+
+  /** Bytes kept for a resume: sent by open or lingering connections and not acknowledged (O(connections): for metrics). */
+  retainedBytes(): number {
+    let n = this.lingering.bytes;
+    for (const conn of this.connections.snapshot()) n += conn.unacknowledgedBytes;
+    return n;
   }
 
   /** The open connection with `connectID`, if any (diagnostics, tests). */
@@ -238,16 +308,60 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   /** Asks the peer to prefer other tunnels for new dials (agent shutdown). */
   sendDrain(): void {
+    this.drainSent = true;
     this.send({ type: PacketType.DRAIN });
   }
 
   /** Ends the stream gracefully; connections still open are closed. */
   close(error?: Error): void {
+    if (this.current.kind === 'detached') {
+      this.finish(error ?? new TunnelClosedError('tunnel closed locally'));
+      return;
+    }
     if (!this.isOpen) return;
     this.transition(CLOSING);
     if (error) this.stream.destroy(error);
     else this.stream.end();
     this.onStreamClose(error ?? new TunnelClosedError('tunnel closed locally'));
+  }
+
+  /**
+   * Puts a new stream under a tunnel whose stream was lost (resume,
+   * docs/protocol.md): both sides list what they hold and carry on. A
+   * tunnel that still looks open (the peer found the loss first) drops its
+   * old stream now. False (and the stream untouched) when the tunnel cannot resume.
+   */
+  reattach(stream: PacketStream): boolean {
+    if (this.current.kind === 'open' && this.resumable) {
+      const old = this.stream;
+      this.detach(new TunnelClosedError('the peer resumed this tunnel on a new stream'));
+      old.destroy(new GrpcStatusError(GrpcStatus.CANCELLED, 'replaced by a resumed stream'));
+    }
+    const s = this.current;
+    if (s.kind !== 'detached') return false;
+    clearTimeout(this.resumeTimer);
+    this.bind(stream);
+    this.transition(openState(false, s.peerDraining));
+    const detachedMs = performance.now() - this.detachedAt;
+    this.exchange = new ResumeExchange({
+      connections: this.connections,
+      inbound: this.inbound,
+      outbound: this.outbound,
+      lingering: this.lingering.byId,
+      forgetLingering: (connectID) => this.lingering.drop(connectID),
+      send: (packet) => this.send(packet),
+      log: this.log,
+      onReplayed: (bytes) => this.opts.onReplayed?.(bytes),
+    });
+    this.exchange.start();
+    if (this.drainSent) this.send({ type: PacketType.DRAIN });
+    // A peer that never ends its list would keep every connection suspended: bounded like the detachment.
+    this.resumeTimer = setTimeout(() => {
+      if (this.exchange && !this.exchange.finished) this.close(new TunnelClosedError('the peer did not finish resuming in time'));
+    }, this.opts.resumeTimeoutMs ?? 0);
+    this.resumeTimer.unref();
+    this.emit('resumed', detachedMs);
+    return true;
   }
 
   // ---------- ConnectionHost ----------
@@ -256,8 +370,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.send({ type: PacketType.DATA, connectID, error: '', data });
   }
 
-  sendWindow(connectID: number, increment: number): void {
-    this.send({ type: PacketType.KANAL_WINDOW, connectID, increment });
+  sendWindow(connectID: number, increment: number, acknowledged?: number, finReceived?: boolean): void {
+    const p: WindowPacket = { type: PacketType.KANAL_WINDOW, connectID, increment };
+    if (acknowledged !== undefined) p.acknowledged = acknowledged;
+    if (finReceived) p.finReceived = true;
+    this.send(p);
   }
 
   sendHalfClose(connectID: number): void {
@@ -267,7 +384,10 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   sendClose(connectID: number, role: ConnectionRole, reason: string): void {
     // Upstream convention: the side that asked for the connection sends
     // CLOSE_REQ, the side that dialled reports a closed endpoint with CLOSE_RSP.
-    if (role === 'dialer') this.send({ type: PacketType.CLOSE_REQ, connectID });
+    // CLOSE_REQ carries no error: a Kanal peer learns of a failure from DATA{error}, which
+    // closes the connection there with a reset (upstream's agent ignores that field, so it gets CLOSE_REQ).
+    if (role === 'dialer' && reason && this.rules.halfClose) this.send({ type: PacketType.DATA, connectID, error: reason, data: NO_BYTES });
+    else if (role === 'dialer') this.send({ type: PacketType.CLOSE_REQ, connectID });
     else this.send({ type: PacketType.CLOSE_RSP, connectID, error: reason });
   }
 
@@ -294,11 +414,19 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   forget(connectID: number): void {
     const conn = this.connections.removeClosed(connectID);
     if (conn) {
+      if (conn.lingers && this.current.kind !== 'closed') this.lingering.add(conn);
       this.opts.onConnectionClosed?.(conn);
       // Per connection: no fields built unless they are logged.
       if (this.log.isLevelEnabled('debug'))
         this.log.debug(
-          { connectID, dialID: String(conn.dialID), address: conn.address, bytesIn: conn.bytesIn, bytesOut: conn.bytesOut },
+          {
+            connectID,
+            dialID: String(conn.dialID),
+            address: conn.address,
+            bytesIn: conn.bytesIn,
+            bytesOut: conn.bytesOut,
+            reason: conn.closeReason,
+          },
           'connection closed',
         );
     }
@@ -309,10 +437,14 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   /** The one place the state changes: along the arrows of TunnelState, else it throws (a bug here, not the peer's). */
   private transition(next: TunnelState): void {
     const from = this.current;
+    const draining = (t: TunnelState): boolean => (t.kind === 'open' || t.kind === 'detached') && t.peerDraining;
+    const keepsDrain = (): boolean => next.kind === 'closing' || next.kind === 'closed' || !draining(from) || draining(next);
     const allowed =
       from.kind === 'open'
-        ? next.kind !== 'open' || !from.peerDraining || next.peerDraining
-        : from.kind === 'closing' && next.kind === 'closed';
+        ? keepsDrain()
+        : from.kind === 'detached'
+          ? (next.kind === 'open' && keepsDrain()) || next.kind === 'closed'
+          : from.kind === 'closing' && next.kind === 'closed';
     if (!allowed) throw new Error(`tunnel: no transition from ${describeState(from)} to ${describeState(next)}`);
     this.current = next;
   }
@@ -364,29 +496,84 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       log: this.log,
     });
     this.connections.add(conn);
+    // Opened while the stream is lost (a dial that connected meanwhile): it waits with the others.
+    if (this.current.kind === 'detached') conn.suspend();
     if (this.log.isLevelEnabled('debug')) this.log.debug({ connectID, dialID: String(dialID), address, role }, 'connection open');
     return conn;
   }
 
   private onStreamClose(error: Error | undefined): void {
-    if (this.current.kind === 'closed') return;
-    const closedLocally = this.current.kind === 'closing';
-    this.transition(CLOSED);
-    const reason = error ?? new TunnelClosedError('tunnel closed by peer');
-    if (!closedLocally && error instanceof GrpcStatusError && PEER_FAULTS.has(error.code)) {
+    const kind = this.current.kind;
+    if (kind === 'closed' || kind === 'detached') return;
+    const closedLocally = kind === 'closing';
+    const peerFault = error instanceof GrpcStatusError && PEER_FAULTS.has(error.code);
+    if (!closedLocally && peerFault) {
       // The peer broke the protocol (oversized or compressed message, ...): say so.
       this.log.warn({ grpcStatus: GrpcStatus[error.code], reason: error.message }, 'stream closed: peer violated the protocol');
     }
+    // A connection lost while both sides live (reset, PING timeout, a cut path: UNAVAILABLE) keeps its connections for a resume;
+    // a clean end, or a stream the peer cancelled on purpose while its connection lives, does not.
+    const lost = error !== undefined && (!(error instanceof GrpcStatusError) || error.code === GrpcStatus.UNAVAILABLE);
+    if (!closedLocally && !peerFault && lost && this.resumable) {
+      this.detach(error);
+      return;
+    }
+    this.finish(error);
+  }
+
+  /** The stream is lost; the connections wait, suspended, for reattach() or the resume timeout. */
+  private detach(error: Error): void {
+    const s = this.current;
+    if (s.kind !== 'open') return;
+    this.transition(DETACHED[s.peerDraining ? 1 : 0]);
+    this.detachedAt = performance.now();
+    this.exchange = undefined;
+    this.drainWaiters.clear();
+    this.peerReads.stop();
+    for (const conn of this.connections.snapshot()) conn.suspend();
+    clearTimeout(this.resumeTimer);
+    const timeoutMs = this.opts.resumeTimeoutMs ?? 0;
+    this.resumeTimer = setTimeout(() => {
+      this.emit('resume-expired');
+      this.finish(new TunnelClosedError(`not resumed within ${timeoutMs} ms (${error.message})`));
+    }, timeoutMs);
+    this.resumeTimer.unref();
+    this.emit('detached', error);
+  }
+
+  /** To 'closed': every dial fails, every connection is abandoned (the owner is told why). */
+  private finish(error: Error | undefined): void {
+    if (this.current.kind === 'closed') return;
+    this.transition(CLOSED);
+    clearTimeout(this.resumeTimer);
+    this.exchange = undefined;
+    const reason = error ?? new TunnelClosedError('tunnel closed by peer');
     this.outbound.failAll(`tunnel closed: ${reason.message}`);
     this.inbound.abortAll();
     // Each abandoned connection leaves the table through forget().
     for (const conn of this.connections.snapshot()) conn.abandon(new TunnelClosedError(`tunnel closed: ${reason.message}`));
+    this.lingering.clear();
     this.drainWaiters.clear();
     this.peerReads.stop();
     this.emit('close', error);
   }
+
+  /** KANAL_RESUME and KANAL_RESUME_END: only meaningful on a stream that replaced a lost one. */
+  private onResumePacket(p: ResumePacket | ResumeEndPacket): void {
+    const exchange = this.exchange;
+    if (!exchange || exchange.finished) {
+      this.noise.warn('resume-unexpected', { packet: PacketType[p.type] }, 'ignoring a resume packet outside a resume');
+      return;
+    }
+    if (p.type === PacketType.KANAL_RESUME) exchange.entry(p);
+    else {
+      exchange.end();
+      clearTimeout(this.resumeTimer);
+    }
+  }
 }
 
 function describeState(s: TunnelState): string {
-  return s.kind === 'open' ? `open (writeBlocked ${s.writeBlocked}, peerDraining ${s.peerDraining})` : s.kind;
+  if (s.kind === 'open') return `open (writeBlocked ${s.writeBlocked}, peerDraining ${s.peerDraining})`;
+  return s.kind === 'detached' ? `detached (peerDraining ${s.peerDraining})` : s.kind;
 }

@@ -19,6 +19,8 @@ const PAYLOAD_FIELD: Record<PacketType, number> = {
   [PacketType.DRAIN]: 8,
   [PacketType.KANAL_WINDOW]: 100,
   [PacketType.KANAL_HALF_CLOSE]: 101,
+  [PacketType.KANAL_RESUME]: 102,
+  [PacketType.KANAL_RESUME_END]: 103,
 };
 const TYPE_BY_FIELD = new Map<number, PacketType>(Object.entries(PAYLOAD_FIELD).map(([t, f]) => [f, Number(t) as PacketType]));
 
@@ -89,9 +91,19 @@ function payloadFields(p: Exclude<Packet, DataPacket>): (Field | null)[] {
     case PacketType.DRAIN:
       return [];
     case PacketType.KANAL_WINDOW:
-      return [intField(1, p.connectID), intField(2, p.increment)];
+      return [intField(1, p.connectID), intField(2, p.increment), intField(3, p.acknowledged ?? 0), intField(4, p.finReceived ? 1 : 0)];
     case PacketType.KANAL_HALF_CLOSE:
       return [intField(1, p.connectID)];
+    case PacketType.KANAL_RESUME:
+      return [
+        intField(1, p.connectID),
+        intField(2, p.received),
+        intField(3, p.limit),
+        intField(4, p.finReceived ? 1 : 0),
+        bigIntField(5, p.dialID),
+      ];
+    case PacketType.KANAL_RESUME_END:
+      return [];
   }
 }
 
@@ -135,8 +147,10 @@ const SCHEMA: Record<ControlType, Record<number, 'int' | 'big' | 'string'>> = {
   [PacketType.CLOSE_RSP]: { 1: 'string', 2: 'int' },
   [PacketType.DIAL_CLS]: { 1: 'big' },
   [PacketType.DRAIN]: {},
-  [PacketType.KANAL_WINDOW]: { 1: 'int', 2: 'int' },
+  [PacketType.KANAL_WINDOW]: { 1: 'int', 2: 'int', 3: 'int', 4: 'int' },
   [PacketType.KANAL_HALF_CLOSE]: { 1: 'int' },
+  [PacketType.KANAL_RESUME]: { 1: 'int', 2: 'int', 3: 'int', 4: 'int', 5: 'big' },
+  [PacketType.KANAL_RESUME_END]: {},
 };
 
 function decodePayload(type: ControlType, buf: Uint8Array, start: number, end: number): RawPayload {
@@ -211,9 +225,18 @@ export function decodePacket(buf: Uint8Array): Packet {
       return { type: ptype, random: big(1) };
     case PacketType.DRAIN:
       return { type: ptype };
-    case PacketType.KANAL_WINDOW:
-      return { type: ptype, connectID: int(1), increment: int(2) };
+    case PacketType.KANAL_WINDOW: {
+      const window: Packet = { type: ptype, connectID: int(1), increment: int(2) };
+      // Present only when set: a peer without resume sends neither.
+      if (int(3) !== 0) window.acknowledged = int(3);
+      if (int(4) !== 0) window.finReceived = true;
+      return window;
+    }
     case PacketType.KANAL_HALF_CLOSE:
       return { type: ptype, connectID: int(1) };
+    case PacketType.KANAL_RESUME:
+      return { type: ptype, connectID: int(1), received: int(2), limit: int(3), finReceived: int(4) !== 0, dialID: big(5) };
+    case PacketType.KANAL_RESUME_END:
+      return { type: ptype };
   }
 }

@@ -12,6 +12,12 @@ export enum Feature {
   HalfClose = 'half-close',
   /** Agent-initiated dials to the server (node -> control plane, KEP-2025). */
   NodeDial = 'node-dial',
+  /**
+   * Connections outlive a lost stream: both sides keep them detached and
+   * resume them on the agent's next stream to the same server (docs/protocol.md).
+   * Used only together with Window and HalfClose.
+   */
+  Resume = 'resume',
 }
 
 export type FeatureSet = ReadonlySet<Feature>;

@@ -14,6 +14,8 @@ export enum PacketType {
   DRAIN = 6,
   KANAL_WINDOW = 100,
   KANAL_HALF_CLOSE = 101,
+  KANAL_RESUME = 102,
+  KANAL_RESUME_END = 103,
 }
 
 export interface DialRequestPacket {
@@ -61,11 +63,36 @@ export interface WindowPacket {
   type: PacketType.KANAL_WINDOW;
   connectID: number;
   increment: number;
+  /** With resume: bytes of this connection received so far (the sender may forget them); absent or 0: none said. */
+  acknowledged?: number;
+  /** With resume: the sender's FIN arrived (after `acknowledged` bytes). */
+  finReceived?: boolean;
 }
 
 export interface HalfClosePacket {
   type: PacketType.KANAL_HALF_CLOSE;
   connectID: number;
+}
+
+/**
+ * With resume, after a tunnel's stream is replaced: one per connection the
+ * sender holds (docs/protocol.md, "Resume"). `received` and `finReceived`
+ * say what of the peer's bytes arrived; `limit` is the offset up to which
+ * the peer may send (its window, absolute); `dialID` names the dial the
+ * connection came from.
+ */
+export interface ResumePacket {
+  type: PacketType.KANAL_RESUME;
+  connectID: number;
+  received: number;
+  limit: number;
+  finReceived: boolean;
+  dialID: bigint;
+}
+
+/** With resume: the sender has listed every connection it holds (KANAL_RESUME) and re-sent its pending dials. */
+export interface ResumeEndPacket {
+  type: PacketType.KANAL_RESUME_END;
 }
 
 export type Packet =
@@ -77,7 +104,9 @@ export type Packet =
   | CloseDialPacket
   | DrainPacket
   | WindowPacket
-  | HalfClosePacket;
+  | HalfClosePacket
+  | ResumePacket
+  | ResumeEndPacket;
 
 export function packetTypeName(type: number): string {
   return PacketType[type] ?? `UNKNOWN(${type})`;

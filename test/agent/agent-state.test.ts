@@ -32,8 +32,7 @@ test('stop() during start() leaves nothing running: no tunnel comes up, the heal
     agentID: 'node-1',
     agentIdentifiers: '',
     server: {
-      host: '127.0.0.1',
-      port: server.agentPort,
+      hosts: [{ host: '127.0.0.1', port: server.agentPort }],
       tls: { ca: fs.readFileSync(env.pki.caCert), cert: fs.readFileSync(own.cert), key: fs.readFileSync(own.key) },
     },
     dialTimeoutMs: 5000,

@@ -126,7 +126,7 @@ test('a start that cannot bind a target fails naming the address and releases wh
     tunnels: {
       agentID: 'node-1',
       agentIdentifiers: '',
-      server: { host: '127.0.0.1', port: server.agentPort, tls: { ca: fs.readFileSync(env.pki.caCert) } },
+      server: { hosts: [{ host: '127.0.0.1', port: server.agentPort }], tls: { ca: fs.readFileSync(env.pki.caCert) } },
       dialTimeoutMs: 5000,
       connectTimeoutMs: 5000,
       reconnect: { initialMs: 100, maxMs: 500 },

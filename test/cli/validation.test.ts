@@ -376,8 +376,7 @@ test('a choice outside its list is refused naming the flag and every choice', (t
 
 test('validateAgentArgs accepts a minimal configuration and fills upstream defaults', (t) => {
   const c = validateAgentArgs(parseAgent(AGENT_OK));
-  t.is(c.server.host, 'cp.example');
-  t.is(c.server.port, 8091);
+  t.deepEqual(c.server.addresses, [{ host: 'cp.example', port: 8091 }]);
   t.is(c.settings['agent-id'], defaultAgentID());
   t.is(c.settings['dial-timeout'], 10_000);
   t.deepEqual(c.reconnect, { initialMs: 1000, maxMs: 30_000 });
@@ -524,7 +523,7 @@ for (const [name, argv, message] of agentRefusals) {
   });
 }
 
-test('a repeated scalar flag keeps its last value (as Go flags do); repeatable flags accumulate', (t) => {
+test('a repeated scalar flag keeps its last value (as Go flags do); repeatable flags accumulate (--proxy-server-host too)', (t) => {
   const s = validateServerArgs(
     parseServer([...SERVER_OK, '--agent-port', '8091', '--agent-port', '9000', '--mode', 'grpc', '--mode', 'http-connect']),
   );
@@ -533,7 +532,10 @@ test('a repeated scalar flag keeps its last value (as Go flags do); repeatable f
   const a = validateAgentArgs(
     parseAgent([...AGENT_OK, '--proxy-server-host', 'cp2.example', ...NODE, '--target', '1:a:1', '--target', '2:b:2']),
   );
-  t.is(a.server.host, 'cp2.example');
+  t.deepEqual(a.server.addresses, [
+    { host: 'cp.example', port: 8091 },
+    { host: 'cp2.example', port: 8091 },
+  ]);
   t.is(a.node?.targets.length, 2);
 });
 

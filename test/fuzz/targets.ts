@@ -150,6 +150,8 @@ function packetFrom(t: Take): Packet {
     PacketType.DRAIN,
     PacketType.KANAL_WINDOW,
     PacketType.KANAL_HALF_CLOSE,
+    PacketType.KANAL_RESUME,
+    PacketType.KANAL_RESUME_END,
   ] as const;
   const type = types[t.byte() % types.length];
   switch (type) {
@@ -179,6 +181,10 @@ function packetFrom(t: Take): Packet {
       return { type, connectID: t.safe(), increment: t.safe() };
     case PacketType.KANAL_HALF_CLOSE:
       return { type, connectID: t.safe() };
+    case PacketType.KANAL_RESUME:
+      return { type, connectID: t.safe(), received: t.safe(), limit: t.safe(), finReceived: t.byte() > 127, dialID: t.big() };
+    case PacketType.KANAL_RESUME_END:
+      return { type };
   }
 }
 

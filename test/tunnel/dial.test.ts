@@ -45,7 +45,7 @@ async function roundTrip(conn: Duplex, text: string): Promise<string> {
   return chunk.toString();
 }
 
-const zero = { connections: 0, pendingDials: 0, inboundDials: 0, windowGrowthBytes: 0, readPaused: false };
+const zero = { connections: 0, pendingDials: 0, inboundDials: 0, windowGrowthBytes: 0, readPaused: false, detached: false };
 
 function statsZero(...tunnels: Tunnel[]): boolean {
   return tunnels.every((t) => {

@@ -35,7 +35,7 @@ async function settleTo(baseline: Map<string, number>): Promise<string[]> {
   return diff;
 }
 
-const zero = { connections: 0, pendingDials: 0, inboundDials: 0, windowGrowthBytes: 0, readPaused: false };
+const zero = { connections: 0, pendingDials: 0, inboundDials: 0, windowGrowthBytes: 0, readPaused: false, detached: false };
 
 /** Echo endpoints for "echo:*", dials that hang until aborted for "hang:*", refusals for "refuse:*". */
 function handler(hung: InboundDial[]): DialHandler {

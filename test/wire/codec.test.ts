@@ -34,6 +34,8 @@ const PAYLOAD_NAME: Record<PacketType, string> = {
   [PacketType.DRAIN]: 'drain',
   [PacketType.KANAL_WINDOW]: 'window',
   [PacketType.KANAL_HALF_CLOSE]: 'halfClose',
+  [PacketType.KANAL_RESUME]: 'resume',
+  [PacketType.KANAL_RESUME_END]: 'resumeEnd',
 };
 
 const PAYLOAD_FIELD: Record<PacketType, number> = {
@@ -46,6 +48,8 @@ const PAYLOAD_FIELD: Record<PacketType, number> = {
   [PacketType.DRAIN]: 8,
   [PacketType.KANAL_WINDOW]: 100,
   [PacketType.KANAL_HALF_CLOSE]: 101,
+  [PacketType.KANAL_RESUME]: 102,
+  [PacketType.KANAL_RESUME_END]: 103,
 };
 
 const bytes = (n: number, seed = 7): Uint8Array => {
@@ -85,8 +89,13 @@ const SAMPLES: Packet[] = [
   { type: PacketType.KANAL_WINDOW, connectID: 4, increment: 262144 },
   { type: PacketType.KANAL_WINDOW, connectID: 4, increment: 0xffff_ffff },
   { type: PacketType.KANAL_WINDOW, connectID: 0, increment: 0 },
+  { type: PacketType.KANAL_WINDOW, connectID: 7, increment: 0, acknowledged: 3 * 2 ** 30, finReceived: true },
+  { type: PacketType.KANAL_WINDOW, connectID: 7, increment: 65536, acknowledged: 1 },
   { type: PacketType.KANAL_HALF_CLOSE, connectID: 11 },
   { type: PacketType.KANAL_HALF_CLOSE, connectID: 0 },
+  { type: PacketType.KANAL_RESUME, connectID: 9, received: 2 ** 40, limit: 2 ** 40 + 4194304, finReceived: true, dialID: INT64_MAX },
+  { type: PacketType.KANAL_RESUME, connectID: 0, received: 0, limit: 0, finReceived: false, dialID: -5n },
+  { type: PacketType.KANAL_RESUME_END },
 ];
 
 function label(p: Packet): string {
@@ -137,9 +146,20 @@ function toPbObject(p: Packet): Record<string, unknown> {
     case PacketType.KANAL_WINDOW:
       put('connectID', p.connectID);
       put('increment', p.increment);
+      put('acknowledged', p.acknowledged ?? 0);
+      if (p.finReceived) payload.finReceived = true;
       break;
     case PacketType.KANAL_HALF_CLOSE:
       put('connectID', p.connectID);
+      break;
+    case PacketType.KANAL_RESUME:
+      put('connectID', p.connectID);
+      put('received', p.received);
+      put('limit', p.limit);
+      if (p.finReceived) payload.finReceived = true;
+      put('dialID', p.dialID);
+      break;
+    case PacketType.KANAL_RESUME_END:
       break;
   }
   const obj: Record<string, unknown> = { [PAYLOAD_NAME[p.type]]: payload };
@@ -168,7 +188,7 @@ function pbDecode(buf: Uint8Array): PbView {
   const raw = (payloadName ? obj[payloadName] : {}) as Record<string, unknown>;
   const fields: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(raw)) {
-    if (typeof v === 'string' && ['random', 'connectID'].includes(k)) fields[k] = BigInt(v);
+    if (typeof v === 'string' && ['random', 'connectID', 'acknowledged', 'received', 'limit', 'dialID'].includes(k)) fields[k] = BigInt(v);
     else if (v instanceof Uint8Array) fields[k] = Buffer.from(v);
     else if (k === 'data' && Array.isArray(v))
       fields[k] = Buffer.from(v as number[]); // protobufjs default for bytes
@@ -202,10 +222,26 @@ function expectedView(p: Packet): PbView {
     case PacketType.DRAIN:
       break;
     case PacketType.KANAL_WINDOW:
-      Object.assign(f, { connectID: BigInt(p.connectID), increment: p.increment });
+      Object.assign(f, {
+        connectID: BigInt(p.connectID),
+        increment: p.increment,
+        acknowledged: BigInt(p.acknowledged ?? 0),
+        finReceived: p.finReceived ?? false,
+      });
       break;
     case PacketType.KANAL_HALF_CLOSE:
       Object.assign(f, { connectID: BigInt(p.connectID) });
+      break;
+    case PacketType.KANAL_RESUME:
+      Object.assign(f, {
+        connectID: BigInt(p.connectID),
+        received: BigInt(p.received),
+        limit: BigInt(p.limit),
+        finReceived: p.finReceived,
+        dialID: p.dialID,
+      });
+      break;
+    case PacketType.KANAL_RESUME_END:
       break;
   }
   return { type: p.type, payload: PAYLOAD_NAME[p.type], fields: f };
@@ -439,7 +475,7 @@ test('an unknown packet type throws PacketDecodeError naming it', (t) => {
   throwsDecode(t, hex('08 07'), /unknown packet type 7/);
   throwsDecode(t, hex('08 07 4a 00'), /unknown packet type 7/);
   throwsDecode(t, hex('08 63'), /unknown packet type 99/);
-  throwsDecode(t, hex('08 66'), /unknown packet type 102/);
+  throwsDecode(t, hex('08 68'), /unknown packet type 104/);
   throwsDecode(t, hex('08 ff ff ff ff 0f'), /unknown packet type/);
   // A negative enum value (ten-byte varint) is out of range, not a huge type.
   throwsDecode(t, hex('08 ff ff ff ff ff ff ff ff ff 01'), /integer out of range/);
@@ -499,7 +535,7 @@ test('formatFeatures is sorted and comma-separated, and parses back', (t) => {
   t.is(formatFeatures(new Set([Feature.Window, Feature.NodeDial, Feature.HalfClose])), 'half-close,node-dial,window');
   t.is(formatFeatures(NO_FEATURES), '');
   t.deepEqual([...parseFeatures(formatFeatures(ALL_FEATURES))].sort(), [...ALL_FEATURES].sort());
-  t.deepEqual([...ALL_FEATURES].sort(), ['half-close', 'node-dial', 'window']);
+  t.deepEqual([...ALL_FEATURES].sort(), ['half-close', 'node-dial', 'resume', 'window']);
 });
 
 test('intersectFeatures: both must support a feature; an upstream peer (no header) gets none', (t) => {

@@ -12,6 +12,10 @@ import {
   MD_AGENT_IDENTIFIERS,
   MD_AUTHORIZATION,
   MD_KANAL_FEATURES,
+  MD_KANAL_INCARNATION,
+  MD_KANAL_RESUME,
+  MD_KANAL_RESUME_TOKEN,
+  MD_KANAL_RESUMED,
   MD_SERVER_COUNT,
   MD_SERVER_ID,
   firstValue,
@@ -32,6 +36,8 @@ import { truncateForLog } from '../../common/log-safety.js';
 import { peerHost } from '../../domain/refusal-log.js';
 import type { RefusalReason } from '../../domain/refusal-reason.js';
 import { errorMessage } from '../../common/error-message.js';
+import { MAX_RESUME_TOKEN_CHARS, MAX_RESUME_TOKENS, type ResumableTunnels } from './resumable-tunnels.js';
+import type { ResumeMetrics } from '../../domain/resume-metrics.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -69,6 +75,12 @@ export interface AgentServiceOptions {
   tokens?: { authenticator: TokenAuthenticator };
   /** Told of every connection of an agent tunnel as it closes (a tenant's quota gives its ticket back). */
   onConnectionClosed?: (connection: object) => void;
+  /**
+   * Resume (docs/protocol.md): offered when set. A tunnel whose stream is
+   * lost keeps its connections `timeoutMs`; a new stream of the same
+   * credential and agentID naming its token takes it over.
+   */
+  resume?: { timeoutMs: number; tunnels: ResumableTunnels; metrics: ResumeMetrics };
 }
 
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent. */
@@ -241,16 +253,114 @@ function serveAgentStream(
   );
 }
 
-/** Answers the stream and builds the agent's tunnel (called by the registry once admitted). */
-function accept({ incoming, credential, agentID, identifiers, log }: AdmittedStream, opts: AgentServiceOptions): AgentBackend {
+/** The resume tokens an agent names (bounded in number and length; the rest is ignored). */
+function askedTokens(incoming: IncomingStream<AgentCredential>): string[] {
+  const header = firstValue(incoming.metadata, MD_KANAL_RESUME) ?? '';
+  return header
+    .split(',', MAX_RESUME_TOKENS)
+    .map((t) => t.trim())
+    .filter((t) => t.length > 0 && t.length <= MAX_RESUME_TOKEN_CHARS);
+}
+
+/** The detached tunnel this stream resumes, if it names one it may take (logged and counted when it may not). */
+function claimTunnel(
+  { incoming, credential, agentID, log }: AdmittedStream,
+  features: FeatureSet,
+  resume: NonNullable<AgentServiceOptions['resume']>,
+): { token: string; tunnel: Tunnel } | undefined {
+  const asked = askedTokens(incoming);
+  if (asked.length === 0) return undefined;
+  const claimed = resume.tunnels.claim(asked, credential, agentID);
+  if ('tunnel' in claimed && formatFeatures(claimed.tunnel.features) === formatFeatures(features)) return claimed;
+  resume.metrics.results.inc({ result: 'refused' });
+  const why =
+    'miss' in claimed && claimed.miss === 'other_agent'
+      ? 'it belongs to another credential or agentID'
+      : 'miss' in claimed
+        ? 'this server does not hold it (restarted, or it expired)'
+        : 'the stream negotiated other features';
+  log.info({ peer: incoming.peer, reason: why }, 'agent asked to resume a tunnel it cannot take; it starts a new one');
+  return undefined;
+}
+
+/** Answers the stream and builds the agent's tunnel, or resumes its detached one (called by the registry once admitted). */
+function accept(admitted: AdmittedStream, opts: AgentServiceOptions): AgentBackend {
+  const { incoming, credential, agentID, identifiers, log } = admitted;
   const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), opts.features);
   const headers: Record<string, string> = {
     [MD_SERVER_ID]: opts.serverID,
     [MD_SERVER_COUNT]: String(opts.serverCount),
   };
   if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
+  const resume = features.has(Feature.Resume) ? opts.resume : undefined;
+  const claimed = resume && claimTunnel(admitted, features, resume);
+  // An agent without an incarnation (upstream's, or resume off) is another process than any that resumes.
+  const incarnation = (firstValue(incoming.metadata, MD_KANAL_INCARNATION) ?? '').slice(0, MAX_RESUME_TOKEN_CHARS);
+  if (!claimed && opts.resume) {
+    const closed = opts.resume.tunnels.closeDetachedOf(credential, agentID, incarnation);
+    if (closed > 0) log.info({ peer: incoming.peer, tunnels: closed }, 'closed the detached tunnels of a restarted agent');
+  }
+  const token = claimed?.token ?? resume?.tunnels.newToken();
+  if (token) headers[MD_KANAL_RESUME_TOKEN] = token;
+  if (claimed) headers[MD_KANAL_RESUMED] = claimed.token;
   const stream = incoming.accept(headers);
-  const tunnel = new Tunnel(stream, {
+  const tunnel = claimed?.tunnel.reattach(stream) ? claimed.tunnel : newTunnel(admitted, stream, features, opts);
+  if (resume && token && tunnel !== claimed?.tunnel) {
+    resume.tunnels.add(token, tunnel, credential, agentID, incarnation);
+    resume.metrics.watch(tunnel);
+    tunnel.on('resume-expired', () =>
+      log.warn(
+        { resumeTimeoutMs: resume.timeoutMs, connections: tunnel.stats().connections },
+        'agent tunnel not resumed in time; its connections are closed',
+      ),
+    );
+  }
+  if (claimed) log.info({ peer: incoming.peer, connections: tunnel.stats().connections }, 'agent tunnel resumed on a new stream');
+  const backend: AgentBackend = {
+    agentID,
+    credential,
+    identifiers,
+    tunnel,
+    liveness: incoming.liveness,
+    peer: incoming.peer,
+    connectedAt: new Date(),
+  };
+  const liveness = incoming.liveness;
+  const onQuiet = (): void => log.warn({ peer: incoming.peer }, 'agent tunnel quiet: a PING went unanswered; dials prefer other tunnels');
+  const onAlive = (): void => log.info({ peer: incoming.peer }, 'agent tunnel answers PINGs again');
+  liveness?.on('quiet', onQuiet).on('alive', onAlive);
+  /** This stream's end: a detachment (the tunnel waits for a resume) or the tunnel's close; the backend leaves the registry either way. */
+  const onDetached = (err: Error): void => streamEnded(err, true);
+  const onClose = (err: Error | undefined): void => streamEnded(err, false);
+  const streamEnded = (err: Error | undefined, detached: boolean): void => {
+    tunnel.off('detached', onDetached).off('close', onClose);
+    liveness?.off('quiet', onQuiet).off('alive', onAlive);
+    opts.registry.remove(backend);
+    const fields = {
+      peer: incoming.peer,
+      reason: err?.message ?? 'stream ended',
+      tunnels: opts.registry.size,
+      agents: opts.registry.agentCount,
+    };
+    if (detached)
+      log.warn(
+        { ...fields, connections: tunnel.stats().connections, resumeTimeoutMs: opts.resume?.timeoutMs },
+        'agent tunnel lost; its connections wait for it to resume',
+      );
+    else log.info(fields, 'agent disconnected');
+  };
+  tunnel.on('detached', onDetached).on('close', onClose);
+  return backend;
+}
+
+function newTunnel(
+  { credential, agentID, log }: AdmittedStream,
+  stream: ReturnType<IncomingStream<AgentCredential>['accept']>,
+  features: FeatureSet,
+  opts: AgentServiceOptions,
+): Tunnel {
+  const resume = opts.resume;
+  return new Tunnel(stream, {
     side: 'server',
     features,
     log,
@@ -266,27 +376,6 @@ function accept({ incoming, credential, agentID, identifiers, log }: AdmittedStr
     },
     onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
+    ...(resume ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: (n: number) => resume.metrics.replayedBytes.inc(n) } : {}),
   });
-  const backend: AgentBackend = {
-    agentID,
-    credential,
-    identifiers,
-    tunnel,
-    liveness: incoming.liveness,
-    peer: incoming.peer,
-    connectedAt: new Date(),
-  };
-  const liveness = incoming.liveness;
-  const onQuiet = (): void => log.warn({ peer: incoming.peer }, 'agent tunnel quiet: a PING went unanswered; dials prefer other tunnels');
-  const onAlive = (): void => log.info({ peer: incoming.peer }, 'agent tunnel answers PINGs again');
-  liveness?.on('quiet', onQuiet).on('alive', onAlive);
-  tunnel.once('close', (err) => {
-    liveness?.off('quiet', onQuiet).off('alive', onAlive);
-    opts.registry.remove(backend);
-    log.info(
-      { peer: incoming.peer, reason: err?.message ?? 'stream ended', tunnels: opts.registry.size, agents: opts.registry.agentCount },
-      'agent disconnected',
-    );
-  });
-  return backend;
 }

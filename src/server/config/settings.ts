@@ -3,11 +3,12 @@
  * upstream's names where the meaning matches (docs/upstream-flags.md).
  * Checks that tie several settings together are in config.ts.
  */
+import { DEFAULT_RESUME_TIMEOUT_MS } from '../../tunnel/resume-timeout.js';
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { UsageError } from '../../common/usage-error.js';
 import { parseHostPort } from '../../common/host-port.js';
-import { choice, count, duration, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
+import { choice, count, duration, durationOrOff, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
 import { durationFlag, namedFlag } from '../../settings/checks.js';
 import { processSettings } from '../../settings/process-settings.js';
 import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
@@ -140,6 +141,12 @@ export const serverSettings = {
   'keepalive-timeout': duration({
     default: `${DEFAULT_AGENT_KEEPALIVE.timeoutMs / 1000}s`,
     describe: 'An agent connection whose PING stays unanswered this long is closed',
+    group: AGENTS,
+  }),
+  'resume-timeout': durationOrOff({
+    default: `${DEFAULT_RESUME_TIMEOUT_MS / 1000}s`,
+    describe:
+      'How long the connections of a lost agent tunnel wait for the agent to resume it on a new stream (Kanal agents only); 0 closes them at once',
     group: AGENTS,
   }),
   mode: choice({

@@ -9,16 +9,20 @@
  * cost more than the rest of the frontend's work per dial (bench/notes/dial-profile.md finding 3).
  */
 import { STATUS_CODES } from 'node:http';
+import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { parseHostPort, formatHostPort } from '../../common/host-port.js';
 import { truncateForLog } from '../../common/log-safety.js';
 import { DialError, HTTP_STATUS_FOR_FAILURE } from '../../tunnel/errors.js';
 import { splice } from '../../tunnel/splice.js';
+import { resetBehindEnd } from '../../tunnel/socket-reset.js';
 import type { BackendDialer } from './backend-dialer.js';
 import { Cancel } from '../../common/cancel.js';
 import type { Refusals } from '../../domain/refusal-log.js';
 import { RequestHeadParser, type HeadVerdict } from './request-head.js';
 import { errorMessage } from '../../common/error-message.js';
+import { socketFd } from '../../../native/socket-buffers.js';
+import { TCP_CLOSE, tcpState } from '../../../native/tcp-state.js';
 
 export interface HttpConnectLimits {
   /** Largest request head (request line and headers), bytes. */
@@ -75,6 +79,11 @@ class Client {
   };
   private readonly onClose = (): void => this.stopReading();
 }
+
+const EMPTY = Buffer.alloc(0);
+
+/** How often a half-closed client whose dial is pending is checked for its departure. */
+const GONE_CHECK_INTERVAL_MS = 1000;
 
 /** The one response a CONNECT gets before its connection closes (any but 200). */
 interface Answer {
@@ -179,13 +188,14 @@ export class HttpConnectFrontend {
     this.dialer.dial(address, early.gone, peer).then(
       (conn) => {
         if (early.gone.aborted || socket.destroyed) {
-          conn.close();
+          conn.close(new Error('client went away before its 200'));
           return;
         }
         const pending = early.release();
         // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
         socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
         if (pending.length > 0) conn.send(pending);
+        // A FIN that came meanwhile is passed on by the splice, after these bytes.
         splice(socket, conn);
       },
       (err: Error) => {
@@ -228,14 +238,23 @@ export class HttpConnectFrontend {
 
 /**
  * A CONNECT client while its dial is pending: what it sends early is kept
- * (bounded) for the tunnel, and its going away (FIN, reset, close) aborts
- * `gone`, which cancels the dial (DIAL_CLS) at once, so a client that left
- * never holds a pending dial until the dial timeout.
+ * (bounded) for the tunnel. Its FIN is a half-close (`printf … | socat`,
+ * `nc -N`): the dial goes on, and the FIN follows the early bytes once the
+ * dial is answered. A client that really went (a reset, an error, a close)
+ * aborts `gone`, which cancels the dial (DIAL_CLS) at once. Node reads no
+ * more after a FIN, so while the dial is pending a half-closed client is
+ * checked once a second: on a Unix socket with an empty write, which fails
+ * (EPIPE) once the client closed both ways; over TCP in the kernel's TCP
+ * state, which says when a reset came. A TCP client that sent its FIN and
+ * left without a reset is found when its answer cannot be written
+ * (docs/frontends.md).
  */
 class EarlyBytes {
   readonly gone = new Cancel();
   private chunks: Buffer[];
   private bytes: number;
+  /** After the client's FIN: looks for its departure now and then (onEnd). */
+  private goneWatch: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly socket: Duplex,
@@ -245,7 +264,7 @@ class EarlyBytes {
     this.chunks = head.length > 0 ? [head] : [];
     this.bytes = head.length;
     socket.on('data', this.onData);
-    socket.once('end', this.onGone);
+    socket.once('end', this.onEnd);
     socket.once('close', this.onGone);
     socket.on('error', this.onGone);
     if (this.bytes >= max) socket.pause();
@@ -254,8 +273,9 @@ class EarlyBytes {
 
   /** Stops watching and returns what the client sent; the socket is left paused for its next owner. */
   release(): Buffer {
+    clearInterval(this.goneWatch);
     this.socket.off('data', this.onData);
-    this.socket.off('end', this.onGone);
+    this.socket.off('end', this.onEnd);
     this.socket.off('close', this.onGone);
     this.socket.off('error', this.onGone);
     this.socket.pause();
@@ -271,10 +291,36 @@ class EarlyBytes {
     if (this.bytes >= this.max) this.socket.pause();
   };
 
+  /**
+   * The empty write sends no byte: a Unix socket whose peer released it refuses even that (Linux,
+   * unix_stream_sendmsg: SEND_SHUTDOWN), and the error ('error', then 'close') is `gone`.
+   */
+  private readonly onEnd = (): void => {
+    const s = this.socket;
+    if (s.destroyed) return;
+    // A reset libuv reported as an end: gone.
+    if (resetBehindEnd(s)) {
+      this.onGone();
+      return;
+    }
+    const fd = s instanceof net.Socket ? socketFd(s) : -1;
+    // TCP: the kernel's state says whether a reset came. Otherwise (a Unix socket, or no libc to ask
+    // through native/tcp-state.ts) an empty write, now and then, fails once the client is gone.
+    const tcp = tcpState(fd) >= 0;
+    const check = (): void => {
+      if (s.destroyed) return;
+      if (!tcp) s.write(EMPTY);
+      else if (tcpState(fd) === TCP_CLOSE) this.onGone();
+    };
+    check();
+    this.goneWatch = setInterval(check, GONE_CHECK_INTERVAL_MS);
+    this.goneWatch.unref();
+  };
+
   private readonly onGone = (): void => {
+    clearInterval(this.goneWatch);
     if (this.gone.aborted) return;
     this.gone.abort();
-    // Before its 200 a client has no tunnel to half-close: its FIN means it gave up.
     this.socket.destroy();
   };
 }

@@ -17,7 +17,9 @@ import type { KanalMetrics } from '../../domain/metrics.js';
 import { registerUpstreamServerMetrics, type UpstreamServerLeaseMetrics } from '../../domain/upstream-metrics.js';
 import type { ConnectionBudget } from '../../domain/connection-budget.js';
 import { Refusals } from '../../domain/refusal-log.js';
-import { AgentRegistry } from '../agents/agent-registry.js';
+import { AgentRegistry, MAX_TUNNELS_PER_AGENT } from '../agents/agent-registry.js';
+import { ResumableTunnels } from '../agents/resumable-tunnels.js';
+import { ResumeMetrics } from '../../domain/resume-metrics.js';
 import { createAgentService, type AgentServiceOptions } from '../agents/agent-service.js';
 import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
@@ -31,6 +33,7 @@ import { registerServerGauges } from './tenant-gauges.js';
 import { DialQuota, type DialQuotaLimits } from '../../domain/dial-quota.js';
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+const RESUMING_SERVER_FEATURES: FeatureSet = new Set([...SERVER_FEATURES, Feature.Resume]);
 
 export interface TenantOptions {
   /** Absent: the one cluster of a server without --tenants-config (no `tenant` label anywhere). */
@@ -38,6 +41,8 @@ export interface TenantOptions {
   serverID: string;
   serverCount: number;
   maxAgentsPerCredential: number;
+  /** Resume: how long a lost agent tunnel's connections wait for it (0: not offered). */
+  resumeTimeoutMs: number;
   /** Distinct agents of the tenant (max-agents); absent: unbounded but for the per-credential bound. */
   maxAgents?: number;
   /** The tenant's share of dials and connections (max-connections, max-pending-dials, dial-rate); absent: none. */
@@ -80,6 +85,8 @@ export class Tenant {
   private readonly frontendOptions: GrpcFrontendOptions;
   private readonly dialer: BackendDialer;
   private readonly destinations: DestinationDialer;
+  /** Agent tunnels that can be resumed, by token (with --resume-timeout). */
+  private readonly resumable: ResumableTunnels;
   /** Frontend and agent refusal logs, flushed when the tenant closes. */
   private readonly refusalLogs: Refusals[] = [];
   readonly allowList: AllowList;
@@ -118,18 +125,22 @@ export class Tenant {
     this.allowList = new AllowList(opts.allowedDestinations);
     const quota = this.quota;
     this.destinations = this.destinationDialer();
+    // Detached tunnels one credential may leave waiting: as many as it may hold live.
+    this.resumable = new ResumableTunnels(opts.maxAgentsPerCredential * MAX_TUNNELS_PER_AGENT);
+    const resumeMetrics = new ResumeMetrics(this.metrics, this.resumable);
     this.agentOptions = {
       serverID: opts.serverID,
       serverCount: opts.serverCount,
       registry: this.registry,
       destinations: this.destinations,
-      features: SERVER_FEATURES,
+      features: opts.resumeTimeoutMs > 0 ? RESUMING_SERVER_FEATURES : SERVER_FEATURES,
       limits: { ...opts.limits, ...opts.agentLimits },
       log: logs.agents,
       metrics: this.metrics,
       refusals: this.refusals(logs.agents),
       tokens: opts.tokens && { authenticator: opts.tokens },
       ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
+      resume: { timeoutMs: opts.resumeTimeoutMs, tunnels: this.resumable, metrics: resumeMetrics },
     };
     this.serveAgent = createAgentService(this.agentOptions);
   }
@@ -140,11 +151,12 @@ export class Tenant {
    * agents and connections stay. Bounds and limits apply to what comes next
    * (a new agent, dial or tunnel); nothing already admitted is undone.
    */
-  update(next: Omit<TenantOptions, 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens'>): void {
+  update(next: Omit<TenantOptions, 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs'>): void {
     this.allowList.replace(next.allowedDestinations);
     this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs });
     this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies });
     this.registry.configure({ maxAgentsPerCredential: next.maxAgentsPerCredential, maxAgents: next.maxAgents });
+    this.resumable.configure(next.maxAgentsPerCredential * MAX_TUNNELS_PER_AGENT);
     if (next.quota) this.quota?.configure(next.quota);
     this.agentOptions.serverCount = next.serverCount;
     this.agentOptions.limits = { ...next.limits, ...next.agentLimits };
@@ -189,6 +201,7 @@ export class Tenant {
   close(why?: Error): void {
     for (const t of this.frontendTunnels) t.close(why);
     for (const b of this.registry.list()) b.tunnel.close(why);
+    this.resumable.closeDetached(why);
     for (const r of this.refusalLogs) r.flush();
   }
 }

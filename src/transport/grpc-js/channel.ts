@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Packet } from '../../wire/packet.js';
-import type { ChannelOptions, GrpcChannel } from '../transport.js';
+import { DEFAULT_CLIENT_KEEPALIVE, POLICED_PING_INTERVAL_MS, type ChannelOptions, type GrpcChannel } from '../transport.js';
 import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { decodeOrExplain, type Decoded } from '../decoded.js';
 import { fromGrpcMetadata, toGrpcMetadata } from './metadata.js';
@@ -67,10 +67,14 @@ export function openGrpcJsStream(
 
 export function createGrpcJsChannel(opts: ChannelOptions, extra: grpc.ChannelOptions = {}): GrpcJsChannel {
   const credentials = opts.tls ? new ClientTlsCredentials(opts.tls) : grpc.credentials.createInsecure();
+  const keepalive = opts.keepalive ?? DEFAULT_CLIENT_KEEPALIVE;
   const options: grpc.ChannelOptions = {
     'grpc.max_receive_message_length': opts.maxReceiveMessageBytes ?? 4 * 1024 * 1024,
-    'grpc.keepalive_time_ms': 60_000,
-    'grpc.keepalive_timeout_ms': 20_000,
+    // grpc-js cannot change a connection's PING interval once it learns who the server is: the policed spacing unless every server accepts more.
+    'grpc.keepalive_time_ms': keepalive.acceptsFrequentPings
+      ? Math.max(POLICED_PING_INTERVAL_MS, keepalive.intervalMs)
+      : keepalive.intervalMs,
+    'grpc.keepalive_timeout_ms': keepalive.timeoutMs,
     // One connection per channel: the agent needs one tunnel per server.
     'grpc.use_local_subchannel_pool': 1,
     // A tunnel stream is never retried; grpc-js's retry buffer would also

@@ -14,7 +14,7 @@ import http2, {
 import net from 'node:net';
 import tls from 'node:tls';
 import type { PacketStream } from '../packet-stream.js';
-import { clientAlpn, type ChannelOptions, type GrpcChannel } from '../transport.js';
+import { clientAlpn, DEFAULT_CLIENT_KEEPALIVE, type ChannelOptions, type ClientKeepalive, type GrpcChannel } from '../transport.js';
 import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { DEFAULT_SEND_BUFFER_BYTES, H2PacketStream, statusFromTrailers } from './h2-packet-stream.js';
 import {
@@ -31,6 +31,7 @@ import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BY
 import { sizeTunnelSendBuffer } from '../socket-send-buffer.js';
 import { closeWhenPeerGone } from '../peer-gone-watch.js';
 import { errorMessage } from '../../common/error-message.js';
+import { SessionPinger } from './session-pinger.js';
 
 export interface H2ChannelOptions extends ChannelOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
@@ -39,21 +40,11 @@ export interface H2ChannelOptions extends ChannelOptions {
   sessionWindowBytes?: number;
   /** send() returns false past this many queued bytes per stream. */
   sendBufferBytes?: number;
-  /**
-   * HTTP/2 PING interval while at least one stream is open (no pings on an
-   * idle connection). Default 60 s, never below 10 s. Upstream's agent
-   * server permits one ping per 30 s; grpc-go's default policy is 5 min
-   * unless the server sends data in between, so keep it ≥ 30 s.
-   */
-  keepaliveIntervalMs?: number;
-  /** A PING unanswered for this long kills the connection. Default 20 s. */
-  keepaliveTimeoutMs?: number;
   /** user-agent header (grpc-go puts it into metadata). */
   userAgent?: string;
 }
 
 const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024;
-const MIN_KEEPALIVE_MS = 10_000;
 const USER_AGENT = 'kanal-h2/0.1';
 
 interface Target {
@@ -121,8 +112,7 @@ export class H2Channel implements GrpcChannel {
   private readonly streamWindow: number;
   private readonly sessionWindow: number;
   private readonly sendBufferBytes: number;
-  private readonly keepaliveMs: number;
-  private readonly keepaliveTimeoutMs: number;
+  private readonly keepalive: ClientKeepalive;
   private readonly userAgent: string;
   private session: ClientHttp2Session | undefined;
   private closed = false;
@@ -135,8 +125,7 @@ export class H2Channel implements GrpcChannel {
     this.streamWindow = opts.streamWindowBytes ?? DEFAULT_STREAM_WINDOW_BYTES;
     this.sessionWindow = opts.sessionWindowBytes ?? DEFAULT_SESSION_WINDOW_BYTES;
     this.sendBufferBytes = opts.sendBufferBytes ?? DEFAULT_SEND_BUFFER_BYTES;
-    this.keepaliveMs = Math.max(MIN_KEEPALIVE_MS, opts.keepaliveIntervalMs ?? 60_000);
-    this.keepaliveTimeoutMs = opts.keepaliveTimeoutMs ?? 20_000;
+    this.keepalive = opts.keepalive ?? DEFAULT_CLIENT_KEEPALIVE;
     this.userAgent = opts.userAgent ?? USER_AGENT;
   }
 
@@ -180,6 +169,7 @@ export class H2Channel implements GrpcChannel {
       const onResponse = (h: IncomingHttpHeaders, flags: number, raw: string[]): void => {
         const endStream = (flags & h2c.NGHTTP2_FLAG_END_STREAM) !== 0;
         const result = this.answered(req, h, endStream, raw);
+        if (result instanceof H2PacketStream && this.keepalive.acceptsFrequentPings?.(result.metadata)) this.pingers.get(session)?.relax();
         settle(result);
         if (endStream && result instanceof H2PacketStream) {
           // OK without a single message: the call is already over.
@@ -219,7 +209,9 @@ export class H2Channel implements GrpcChannel {
     const sessionError = this.sessionErrors.get(session);
     if (session.destroyed || req.rstCode === undefined) {
       const why = sessionError ?? lastError;
-      return new GrpcStatusError(GrpcStatus.UNAVAILABLE, `connection to ${this.target.peer} failed${why ? `: ${why.message}` : ''}`);
+      return new GrpcStatusError(GrpcStatus.UNAVAILABLE, `connection to ${this.target.peer} failed${why ? `: ${why.message}` : ''}`, {
+        cause: why,
+      });
     }
     return new GrpcStatusError(grpcStatusFromRstCode(req.rstCode), `stream reset by the server (code ${req.rstCode})`);
   }
@@ -267,13 +259,15 @@ export class H2Channel implements GrpcChannel {
   }
 
   private readonly sessionErrors = new WeakMap<ClientHttp2Session, Error>();
+  /** Each session's PINGs (session-pinger.ts); they stop with the session. */
+  private readonly pingers = new WeakMap<ClientHttp2Session, SessionPinger>();
 
   private getSession(): ClientHttp2Session {
     const current = this.session;
     if (current && !current.closed && !current.destroyed) return current;
     const target = this.target;
     // The socket is made inside http2.connect, before the session it belongs to is returned.
-    const created: { session?: ClientHttp2Session } = {};
+    const created: { session?: ClientHttp2Session; socket?: net.Socket } = {};
     const session = http2.connect(`${this.opts.tls ? 'https' : 'http'}://${target.authority}`, {
       settings: {
         enablePush: false,
@@ -283,6 +277,7 @@ export class H2Channel implements GrpcChannel {
       maxSessionMemory: 64,
       createConnection: () => {
         const socket = target.connect();
+        created.socket = socket;
         socket.once('connect', () => {
           sizeTunnelSendBuffer(socket);
           // The error it closes the socket with reaches the streams as UNAVAILABLE.
@@ -306,9 +301,21 @@ export class H2Channel implements GrpcChannel {
         // session already gone
       }
     });
-    const stopKeepalive = this.startKeepalive(session);
+    this.pingers.set(
+      session,
+      new SessionPinger(session, {
+        keepalive: this.keepalive,
+        bytesRead: () => created.socket?.bytesRead ?? 0,
+        streams: () => this.open.get(session)?.size ?? 0,
+        onDead: (reason) => {
+          const err = new GrpcStatusError(GrpcStatus.UNAVAILABLE, reason);
+          this.sessionErrors.set(session, err);
+          // The status reaches each stream's 'close' (h2-packet-stream.ts keeps it).
+          session.destroy(err);
+        },
+      }),
+    );
     session.once('close', () => {
-      stopKeepalive();
       this.open.delete(session);
       if (this.session === session) this.session = undefined;
     });
@@ -320,32 +327,6 @@ export class H2Channel implements GrpcChannel {
     if (!set) return;
     set.add(req);
     req.once('close', () => set.delete(req));
-  }
-
-  /** Pings only while streams are open; an unanswered ping kills the connection. */
-  private startKeepalive(session: ClientHttp2Session): () => void {
-    let pending: NodeJS.Timeout | undefined;
-    const timer = setInterval(() => {
-      if (session.destroyed || pending !== undefined) return;
-      if ((this.open.get(session)?.size ?? 0) === 0) return;
-      pending = setTimeout(() => {
-        this.sessionErrors.set(session, new Error('keepalive ping not answered'));
-        session.destroy();
-      }, this.keepaliveTimeoutMs);
-      const sent = session.ping(() => {
-        clearTimeout(pending);
-        pending = undefined;
-      });
-      if (!sent) {
-        clearTimeout(pending);
-        pending = undefined;
-      }
-    }, this.keepaliveMs);
-    timer.unref();
-    return () => {
-      clearInterval(timer);
-      clearTimeout(pending);
-    };
   }
 }
 

@@ -140,6 +140,8 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   private dataInPieces = false;
   /** Why the session was destroyed, when it was destroyed with a gRPC status (liveness.ts). */
   private sessionStatus: GrpcStatusError | undefined;
+  /** The socket error that ended the connection, if any (ECONNRESET, ETIMEDOUT…). */
+  private sessionError: NodeJS.ErrnoException | undefined;
 
   constructor(
     private readonly h2: Http2Stream,
@@ -155,9 +157,14 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     this.lowWater = Math.floor(opts.sendBufferBytes / 2);
     this.session = h2.session;
 
-    // Reported through 'close'; a status the session was destroyed with (a PING timeout) is kept for it.
+    // Reported through 'close'; a status the session was destroyed with (a PING timeout) is kept for it,
+    // and a socket's error (a reset) names what happened to a connection that is gone.
     h2.on('error', (err: Error) => {
       if (err instanceof GrpcStatusError) this.sessionStatus ??= err;
+      else this.sessionError ??= err;
+    });
+    h2.session?.once('error', (err: Error) => {
+      if (!(err instanceof GrpcStatusError)) this.sessionError ??= err;
     });
     // Reading starts when the first 'packet'/'invalid' listener is attached
     // (or on the next turn of the event loop): packets that arrived with the
@@ -342,6 +349,14 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   private readonly onEnd = (): void => {
     if (this.closed) return;
     if (this.parser.midMessage) {
+      // A connection lost under a message (reset, keepalive timeout) also ends the stream here: that is a loss, not the peer's fault.
+      if (this.h2.aborted || this.session === undefined || this.session.destroyed) {
+        this.finish(
+          this.sessionStatus ??
+            new GrpcStatusError(GrpcStatus.UNAVAILABLE, this.connectionLost('connection lost in the middle of a message')),
+        );
+        return;
+      }
       this.abort(GrpcStatus.INTERNAL, 'stream ended in the middle of a message');
       return;
     }
@@ -382,7 +397,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
       const status = state.status;
       this.finish(status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
     } else if (connectionGone) {
-      this.finish(this.sessionStatus ?? new GrpcStatusError(GrpcStatus.UNAVAILABLE, 'connection closed'));
+      this.finish(this.sessionStatus ?? new GrpcStatusError(GrpcStatus.UNAVAILABLE, this.connectionLost('connection closed')));
     } else if (this.role === 'server') {
       this.finish(new GrpcStatusError(GrpcStatus.CANCELLED, `stream reset by the client (code ${rst})`));
     } else if (rst !== undefined && rst !== h2c.NGHTTP2_NO_ERROR) {
@@ -391,6 +406,13 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
       this.finish(new GrpcStatusError(GrpcStatus.INTERNAL, 'stream closed without a grpc-status'));
     }
   };
+
+  /** What happened to a connection that is gone: `what`, with the socket's error when there was one (a reset). */
+  private connectionLost(what: string): string {
+    const e = this.sessionError;
+    if (e) return `${what}: ${e.code === 'ECONNRESET' ? 'reset by the peer or the path' : e.message}`;
+    return this.session?.socket?.readableEnded ? `${what} by the peer` : what;
+  }
 
   /** Emits 'close' once. */
   finish(error: Error | undefined): void {
