@@ -22,7 +22,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { measureReceive, openFlows, setUp, waitIdle, withFreshPair, type Env } from './env.js';
 import { PARAMS, type Mode, type Params } from './params.js';
 import { machineBusySeconds, machineInfo, selfAndReapedChildrenCpuSeconds } from './proc.js';
-import { renderText, SECTION_ORDER, type Report, type Row, type Section, type SoakReport, type TenantsReport } from './report.js';
+import {
+  renderText,
+  SECTION_ORDER,
+  type ReconnectReport,
+  type Report,
+  type Row,
+  type Section,
+  type SoakReport,
+  type TenantsReport,
+} from './report.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { runThroughput } from './suite-throughput.js';
 import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
@@ -31,6 +40,7 @@ import { runIsolation } from './suite-isolation.js';
 import { runSoak } from './suite-soak.js';
 import { runStart } from './suite-start.js';
 import { runTenants } from './suite-tenants.js';
+import { runReconnect } from './suite-reconnect.js';
 import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
@@ -40,8 +50,9 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
   --transport    gRPC implementation for server, agent and bench agents (default h2)
-  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,soak
+  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,reconnect,soak
                  (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants;
+                  reconnect: HA convergence behind a balancer, connections across a tunnel cut; only when named or --full;
                   soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
   --kanal-cli    the kanal CLI every Kanal pair runs: another build's dist/src/cli/main.js (a before/after run),
                  or a kanal executable (npm run package: dist/release/kanal)
@@ -64,6 +75,8 @@ interface Options {
   soak: boolean;
   /** Section 7, tenants (suite-tenants.ts): its own tables, like the soak's; run unless --only leaves it out. */
   tenants: boolean;
+  /** Section 8, reconnects (suite-reconnect.ts): minutes of waiting on reconnects, so only when named (--only reconnect) or --full. */
+  reconnect: boolean;
   kanalCli?: string;
   profile?: 'up' | 'down';
   /** --upstream: a directory, "none", or undefined (look in the usual places). */
@@ -98,8 +111,10 @@ function parseOptions(argv: string[]): Options {
   if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
   const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
   const named = values.only?.split(',').map((s) => s.trim());
-  const unknown = named?.find((s) => s !== 'soak' && s !== 'tenants' && !SECTION_ORDER.some((known) => known === s));
-  if (unknown !== undefined) throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, soak)`);
+  const ownTables = ['soak', 'tenants', 'reconnect'];
+  const unknown = named?.find((s) => !ownTables.includes(s) && !SECTION_ORDER.some((known) => known === s));
+  if (unknown !== undefined)
+    throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, reconnect, soak)`);
   const sections = named ? SECTION_ORDER.filter((s) => named.includes(s)) : SECTION_ORDER;
   const params = { ...PARAMS[mode] };
   if (values['soak-count'] !== undefined) {
@@ -132,6 +147,7 @@ function parseOptions(argv: string[]): Options {
     sections: RUN_ORDER.filter((s) => sections.includes(s)),
     soak: named ? named.includes('soak') : mode === 'full',
     tenants: named ? named.includes('tenants') : true,
+    reconnect: named ? named.includes('reconnect') : mode === 'full',
     kanalCli,
     profile,
     upstream: values.upstream,
@@ -222,6 +238,7 @@ async function main(): Promise<void> {
   let profile: ProfileSummary[] | undefined;
   let soak: SoakReport | undefined;
   let tenants: TenantsReport | undefined;
+  let reconnect: ReconnectReport | undefined;
   let upstream: Report['upstream'];
   let failed = false;
   try {
@@ -263,6 +280,16 @@ async function main(): Promise<void> {
         failed = true;
         warnings.push(`tenants failed: ${errorMessage(err)}`);
         progress(`tenants FAILED: ${errorMessage(err)}`);
+      }
+    }
+    // Its own servers, agents and workers too.
+    if (opts.reconnect) {
+      try {
+        reconnect = await runReconnect(env);
+      } catch (err) {
+        failed = true;
+        warnings.push(`reconnect failed: ${errorMessage(err)}`);
+        progress(`reconnect FAILED: ${errorMessage(err)}`);
       }
     }
     // Last: every other section's figures come first, and the soak starts its own pairs.
@@ -308,6 +335,7 @@ async function main(): Promise<void> {
     profile,
     soak: soak && { ...soak, readings: withoutNonFinite(soak.readings), summary: withoutNonFinite(soak.summary) },
     tenants: tenants && { ...tenants, rows: withoutNonFinite(tenants.rows) },
+    reconnect: reconnect && { ...reconnect, rows: withoutNonFinite(reconnect.rows) },
     kanalCli: opts.kanalCli,
     warnings,
   };

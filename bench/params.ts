@@ -67,10 +67,30 @@ export interface Params {
    */
   tenantWorkersTenants: number;
   tenantWorkersLanes: number;
+  /** Section 8 (suite-reconnect.ts, --only reconnect, --full): repetitions of each HA setup and of each cut. */
+  reconnectReps: number;
+  /** HA: servers behind the balancer, agents, servers restarted in turn per repetition, and the bound on every wait (ms). */
+  reconnectServers: number;
+  reconnectAgents: number;
+  reconnectRestarts: number;
+  reconnectTimeoutMs: number;
+  /** Cut: tunnelled connections carried across it, and how long the relay stays cut (ms). */
+  reconnectConnections: number;
+  reconnectCutMs: number;
 }
 
 /** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
 export const SOAK_GOAL_MIB = 16;
+
+/** Section 8's sizes in quick and full; --smoke restarts one server and carries 50 connections. */
+const RECONNECT = {
+  reconnectServers: 3,
+  reconnectAgents: 4,
+  reconnectRestarts: 3,
+  reconnectTimeoutMs: 90_000,
+  reconnectConnections: 1000,
+  reconnectCutMs: 5000,
+} satisfies Partial<Params>;
 
 /** The soak's parameters: the same in every mode but --smoke's counts. */
 const SOAK = {
@@ -114,6 +134,10 @@ export const PARAMS: Record<Mode, Params> = {
     ...SOAK,
     soakConnections: 2_000,
     soakEvery: 500,
+    ...RECONNECT,
+    reconnectReps: 1,
+    reconnectRestarts: 1,
+    reconnectConnections: 50,
   },
   quick: {
     reps: 3,
@@ -149,6 +173,8 @@ export const PARAMS: Record<Mode, Params> = {
     tenantWorkersTenants: 2,
     tenantWorkersLanes: 64,
     ...SOAK,
+    ...RECONNECT,
+    reconnectReps: 2,
   },
   full: {
     reps: 5,
@@ -180,5 +206,7 @@ export const PARAMS: Record<Mode, Params> = {
     tenantWorkersTenants: 4,
     tenantWorkersLanes: 64,
     ...SOAK,
+    ...RECONNECT,
+    reconnectReps: 3,
   },
 };

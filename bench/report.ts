@@ -45,6 +45,8 @@ export interface Report {
   soak?: SoakReport;
   /** Section 7, tenants: tables of their own, as the soak's. */
   tenants?: TenantsReport;
+  /** Section 8, reconnects (suite-reconnect.ts): tables of their own. */
+  reconnect?: ReconnectReport;
   /** --kanal-cli: the build every Kanal pair ran, when not this checkout's. */
   kanalCli?: string;
   warnings: string[];
@@ -94,11 +96,32 @@ export interface TenantsReport {
   notes: string[];
 }
 
+/** The tables of section 8 (suite-reconnect.ts). */
+export type ReconnectTable = 'ha' | 'cut' | 'cost';
+
+export interface ReconnectRow {
+  /** Stable identifier, e.g. "reconnect.ha.kanal.restart" or "reconnect.cut.kanal-resume". */
+  id: string;
+  table: ReconnectTable;
+  label: string;
+  values: Record<string, number>;
+  /** The individual runs behind a median, in run order. */
+  runs?: number[];
+}
+
+export interface ReconnectReport {
+  rows: ReconnectRow[];
+  /** How the figures were taken, and what could not be run (resume absent), printed under the tables. */
+  notes: string[];
+}
+
 interface Column {
   key: string;
   title: string;
   digits: number;
   suffix?: string;
+  /** A value key: when the row's is 1, the figure is a lower bound (a wait that timed out) and prints as ">N s". */
+  lowerBound?: string;
 }
 
 /** The dial-latency sections share these. */
@@ -396,13 +419,17 @@ function renderTable(
 ): string[] {
   // Columns no row of this run fills (e.g. the upstream ratios without upstream) are left out.
   const shown = columns.filter((c) => rows.some((row) => row.values[c.key] !== undefined));
-  const widths = shown.map((c) => Math.max(c.title.length, ...rows.map((row) => fmt(row.values[c.key], c).length)));
+  const cell = (row: { values: Record<string, number> }, c: Column): string =>
+    c.lowerBound !== undefined && row.values[c.lowerBound] === 1
+      ? `>${(row.values[c.key] / 1000).toFixed(0)} s`
+      : fmt(row.values[c.key], c);
+  const widths = shown.map((c) => Math.max(c.title.length, ...rows.map((row) => cell(row, c).length)));
   const out = ['', title];
   out.push(
     `  ${''.padEnd(labelWidth)}  ${shown.map((c, i) => c.title.padStart(widths[i])).join('  ')}${rows.some((x) => x.baseline) ? '  baseline' : ''}`,
   );
   for (const row of rows) {
-    const cells = shown.map((c, i) => fmt(row.values[c.key], c).padStart(widths[i])).join('  ');
+    const cells = shown.map((c, i) => cell(row, c).padStart(widths[i])).join('  ');
     out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}`);
   }
   return out;
@@ -431,6 +458,81 @@ function renderSoak(s: SoakReport): string[] {
     "certificate, 10% an untrusted CA's certificate; tunnelled: 80% GET answered, 10% closed right after the 200, 10% CONNECT to a closed port):",
     ...s.outcomes.map((line) => `  ${line}`),
   ];
+}
+
+const RECONNECT_COLUMNS: Record<ReconnectTable, Column[]> = {
+  ha: [
+    { key: 'agents', title: 'agents', digits: 0 },
+    { key: 'servers', title: 'servers', digits: 0 },
+    { key: 'events', title: 'events', digits: 0 },
+    { key: 'p50Ms', title: 'p50 ms', digits: 0, lowerBound: 'p50Bound' },
+    { key: 'maxMs', title: 'max ms', digits: 0, lowerBound: 'maxBound' },
+    { key: 'firstP50Ms', title: 'first tunnel p50', digits: 0 },
+    { key: 'afterFirstP50Ms', title: 'first -> all p50', digits: 0 },
+    { key: 'afterFirstMaxMs', title: 'first -> all max', digits: 0 },
+    { key: 'spread', title: 'spread', digits: 0, suffix: '%' },
+    { key: 'serversMs', title: 'servers see all ms', digits: 0, lowerBound: 'serversBound' },
+    { key: 'timeouts', title: 'timeouts', digits: 0 },
+    { key: 'attempts', title: 'attempts/event', digits: 0 },
+    { key: 'vsUpstreamP50', title: 'p50 /upstream', digits: 2 },
+    { key: 'vsUpstreamMax', title: 'max /upstream', digits: 2 },
+  ],
+  cut: [
+    { key: 'conns', title: 'conns', digits: 0 },
+    { key: 'lost', title: 'lost', digits: 0 },
+    { key: 'stalled', title: 'stalled', digits: 0 },
+    { key: 'survived', title: 'survived', digits: 0 },
+    { key: 'lostBytes', title: 'bytes lost', digits: 0 },
+    { key: 'dupBytes', title: 'bytes dup', digits: 0 },
+    { key: 'corruptBytes', title: 'bytes bad', digits: 0 },
+    { key: 'lostAtP50Ms', title: 'lost at p50 ms', digits: 0 },
+    { key: 'tunnelBackMs', title: 'tunnel back ms', digits: 0, lowerBound: 'tunnelBackBound' },
+    { key: 'movedP50Ms', title: 'moved p50 ms', digits: 0 },
+    { key: 'movedMaxMs', title: 'moved max ms', digits: 0 },
+    { key: 'serverRssBeforeMiB', title: 'server RSS MiB', digits: 1 },
+    { key: 'serverRssCutMiB', title: 'detached', digits: 1 },
+    { key: 'agentRssBeforeMiB', title: 'agent RSS MiB', digits: 1 },
+    { key: 'agentRssCutMiB', title: 'detached', digits: 1 },
+    { key: 'runs', title: 'runs', digits: 0 },
+  ],
+  cost: [
+    { key: 'mbps', title: 'bulk MB/s', digits: 0 },
+    { key: 'mbpsSpread', title: 'spread', digits: 0, suffix: '%' },
+    { key: 'ratioMbps', title: 'MB/s ratio', digits: 2 },
+    { key: 'p50Ms', title: 'dial p50 ms', digits: 2 },
+    { key: 'p99Ms', title: 'dial p99 ms', digits: 2 },
+    { key: 'ratioP50', title: 'p50 ratio', digits: 2 },
+    { key: 'ratioP99', title: 'p99 ratio', digits: 2 },
+    { key: 'dials', title: 'dials', digits: 0 },
+    { key: 'runs', title: 'runs', digits: 0 },
+  ],
+};
+
+function renderReconnect(rc: ReconnectReport, p: Record<string, number>): string[] {
+  const width = Math.max(...rc.rows.map((row) => row.label.length), 30);
+  const timeoutS = (p.reconnectTimeoutMs / 1000).toFixed(0);
+  const titles: Record<ReconnectTable, string> = {
+    ha:
+      `8a. HA behind one address: ${p.reconnectAgents} agents, ${p.reconnectServers} servers behind a round-robin TCP balancer (no health checks). Cold start: agent exec ->\n` +
+      `    it holds a tunnel to every server (its open_server_connections); restart: a server SIGKILLed and started again on its ports, its\n` +
+      `    /healthz answering -> every agent back (its ready_backend_connections: the k-th agent back is the k-th increment). Polled every 50 ms,\n` +
+      `    waits bounded at ${timeoutS} s (">"); p50/max over agents, all events pooled; spread: of the per-event last-agent times;\n` +
+      '    cold start: exec -> first tunnel (the process start is in it: section 6) and first -> all tunnels, per agent; servers see all:\n' +
+      '    -> every server counts every agent (median over runs); attempts: connections the balancer accepted per event (all agents)',
+    cut:
+      `8b. Tunnel cut: ${p.reconnectConnections} tunnelled connections per run (CONNECT over the server's Unix socket -> echo backend), each writing a numbered\n` +
+      `    line every 100 ms and checking the echo; the agent's tunnel runs through a relay that resets every connection and refuses new ones\n` +
+      `    for ${(p.reconnectCutMs / 1000).toFixed(0)} s. lost: ended before the end of the run; stalled: open but no echo after the restore; bytes (over survivors):\n` +
+      '    echo lines missing / duplicated / unreadable; lost at: cut -> its end; tunnel back: restore -> the server counts the agent;\n' +
+      '    moved: restore -> first echo; RSS before the cut and the highest while detached (medians over runs); counts summed over runs',
+    cost: '8c. Steady-state cost of resume: one CP->node bulk download (MB/s) and sequential dials (CONNECT -> one byte echoed), fresh pairs, runs interleaved; ratio: to resume off (--resume-timeout=0s, or the least the build takes: see the notes)',
+  };
+  const out: string[] = [];
+  for (const table of ['ha', 'cut', 'cost'] as const) {
+    const rows = rc.rows.filter((row) => row.table === table);
+    if (rows.length > 0) out.push(...renderTable(titles[table], RECONNECT_COLUMNS[table], rows, width));
+  }
+  return [...out, '', ...rc.notes.map((n) => `  ${n}`)];
 }
 
 function renderTenants(t: TenantsReport): string[] {
@@ -467,6 +569,7 @@ export function renderText(r: Report): string {
     out.push(...renderTable(COLUMNS[section].title, COLUMNS[section].columns, rows, labelWidth));
   }
   if (r.tenants) out.push(...renderTenants(r.tenants));
+  if (r.reconnect) out.push(...renderReconnect(r.reconnect, r.params));
   if (r.soak) out.push(...renderSoak(r.soak));
   if (r.profile && r.profile.length > 0) {
     for (const p of r.profile) {

@@ -75,12 +75,12 @@ const REQUIRED_VALUES: Record<Row['section'], string[]> = {
   start: ['serverReadyMs', 'agentReadyMs', 'serverCpuMs', 'agentCpuMs', 'serverRssMiB', 'agentRssMiB', 'runs'],
 };
 
-function runBench(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function runBench(args: string[], timeoutMs = 160_000): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
       [BENCH, ...args],
-      { maxBuffer: 16 * 1024 * 1024, timeout: 160_000, killSignal: 'SIGINT' },
+      { maxBuffer: 16 * 1024 * 1024, timeout: timeoutMs, killSignal: 'SIGINT' },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
         resolve({ code, stdout, stderr });
@@ -153,6 +153,52 @@ test(`bench --smoke --json reports every row with positive numbers${upstreamAbse
     'a section failed',
   );
   // It cleaned up after itself.
+  const dir = /setting up in (\S+)/.exec(r.stderr)?.[1];
+  t.truthy(dir, 'the bench names its temporary directory');
+  t.false(existsSync(dir!), `${dir} was left behind`);
+});
+
+test(`bench --smoke --only reconnect reports section 8${upstreamAbsent ? ' (upstream absent: Kanal rows only)' : ', upstream side by side'}`, async (t) => {
+  // 60-100 s: the figures are waits on real reconnects (a Kanal agent's backoff reaches tens of seconds), bounded at 90 s each.
+  t.timeout(400_000);
+  const r = await runBench(['--smoke', '--json', '--only', 'reconnect'], 380_000);
+  t.is(r.code, 0, `bench exited with ${r.code}:\n${r.stderr.split('\n').slice(-20).join('\n')}`);
+  const report = JSON.parse(r.stdout) as Report;
+  t.truthy(report.reconnect, 'the report has section 8');
+  const rows = new Map((report.reconnect?.rows ?? []).map((row) => [row.id, row]));
+  const products = upstreamAbsent ? ['kanal'] : ['kanal', 'upstream', 'upstream-on-kanal'];
+  const expected = [
+    ...products.flatMap((p) => [`reconnect.ha.${p}.cold`, `reconnect.ha.${p}.restart`]),
+    'reconnect.cut.kanal-resume',
+    'reconnect.cut.kanal-noresume',
+    ...(upstreamAbsent ? [] : ['reconnect.cut.upstream']),
+  ];
+  t.deepEqual(
+    expected.filter((id) => !rows.has(id)),
+    [],
+    'section 8 rows missing',
+  );
+  for (const row of rows.values()) {
+    for (const [key, v] of Object.entries(row.values)) t.true(Number.isFinite(v) && v >= 0, `${row.id}.${key} = ${v}`);
+    if (row.table === 'ha') {
+      for (const key of ['events', 'p50Ms', 'maxMs', 'attempts']) t.true(row.values[key] > 0, `${row.id}.${key} should be positive`);
+    }
+    // A build without --resume-timeout has a row saying so, without figures.
+    if (row.table === 'cut' && Object.keys(row.values).length > 0) {
+      const v = row.values;
+      t.is(v.conns, report.params.reconnectConnections * v.runs, `${row.id}: every connection opened`);
+      t.is(v.lost + v.stalled + v.survived, v.conns, `${row.id}: every connection accounted for`);
+      for (const key of ['serverRssBeforeMiB', 'agentRssBeforeMiB', 'serverRssCutMiB', 'agentRssCutMiB'])
+        t.true(v[key] > 0, `${row.id}.${key} should be positive`);
+      // Bytes only count on connections that survived the cut; none may come back wrong.
+      if (v.survived > 0) t.is(v.dupBytes + v.corruptBytes, 0, `${row.id}: bytes duplicated or corrupted`);
+    }
+  }
+  t.deepEqual(
+    report.warnings.filter((w) => w.includes('failed')),
+    [],
+    'a part of section 8 failed',
+  );
   const dir = /setting up in (\S+)/.exec(r.stderr)?.[1];
   t.truthy(dir, 'the bench names its temporary directory');
   t.false(existsSync(dir!), `${dir} was left behind`);
