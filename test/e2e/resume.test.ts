@@ -321,3 +321,40 @@ test('an agent killed and started again: its new process closes the old connecti
   t.true(ms < 10_000, 'well before the 60 s resume timeout');
   await waitMetrics(server.healthPort, { kanal_resume_detached_tunnels: 0, kanal_server_connections_open: 0 }, 5000);
 });
+
+test('three servers by name, each path cut in turn: the agent resumes on the same server every time, connections intact', async (t) => {
+  const ws = await makeWorkspace(t);
+  const counter = await startCounterBackend(t);
+  const servers: KanalServerProcess[] = [];
+  const relays: TcpRelay[] = [];
+  for (const name of ['server-a', 'server-b', 'server-c']) {
+    const server = await startServer(t, ws, { name, extraArgs: [...FAST_KEEPALIVE, '--server-count', '3'] });
+    servers.push(server);
+    relays.push(await startTcpRelay(t, { host: '127.0.0.1', port: server.agentPort }));
+  }
+  // startAgent names the first relay (--proxy-server-host 127.0.0.1 --proxy-server-port); the others by host:port.
+  const hosts = relays.slice(1).flatMap((r) => ['--proxy-server-host', `127.0.0.1:${r.port}`]);
+  await startAgent(t, ws, { agentPort: relays[0].port }, { agentID: 'node-1', extraArgs: [...FAST_KEEPALIVE, ...hosts] });
+  for (const s of servers) await waitMetrics(s.healthPort, { kanal_server_agents: 1 }, 10_000);
+  const shells = await Promise.all(
+    servers.map(async (s) => {
+      const socket = await connectThrough(s, counter.address);
+      return { socket, lines: lineReader(socket) };
+    }),
+  );
+  for (const [i, relay] of relays.entries()) {
+    for (const shell of shells) shell.socket.write('inc\n');
+    relay.cut();
+    await waitMetrics(servers[i].healthPort, { 'kanal_resumes_total{result="resumed"}': 1 }, 20_000);
+  }
+  for (const shell of shells) shell.socket.write('inc\n');
+  for (const [i, shell] of shells.entries()) {
+    const answers = [];
+    for (let n = 0; n < relays.length + 1; n++) answers.push(await shell.lines.next(10_000));
+    t.deepEqual(answers, ['1', '2', '3', '4'], `the session through ${servers[i].name} kept its state`);
+  }
+  for (const s of servers) {
+    const m = await waitMetrics(s.healthPort, { kanal_server_agents: 1, kanal_resume_detached_tunnels: 0 }, 5000);
+    t.is(m.get('kanal_resumes_total{result="refused"}') ?? 0, 0, `${s.name}: every resume came to the server that held the tunnel`);
+  }
+});
