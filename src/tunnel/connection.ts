@@ -283,8 +283,8 @@ export class TunnelConnection {
 
   /**
    * The peer's entry after a lost stream: send again what it lacks, then our
-   * FIN if it lacks that too, and carry on. Returns a fault (the peer's
-   * numbers cannot be true) or undefined.
+   * FIN if it lacks that too, and carry on. Returns the bytes sent again, or
+   * a fault (the peer's numbers cannot be true).
    */
   resume(received: number, limit: number, finReceived: boolean): { resent: number } | { fault: string } {
     if (this.current === 'closed') return { resent: 0 };
