@@ -14,6 +14,7 @@ import net from 'node:net';
 import { serveCommands } from './rpc.js';
 import { Relay, type RelayStats } from './relay.js';
 import { errorMessage } from '../src/common/error-message.js';
+import { connectUnix, httpConnect } from '../kit/demo/proxy-client.js';
 
 const epochMs = (): number => performance.timeOrigin + performance.now();
 
@@ -121,44 +122,6 @@ function groupOf(name: string): StreamGroup {
   return g;
 }
 
-/** CONNECT over a Unix socket; resolves with the socket flowing once the 200 came (the echo service never speaks first). */
-function connectThrough(uds: string, authority: string, timeoutMs: number): Promise<{ sock: net.Socket; rest: Buffer }> {
-  return new Promise((resolve, reject) => {
-    const sock = net.connect({ path: uds });
-    let head = Buffer.alloc(0);
-    const timer = setTimeout(() => fail(new Error(`CONNECT ${authority}: no answer within ${timeoutMs} ms`)), timeoutMs);
-    const cleanup = (): void => {
-      clearTimeout(timer);
-      sock.off('data', onData);
-      sock.off('error', fail);
-      sock.off('close', onClose);
-    };
-    const fail = (err: Error): void => {
-      cleanup();
-      sock.destroy();
-      reject(err);
-    };
-    const onClose = (): void => fail(new Error(`CONNECT ${authority}: closed before an answer`));
-    const onData = (c: Buffer): void => {
-      head = Buffer.concat([head, c]);
-      const end = head.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      cleanup();
-      const status = head.subarray(0, head.indexOf('\r\n')).toString('latin1');
-      if (status.split(' ')[1] !== '200') {
-        sock.destroy();
-        reject(new Error(`CONNECT ${authority}: ${status}`));
-        return;
-      }
-      resolve({ sock, rest: head.subarray(end + 4) });
-    };
-    sock.on('data', onData);
-    sock.once('error', fail);
-    sock.once('close', onClose);
-    sock.once('connect', () => sock.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`));
-  });
-}
-
 /** Checks echoed lines against what was written, in order. */
 function onEcho(g: StreamGroup, s: Stream, chunk: Buffer): void {
   if (g.armed && !g.finishing && s.rxTimes.length < MAX_RX_TIMES) s.rxTimes.push(epochMs());
@@ -194,7 +157,7 @@ function movedAt(g: StreamGroup, s: Stream): number | undefined {
 /** Socket buffers past this are not added to: a stream stalled for long stays bounded. */
 const MAX_UNSENT_BYTES = 64 * 1024;
 
-function startStream(g: StreamGroup, sock: net.Socket, rest: Buffer, intervalMs: number): Stream {
+function startStream(g: StreamGroup, sock: net.Socket, intervalMs: number): Stream {
   const s: Stream = { sock, rxTimes: [], sent: 0, expected: 0, partial: '', lostBytes: 0, dupBytes: 0, corruptBytes: 0 };
   sock.setNoDelay(true);
   sock.on('data', (c: Buffer) => onEcho(g, s, c));
@@ -208,7 +171,7 @@ function startStream(g: StreamGroup, sock: net.Socket, rest: Buffer, intervalMs:
       s.closedHow = how;
     }
   });
-  if (rest.length > 0) onEcho(g, s, rest);
+  sock.resume(); // httpConnect leaves it paused, early bytes unshifted
   const write = (): void => {
     if (sock.destroyed || sock.writableLength > MAX_UNSENT_BYTES) return;
     sock.write(`${s.sent++}\n`);
@@ -233,8 +196,8 @@ async function openStreams(a: ReconnectCommands['openStreams']['args']): Promise
     while (next < a.count) {
       next++;
       try {
-        const { sock, rest } = await connectThrough(a.uds, a.authority, 15_000);
-        g.streams.push(startStream(g, sock, rest, a.intervalMs));
+        const sock = await httpConnect(await connectUnix(a.uds), a.authority, 15_000);
+        g.streams.push(startStream(g, sock, a.intervalMs));
       } catch (err) {
         failed++;
         firstError ??= errorMessage(err);

@@ -76,8 +76,6 @@ interface HeldTunnel {
   conn: ServerConnection;
   /** The endpoint's target ("host:port") it was opened to. */
   address: string;
-  /** The server's resume token for it (resume negotiated). */
-  token?: string;
 }
 
 /**
@@ -479,7 +477,10 @@ export class ServerTunnels {
         ? {
             timeoutMs: resumeTimeoutMs,
             incarnation: this.incarnation,
-            held: () => new Map([...this.detached.values()].flatMap((h) => (h.token ? [[h.token, h.conn.tunnel] as const] : []))),
+            held: () =>
+              new Map(
+                [...this.detached.values()].flatMap((h) => (h.conn.resumeToken ? [[h.conn.resumeToken, h.conn.tunnel] as const] : [])),
+              ),
             onReplayed: (n: number) => this.resumeMetrics.replayedBytes.inc(n),
           }
         : undefined;
@@ -674,7 +675,7 @@ export class ServerTunnels {
 
   /** A tunnel new or resumed through `address`: held, and (new) watched until it closes. */
   private adopt(conn: ServerConnection, address: string): void {
-    const held: HeldTunnel = { conn, address, ...(conn.resumeToken ? { token: conn.resumeToken } : {}) };
+    const held: HeldTunnel = { conn, address };
     if (this.detached.get(conn.serverID)?.conn.tunnel === conn.tunnel) this.detached.delete(conn.serverID);
     this.connections.set(conn.serverID, held);
     if (conn.resumed) {

@@ -223,15 +223,25 @@ export class TunnelConnection {
     if (this.state !== 'closed') this.inbound.delivered(this.local.undeliveredBytes);
   }
 
-  /** KANAL_WINDOW: credit, and with resume what the peer received (it may be for a connection closed here and lingering). */
-  receiveWindow(increment: number, acknowledged?: number, finReceived?: boolean): void {
-    if (!this.opts.rules.flowControl) return;
+  /**
+   * KANAL_WINDOW: credit, and with resume what the peer received (it may be
+   * for a connection closed here and lingering). False when the peer
+   * acknowledged bytes never sent: a protocol fault, and an open connection
+   * is closed for it (as for a window overrun), so a lying peer costs one line.
+   */
+  receiveWindow(increment: number, acknowledged?: number, finReceived?: boolean): boolean {
+    if (!this.opts.rules.flowControl) return true;
     if (acknowledged !== undefined && this.opts.rules.resume && !this.sender.acknowledge(acknowledged)) {
-      this.log.warn({ connectID: this.connectID, acknowledged, sent: this.bytesOut }, 'peer acknowledged bytes never sent; ignoring it');
-      return;
+      if (this.current !== 'closed') {
+        const fault = `peer acknowledged ${acknowledged} bytes, ${this.bytesOut} were sent`;
+        this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
+        this.close(new Error(fault));
+      }
+      return false;
     }
     if (finReceived && this.finSent) this.finAcked = true;
     if (this.current !== 'closed') this.sender.credit(increment);
+    return true;
   }
 
   receiveHalfClose(): void {

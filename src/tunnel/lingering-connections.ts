@@ -47,9 +47,10 @@ export class LingeringConnections {
     const conn = this.entries.get(p.connectID);
     if (!conn) return;
     const before = conn.unacknowledgedBytes;
-    conn.receiveWindow(p.increment, p.acknowledged, p.finReceived);
+    const truthful = conn.receiveWindow(p.increment, p.acknowledged, p.finReceived);
     this.retained -= before - conn.unacknowledgedBytes;
-    if (!conn.lingers) this.drop(p.connectID);
+    // A peer that acknowledges what was never sent gets no replay of it either.
+    if (!truthful || !conn.lingers) this.drop(p.connectID);
   }
 
   drop(connectID: number): void {

@@ -98,8 +98,9 @@ export class ResumeExchange {
 
   /**
    * DIAL_REQ from the peer while waiting for its list: a dial it asked for
-   * before the loss. True when handled here (being performed, or answered
-   * already and answered again); false: a dial not seen before, perform it.
+   * before the loss. True when handled here (being performed, answered
+   * already and answered again, or naming a connection the peer holds, so
+   * ignored); false: a dial not seen before, perform it.
    */
   dialRequested(dialID: bigint): boolean {
     if (this.opts.inbound.isPerforming(dialID)) return true;
@@ -111,10 +112,17 @@ export class ResumeExchange {
     );
     const conn = this.byDialID.get(dialID);
     if (!conn) return false;
+    // Only a connection still waiting for the peer's word can be one it never heard of; asking twice changes nothing.
+    if (!conn.suspended || this.confirmed.has(conn.connectID)) return true;
     this.confirmed.add(conn.connectID);
     this.opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: conn.connectID, error: '' });
     // The peer opens it afresh: nothing of ours arrived, and it grants a first window.
-    conn.resume(0, conn.limits.windowBytes, false);
+    const result = conn.resume(0, conn.limits.windowBytes, false);
+    if ('fault' in result) {
+      // It acknowledged bytes of this connection before, so it did hear of it: the peer's word cannot be true.
+      this.opts.log.warn({ connectID: conn.connectID, reason: result.fault }, 'closing connection: its dial was asked for again');
+      conn.close(new Error(`resume refused: ${result.fault}`));
+    }
     return true;
   }
 

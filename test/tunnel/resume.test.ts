@@ -331,3 +331,48 @@ test('1,000 lost streams with traffic: tables, kept bytes and listeners back to 
   await waitFor(() => empty(pair.agent, pair.server), 'tables empty');
   t.is(pair.agent.retainedBytes() + pair.server.retainedBytes(), 0);
 });
+
+test('a peer acknowledging bytes never sent loses that connection, with one line; the others go on', async (t) => {
+  const pair = resumablePair(t);
+  const victim = await open(pair);
+  const other = await open(pair);
+  await writeAll(victim.client, pattern(5000, 7));
+  const victimID = [...Array(8).keys()].map((i) => 2 * i + 1).find((id) => pair.server.connection(id)) ?? 0;
+  for (let i = 0; i < 50; i++) {
+    pair.link.a.send({ type: PacketType.KANAL_WINDOW, connectID: victimID, increment: 0, acknowledged: 1_000_000_000 });
+  }
+  await waitFor(() => pair.server.stats().connections === 1, 'the server closed the victim');
+  t.is(pair.serverLog.matching('peer acknowledged').length, 1, 'one line, not one per packet');
+  const got = readAll(other.client);
+  other.pod.end(Buffer.from('unaffected'));
+  t.is((await got).toString(), 'unaffected');
+});
+
+test('a dial asked for again for a connection the peer already resumed is ignored: no second answer, no replay', async (t) => {
+  const pair = resumablePair(t);
+  const { client, pod } = await open(pair);
+  pair.link.a.destroy(new Error('connection reset'));
+  await waitFor(() => pair.agent.detached && pair.server.detached, 'both detached');
+  pair.link = createMemoryLink();
+  const conn = pair.agent.connection(1);
+  t.truthy(conn);
+  const answers: number[] = [];
+  pair.link.a.tap((p) => (p.type === PacketType.DIAL_RSP ? answers.push(p.connectID) : undefined));
+  // The server "asks again", within its list, for the dial of a connection it lists itself.
+  let injected = false;
+  pair.link.b.tap((p) => {
+    if (p.type !== PacketType.KANAL_RESUME_END || injected) return;
+    injected = true;
+    pair.link.b.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address: 'pod:80', random: conn?.dialID ?? 0n });
+  });
+  pair.server.reattach(pair.link.b);
+  pair.agent.reattach(pair.link.a);
+  await waitFor(() => !(conn?.suspended ?? true), 'resumed');
+  await sleep(50);
+  t.true(injected);
+  t.deepEqual(answers, []);
+  t.is(pair.far.length, 1, 'not dialled again');
+  const got = readAll(client);
+  pod.end(Buffer.from('once'));
+  t.is((await got).toString(), 'once');
+});

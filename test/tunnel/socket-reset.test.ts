@@ -61,17 +61,23 @@ function connect(t: ExecutionContext, port: number): Promise<net.Socket> {
   });
 }
 
+/** A client writes 1000 bytes to the (paused, unread) server side at `port`, then resets: what `accepted` gets next is that side. */
+async function resetBehindUnread(t: ExecutionContext, port: number, accepted: readonly net.Socket[]): Promise<void> {
+  const before = accepted.length;
+  const resetter = await connect(t, port);
+  resetter.write(Buffer.alloc(1000, 'x'));
+  await waitFor(() => accepted.length === before + 1, 'accepted');
+  await sleep(100);
+  resetter.resetAndDestroy();
+  await sleep(100);
+}
+
 test('a reset that arrives while bytes are unread is not taken for a FIN; a FIN is', async (t) => {
   const accepted: net.Socket[] = [];
   const port = await listen(t, (s) => accepted.push(s), { pauseOnConnect: true });
 
   // The reader is paused (a slow local reader) when the peer's reset comes behind 1000 bytes.
-  const resetter = await connect(t, port);
-  resetter.write(Buffer.alloc(1000, 'x'));
-  await waitFor(() => accepted.length === 1, 'accepted');
-  await sleep(100);
-  resetter.resetAndDestroy();
-  await sleep(100);
+  await resetBehindUnread(t, port, accepted);
   const reader = accepted[0];
   const ending = endingOf(reader);
   const behind: { error?: NodeJS.ErrnoException } = {};
@@ -177,12 +183,7 @@ test('through a tunnel: a reset behind unread bytes reaches the dialer as an err
   // 1000 bytes: an older libuv then reports an end (socket-reset.ts), a newer one the error.
   const accepted: net.Socket[] = [];
   const port = await listen(t, (s) => accepted.push(s), { pauseOnConnect: true });
-  const resetter = await connect(t, port);
-  resetter.write(Buffer.alloc(1000, 'x'));
-  await waitFor(() => accepted.length === 1, 'accepted');
-  await sleep(100);
-  resetter.resetAndDestroy();
-  await sleep(100);
+  await resetBehindUnread(t, port, accepted);
 
   let destination: net.Socket | undefined;
   const keeping = await listen(t, (s) => {
