@@ -327,8 +327,8 @@ export class ServerTunnels {
     }
     for (const { conn } of this.connections.values()) conn.tunnel.sendDrain();
     const deadline = Date.now() + graceMs;
-    while (Date.now() < deadline && this.openConnections() > 0) await sleep(50);
-    const left = this.openConnections();
+    while (Date.now() < deadline && this.inFlight() > 0) await sleep(50);
+    const left = this.inFlight();
     if (left > 0) this.opts.log.warn({ connections: left }, 'grace period over; closing remaining connections');
     const closing = [...this.connections.values()].map(({ conn }) => conn);
     for (const c of closing) c.close();
@@ -338,6 +338,16 @@ export class ServerTunnels {
     await this.loop;
     await this.health?.close();
     this.transition(['draining'], 'stopped');
+  }
+
+  /** What a graceful stop waits for: open connections, and dials either way that will become ones. */
+  private inFlight(): number {
+    let n = 0;
+    for (const { conn } of this.connections.values()) {
+      const st = conn.tunnel.stats();
+      n += st.connections + st.pendingDials + st.inboundDials;
+    }
+    return n;
   }
 
   private openConnections(): number {
