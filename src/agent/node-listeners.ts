@@ -126,7 +126,10 @@ export class NodeListeners {
   }
 
   private accept(socket: net.Socket, target: Target): void {
-    const peer = `${socket.remoteAddress}:${socket.remotePort}`;
+    const peer = formatHostPort({ host: socket.remoteAddress ?? 'unknown', port: socket.remotePort ?? 0 });
+    const accepted = performance.now();
+    const client = { address: peer };
+    const { auditor } = this.opts.agent;
     const log = this.opts.log.child({ peer, destination: target.destination });
     this.sockets.add(socket);
     socket.on('error', () => undefined);
@@ -140,25 +143,41 @@ export class NodeListeners {
         if (socket.destroyed) return undefined;
         if (!tunnel) {
           const haveTunnels = this.opts.agent.tunnels().length > 0;
-          this.opts.agent.metrics.dialDone('node_to_cp', haveTunnels ? 'unsupported-by-server' : 'no-tunnel', performance.now());
-          log.warn(
-            haveTunnels
-              ? 'refused node connection: no connected server supports node -> control plane dials (upstream Konnectivity server?)'
-              : `refused node connection: no tunnel to a proxy server within ${this.opts.tunnelWaitMs} ms`,
-          );
+          const result = haveTunnels ? 'unsupported-by-server' : 'no-tunnel';
+          this.opts.agent.metrics.dialDone('node_to_cp', result, performance.now());
+          const message = haveTunnels
+            ? 'refused node connection: no connected server supports node -> control plane dials (upstream Konnectivity server?)'
+            : `refused node connection: no tunnel to a proxy server within ${this.opts.tunnelWaitMs} ms`;
+          log.warn(message);
+          auditor.dialFailed({
+            direction: 'node_to_cp',
+            client,
+            destination: target.destination,
+            error: message,
+            startedAt: accepted,
+            result,
+          });
           socket.destroy();
           return undefined;
         }
         const t0 = performance.now();
-        return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort }).then((conn) => {
-          this.opts.agent.metrics.dialDone('node_to_cp', 'ok', t0);
-          if (socket.destroyed) {
-            conn.close();
-            return;
-          }
-          log.debug({ connectID: conn.connectID, dialID: String(conn.dialID) }, 'node connection tunnelled');
-          splice(socket, conn);
-        });
+        const party = this.opts.agent.partyOf(tunnel);
+        return tunnel.dial(target.destination, { timeoutMs: this.opts.dialTimeoutMs, signal: abort }).then(
+          (conn) => {
+            conn.client = client;
+            this.opts.agent.metrics.dialDone('node_to_cp', 'ok', t0);
+            if (socket.destroyed) {
+              conn.close();
+              return;
+            }
+            log.debug({ connectID: conn.connectID, dialID: String(conn.dialID) }, 'node connection tunnelled');
+            splice(socket, conn);
+          },
+          (err: unknown) => {
+            auditor.dialFailed({ direction: 'node_to_cp', party, client, destination: target.destination, error: err, startedAt: t0 });
+            throw err;
+          },
+        );
       })
       .catch((err: Error) => {
         this.opts.agent.metrics.dials.inc({ direction: 'node_to_cp', result: err instanceof DialError ? err.failure : 'refused' });

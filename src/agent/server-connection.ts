@@ -21,6 +21,7 @@ import {
 } from '../wire/metadata.js';
 import { Feature, formatFeatures, parseFeatures, intersectFeatures, type FeatureSet } from '../wire/features.js';
 import { Tunnel, type DialHandler, type TunnelOptions } from '../tunnel/tunnel.js';
+import type { InboundDialFailure } from '../tunnel/tunnel-options.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
 
@@ -37,9 +38,13 @@ export interface ServerConnectionOptions {
   limits?: Partial<TunnelLimits>;
   connectTimeoutMs: number;
   log: Logger;
-  onConnectionClosed?: (conn: TunnelConnection) => void;
+  /** The tunnel's connections as they close, with the server's ID. */
+  onConnectionClosed?: (conn: TunnelConnection, serverID: string) => void;
+  /** The server's dials this agent did not connect, with the server's ID. */
+  onInboundDialFailed?: (failure: InboundDialFailure, serverID: string) => void;
   onLimit?: TunnelOptions['onLimit'];
   limitFlags?: TunnelOptions['limitFlags'];
+  refusalReasons?: TunnelOptions['refusalReasons'];
   /**
    * Resume (docs/protocol.md): the detached tunnels this agent holds, by the
    * token their server gave; all are named on the new stream, and the one the
@@ -108,6 +113,7 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
     channel.close();
     throw new Error('the server resumed a tunnel this agent no longer holds; reconnecting');
   }
+  const { onConnectionClosed: onClosed, onInboundDialFailed: onDialFailed } = opts;
   const tunnel = resumed
     ? held
     : new Tunnel(stream, {
@@ -116,9 +122,11 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
         log: opts.log.child({ serverID }),
         limits: opts.limits,
         dialHandler: opts.dialHandler,
-        onConnectionClosed: opts.onConnectionClosed,
+        ...(onClosed ? { onConnectionClosed: (c: TunnelConnection) => onClosed(c, serverID) } : {}),
+        ...(onDialFailed ? { onInboundDialFailed: (f: InboundDialFailure) => onDialFailed(f, serverID) } : {}),
         onLimit: opts.onLimit,
         limitFlags: opts.limitFlags,
+        refusalReasons: opts.refusalReasons,
         ...(resume && resumeToken ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: resume.onReplayed } : {}),
       });
   // The channel carries this stream only: it closes when the stream is lost (the tunnel may live on) or the tunnel closes.

@@ -7,6 +7,8 @@
  * addresses: --proxy-server-host repeated, or a name with several addresses;
  * one tunnel through each, each address with its own reconnect loop).
  */
+import { ConnectionAuditor, type TunnelParty } from '../audit/connection-auditor.js';
+import type { AuditSink } from '../audit/audit-record.js';
 import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Duplex } from 'node:stream';
@@ -25,7 +27,8 @@ import { connectToServer, type ServerConnection } from './server-connection.js';
 import { ServerAddresses, type LookupAll, type ServerEndpoint } from './server-addresses.js';
 import { ReconnectDelay } from './reconnect-delay.js';
 import { KanalMetrics } from '../domain/metrics.js';
-import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.js';
+import { countTunnelLimit } from '../tunnel/limit-metrics.js';
+import type { RefusalReasons } from '../tunnel/limit-reports.js';
 import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../domain/upstream-metrics.js';
 import { serverCount, type ServerCount, type ServerCountSource } from './server-count.js';
 import { errorMessage } from '../common/error-message.js';
@@ -64,6 +67,8 @@ export interface ServerTunnelsOptions {
   features?: FeatureSet;
   /** Resume (docs/protocol.md): how long a lost tunnel's connections wait for it (absent or 0: not offered). */
   resumeTimeoutMs?: number;
+  /** The agent's audit log (--audit-log-path); absent: none. */
+  audit?: AuditSink;
   log: Logger;
 }
 
@@ -118,9 +123,13 @@ const SERVER_TUNNEL_REFUSALS: RefusalReasons = {
   maxPendingDials: 'pending_dials',
   maxInboundConnections: 'cp_to_node_connections',
   maxOutboundConnections: 'node_to_cp_connections',
+  dialRate: 'throttled',
 };
 const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
   maxInboundConnections: '--max-cp-to-node-connections',
+  maxOutboundConnections: '--max-node-to-cp-connections',
+  maxPendingDials: '--max-pending-dials',
+  dialRate: '--dial-rate',
   pauseReadingQueuedBytes: '--peer-read-timeout',
   maxQueuedBytes: '--peer-read-timeout',
   peerReadTimeoutMs: '--peer-read-timeout',
@@ -173,10 +182,17 @@ export class ServerTunnels {
   private readonly conditions: (() => Readiness)[] = [];
 
   readonly metrics = new KanalMetrics('agent');
+  /** The log line and audit record of each ended connection and each dial either way that made none. */
+  readonly auditor: ConnectionAuditor;
   /** Upstream's agent metrics updated as things happen (the lease counter feeds the lease ones). */
   readonly upstreamMetrics: UpstreamAgentEventMetrics;
 
   constructor(private readonly opts: ServerTunnelsOptions) {
+    this.auditor = new ConnectionAuditor({
+      side: 'agent',
+      log: opts.log.child({ part: 'connections' }),
+      ...(opts.audit ? { sink: opts.audit } : {}),
+    });
     this.addresses = new ServerAddresses(opts.server.hosts, opts.lookup);
     const base = opts.transport;
     const keepalive: ClientKeepalive | undefined = opts.keepalive && { ...opts.keepalive, acceptsFrequentPings };
@@ -356,6 +372,17 @@ export class ServerTunnels {
     return n;
   }
 
+  /** This agent and a server, as the audit log names them. */
+  private party(serverID: string, address: string): TunnelParty {
+    return { agent: { id: this.opts.agentID }, server: { id: serverID, address } };
+  }
+
+  /** This agent and the server of `tunnel` (for a node -> control plane dial), as the audit log names them. */
+  partyOf(tunnel: Tunnel): TunnelParty {
+    for (const [serverID, held] of this.connections) if (held.conn.tunnel === tunnel) return this.party(serverID, held.address);
+    return { agent: { id: this.opts.agentID } };
+  }
+
   /** Performs a control plane -> node dial. */
   private dialForServer = (dial: InboundDial): Promise<Duplex> => {
     const t0 = performance.now();
@@ -508,8 +535,18 @@ export class ServerTunnels {
       connectTimeoutMs: this.opts.connectTimeoutMs,
       log: this.opts.log,
       // The agent performs control plane -> node dials and requests node -> control plane ones.
-      onConnectionClosed: (c) => this.metrics.connectionClosed(c.role === 'performer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn),
-      onLimit: (limit) => countTunnelLimit(this.metrics, limit, SERVER_TUNNEL_REFUSALS),
+      onConnectionClosed: (c, serverID) => {
+        this.metrics.connectionClosed(
+          c.role === 'performer' ? 'cp_to_node' : 'node_to_cp',
+          c.bytesOut,
+          c.bytesIn,
+          (Date.now() - c.openedAt) / 1000,
+        );
+        this.auditor.connectionEnded(c, this.party(serverID, endpoint.target));
+      },
+      onInboundDialFailed: (f, serverID) => this.auditor.inboundDialFailed('performer', this.party(serverID, endpoint.target), f),
+      onLimit: (limit, reason) => countTunnelLimit(this.metrics, limit, reason),
+      refusalReasons: SERVER_TUNNEL_REFUSALS,
       limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
     });
   }

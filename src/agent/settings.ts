@@ -14,7 +14,7 @@ import type { GivenOf, ValuesOf } from '../settings/setting.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import { transportSettings } from '../transport/settings.js';
 import { tunnelSettings, LIMITS } from '../tunnel/settings.js';
-import { DEFAULT_CP_TO_NODE_CONNECTIONS } from '../tunnel/limits.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { kubeSettings, leaseSelectorSetting, LEASES } from '../kube/settings.js';
 import { INTERFACE_TYPES } from './host-interface-manager.js';
 import { parseServerCountSource, SERVER_COUNT_SOURCES } from './server-count.js';
@@ -218,6 +218,29 @@ export const agentSettings = {
   'max-cp-to-node-connections': count({
     default: DEFAULT_CP_TO_NODE_CONNECTIONS,
     describe: 'Control plane -> node connections this agent dials or holds per server tunnel; more are refused',
+    group: LIMITS,
+  }),
+  'max-node-to-cp-connections': count({
+    default: DEFAULT_NODE_TO_CP_CONNECTIONS,
+    describe:
+      'Node -> control plane connections this agent dials or holds per server tunnel; more are refused here, before they reach the server',
+    group: LIMITS,
+  }),
+  'max-pending-dials': count({
+    default: DEFAULT_LIMITS.maxPendingDials,
+    describe: 'Dials waiting for an answer per server tunnel, in each direction; more are refused',
+    group: LIMITS,
+  }),
+  'dial-rate': count({
+    default: DEFAULT_LIMITS.dialRate,
+    min: 0,
+    describe:
+      'Dials per second per server tunnel, in each direction; more are refused at once as throttled, node -> control plane ones before they reach the server (0: no rate limit)',
+    group: LIMITS,
+  }),
+  'dial-burst': count({
+    default: DEFAULT_LIMITS.dialBurst,
+    describe: 'Dials per server tunnel at once, in each direction, before --dial-rate paces them',
     group: LIMITS,
   }),
   ...transportSettings,

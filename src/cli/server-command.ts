@@ -106,6 +106,8 @@ export async function buildServerOptions(
       maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
       maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
       maxPendingDials: v['max-pending-dials-per-agent'],
+      dialRate: v['dial-rate-per-agent'],
+      dialBurst: v['dial-burst-per-agent'],
     },
     maxNodeToCpConnections: config.maxNodeToCpConnections,
     transport: await loadTransport(v.transport),

@@ -7,6 +7,7 @@
  * connection it made closes.
  */
 import type { RefusalReason } from './refusal-reason.js';
+import { DialRate } from './dial-rate.js';
 
 export interface DialQuotaLimits {
   maxConnections: number;
@@ -31,21 +32,19 @@ export class DialQuota {
   /** Dials taken and not yet answered; connections established and not yet closed. Invariant: both >= 0. */
   private pending = 0;
   private connections = 0;
-  /** Token bucket: tokens as of `refilledAt` (performance.now()). */
-  private tokens: number;
-  private refilledAt = performance.now();
+  private readonly rate: DialRate;
 
   /** Connections whose ticket is given back when they close (release()). */
   private readonly held = new Map<object, QuotaTicket>();
 
   constructor(private limits: DialQuotaLimits) {
-    this.tokens = limits.dialBurst;
+    this.rate = new DialRate(limits.dialRate, limits.dialBurst);
   }
 
   /** New limits (a tenant's file changed): tickets out stay valid; the bucket keeps its tokens up to the new burst. */
   configure(limits: DialQuotaLimits): void {
     this.limits = limits;
-    this.tokens = Math.min(this.tokens, limits.dialBurst);
+    this.rate.configure(limits.dialRate, limits.dialBurst);
   }
 
   get stats(): { pendingDials: number; connections: number } {
@@ -66,7 +65,7 @@ export class DialQuota {
 
   /** A ticket for one dial, or why the tenant may not dial now. */
   take(): QuotaTicket | QuotaRefusal {
-    const { maxConnections, maxPendingDials, dialRate, dialBurst } = this.limits;
+    const { maxConnections, maxPendingDials, dialRate } = this.limits;
     if (this.pending + this.connections >= maxConnections)
       return {
         reason: 'tenant_connections',
@@ -77,14 +76,8 @@ export class DialQuota {
         reason: 'tenant_pending_dials',
         message: `the tenant has its maximum of ${maxPendingDials} dials waiting for an answer (max-pending-dials)`,
       };
-    if (dialRate > 0) {
-      const now = performance.now();
-      this.tokens = Math.min(dialBurst, this.tokens + ((now - this.refilledAt) / 1000) * dialRate);
-      this.refilledAt = now;
-      if (this.tokens < 1)
-        return { reason: 'tenant_dial_rate', message: `the tenant dials faster than its ${dialRate} dials/s (dial-rate, dial-burst)` };
-      this.tokens -= 1;
-    }
+    if (!this.rate.take())
+      return { reason: 'tenant_dial_rate', message: `the tenant dials faster than its ${dialRate} dials/s (dial-rate, dial-burst)` };
     this.pending++;
     let state: 'pending' | 'connected' | 'done' = 'pending';
     return {

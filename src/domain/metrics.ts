@@ -4,7 +4,7 @@
  * never drift from the truth; counters are bumped where things happen.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { UpstreamDialMetrics } from './upstream-metrics.js';
+import { CONNECTION_DURATION_BUCKETS, UpstreamDialMetrics } from './upstream-metrics.js';
 import type { DialResult } from './dial-result.js';
 import type { RefusalReason } from './refusal-reason.js';
 
@@ -20,6 +20,7 @@ export class KanalMetrics {
   readonly dials: LabelledCounter<{ direction: Direction; result: DialResult }>;
   readonly dialSeconds: Histogram<'direction'>;
   readonly bytes: LabelledCounter<{ direction: Direction; flow: 'to_peer' | 'from_peer' }>;
+  readonly connectionSeconds: Histogram<'direction'>;
   readonly refusals: LabelledCounter<{ reason: RefusalReason }>;
   /** slow_reader: a peer without flow control sends faster than its connection's reader takes; peer_not_reading: see limits.ts. */
   readonly readPauses: LabelledCounter<{ reason: 'slow_reader' | 'peer_not_reading' }>;
@@ -58,6 +59,13 @@ export class KanalMetrics {
       help: 'Time from dial request to established connection',
       labelNames: ['direction'],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [this.registry],
+    });
+    this.connectionSeconds = new Histogram({
+      name: 'kanal_connection_duration_seconds',
+      help: 'How long closed tunnelled connections were established, from the dial answer to the close',
+      labelNames: ['direction'],
+      buckets: CONNECTION_DURATION_BUCKETS,
       registers: [this.registry],
     });
     this.bytes = new Counter({
@@ -122,8 +130,11 @@ export class KanalMetrics {
     if (direction === 'cp_to_node') this.upstreamDials.dialDone(result, seconds);
   }
 
-  connectionClosed(direction: Direction, toPeer: number, fromPeer: number): void {
+  /** A tunnelled connection closed after `seconds` established. */
+  connectionClosed(direction: Direction, toPeer: number, fromPeer: number, seconds: number): void {
     this.bytes.inc({ direction, flow: 'to_peer' }, toPeer);
     this.bytes.inc({ direction, flow: 'from_peer' }, fromPeer);
+    this.connectionSeconds.observe({ direction }, seconds);
+    if (direction === 'cp_to_node') this.upstreamDials.connectionDone(seconds);
   }
 }

@@ -41,6 +41,11 @@ export interface PeerRefusal {
   detail?: string;
 }
 
+/** Where refusals of peers are recorded besides the log (the audit log). */
+export interface RefusalAudit {
+  refused(refusal: PeerRefusal): void;
+}
+
 export class Refusals {
   private readonly log: RateLimitedLog;
 
@@ -48,6 +53,8 @@ export class Refusals {
     log: Logger,
     private readonly metrics?: KanalMetrics,
     intervalMs = REFUSAL_LOG_INTERVAL_MS,
+    /** Every refusal of a peer is audited, none suppressed (the audit log drops lines only when it cannot keep up). */
+    private readonly audit?: RefusalAudit,
   ) {
     this.log = new RateLimitedLog(log, intervalMs);
   }
@@ -56,8 +63,10 @@ export class Refusals {
    * Counts a refusal of a network peer ("host:port", "unix:path"); logs it
    * unless this peer's host had one for `reason` (and `detail`) within the interval.
    */
-  refuse({ reason, peer, fields, message, detail = '' }: PeerRefusal): void {
+  refuse(refusal: PeerRefusal): void {
+    const { reason, peer, fields, message, detail = '' } = refusal;
     this.metrics?.refusals.inc({ reason });
+    this.audit?.refused(refusal);
     this.log.warn(
       `${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`,
       { peer, refusal: reason, ...fields },
@@ -65,7 +74,7 @@ export class Refusals {
     );
   }
 
-  /** Counts a refusal of an agent's dial; logs it unless this agent had one for `reason` within the interval (one agent's refusals cannot hide another's). */
+  /** Counts a refusal of an agent's dial (audited with the dial: TunnelOptions.onInboundDialFailed); logs it unless this agent had one for `reason` within the interval (one agent's refusals cannot hide another's). */
   refuseAgent(reason: RefusalReason, agent: DialingAgent, fields: Record<string, unknown>, message: string): void {
     this.metrics?.refusals.inc({ reason });
     this.log.warn(

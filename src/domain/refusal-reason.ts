@@ -25,6 +25,8 @@ export const REFUSAL_REASONS = [
   'agent_pending_dials',
   'agent_node_to_cp_connections',
   'agent_cp_to_node_connections',
+  // Server and agent, a tunnel's dial rate, either direction (--dial-rate-per-agent, --dial-rate)
+  'throttled',
   // Server, frontend: the connection (listeners.ts)
   'frontend_tls_handshake',
   'frontend_certificate',

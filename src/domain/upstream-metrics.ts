@@ -12,6 +12,12 @@ const AGENT = 'konnectivity_network_proxy_agent_';
 /** Upstream's buckets: server 1 µs to 12.5 s, agent 5 ms to 30 s. */
 const SERVER_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
 const AGENT_BUCKETS = [0.005, 0.025, 0.1, 0.5, 2.5, 10, 30];
+/**
+ * Connection lifespans, 1 s to 24 h as upstream's connection_duration_seconds
+ * (kubernetes-sigs/apiserver-network-proxy#899, server only); Kanal's
+ * kanal_connection_duration_seconds uses the same on both sides.
+ */
+export const CONNECTION_DURATION_BUCKETS = [1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400];
 
 /** Upstream's server dial_failure_count reasons, keyed by Kanal's dial results; absent = not counted there. */
 const SERVER_DIAL_FAILURE: Partial<Record<DialResult, 'error_response' | 'timeout' | 'frontend_close' | 'backend_close'>> = {
@@ -25,6 +31,8 @@ const SERVER_DIAL_FAILURE: Partial<Record<DialResult, 'error_response' | 'timeou
 export class UpstreamDialMetrics {
   private readonly seconds: Histogram;
   private readonly failures: Counter<'reason'>;
+  /** Server only, as upstream's. */
+  private readonly connectionSeconds: Histogram | undefined;
 
   constructor(
     private readonly component: 'server' | 'agent',
@@ -51,6 +59,20 @@ export class UpstreamDialMetrics {
             labelNames: ['reason'],
             registers: [registry],
           });
+    this.connectionSeconds =
+      component === 'server'
+        ? new Histogram({
+            name: `${SERVER}connection_duration_seconds`,
+            help: 'Duration of established end-to-end proxy connections, from dial success to close, in seconds',
+            buckets: CONNECTION_DURATION_BUCKETS,
+            registers: [registry],
+          })
+        : undefined;
+  }
+
+  /** A control plane -> node connection closed after `seconds` established. */
+  connectionDone(seconds: number): void {
+    this.connectionSeconds?.observe(seconds);
   }
 
   dialDone(result: DialResult, seconds: number): void {

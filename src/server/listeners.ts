@@ -18,6 +18,8 @@ import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
 import type { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
 import type { Refusals } from '../domain/refusal-log.js';
+import { frontendClient } from './frontends/client-identity.js';
+import type { ClientIdentity } from '../tunnel/connection.js';
 import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './frontends/unix-socket.js';
 
 export interface TlsFiles {
@@ -56,6 +58,8 @@ function adoptInto(server: tls.Server): (socket: net.Socket, head: Buffer) => vo
 /** What the frontend listener established about a connection: on a server of many tenants, whose it is. */
 export interface FrontendConnection {
   readonly tenant?: string;
+  /** Who the client is, read from the connection (client-identity.ts), for the audit log. */
+  readonly client?: ClientIdentity;
 }
 
 /** From accept to a complete request head (HTTP/1.1) or HTTP/2 preface. */
@@ -323,7 +327,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       closeWhenPeerGone(socket, (reason) =>
         opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
       );
-      opts.grpc.injectConnection(socket, connection);
+      opts.grpc.injectConnection(socket, { ...connection, client: frontendClient(socket, peer) });
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
       const httpConnect = opts.httpConnect(connection.tenant);
@@ -331,7 +335,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
         socket.destroy();
         return;
       }
-      httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt));
+      httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt), frontendClient(socket, peer));
       socket.resume();
     } else {
       opts.refusals.refuse({

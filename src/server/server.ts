@@ -5,6 +5,7 @@
  * the flags; with it, every tenant of the file, recognised per connection
  * by tenants/tenant-directory.ts and changed live (docs/multi-tenant.md).
  */
+import { ConnectionAuditor } from '../audit/connection-auditor.js';
 import type { GrpcServerTransport, IncomingStream } from '../transport/transport.js';
 import { GrpcStatus } from '../transport/grpc-status.js';
 import type { LabelledCounter } from '../domain/metrics.js';
@@ -147,6 +148,7 @@ export class KanalServer {
       nodeToCp: this.nodeToCp,
       metrics: this.metrics,
       log: o.log,
+      ...(o.audit ? { audit: o.audit } : {}),
     });
   }
 
@@ -163,6 +165,7 @@ export class KanalServer {
       nodeToCp: this.nodeToCp,
       metrics: new KanalMetrics('server', name),
       log: this.log.child({ tenant: name }),
+      ...(this.opts.audit ? { audit: this.opts.audit } : {}),
     });
   }
 
@@ -471,7 +474,7 @@ export class KanalServer {
             incoming.reject(GrpcStatus.UNAVAILABLE, 'the tenant of this connection is no longer served');
             return;
           }
-          room.tenant.serveProxy(withContext(incoming, undefined));
+          room.tenant.serveProxy(withContext(incoming, incoming.context?.client ? { client: incoming.context.client } : undefined));
         },
       },
       { maxReceiveMessageBytes: this.opts.maxReceiveMessageBytes },
@@ -693,7 +696,8 @@ export class KanalServer {
 
   /** A Refusals for one part of the server, flushed when it stops. */
   private refusals(log: ServerOptions['log']): Refusals {
-    const r = new Refusals(log, this.metrics);
+    const audit = this.opts.audit && new ConnectionAuditor({ side: 'server', log, sink: this.opts.audit });
+    const r = new Refusals(log, this.metrics, undefined, audit);
     this.flushers.push(() => r.flush());
     return r;
   }

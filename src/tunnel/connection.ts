@@ -35,6 +35,24 @@ export interface ConnectionHost extends SendHost, InboundFlowHost {
 export type ConnectionRole = 'dialer' | 'performer';
 
 /**
+ * Who ended a connection (the audit log's closedBy, docs/operations.md): this
+ * side's local end, the peer (for its local end), this proxy (a fault or a
+ * stall it cut), or the tunnel (lost, or closed under the connection).
+ */
+export type ConnectionEnder = 'local' | 'peer' | 'proxy' | 'tunnel';
+
+/** Who asked for a connection, as the frontend or node listener that accepted it knows them (audit log). */
+export interface ClientIdentity {
+  /** "host:port", or "unix:path" for a Unix socket. */
+  address: string;
+  /** The client certificate's subject (mTLS). */
+  subject?: string;
+  /** A Unix socket peer's credentials (SO_PEERCRED, unix(7)). */
+  uid?: number;
+  pid?: number;
+}
+
+/**
  * 'open': bytes flow both ways. 'local-ended': our FIN went out
  * (KANAL_HALF_CLOSE), the peer's bytes still come. 'peer-ended': the peer's
  * FIN came, ours still go. 'closed': out of the tunnel's table; nothing moves
@@ -68,6 +86,13 @@ export class TunnelConnection {
   readonly log: Logger;
   /** Bytes received from the peer. */
   bytesIn = 0;
+  /** When it was established (ms since the epoch) and how long its dial took (ms), for the audit log. */
+  readonly openedAt = Date.now();
+  dialMs = 0;
+  /** Who asked for it, when the frontend or node listener that accepted them says (audit log). */
+  client: ClientIdentity | undefined;
+  /** Who ended it; set once, as it closes. */
+  endedBy: ConnectionEnder | undefined;
 
   /** Changes only in transition(), along NEXT_STATES. */
   private current: ConnectionState = 'open';
@@ -192,14 +217,18 @@ export class TunnelConnection {
     this.flushTimer = setInterval(() => {
       // A stream being replaced sends nothing: that is not the peer's stall (the resume timeout bounds it).
       if (this.sender.queuedBytes < left || this.sender.isSuspended) left = this.sender.queuedBytes;
-      else this.close(); // stalled, not slow
+      else this.close(undefined, 'proxy'); // stalled, not slow
     }, FLUSH_IDLE_MS);
     this.flushTimer.unref();
   }
 
-  /** Closes the connection now: the peer is told (with `error` as the reason when it failed), the local end drops what it holds. */
-  close(error?: Error): void {
-    this.shut(error, 'abort', true);
+  /**
+   * Closes the connection now: the peer is told (with `error` as the reason
+   * when it failed), the local end drops what it holds. `by`: the local end
+   * (its socket closed or failed), or this proxy (a fault, a limit, a stall).
+   */
+  close(error?: Error, by: 'local' | 'proxy' = 'local'): void {
+    this.shut(error, 'abort', true, false, by);
   }
 
   // ---------- packets from the peer (called by the tunnel) ----------
@@ -207,7 +236,7 @@ export class TunnelConnection {
   receiveData(data: Uint8Array): void {
     if (this.current === 'closed') return;
     if (this.current === 'peer-ended') {
-      this.close(new Error('peer sent DATA after closing its side'));
+      this.close(new Error('peer sent DATA after closing its side'), 'proxy');
       return;
     }
     this.bytesIn += data.length;
@@ -215,7 +244,7 @@ export class TunnelConnection {
     const fault = this.inbound.received(data.length);
     if (fault) {
       this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
-      this.close(new Error(fault));
+      this.close(new Error(fault), 'proxy');
       return;
     }
     this.local.deliver(Buffer.from(data.buffer, data.byteOffset, data.length));
@@ -235,7 +264,7 @@ export class TunnelConnection {
       if (this.current !== 'closed') {
         const fault = `peer acknowledged ${acknowledged} bytes, ${this.bytesOut} were sent`;
         this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
-        this.close(new Error(fault));
+        this.close(new Error(fault), 'proxy');
       }
       return false;
     }
@@ -253,18 +282,18 @@ export class TunnelConnection {
     this.inbound.peerEnded();
     this.local.peerEnded();
     // Both FINs passed: nothing more to tell the peer.
-    if (bothEnded) this.shut(undefined, 'flush', false, true);
+    if (bothEnded) this.shut(undefined, 'flush', false, true, 'peer');
   }
 
   /** The peer closed the connection (CLOSE_REQ/CLOSE_RSP/DIAL_CLS): what it sent before still reaches the local reader unless it failed. */
   receiveClose(error: string): void {
-    if (error) this.shut(new Error(`closed by peer: ${error}`), 'abort', false);
-    else this.shut(undefined, 'flush', false);
+    if (error) this.shut(new Error(`closed by peer: ${error}`), 'abort', false, false, 'peer');
+    else this.shut(undefined, 'flush', false, false, 'peer');
   }
 
   /** The tunnel died: nothing can be sent or received any more. */
   abandon(error: Error): void {
-    this.shut(error, 'abort', false);
+    this.shut(error, 'abort', false, false, 'tunnel');
   }
 
   // ---------- resume (docs/protocol.md, "Resume") ----------
@@ -349,7 +378,7 @@ export class TunnelConnection {
     }
     if (this.current === 'peer-ended') {
       this.host.sendHalfClose(this.connectID);
-      this.shut(undefined, 'flush', false, true);
+      this.shut(undefined, 'flush', false, true, 'local');
     } else {
       this.transition('local-ended');
       this.host.sendHalfClose(this.connectID);
@@ -365,7 +394,7 @@ export class TunnelConnection {
 
   /** The local end finished and everything it handed over went out: a clean close, told to the peer. */
   private closeSentAll(): void {
-    this.shut(undefined, 'abort', true, true);
+    this.shut(undefined, 'abort', true, true, 'local');
   }
 
   /**
@@ -373,9 +402,10 @@ export class TunnelConnection {
    * peer when `tellPeer`, and closes the local end. `clean`: nothing of ours
    * was dropped, so what the peer has not acknowledged is kept (lingers).
    */
-  private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean, clean = false): void {
+  private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean, clean: boolean, by: ConnectionEnder): void {
     if (this.current === 'closed') return;
     this.transition('closed');
+    this.endedBy = by;
     clearInterval(this.flushTimer);
     this.sender.stop();
     this.inbound.release();

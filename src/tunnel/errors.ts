@@ -1,11 +1,16 @@
 /** Dial failures as exceptions, and their HTTP CONNECT status codes (DESIGN.md section 2). */
 import type { DialFailure } from '../domain/dial-result.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
 
 export class DialError extends Error {
   override name = 'DialError';
+  /** The DIAL_REQ's ID, once one went to the peer: the audit log's ID, the same in the peer's line. */
+  dialID: bigint | undefined;
   constructor(
     readonly failure: DialFailure,
     message: string,
+    /** The kanal_refusals_total reason, when a limit or a rule of this proxy refused the dial. */
+    readonly refusal?: RefusalReason,
   ) {
     super(message);
   }

@@ -10,6 +10,10 @@ import { PacketType, type Packet } from '../wire/packet.js';
 import { TunnelConnection } from './connection.js';
 import type { DialHandler } from './dial-handler.js';
 import type { LimitReports } from './limit-reports.js';
+import type { DialRate } from '../domain/dial-rate.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
+import { DialError } from './errors.js';
+import type { InboundDialFailure } from './tunnel-options.js';
 import { splice } from './splice.js';
 import { resetSocket } from './socket-reset.js';
 
@@ -26,6 +30,8 @@ export interface InboundDialsOptions {
   handler(): DialHandler | undefined;
   /** Text of the refusal when there is no handler. */
   refuseDialsReason?: string;
+  /** Told of each dial not connected: refused, failed or cancelled (the audit log). */
+  onFailed?: (failure: InboundDialFailure) => void;
   /** Adds a connection, with a connectID of this side's parity, for a dial that connected. */
   openConnection(dialID: bigint, address: string): TunnelConnection;
 }
@@ -33,8 +39,12 @@ export interface InboundDialsOptions {
 export class InboundDials {
   /** At most maxPendingDials, and counted in maxInboundConnections. */
   private readonly performing = new Map<bigint, Cancel>();
+  /** The peer's dials a second (TunnelLimits.dialRate); taken only by a dial every other check let through. */
+  private readonly rate: DialRate;
 
-  constructor(private readonly opts: InboundDialsOptions) {}
+  constructor(private readonly opts: InboundDialsOptions) {
+    this.rate = opts.reports.dialRate();
+  }
 
   get size(): number {
     return this.performing.size;
@@ -43,9 +53,14 @@ export class InboundDials {
   /** DIAL_REQ from the peer. */
   requested(protocol: string, address: string, dialID: bigint): void {
     const { opts } = this;
-    const refuse = (error: string): void => {
+    const t0 = performance.now();
+    /** `limit`: a limit refused it (exhaustion), not the request itself. */
+    const refuse = (error: string, limit?: { reason?: RefusalReason }): void => {
       opts.noise.warn('dial-refused', { dialID: String(dialID), address, reason: error }, 'refusing dial request');
       opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error });
+      const reason = limit?.reason;
+      const failure = new DialError(limit ? 'exhausted' : 'refused', error, reason);
+      opts.onFailed?.({ dialID, address, error: failure, ...(reason ? { reason } : {}), ms: 0 });
     };
     const handler = opts.handler();
     if (!handler) return refuse(opts.refuseDialsReason ?? 'this side does not accept dial requests');
@@ -57,8 +72,9 @@ export class InboundDials {
         'maxInboundConnections',
         this.performing.size + opts.performerConnections(),
         'connections open or being dialled for the peer',
-      );
-    if (refusal) return refuse(refusal);
+      ) ??
+      opts.reports.overRate(this.rate);
+    if (refusal) return refuse(refusal.message, refusal);
     const abort = new Cancel();
     this.performing.set(dialID, abort);
     handler({ protocol, address, dialID, signal: abort }).then(
@@ -66,21 +82,34 @@ export class InboundDials {
         this.performing.delete(dialID);
         if (abort.aborted || !opts.isAlive()) {
           // The requester gave up: the endpoint is cut, not finished (docs/frontends.md, "How a connection ends").
-          if (endpoint instanceof TunnelConnection) endpoint.close(new Error('dial cancelled'));
+          if (endpoint instanceof TunnelConnection) endpoint.close(new Error('dial cancelled'), 'proxy');
           // No error: nobody listens on the endpoint yet, and the reset says it all.
           else resetSocket(endpoint);
+          opts.onFailed?.({
+            dialID,
+            address,
+            error: new DialError('cancelled', 'dial cancelled by the requester'),
+            ms: performance.now() - t0,
+          });
           return;
         }
         const conn = opts.openConnection(dialID, address);
+        conn.dialMs = performance.now() - t0;
         // DIAL_RSP before the splice: the endpoint's first bytes must follow it.
         opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: conn.connectID, error: '' });
         splice(endpoint, conn);
       },
       (err: Error) => {
         this.performing.delete(dialID);
-        if (abort.aborted || !opts.isAlive()) return;
+        const ms = performance.now() - t0;
+        if (abort.aborted || !opts.isAlive()) {
+          opts.onFailed?.({ dialID, address, error: new DialError('cancelled', 'dial cancelled by the requester'), ms });
+          return;
+        }
         opts.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
         opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
+        const reason = err instanceof DialError ? err.refusal : undefined;
+        opts.onFailed?.({ dialID, address, error: err, ...(reason ? { reason } : {}), ms });
       },
     );
   }

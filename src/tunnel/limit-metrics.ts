@@ -3,13 +3,9 @@ import type { KanalMetrics } from '../domain/metrics.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { TunnelLimitName } from './limits.js';
 
-/** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */
-export type RefusalReasons = Partial<Record<TunnelLimitName, RefusalReason>>;
-
-/** Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal, a read pause, or a closed stream. */
-export function countTunnelLimit(metrics: KanalMetrics | undefined, limit: TunnelLimitName, refusals: RefusalReasons): void {
+/** Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal (`reason`), a read pause, or a closed stream. */
+export function countTunnelLimit(metrics: KanalMetrics | undefined, limit: TunnelLimitName, reason: RefusalReason | undefined): void {
   if (!metrics) return;
-  const reason = refusals[limit];
   if (reason !== undefined) metrics.refusals.inc({ reason });
   else if (limit === 'unflowedBufferBytes' || limit === 'unflowedStreamBufferBytes') metrics.readPauses.inc({ reason: 'slow_reader' });
   else if (limit === 'pauseReadingQueuedBytes') metrics.readPauses.inc({ reason: 'peer_not_reading' });

@@ -48,6 +48,14 @@ export interface TunnelLimits {
   /** Connections this side dialled through the peer, pending or open. Further dials fail with 'exhausted'. */
   maxOutboundConnections: number;
   /**
+   * Dials a second in each direction (a token bucket per direction, refilled
+   * at this rate up to dialBurst); 0: not limited. A dial over it is refused
+   * at once, as for exhaustion, and is never queued.
+   */
+  dialRate: number;
+  /** Dials one direction may make at once before dialRate paces them. */
+  dialBurst: number;
+  /**
    * Bytes queued towards the peer (sent, not yet taken by it) at which the
    * tunnel stops reading from the peer until it takes them. Bulk DATA
    * stops earlier, at the transport's send buffer (1 MiB; this must stay
@@ -82,6 +90,8 @@ export const DEFAULT_LIMITS: TunnelLimits = {
   maxPendingDials: 1024,
   maxInboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS,
   maxOutboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS,
+  dialRate: 0,
+  dialBurst: 100,
   pauseReadingQueuedBytes: 2 * 1024 * 1024,
   maxQueuedBytes: 8 * 1024 * 1024,
   peerReadTimeoutMs: 60_000,

@@ -11,9 +11,12 @@ import type { DialOptions } from './dial-handler.js';
 import { randomDialID } from './dial-id.js';
 import { DialError } from './errors.js';
 import type { LimitReports } from './limit-reports.js';
+import type { DialRate } from '../domain/dial-rate.js';
 
 interface PendingDial {
   address: string;
+  /** performance.now() as the DIAL_REQ went out. */
+  startedAt: number;
   protocol: string;
   resolve(conn: TunnelConnection): void;
   reject(err: Error): void;
@@ -33,8 +36,12 @@ export interface OutboundDialsOptions {
 
 export class OutboundDials {
   private readonly pending = new Map<bigint, PendingDial>();
+  /** Our dials a second (TunnelLimits.dialRate): over it a dial fails here, before it costs the peer anything. */
+  private readonly rate: DialRate;
 
-  constructor(private readonly opts: OutboundDialsOptions) {}
+  constructor(private readonly opts: OutboundDialsOptions) {
+    this.rate = opts.reports.dialRate();
+  }
 
   get size(): number {
     return this.pending.size;
@@ -50,8 +57,10 @@ export class OutboundDials {
         this.pending.size + this.opts.dialerConnections(),
         'connections open or being dialled through this tunnel',
       );
-    if (refusal) return Promise.reject(new DialError('exhausted', refusal));
+    if (refusal) return Promise.reject(new DialError('exhausted', refusal.message, refusal.reason));
     if (opts.signal?.aborted) return Promise.reject(new DialError('cancelled', 'dial cancelled'));
+    const throttled = reports.overRate(this.rate);
+    if (throttled) return Promise.reject(new DialError('exhausted', throttled.message, throttled.reason));
     let dialID = randomDialID();
     while (this.pending.has(dialID)) dialID = randomDialID();
     return new Promise<TunnelConnection>((resolve, reject) => {
@@ -61,13 +70,14 @@ export class OutboundDials {
         this.pending.delete(dialID);
         this.opts.send({ type: PacketType.DIAL_CLS, random: dialID });
         this.opts.log.debug({ dialID: String(dialID), address }, `dial ${failure}`);
-        reject(new DialError(failure, message));
+        reject(withDialID(new DialError(failure, message), dialID));
       };
       const timer = setTimeout(() => cancel('timeout', `dial to ${address} timed out after ${opts.timeoutMs} ms`), opts.timeoutMs);
       const onAbort = (): void => cancel('cancelled', 'dial cancelled by requester');
       opts.signal?.addEventListener('abort', onAbort);
       this.pending.set(dialID, {
         address,
+        startedAt: performance.now(),
         protocol: opts.protocol ?? 'tcp',
         resolve,
         reject,
@@ -104,15 +114,16 @@ export class OutboundDials {
     this.pending.delete(dialID);
     pending.cleanup();
     if (error) {
-      pending.reject(new DialError('refused', error));
+      pending.reject(withDialID(new DialError('refused', error), dialID));
       return;
     }
     const conn = connectID === 0 ? undefined : this.opts.openConnection(connectID, dialID, pending.address);
     if (!conn) {
       this.opts.log.error({ dialID: String(dialID), connectID }, 'peer answered a dial with an unusable connectID');
-      pending.reject(new DialError('refused', `peer assigned unusable connectID ${connectID}`));
+      pending.reject(withDialID(new DialError('refused', `peer assigned unusable connectID ${connectID}`), dialID));
       return;
     }
+    conn.dialMs = performance.now() - pending.startedAt;
     pending.resolve(conn);
   }
 
@@ -122,7 +133,7 @@ export class OutboundDials {
     if (!pending) return false;
     this.pending.delete(dialID);
     pending.cleanup();
-    pending.reject(new DialError('refused', 'dial closed by peer'));
+    pending.reject(withDialID(new DialError('refused', 'dial closed by peer'), dialID));
     return true;
   }
 
@@ -131,7 +142,12 @@ export class OutboundDials {
     for (const [id, pending] of this.pending) {
       this.pending.delete(id);
       pending.cleanup();
-      pending.reject(new DialError('tunnel-closed', message));
+      pending.reject(withDialID(new DialError('tunnel-closed', message), id));
     }
   }
+}
+
+function withDialID(err: DialError, dialID: bigint): DialError {
+  err.dialID = dialID;
+  return err;
 }

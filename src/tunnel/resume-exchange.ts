@@ -74,7 +74,7 @@ export class ResumeExchange {
       const result = conn.resume(p.received, p.limit, p.finReceived);
       if ('fault' in result) {
         opts.log.warn({ connectID: p.connectID, reason: result.fault }, 'closing connection: its resume entry cannot be true');
-        conn.close(new Error(`resume refused: ${result.fault}`));
+        conn.close(new Error(`resume refused: ${result.fault}`), 'proxy');
         return;
       }
       opts.onReplayed(result.resent);
@@ -121,7 +121,7 @@ export class ResumeExchange {
     if ('fault' in result) {
       // It acknowledged bytes of this connection before, so it did hear of it: the peer's word cannot be true.
       this.opts.log.warn({ connectID: conn.connectID, reason: result.fault }, 'closing connection: its dial was asked for again');
-      conn.close(new Error(`resume refused: ${result.fault}`));
+      conn.close(new Error(`resume refused: ${result.fault}`), 'proxy');
     }
     return true;
   }
@@ -136,7 +136,7 @@ export class ResumeExchange {
           { connectID: conn.connectID, dialID: String(conn.dialID), address: conn.address },
           'connection closed: the peer no longer holds it (it closed while the tunnel was down)',
         );
-        conn.close(new Error('the peer no longer holds this connection'));
+        conn.close(new Error('the peer no longer holds this connection'), 'proxy');
       }
     }
     this.byDialID = undefined;

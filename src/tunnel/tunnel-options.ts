@@ -4,6 +4,8 @@ import type { FeatureSet } from '../wire/features.js';
 import type { TunnelConnection } from './connection.js';
 import type { DialHandler } from './dial-handler.js';
 import type { TunnelLimitName, TunnelLimits } from './limits.js';
+import type { RefusalReasons } from './limit-reports.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
 
 export interface TunnelOptions {
   /** 'agent' assigns odd connectIDs, 'server' even ones. */
@@ -17,10 +19,17 @@ export interface TunnelOptions {
   refuseDialsReason?: string;
   /** Called once per connection when it leaves the table (for metrics). */
   onConnectionClosed?: (conn: TunnelConnection) => void;
-  /** Called each time a limit refuses a dial, pauses reading or closes the stream (for metrics). */
-  onLimit?: (limit: TunnelLimitName) => void;
+  /** Called each time a limit refuses a dial (with its refusal reason), pauses reading or closes the stream (for metrics). */
+  onLimit?: (limit: TunnelLimitName, reason: RefusalReason | undefined) => void;
   /** The flag that sets each limit, named in log lines so an operator knows what to raise. */
   limitFlags?: Partial<Record<TunnelLimitName, string>>;
+  /** The kanal_refusals_total reason of each dial-refusing limit, for this kind of tunnel. */
+  refusalReasons?: RefusalReasons;
+  /**
+   * A dial the peer asked for that was not connected: refused (by a limit:
+   * `reason`), failed, or timed out (for the audit log; DIAL_RSP told the peer).
+   */
+  onInboundDialFailed?: (dial: InboundDialFailure) => void;
   /**
    * With the resume feature: how long a lost stream's connections wait for
    * reattach() before they are closed (0 or absent: a lost stream closes the
@@ -29,6 +38,16 @@ export interface TunnelOptions {
   resumeTimeoutMs?: number;
   /** Bytes sent again on a resumed stream (metrics). */
   onReplayed?: (bytes: number) => void;
+}
+
+export interface InboundDialFailure {
+  dialID: bigint;
+  address: string;
+  error: Error;
+  /** Set when a limit of this tunnel refused it. */
+  reason?: RefusalReason;
+  /** From DIAL_REQ to the refusal or failure. */
+  ms: number;
 }
 
 export interface TunnelStats {

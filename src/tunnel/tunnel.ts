@@ -143,7 +143,12 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.connections = new ConnectionTable(opts.side);
     this.dialHandler = opts.dialHandler;
     this.noise = new RateLimitedLog(this.log, 10_000);
-    this.reports = new LimitReports({ limits: this.limits, onLimit: opts.onLimit, limitFlags: opts.limitFlags });
+    this.reports = new LimitReports({
+      limits: this.limits,
+      onLimit: opts.onLimit,
+      limitFlags: opts.limitFlags,
+      refusalReasons: opts.refusalReasons,
+    });
     const send = (packet: Packet): void => this.send(packet);
     this.outbound = new OutboundDials({
       log: this.log,
@@ -162,6 +167,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       refuseDialsReason: opts.refuseDialsReason,
       reports: this.reports,
       performerConnections: () => this.connections.performerCount,
+      onFailed: opts.onInboundDialFailed,
       openConnection: (dialID, address) => this.addConnection(this.connections.allocateConnectID(), dialID, address, 'performer'),
     });
     this.dispatch = new PacketDispatch({

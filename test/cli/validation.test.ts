@@ -12,7 +12,7 @@ import yargs, { type Argv } from 'yargs';
 import fs from 'node:fs';
 import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../../src/cli/server-command.js';
 import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../../src/cli/agent-command.js';
-import { DEFAULT_CP_TO_NODE_CONNECTIONS } from '../../src/tunnel/limits.js';
+import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../../src/tunnel/limits.js';
 import { defaultAgentID } from '../../src/agent/settings.js';
 import { logLevelFrom } from '../../src/settings/process-settings.js';
 import { writeThrowawayPki, type ThrowawayPki } from '../../kit/pki/throwaway-pki.js';
@@ -292,6 +292,10 @@ test('--max-connection-window reaches the options the server and agent build the
     maxWindowBytes: 1024 * 1024,
     peerReadTimeoutMs: 60_000,
     maxInboundConnections: DEFAULT_CP_TO_NODE_CONNECTIONS,
+    maxOutboundConnections: DEFAULT_NODE_TO_CP_CONNECTIONS,
+    maxPendingDials: DEFAULT_LIMITS.maxPendingDials,
+    dialRate: 0,
+    dialBurst: DEFAULT_LIMITS.dialBurst,
   });
 });
 
@@ -323,10 +327,20 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
         '40',
         '--peer-read-timeout',
         '5s',
+        '--dial-rate-per-agent',
+        '50',
+        '--dial-burst-per-agent',
+        '60',
       ]),
     ),
   );
-  t.deepEqual(server.agentLimits, { maxInboundConnections: 10, maxOutboundConnections: 20, maxPendingDials: 30 });
+  t.deepEqual(server.agentLimits, {
+    maxInboundConnections: 10,
+    maxOutboundConnections: 20,
+    maxPendingDials: 30,
+    dialRate: 50,
+    dialBurst: 60,
+  });
   t.is(server.maxNodeToCpConnections, 40);
   t.is(server.limits?.peerReadTimeoutMs, 5000);
   const defaults = validateServerArgs(parseServer(base));

@@ -22,7 +22,7 @@ import { PacketType, type Packet } from '../../src/wire/packet.js';
 import type { MetadataMap } from '../../src/wire/metadata.js';
 import type { PacketStream, PacketStreamEvents } from '../../src/transport/packet-stream.js';
 import { decodeOrExplain, isInvalid } from '../../src/transport/decoded.js';
-import { Tunnel, type DialHandler } from '../../src/tunnel/tunnel.js';
+import { Tunnel, type DialHandler, type TunnelOptions } from '../../src/tunnel/tunnel.js';
 import type { FeatureSet } from '../../src/wire/features.js';
 import type { TunnelLimits } from '../../src/tunnel/limits.js';
 
@@ -422,6 +422,9 @@ export interface TunnelPairOptions {
   agentDialHandler?: DialHandler;
   serverDialHandler?: DialHandler;
   logLevel?: LevelWithSilent;
+  /** Further options of each side's tunnel (hooks: onLimit, onInboundDialFailed, refusalReasons...). */
+  agentOptions?: Partial<TunnelOptions>;
+  serverOptions?: Partial<TunnelOptions>;
 }
 
 export interface TunnelPair {
@@ -445,6 +448,7 @@ export function tunnelPair(opts: TunnelPairOptions): TunnelPair {
     limits: opts.limits,
     log: agentLog.log,
     dialHandler: opts.agentDialHandler,
+    ...opts.agentOptions,
   });
   const server = new Tunnel(link.b, {
     side: 'server',
@@ -452,6 +456,7 @@ export function tunnelPair(opts: TunnelPairOptions): TunnelPair {
     limits: opts.limits,
     log: serverLog.log,
     dialHandler: opts.serverDialHandler,
+    ...opts.serverOptions,
   });
   return {
     agent,

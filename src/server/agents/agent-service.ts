@@ -31,7 +31,9 @@ import type { TokenAuthenticator, TokenRefusalKind } from '../identity/token-aut
 import type { Refusals } from '../../domain/refusal-log.js';
 import type { DestinationDialer } from '../destinations/destination-dialer.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
-import { countTunnelLimit, type RefusalReasons } from '../../tunnel/limit-metrics.js';
+import { countTunnelLimit } from '../../tunnel/limit-metrics.js';
+import type { ConnectionAuditor } from '../../audit/connection-auditor.js';
+import type { RefusalReasons } from '../../tunnel/limit-reports.js';
 import { truncateForLog } from '../../common/log-safety.js';
 import { peerHost } from '../../domain/refusal-log.js';
 import type { RefusalReason } from '../../domain/refusal-reason.js';
@@ -44,6 +46,7 @@ const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
   maxPendingDials: 'agent_pending_dials',
   maxInboundConnections: 'agent_node_to_cp_connections',
   maxOutboundConnections: 'agent_cp_to_node_connections',
+  dialRate: 'throttled',
 };
 
 /** The server flags behind each limit of an agent tunnel, named in log lines. */
@@ -51,6 +54,7 @@ const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
   maxPendingDials: '--max-pending-dials-per-agent',
   maxInboundConnections: '--max-node-to-cp-connections-per-agent',
   maxOutboundConnections: '--max-cp-to-node-connections-per-agent',
+  dialRate: '--dial-rate-per-agent',
   pauseReadingQueuedBytes: '--peer-read-timeout',
   maxQueuedBytes: '--peer-read-timeout',
   peerReadTimeoutMs: '--peer-read-timeout',
@@ -75,6 +79,8 @@ export interface AgentServiceOptions {
   tokens?: { authenticator: TokenAuthenticator };
   /** Told of every connection of an agent tunnel as it closes (a tenant's quota gives its ticket back). */
   onConnectionClosed?: (connection: object) => void;
+  /** Writes each ended connection's log line and audit record, and each dial an agent asked for that made none. */
+  auditor?: ConnectionAuditor;
   /**
    * Resume (docs/protocol.md): offered when set. A tunnel whose stream is
    * lost keeps its connections `timeoutMs`; a new stream of the same
@@ -360,6 +366,7 @@ function newTunnel(
   opts: AgentServiceOptions,
 ): Tunnel {
   const resume = opts.resume;
+  const party = { agent: { id: agentID, credential: credential.subject } };
   return new Tunnel(stream, {
     side: 'server',
     features,
@@ -371,10 +378,18 @@ function newTunnel(
     refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
     // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
     onConnectionClosed: (c) => {
-      opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn);
+      opts.metrics?.connectionClosed(
+        c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp',
+        c.bytesOut,
+        c.bytesIn,
+        (Date.now() - c.openedAt) / 1000,
+      );
+      opts.auditor?.connectionEnded(c, party);
       opts.onConnectionClosed?.(c);
     },
-    onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
+    onInboundDialFailed: (f) => opts.auditor?.inboundDialFailed('performer', party, f),
+    onLimit: (limit, reason) => countTunnelLimit(opts.metrics, limit, reason),
+    refusalReasons: AGENT_TUNNEL_REFUSALS,
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
     ...(resume ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: (n: number) => resume.metrics.replayedBytes.inc(n) } : {}),
   });

@@ -278,6 +278,17 @@ export const serverSettings = {
     describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused',
     group: LIMITS,
   }),
+  'dial-rate-per-agent': count({
+    default: DEFAULT_LIMITS.dialRate,
+    min: 0,
+    describe: 'Dials per second through one agent tunnel, in each direction; more are refused at once as throttled (0: no rate limit)',
+    group: LIMITS,
+  }),
+  'dial-burst-per-agent': count({
+    default: DEFAULT_LIMITS.dialBurst,
+    describe: 'Dials one agent tunnel may make at once, in each direction, before --dial-rate-per-agent paces them',
+    group: LIMITS,
+  }),
   ...transportSettings,
   'log-level': processSettings['log-level'],
   ...klogFlags,

@@ -49,6 +49,8 @@ export const SHARED_WITH_COMMAND_LINE = [
   'max-node-to-cp-connections-per-agent',
   'max-cp-to-node-connections-per-agent',
   'max-pending-dials-per-agent',
+  'dial-rate-per-agent',
+  'dial-burst-per-agent',
   'max-connection-window',
   'peer-read-timeout',
 ] as const satisfies readonly (keyof typeof serverSettings)[];

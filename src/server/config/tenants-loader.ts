@@ -59,6 +59,8 @@ function optionsOf(spec: TenantSpec): TenantDefinition['options'] {
       maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
       maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
       maxPendingDials: v['max-pending-dials-per-agent'],
+      dialRate: v['dial-rate-per-agent'],
+      dialBurst: v['dial-burst-per-agent'],
     },
   };
 }

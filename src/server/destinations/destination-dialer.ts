@@ -65,13 +65,17 @@ export class DestinationDialer {
           ? 'refused node dial: no --allowed-destination configured'
           : 'refused node dial: destination not on the allow-list',
       );
-      throw new DialError('forbidden', `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`);
+      throw new DialError(
+        'forbidden',
+        `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`,
+        'destination_not_allowed',
+      );
     }
     const ticket = this.quota?.take();
     if (ticket && isQuotaRefusal(ticket)) {
       this.metrics?.dialDone('node_to_cp', 'exhausted', t0);
       this.refusals.refuseAgent(ticket.reason, agent, { address: dial.address }, "refused node dial: over the tenant's limits");
-      throw new DialError('exhausted', ticket.message);
+      throw new DialError('exhausted', ticket.message, ticket.reason);
     }
     const release = this.budget.take();
     if (!release) {
@@ -83,7 +87,11 @@ export class DestinationDialer {
         { address: dial.address, limit: this.budget.limit, flag: '--max-node-to-cp-connections' },
         'refused node dial: the server holds as many node -> control plane connections as it may',
       );
-      throw new DialError('exhausted', `the proxy server holds its maximum of ${this.budget.limit} node -> control plane connections`);
+      throw new DialError(
+        'exhausted',
+        `the proxy server holds its maximum of ${this.budget.limit} node -> control plane connections`,
+        'node_to_cp_connections',
+      );
     }
     let socket;
     try {

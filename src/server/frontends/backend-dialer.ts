@@ -14,6 +14,8 @@ import { peerHost, REFUSAL_LOG_INTERVAL_MS, Refusals } from '../../domain/refusa
 import { DEFAULT_PROXY_STRATEGIES, type ProxyStrategy } from '../routing/proxy-strategies.js';
 import { errorMessage } from '../../common/error-message.js';
 import { isQuotaRefusal, type DialQuota } from '../../domain/dial-quota.js';
+import type { ClientIdentity } from '../../tunnel/connection.js';
+import type { ConnectionAuditor } from '../../audit/connection-auditor.js';
 
 export interface BackendDialerOptions {
   registry: AgentRegistry;
@@ -27,6 +29,8 @@ export interface BackendDialerOptions {
   strategies?: readonly ProxyStrategy[];
   /** The tenant's share of the server (tenants/tenant-quota.ts); absent: a server of one cluster. */
   quota?: DialQuota;
+  /** Records the dials that made no connection (the audit log). */
+  auditor?: ConnectionAuditor;
 }
 
 export class BackendDialer {
@@ -39,8 +43,10 @@ export class BackendDialer {
   private readonly refusals: Refusals;
   private strategies: readonly ProxyStrategy[];
   private readonly quota: DialQuota | undefined;
+  private readonly auditor: ConnectionAuditor | undefined;
 
   constructor(opts: BackendDialerOptions) {
+    this.auditor = opts.auditor;
     this.registry = opts.registry;
     this.timeoutMs = opts.timeoutMs;
     this.log = opts.log;
@@ -57,9 +63,10 @@ export class BackendDialer {
     this.strategies = o.strategies ?? DEFAULT_PROXY_STRATEGIES;
   }
 
-  /** `peer` is the frontend client the dial is for (logs only). */
-  async dial(address: string, signal?: CancelSignal, peer = 'unknown'): Promise<TunnelConnection> {
+  /** `client` is the frontend client the dial is for (logs, the audit log and its connection's record). */
+  async dial(address: string, signal?: CancelSignal, client: ClientIdentity = { address: 'unknown' }): Promise<TunnelConnection> {
     const t0 = performance.now();
+    const peer = client.address;
     let host: string;
     try {
       host = parseHostPort(address).host;
@@ -72,10 +79,12 @@ export class BackendDialer {
         fields: { address, err: errorMessage(err) },
         message: 'refused dial: malformed address',
       });
-      throw new DialError('refused', `bad address: ${errorMessage(err)}`);
+      const failure = new DialError('refused', `bad address: ${errorMessage(err)}`, 'frontend_bad_address');
+      this.auditor?.dialFailed({ direction: 'cp_to_node', client, destination: address, error: failure, startedAt: t0 });
+      throw failure;
     }
     // A server of one cluster has no quota: its dial takes no detour.
-    if (!this.quota) return this.dialThrough(address, host, t0, signal, peer);
+    if (!this.quota) return this.dialThrough(address, host, t0, signal, client);
     const ticket = this.quota.take();
     if (isQuotaRefusal(ticket)) {
       this.metrics?.dialDone('cp_to_node', 'exhausted', t0);
@@ -86,10 +95,12 @@ export class BackendDialer {
         message: "refused dial: over the tenant's limits",
         detail: ticket.message,
       });
-      throw new DialError('exhausted', ticket.message);
+      const failure = new DialError('exhausted', ticket.message, ticket.reason);
+      this.auditor?.dialFailed({ direction: 'cp_to_node', client, destination: address, error: failure, startedAt: t0 });
+      throw failure;
     }
     try {
-      const conn = await this.dialThrough(address, host, t0, signal, peer);
+      const conn = await this.dialThrough(address, host, t0, signal, client);
       this.quota.hold(conn, ticket);
       return conn;
     } catch (err) {
@@ -103,8 +114,9 @@ export class BackendDialer {
     host: string,
     t0: number,
     signal: CancelSignal | undefined,
-    peer: string,
+    client: ClientIdentity,
   ): Promise<TunnelConnection> {
+    const peer = client.address;
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host });
     if (outcome.contested) {
       const { host: contested, subjects } = outcome.contested;
@@ -121,12 +133,15 @@ export class BackendDialer {
           ? 'no agent is connected to this proxy server'
           : `no agent serves ${address} under --proxy-strategies ${this.strategies.join(',')}: ${outcome.reason}`;
       this.failures.warn(`no-backend ${peerHost(peer)}`, { peer, address, reason: message }, 'no agent available for dial');
-      throw new DialError('no-backend', message);
+      const failure = new DialError('no-backend', message);
+      this.auditor?.dialFailed({ direction: 'cp_to_node', client, destination: address, error: failure, startedAt: t0 });
+      throw failure;
     }
     const { backend, strategy } = outcome;
     const started = performance.now();
     try {
       const conn = await backend.tunnel.dial(address, { timeoutMs: this.timeoutMs, signal });
+      conn.client = client;
       this.metrics?.dialDone('cp_to_node', 'ok', t0);
       // Per dial: no fields built unless they are logged (the dial path's CPU counts).
       if (this.log.isLevelEnabled('debug')) {
@@ -161,6 +176,14 @@ export class BackendDialer {
       };
       if (failure === 'cancelled') this.log.debug(fields, 'dial failed');
       else this.failures.warn(`${failure} ${peerHost(peer)}`, fields, 'dial failed');
+      this.auditor?.dialFailed({
+        direction: 'cp_to_node',
+        party: { agent: { id: backend.agentID, credential: backend.credential.subject } },
+        client,
+        destination: address,
+        error: err,
+        startedAt: t0,
+      });
       throw err;
     }
   }

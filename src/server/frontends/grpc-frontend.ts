@@ -11,7 +11,9 @@ import { Tunnel } from '../../tunnel/tunnel.js';
 import type { TunnelLimits } from '../../tunnel/limits.js';
 import type { BackendDialer } from './backend-dialer.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
-import { countTunnelLimit, type RefusalReasons } from '../../tunnel/limit-metrics.js';
+import { countTunnelLimit } from '../../tunnel/limit-metrics.js';
+import type { RefusalReasons } from '../../tunnel/limit-reports.js';
+import type { ClientIdentity } from '../../tunnel/connection.js';
 
 const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
 
@@ -28,7 +30,11 @@ export interface GrpcFrontendOptions {
 }
 
 /** `opts.limits` is read for each new stream (a tenant's may change). */
-export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: IncomingStream) => void {
+/** A ProxyService stream; its context, when the listener gave one, says who the client is. */
+export type FrontendStream = IncomingStream<{ readonly client?: ClientIdentity } | undefined>;
+
+/** `incoming.context`: what the frontend listener knows of the connection, with who the client is (the audit log). */
+export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: FrontendStream) => void {
   const { dialer, log, track, metrics } = opts;
   return (incoming) => {
     const limits = opts.limits;
@@ -36,13 +42,15 @@ export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: Incomi
     const headers: Record<string, string> = {};
     if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
     const stream = incoming.accept(headers);
+    const client = incoming.context?.client ?? { address: incoming.peer };
     const tunnel = new Tunnel(stream, {
       side: 'server',
       features,
       limits,
       log: log.child({ frontend: 'grpc', peer: incoming.peer }),
-      dialHandler: (dial) => dialer.dial(dial.address, dial.signal, incoming.peer),
-      onLimit: (limit) => countTunnelLimit(metrics, limit, FRONTEND_REFUSALS),
+      dialHandler: (dial) => dialer.dial(dial.address, dial.signal, client),
+      onLimit: (limit, reason) => countTunnelLimit(metrics, limit, reason),
+      refusalReasons: FRONTEND_REFUSALS,
     });
     track(tunnel);
   };

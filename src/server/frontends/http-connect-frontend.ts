@@ -21,6 +21,7 @@ import { Cancel } from '../../common/cancel.js';
 import type { Refusals } from '../../domain/refusal-log.js';
 import { RequestHeadParser, type HeadVerdict } from './request-head.js';
 import { errorMessage } from '../../common/error-message.js';
+import type { ClientIdentity } from '../../tunnel/connection.js';
 import { socketFd } from '../../../native/socket-buffers.js';
 import { TCP_CLOSE, tcpState } from '../../../native/tcp-state.js';
 
@@ -51,6 +52,8 @@ class Client {
     private readonly frontend: HttpConnectFrontend,
     readonly socket: Duplex,
     readonly peer: string,
+    /** Who the client is (the audit log). */
+    readonly identity: ClientIdentity,
     maxHeadBytes: number,
   ) {
     this.parser = new RequestHeadParser(maxHeadBytes);
@@ -118,10 +121,10 @@ export class HttpConnectFrontend {
    * `headerDeadlineMs` (counted by the caller from accept); `peer` names
    * the client in logs.
    */
-  serve(socket: Duplex, peer: string, headerDeadlineMs: number): void {
+  serve(socket: Duplex, peer: string, headerDeadlineMs: number, identity: ClientIdentity = { address: peer }): void {
     this.open++;
     socket.once('close', () => this.open--);
-    const client = new Client(this, socket, peer, this.limits.maxHeaderBytes);
+    const client = new Client(this, socket, peer, identity, this.limits.maxHeaderBytes);
     client.headerTimer = setTimeout(
       () => {
         client.headerTimer = undefined;
@@ -185,7 +188,7 @@ export class HttpConnectFrontend {
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
-    this.dialer.dial(address, early.gone, peer).then(
+    this.dialer.dial(address, early.gone, client.identity).then(
       (conn) => {
         if (early.gone.aborted || socket.destroyed) {
           conn.close(new Error('client went away before its 200'));

@@ -29,7 +29,8 @@ export interface AgentCredential {
 /** Longest subject written to a log line (a CA-signed name can still be long). */
 const MAX_SUBJECT_CHARS = 200;
 
-function oneLine(dn: string): string {
+/** A certificate's distinguished name on one line, bounded. */
+export function oneLine(dn: string): string {
   const s = dn.replace(/\n/g, ', ');
   return s.length > MAX_SUBJECT_CHARS ? `${s.slice(0, MAX_SUBJECT_CHARS)}…` : s;
 }

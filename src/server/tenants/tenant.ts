@@ -24,13 +24,15 @@ import { createAgentService, type AgentServiceOptions } from '../agents/agent-se
 import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
-import { createGrpcFrontend, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
+import { createGrpcFrontend, type FrontendStream, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
 import { HttpConnectFrontend } from '../frontends/http-connect-frontend.js';
 import type { AgentCredential } from '../identity/agent-credential.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { ProxyStrategy } from '../routing/proxy-strategies.js';
 import { registerServerGauges } from './tenant-gauges.js';
 import { DialQuota, type DialQuotaLimits } from '../../domain/dial-quota.js';
+import { ConnectionAuditor } from '../../audit/connection-auditor.js';
+import type { AuditSink } from '../../audit/audit-record.js';
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 const RESUMING_SERVER_FEATURES: FeatureSet = new Set([...SERVER_FEATURES, Feature.Resume]);
@@ -59,6 +61,8 @@ export interface TenantOptions {
   tokens?: TokenAuthenticator;
   /** Node -> control plane connections of the whole server (file descriptors): shared by every tenant. */
   nodeToCp: ConnectionBudget;
+  /** The server's audit log (--audit-log-path); absent: none. */
+  audit?: AuditSink;
   /** The tenant's own metrics (labelled with its name on a shared server). */
   metrics: KanalMetrics;
   /** Already carries the tenant's name on a shared server. */
@@ -77,7 +81,7 @@ export class Tenant {
   /** AgentService/Connect for this tenant's agents: `context` is who authenticated the connection. */
   readonly serveAgent: (incoming: IncomingStream<AgentCredential>) => void;
   /** ProxyService/Proxy for this tenant's kube-apiserver. */
-  readonly serveProxy: (incoming: IncomingStream) => void;
+  readonly serveProxy: (incoming: FrontendStream) => void;
   /** Upstream's lease metric names, for a lease controller to feed. */
   readonly upstreamLeaseMetrics: UpstreamServerLeaseMetrics;
   /** What the agent service and the gRPC frontend read per new stream, changed by update(). */
@@ -89,6 +93,8 @@ export class Tenant {
   private readonly resumable: ResumableTunnels;
   /** Frontend and agent refusal logs, flushed when the tenant closes. */
   private readonly refusalLogs: Refusals[] = [];
+  /** The log line and audit record of each ended connection, failed dial and refusal of the tenant. */
+  private readonly auditor: ConnectionAuditor;
   readonly allowList: AllowList;
 
   constructor(readonly opts: TenantOptions) {
@@ -97,6 +103,12 @@ export class Tenant {
     this.log = opts.log;
     this.registry = new AgentRegistry(opts.maxAgentsPerCredential, opts.maxAgents);
     this.quota = opts.quota && new DialQuota(opts.quota);
+    this.auditor = new ConnectionAuditor({
+      side: 'server',
+      log: opts.log.child({ part: 'connections' }),
+      ...(opts.audit ? { sink: opts.audit } : {}),
+      ...(opts.name === undefined ? {} : { tenant: opts.name }),
+    });
     const agentTunnels = (): Tunnel[] => this.registry.list().map((b) => b.tunnel);
     this.upstreamLeaseMetrics = registerUpstreamServerMetrics(this.metrics.registry, {
       agentStreams: () => this.registry.size,
@@ -117,6 +129,7 @@ export class Tenant {
       metrics: this.metrics,
       refusals: this.refusals(logs.frontend),
       strategies: opts.proxyStrategies,
+      auditor: this.auditor,
       ...(this.quota ? { quota: this.quota } : {}),
     }));
     this.frontendOptions = { dialer, log: logs.frontend, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics: this.metrics };
@@ -139,6 +152,7 @@ export class Tenant {
       metrics: this.metrics,
       refusals: this.refusals(logs.agents),
       tokens: opts.tokens && { authenticator: opts.tokens },
+      auditor: this.auditor,
       ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
       resume: { timeoutMs: opts.resumeTimeoutMs, tunnels: this.resumable, metrics: resumeMetrics },
     };
@@ -181,7 +195,7 @@ export class Tenant {
 
   /** A Refusals counted in this tenant's metrics, flushed when it closes. */
   private refusals(log: Logger): Refusals {
-    const r = new Refusals(log, this.metrics);
+    const r = new Refusals(log, this.metrics, undefined, this.auditor);
     this.refusalLogs.push(r);
     return r;
   }

@@ -1,0 +1,169 @@
+/**
+ * Turns what the tunnels and dialers know into audit records
+ * (audit-record.ts): one per tunnelled connection as it ends, one per dial
+ * that made none, one per refused peer. Also writes the info line each
+ * ended connection gets in the log, with the same fields, so an operator
+ * without an audit log still sees who reached what (docs/operations.md).
+ * Strings a peer chose (addresses, error texts) are cut to MAX_LOG_STRING.
+ */
+import type { Logger } from 'pino';
+import { truncateForLog } from '../common/log-safety.js';
+import type { Direction } from '../domain/metrics.js';
+import type { PeerRefusal } from '../domain/refusal-log.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
+import type { DialResult } from '../domain/dial-result.js';
+import { DialError } from '../tunnel/errors.js';
+import type { ClientIdentity, ConnectionEnder, ConnectionRole, TunnelConnection } from '../tunnel/connection.js';
+import type { InboundDialFailure } from '../tunnel/tunnel-options.js';
+import {
+  AUDIT_VERSION,
+  type AuditAgent,
+  type AuditServer,
+  type AuditSink,
+  type ClosedBy,
+  type ConnectionRecord,
+  type DialRecord,
+} from './audit-record.js';
+
+/** Whose tunnel a connection or dial went through: the agent (server side) or the server (agent side). */
+export interface TunnelParty {
+  agent: AuditAgent;
+  server?: AuditServer;
+}
+
+/** A dial that made no connection, as the side that asked for it or performed it knows it. */
+export interface FailedDial {
+  direction: Direction;
+  party?: TunnelParty;
+  client?: ClientIdentity;
+  destination: string;
+  error: unknown;
+  /** performance.now() when the dial started. */
+  startedAt: number;
+  /** Set when a limit or rule of this proxy refused it (else taken from a DialError's). */
+  refusal?: RefusalReason;
+  /** What became of it, when `error` is no DialError that says. */
+  result?: Exclude<DialResult, 'ok'>;
+}
+
+export interface ConnectionAuditorOptions {
+  side: 'server' | 'agent';
+  log: Logger;
+  /** The audit log; absent: only the log line per ended connection. */
+  sink?: AuditSink;
+  tenant?: string;
+}
+
+/** Milliseconds, to the tenth. */
+function ms(value: number): number {
+  return Math.round(value * 10) / 10;
+}
+
+/** The connection's ends: the dialer's local end is the client, the performer's the destination (docs/operations.md). */
+function closedBy(role: ConnectionRole, by: ConnectionEnder | undefined): ClosedBy {
+  if (by === 'local') return role === 'dialer' ? 'client' : 'destination';
+  if (by === 'peer') return role === 'dialer' ? 'destination' : 'client';
+  return by ?? 'proxy';
+}
+
+/** The direction of a connection by this side's role in it. */
+export function directionOf(side: 'server' | 'agent', role: ConnectionRole): Direction {
+  return (side === 'server') === (role === 'dialer') ? 'cp_to_node' : 'node_to_cp';
+}
+
+export class ConnectionAuditor {
+  private readonly log: Logger;
+
+  constructor(private readonly opts: ConnectionAuditorOptions) {
+    this.log = opts.log;
+  }
+
+  /** A connection left its tunnel's table. */
+  connectionEnded(conn: TunnelConnection, party: TunnelParty): void {
+    const { sink } = this.opts;
+    if (!sink && !this.log.isLevelEnabled('info')) return;
+    const dialer = conn.role === 'dialer';
+    const record: ConnectionRecord = {
+      version: AUDIT_VERSION,
+      time: new Date().toISOString(),
+      side: this.opts.side,
+      ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
+      event: 'connection',
+      dialID: String(conn.dialID),
+      connectID: conn.connectID,
+      direction: directionOf(this.opts.side, conn.role),
+      agent: party.agent,
+      ...(party.server ? { server: party.server } : {}),
+      ...(conn.client ? { client: conn.client } : {}),
+      destination: truncateForLog(conn.address),
+      dial: { result: 'ok', ms: ms(conn.dialMs) },
+      bytes: dialer ? { toDestination: conn.bytesOut, toClient: conn.bytesIn } : { toDestination: conn.bytesIn, toClient: conn.bytesOut },
+      durationMs: Date.now() - conn.openedAt,
+      closedBy: closedBy(conn.role, conn.endedBy),
+      reason: truncateForLog(conn.closeReason),
+    };
+    sink?.write(record);
+    const { version: _v, time: _t, ...fields } = record;
+    this.log.info(fields, 'connection ended');
+  }
+
+  /** A dial the peer asked this side to perform made no connection (TunnelOptions.onInboundDialFailed). */
+  inboundDialFailed(role: ConnectionRole, party: TunnelParty, f: InboundDialFailure): void {
+    this.dialFailed(
+      {
+        direction: directionOf(this.opts.side, role),
+        party,
+        destination: f.address,
+        error: f.error,
+        startedAt: performance.now() - f.ms,
+        ...(f.reason ? { refusal: f.reason } : {}),
+      },
+      f.dialID,
+    );
+  }
+
+  /** A dial made no connection. `dialID`: when a DIAL_REQ carried it (else a DialError's). */
+  dialFailed(d: FailedDial, dialID?: bigint): void {
+    const { sink } = this.opts;
+    if (!sink) return;
+    const err = d.error instanceof DialError ? d.error : undefined;
+    const id = dialID ?? err?.dialID;
+    const refusal = d.refusal ?? err?.refusal;
+    const record: DialRecord = {
+      version: AUDIT_VERSION,
+      time: new Date().toISOString(),
+      side: this.opts.side,
+      ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
+      event: 'dial',
+      ...(id === undefined ? {} : { dialID: String(id) }),
+      direction: d.direction,
+      ...(d.party ? { agent: d.party.agent } : {}),
+      ...(d.party?.server ? { server: d.party.server } : {}),
+      ...(d.client ? { client: d.client } : {}),
+      destination: truncateForLog(d.destination),
+      dial: {
+        result: d.result ?? err?.failure ?? 'refused',
+        ms: ms(performance.now() - d.startedAt),
+        error: truncateForLog(d.error instanceof Error ? d.error.message : String(d.error)),
+      },
+      ...(refusal ? { refusal } : {}),
+    };
+    sink.write(record);
+  }
+
+  /** A peer refused before any dial (Refusals.refuse). */
+  refused(r: PeerRefusal, agent?: AuditAgent): void {
+    this.opts.sink?.write({
+      version: AUDIT_VERSION,
+      time: new Date().toISOString(),
+      side: this.opts.side,
+      ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
+      event: 'refused',
+      refusal: r.reason,
+      peer: truncateForLog(r.peer),
+      ...(agent ? { agent } : {}),
+      message: r.message,
+      ...(r.detail ? { detail: truncateForLog(r.detail) } : {}),
+    });
+  }
+}
