@@ -84,6 +84,8 @@ export interface StartOptions {
   agentArgs?: string[];
   /** The kanal CLI to run (another build's dist/src/cli/main.js, or a kanal executable, for A/B comparisons); default this checkout's. */
   cli?: string;
+  /** --audit: server and agent write their audit logs to files in `dir` (docs/operations.md, "The audit log"). */
+  audit?: boolean;
 }
 
 /**
@@ -114,6 +116,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   ];
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
+  if (o.audit) args.push('--audit-log-path', path.join(o.dir, `${o.tag}-server-audit.log`));
   args.push(...(o.serverArgs ?? []));
   const t0 = performance.now();
   const child = spawnChild({
@@ -160,6 +163,7 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
       o.transport,
       '--log-level',
       o.logLevel ?? 'info',
+      ...(o.audit ? ['--audit-log-path', path.join(o.dir, `${o.tag}-agent-audit.log`)] : []),
       ...(o.agentArgs ?? []),
     ],
   });

@@ -25,6 +25,8 @@ export interface Env {
   transport: string;
   /** The kanal CLI every Kanal pair runs (--kanal-cli: another build's, for A/B runs); undefined: this checkout's. */
   kanalCli?: string;
+  /** --audit: every Kanal pair writes audit logs. */
+  audit: boolean;
   params: Params;
   pair: KanalPair;
   /** Upstream's server and agent in the same topology; both undefined when its binaries are absent. */
@@ -45,6 +47,7 @@ export interface SetUpOptions {
   params: Params;
   /** --kanal-cli: another build's dist/src/cli/main.js. */
   kanalCli?: string;
+  audit: boolean;
   /** --upstream: a directory, "none", or undefined (look in the usual places; see upstream.ts). */
   upstreamOption: string | undefined;
   warnings: string[];
@@ -68,12 +71,13 @@ export async function setUp(o: SetUpOptions): Promise<Env> {
     keyPem: readPem(pki.serverKey),
     chunkBytes: o.params.chunkBytes,
   });
-  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports, cli: o.kanalCli });
+  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports, cli: o.kanalCli, audit: o.audit });
   const env: Env = {
     dir,
     pki,
     transport: o.transport,
     kanalCli: o.kanalCli,
+    audit: o.audit,
     params: o.params,
     pair,
     ports,
@@ -139,7 +143,10 @@ export async function withFreshPair<T>(
   const o = { dir: env.dir, tag, pki: env.pki };
   let fresh: Env;
   if (product === 'kanal') {
-    fresh = { ...env, pair: await startPair({ ...o, transport: env.transport, backend: env.ports, cli: env.kanalCli, ...kanal }) };
+    fresh = {
+      ...env,
+      pair: await startPair({ ...o, transport: env.transport, backend: env.ports, cli: env.kanalCli, audit: env.audit, ...kanal }),
+    };
   } else {
     if (!env.upstreamBinaries) throw new Error('upstream is not running');
     fresh = { ...env, upstream: await startUpstreamPair({ ...o, binaries: env.upstreamBinaries }) };

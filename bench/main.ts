@@ -44,7 +44,7 @@ import { runReconnect } from './suite-reconnect.js';
 import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
-                            [--kanal-cli FILE] [--soak-count N]
+                            [--kanal-cli FILE] [--audit] [--soak-count N]
   (default)      quick mode, a few minutes (every section but soak)
   --full         longer runs, 10,000 idle connections, 1,000 agents, and the soak
   --smoke        seconds, tiny sizes: checks that every measurement still works
@@ -56,6 +56,8 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
                   soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
   --kanal-cli    the kanal CLI every Kanal pair runs: another build's dist/src/cli/main.js (a before/after run),
                  or a kanal executable (npm run package: dist/release/kanal)
+  --audit        the Kanal pairs of the side-by-side sections write audit logs (server and agent, files in the
+                 bench's temp dir): run with and without to see what auditing costs
   --soak-count   connections per soak phase and product (default 100,000; --smoke 2,000)
   --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
                  (upload unless =down) and summarise their top self-time functions
@@ -78,6 +80,8 @@ interface Options {
   /** Section 8, reconnects (suite-reconnect.ts): minutes of waiting on reconnects, so only when named (--only reconnect) or --full. */
   reconnect: boolean;
   kanalCli?: string;
+  /** --audit: the Kanal pairs of sections 0-4 write audit logs (the cost of auditing, against a run without). */
+  audit: boolean;
   profile?: 'up' | 'down';
   /** --upstream: a directory, "none", or undefined (look in the usual places). */
   upstream?: string;
@@ -98,6 +102,7 @@ function parseOptions(argv: string[]): Options {
       reps: { type: 'string' },
       upstream: { type: 'string' },
       'kanal-cli': { type: 'string' },
+      audit: { type: 'boolean', default: false },
       'soak-count': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -149,6 +154,7 @@ function parseOptions(argv: string[]): Options {
     tenants: named ? named.includes('tenants') : true,
     reconnect: named ? named.includes('reconnect') : mode === 'full',
     kanalCli,
+    audit: values.audit,
     profile,
     upstream: values.upstream,
     params,
@@ -247,6 +253,7 @@ async function main(): Promise<void> {
       transport: opts.transport,
       params: opts.params,
       kanalCli: opts.kanalCli,
+      audit: opts.audit,
       upstreamOption: opts.upstream,
       warnings,
       progress,
@@ -337,6 +344,7 @@ async function main(): Promise<void> {
     tenants: tenants && { ...tenants, rows: withoutNonFinite(tenants.rows) },
     reconnect: reconnect && { ...reconnect, rows: withoutNonFinite(reconnect.rows) },
     kanalCli: opts.kanalCli,
+    audit: opts.audit,
     warnings,
   };
   process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${renderText(report)}\n`);

@@ -49,6 +49,8 @@ export interface Report {
   reconnect?: ReconnectReport;
   /** --kanal-cli: the build every Kanal pair ran, when not this checkout's. */
   kanalCli?: string;
+  /** --audit: the Kanal pairs wrote audit logs. */
+  audit?: boolean;
   warnings: string[];
 }
 
@@ -558,6 +560,7 @@ export function renderText(r: Report): string {
       : `Upstream Konnectivity: ${r.upstream.absent}; Kanal is compared with direct connections only.`,
     `Loopback only. Figures are medians of ${r.params.reps} interleaved runs; a ratio is the median of per-run ratios to the baseline measured next to it (latency: ratio of pooled percentiles).`,
     ...(r.kanalCli ? [`Kanal: every pair ran ${r.kanalCli} (--kanal-cli).`] : []),
+    ...(r.audit ? ['Kanal: server and agent wrote audit logs to files (--audit).'] : []),
     `Other processes kept ${r.backgroundCores.toFixed(2)} of ${m.nproc} cores busy on average during the run; load average ${r.loadAvg.start.toFixed(2)} at the start, ${r.loadAvg.end.toFixed(2)} at the end (noise; spread = (max - min) / median of the runs).`,
   );
   const labelWidth = Math.max(...r.rows.map((row) => row.label.length), 30);
