@@ -17,6 +17,9 @@ NODE=$REPO/node_modules/.bin/node
 if [[ -n ${KANAL_EXECUTABLE:-} ]]; then KANAL=("$KANAL_EXECUTABLE"); else KANAL=("$NODE" "$REPO/dist/src/cli/main.js"); fi
 [[ -x $NODE && (-n ${KANAL_EXECUTABLE:-} || -f $REPO/dist/src/cli/main.js) ]] ||
   { echo "try-loopback: run 'npm ci && npm run build' in $REPO first" >&2; exit 2; }
+for tool in openssl curl socat; do
+  command -v "$tool" > /dev/null || { echo "try-loopback: needs $tool (Debian: apt-get install $tool)" >&2; exit 2; }
+done
 AGENT_PORT=${AGENT_PORT:-8091} SERVER_HEALTH=${SERVER_HEALTH:-8092} AGENT_HEALTH=${AGENT_HEALTH:-8093}
 WEB_PORT=${WEB_PORT:-8000} KAS_PORT=${KAS_PORT:-6443}
 
