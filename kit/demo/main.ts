@@ -2,7 +2,9 @@
  * `npm run demo`: both directions on loopback, no root. Starts a Kanal
  * server and agent (the real CLI, throwaway certificates), a node-side HTTP
  * backend and a kube-apiserver stand-in, sends traffic through every
- * frontend and direction, prints what went through, and cleans up.
+ * frontend and direction, prints what went through, and cleans up: at the
+ * end, and on Ctrl-C or SIGTERM. `--keep` keeps it running after the steps
+ * until then, for trying things by hand.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,6 +18,8 @@ import type { Child } from '../launch/child.js';
 import { loadTransport } from '../../src/transport/choice.js';
 import { connectUnix, httpConnect, grpcDial } from './proxy-client.js';
 import { CleanupStack } from '../launch/cleanup-scope.js';
+import { removeOnExit } from '../launch/exit-cleanup.js';
+import { cleanUpOnSignals } from '../launch/signal-cleanup.js';
 import { freePort, kanalCommand, loopbackAgentArgs, loopbackServerArgs, spawnKanal, waitHealthy } from '../launch/kanal-cli.js';
 import { errorMessage } from '../../src/common/error-message.js';
 
@@ -31,12 +35,19 @@ interface Row {
 /** Runs one step and records its row: what it got, or the error it threw. */
 type Timer = (what: string, fn: () => Promise<{ result: string; bytes: number }>) => Promise<void>;
 
-/** Sends an HTTP/1.1 GET over an established stream and returns the raw response. */
+/**
+ * Sends an HTTP/1.1 GET over an established stream and returns the raw
+ * response, closing the stream: a connection left half open would hold the
+ * agent's shutdown for its --shutdown-grace-period.
+ */
 function httpOver(conn: Duplex, host: string, pathName: string): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     conn.on('data', (c: Buffer) => chunks.push(c));
-    conn.once('end', () => resolve(Buffer.concat(chunks)));
+    conn.once('end', () => {
+      conn.destroy();
+      resolve(Buffer.concat(chunks));
+    });
     conn.once('error', reject);
     conn.write(`GET ${pathName} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
     conn.resume();
@@ -117,7 +128,7 @@ async function startKanal(scope: CleanupStack, places: DemoPlaces): Promise<{ se
   });
   await waitHealthy(server, `http://127.0.0.1:${serverHealth}/readyz`, 20_000);
   await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
-  console.log(`server and agent up (agent port ${agentPort}, frontend ${uds})\n`);
+  console.log(`server (pid ${server.pid}) and agent (pid ${agent.pid}) up (agent port ${agentPort}, frontend ${uds})\n`);
   return { server, agent };
 }
 
@@ -154,7 +165,8 @@ async function runSteps(places: DemoPlaces, time: Timer): Promise<void> {
   await time(`node -> CP  https://${ADVERTISE}:${kasLocal}/version (TLS passes through)`, async () => {
     const body = await new Promise<string>((resolve, reject) => {
       const req = https.get(
-        { host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000 },
+        // agent: false: no keep-alive connection left open to hold the agent's shutdown.
+        { host: ADVERTISE, port: kasLocal, path: '/version', ca: fs.readFileSync(pki.caCert), timeout: 10_000, agent: false },
         (res) => {
           let text = '';
           res.setEncoding('utf8');
@@ -177,6 +189,11 @@ async function runSteps(places: DemoPlaces, time: Timer): Promise<void> {
   });
 }
 
+/** Removes the private keys under dir (the CA's among them), leaving the logs. */
+function removeKeys(dir: string): void {
+  for (const f of fs.readdirSync(dir, { recursive: true, encoding: 'utf8' })) if (f.endsWith('.key')) fs.rmSync(path.join(dir, f));
+}
+
 /** Prints the rows and the server's refusal line; a failed step sets the exit code. */
 function report(rows: readonly Row[], server: Child, agent: Child): void {
   const width = Math.max(...rows.map((r) => r.what.length));
@@ -197,10 +214,18 @@ function report(rows: readonly Row[], server: Child, agent: Child): void {
 }
 
 async function main(): Promise<void> {
+  const keep = process.argv.includes('--keep');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-demo-'));
-  // Children and listeners; the directory stays when a step failed (its logs).
+  removeOnExit.add(dir);
+  // Children and listeners; the directory stays without its keys when a step failed (its logs).
   const scope = new CleanupStack();
   const servers: net.Server[] = [];
+  cleanUpOnSignals(async () => {
+    console.log('\nkanal demo: stopping');
+    await scope.run();
+    for (const s of servers) s.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
   const rows: Row[] = [];
   const time: Timer = async (what, fn) => {
     const t0 = performance.now();
@@ -228,10 +253,19 @@ async function main(): Promise<void> {
     const { server, agent } = await startKanal(scope, places);
     await runSteps(places, time);
     report(rows, server, agent);
+    if (keep) {
+      console.log(`\nkanal demo: kept running until Ctrl-C; frontend ${uds}, metrics http://127.0.0.1:${serverHealth}/metrics`);
+      await new Promise<never>(() => setInterval(() => undefined, 1 << 30));
+    }
   } finally {
     await scope.run();
     for (const s of servers) s.close();
-    if (process.exitCode !== 1) fs.rmSync(dir, { recursive: true, force: true });
+    if (process.exitCode === 1) {
+      removeKeys(dir);
+      removeOnExit.delete(dir);
+    } else {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
 }
 

@@ -91,7 +91,7 @@ export async function buildAgentOptions(
 export function agentBuilder(y: Argv, forHelp = true): Argv<AgentArgs> {
   return withSettings(y, agentSettings, forHelp)
     .example(
-      '$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key',
+      '$0 agent --proxy-server-host kanal.cp.example.internal --ca-cert /etc/kanal/ca.crt --agent-cert /etc/kanal/agent.crt --agent-key /etc/kanal/agent.key',
       'Control plane -> node only',
     )
     .example(

@@ -118,7 +118,7 @@ export async function buildServerOptions(
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
   return withSettings(y, serverSettings, forHelp).example(
-    '$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt',
+    '$0 server --uds-name /etc/kubernetes/konnectivity-server/konnectivity-server.socket --cluster-cert /etc/kanal/server.crt --cluster-key /etc/kanal/server.key --cluster-ca-cert /etc/kanal/ca.crt',
     'Frontend on a Unix socket, agents with mTLS',
   );
 }

@@ -1,0 +1,126 @@
+/**
+ * scripts/try-loopback.sh, the README's "by hand" walk-through, runs as a
+ * script: both directions answer, and what it started and the temp dir it made
+ * (with its CA key) are gone when it exits, also when Ctrl-C ends it (SIGINT
+ * to its process group, as a terminal sends it).
+ */
+import test from 'ava';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { freePort } from '../../kit/launch/kanal-cli.js';
+import type { Scope } from '../../kit/launch/cleanup-scope.js';
+import { REPO } from '../helpers/doc-blocks.js';
+
+const SCRIPT = path.join(REPO, 'scripts', 'try-loopback.sh');
+const LIMIT_MS = 60_000;
+
+interface ScriptRun {
+  /** Output so far (stdout and stderr). */
+  output: () => string;
+  /** Resolves when the output matches, rejects when the script ends first or after the limit. */
+  waitFor: (pattern: RegExp) => Promise<void>;
+  ended: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  pgid: number;
+}
+
+/** The script in a process group of its own with free ports; the scope kills the group. */
+async function startScript(scope: Scope, env: NodeJS.ProcessEnv = {}): Promise<ScriptRun> {
+  const ports = {
+    AGENT_PORT: await freePort(),
+    SERVER_HEALTH: await freePort(),
+    AGENT_HEALTH: await freePort(),
+    WEB_PORT: await freePort(),
+    KAS_PORT: await freePort('127.0.0.2'),
+  };
+  const child = spawn(SCRIPT, [], {
+    detached: true,
+    env: { ...process.env, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const pgid = child.pid!;
+  const killGroup = (): void => {
+    try {
+      process.kill(-pgid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  };
+  const limit = setTimeout(killGroup, LIMIT_MS);
+  scope.teardown(() => {
+    clearTimeout(limit);
+    killGroup();
+  });
+  let output = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (output += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (output += d));
+  const ended = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('close', (code, signal) => {
+      clearTimeout(limit);
+      resolve({ code, signal });
+    }),
+  );
+  const waitFor = (pattern: RegExp): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const check = (): void => {
+        if (pattern.test(output)) {
+          child.stdout.off('data', check);
+          resolve();
+        }
+      };
+      child.stdout.on('data', check);
+      check();
+      void ended.then(() => reject(new Error(`the script ended before ${String(pattern)}:\n${output}`)));
+    });
+  return { output: () => output, waitFor, ended, pgid };
+}
+
+/** The temp dir and the pids the script reported. */
+function whatItMade(output: string): { dir: string; pids: number[] } {
+  const dir = /working in (\S+)/.exec(output)?.[1];
+  const pids = /pids ([\d ]+)/.exec(output)?.[1];
+  if (dir === undefined || pids === undefined) throw new Error(`no "working in" or "pids" line:\n${output}`);
+  return { dir, pids: pids.trim().split(' ').map(Number) };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+test('the loopback walk-through runs as a script: both directions answer, and it leaves no process and no directory', async (t) => {
+  const run = await startScript(t);
+  const { code } = await run.ended;
+  const output = run.output();
+  t.is(code, 0, output);
+  t.regex(output, /200 Connection Established[\s\S]*hello from \/cp-to-node/);
+  t.regex(output, /node -> control plane:\n {2}hello from \/node-to-cp/);
+  const { dir, pids } = whatItMade(output);
+  t.is(pids.length, 3, 'web server, server, agent');
+  t.false(fs.existsSync(dir), `${dir} removed`);
+  t.deepEqual(
+    pids.filter((p) => alive(p)),
+    [],
+    'every process it started has ended',
+  );
+});
+
+test('Ctrl-C ends the script at once and it still removes its directory (with the CA key) and stops what it started', async (t) => {
+  const run = await startScript(t, { KEEP: '1' });
+  await run.waitFor(/until Ctrl-C/);
+  const { dir, pids } = whatItMade(run.output());
+  t.true(fs.existsSync(path.join(dir, 'ca.key')), 'the CA key is there while it runs');
+  process.kill(-run.pgid, 'SIGINT');
+  const { code } = await run.ended;
+  t.is(code, 130, run.output());
+  t.false(fs.existsSync(dir), `${dir} removed`);
+  t.deepEqual(
+    pids.filter((p) => alive(p)),
+    [],
+    'every process it started has ended',
+  );
+});
