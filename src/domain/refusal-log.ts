@@ -10,6 +10,7 @@ import type { KanalMetrics } from './metrics.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { truncateForLog } from '../common/log-safety.js';
 import type { RefusalReason } from './refusal-reason.js';
+import type { RecentEvents } from './recent-events.js';
 
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 
@@ -27,6 +28,8 @@ export function peerHost(peer: string): string {
 export interface DialingAgent {
   agentID: string;
   credential: string;
+  /** The agent's tunnel's recent refusals (the admin port's /status), if kept. */
+  recent?: RecentEvents;
 }
 
 /** One refusal of a network peer, as Refusals.refuse logs and counts it. */
@@ -58,6 +61,7 @@ export class Refusals {
    */
   refuse({ reason, peer, fields, message, detail = '' }: PeerRefusal): void {
     this.metrics?.refusals.inc({ reason });
+    this.metrics?.recent.add(reason);
     this.log.warn(
       `${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`,
       { peer, refusal: reason, ...fields },
@@ -68,6 +72,8 @@ export class Refusals {
   /** Counts a refusal of an agent's dial; logs it unless this agent had one for `reason` within the interval (one agent's refusals cannot hide another's). */
   refuseAgent(reason: RefusalReason, agent: DialingAgent, fields: Record<string, unknown>, message: string): void {
     this.metrics?.refusals.inc({ reason });
+    this.metrics?.recent.add(reason);
+    agent.recent?.add(reason);
     this.log.warn(
       `${reason} agent ${truncateForLog(agent.credential, 64)} ${truncateForLog(agent.agentID, 64)}`,
       { agentID: agent.agentID, credential: agent.credential, refusal: reason, ...fields },
