@@ -360,13 +360,14 @@ function newTunnel(
   opts: AgentServiceOptions,
 ): Tunnel {
   const resume = opts.resume;
-  return new Tunnel(stream, {
+  // The tunnel's own recent refusals (tunnel.recent) are fed once it exists: neither hook runs in its constructor.
+  const tunnel: Tunnel = new Tunnel(stream, {
     side: 'server',
     features,
     log,
     limits: opts.limits,
     dialHandler: features.has(Feature.NodeDial)
-      ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject }, dial)
+      ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject, recent: tunnel.recent }, dial)
       : undefined,
     refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
     // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
@@ -374,8 +375,12 @@ function newTunnel(
       opts.metrics?.connectionClosed(c.role === 'dialer' ? 'cp_to_node' : 'node_to_cp', c.bytesOut, c.bytesIn);
       opts.onConnectionClosed?.(c);
     },
-    onLimit: (limit) => countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS),
+    onLimit: (limit) => {
+      const kind = countTunnelLimit(opts.metrics, limit, AGENT_TUNNEL_REFUSALS);
+      if (kind) tunnel.recent.add(kind);
+    },
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
     ...(resume ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: (n: number) => resume.metrics.replayedBytes.inc(n) } : {}),
   });
+  return tunnel;
 }
