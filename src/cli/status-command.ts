@@ -99,18 +99,24 @@ export async function runStatus(args: StatusArgs): Promise<void> {
   } else {
     candidates = [...DEFAULT_ADMIN_ADDRESSES];
   }
+  const doc = await findStatus(candidates, timeoutMs);
+  process.stdout.write(args.output === 'json' ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);
+}
+
+/**
+ * The document of the first of `candidates` where something listens; an
+ * answer there that is not a status ends the search (it is the port asked
+ * for, and says what is wrong). `what` names each in the error.
+ */
+export async function findStatus(candidates: readonly { address: HostPort; what: string }[], timeoutMs: number): Promise<StatusDocument> {
   const silent: string[] = [];
   for (const { address, what } of candidates) {
-    let doc: StatusDocument;
     try {
-      doc = await fetchStatus(address, timeoutMs);
+      return await fetchStatus(address, timeoutMs);
     } catch (err) {
       if (!(err instanceof NotListening)) throw err;
       silent.push(`${formatHostPort(address)} (${what}): ${err.message}`);
-      continue;
     }
-    process.stdout.write(args.output === 'json' ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);
-    return;
   }
   throw new Error(
     `no Kanal admin port answers: ${silent.join('; ')}. ` +

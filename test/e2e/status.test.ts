@@ -9,6 +9,8 @@
  */
 import test from 'ava';
 import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
 import http from 'node:http';
 import net from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -30,6 +32,7 @@ import {
   type Scope,
 } from '../helpers/kanal-processes.js';
 import { startTcpRelay } from '../helpers/tcp-relay.js';
+import { shippedRbac, startKubeApi } from '../helpers/kube-stand-in/fixture.js';
 import type { AgentStatusDocument, ServerStatusDocument, StatusDocument } from '../../src/domain/status-document.js';
 
 async function statusOf<D extends StatusDocument>(adminPort: number): Promise<D> {
@@ -155,6 +158,44 @@ test('server and agent status: the agent, its credential, connections each way, 
   t.regex(agentText.stdout, /Tunnels:\nSERVER ID .*\nserver +127\.0\.0\.1:\d+ +\S+ +open +[a-z,-]+ +2\/3 +0\/0/);
   t.regex(agentText.stdout, /Node listeners \(node -> control plane, accepting; 3 connection\(s\) carried, 0 waiting for a tunnel\):/);
   t.regex(agentText.stdout, new RegExp(`127\\.0\\.0\\.2:${allowed.port} +${echo.address.replace(/\./g, '\\.')}`));
+});
+
+test('an agent that authenticated with a service account token shows as its account and pod; the token is nowhere', async (t) => {
+  t.timeout(90_000);
+  const ws = await makeWorkspace(t, 'kanal-status-token-');
+  const k = await startKubeApi(t, { rbac: await shippedRbac() });
+  const [ns, sa, audience] = ['kube-system', 'konnectivity-agent', 'system:konnectivity-server'];
+  const kubeconfig = await k.api.writeKubeconfig(path.join(ws.dir, 'server.kubeconfig'), {
+    user: 'system:konnectivity-server',
+    auth: 'certificate',
+  });
+  const server = await startServer(t, ws, {
+    clusterCa: false,
+    extraArgs: ['--agent-namespace', ns, '--agent-service-account', sa, '--authentication-audience', audience, '--kubeconfig', kubeconfig],
+  });
+  const token = k.api.tokens.issueServiceAccountToken({
+    namespace: ns,
+    serviceAccount: sa,
+    audiences: [audience],
+    pod: { name: 'pod-1' },
+    node: { name: 'node-1' },
+  });
+  const file = path.join(ws.dir, 'pod-1.token');
+  await fsp.writeFile(file, token);
+  await startAgent(t, ws, server, { agentID: 'pod-1', cert: 'none', extraArgs: ['--service-account-token-path', file] });
+  await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);
+
+  const r = await httpGet(`http://127.0.0.1:${server.adminPort}/status`, 5000);
+  t.is(r.status, 200);
+  const doc = JSON.parse(r.body) as ServerStatusDocument;
+  t.is(doc.agents[0].agentID, 'pod-1');
+  t.is(doc.agents[0].credential, `system:serviceaccount:${ns}:${sa} pod pod-1 on node node-1`);
+  // The token whole, and each of its three JWT parts (a signature or a claim set alone is still a secret's piece).
+  t.false(r.body.includes(token));
+  for (const part of token.split('.')) t.false(r.body.includes(part), 'a part of the token');
+  const cli = await runCli(['status', '--admin-address', `127.0.0.1:${server.adminPort}`, '-o', 'json']);
+  t.is(cli.code, 0, cli.stderr);
+  t.false(cli.stdout.includes(token.split('.')[2]));
 });
 
 test('a lost tunnel shows as detached on both sides while its connection waits, and open again once resumed', async (t) => {
