@@ -14,6 +14,8 @@ import { startAdminPort } from '../common/admin-server.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
+import { agentStatus } from './agent-status.js';
+import type { AgentStatusDocument } from '../domain/status-document.js';
 
 export interface AgentOptions {
   /** The tunnels; with `leases`, their server count comes from the lease counter made here. */
@@ -22,6 +24,8 @@ export interface AgentOptions {
   leases?: { kube: KubeClientConfig; namespace: string; selector: string };
   node?: NodeSideOptions;
   admin?: { host: string; port: number; profiling: boolean };
+  /** Kanal's version and commit, for the status document. */
+  build?: { version: string; commit: string };
 }
 
 export class KanalAgent {
@@ -104,13 +108,25 @@ export class KanalAgent {
       await this.tunnels.start();
       if (admin)
         this.admin = await startAdminPort(
-          { ...admin, registry: this.tunnels.metrics.registry, log },
+          { ...admin, registry: this.tunnels.metrics.registry, status: () => this.status(), hostFlag: '--admin-bind-address', log },
           '--admin-bind-address, --admin-server-port',
         );
     } catch (err) {
       await this.release();
       throw err;
     }
+  }
+
+  /** The admin port's /status: its servers, tunnels, node listeners and host interface now (agent-status.ts). */
+  status(): AgentStatusDocument {
+    return agentStatus({
+      agentID: this.opts.tunnels.agentID,
+      tunnels: this.tunnels.snapshot(),
+      metrics: this.tunnels.metrics,
+      ...(this.nodeListeners ? { nodeListeners: this.nodeListeners } : {}),
+      ...(this.hostInterface ? { hostInterface: this.hostInterface } : {}),
+      build: this.opts.build ?? { version: 'unknown', commit: 'unknown' },
+    });
   }
 
   /** Stops accepting node connections, drains the tunnels for up to `graceMs`, then releases the rest. */

@@ -81,6 +81,12 @@ export class HostInterfaceManager {
     return this.watch?.readiness() ?? { ready: true, detail: 'no advertise address' };
   }
 
+  /** Which interface and address it keeps, and whether they are in place, for the admin port's /status. */
+  snapshot(): { name: string; type: InterfaceType; address: string; ready: boolean; detail: string } {
+    const { name, type, address } = this.opts;
+    return { name, type, address, ...this.readiness() };
+  }
+
   async tearDown(): Promise<void> {
     this.watch?.stop();
     this.watch = undefined;

@@ -50,6 +50,25 @@ export class NodeListeners {
     return { listeners: this.servers.length, waiting: this.waiting, active: this.sockets.size - this.waiting };
   }
 
+  /** Where it listens (each --target) and what it carries now, for the admin port's /status. */
+  snapshot(): {
+    bindAddress: string;
+    targets: { listen: string; destination: string }[];
+    listening: boolean;
+    waiting: number;
+    active: number;
+  } {
+    const { bindAddress, targets } = this.opts;
+    const { waiting, active } = this.stats();
+    return {
+      bindAddress,
+      targets: targets.map((t) => ({ listen: formatHostPort({ host: bindAddress, port: t.localPort }), destination: t.destination })),
+      listening: this.servers.length > 0,
+      waiting,
+      active,
+    };
+  }
+
   /** Binds every target; fails as a whole (closing what was bound) if one cannot bind. */
   async start(): Promise<void> {
     for (const target of this.opts.targets) {

@@ -76,6 +76,15 @@ export interface AgentStats {
   tunnels: (TunnelStats & { serverID: string; address: string; features: string })[];
 }
 
+/** ServerTunnels.snapshot(): read when asked, from the maps that hold the state. */
+export interface AgentTunnelsSnapshot {
+  state: AgentState;
+  expected: ServerCount;
+  /** The addresses dialled; `reachedHeld`: the server this one reached, held through another address. */
+  endpoints: { target: string; name: string; lastError: string; reachedHeld: string | undefined }[];
+  tunnels: { serverID: string; address: string; tunnel: Tunnel; detached: boolean }[];
+}
+
 /** A tunnel the agent holds, and the address it came through. */
 interface HeldTunnel {
   conn: ServerConnection;
@@ -299,6 +308,27 @@ export class ServerTunnels {
         features: formatFeatures(conn.tunnel.features),
         ...conn.tunnel.stats(),
       })),
+    };
+  }
+
+  /** Where the agent is, its addresses and its tunnels (up and detached), for the admin port's /status (agent-status.ts). */
+  snapshot(): AgentTunnelsSnapshot {
+    const held = (detached: boolean) => (h: HeldTunnel) => ({
+      serverID: h.conn.serverID,
+      address: h.address,
+      tunnel: h.conn.tunnel,
+      detached,
+    });
+    return {
+      state: this.state,
+      expected: { ...this.expected },
+      endpoints: [...this.endpoints.values()].map((e) => ({
+        target: e.endpoint.target,
+        name: e.endpoint.name,
+        lastError: e.lastError,
+        reachedHeld: e.reachedHeld !== undefined && this.connections.has(e.reachedHeld) ? e.reachedHeld : undefined,
+      })),
+      tunnels: [...[...this.connections.values()].map(held(false)), ...[...this.detached.values()].map(held(true))],
     };
   }
 

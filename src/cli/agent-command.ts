@@ -18,6 +18,7 @@ import { loadTransport } from '../transport/choice.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
+import { buildInfo } from './build-info.js';
 
 /** What yargs hands `kanal agent`, typed by its settings. */
 export type AgentArgs = AgentGiven;
@@ -140,7 +141,13 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   for (const notice of config.notices) log.warn(notice);
   if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
   enableGcPacing();
-  const kanalAgent = new KanalAgent({ tunnels: options, leases: config.leases, node: config.node, admin: config.admin });
+  const kanalAgent = new KanalAgent({
+    tunnels: options,
+    leases: config.leases,
+    node: config.node,
+    admin: config.admin,
+    build: buildInfo(),
+  });
   const agent = kanalAgent.tunnels;
   await kanalAgent.start();
   // systemd (Type=notify): READY=1 once the listeners are bound and the first

@@ -59,6 +59,13 @@ const COMMANDS = {
       );
     },
   },
+  status: {
+    describe: 'Show what the server or agent on this host holds now (agents, tunnels, connections) from its admin port',
+    async add(y: Argv): Promise<Argv> {
+      const { statusBuilder, runStatus } = await import('./status-command.js');
+      return y.command('status', this.describe, statusBuilder, (args) => runStatus(args).catch(fail));
+    },
+  },
   version: {
     describe: "Print Kanal's version, commit, form and runtime",
     async add(y: Argv): Promise<Argv> {
@@ -90,7 +97,7 @@ export async function main(): Promise<void> {
     y = name === chosen ? await command.add(y, forHelp) : y.command(name, command.describe);
   }
   await y
-    .demandCommand(1, 'name a command: server, agent, install-node or version')
+    .demandCommand(1, 'name a command: server, agent, install-node, status or version')
     .strict()
     .parserConfiguration(PARSER_CONFIGURATION)
     .wrap(Math.min(110, process.stdout.columns || 110))

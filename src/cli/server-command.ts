@@ -22,6 +22,7 @@ import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { errorMessage } from '../common/error-message.js';
 import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
+import { buildInfo } from './build-info.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
 export type ServerArgs = ServerGiven;
@@ -166,7 +167,13 @@ export async function runServer(args: ServerArgs): Promise<void> {
     await server.start();
     if (config.admin)
       admin = await startAdminPort(
-        { ...config.admin, registry: server.metricsSource, log: options.log },
+        {
+          ...config.admin,
+          registry: server.metricsSource,
+          status: () => server.status(buildInfo()),
+          hostFlag: '--admin-bind-address',
+          log: options.log,
+        },
         '--admin-bind-address, --admin-port',
       );
   } catch (err) {

@@ -2,13 +2,19 @@
  * The admin port of upstream (server 8095, agent 8094, on 127.0.0.1):
  * /metrics, and with --enable-profiling Node's CPU profiles and heap
  * snapshots. Upstream's Go pprof paths get a message naming Kanal's own.
+ * Kanal's own /status (what is connected now, domain/status-document.ts) is
+ * served only when the port listens on a loopback address (docs/operations.md).
  */
 import type { MetricsSource } from './health-server.js';
 import type { Logger } from 'pino';
+import type { ServerResponse } from 'node:http';
 import { sendMetrics } from './health-server.js';
 import { sendText, startHttpListener, type HttpListener } from './http-listener.js';
 import { listenError } from './listen-error.js';
 import { DEFAULT_CPU_PROFILE_SECONDS, MAX_CPU_PROFILE_SECONDS, Profiler } from './profiling.js';
+import { isLoopbackHost } from './loopback.js';
+import { errorMessage } from './error-message.js';
+import { STATUS_PATH, type StatusDocument } from '../domain/status-document.js';
 
 export interface AdminServerOptions {
   host: string;
@@ -16,6 +22,10 @@ export interface AdminServerOptions {
   registry: MetricsSource;
   /** --enable-profiling: serve /debug/kanal/cpu-profile and /debug/kanal/heap-snapshot. */
   profiling: boolean;
+  /** The status document, made on each request to STATUS_PATH (served on a loopback address only). */
+  status?: () => StatusDocument;
+  /** The flag that sets `host`, named when /status is refused. */
+  hostFlag?: string;
   log: Logger;
 }
 
@@ -47,6 +57,8 @@ export function startAdminServer(opts: AdminServerOptions): Promise<HttpListener
   return startHttpListener({ host: opts.host, port: opts.port, name: 'admin', log }, (path, query, res) => {
     if (path === '/metrics') {
       sendMetrics(opts.registry, res);
+    } else if (path === STATUS_PATH) {
+      sendStatus(opts, res);
     } else if (path === '/debug/pprof' || path.startsWith('/debug/pprof/')) {
       sendText(res, 404, PPROF_MESSAGE);
     } else if (path === CPU_PROFILE_PATH || path === HEAP_SNAPSHOT_PATH) {
@@ -87,4 +99,32 @@ export function startAdminServer(opts: AdminServerOptions): Promise<HttpListener
       sendText(res, 404, 'not found\n');
     }
   });
+}
+
+/**
+ * The status names every agent and the identity it authenticated with:
+ * served to this host only. A port on any other address answers 403 with how
+ * to read it instead.
+ */
+function sendStatus(opts: AdminServerOptions, res: ServerResponse): void {
+  if (!opts.status) {
+    sendText(res, 404, 'this process serves no status document\n');
+  } else if (!isLoopbackHost(opts.host)) {
+    sendText(
+      res,
+      403,
+      `${STATUS_PATH} is served only when the admin port listens on a loopback address (127.0.0.1 or ::1); ` +
+        `this one listens on ${opts.host}${opts.hostFlag ? ` (${opts.hostFlag})` : ''}. It names agents and their credentials: ` +
+        'set the admin bind address to 127.0.0.1 and run `kanal status` on this host.\n',
+    );
+  } else {
+    let body: string;
+    try {
+      body = `${JSON.stringify(opts.status(), null, 2)}\n`;
+    } catch (err) {
+      sendText(res, 500, `cannot make the status document: ${errorMessage(err)}\n`);
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
+  }
 }

@@ -7,6 +7,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { CONNECTION_DURATION_BUCKETS, UpstreamDialMetrics } from './upstream-metrics.js';
 import type { DialResult } from './dial-result.js';
 import type { RefusalReason } from './refusal-reason.js';
+import { RecentEvents } from './recent-events.js';
 
 export type Direction = 'cp_to_node' | 'node_to_cp';
 
@@ -32,6 +33,8 @@ export class KanalMetrics {
   readonly memoryReclaimedBytes: Counter;
   /** Upstream's names for control plane -> node dials (upstream-metrics.ts). */
   readonly upstreamDials: UpstreamDialMetrics;
+  /** Refusals and throttles of the last minutes, beside their counters (the admin port's /status). */
+  readonly recent = new RecentEvents();
 
   /**
    * `tenant`: the metrics of one tenant of a shared server (docs/multi-tenant.md), every

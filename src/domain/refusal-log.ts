@@ -10,6 +10,7 @@ import type { KanalMetrics } from './metrics.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { truncateForLog } from '../common/log-safety.js';
 import type { RefusalReason } from './refusal-reason.js';
+import type { RecentEvents } from './recent-events.js';
 
 export const REFUSAL_LOG_INTERVAL_MS = 10_000;
 
@@ -27,6 +28,8 @@ export function peerHost(peer: string): string {
 export interface DialingAgent {
   agentID: string;
   credential: string;
+  /** The agent's tunnel's recent refusals (the admin port's /status), if kept. */
+  recent?: RecentEvents;
 }
 
 /** One refusal of a network peer, as Refusals.refuse logs and counts it. */
@@ -66,6 +69,7 @@ export class Refusals {
   refuse(refusal: PeerRefusal): void {
     const { reason, peer, fields, message, detail = '' } = refusal;
     this.metrics?.refusals.inc({ reason });
+    this.metrics?.recent.add(reason);
     this.audit?.refused(refusal);
     this.log.warn(
       `${reason} ${truncateForLog(peerHost(peer), 64)} ${truncateForLog(detail, 64)}`,
@@ -77,6 +81,8 @@ export class Refusals {
   /** Counts a refusal of an agent's dial (audited with the dial: TunnelOptions.onInboundDialFailed); logs it unless this agent had one for `reason` within the interval (one agent's refusals cannot hide another's). */
   refuseAgent(reason: RefusalReason, agent: DialingAgent, fields: Record<string, unknown>, message: string): void {
     this.metrics?.refusals.inc({ reason });
+    this.metrics?.recent.add(reason);
+    agent.recent?.add(reason);
     this.log.warn(
       `${reason} agent ${truncateForLog(agent.credential, 64)} ${truncateForLog(agent.agentID, 64)}`,
       { agentID: agent.agentID, credential: agent.credential, refusal: reason, ...fields },

@@ -33,6 +33,8 @@ import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
 import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
 import net from 'node:net';
 import { mergeExpositions, renderEach } from '../common/metrics-text.js';
+import { serverStatus } from './server-status.js';
+import type { ServerStatusDocument } from '../domain/status-document.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 
@@ -246,6 +248,19 @@ export class KanalServer {
       ),
       frontendTunnels: tenants.flatMap((t) => [...t.frontendTunnels].map((x) => x.stats())),
     };
+  }
+
+  /** The admin port's /status: its agents and their tunnels now (server-status.ts). `build`: Kanal's version and commit. */
+  status(build: { version: string; commit: string }): ServerStatusDocument {
+    return serverStatus({
+      serverID: this.opts.serverID,
+      serverCount: this.opts.serverCount,
+      state: this.current.kind,
+      tenants: [...this.rooms.values()].map((r) => r.tenant),
+      named: this.opts.tenants !== undefined,
+      metrics: this.metrics,
+      build,
+    });
   }
 
   /** /metrics: the process's registry, with every tenant's labelled series beside it. */

@@ -39,6 +39,8 @@ export interface LivenessEvents {
 export interface Liveness {
   /** True from the quiet threshold of an unanswered PING until it is answered. */
   readonly quiet: boolean;
+  /** When a PING was last answered (Date.now()), if one was: the admin port's /status shows it. */
+  readonly lastAnsweredAt?: number;
   /**
    * PINGs now (unless a PING is already in flight) and resolves true when it
    * is answered within `withinMs` (default: the quiet threshold), false
@@ -59,6 +61,7 @@ interface InFlight {
 export class SessionLiveness extends EventEmitter<LivenessEvents> implements Liveness {
   /** Invariant: true only while `inFlight` is set and older than quietAfterMs. */
   quiet = false;
+  lastAnsweredAt: number | undefined;
   private inFlight: InFlight | undefined;
   private readonly interval: NodeJS.Timeout;
   private stopped = false;
@@ -117,6 +120,7 @@ export class SessionLiveness extends EventEmitter<LivenessEvents> implements Liv
   }
 
   private answered(inFlight: InFlight): void {
+    this.lastAnsweredAt = Date.now();
     clearTimeout(inFlight.quietTimer);
     clearTimeout(inFlight.deadTimer);
     this.inFlight = undefined;

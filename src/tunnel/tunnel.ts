@@ -13,7 +13,8 @@ import type { FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import { DialError, TunnelClosedError } from './errors.js';
 import type { DialHandler, DialOptions } from './dial-handler.js';
-import type { TunnelEvents, TunnelOptions, TunnelStats } from './tunnel-options.js';
+import type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from './tunnel-options.js';
+import { RecentEvents } from '../domain/recent-events.js';
 import { LimitReports } from './limit-reports.js';
 import { PeerReadGuard } from './peer-read-guard.js';
 import { PacketDispatch } from './packet-dispatch.js';
@@ -31,7 +32,7 @@ import { ResumeExchange } from './resume-exchange.js';
 import { LingeringConnections } from './lingering-connections.js';
 
 export type { DialHandler, DialOptions, InboundDial } from './dial-handler.js';
-export type { TunnelEvents, TunnelOptions, TunnelStats } from './tunnel-options.js';
+export type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from './tunnel-options.js';
 
 /** Stream endings that mean the peer sent something it must not. */
 const PEER_FAULTS = new Set([GrpcStatus.RESOURCE_EXHAUSTED, GrpcStatus.INTERNAL, GrpcStatus.INVALID_ARGUMENT, GrpcStatus.UNIMPLEMENTED]);
@@ -129,6 +130,13 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   readonly windowGrowth: WindowGrowthBudget;
   /** What the negotiated features make of every connection of this tunnel (flow control, half-close). */
   private readonly rules: ConnectionRules;
+  /** When the tunnel was made (Date.now()): its first stream; a resume keeps it. */
+  readonly createdAt = Date.now();
+  /** Refusals and throttles of this tunnel in the last minutes, fed by its owner (the admin port's /status). */
+  readonly recent = new RecentEvents();
+  /** Bytes of the connections that have left the table, each way; open ones are added when read (snapshot()). */
+  private closedBytesSent = 0;
+  private closedBytesReceived = 0;
 
   constructor(
     stream: PacketStream,
@@ -294,6 +302,31 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     };
   }
 
+  /**
+   * Where the tunnel is and what it carries, for the admin port's /status:
+   * O(connections), read on request only. Connections by role: `dialer` ones
+   * this side asked for, `performer` ones it dialled for the peer.
+   */
+  snapshot(): TunnelSnapshot {
+    const s = this.current;
+    let sent = this.closedBytesSent;
+    let received = this.closedBytesReceived;
+    for (const conn of this.connections.snapshot()) {
+      sent += conn.bytesOut;
+      received += conn.bytesIn;
+    }
+    return {
+      state: s.kind,
+      peerDraining: this.drainRequested,
+      writeBlocked: s.kind === 'open' && s.writeBlocked,
+      readPaused: this.readPaused,
+      ...(s.kind === 'detached' ? { detachedForMs: Math.round(performance.now() - this.detachedAt) } : {}),
+      connections: { dialer: this.connections.dialerCount, performer: this.connections.performerCount },
+      pendingDials: { outbound: this.outbound.size, inbound: this.inbound.size },
+      bytes: { sent, received },
+    };
+  }
+
   /** Bytes kept for a resume: sent by open or lingering connections and not acknowledged (O(connections): for metrics). */
   retainedBytes(): number {
     let n = this.lingering.bytes;
@@ -420,6 +453,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   forget(connectID: number): void {
     const conn = this.connections.removeClosed(connectID);
     if (conn) {
+      this.closedBytesSent += conn.bytesOut;
+      this.closedBytesReceived += conn.bytesIn;
       if (conn.lingers && this.current.kind !== 'closed') this.lingering.add(conn);
       this.opts.onConnectionClosed?.(conn);
       // Per connection: no fields built unless they are logged.

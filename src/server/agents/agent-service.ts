@@ -367,13 +367,14 @@ function newTunnel(
 ): Tunnel {
   const resume = opts.resume;
   const party = { agent: { id: agentID, credential: credential.subject } };
-  return new Tunnel(stream, {
+  // The tunnel's own recent refusals (tunnel.recent) are fed once it exists: neither hook runs in its constructor.
+  const tunnel: Tunnel = new Tunnel(stream, {
     side: 'server',
     features,
     log,
     limits: opts.limits,
     dialHandler: features.has(Feature.NodeDial)
-      ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject }, dial)
+      ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject, recent: tunnel.recent }, dial)
       : undefined,
     refuseDialsReason: 'node -> control plane dials were not negotiated on this stream',
     // On an agent tunnel the server dials toward nodes and performs dials toward the control plane.
@@ -388,9 +389,13 @@ function newTunnel(
       opts.onConnectionClosed?.(c);
     },
     onInboundDialFailed: (f) => opts.auditor?.inboundDialFailed('performer', party, f),
-    onLimit: (limit, reason) => countTunnelLimit(opts.metrics, limit, reason),
+    onLimit: (limit, reason) => {
+      const kind = countTunnelLimit(opts.metrics, limit, reason);
+      if (kind) tunnel.recent.add(kind);
+    },
     refusalReasons: AGENT_TUNNEL_REFUSALS,
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
     ...(resume ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: (n: number) => resume.metrics.replayedBytes.inc(n) } : {}),
   });
+  return tunnel;
 }

@@ -19,6 +19,8 @@ export const MAX_RESUME_TOKENS = 8;
 interface Resumable {
   tunnel: Tunnel;
   credentialKey: string;
+  /** Whose it is, for the admin port's /status. */
+  credential: AgentCredential;
   agentID: string;
   /** The agent process that opened it (MD_KANAL_INCARNATION). */
   incarnation: string;
@@ -45,7 +47,7 @@ export class ResumableTunnels {
 
   /** Registers a new tunnel under `token` (newToken()). */
   add(token: string, tunnel: Tunnel, credential: AgentCredential, agentID: string, incarnation: string): void {
-    this.byToken.set(token, { tunnel, credentialKey: credential.key, agentID, incarnation });
+    this.byToken.set(token, { tunnel, credentialKey: credential.key, credential, agentID, incarnation });
     tunnel.once('close', () => this.byToken.delete(token));
     tunnel.on('detached', () => this.bound(credential.key));
   }
@@ -78,6 +80,13 @@ export class ResumableTunnels {
       connections += tunnel.stats().connections;
     }
     return { tunnels, connections };
+  }
+
+  /** The tunnels waiting for a resume now, with whose they are (the admin port's /status; no token). */
+  detachedTunnels(): { tunnel: Tunnel; credential: AgentCredential; agentID: string }[] {
+    const out: { tunnel: Tunnel; credential: AgentCredential; agentID: string }[] = [];
+    for (const { tunnel, credential, agentID } of this.byToken.values()) if (tunnel.detached) out.push({ tunnel, credential, agentID });
+    return out;
   }
 
   /** Bytes all of them keep for a replay (O(connections): for metrics). */

@@ -108,7 +108,10 @@ export class DestinationDialer {
       ticket?.done();
     });
     this.metrics?.dialDone('node_to_cp', 'ok', t0);
-    this.log.debug({ ...agent, dialID: String(dial.dialID), address: dial.address }, 'node dial connected');
+    this.log.debug(
+      { agentID: agent.agentID, credential: agent.credential, dialID: String(dial.dialID), address: dial.address },
+      'node dial connected',
+    );
     return socket;
   }
 }

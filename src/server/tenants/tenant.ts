@@ -205,6 +205,11 @@ export class Tenant {
     tunnel.once('close', () => this.frontendTunnels.delete(tunnel));
   }
 
+  /** Agent tunnels whose stream was lost, waiting for a resume (they are out of the registry meanwhile). */
+  detachedAgentTunnels(): ReturnType<ResumableTunnels['detachedTunnels']> {
+    return this.resumable.detachedTunnels();
+  }
+
   /** "3 agent(s) connected" or "no agent connected". */
   agentsDetail(): string {
     const n = this.registry.size;
