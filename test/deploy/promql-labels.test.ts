@@ -77,6 +77,12 @@ test('an unknown metric and a matcher on a label the metric lacks are reported',
   t.deepEqual(problems('rate(dials_totl[5m])'), ['dials_totl: no such metric']);
   t.deepEqual(problems('dials_total{reason="x"}'), ['dials_total{reason="x"}: dials_total has no label reason']);
   t.deepEqual(problems('{__name__="agents", tenant="one"}'), [], 'a name given as __name__');
+  // Spelt-out alternatives: each must exist and have the matchers' labels; the result carries what all carry.
+  t.deepEqual(problems('sum by (job) ({__name__=~"agents|dials_total"})'), []);
+  t.deepEqual(problems('sum by (tenant) ({__name__=~"agents|dials_total"})'), ['sum by (tenant): no such label among instance, job']);
+  t.deepEqual(problems('{__name__=~"agents|nothing", job="x"}'), ['nothing: no such metric']);
+  t.deepEqual(problems('{__name__=~"agents|dials_total", tenant="one"}'), ['dials_total{tenant="one"}: dials_total has no label tenant']);
+  t.is(problems('{__name__=~"agent.*"}').length, 1, 'a pattern is not a list of names');
 });
 
 test('grouping labels are checked against what the aggregated expression carries', (t) => {

@@ -332,22 +332,27 @@ class Parser {
       if (this.isOp(',')) this.next();
     }
     if (braces) this.next();
-    const metric = name ?? matchers.find((m) => m.label === '__name__' && m.op === '=')?.value;
-    if (metric === undefined) {
-      this.problems.push(`a selector without a metric name: ${JSON.stringify(matchers)}`);
+    const metrics = name !== undefined ? [name] : namesOf(matchers.find((m) => m.label === '__name__'));
+    if (metrics === undefined) {
+      this.problems.push(`a selector without a metric name, or names not spelt out: ${JSON.stringify(matchers)}`);
       return { kind: 'vector', labels: new Set(), open: true };
     }
-    this.selectors.push({ metric, matchers });
-    const labels = this.lookup(metric);
-    if (!labels) {
-      this.problems.push(`${metric}: no such metric`);
-      return { kind: 'vector', labels: new Set(), open: true };
+    // Several names (`__name__=~"a|b"`): what all of them carry.
+    let common: Set<string> | undefined;
+    for (const metric of metrics) {
+      this.selectors.push({ metric, matchers });
+      const labels = this.lookup(metric);
+      if (!labels) {
+        this.problems.push(`${metric}: no such metric`);
+        return { kind: 'vector', labels: new Set(), open: true };
+      }
+      for (const m of matchers) {
+        if (m.label !== '__name__' && !labels.has(m.label))
+          this.problems.push(`${metric}{${m.label}${m.op}"${m.value}"}: ${metric} has no label ${m.label}`);
+      }
+      common = common ? new Set([...common].filter((l) => labels.has(l))) : new Set(labels);
     }
-    for (const m of matchers) {
-      if (m.label !== '__name__' && !labels.has(m.label))
-        this.problems.push(`${metric}{${m.label}${m.op}"${m.value}"}: ${metric} has no label ${m.label}`);
-    }
-    return { kind: 'vector', labels, open: false };
+    return { kind: 'vector', labels: common ?? new Set(), open: false };
   }
 
   private aggregation(op: string): Value {
@@ -403,6 +408,13 @@ class Parser {
     }
     return v;
   }
+}
+
+/** The names a `__name__` matcher selects when it spells them out: `="a"` or `=~"a|b"`; otherwise undefined. */
+function namesOf(m: Matcher | undefined): string[] | undefined {
+  if (m?.op === '=') return [m.value];
+  if (m?.op === '=~' && /^[a-zA-Z_:][a-zA-Z0-9_:]*(\|[a-zA-Z_:][a-zA-Z0-9_:]*)*$/.test(m.value)) return m.value.split('|');
+  return undefined;
 }
 
 function union(a: ReadonlySet<string>, b: ReadonlySet<string>): Set<string> {
