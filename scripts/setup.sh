@@ -13,6 +13,7 @@ need_cmd openssl openssl
 need_cmd systemd-analyze systemd
 need_cmd kubectl kubernetes-client
 need_cmd python3 python3    # test/packaging/: an independent NOTIFY_SOCKET listener
+need_cmd promtool prometheus  # test/deploy/: promtool checks and unit-tests the alert rules, parses the dashboard's queries
 need_cmd setpriv util-linux # test/packaging/: run the agent as non-root with only CAP_NET_ADMIN
 need_cmd strip binutils    # npm run package: the executable carries a stripped copy of node
 # test/interop/grpc-go: grpc-go, the gRPC library of upstream's agent, server and the KAS's client
