@@ -29,3 +29,9 @@ if ((${#missing[@]} > 0)); then
   "${sudo[@]}" apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Debian's prometheus package is the whole server (for its promtool); where systemd runs, it enables and starts it on :9090.
+# The tests need only promtool: leave no server behind.
+if [[ " ${missing[*]:-} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+  "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

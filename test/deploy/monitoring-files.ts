@@ -28,7 +28,7 @@ export const NOT_YET_EXPORTED: Readonly<Record<string, readonly string[]>> = {
 };
 
 /** Refusal reasons the rules name before the source has them (the throttle); emptied with NOT_YET_EXPORTED. */
-export const REFUSAL_REASONS_NOT_YET_IN_SOURCE: readonly string[] = ['throttled'];
+export const REFUSAL_REASONS_NOT_YET_IN_SOURCE: readonly string[] = [];
 
 export interface Rule {
   alert?: string;
