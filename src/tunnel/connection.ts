@@ -91,8 +91,10 @@ export class TunnelConnection {
   dialMs = 0;
   /** Who asked for it, when the frontend or node listener that accepted them says (audit log). */
   client: ClientIdentity | undefined;
-  /** Who ended it; set once, as it closes. */
+  /** Who ended it, set as it closes: the party whose failure closed it, else whose FIN came first. */
   endedBy: ConnectionEnder | undefined;
+  /** Whose FIN came first (the local end's, or the peer's), while one has. */
+  private firstFin: 'local' | 'peer' | undefined;
 
   /** Changes only in transition(), along NEXT_STATES. */
   private current: ConnectionState = 'open';
@@ -194,6 +196,7 @@ export class TunnelConnection {
   /** The local end sent its FIN. */
   end(): void {
     if (this.current === 'closed' || this.current === 'local-ended' || this.finPending) return;
+    this.firstFin ??= 'local';
     this.finPending = true;
     this.sendFinWhenSent();
   }
@@ -278,6 +281,7 @@ export class TunnelConnection {
     // The state changes before the local end hears of it: a relay partner may answer at once.
     const bothEnded = this.current === 'local-ended';
     this.peerFinReceived = true;
+    this.firstFin ??= 'peer';
     if (!bothEnded) this.transition('peer-ended');
     this.inbound.peerEnded();
     this.local.peerEnded();
@@ -405,7 +409,7 @@ export class TunnelConnection {
   private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean, clean: boolean, by: ConnectionEnder): void {
     if (this.current === 'closed') return;
     this.transition('closed');
-    this.endedBy = by;
+    this.endedBy = error ? by : (this.firstFin ?? by);
     clearInterval(this.flushTimer);
     this.sender.stop();
     this.inbound.release();
