@@ -22,6 +22,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ['src/domain'],
   // The vocabulary of settings (a setting's kinds, its table's derived views); each command's table sits beside what it configures.
   ['src/settings'],
+  // The audit log's writer and its settings (a sink for records the server and agent make).
+  ['src/audit'],
   ['src/transport'],
   ['src/tunnel'],
   ['src/kube'],
