@@ -20,7 +20,11 @@ export class AuditMetrics {
   /** `queuedBytes` is read at scrape time. */
   constructor(registry: Registry, queuedBytes: () => number) {
     const registers = [registry];
-    this.lines = new Counter({ name: 'kanal_audit_lines_total', help: 'Audit lines written', registers });
+    this.lines = new Counter({
+      name: 'kanal_audit_lines_total',
+      help: 'Audit lines written (on stdout: taken into the stdout queue)',
+      registers,
+    });
     this.dropped = new Counter({
       name: 'kanal_audit_dropped_lines_total',
       help: `Audit lines dropped, by reason: ${DROP_REASONS.join(', ')}`,

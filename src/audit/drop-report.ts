@@ -17,13 +17,15 @@ const WHY: Record<DropReason, string> = {
   no_reader: 'the audit log FIFO has no reader; lines wait in the queue and are dropped beyond it until a process opens it for reading',
   too_large: 'an audit line is larger than --audit-log-maxsize; dropped',
   unserializable: 'an audit record cannot be written as JSON; dropped',
-  shutdown: 'audit lines still queued at shutdown were dropped',
+  shutdown: 'audit lines still queued at shutdown, or written after it, were dropped',
 };
 
 export class DropReport {
   /** Lines dropped by reason in the episode under way; undefined between episodes. */
   private episode: Map<DropReason, number> | undefined;
   private readonly recordWarnings: RateLimitedLog;
+  /** Lines dropped at or after close() are warned about once. */
+  private shutdownWarned = false;
 
   constructor(
     private readonly metrics: AuditMetrics,
@@ -42,7 +44,8 @@ export class DropReport {
       return;
     }
     if (reason === 'shutdown') {
-      this.log.warn({ auditLog: this.where, reason, lines }, WHY[reason]);
+      if (!this.shutdownWarned) this.log.warn({ auditLog: this.where, reason, lines }, WHY[reason]);
+      this.shutdownWarned = true;
       return;
     }
     if (this.episode === undefined) {

@@ -178,3 +178,22 @@ test('a FIFO without a reader: the start says so and does not wait; lines wait f
   t.is(warnings.length, 2, 'one at start, one for the episode');
   t.is(warnings[1].reason, 'no_reader');
 });
+
+test('close() on a FIFO nobody reads returns after its timeout; what was left is counted as shutdown, and so is a write after it', async (t) => {
+  const file = makeFifo(t);
+  openReadEnd(t, file);
+  const { audit, registry, captured } = await openFifoLog(t, file);
+  const lines = 1000;
+  for (let i = 0; i < lines; i++) audit.write(recordOfSize(i, 1024));
+  const t0 = performance.now();
+  await audit.close(300);
+  const ms = performance.now() - t0;
+  t.true(ms >= 250 && ms < 5000, `close() took ${ms.toFixed(0)} ms`);
+  audit.write({ i: lines });
+  const written = (await metricValue(registry, 'kanal_audit_lines_total'))!;
+  const shutdown = (await metricValue(registry, 'kanal_audit_dropped_lines_total', { reason: 'shutdown' }))!;
+  t.true(written < lines, `the pipe took ${written} lines`);
+  t.is(written + shutdown, lines + 1, `written ${written} + shutdown ${shutdown}`);
+  t.is(await metricValue(registry, 'kanal_audit_queued_bytes'), 0);
+  t.is(captured.warnings().filter((w) => w.reason === 'shutdown').length, 1, 'one warning');
+});
