@@ -30,7 +30,7 @@ export type { AuditLog };
  * records of ~400 bytes: several seconds of a busy server's connection ends
  * (upstream manages ~1,600 dials/s here, DESIGN.md section 4), enough to ride
  * out a rotation or a slow disk, while a destination that stops taking lines
- * costs no more than that. The line bound caps the per-Buffer overhead of
+ * costs no more than that. The line bound caps the per-line overhead of
  * many short lines at a few MiB more.
  */
 export const DEFAULT_QUEUE = { maxBytes: 4 * 1024 * 1024, maxLines: 32 * 1024 } as const;
@@ -152,7 +152,7 @@ export async function openAuditLog(options: OpenAuditLogOptions): Promise<AuditL
     write(record: object): void {
       const line = auditLine(record);
       if (line === undefined) drops.drop('unserializable');
-      else writer.push(Buffer.from(line, 'utf8'));
+      else writer.push(line);
     },
     async close(timeoutMs = 2000): Promise<void> {
       await writer.close(timeoutMs);

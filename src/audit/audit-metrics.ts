@@ -5,7 +5,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
  * Why a line was not written: queue_full (the destination is slower than the
  * lines come), write_error (the destination failed, or is being reopened),
  * no_reader (a FIFO nobody has open for reading), too_large (one line above
- * --audit-log-maxsize), unserializable (a record JSON cannot hold), shutdown
+ * --audit-log-maxsize or the whole queue), unserializable (a record JSON cannot hold), shutdown
  * (still queued when close() gave up, or written after it).
  */
 export const DROP_REASONS = ['queue_full', 'write_error', 'no_reader', 'too_large', 'unserializable', 'shutdown'] as const;

@@ -31,8 +31,8 @@ export class DeviceSink implements Sink {
     );
   }
 
-  async write(lines: readonly Buffer[]): Promise<void> {
-    const buffer = lines.length === 1 ? lines[0] : Buffer.concat(lines);
+  async write(lines: readonly string[]): Promise<void> {
+    const buffer = Buffer.from(lines.join(''), 'utf8');
     let offset = 0;
     while (offset < buffer.length) {
       const fd = this.fd;

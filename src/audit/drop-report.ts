@@ -15,7 +15,7 @@ const WHY: Record<DropReason, string> = {
   queue_full: 'the audit log destination takes lines slower than they come; lines are dropped while its queue is full',
   write_error: 'the audit log cannot be written; lines are dropped until it can (reopened every second)',
   no_reader: 'the audit log FIFO has no reader; lines wait in the queue and are dropped beyond it until a process opens it for reading',
-  too_large: 'an audit line is larger than --audit-log-maxsize; dropped',
+  too_large: 'an audit line is larger than --audit-log-maxsize or than the whole queue; dropped',
   unserializable: 'an audit record cannot be written as JSON; dropped',
   shutdown: 'audit lines still queued at shutdown, or written after it, were dropped',
 };

@@ -68,12 +68,13 @@ export class FileSink implements Sink {
     this.prune();
   }
 
-  async write(lines: readonly Buffer[]): Promise<void> {
+  async write(lines: readonly string[]): Promise<void> {
     let written = 0;
     let segment: Buffer[] = [];
     let segmentBytes = 0;
     try {
-      for (const line of lines) {
+      for (const text of lines) {
+        const line = Buffer.from(text, 'utf8');
         const filled = this.size + segmentBytes;
         if (filled > 0 && filled + line.length > this.file.maxBytes && this.now() >= this.rotateNotBefore) {
           written += await this.append(segment, segmentBytes);

@@ -55,7 +55,7 @@ export class PipeSink implements Sink {
     this.socket = socket;
   }
 
-  write(lines: readonly Buffer[]): Promise<void> {
+  write(lines: readonly string[]): Promise<void> {
     const socket = this.socket;
     if (!socket) return Promise.reject(new SinkError('write_error', 0, `${this.file} is closed`));
     return new Promise<void>((resolve, reject) => {
@@ -71,7 +71,7 @@ export class PipeSink implements Sink {
       };
       const fail = (err: Error): void => settle(err);
       this.rejectInFlight = fail;
-      socket.write(lines.length === 1 ? lines[0] : Buffer.concat(lines), settle);
+      socket.write(Buffer.from(lines.join(''), 'utf8'), settle);
     });
   }
 

@@ -16,7 +16,7 @@ const REOPEN_MS = 1000;
 export interface QueueBounds {
   /** Bytes queued or being written. */
   maxBytes: number;
-  /** Lines queued or being written: each costs a Buffer besides its bytes. */
+  /** Lines queued or being written: each costs a string header besides its bytes. */
   maxLines: number;
   /** A longer line is dropped as too_large (the file's rotation size). */
   maxLineBytes: number;
@@ -31,8 +31,13 @@ type State = { kind: 'open' } | { kind: 'down'; reason: SinkDown; timer: NodeJS.
 
 export class QueuedWriter {
   private state: State = { kind: 'open' };
-  /** Lines waiting, oldest first; `inFlight` lines left it and are being written. Invariant: queuedBytes = bytes of both. */
-  private queue: Buffer[] = [];
+  /**
+   * Lines waiting, oldest first, as strings: a Buffer from Node's shared
+   * pool would keep its whole 8 KiB slab alive while it waits. `inFlight`
+   * lines left it and are being written. Invariant: queuedBytes = the UTF-8
+   * bytes of both.
+   */
+  private queue: string[] = [];
   private inFlight = 0;
   private queuedBytes = 0;
   private writing = false;
@@ -56,21 +61,22 @@ export class QueuedWriter {
   }
 
   /** Queues one line (ending in a newline). Never blocks, never throws. */
-  push(line: Buffer): void {
+  push(line: string): void {
     if (this.state.kind === 'closed') {
       this.drops.drop('shutdown');
       return;
     }
-    if (line.length > this.bounds.maxLineBytes) {
-      this.drops.drop('too_large', 1, `${line.length} bytes`);
+    const bytes = Buffer.byteLength(line, 'utf8');
+    if (bytes > this.bounds.maxLineBytes || bytes > this.bounds.maxBytes) {
+      this.drops.drop('too_large', 1, `${bytes} bytes`);
       return;
     }
-    if (this.queuedBytes + line.length > this.bounds.maxBytes || this.queue.length + this.inFlight >= this.bounds.maxLines) {
+    if (this.queuedBytes + bytes > this.bounds.maxBytes || this.queue.length + this.inFlight >= this.bounds.maxLines) {
       this.drops.drop(this.state.kind === 'down' ? this.state.reason : 'queue_full');
       return;
     }
     this.queue.push(line);
-    this.queuedBytes += line.length;
+    this.queuedBytes += bytes;
     this.pump();
   }
 
@@ -94,7 +100,7 @@ export class QueuedWriter {
     if (this.state.kind === 'down' && this.state.timer) clearTimeout(this.state.timer);
     this.state = { kind: 'closed' };
     this.drops.drop('shutdown', this.queue.length);
-    this.queuedBytes -= this.queue.reduce((n, b) => n + b.length, 0);
+    this.queuedBytes -= this.queue.reduce((n, line) => n + Buffer.byteLength(line, 'utf8'), 0);
     this.queue = [];
     // A write in flight rejects when the sink closes; its lines are counted then.
     await this.sink.close();
@@ -109,7 +115,11 @@ export class QueuedWriter {
     }
     let n = 0;
     let bytes = 0;
-    while (n < this.queue.length && (n === 0 || bytes + this.queue[n].length <= MAX_BATCH_BYTES)) bytes += this.queue[n++].length;
+    for (; n < this.queue.length; n++) {
+      const size = Buffer.byteLength(this.queue[n], 'utf8');
+      if (n > 0 && bytes + size > MAX_BATCH_BYTES) break;
+      bytes += size;
+    }
     const batch = this.queue.splice(0, n);
     this.inFlight = n;
     this.writing = true;
@@ -127,7 +137,7 @@ export class QueuedWriter {
     this.pump();
   }
 
-  private failed(batch: readonly Buffer[], bytes: number, err: unknown): void {
+  private failed(batch: readonly string[], bytes: number, err: unknown): void {
     this.writing = false;
     this.inFlight = 0;
     this.queuedBytes -= bytes;
@@ -146,6 +156,8 @@ export class QueuedWriter {
     const timer = setTimeout(() => this.reopen(), REOPEN_MS);
     timer.unref();
     this.state = { kind: 'down', reason, timer };
+    // close() does not wait for a destination that failed.
+    for (const wake of [...this.idleWaiters]) wake();
   }
 
   private reopen(): void {

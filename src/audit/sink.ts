@@ -18,8 +18,8 @@ export class SinkError extends Error {
 export interface Sink {
   /** Opens the destination (again); rejects with a SinkError when it cannot. */
   open(): Promise<void>;
-  /** Writes `lines` in order, one call at a time; rejects with a SinkError (the sink is then closed until open()). */
-  write(lines: readonly Buffer[]): Promise<void>;
+  /** Writes `lines` (each ending in a newline) in order, one call at a time; rejects with a SinkError (the sink is then closed until open()). */
+  write(lines: readonly string[]): Promise<void>;
   /** Closes the destination; a write in flight rejects. */
   close(): Promise<void>;
 }

@@ -28,6 +28,10 @@ export class StdoutAuditLog implements AuditLog {
       this.drops.drop('unserializable');
       return;
     }
+    if (Buffer.byteLength(line, 'utf8') > this.stdout.maxQueuedBytes) {
+      this.drops.drop('too_large', 1);
+      return;
+    }
     const before = this.stdout.stats().queuedBytes;
     const result = this.stdout.offer(line);
     if (result === 'queued') {

@@ -54,6 +54,7 @@ function readLines(t: ExecutionContext, fd: number): { lines: { i: number }[]; s
 async function openFifoLog(
   t: ExecutionContext,
   file: string,
+  queue?: { maxBytes: number; maxLines: number },
 ): Promise<{ audit: AuditLog; registry: Registry; captured: ReturnType<typeof capturedLog> }> {
   const registry = new Registry();
   const captured = capturedLog();
@@ -61,6 +62,7 @@ async function openFifoLog(
     file: { path: file, maxBytes: 100 * 1024 * 1024, maxBackups: 0, maxAgeDays: 0 },
     registry,
     log: captured.log,
+    ...(queue ? { queue } : {}),
   });
   t.teardown(() => audit.close(100));
   return { audit, registry, captured };
@@ -196,4 +198,20 @@ test('close() on a FIFO nobody reads returns after its timeout; what was left is
   t.is(written + shutdown, lines + 1, `written ${written} + shutdown ${shutdown}`);
   t.is(await metricValue(registry, 'kanal_audit_queued_bytes'), 0);
   t.is(captured.warnings().filter((w) => w.reason === 'shutdown').length, 1, 'one warning');
+});
+
+test('the queue is bounded in lines as well as bytes; a line larger than the whole queue is too_large', async (t) => {
+  const file = makeFifo(t);
+  const reader = readLines(t, openReadEnd(t, file));
+  const { audit, registry } = await openFifoLog(t, file, { maxBytes: 4096, maxLines: 10 });
+  // In one turn of the loop: the first line is being written, nine wait, the rest find ten lines queued.
+  for (let i = 0; i < 100; i++) audit.write({ i });
+  audit.write(recordOfSize(100, 4097));
+  t.is(await metricValue(registry, 'kanal_audit_dropped_lines_total', { reason: 'queue_full' }), 90);
+  t.is(await metricValue(registry, 'kanal_audit_dropped_lines_total', { reason: 'too_large' }), 1);
+  await waitUntil(() => reader.lines.length === 10, 'the ten lines arrive', 10_000);
+  t.deepEqual(
+    reader.lines.map((l) => l.i),
+    [...Array(10).keys()],
+  );
 });
