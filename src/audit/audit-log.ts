@@ -118,7 +118,7 @@ export function auditLogPathProblem(file: string | undefined): string | undefine
  */
 export async function openAuditLog(options: OpenAuditLogOptions): Promise<AuditLog> {
   const { file, registry } = options;
-  const log = options.log.child({ component: 'audit' });
+  const log = options.log.child({ part: 'audit' });
   if (file.path === '-') {
     const stdout = stdoutDestination();
     const metrics = new AuditMetrics(registry, () => stdout.stats().queuedBytes);
