@@ -16,6 +16,8 @@ import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { agentStatus } from './agent-status.js';
 import type { AgentStatusDocument } from '../domain/status-document.js';
+import { ProcessAuditLog } from '../audit/process-audit-log.js';
+import type { AuditLogFileOptions } from '../audit/settings.js';
 
 export interface AgentOptions {
   /** The tunnels; with `leases`, their server count comes from the lease counter made here. */
@@ -26,6 +28,8 @@ export interface AgentOptions {
   admin?: { host: string; port: number; profiling: boolean };
   /** Kanal's version and commit, for the status document. */
   build?: { version: string; commit: string };
+  /** --audit-log-path and its rotation (docs/operations.md, "The audit log"). */
+  auditLog?: AuditLogFileOptions;
 }
 
 export class KanalAgent {
@@ -37,15 +41,19 @@ export class KanalAgent {
   private hostInterface: HostInterfaceManager | undefined;
   private nodeListeners: NodeListeners | undefined;
   private admin: HttpListener | undefined;
+  /** Opened first by start(), closed last by release(), after the tunnels wrote their connections' records. */
+  private readonly audit: ProcessAuditLog | undefined;
 
   constructor(private readonly opts: AgentOptions) {
+    this.audit = opts.auditLog && new ProcessAuditLog(opts.auditLog);
     const { tunnels, leases } = opts;
     // The counter exists before the tunnels start (start()), so the count is never read without it.
     const counted: ServerTunnelsOptions['serverCount'] = {
       source: tunnels.serverCount?.source ?? 'default',
       leases: () => this.leaseCounter?.count() ?? 0,
     };
-    this.tunnels = new ServerTunnels(leases ? { ...tunnels, serverCount: counted } : tunnels);
+    const audited = this.audit ? { ...tunnels, audit: this.audit } : tunnels;
+    this.tunnels = new ServerTunnels(leases ? { ...audited, serverCount: counted } : audited);
     this.log = opts.tunnels.log;
   }
 
@@ -57,6 +65,7 @@ export class KanalAgent {
   async start(): Promise<void> {
     const { leases, node, admin } = this.opts;
     const log = this.log;
+    await this.audit?.open(this.tunnels.metrics.registry, log.child({ part: 'audit' }));
     if (leases) {
       // Loaded only with --count-server-leases (kube-clients.ts).
       const api = (await kubeClients(leases.kube, log))();
@@ -143,5 +152,6 @@ export class KanalAgent {
     await this.leaseCounter?.stop();
     this.kubeApi?.close();
     await this.hostInterface?.tearDown();
+    await this.audit?.close();
   }
 }

@@ -12,6 +12,7 @@ import { processSettings } from '../settings/process-settings.js';
 import { agentIgnoredFlags, klogFlags } from '../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../settings/setting.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
+import { auditSettings } from '../audit/settings.js';
 import { transportSettings } from '../transport/settings.js';
 import { tunnelSettings, LIMITS } from '../tunnel/settings.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
@@ -244,6 +245,7 @@ export const agentSettings = {
     group: LIMITS,
   }),
   ...transportSettings,
+  ...auditSettings,
   'log-level': processSettings['log-level'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],

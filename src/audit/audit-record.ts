@@ -1,6 +1,6 @@
 /**
  * The audit log's records, one JSON line each (docs/operations.md, "The
- * audit log: what a line says"). `version` changes only when a field
+ * audit log: what a line says"). `auditVersion` changes only when a field
  * changes meaning or goes away; new fields may appear within a version.
  */
 import type { ClientIdentity } from '../tunnel/connection.js';
@@ -28,7 +28,8 @@ export interface AuditServer {
 }
 
 interface RecordBase {
-  version: typeof AUDIT_VERSION;
+  /** The schema's version; also what tells an audit line from a log line when both go to stdout. */
+  auditVersion: typeof AUDIT_VERSION;
   /** When the line was written: the connection's end, the dial's failure, the refusal. RFC 3339, UTC. */
   time: string;
   side: 'server' | 'agent';

@@ -84,7 +84,7 @@ export class ConnectionAuditor {
     if (!sink && !this.log.isLevelEnabled('info')) return;
     const dialer = conn.role === 'dialer';
     const record: ConnectionRecord = {
-      version: AUDIT_VERSION,
+      auditVersion: AUDIT_VERSION,
       time: new Date().toISOString(),
       side: this.opts.side,
       ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
@@ -103,7 +103,7 @@ export class ConnectionAuditor {
       reason: truncateForLog(conn.closeReason),
     };
     sink?.write(record);
-    const { version: _v, time: _t, ...fields } = record;
+    const { auditVersion: _v, time: _t, ...fields } = record;
     this.log.info(fields, 'connection ended');
   }
 
@@ -130,7 +130,7 @@ export class ConnectionAuditor {
     const id = dialID ?? err?.dialID;
     const refusal = d.refusal ?? err?.refusal;
     const record: DialRecord = {
-      version: AUDIT_VERSION,
+      auditVersion: AUDIT_VERSION,
       time: new Date().toISOString(),
       side: this.opts.side,
       ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
@@ -154,7 +154,7 @@ export class ConnectionAuditor {
   /** A peer refused before any dial (Refusals.refuse). */
   refused(r: PeerRefusal, agent?: AuditAgent): void {
     this.opts.sink?.write({
-      version: AUDIT_VERSION,
+      auditVersion: AUDIT_VERSION,
       time: new Date().toISOString(),
       side: this.opts.side,
       ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),

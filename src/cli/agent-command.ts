@@ -1,4 +1,6 @@
 /** `kanal agent`: its settings (src/agent/settings.ts) on the command line, validation, start. */
+import { checkAuditLogPath } from '../audit/audit-log.js';
+import { auditLogFileOptions } from '../audit/settings.js';
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
 import type { ServerTunnelsOptions } from '../agent/server-tunnels.js';
@@ -129,24 +131,32 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     await runAgentCheck(config);
     return;
   }
+  const auditPath = config.settings['audit-log-path'];
   if (args['dry-run']) {
-    dryRun(config, () => loadAgentCredentials(config));
+    dryRun(config, () => {
+      const credentials = loadAgentCredentials(config);
+      checkAuditLogPath(auditPath);
+      return credentials;
+    });
     return;
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadAgentCredentials(config);
+  checkAuditLogPath(auditPath);
   const options = await buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
   if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
   enableGcPacing();
+  const auditLog = auditLogFileOptions(config.settings);
   const kanalAgent = new KanalAgent({
     tunnels: options,
     leases: config.leases,
     node: config.node,
     admin: config.admin,
     build: buildInfo(),
+    ...(auditLog ? { auditLog } : {}),
   });
   const agent = kanalAgent.tunnels;
   await kanalAgent.start();

@@ -1,4 +1,7 @@
 /** `kanal server`: its settings (src/server/config/settings.ts) on the command line, validation, start. */
+import path from 'node:path';
+import { checkAuditLogPath } from '../audit/audit-log.js';
+import { auditLogFileOptions } from '../audit/settings.js';
 import { runtimeWarning } from './runtime.js';
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
@@ -65,6 +68,18 @@ export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   return { agent: agent!, frontend, warnings: check.warnings };
 }
 
+/** `audit.log` of worker 2: `audit.worker-2.log` (rotated as `audit.worker-2-<time>.log`). */
+export function workerAuditPath(file: string, index: number): string {
+  const ext = path.extname(file);
+  return `${file.slice(0, file.length - ext.length)}.worker-${index}${ext}`;
+}
+
+/** --audit-log-path and its rotation, when given. */
+function withAuditLog(v: ServerConfig['settings']): Pick<ServerOptions, 'auditLog'> {
+  const auditLog = auditLogFileOptions(v);
+  return auditLog ? { auditLog } : {};
+}
+
 export async function buildServerOptions(
   config: ServerConfig,
   credentials: ServerCredentials = loadServerCredentials(config),
@@ -74,6 +89,7 @@ export async function buildServerOptions(
   return {
     serverID: v['server-id'],
     serverCount: v['server-count'],
+    ...withAuditLog(v),
     agent: {
       host: v['agent-bind-address'],
       port: v['agent-port'],
@@ -132,6 +148,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   if (args['dry-run']) {
     dryRun(config, () => {
       const credentials = loadServerCredentials(config);
+      checkAuditLogPath(config.settings['audit-log-path']);
       if (tenants) process.stdout.write(`${JSON.stringify({ tenants: tenants().map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
       return credentials;
     });
@@ -139,6 +156,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
+  checkAuditLogPath(config.settings['audit-log-path']);
   const worker = many?.workerOf();
   if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
   const options = await buildServerOptions(config, credentials);
@@ -146,6 +164,9 @@ export async function runServer(args: ServerArgs): Promise<void> {
     options.worker = worker;
     options.health = undefined;
     options.log = options.log.child({ worker: worker.index });
+    // Each worker writes a file of its own: processes sharing one would rotate it under each other.
+    if (options.auditLog && options.auditLog.path !== '-')
+      options.auditLog = { ...options.auditLog, path: workerAuditPath(options.auditLog.path, worker.index) };
   }
   for (const w of credentials.warnings) options.log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) options.log.warn(notice);

@@ -14,7 +14,9 @@ import { listenError } from './listen-error.js';
 import { DEFAULT_CPU_PROFILE_SECONDS, MAX_CPU_PROFILE_SECONDS, Profiler } from './profiling.js';
 import { isLoopbackHost } from './loopback.js';
 import { errorMessage } from './error-message.js';
-import { STATUS_PATH, type StatusDocument } from '../domain/status-document.js';
+
+/** Where the status document (src/domain/status-document.ts) is served. */
+export const STATUS_PATH = '/status';
 
 export interface AdminServerOptions {
   host: string;
@@ -23,7 +25,7 @@ export interface AdminServerOptions {
   /** --enable-profiling: serve /debug/kanal/cpu-profile and /debug/kanal/heap-snapshot. */
   profiling: boolean;
   /** The status document, made on each request to STATUS_PATH (served on a loopback address only). */
-  status?: () => StatusDocument;
+  status?: () => object;
   /** The flag that sets `host`, named when /status is refused. */
   hostFlag?: string;
   log: Logger;

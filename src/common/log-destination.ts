@@ -37,7 +37,7 @@ export class LogDestination {
 
   constructor(
     private readonly fd: number,
-    private readonly maxQueuedBytes = DEFAULT_MAX_QUEUED_BYTES,
+    readonly maxQueuedBytes = DEFAULT_MAX_QUEUED_BYTES,
   ) {}
 
   /** pino's destination interface. Never blocks, never throws. */
@@ -53,6 +53,19 @@ export class LogDestination {
       return;
     }
     this.enqueue(bytes);
+  }
+
+  /**
+   * Queues a whole line from another writer of the same descriptor (the
+   * audit log on stdout), so the two never interleave inside a line. A
+   * refusal is the caller's to count: it is not in this destination's report.
+   */
+  offer(line: string): 'queued' | 'queue_full' | 'failed' {
+    if (this.failure) return 'failed';
+    const bytes = Buffer.from(line, 'utf8');
+    if (this.queuedBytes + bytes.length > this.maxQueuedBytes) return 'queue_full';
+    this.enqueue(bytes);
+    return 'queued';
   }
 
   /** Resolves once every queued line is written, the destination failed, or timeoutMs passed. */

@@ -7,9 +7,28 @@
  * key or resume token.
  */
 import type { RecentCounts } from './recent-events.js';
-import type { TunnelSnapshot } from '../tunnel/tunnel-options.js';
 
-export const STATUS_PATH = '/status';
+export { STATUS_PATH } from '../common/admin-server.js';
+
+/** Tunnel.snapshot(): what the admin port's /status shows of a tunnel. */
+export interface TunnelSnapshot {
+  state: 'open' | 'detached' | 'closing' | 'closed';
+  /** The peer sent DRAIN: it asks for no new dials. */
+  peerDraining: boolean;
+  /** The transport's send buffer is full; bulk data waits. */
+  writeBlocked: boolean;
+  /** The tunnel does not read its stream now. */
+  readPaused: boolean;
+  /** While detached: how long ago the stream was lost. */
+  detachedForMs?: number;
+  /** Open connections this side asked for (dialer) and dialled for the peer (performer). */
+  connections: { dialer: number; performer: number };
+  /** Dials this side asked for awaiting DIAL_RSP (outbound), and the peer's being performed here (inbound). */
+  pendingDials: { outbound: number; inbound: number };
+  /** Bytes of the tunnel's connections, open and closed, sent to the peer and received from it. */
+  bytes: { sent: number; received: number };
+}
+
 export const STATUS_KIND = 'kanal-status';
 export const STATUS_VERSION = 1;
 

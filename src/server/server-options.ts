@@ -1,5 +1,5 @@
 /** What a KanalServer is given (ports, credentials, routing, limits) and what it reports of itself. */
-import type { AuditSink } from '../audit/audit-record.js';
+import type { AuditLogFileOptions } from '../audit/settings.js';
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
@@ -19,7 +19,7 @@ export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 }
 export interface ServerOptions {
   serverID: string;
   /** Where each tunnelled connection, failed dial and refusal is recorded (--audit-log-path; docs/operations.md); absent: nowhere. */
-  audit?: AuditSink;
+  auditLog?: AuditLogFileOptions;
   serverCount: number;
   agent: {
     host: string;

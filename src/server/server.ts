@@ -6,6 +6,7 @@
  * by tenants/tenant-directory.ts and changed live (docs/multi-tenant.md).
  */
 import { ConnectionAuditor } from '../audit/connection-auditor.js';
+import { ProcessAuditLog } from '../audit/process-audit-log.js';
 import type { GrpcServerTransport, IncomingStream } from '../transport/transport.js';
 import { GrpcStatus } from '../transport/grpc-status.js';
 import type { LabelledCounter } from '../domain/metrics.js';
@@ -116,9 +117,12 @@ export class KanalServer {
   private readonly reloads: LabelledCounter<{ result: 'applied' | 'invalid' }> | undefined;
   private frontendGrpc: GrpcServerTransport<FrontendConnection> | undefined;
   private agentGrpc: GrpcServerTransport<AgentConnection> | undefined;
+  /** --audit-log-path: opened by bringUp(), closed after everything else by release(). */
+  private readonly audit: ProcessAuditLog | undefined;
 
   constructor(private readonly opts: ServerOptions) {
     this.log = opts.log;
+    this.audit = opts.auditLog && new ProcessAuditLog(opts.auditLog);
     this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
     this.refusalLogs = {
       frontend: this.refusals(opts.log.child({ part: 'frontend' })),
@@ -150,7 +154,7 @@ export class KanalServer {
       nodeToCp: this.nodeToCp,
       metrics: this.metrics,
       log: o.log,
-      ...(o.audit ? { audit: o.audit } : {}),
+      ...(this.audit ? { audit: this.audit } : {}),
     });
   }
 
@@ -167,7 +171,7 @@ export class KanalServer {
       nodeToCp: this.nodeToCp,
       metrics: new KanalMetrics('server', name),
       log: this.log.child({ tenant: name }),
-      ...(this.opts.audit ? { audit: this.opts.audit } : {}),
+      ...(this.audit ? { audit: this.audit } : {}),
     });
   }
 
@@ -289,6 +293,7 @@ export class KanalServer {
 
   private async bringUp(): Promise<void> {
     try {
+      await this.audit?.open(this.metrics.registry, this.log.child({ part: 'audit' }));
       if (this.opts.tenants) await this.addTenants(this.opts.tenants.load());
       await this.startListeners();
       for (const room of this.rooms.values()) if (room.loaded?.uds) room.uds = await this.listenTenantSocket(room);
@@ -711,7 +716,7 @@ export class KanalServer {
 
   /** A Refusals for one part of the server, flushed when it stops. */
   private refusals(log: ServerOptions['log']): Refusals {
-    const audit = this.opts.audit && new ConnectionAuditor({ side: 'server', log, sink: this.opts.audit });
+    const audit = this.audit && new ConnectionAuditor({ side: 'server', log, sink: this.audit });
     const r = new Refusals(log, this.metrics, undefined, audit);
     this.flushers.push(() => r.flush());
     return r;
@@ -777,6 +782,8 @@ export class KanalServer {
     this.closers = [];
     await this.health?.close();
     for (const flush of this.flushers.splice(0)) flush();
+    // Last: the tunnels closed above have written their connections' records.
+    await this.audit?.close();
   }
 }
 

@@ -5,7 +5,10 @@ import type { TunnelConnection } from './connection.js';
 import type { DialHandler } from './dial-handler.js';
 import type { TunnelLimitName, TunnelLimits } from './limits.js';
 import type { RefusalReasons } from './limit-reports.js';
+import type { TunnelSnapshot } from '../domain/status-document.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
+
+export type { TunnelSnapshot };
 
 export interface TunnelOptions {
   /** 'agent' assigns odd connectIDs, 'server' even ones. */
@@ -60,25 +63,6 @@ export interface TunnelStats {
   readPaused: boolean;
   /** True while the stream is lost and the tunnel waits for a resume. */
   detached: boolean;
-}
-
-/** Tunnel.snapshot(): what the admin port's /status shows of a tunnel. */
-export interface TunnelSnapshot {
-  state: 'open' | 'detached' | 'closing' | 'closed';
-  /** The peer sent DRAIN: it asks for no new dials. */
-  peerDraining: boolean;
-  /** The transport's send buffer is full; bulk data waits. */
-  writeBlocked: boolean;
-  /** The tunnel does not read its stream now. */
-  readPaused: boolean;
-  /** While detached: how long ago the stream was lost. */
-  detachedForMs?: number;
-  /** Open connections this side asked for (dialer) and dialled for the peer (performer). */
-  connections: { dialer: number; performer: number };
-  /** Dials this side asked for awaiting DIAL_RSP (outbound), and the peer's being performed here (inbound). */
-  pendingDials: { outbound: number; inbound: number };
-  /** Bytes of the tunnel's connections, open and closed, sent to the peer and received from it. */
-  bytes: { sent: number; received: number };
 }
 
 export interface TunnelEvents {

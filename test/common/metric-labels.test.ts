@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import test from 'ava';
 import { DIAL_RESULTS } from '../../src/domain/dial-result.js';
 import { REFUSAL_REASONS } from '../../src/domain/refusal-reason.js';
+import { DROP_REASONS } from '../../src/audit/audit-metrics.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const doc = fs.readFileSync(path.join(REPO, 'docs', 'metrics.md'), 'utf8');
@@ -37,4 +38,9 @@ test('docs/metrics.md lists each kanal_refusals_total reason, and no other', (t)
     [],
     'reasons the source does not know',
   );
+});
+
+test('docs/metrics.md lists each kanal_audit_dropped_lines_total reason', (t) => {
+  const listed = codeSpans(section('`kanal_audit_dropped_lines_total{reason}`'));
+  for (const reason of DROP_REASONS) t.true(listed.has(reason), `${reason} is missing`);
 });

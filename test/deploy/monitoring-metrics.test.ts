@@ -76,7 +76,10 @@ async function singleTenant(): Promise<string[]> {
   const listener = await nodeListener({ host: '127.0.0.2', destination: echo.address });
   const forbiddenPort = await freePort('127.0.0.2');
   const resume = ['--resume-timeout', '20s'];
-  const server = await startServer(shared, ws, { extraArgs: [...FAST_KEEPALIVE, ...resume, '--allowed-destination', echo.address] });
+  const audit = (who: string): string[] => ['--audit-log-path', path.join(ws.dir, `${who}-audit.log`)];
+  const server = await startServer(shared, ws, {
+    extraArgs: [...FAST_KEEPALIVE, ...resume, ...audit('server'), '--allowed-destination', echo.address],
+  });
   const relay = await startTcpRelay(shared, { host: '127.0.0.1', port: server.agentPort });
   const agent = await startAgent(
     shared,
@@ -84,7 +87,14 @@ async function singleTenant(): Promise<string[]> {
     { agentPort: relay.port },
     {
       agentID: 'node-1',
-      extraArgs: [...FAST_KEEPALIVE, ...resume, ...listener.args, '--target', `${forbiddenPort}:127.0.0.1:${await freePort()}`],
+      extraArgs: [
+        ...FAST_KEEPALIVE,
+        ...resume,
+        ...audit('agent'),
+        ...listener.args,
+        '--target',
+        `${forbiddenPort}:127.0.0.1:${await freePort()}`,
+      ],
     },
   );
   await waitMetrics(server.healthPort, { kanal_server_agents: 1 }, 10_000);

@@ -88,7 +88,7 @@ test('a connection the kube-apiserver ends: both lines, one ID, who asked, bytes
 
   const [s] = await waitRecords(serverLog, 'connection', connectionTo(echo.address));
   t.like(s, {
-    version: 1,
+    auditVersion: 1,
     side: 'server',
     event: 'connection',
     direction: 'cp_to_node',
@@ -106,7 +106,7 @@ test('a connection the kube-apiserver ends: both lines, one ID, who asked, bytes
 
   const [a] = await waitRecords(agentLog, 'connection', connectionTo(echo.address));
   t.like(a, {
-    version: 1,
+    auditVersion: 1,
     side: 'agent',
     dialID: s.dialID,
     connectID: s.connectID,

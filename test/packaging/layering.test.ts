@@ -24,6 +24,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ['src/settings'],
   ['src/transport'],
   ['src/tunnel'],
+  // The audit log: the records tunnelled connections and dials make, their writer and its settings.
+  ['src/audit'],
   ['src/kube'],
   ['src/server', 'src/agent'],
   ['src/cli'],

@@ -14,6 +14,7 @@ import { processSettings } from '../../settings/process-settings.js';
 import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../../settings/setting.js';
 import { MIN_KEEPALIVE_INTERVAL_MS } from '../../transport/liveness.js';
+import { auditSettings } from '../../audit/settings.js';
 import { transportSettings } from '../../transport/settings.js';
 import { tunnelSettings, LIMITS } from '../../tunnel/settings.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../../tunnel/limits.js';
@@ -290,6 +291,7 @@ export const serverSettings = {
     group: LIMITS,
   }),
   ...transportSettings,
+  ...auditSettings,
   'log-level': processSettings['log-level'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],
