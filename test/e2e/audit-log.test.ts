@@ -25,6 +25,8 @@ import {
   type Scope,
 } from '../helpers/kanal-processes.js';
 import { httpConnect } from '../helpers/in-process.js';
+import { frontendProxyStream } from '../helpers/frontend-clients.js';
+import { PacketType } from '../../src/wire/packet.js';
 import type { AuditRecord, ConnectionRecord, DialRecord, RefusalRecord } from '../../src/audit/audit-record.js';
 
 /** Every record of an audit log file so far. */
@@ -229,4 +231,24 @@ test('a tunnel lost and not resumed in time: its connection closes with closedBy
   const [s] = await waitRecords(serverLog, 'connection', connectionTo(echo.address));
   t.like(s, { closedBy: 'tunnel', bytes: { toDestination: 10, toClient: 10 } });
   t.regex(s.reason, /tunnel/);
+});
+
+test('the gRPC frontend: the kube-apiserver named by its Unix socket credentials, the connection it closes audited once', async (t) => {
+  const echo = await startEchoBackend(t);
+  const { server, serverLog } = await start(t);
+  const stream = frontendProxyStream(t, server);
+  const { connectID, error } = await stream.dial(echo.address);
+  t.is(error, '');
+  t.true(await stream.echoes(connectID, randomBytes(64), 10_000));
+  await stream.send({ type: PacketType.CLOSE_REQ, connectID });
+  const [s] = await waitRecords(serverLog, 'connection', connectionTo(echo.address));
+  t.like(s, {
+    direction: 'cp_to_node',
+    client: { address: `unix:${server.uds}`, uid: process.getuid?.(), pid: process.pid },
+    bytes: { toDestination: 64, toClient: 64 },
+    closedBy: 'client',
+  });
+  await sleep(300);
+  t.is(records(serverLog).filter(connectionTo(echo.address)).length, 1, 'the relay writes one line, not one per side of it');
+  stream.close();
 });
