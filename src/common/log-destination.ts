@@ -88,12 +88,14 @@ export class LogDestination {
       if (this.droppedSinceReport > 0) {
         const n = this.droppedSinceReport;
         this.droppedSinceReport = 0;
-        // Same shape as pino's lines, so log readers see it.
-        this.enqueue(
-          Buffer.from(
-            `${JSON.stringify({ level: 40, time: new Date().toISOString(), msg: 'log lines dropped: stdout was not read fast enough', dropped: n })}\n`,
-          ),
-        );
+        // Same shape as the logger's lines (logger.ts), so log readers see it.
+        const report = {
+          level: 'warn',
+          time: new Date().toISOString(),
+          msg: 'log lines dropped: stdout was not read fast enough',
+          dropped: n,
+        };
+        this.enqueue(Buffer.from(`${JSON.stringify(report)}\n`, 'utf8'));
         return;
       }
       for (const wake of [...this.idleWaiters]) wake();
