@@ -222,6 +222,7 @@ export const agentSettings = {
   }),
   ...transportSettings,
   'log-level': processSettings['log-level'],
+  'logging-format': processSettings['logging-format'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],
   check: toggle({

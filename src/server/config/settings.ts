@@ -280,6 +280,7 @@ export const serverSettings = {
   }),
   ...transportSettings,
   'log-level': processSettings['log-level'],
+  'logging-format': processSettings['logging-format'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],
   ...serverIgnoredFlags,
