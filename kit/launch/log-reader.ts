@@ -4,14 +4,25 @@
  */
 import fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { levels, type Level } from 'pino';
 
 export interface LogLine {
-  level: number;
+  /** The level's name, as Kanal writes it (`"level":"warn"`); pino's number on another writer's line is read as its name. */
+  level: Level;
   msg: string;
   [field: string]: unknown;
 }
 
-export const WARN = 40;
+/** Whether a line's `level` (a name, or pino's number) is `floor` or more severe; false for anything else. */
+export function levelAtLeast(level: unknown, floor: Level): boolean {
+  const n = typeof level === 'number' ? level : typeof level === 'string' ? levels.values[level] : undefined;
+  return n !== undefined && n >= levels.values[floor];
+}
+
+function levelName(level: unknown): Level | undefined {
+  const name = typeof level === 'number' ? levels.labels[level] : level;
+  return typeof name === 'string' && name in levels.values ? (name as Level) : undefined;
+}
 
 /** The file's text ('' while it does not exist). */
 export function readLogText(file: string): string {
@@ -37,9 +48,12 @@ export function jsonObjects(text: string): Record<string, unknown>[] {
   return out;
 }
 
-/** Lines of a JSON log that look like pino's (a string msg). */
+/** Lines of a JSON log that look like pino's (a string msg and a level), each level as its name. */
 export function pinoLines(objects: Record<string, unknown>[]): LogLine[] {
-  return objects.filter((o): o is LogLine => typeof o.msg === 'string');
+  return objects.flatMap((o) => {
+    const level = levelName(o.level);
+    return typeof o.msg === 'string' && level !== undefined ? [{ ...o, msg: o.msg, level }] : [];
+  });
 }
 
 /** The pino lines of a log file. */
@@ -93,4 +107,4 @@ export function waitForLog({ match, ...wait }: Omit<LogWait<LogLine>, 'find'> & 
 export const warnLine =
   (text: string, extra: (l: LogLine) => boolean = () => true) =>
   (l: LogLine): boolean =>
-    l.level >= WARN && l.msg.includes(text) && extra(l);
+    levelAtLeast(l.level, 'warn') && l.msg.includes(text) && extra(l);

@@ -4,6 +4,7 @@
  * assembled from. Reads no file; mistakes are UsageErrors (exit 2).
  */
 import type { LevelWithSilent } from 'pino';
+import type { LogFormat } from '../common/logger.js';
 import { UsageError } from '../common/usage-error.js';
 import { logLevelFrom } from '../settings/process-settings.js';
 import { kubeClientConfig } from '../kube/settings.js';
@@ -35,6 +36,7 @@ export interface AgentConfig {
   node?: NodeSideOptions;
   /** --log-level, else klog's --v. */
   logLevel: LevelWithSilent;
+  logFormat: LogFormat;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
 }
@@ -75,6 +77,7 @@ export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
     admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
     node,
     logLevel: logLevelFrom(v['log-level'], v.v),
+    logFormat: v['logging-format'],
     notices,
   };
 }

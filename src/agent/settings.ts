@@ -247,6 +247,7 @@ export const agentSettings = {
   ...transportSettings,
   ...auditSettings,
   'log-level': processSettings['log-level'],
+  'logging-format': processSettings['logging-format'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],
   check: toggle({

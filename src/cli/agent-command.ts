@@ -59,7 +59,7 @@ export async function buildAgentOptions(
   credentials: AgentCredentials = loadAgentCredentials(config),
 ): Promise<ServerTunnelsOptions> {
   const v = config.settings;
-  const log = createLogger(config.logLevel, 'agent').child({ agentID: v['agent-id'] });
+  const log = createLogger(config.logLevel, 'agent', config.logFormat).child({ agentID: v['agent-id'] });
   const s = config.server;
   const tokenFile = v['service-account-token-path'];
   const token = tokenFile === undefined ? undefined : new ServiceAccountTokenSource(tokenFile);

@@ -84,7 +84,7 @@ export async function buildServerOptions(
   config: ServerConfig,
   credentials: ServerCredentials = loadServerCredentials(config),
 ): Promise<ServerOptions> {
-  const log = createLogger(config.logLevel, 'server');
+  const log = createLogger(config.logLevel, 'server', config.logFormat);
   const v = config.settings;
   return {
     serverID: v['server-id'],

@@ -202,7 +202,7 @@ async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{
 
 /** `--workers N`: the primary; the workers are this command again. */
 export async function runPrimary(config: ServerConfig, load: () => TenantDefinition[]): Promise<void> {
-  const log = createLogger(config.logLevel, 'server').child({ worker: 'primary' });
+  const log = createLogger(config.logLevel, 'server', config.logFormat).child({ worker: 'primary' });
   for (const notice of config.notices) log.warn(notice);
   const primary = await startPrimary(config, load, log);
   let admin: HttpListener | undefined;

@@ -13,7 +13,9 @@
  *   saying how many is written once the reader catches up;
  * - EAGAIN (a full non-blocking pipe) is retried after a short pause;
  * - any other error (EPIPE: the reader is gone) ends the destination for good;
- * - flush(timeoutMs) waits for the queue to empty, but never longer.
+ * - flush(timeoutMs) waits for the queue to empty, but never longer;
+ * - `render` rewrites each line as it arrives, its own report line included
+ *   (--logging-format=text: log-text.ts), before its size is counted.
  */
 import fs from 'node:fs';
 
@@ -38,6 +40,8 @@ export class LogDestination {
   constructor(
     private readonly fd: number,
     readonly maxQueuedBytes = DEFAULT_MAX_QUEUED_BYTES,
+    /** How lines are written; stdout's is set by the process's logger (stdoutDestination). */
+    public render: (line: string) => string = (line) => line,
   ) {}
 
   /** pino's destination interface. Never blocks, never throws. */
@@ -46,7 +50,7 @@ export class LogDestination {
       this.droppedTotal++;
       return;
     }
-    const bytes = Buffer.from(line, 'utf8');
+    const bytes = Buffer.from(this.render(line), 'utf8');
     if (this.queuedBytes + bytes.length > this.maxQueuedBytes) {
       this.droppedSinceReport++;
       this.droppedTotal++;
@@ -101,12 +105,14 @@ export class LogDestination {
       if (this.droppedSinceReport > 0) {
         const n = this.droppedSinceReport;
         this.droppedSinceReport = 0;
-        // Same shape as pino's lines, so log readers see it.
-        this.enqueue(
-          Buffer.from(
-            `${JSON.stringify({ level: 40, time: new Date().toISOString(), msg: 'log lines dropped: stdout was not read fast enough', dropped: n })}\n`,
-          ),
-        );
+        // Same shape as the logger's lines (logger.ts), so log readers see it.
+        const report = {
+          level: 'warn',
+          time: new Date().toISOString(),
+          msg: 'log lines dropped: stdout was not read fast enough',
+          dropped: n,
+        };
+        this.enqueue(Buffer.from(this.render(`${JSON.stringify(report)}\n`), 'utf8'));
         return;
       }
       for (const wake of [...this.idleWaiters]) wake();
@@ -173,9 +179,13 @@ export class LogDestination {
 
 let stdout: LogDestination | undefined;
 
-/** The process's one stdout destination, created on first use. */
-export function stdoutDestination(): LogDestination {
+/**
+ * The process's one stdout destination, created on first use. A process has one
+ * --logging-format: `render` replaces the one given before (logger.ts).
+ */
+export function stdoutDestination(render?: (line: string) => string): LogDestination {
   stdout ??= new LogDestination(1);
+  if (render) stdout.render = render;
   return stdout;
 }
 

@@ -4,10 +4,14 @@
  * never drift from the truth; counters are bumped where things happen.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { EVENT_LOOP_LAG_NAMES, registerEventLoopLag } from './event-loop-lag.js';
 import { CONNECTION_DURATION_BUCKETS, UpstreamDialMetrics } from './upstream-metrics.js';
 import type { DialResult } from './dial-result.js';
 import type { RefusalReason } from './refusal-reason.js';
 import { RecentEvents } from './recent-events.js';
+
+/** The longest interval a libuv timer takes from JavaScript (setTimeout's limit). */
+const PARKED_MS = 2 ** 31 - 1;
 
 export type Direction = 'cp_to_node' | 'node_to_cp';
 
@@ -44,9 +48,12 @@ export class KanalMetrics {
   constructor(component: 'server' | 'agent', tenant?: string) {
     const processWide = tenant === undefined ? [this.registry] : [];
     if (tenant === undefined) {
-      // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*;
-      // the event-loop-lag monitor's default 10 ms timer woke an idle process 100 times a second (bench/notes/dial-profile.md finding 6).
-      collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
+      // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*.
+      // Its event-loop-lag gauges read the sampling interval on an idle process; event-loop-lag.ts
+      // replaces them, and prom-client's own sampler, which cannot be left out, fires once in 24 days.
+      collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: PARKED_MS });
+      for (const name of EVENT_LOOP_LAG_NAMES) this.registry.removeSingleMetric(name);
+      registerEventLoopLag(this.registry);
     } else {
       this.registry.setDefaultLabels({ tenant });
     }

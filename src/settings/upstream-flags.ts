@@ -27,9 +27,9 @@ const verbosity: Setting<number | undefined, number | undefined> = {
   },
 };
 
-const KLOG_OUTPUT = 'Kanal writes JSON lines to stdout (klog output flags have no meaning)';
+const KLOG_OUTPUT = 'Kanal writes its log to stdout, JSON or text (--logging-format); klog output flags have no meaning';
 
-/** klog's flags, as upstream's binaries define them; `-v`/`--v` is mapped, the rest is output shaping Kanal's JSON logs do not have. */
+/** klog's flags, as upstream's binaries define them; `-v`/`--v` is mapped, the rest is output shaping Kanal's logs do not have. */
 export const klogFlags = {
   v: verbosity,
   vmodule: ignored('string', 'per-file verbosity has no equivalent; use --log-level or --v'),

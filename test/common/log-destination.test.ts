@@ -11,6 +11,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { LogDestination } from '../../src/common/log-destination.js';
+import { textLine } from '../../src/common/log-text.js';
 
 interface Pipe {
   /** Read end (non-blocking), until closed. */
@@ -38,7 +39,18 @@ function fifo(t: ExecutionContext): Pipe {
   return { readFd, writeFd };
 }
 
-const line = (i: number): string => `${JSON.stringify({ level: 30, msg: 'x'.repeat(1000), i })}\n`;
+const line = (i: number): string => `${JSON.stringify({ level: 'info', msg: 'x'.repeat(1000), i })}\n`;
+
+/** What the pipe holds once `needle` arrived (at most 10 s of reading). */
+async function readUntil(pipe: Pipe, needle: string): Promise<string> {
+  const reader = new net.Socket({ fd: pipe.readFd, readable: true, writable: false });
+  let text = '';
+  reader.setEncoding('utf8').on('data', (c: string) => (text += c));
+  const deadline = Date.now() + 10_000;
+  while (!text.includes(needle) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  reader.destroy();
+  return text;
+}
 
 test('a reader that stops: the queue stays bounded, writes never block, drops are counted and reported later', async (t) => {
   const pipe = fifo(t);
@@ -56,15 +68,10 @@ test('a reader that stops: the queue stays bounded, writes never block, drops ar
   t.true(stats.dropped > 3000, `dropped ${stats.dropped}`);
 
   // The reader comes back: what was queued arrives, then one line with the count.
-  const reader = new net.Socket({ fd: pipe.readFd, readable: true, writable: false });
-  let text = '';
-  reader.setEncoding('utf8').on('data', (c: string) => (text += c));
-  const deadline = Date.now() + 10_000;
-  while (!text.includes('log lines dropped') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  reader.destroy();
+  const text = await readUntil(pipe, 'log lines dropped');
   const report = text.split('\n').find((l) => l.includes('log lines dropped'));
   t.truthy(report, 'a line reports the drop');
-  t.is((JSON.parse(report!) as { dropped: number }).dropped, stats.dropped);
+  t.like(JSON.parse(report!) as object, { level: 'warn', dropped: stats.dropped });
   const delivered = text
     .split('\n')
     .filter((l) => l.includes('"i":'))
@@ -75,6 +82,27 @@ test('a reader that stops: the queue stays bounded, writes never block, drops ar
     'in order',
   );
   t.is(delivered[0], 0, 'the oldest lines were kept');
+});
+
+test('with a render (--logging-format=text), queued lines and the drop report are written rendered, the queue counts rendered bytes', async (t) => {
+  const pipe = fifo(t);
+  const max = 64 * 1024;
+  const dest = new LogDestination(pipe.writeFd, max, textLine);
+  for (let i = 0; i < 1000; i++) dest.write(line(i));
+  await dest.flush(300);
+  const { dropped, queuedBytes } = dest.stats();
+  t.true(dropped > 0 && queuedBytes <= max, `dropped ${dropped}, queued ${queuedBytes}`);
+  const lines = (await readUntil(pipe, 'log lines dropped')).split('\n').filter((l) => l !== '');
+  t.true(
+    lines.every((l) => /^- INFO {2}x{1000} i=\d+$|^\S+Z WARN {2}log lines dropped: stdout was not read fast enough dropped=\d+$/.test(l)),
+    lines.find((l) => !l.startsWith('- INFO')),
+  );
+  t.is(
+    lines.at(-1),
+    lines.find((l) => l.includes('dropped=')),
+    'the report comes after the queued lines',
+  );
+  t.regex(lines.at(-1) ?? '', new RegExp(` dropped=${dropped}$`));
 });
 
 test('a reader that is gone (EPIPE): logging stops for good, the caller never notices, flush returns at once', async (t) => {

@@ -207,7 +207,7 @@ test('a port in use: the error names the flags and the address; the failed start
     t.is(r.code, 1, `${c.what}: ${r.stderr}`);
     t.is(r.stderr.trim(), `kanal: ${message}`, c.what);
     const lines = logLines(r.stdout);
-    const fatal = lines.findIndex((l) => l.level === 60);
+    const fatal = lines.findIndex((l) => l.level === 'fatal');
     t.is(lines[fatal]?.err, message, `${c.what}: the fatal log line`);
     t.is(fatal, lines.length - 1, `${c.what}: nothing is logged after the fatal line`);
     t.false(

@@ -11,7 +11,7 @@
  * a whole file, its fileScope() (file-scope.ts).
  */
 export { CleanupStack, type Scope } from '../../kit/launch/cleanup-scope.js';
-export { readLog, logTail, waitForLog, warnLine, WARN, type LogLine } from '../../kit/launch/log-reader.js';
+export { readLog, logTail, waitForLog, warnLine, levelAtLeast, type LogLine } from '../../kit/launch/log-reader.js';
 export type { Child as KanalProcess } from '../../kit/launch/child.js';
 export {
   KANAL_CLI as CLI,

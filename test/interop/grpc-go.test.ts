@@ -29,7 +29,7 @@ import {
   startEchoBackend,
   startServer,
   waitStatus,
-  WARN,
+  levelAtLeast,
   type Scope,
   type Workspace,
 } from '../helpers/kanal-processes.js';
@@ -195,7 +195,7 @@ goTest('a grpc-go agent carries CONNECT and gRPC-mode dials from a Kanal server;
   });
   await waitFor(() => echo.open() === 0, 'every backend connection closed', 5_000);
   t.is(echo.open(), 0, 'every tunnelled connection to the backend was closed');
-  const warnings = server.logLines().filter((l) => l.level >= WARN);
+  const warnings = server.logLines().filter((l) => levelAtLeast(l.level, 'warn'));
   t.deepEqual(
     warnings.map((l) => `${l.msg} ${String(l.address)}`),
     [`dial failed 127.0.0.1:${closed}`],

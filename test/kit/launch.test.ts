@@ -49,11 +49,11 @@ test('a log wait fails as soon as the process ends without the line, and a line 
   const dir = scopedTempDir(scope, 'kanal-kit-');
   const child = spawnChild(scope, {
     name: 'short',
-    argv: node(`console.log(JSON.stringify({ level: 30, msg: 'last words' })); process.exit(3)`),
+    argv: node(`console.log(JSON.stringify({ level: 'info', msg: 'last words' })); process.exit(3)`),
     logFile: path.join(dir, 'short.log'),
   });
   await child.exited;
-  t.like(await child.waitForLog((l) => l.msg === 'last words', 1000, 'the last line'), { level: 30, msg: 'last words' });
+  t.like(await child.waitForLog((l) => l.msg === 'last words', 1000, 'the last line'), { level: 'info', msg: 'last words' });
   const err = await t.throwsAsync(child.waitForLog((l) => l.msg === 'never written', 600_000, 'a line never written'));
   t.regex(err.message, /short: a line never written.*the process exited with 3/s);
   t.regex(err.message, /last words/, 'with the log tail');

@@ -4,6 +4,7 @@
  * assembled from. Reads no credential file; mistakes are UsageErrors (exit 2).
  */
 import type { LevelWithSilent } from 'pino';
+import type { LogFormat } from '../../common/logger.js';
 import { UsageError } from '../../common/usage-error.js';
 import { errorMessage } from '../../common/error-message.js';
 import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
@@ -49,6 +50,7 @@ export interface ServerConfig {
   maxNodeToCpConnections: number;
   /** --log-level, else klog's --v. */
   logLevel: LevelWithSilent;
+  logFormat: LogFormat;
   /** Upstream flags given that Kanal ignores, one line each (logged at start). */
   notices: string[];
   /** `--tenants-config`: the file declaring the tenants (tenants-command-line.ts); the settings above are then what they share. */
@@ -151,6 +153,7 @@ export function processConfig(
     admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
     maxNodeToCpConnections: v['max-node-to-cp-connections'] || defaultNodeToCpConnections(),
     logLevel: logLevelFrom(v['log-level'], v.v),
+    logFormat: v['logging-format'],
     notices,
   };
 }

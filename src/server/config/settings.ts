@@ -293,6 +293,7 @@ export const serverSettings = {
   ...transportSettings,
   ...auditSettings,
   'log-level': processSettings['log-level'],
+  'logging-format': processSettings['logging-format'],
   ...klogFlags,
   'dry-run': processSettings['dry-run'],
   ...serverIgnoredFlags,
