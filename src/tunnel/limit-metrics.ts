@@ -5,9 +5,10 @@ import type { RecentKind } from '../domain/recent-events.js';
 import type { TunnelLimitName } from './limits.js';
 
 /**
- * Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal, a read
- * pause, or a closed stream (`reason`: the refusal's, from the tunnel's RefusalReasons); also among the last minutes' events (the admin
- * port's /status). Returns what it counted, for the tunnel's own recent events.
+ * Counts a tunnel limit being hit (TunnelOptions.onLimit): a refusal
+ * (`reason`, from the tunnel's RefusalReasons), a read pause, or a closed
+ * stream; also among the last minutes' events (the admin port's /status).
+ * Returns what it counted, for the tunnel's own recent events.
  */
 export function countTunnelLimit(
   metrics: KanalMetrics | undefined,
