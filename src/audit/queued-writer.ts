@@ -5,6 +5,7 @@
  * new line; a failed destination drops what was in flight and is reopened
  * every second while lines wait (drop-report.ts counts and warns).
  */
+import { IdleWaiters } from '../common/idle-waiters.js';
 import type { AuditMetrics } from './audit-metrics.js';
 import type { DropReport } from './drop-report.js';
 import { SinkError, errnoText, type Sink, type SinkDown } from './sink.js';
@@ -41,7 +42,7 @@ export class QueuedWriter {
   private inFlight = 0;
   private queuedBytes = 0;
   private writing = false;
-  private readonly idleWaiters = new Set<() => void>();
+  private readonly idleWaiters = new IdleWaiters();
 
   constructor(
     private readonly sink: Sink,
@@ -87,15 +88,7 @@ export class QueuedWriter {
   async close(timeoutMs: number): Promise<void> {
     if (this.state.kind === 'closed') return;
     if (this.state.kind === 'open' && (this.writing || this.queue.length > 0)) {
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          clearTimeout(timer);
-          this.idleWaiters.delete(done);
-          resolve();
-        };
-        const timer = setTimeout(done, timeoutMs);
-        this.idleWaiters.add(done);
-      });
+      await this.idleWaiters.wait(timeoutMs);
     }
     if (this.state.kind === 'down' && this.state.timer) clearTimeout(this.state.timer);
     this.state = { kind: 'closed' };
@@ -110,7 +103,7 @@ export class QueuedWriter {
     if (this.writing || this.state.kind !== 'open') return;
     if (this.queue.length === 0) {
       this.drops.caughtUp();
-      for (const wake of [...this.idleWaiters]) wake();
+      this.idleWaiters.wake();
       return;
     }
     let n = 0;
@@ -157,7 +150,7 @@ export class QueuedWriter {
     timer.unref();
     this.state = { kind: 'down', reason, timer };
     // close() does not wait for a destination that failed.
-    for (const wake of [...this.idleWaiters]) wake();
+    this.idleWaiters.wake();
   }
 
   private reopen(): void {

@@ -17,6 +17,7 @@
  * - `render` rewrites each line as it arrives, its own report line included
  *   (--logging-format=text: log-text.ts), before its size is counted.
  */
+import { IdleWaiters } from './idle-waiters.js';
 import fs from 'node:fs';
 
 export const DEFAULT_MAX_QUEUED_BYTES = 8 * 1024 * 1024;
@@ -35,7 +36,7 @@ export class LogDestination {
   /** Lines dropped since the last report; the report itself is queued when the queue empties. */
   private droppedSinceReport = 0;
   private droppedTotal = 0;
-  private readonly idleWaiters = new Set<() => void>();
+  private readonly idleWaiters = new IdleWaiters();
 
   constructor(
     private readonly fd: number,
@@ -75,15 +76,7 @@ export class LogDestination {
   /** Resolves once every queued line is written, the destination failed, or timeoutMs passed. */
   flush(timeoutMs: number): Promise<void> {
     if (this.idle()) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      const done = (): void => {
-        clearTimeout(timer);
-        this.idleWaiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, timeoutMs);
-      this.idleWaiters.add(done);
-    });
+    return this.idleWaiters.wait(timeoutMs);
   }
 
   stats(): { queuedBytes: number; dropped: number; failure: string } {
@@ -115,7 +108,7 @@ export class LogDestination {
         this.enqueue(Buffer.from(this.render(`${JSON.stringify(report)}\n`), 'utf8'));
         return;
       }
-      for (const wake of [...this.idleWaiters]) wake();
+      this.idleWaiters.wake();
       return;
     }
     this.writing = true;
@@ -173,7 +166,7 @@ export class LogDestination {
     this.queue = [];
     this.queuedBytes = 0;
     this.headOffset = 0;
-    for (const wake of [...this.idleWaiters]) wake();
+    this.idleWaiters.wake();
   }
 }
 

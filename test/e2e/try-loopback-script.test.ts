@@ -5,27 +5,18 @@
  * to its process group, as a terminal sends it).
  */
 import test from 'ava';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { freePort } from '../../kit/launch/kanal-cli.js';
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
 import { REPO } from '../helpers/doc-blocks.js';
+import { startInGroup, type GroupRun } from '../helpers/process-group.js';
 
 const SCRIPT = path.join(REPO, 'scripts', 'try-loopback.sh');
 const LIMIT_MS = 60_000;
 
-interface ScriptRun {
-  /** Output so far (stdout and stderr). */
-  output: () => string;
-  /** Resolves when the output matches, rejects when the script ends first or after the limit. */
-  waitFor: (pattern: RegExp) => Promise<void>;
-  ended: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  pgid: number;
-}
-
 /** The script in a process group of its own with free ports; the scope kills the group. */
-async function startScript(scope: Scope, env: NodeJS.ProcessEnv = {}): Promise<ScriptRun> {
+async function startScript(scope: Scope, env: NodeJS.ProcessEnv = {}): Promise<GroupRun> {
   const ports = {
     AGENT_PORT: await freePort(),
     SERVER_HEALTH: await freePort(),
@@ -33,46 +24,8 @@ async function startScript(scope: Scope, env: NodeJS.ProcessEnv = {}): Promise<S
     WEB_PORT: await freePort(),
     KAS_PORT: await freePort('127.0.0.2'),
   };
-  const child = spawn(SCRIPT, [], {
-    detached: true,
-    env: { ...process.env, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const pgid = child.pid!;
-  const killGroup = (): void => {
-    try {
-      process.kill(-pgid, 'SIGKILL');
-    } catch {
-      // gone
-    }
-  };
-  const limit = setTimeout(killGroup, LIMIT_MS);
-  scope.teardown(() => {
-    clearTimeout(limit);
-    killGroup();
-  });
-  let output = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => (output += d));
-  child.stderr.setEncoding('utf8').on('data', (d: string) => (output += d));
-  const ended = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('close', (code, signal) => {
-      clearTimeout(limit);
-      resolve({ code, signal });
-    }),
-  );
-  const waitFor = (pattern: RegExp): Promise<void> =>
-    new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (pattern.test(output)) {
-          child.stdout.off('data', check);
-          resolve();
-        }
-      };
-      child.stdout.on('data', check);
-      check();
-      void ended.then(() => reject(new Error(`the script ended before ${String(pattern)}:\n${output}`)));
-    });
-  return { output: () => output, waitFor, ended, pgid };
+  const portEnv = Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)]));
+  return startInGroup(scope, SCRIPT, [], { env: { ...portEnv, ...env }, limitMs: LIMIT_MS, what: 'the script' });
 }
 
 /** The temp dir and the pids the script reported. */
@@ -114,7 +67,7 @@ test('Ctrl-C ends the script at once and it still removes its directory (with th
   await run.waitFor(/until Ctrl-C/);
   const { dir, pids } = whatItMade(run.output());
   t.true(fs.existsSync(path.join(dir, 'ca.key')), 'the CA key is there while it runs');
-  process.kill(-run.pgid, 'SIGINT');
+  process.kill(-run.pid, 'SIGINT');
   const { code } = await run.ended;
   t.is(code, 130, run.output());
   t.false(fs.existsSync(dir), `${dir} removed`);

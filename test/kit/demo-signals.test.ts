@@ -4,60 +4,18 @@
  * its server and agent and removes its temp dir, CA key included.
  */
 import test from 'ava';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
 import { REPO } from '../helpers/doc-blocks.js';
+import { startInGroup, type GroupRun } from '../helpers/process-group.js';
 
 const DEMO = path.join(REPO, 'dist', 'kit', 'demo', 'main.js');
 const LIMIT_MS = 60_000;
 
-interface DemoRun {
-  pid: number;
-  /** Resolves with the output once it matches; rejects when the demo ends first. */
-  waitFor: (pattern: RegExp) => Promise<string>;
-  ended: Promise<{ code: number | null; output: string }>;
-}
-
 /** `node dist/kit/demo/main.js --keep` in a process group of its own, killed with the group by the scope or after the limit. */
-function startDemo(scope: Scope): DemoRun {
-  const child = spawn(process.execPath, [DEMO, '--keep'], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-  const pid = child.pid!;
-  const killGroup = (): void => {
-    try {
-      process.kill(-pid, 'SIGKILL');
-    } catch {
-      // gone
-    }
-  };
-  const limit = setTimeout(killGroup, LIMIT_MS);
-  scope.teardown(() => {
-    clearTimeout(limit);
-    killGroup();
-  });
-  let output = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => (output += d));
-  child.stderr.setEncoding('utf8').on('data', (d: string) => (output += d));
-  const ended = new Promise<{ code: number | null; output: string }>((resolve) =>
-    child.on('close', (code) => {
-      clearTimeout(limit);
-      resolve({ code, output });
-    }),
-  );
-  const waitFor = (pattern: RegExp): Promise<string> =>
-    new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (pattern.test(output)) {
-          child.stdout.off('data', check);
-          resolve(output);
-        }
-      };
-      child.stdout.on('data', check);
-      check();
-      void ended.then(() => reject(new Error(`the demo ended before ${String(pattern)}:\n${output}`)));
-    });
-  return { pid, waitFor, ended };
+function startDemo(scope: Scope): GroupRun {
+  return startInGroup(scope, process.execPath, [DEMO, '--keep'], { limitMs: LIMIT_MS, what: 'the demo' });
 }
 
 function alive(pid: number): boolean {
