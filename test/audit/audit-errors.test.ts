@@ -5,7 +5,7 @@
  * regular file past the process's file size limit (EFBIG; prlimit in a child).
  */
 import test from 'ava';
-import { spawn } from 'node:child_process';
+import { run } from '../../kit/launch/run-to-end.js';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
@@ -56,17 +56,13 @@ test('a regular file past the file size limit (EFBIG): the whole lines that fit 
   const dir = scopedTempDir(t, 'kanal-audit-efbig-');
   const file = path.join(dir, 'audit.log');
   // 64 lines of 1 KiB fit under the limit; the write of the rest fails, and so does the retry a second later.
-  const child = spawn('prlimit', ['--fsize=65536', process.execPath, CHILD, 'file', file, '200', '1024'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const {
+    code,
+    stdout: out,
+    stderr: err,
+  } = await run('prlimit', ['--fsize=65536', process.execPath, CHILD, 'file', file, '200', '1024'], {
+    timeoutMs: 60_000,
   });
-  t.teardown(() => {
-    if (child.exitCode === null) child.kill('SIGKILL');
-  });
-  let out = '';
-  let err = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => (err += c));
-  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
   t.is(code, 0, err);
   const result = JSON.parse(out) as { written: number; writeErrors: number; shutdown: number; warnings: LogLine[] };
   t.is(result.written, 64);

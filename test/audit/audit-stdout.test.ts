@@ -5,7 +5,7 @@
  * turn; every line its stdout carries must be one JSON object.
  */
 import test, { type ExecutionContext } from 'ava';
-import { spawn } from 'node:child_process';
+import { run } from '../../kit/launch/run-to-end.js';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -21,15 +21,11 @@ interface Line {
 
 /** Runs the child writing `lines` audit lines and as many log lines of `lineBytes`; its stdout, each line parsed (a line that is not JSON fails). */
 async function childStdout(t: ExecutionContext, lines: number, lineBytes: number): Promise<Line[]> {
-  const child = spawn(process.execPath, [CHILD, 'stdout', String(lines), String(lineBytes)], { stdio: ['ignore', 'pipe', 'pipe'] });
-  t.teardown(() => {
-    if (child.exitCode === null) child.kill('SIGKILL');
-  });
-  let out = '';
-  let err = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => (err += c));
-  const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+  const {
+    code,
+    stdout: out,
+    stderr: err,
+  } = await run(process.execPath, [CHILD, 'stdout', String(lines), String(lineBytes)], { timeoutMs: 60_000 });
   t.is(code, 0, err);
   return out
     .split('\n')
