@@ -29,6 +29,9 @@ import { countTunnelLimit, type RefusalReasons } from '../tunnel/limit-metrics.j
 import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../domain/upstream-metrics.js';
 import { serverCount, type ServerCount, type ServerCountSource } from './server-count.js';
 import { errorMessage } from '../common/error-message.js';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
+import { listenError } from '../common/listen-error.js';
+import { diagnoseConnectError, type ConnectAttempt } from './connect-diagnosis.js';
 import { randomBytes } from 'node:crypto';
 import { ResumeMetrics } from '../domain/resume-metrics.js';
 
@@ -86,7 +89,7 @@ interface HeldTunnel {
 interface EndpointState {
   readonly endpoint: ServerEndpoint;
   readonly removed: AbortController;
-  /** Why its last connect failed ('' once one succeeds). */
+  /** Why its last connect failed, with the flag to change (connect-diagnosis.ts; '' once one succeeds). */
   lastError: string;
   /** The server its last connect reached while held through another address (by name: not dialled again until that tunnel goes). */
   reachedHeld: string | undefined;
@@ -103,6 +106,8 @@ export type Settled = 'adopted' | 'already-held' | 'closed';
 const acceptsFrequentPings = (responseMetadata: MetadataMap): boolean => (responseMetadata.get(MD_KANAL_FEATURES)?.length ?? 0) > 0;
 
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+/** A connect failure is logged when its cause changes, then at most once per this long with the count of the rest. */
+const CONNECT_FAILURE_LOG_MS = 60_000;
 const RESUMING_AGENT_FEATURES: FeatureSet = new Set([...AGENT_FEATURES, Feature.Resume]);
 
 /** True when `err` (or an error it was caused by) is a TCP connection refused. */
@@ -169,6 +174,8 @@ export class ServerTunnels {
   /** Set by start() when a health port is configured; closed by stop(). */
   private health: HealthServer | undefined;
   private readonly listeners = new Set<(tunnel: Tunnel, change: 'up' | 'down') => void>();
+  /** One warning per address and cause of connect failure, not one per retry (keys bounded by RateLimitedLog). */
+  private readonly connectFailures: RateLimitedLog;
   /** More conditions /readyz requires besides a tunnel (e.g. the advertise address in place). */
   private readonly conditions: (() => Readiness)[] = [];
 
@@ -178,6 +185,7 @@ export class ServerTunnels {
 
   constructor(private readonly opts: ServerTunnelsOptions) {
     this.addresses = new ServerAddresses(opts.server.hosts, opts.lookup);
+    this.connectFailures = new RateLimitedLog(opts.log, CONNECT_FAILURE_LOG_MS);
     const base = opts.transport;
     const keepalive: ClientKeepalive | undefined = opts.keepalive && { ...opts.keepalive, acceptsFrequentPings };
     this.transport = keepalive ? { ...base, createChannel: (o) => base.createChannel({ ...o, keepalive }) } : base;
@@ -296,13 +304,18 @@ export class ServerTunnels {
 
   async start(): Promise<void> {
     if (this.state !== 'created') throw new Error(`the agent cannot start when ${this.state}`);
-    if (this.opts.health) {
-      this.health = await startHealthServer({
-        ...this.opts.health,
-        readiness: () => this.readiness(),
-        registry: this.metrics.registry,
-        log: this.opts.log,
-      });
+    const health = this.opts.health;
+    if (health) {
+      try {
+        this.health = await startHealthServer({
+          ...health,
+          readiness: () => this.readiness(),
+          registry: this.metrics.registry,
+          log: this.opts.log,
+        });
+      } catch (err) {
+        throw listenError(err, formatHostPort(health), '--health-bind-address, --health-server-port');
+      }
     }
     // stop() during the await above found nothing started yet: the health port is all there is.
     if (!this.transition(['created'], 'running')) {
@@ -336,6 +349,7 @@ export class ServerTunnels {
     // Let DRAIN and the end of each stream reach the server before the process exits (bounded).
     await Promise.race([Promise.all(closing.map((c) => c.finished)), sleep(2000, undefined, { ref: false })]);
     await this.loop;
+    this.connectFailures.flush();
     await this.health?.close();
     this.transition(['draining'], 'stopped');
   }
@@ -461,10 +475,13 @@ export class ServerTunnels {
       try {
         conn = await this.connect(e.endpoint);
       } catch (err) {
-        e.lastError = errorMessage(err);
+        const { cause, message } = diagnoseConnectError(err, this.attempt(e.endpoint));
+        e.lastError = message;
         if (refusedConnection(err)) this.refusedBy(e);
         const retryInMs = delay.failed(this.detached.size > 0);
-        this.opts.log.warn({ server: e.endpoint.target, err: e.lastError, retryInMs }, 'cannot connect to proxy server');
+        const server = e.endpoint.target;
+        this.opts.log.debug({ server, cause, err: errorMessage(err), retryInMs }, 'connect attempt failed');
+        this.connectFailures.warn(`${server} ${cause}`, { server, cause, err: message }, 'cannot connect to proxy server');
         await this.pause(retryInMs, signal);
         continue;
       }
@@ -476,6 +493,19 @@ export class ServerTunnels {
         await this.pause(delay.reachedHeld(), signal);
       else delay.succeeded();
     }
+  }
+
+  /** What a connect to `endpoint` offers and checks, for the diagnosis of its failure. */
+  private attempt(endpoint: ServerEndpoint): ConnectAttempt {
+    const { tls } = this.opts.server;
+    const host = endpoint.resolved ? endpoint.name : endpoint.target.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
+    return {
+      target: endpoint.target,
+      verifyName: tls.serverName ?? host,
+      clientCertificate: tls.cert !== undefined,
+      token: this.opts.token !== undefined,
+      connectTimeoutMs: this.opts.connectTimeoutMs,
+    };
   }
 
   /** The one place a tunnel is opened: to `endpoint`, its certificate checked against the name it was given by. */
