@@ -7,6 +7,7 @@ import { agentConfig, type AgentConfig } from '../agent/config.js';
 import { agentSettings, type AgentGiven } from '../agent/settings.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
+import { agentStartChecks } from './start-checks.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import type { ClientTlsOptions } from '../transport/transport.js';
@@ -125,11 +126,17 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     return;
   }
   if (args['dry-run']) {
-    dryRun(config, () => loadAgentCredentials(config));
+    await dryRun(config, async () => {
+      const credentials = loadAgentCredentials(config);
+      await agentStartChecks(config);
+      return credentials;
+    });
     return;
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadAgentCredentials(config);
+  // The same checks as --dry-run, before anything is created.
+  await agentStartChecks(config);
   const options = await buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');

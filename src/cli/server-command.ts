@@ -9,6 +9,7 @@ import { serverSettings, type ServerGiven } from '../server/config/settings.js';
 import type { TlsPolicy } from '../server/config/tls-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
+import { serverStartChecks } from './start-checks.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import { withSettings } from './with-settings.js';
@@ -127,15 +128,19 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const many = config.tenants ? await import('./server-tenants.js') : undefined;
   const tenants = many?.tenantsOf(config);
   if (args['dry-run']) {
-    dryRun(config, () => {
+    await dryRun(config, async () => {
       const credentials = loadServerCredentials(config);
-      if (tenants) process.stdout.write(`${JSON.stringify({ tenants: tenants().map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
+      const list = tenants?.();
+      if (list) process.stdout.write(`${JSON.stringify({ tenants: list.map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
+      await serverStartChecks(config, credentials, list);
       return credentials;
     });
     return;
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
+  // The same checks as --dry-run, before anything is bound.
+  await serverStartChecks(config, credentials, tenants?.());
   const worker = many?.workerOf();
   if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
   const options = await buildServerOptions(config, credentials);

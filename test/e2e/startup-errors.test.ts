@@ -196,6 +196,56 @@ test('--dry-run checks the files it names: the configuration is printed, the pro
   }
 });
 
+test("--dry-run refuses what the start refuses: each of the start's refusals, run both ways, gives the same exit code and message", async (t) => {
+  const f = await files(t);
+  const { pki } = f.ws;
+  const nowhere = path.join(f.ws.dir, 'no-such.kubeconfig');
+  const tcpFrontend = (ca: string): Record<string, string> => ({
+    'uds-name': '',
+    'server-bind-address': '127.0.0.1',
+    'server-port': '0',
+    'server-cert': pki.frontendCert,
+    'server-key': pki.frontendKey,
+    'server-ca-cert': ca,
+  });
+  // Every refusal a start makes before it serves (start-checks.ts and the credential files), with the words that name it.
+  const refusals: [string, string[], RegExp][] = [
+    ['server: a flag out of range', serverArgs(f, { 'agent-port': '70000' }), /--agent-port must be a port number/],
+    ['server: a credential file', serverArgs(f, { 'cluster-ca-cert': f.notPem }), /--cluster-ca-cert .*no PEM certificate/],
+    [
+      'server: one CA for agents and the kube-apiserver',
+      serverArgs(f, tcpFrontend(pki.caCert)),
+      /--cluster-ca-cert and --server-ca-cert share a CA/,
+    ],
+    [
+      'server: a kubeconfig that cannot be read',
+      serverArgs(f, {
+        'agent-namespace': 'kube-system',
+        'agent-service-account': 'konnectivity-agent',
+        'authentication-audience': 'aud',
+        kubeconfig: nowhere,
+      }),
+      /--kubeconfig .*no-such\.kubeconfig/,
+    ],
+    ['agent: a flag out of range', agentArgs(f, { 'proxy-server-port': '0' }), /--proxy-server-port must be a port number/],
+    ['agent: a key of another certificate', agentArgs(f, { 'agent-key': f.otherKey }), /--agent-key .*does not belong to --agent-cert/],
+    [
+      'agent: the kubeconfig of --count-server-leases cannot be read',
+      [...agentArgs(f, { kubeconfig: nowhere }), '--count-server-leases'],
+      /--kubeconfig .*no-such\.kubeconfig/,
+    ],
+  ];
+  for (const [what, args, says] of refusals) {
+    const start = await runCli(args, CLI_TIMEOUT_MS);
+    t.not(start.code, 0, `${what}: the start refuses`);
+    t.regex(start.stderr, says, what);
+    const dry = await runCli([...args, '--dry-run'], CLI_TIMEOUT_MS);
+    t.is(dry.code, start.code, `${what}: --dry-run exits as the start does (${dry.stderr})`);
+    t.is(dry.stderr, start.stderr, `${what}: in the same words`);
+  }
+  t.false(fs.existsSync(path.join(f.ws.dir, 'never.sock')), 'no start got as far as listening');
+});
+
 test('an agent whose key does not match its certificate exits at start instead of retrying against a live server', async (t) => {
   const f = await files(t);
   const server = await startServer(t, f.ws);
