@@ -13,6 +13,7 @@ import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import type { ClientTlsOptions } from '../transport/transport.js';
 import { UsageError } from '../common/usage-error.js';
 import { withSettings } from './with-settings.js';
+import { withExamples } from './help-examples.js';
 import { readSettings, upstreamNotices } from '../settings/table.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport } from '../transport/choice.js';
@@ -86,15 +87,20 @@ export async function buildAgentOptions(
 
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function agentBuilder(y: Argv, forHelp = true): Argv<AgentArgs> {
-  return withSettings(y, agentSettings, forHelp)
-    .example(
-      '$0 agent --proxy-server-host cp.example --ca-cert ca.crt --agent-cert agent.crt --agent-key agent.key',
-      'Control plane -> node only',
-    )
-    .example(
-      '$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443',
-      'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node (KEP-2025)',
-    );
+  return withExamples(withSettings(y, agentSettings, forHelp), [
+    {
+      what: 'Control plane -> node only, mTLS',
+      lines: ['$0 agent --proxy-server-host cp.example --ca-cert ca.crt', '--agent-cert agent.crt --agent-key agent.key'],
+    },
+    {
+      what: 'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node',
+      lines: ['$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443'],
+    },
+    {
+      what: 'Check the credentials, the server and the node before the first start',
+      lines: ['$0 agent ... --check'],
+    },
+  ]);
 }
 
 /** `--check`: runs the preflight checks (against the first server address given), prints the list, sets the exit code (0 all passed, 1 otherwise). */

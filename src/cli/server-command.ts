@@ -13,6 +13,7 @@ import { serverStartChecks } from './start-checks.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import { withSettings } from './with-settings.js';
+import { withExamples } from './help-examples.js';
 import { readSettings, upstreamNotices } from '../settings/table.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport } from '../transport/choice.js';
@@ -116,10 +117,21 @@ export async function buildServerOptions(
 
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
-  return withSettings(y, serverSettings, forHelp).example(
-    '$0 server --uds-name /etc/kanal/konnectivity.sock --cluster-cert agent-port.crt --cluster-key agent-port.key --cluster-ca-cert ca.crt',
-    'Frontend on a Unix socket, agents with mTLS',
-  );
+  return withExamples(withSettings(y, serverSettings, forHelp), [
+    {
+      what: 'Frontend on a Unix socket, agents with mTLS',
+      lines: [
+        '$0 server --uds-name /etc/kanal/konnectivity.sock',
+        '--cluster-cert agent-port.crt --cluster-key agent-port.key',
+        '--cluster-ca-cert agent-ca.crt',
+      ],
+    },
+    {
+      what: 'Also let nodes reach the kube-apiserver (KEP-2025)',
+      lines: ['$0 server ... --allowed-destination 10.0.0.10:6443'],
+    },
+    { what: 'Check the flags and files without starting', lines: ['$0 server ... --dry-run'] },
+  ]);
 }
 
 export async function runServer(args: ServerArgs): Promise<void> {
