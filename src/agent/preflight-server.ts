@@ -5,6 +5,7 @@ import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
 import { DialError } from '../tunnel/errors.js';
 import { formatHostPort } from '../common/host-port.js';
 import { connectToServer } from './server-connection.js';
+import { refusedTargetMessage } from './target.js';
 import { ServiceAccountTokenSource } from './service-account-token.js';
 import { errorMessage } from '../common/error-message.js';
 import { diagnoseConnectError, type ConnectAttempt } from './connect-diagnosis.js';
@@ -103,6 +104,7 @@ export async function checkAgentStream(opts: PreflightOptions, material: TlsMate
       agentIdentifiers: opts.agentIdentifiers,
       token: token && (() => token.readSync()),
       features: AGENT_FEATURES,
+      targets: opts.node?.targets.map((t) => t.destination),
       transport: opts.transport,
       dialHandler: () => Promise.reject(new DialError('refused', 'kanal agent --check does not accept dials')),
       connectTimeoutMs: opts.connectTimeoutMs,
@@ -134,18 +136,21 @@ export async function checkAgentStream(opts: PreflightOptions, material: TlsMate
         results.push({ name: 'node-dial', status: 'pass', detail: `node -> control plane dials negotiated with server ${conn.serverID}` });
         for (const t of opts.node.targets) {
           const name = `target ${t.localPort}`;
+          // The server said so at connect, as it tells the running agent (server-tunnels.ts).
+          if (conn.refusedTargets.includes(t.destination)) {
+            results.push({ name, status: 'fail', detail: refusedTargetMessage(t, conn.serverID) });
+            continue;
+          }
           const t0 = Date.now();
           try {
             const c = await conn.tunnel.dial(t.destination, { timeoutMs: opts.dialTimeoutMs });
             c.close();
             results.push({ name, status: 'pass', detail: `server ${conn.serverID} dialled ${t.destination} in ${Date.now() - t0} ms` });
           } catch (err) {
-            const hint =
-              err instanceof DialError && err.failure === 'forbidden' ? ` (add --allowed-destination ${t.destination} on the server)` : '';
             results.push({
               name,
               status: 'fail',
-              detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}${hint}`,
+              detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}`,
             });
           }
         }

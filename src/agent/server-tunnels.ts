@@ -32,6 +32,7 @@ import { errorMessage } from '../common/error-message.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { listenError } from '../common/listen-error.js';
 import { diagnoseConnectError, type ConnectAttempt } from './connect-diagnosis.js';
+import { refusedTargetMessage, type Target } from './target.js';
 import { randomBytes } from 'node:crypto';
 import { ResumeMetrics } from '../domain/resume-metrics.js';
 
@@ -65,6 +66,8 @@ export interface ServerTunnelsOptions {
   transport: Transport;
   limits?: Partial<TunnelLimits>;
   features?: FeatureSet;
+  /** The --target listeners: their destinations are named to each server, which says which its allow-list refuses. */
+  targets?: readonly Target[];
   /** Resume (docs/protocol.md): how long a lost tunnel's connections wait for it (absent or 0: not offered). */
   resumeTimeoutMs?: number;
   log: Logger;
@@ -256,6 +259,9 @@ export class ServerTunnels {
     const held = [...this.connections].map(([serverID, h]) => (byName ? `${serverID} (${h.address})` : serverID));
     let detail = `${n}/${this.target()} server tunnel(s) up: ${held.join(', ')}`;
     if (byName) detail += this.addressesReadiness();
+    // Still ready (control plane -> node works, and the other targets), but say which targets a server refuses.
+    for (const { conn } of this.connections.values())
+      for (const t of this.refusedTargets(conn)) detail += `; ${refusedTargetMessage(t, conn.serverID)}`;
     // Still ready (control plane -> node works), but say when the node -> control plane direction is not.
     if (!(this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial)) return { ready: true, detail };
     const without = [...this.connections.values()]
@@ -532,6 +538,7 @@ export class ServerTunnels {
       agentIdentifiers: this.opts.agentIdentifiers,
       token: this.opts.token,
       features: this.opts.features ?? (resumeTimeoutMs > 0 ? RESUMING_AGENT_FEATURES : AGENT_FEATURES),
+      targets: this.opts.targets?.map((t) => t.destination),
       transport: this.transport,
       dialHandler: this.dialForServer,
       limits: this.opts.limits,
@@ -729,6 +736,8 @@ export class ServerTunnels {
       { serverID: conn.serverID, address, serverCount: conn.serverCount, features: features || 'none (upstream server)' },
       'tunnel up',
     );
+    for (const t of this.refusedTargets(conn))
+      this.opts.log.warn({ serverID: conn.serverID, target: t.localPort }, refusedTargetMessage(t, conn.serverID));
     if ((this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial) && !conn.tunnel.features.has(Feature.NodeDial)) {
       this.opts.log.warn(
         { serverID: conn.serverID },
@@ -736,6 +745,11 @@ export class ServerTunnels {
       );
     }
     for (const l of this.listeners) l(conn.tunnel, 'up');
+  }
+
+  /** The --target listeners whose destination `conn`'s server refuses. */
+  private refusedTargets(conn: ServerConnection): Target[] {
+    return (this.opts.targets ?? []).filter((t) => conn.refusedTargets.includes(t.destination));
   }
 
   /** Follows a new tunnel through its losses, resumes and close (once per tunnel: a resume keeps the listeners). */

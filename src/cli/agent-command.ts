@@ -68,6 +68,7 @@ export async function buildAgentOptions(
     server: { hosts: s.addresses, tls: credentials.tls },
     token: token && (() => token.readSync()),
     serverCount: { source: v['server-count-source'] },
+    ...(config.node ? { targets: config.node.targets } : {}),
     syncForever: v['sync-forever'],
     dialTimeoutMs: v['dial-timeout'],
     connectTimeoutMs: v['connect-timeout'],

@@ -263,7 +263,12 @@ test.serial('fails when the server name does not match its certificate', async (
 test.serial('fails for a --target the server is not allowed to dial', async (t) => {
   const f = await fixture();
   const r = await kanal(checkArgs(f, { 'bind-address': '10.200.0.1', 'bind-interface-type': 'bridge' }, ['--target', '6443:127.0.0.1:9']));
-  assertFails(t, r, 'target 6443', /could not dial 127\.0\.0\.1:9: .*not allowed/);
+  assertFails(
+    t,
+    r,
+    'target 6443',
+    /server \S+ refuses --target 6443:127\.0\.0\.1:9: .*add --allowed-destination 127\.0\.0\.1:9 to the server/,
+  );
 });
 
 nobodyTest('fails when netlink cannot create the interface: no CAP_NET_ADMIN (non-root)', async (t) => {
