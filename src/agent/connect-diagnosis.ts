@@ -50,7 +50,18 @@ const UNTRUSTED_TEXT =
 interface Link {
   code: string;
   message: string;
+  /** The message when this side wrote it (a socket's, TLS's, the transport's), '' for the server's status text: a server's words never decide the cause. */
+  local: string;
   err: Error;
+}
+
+/**
+ * Whether `e`'s message is this side's: not a status the server sent. grpc-js
+ * puts a connection that never came up in an UNAVAILABLE status of its own
+ * ("No connection established. Last error: ...", its load balancer's words).
+ */
+function isLocal(e: Error): boolean {
+  return !(e instanceof GrpcStatusError) || e.cause !== undefined || e.message.startsWith('No connection established');
 }
 
 /** The error and its causes (bounded), outermost first. */
@@ -58,9 +69,9 @@ function chain(err: unknown): Link[] {
   const links: Link[] = [];
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 6; e = e.cause, depth++) {
     const code: unknown = (e as NodeJS.ErrnoException).code;
-    links.push({ code: typeof code === 'string' ? code : '', message: e.message, err: e });
+    links.push({ code: typeof code === 'string' ? code : '', message: e.message, local: isLocal(e) ? e.message : '', err: e });
   }
-  if (links.length === 0) links.push({ code: '', message: String(err), err: new Error(String(err)) });
+  if (links.length === 0) links.push({ code: '', message: String(err), local: String(err), err: new Error(String(err)) });
   return links;
 }
 
@@ -107,7 +118,7 @@ function innermost(links: readonly Link[]): string {
 export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis {
   const links = chain(err);
   // grpc-js reports a socket's failure in its message only ("No connection established. Last error: connect ECONNREFUSED ...").
-  const has = (code: string): Link | undefined => links.find((l) => l.code === code || new RegExp(`\\b${code}\\b`).test(l.message));
+  const has = (code: string): Link | undefined => links.find((l) => l.code === code || new RegExp(`\\b${code}\\b`).test(l.local));
   const status = links.find((l) => l.err instanceof GrpcStatusError)?.err as GrpcStatusError | undefined;
   const said = (cause: ConnectCause, message: string): Diagnosis => ({ cause, message });
   if (has('ECONNREFUSED'))
@@ -125,7 +136,7 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
   const route = has('EHOSTUNREACH') ?? has('ENETUNREACH');
   if (route)
     return said('unreachable', `${a.target}: no route to the server (${route.code}): check --proxy-server-host and this node's network`);
-  const altname = has('ERR_TLS_CERT_ALTNAME_INVALID') ?? links.find((l) => /does not match certificate's altnames/.test(l.message));
+  const altname = has('ERR_TLS_CERT_ALTNAME_INVALID') ?? links.find((l) => /does not match certificate's altnames/.test(l.local));
   if (altname) return said('name-mismatch', nameMismatch(a, altname.err));
   const alpn = has(ALPN_NOT_H2) ?? links.find((l) => /NO_APPLICATION_PROTOCOL/.test(l.code));
   if (alpn)
@@ -133,12 +144,12 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
       'alpn',
       `${a.target}: the server did not agree on HTTP/2 in ALPN (${alpn.message}): is --proxy-server-port a kanal or Konnectivity agent port? A load balancer in between must pass ALPN h2 through (or route by --alpn-proto)`,
     );
-  if (links.some((l) => /WRONG_VERSION_NUMBER|PACKET_LENGTH_TOO_LONG|wrong version number/i.test(`${l.code} ${l.message}`)))
+  if (links.some((l) => /WRONG_VERSION_NUMBER|PACKET_LENGTH_TOO_LONG|wrong version number/i.test(`${l.code} ${l.local}`)))
     return said(
       'not-tls',
       `${a.target} does not speak TLS: is --proxy-server-port the server's --agent-port (not its health, admin or frontend port)?`,
     );
-  const untrusted = links.find((l) => (l.code !== '' && UNTRUSTED.test(l.code)) || UNTRUSTED_TEXT.test(l.message));
+  const untrusted = links.find((l) => l.code !== '' && UNTRUSTED.test(l.code)) ?? links.find((l) => UNTRUSTED_TEXT.test(l.local));
   if (untrusted)
     return said(
       'untrusted',

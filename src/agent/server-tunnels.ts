@@ -487,7 +487,9 @@ export class ServerTunnels {
         const retryInMs = delay.failed(this.detached.size > 0);
         const server = e.endpoint.target;
         this.opts.log.debug({ server, cause, err: errorMessage(err), retryInMs }, 'connect attempt failed');
-        this.connectFailures.warn(`${server} ${cause}`, { server, cause, err: message }, 'cannot connect to proxy server');
+        // One warning per cause in its words (an empty token file, then a missing one, are two); numbers aside, as grpc-js dates its messages.
+        const key = `${server} ${cause} ${message.replace(/\d+/g, '#')}`;
+        this.connectFailures.warn(key, { server, cause, err: message }, 'cannot connect to proxy server');
         await this.pause(retryInMs, signal);
         continue;
       }
