@@ -19,7 +19,7 @@ import type { InboundDial, Tunnel, TunnelStats } from '../tunnel/tunnel.js';
 import { DialError } from '../tunnel/errors.js';
 import { Backoff } from '../common/backoff.js';
 import { dialTcp } from '../tunnel/tcp-dial.js';
-import { formatHostPort, type HostPort } from '../common/host-port.js';
+import { formatHostPort, parseHostPort, type HostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
 import { ServerAddresses, type LookupAll, type ServerEndpoint } from './server-addresses.js';
@@ -506,7 +506,7 @@ export class ServerTunnels {
   /** What a connect to `endpoint` offers and checks, for the diagnosis of its failure. */
   private attempt(endpoint: ServerEndpoint): ConnectAttempt {
     const { tls } = this.opts.server;
-    const host = endpoint.resolved ? endpoint.name : endpoint.target.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
+    const host = endpoint.resolved ? endpoint.name : parseHostPort(endpoint.target).host;
     return {
       target: endpoint.target,
       verifyName: tls.serverName ?? host,
