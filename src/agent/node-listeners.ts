@@ -12,6 +12,7 @@ import type { Tunnel } from '../tunnel/tunnel.js';
 import { splice } from '../tunnel/splice.js';
 import { formatHostPort } from '../common/host-port.js';
 import { DialError } from '../tunnel/errors.js';
+import { listenError } from '../common/listen-error.js';
 import type { Target } from './target.js';
 import { DEFAULT_LIMITS } from '../tunnel/limits.js';
 import type { ServerTunnels } from './server-tunnels.js';
@@ -83,11 +84,8 @@ export class NodeListeners {
         });
       } catch (err) {
         this.stopAccepting();
-        const e = err as NodeJS.ErrnoException;
-        throw new Error(
-          `cannot listen on ${formatHostPort({ host: this.opts.bindAddress, port: target.localPort })}: ${e.code ?? e.message}`,
-          { cause: err },
-        );
+        const address = formatHostPort({ host: this.opts.bindAddress, port: target.localPort });
+        throw listenError(err, address, `--bind-address, --target ${target.localPort}:${target.destination}`);
       }
       server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
       this.servers.push(server);

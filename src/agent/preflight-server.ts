@@ -5,35 +5,26 @@ import { Feature, formatFeatures, type FeatureSet } from '../wire/features.js';
 import { DialError } from '../tunnel/errors.js';
 import { formatHostPort } from '../common/host-port.js';
 import { connectToServer } from './server-connection.js';
+import { refusedTargetMessage } from './target.js';
 import { ServiceAccountTokenSource } from './service-account-token.js';
 import { errorMessage } from '../common/error-message.js';
+import { diagnoseConnectError, type ConnectAttempt } from './connect-diagnosis.js';
+import { alpnNotH2, closedAfterTlsHandshake } from '../transport/connect-stage.js';
 
 import type { CheckResult, PreflightOptions } from './preflight-options.js';
 
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 
-export function describeNetError(err: NodeJS.ErrnoException, target: string, timeoutMs: number): string {
-  switch (err.code) {
-    case 'ECONNREFUSED':
-      return `${target}: connection refused (is the kanal server running, and is its --agent-port reachable from here?)`;
-    case 'ETIMEDOUT':
-    case 'TIMEOUT':
-      return `${target}: no answer within ${timeoutMs} ms (firewall, wrong address, or server down)`;
-    case 'ENOTFOUND':
-    case 'EAI_AGAIN':
-      return `${target}: cannot resolve the host name (${err.code})`;
-    case 'EHOSTUNREACH':
-    case 'ENETUNREACH':
-      return `${target}: no route to the server (${err.code})`;
-    case 'ECONNRESET':
-      return `${target}: the server closed the connection during the TLS handshake (ECONNRESET)`;
-    default:
-      break;
-  }
-  if (err.code && /CERT|SELF_SIGNED|ISSUER|SIGNATURE|ALTNAME|VERIFY/.test(err.code)) {
-    return `${target}: the server certificate is not trusted: ${err.message} (${err.code}); check --ca-cert and --tls-server-name`;
-  }
-  return `${target}: ${err.message}${err.code ? ` (${err.code})` : ''}`;
+/** What --check tried, for the shared diagnosis (connect-diagnosis.ts). */
+export function checkAttempt(opts: PreflightOptions, clientCertificate: boolean): ConnectAttempt {
+  const { host, port, serverName } = opts.server;
+  return {
+    target: formatHostPort({ host, port }),
+    verifyName: serverName ?? host,
+    clientCertificate,
+    token: opts.tokenFile !== undefined,
+    connectTimeoutMs: opts.connectTimeoutMs,
+  };
 }
 
 export interface TlsMaterial {
@@ -46,6 +37,13 @@ export function checkServerTls(opts: PreflightOptions, material: TlsMaterial): P
   const { host, port, serverName } = opts.server;
   const target = formatHostPort({ host, port });
   const verifyName = serverName ?? host;
+  const attempt = checkAttempt(opts, material.cert !== undefined);
+  const fail = (err: unknown): CheckResult & { ok: boolean } => ({
+    name: 'server-tls',
+    status: 'fail',
+    detail: diagnoseConnectError(err, attempt).message,
+    ok: false,
+  });
   return new Promise((resolve) => {
     let settled = false;
     const done = (r: CheckResult & { ok: boolean }): void => {
@@ -66,24 +64,10 @@ export function checkServerTls(opts: PreflightOptions, material: TlsMaterial): P
       checkServerIdentity: (_hostname, cert) => tls.checkServerIdentity(verifyName, cert),
       ALPNProtocols: ['h2'],
     });
-    const timer = setTimeout(
-      () =>
-        done({
-          name: 'server-tls',
-          status: 'fail',
-          detail: describeNetError({ name: 'Error', message: 'timeout', code: 'TIMEOUT' }, target, opts.connectTimeoutMs),
-          ok: false,
-        }),
-      opts.connectTimeoutMs,
-    );
+    const timer = setTimeout(() => done(fail(Object.assign(new Error('timeout'), { code: 'TIMEOUT' }))), opts.connectTimeoutMs);
     socket.once('secureConnect', () => {
       if (socket.alpnProtocol !== 'h2') {
-        done({
-          name: 'server-tls',
-          status: 'fail',
-          detail: `${target}: TLS works but the server did not choose HTTP/2 (ALPN ${socket.alpnProtocol || 'none'}); is this a kanal/Konnectivity agent port?`,
-          ok: false,
-        });
+        done(fail(alpnNotH2(socket.alpnProtocol)));
         return;
       }
       const peer = socket.getPeerCertificate();
@@ -101,21 +85,9 @@ export function checkServerTls(opts: PreflightOptions, material: TlsMaterial): P
           ok: true,
         });
       });
-      socket.once('close', () => {
-        const why = material.cert
-          ? "it refused the agent certificate (is --agent-cert signed by the CA in the server's --cluster-ca-cert?)"
-          : 'it requires a client certificate (--agent-cert/--agent-key), unless started with --allow-unauthenticated-agents';
-        done({
-          name: 'server-tls',
-          status: 'fail',
-          detail: `${target}: the server closed the connection right after the TLS handshake: ${why}`,
-          ok: false,
-        });
-      });
+      socket.once('close', () => done(fail(closedAfterTlsHandshake())));
     });
-    socket.once('error', (err: NodeJS.ErrnoException) =>
-      done({ name: 'server-tls', status: 'fail', detail: describeNetError(err, target, opts.connectTimeoutMs), ok: false }),
-    );
+    socket.once('error', (err: NodeJS.ErrnoException) => done(fail(err)));
   });
 }
 
@@ -132,17 +104,15 @@ export async function checkAgentStream(opts: PreflightOptions, material: TlsMate
       agentIdentifiers: opts.agentIdentifiers,
       token: token && (() => token.readSync()),
       features: AGENT_FEATURES,
+      targets: opts.node?.targets.map((t) => t.destination),
       transport: opts.transport,
       dialHandler: () => Promise.reject(new DialError('refused', 'kanal agent --check does not accept dials')),
       connectTimeoutMs: opts.connectTimeoutMs,
       log: opts.log,
     });
   } catch (err) {
-    const msg = errorMessage(err);
-    const hint = /UNAUTHENTICATED|drop|closed|reset|refused|UNAVAILABLE/i.test(msg)
-      ? " (the server likely refused the agent credentials: is --agent-cert signed by the CA in the server's --cluster-ca-cert, or is the token accepted?)"
-      : '';
-    results.push({ name: 'server-accepts-agent', status: 'fail', detail: `${target}: AgentService/Connect failed: ${msg}${hint}` });
+    const { message } = diagnoseConnectError(err, checkAttempt(opts, material.cert !== undefined));
+    results.push({ name: 'server-accepts-agent', status: 'fail', detail: `AgentService/Connect failed: ${message}` });
     if (opts.node) results.push({ name: 'node-dial', status: 'skip', detail: 'needs an accepted agent stream' });
     return results;
   }
@@ -166,18 +136,21 @@ export async function checkAgentStream(opts: PreflightOptions, material: TlsMate
         results.push({ name: 'node-dial', status: 'pass', detail: `node -> control plane dials negotiated with server ${conn.serverID}` });
         for (const t of opts.node.targets) {
           const name = `target ${t.localPort}`;
+          // The server said so at connect, as it tells the running agent (server-tunnels.ts).
+          if (conn.refusedTargets.includes(t.destination)) {
+            results.push({ name, status: 'fail', detail: refusedTargetMessage(t, conn.serverID) });
+            continue;
+          }
           const t0 = Date.now();
           try {
             const c = await conn.tunnel.dial(t.destination, { timeoutMs: opts.dialTimeoutMs });
             c.close();
             results.push({ name, status: 'pass', detail: `server ${conn.serverID} dialled ${t.destination} in ${Date.now() - t0} ms` });
           } catch (err) {
-            const hint =
-              err instanceof DialError && err.failure === 'forbidden' ? ` (add --allowed-destination ${t.destination} on the server)` : '';
             results.push({
               name,
               status: 'fail',
-              detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}${hint}`,
+              detail: `server ${conn.serverID} could not dial ${t.destination}: ${errorMessage(err)}`,
             });
           }
         }

@@ -15,6 +15,8 @@ import {
   MD_KANAL_RESUME,
   MD_KANAL_RESUME_TOKEN,
   MD_KANAL_RESUMED,
+  MD_KANAL_REFUSED_TARGETS,
+  MD_KANAL_TARGETS,
   MD_SERVER_COUNT,
   MD_SERVER_ID,
   firstValue,
@@ -33,6 +35,8 @@ export interface ServerConnectionOptions {
   /** Bearer token for servers that authenticate agents by token. */
   token?: () => string | undefined;
   features: FeatureSet;
+  /** The destinations of the --target listeners, named to a server that takes node dials (it answers which it refuses). */
+  targets?: readonly string[];
   transport: Transport;
   dialHandler: DialHandler;
   limits?: Partial<TunnelLimits>;
@@ -68,6 +72,8 @@ export interface ServerConnection {
   resumed: boolean;
   /** Tokens named on the stream that the server did not resume. */
   notResumed: readonly string[];
+  /** The named targets the server's allow-list refuses (a Kanal server says; others say nothing). */
+  refusedTargets: readonly string[];
   close(): void;
   /** Resolves once the underlying stream is finished (after close(): when the server has seen our end). */
   readonly finished: Promise<void>;
@@ -85,6 +91,7 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
   const asked = opts.resume ? [...opts.resume.held().keys()] : [];
   if (asked.length > 0) metadata[MD_KANAL_RESUME] = asked.join(',');
   if (opts.resume) metadata[MD_KANAL_INCARNATION] = opts.resume.incarnation;
+  if (opts.targets?.length && opts.features.has(Feature.NodeDial)) metadata[MD_KANAL_TARGETS] = opts.targets.join(',');
   let stream;
   try {
     stream = await channel.openStream(AGENT_SERVICE_CONNECT, metadata, opts.connectTimeoutMs);
@@ -143,6 +150,8 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
     ...(resumeToken ? { resumeToken } : {}),
     resumed,
     notResumed: asked.filter((t) => t !== resumedToken || !resumed),
+    // Only what we named: a server cannot make the agent report anything else.
+    refusedTargets: (firstValue(stream.metadata, MD_KANAL_REFUSED_TARGETS) ?? '').split(',').filter((t) => opts.targets?.includes(t)),
     close: () => tunnel.close(),
     finished,
   };

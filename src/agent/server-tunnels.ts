@@ -21,7 +21,7 @@ import type { InboundDial, Tunnel, TunnelStats } from '../tunnel/tunnel.js';
 import { DialError } from '../tunnel/errors.js';
 import { Backoff } from '../common/backoff.js';
 import { dialTcp } from '../tunnel/tcp-dial.js';
-import { formatHostPort, type HostPort } from '../common/host-port.js';
+import { formatHostPort, parseHostPort, type HostPort } from '../common/host-port.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
 import { ServerAddresses, type LookupAll, type ServerEndpoint } from './server-addresses.js';
@@ -32,6 +32,10 @@ import type { RefusalReasons } from '../tunnel/limit-reports.js';
 import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../domain/upstream-metrics.js';
 import { serverCount, type ServerCount, type ServerCountSource } from './server-count.js';
 import { errorMessage } from '../common/error-message.js';
+import { RateLimitedLog } from '../common/rate-limited-log.js';
+import { listenError } from '../common/listen-error.js';
+import { diagnoseConnectError, type ConnectAttempt } from './connect-diagnosis.js';
+import { refusedTargetMessage, type Target } from './target.js';
 import { randomBytes } from 'node:crypto';
 import { ResumeMetrics } from '../domain/resume-metrics.js';
 
@@ -65,6 +69,8 @@ export interface ServerTunnelsOptions {
   transport: Transport;
   limits?: Partial<TunnelLimits>;
   features?: FeatureSet;
+  /** The --target listeners: their destinations are named to each server, which says which its allow-list refuses. */
+  targets?: readonly Target[];
   /** Resume (docs/protocol.md): how long a lost tunnel's connections wait for it (absent or 0: not offered). */
   resumeTimeoutMs?: number;
   /** The agent's audit log (--audit-log-path); absent: none. */
@@ -100,7 +106,7 @@ interface HeldTunnel {
 interface EndpointState {
   readonly endpoint: ServerEndpoint;
   readonly removed: AbortController;
-  /** Why its last connect failed ('' once one succeeds). */
+  /** Why its last connect failed, with the flag to change (connect-diagnosis.ts; '' once one succeeds). */
   lastError: string;
   /** The server its last connect reached while held through another address (by name: not dialled again until that tunnel goes). */
   reachedHeld: string | undefined;
@@ -117,6 +123,8 @@ export type Settled = 'adopted' | 'already-held' | 'closed';
 const acceptsFrequentPings = (responseMetadata: MetadataMap): boolean => (responseMetadata.get(MD_KANAL_FEATURES)?.length ?? 0) > 0;
 
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+/** A connect failure is logged when its cause changes, then at most once per this long with the count of the rest. */
+const CONNECT_FAILURE_LOG_MS = 60_000;
 const RESUMING_AGENT_FEATURES: FeatureSet = new Set([...AGENT_FEATURES, Feature.Resume]);
 
 /** True when `err` (or an error it was caused by) is a TCP connection refused. */
@@ -187,6 +195,8 @@ export class ServerTunnels {
   /** Set by start() when a health port is configured; closed by stop(). */
   private health: HealthServer | undefined;
   private readonly listeners = new Set<(tunnel: Tunnel, change: 'up' | 'down') => void>();
+  /** One warning per address and cause of connect failure, not one per retry (keys bounded by RateLimitedLog). */
+  private readonly connectFailures: RateLimitedLog;
   /** More conditions /readyz requires besides a tunnel (e.g. the advertise address in place). */
   private readonly conditions: (() => Readiness)[] = [];
 
@@ -203,6 +213,7 @@ export class ServerTunnels {
       ...(opts.audit ? { sink: opts.audit } : {}),
     });
     this.addresses = new ServerAddresses(opts.server.hosts, opts.lookup);
+    this.connectFailures = new RateLimitedLog(opts.log, CONNECT_FAILURE_LOG_MS);
     const base = opts.transport;
     const keepalive: ClientKeepalive | undefined = opts.keepalive && { ...opts.keepalive, acceptsFrequentPings };
     this.transport = keepalive ? { ...base, createChannel: (o) => base.createChannel({ ...o, keepalive }) } : base;
@@ -273,6 +284,9 @@ export class ServerTunnels {
     const held = [...this.connections].map(([serverID, h]) => (byName ? `${serverID} (${h.address})` : serverID));
     let detail = `${n}/${this.target()} server tunnel(s) up: ${held.join(', ')}`;
     if (byName) detail += this.addressesReadiness();
+    // Still ready (control plane -> node works, and the other targets), but say which targets a server refuses.
+    for (const { conn } of this.connections.values())
+      for (const t of this.refusedTargets(conn)) detail += `; ${refusedTargetMessage(t, conn.serverID)}`;
     // Still ready (control plane -> node works), but say when the node -> control plane direction is not.
     if (!(this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial)) return { ready: true, detail };
     const without = [...this.connections.values()]
@@ -342,13 +356,18 @@ export class ServerTunnels {
 
   async start(): Promise<void> {
     if (this.state !== 'created') throw new Error(`the agent cannot start when ${this.state}`);
-    if (this.opts.health) {
-      this.health = await startHealthServer({
-        ...this.opts.health,
-        readiness: () => this.readiness(),
-        registry: this.metrics.registry,
-        log: this.opts.log,
-      });
+    const health = this.opts.health;
+    if (health) {
+      try {
+        this.health = await startHealthServer({
+          ...health,
+          readiness: () => this.readiness(),
+          registry: this.metrics.registry,
+          log: this.opts.log,
+        });
+      } catch (err) {
+        throw listenError(err, formatHostPort(health), '--health-bind-address, --health-server-port');
+      }
     }
     // stop() during the await above found nothing started yet: the health port is all there is.
     if (!this.transition(['created'], 'running')) {
@@ -382,6 +401,7 @@ export class ServerTunnels {
     // Let DRAIN and the end of each stream reach the server before the process exits (bounded).
     await Promise.race([Promise.all(closing.map((c) => c.finished)), sleep(2000, undefined, { ref: false })]);
     await this.loop;
+    this.connectFailures.flush();
     await this.health?.close();
     this.transition(['draining'], 'stopped');
   }
@@ -518,10 +538,15 @@ export class ServerTunnels {
       try {
         conn = await this.connect(e.endpoint);
       } catch (err) {
-        e.lastError = errorMessage(err);
+        const { cause, message } = diagnoseConnectError(err, this.attempt(e.endpoint));
+        e.lastError = message;
         if (refusedConnection(err)) this.refusedBy(e);
         const retryInMs = delay.failed(this.detached.size > 0);
-        this.opts.log.warn({ server: e.endpoint.target, err: e.lastError, retryInMs }, 'cannot connect to proxy server');
+        const server = e.endpoint.target;
+        this.opts.log.debug({ server, cause, err: errorMessage(err), retryInMs }, 'connect attempt failed');
+        // One warning per cause in its words (an empty token file, then a missing one, are two); numbers aside, as grpc-js dates its messages.
+        const key = `${server} ${cause} ${message.replace(/\d+/g, '#')}`;
+        this.connectFailures.warn(key, { server, cause, err: message }, 'cannot connect to proxy server');
         await this.pause(retryInMs, signal);
         continue;
       }
@@ -533,6 +558,19 @@ export class ServerTunnels {
         await this.pause(delay.reachedHeld(), signal);
       else delay.succeeded();
     }
+  }
+
+  /** What a connect to `endpoint` offers and checks, for the diagnosis of its failure. */
+  private attempt(endpoint: ServerEndpoint): ConnectAttempt {
+    const { tls } = this.opts.server;
+    const host = endpoint.resolved ? endpoint.name : parseHostPort(endpoint.target).host;
+    return {
+      target: endpoint.target,
+      verifyName: tls.serverName ?? host,
+      clientCertificate: tls.cert !== undefined,
+      token: this.opts.token !== undefined,
+      connectTimeoutMs: this.opts.connectTimeoutMs,
+    };
   }
 
   /** The one place a tunnel is opened: to `endpoint`, its certificate checked against the name it was given by. */
@@ -559,6 +597,7 @@ export class ServerTunnels {
       agentIdentifiers: this.opts.agentIdentifiers,
       token: this.opts.token,
       features: this.opts.features ?? (resumeTimeoutMs > 0 ? RESUMING_AGENT_FEATURES : AGENT_FEATURES),
+      targets: this.opts.targets?.map((t) => t.destination),
       transport: this.transport,
       dialHandler: this.dialForServer,
       limits: this.opts.limits,
@@ -766,6 +805,8 @@ export class ServerTunnels {
       { serverID: conn.serverID, address, serverCount: conn.serverCount, features: features || 'none (upstream server)' },
       'tunnel up',
     );
+    for (const t of this.refusedTargets(conn))
+      this.opts.log.warn({ serverID: conn.serverID, target: t.localPort }, refusedTargetMessage(t, conn.serverID));
     if ((this.opts.features ?? AGENT_FEATURES).has(Feature.NodeDial) && !conn.tunnel.features.has(Feature.NodeDial)) {
       this.opts.log.warn(
         { serverID: conn.serverID },
@@ -773,6 +814,11 @@ export class ServerTunnels {
       );
     }
     for (const l of this.listeners) l(conn.tunnel, 'up');
+  }
+
+  /** The --target listeners whose destination `conn`'s server refuses. */
+  private refusedTargets(conn: ServerConnection): Target[] {
+    return (this.opts.targets ?? []).filter((t) => conn.refusedTargets.includes(t.destination));
   }
 
   /** Follows a new tunnel through its losses, resumes and close (once per tunnel: a resume keeps the listeners). */

@@ -8,8 +8,9 @@ import { UsageError } from '../common/usage-error.js';
 import { countFlag } from '../settings/checks.js';
 import { count, setting } from '../settings/kinds.js';
 import type { ValuesOf } from '../settings/setting.js';
+import type { HelpGroup } from '../settings/groups.js';
 
-export const AUDIT = 'Audit log';
+export const AUDIT = 'Audit log' satisfies HelpGroup;
 
 /** lumberjack's megabyte. */
 export const MEGABYTE = 1024 * 1024;

@@ -1,5 +1,4 @@
 /** `kanal agent`: its settings (src/agent/settings.ts) on the command line, validation, start. */
-import { checkAuditLogPath } from '../audit/audit-log.js';
 import { auditLogFileOptions } from '../audit/settings.js';
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
@@ -9,11 +8,13 @@ import { agentConfig, type AgentConfig } from '../agent/config.js';
 import { agentSettings, type AgentGiven } from '../agent/settings.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
+import { agentStartChecks } from './start-checks.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import type { ClientTlsOptions } from '../transport/transport.js';
 import { UsageError } from '../common/usage-error.js';
 import { withSettings } from './with-settings.js';
+import { withExamples } from './help-examples.js';
 import { readSettings, upstreamNotices } from '../settings/table.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport } from '../transport/choice.js';
@@ -69,6 +70,7 @@ export async function buildAgentOptions(
     server: { hosts: s.addresses, tls: credentials.tls },
     token: token && (() => token.readSync()),
     serverCount: { source: v['server-count-source'] },
+    ...(config.node ? { targets: config.node.targets } : {}),
     syncForever: v['sync-forever'],
     dialTimeoutMs: v['dial-timeout'],
     connectTimeoutMs: v['connect-timeout'],
@@ -92,15 +94,20 @@ export async function buildAgentOptions(
 
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function agentBuilder(y: Argv, forHelp = true): Argv<AgentArgs> {
-  return withSettings(y, agentSettings, forHelp)
-    .example(
-      '$0 agent --proxy-server-host kanal.cp.example.internal --ca-cert /etc/kanal/ca.crt --agent-cert /etc/kanal/agent.crt --agent-key /etc/kanal/agent.key',
-      'Control plane -> node only',
-    )
-    .example(
-      '$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443',
-      'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node (KEP-2025)',
-    );
+  return withExamples(withSettings(y, agentSettings, forHelp), [
+    {
+      what: 'Control plane -> node only, mTLS',
+      lines: ['$0 agent --proxy-server-host cp.example --ca-cert ca.crt', '--agent-cert agent.crt --agent-key agent.key'],
+    },
+    {
+      what: 'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node',
+      lines: ['$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443'],
+    },
+    {
+      what: 'Check the credentials, the server and the node before the first start',
+      lines: ['$0 agent ... --check'],
+    },
+  ]);
 }
 
 /** `--check`: runs the preflight checks (against the first server address given), prints the list, sets the exit code (0 all passed, 1 otherwise). */
@@ -131,18 +138,18 @@ export async function runAgent(args: AgentArgs): Promise<void> {
     await runAgentCheck(config);
     return;
   }
-  const auditPath = config.settings['audit-log-path'];
   if (args['dry-run']) {
-    dryRun(config, () => {
+    await dryRun(config, async () => {
       const credentials = loadAgentCredentials(config);
-      checkAuditLogPath(auditPath);
+      await agentStartChecks(config);
       return credentials;
     });
     return;
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadAgentCredentials(config);
-  checkAuditLogPath(auditPath);
+  // The same checks as --dry-run, before anything is created.
+  await agentStartChecks(config);
   const options = await buildAgentOptions(config, credentials);
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');

@@ -5,6 +5,7 @@ import { UsageError } from '../common/usage-error.js';
 import { buildInfo } from './build-info.js';
 import { exitAfterLogs } from './lifecycle.js';
 import { PARSER_CONFIGURATION } from './parser-configuration.js';
+import { unknownFlagsMessage } from './unknown-flags.js';
 
 const EXIT_USAGE = 2;
 
@@ -18,6 +19,9 @@ function fail(err: unknown): void {
   exitAfterLogs(report(err));
 }
 
+/** The flags of the command being run, for "did you mean" (unknown-flags.ts); filled by its add(). */
+const knownFlags: string[] = ['help', 'version'];
+
 /**
  * Each command with its flags and handler, imported only when it is the one
  * run: one command's module graph is memory another never uses (docs/memory.md).
@@ -27,7 +31,11 @@ const COMMANDS = {
   server: {
     describe: 'Run the proxy server beside the kube-apiserver',
     async add(y: Argv, forHelp: boolean): Promise<Argv> {
-      const { serverBuilder, runServer } = await import('./server-command.js');
+      const [{ serverBuilder, runServer }, { serverSettings }] = await Promise.all([
+        import('./server-command.js'),
+        import('../server/config/settings.js'),
+      ]);
+      knownFlags.push(...Object.keys(serverSettings));
       return y.command(
         'server',
         this.describe,
@@ -39,7 +47,11 @@ const COMMANDS = {
   agent: {
     describe: 'Run the proxy agent on a node',
     async add(y: Argv, forHelp: boolean): Promise<Argv> {
-      const { agentBuilder, runAgent } = await import('./agent-command.js');
+      const [{ agentBuilder, runAgent }, { agentSettings }] = await Promise.all([
+        import('./agent-command.js'),
+        import('../agent/settings.js'),
+      ]);
+      knownFlags.push(...Object.keys(agentSettings));
       return y.command(
         'agent',
         this.describe,
@@ -51,7 +63,8 @@ const COMMANDS = {
   'install-node': {
     describe: 'Install the agent as a systemd unit that starts before the kubelet',
     async add(y: Argv): Promise<Argv> {
-      const { installNodeBuilder, runInstallNode } = await import('./install-node-command.js');
+      const { installNodeBuilder, runInstallNode, installNodeFlags } = await import('./install-node-command.js');
+      knownFlags.push(...Object.keys(installNodeFlags));
       return y.command('install-node', this.describe, installNodeBuilder, (args) =>
         Promise.resolve()
           .then(() => runInstallNode(args))
@@ -69,7 +82,8 @@ const COMMANDS = {
   version: {
     describe: "Print Kanal's version, commit, form and runtime",
     async add(y: Argv): Promise<Argv> {
-      const { versionBuilder, runVersion } = await import('./version-command.js');
+      const { versionBuilder, runVersion, versionFlags } = await import('./version-command.js');
+      knownFlags.push(...Object.keys(versionFlags));
       return y.command('version', this.describe, versionBuilder, (args) =>
         Promise.resolve()
           .then(() => runVersion(args))
@@ -103,7 +117,8 @@ export async function main(): Promise<void> {
     .wrap(Math.min(110, process.stdout.columns || 110))
     .fail((message, err) => {
       if (err) process.exit(report(err));
-      process.stderr.write(`kanal: ${message}\nRun "kanal --help" or "kanal <command> --help" for usage.\n`);
+      const said = (message.startsWith('Unknown argument') && unknownFlagsMessage(argv, knownFlags)) || message;
+      process.stderr.write(`kanal: ${said}\nRun "kanal --help" or "kanal <command> --help" for usage.\n`);
       process.exit(EXIT_USAGE);
     })
     .help()

@@ -8,6 +8,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Argv, InferredOptionTypes } from 'yargs';
+import { withExamples } from './help-examples.js';
 import { parseAgentFlags, FILE_FLAGS } from './install/agent-flags.js';
 import { planNodeInstall, PATHS, RESTART_BACKOFF_SYSTEMD } from './install/node-plan.js';
 import { applyPlan, uninstall, underRoot, type Change } from './install/apply.js';
@@ -28,14 +29,19 @@ export const installNodeFlags = {
 export type InstallNodeArgs = InferredOptionTypes<typeof installNodeFlags> & { '--'?: (string | number)[] };
 
 export function installNodeBuilder(y: Argv): Argv<InstallNodeArgs> {
-  return y
-    .options(installNodeFlags)
-    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true, 'populate--': true })
-    .example(
-      '$0 install-node -- --proxy-server-host cp.example --ca-cert /etc/kanal/ca.crt --agent-cert /etc/kanal/agent.crt --agent-key /etc/kanal/agent.key --bind-address 10.200.0.1 --target 6443:127.0.0.1:6443',
-      'Install the agent unit with these flags',
-    )
-    .example('$0 install-node --uninstall', 'Remove it again');
+  const y2 = y.options(installNodeFlags).parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true, 'populate--': true });
+  return withExamples(y2, [
+    {
+      what: 'Install the agent unit with these flags',
+      lines: [
+        '$0 install-node -- --proxy-server-host cp.example',
+        '--ca-cert /etc/kanal/ca.crt --agent-cert /etc/kanal/agent.crt',
+        '--agent-key /etc/kanal/agent.key',
+        '--bind-address 10.200.0.1 --target 6443:127.0.0.1:6443',
+      ],
+    },
+    { what: 'Remove it again', lines: ['$0 install-node --uninstall'] },
+  ]);
 }
 
 function report(out: string[], changes: readonly Change[], dryRun: boolean): number {

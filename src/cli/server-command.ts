@@ -1,6 +1,5 @@
 /** `kanal server`: its settings (src/server/config/settings.ts) on the command line, validation, start. */
 import path from 'node:path';
-import { checkAuditLogPath } from '../audit/audit-log.js';
 import { auditLogFileOptions } from '../audit/settings.js';
 import { runtimeWarning } from './runtime.js';
 import type { Argv } from 'yargs';
@@ -12,9 +11,11 @@ import { serverSettings, type ServerGiven } from '../server/config/settings.js';
 import type { TlsPolicy } from '../server/config/tls-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
+import { serverStartChecks } from './start-checks.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
 import { withSettings } from './with-settings.js';
+import { withExamples } from './help-examples.js';
 import { readSettings, upstreamNotices } from '../settings/table.js';
 import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport } from '../transport/choice.js';
@@ -134,10 +135,21 @@ export async function buildServerOptions(
 
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
-  return withSettings(y, serverSettings, forHelp).example(
-    '$0 server --uds-name /etc/kubernetes/konnectivity-server/konnectivity-server.socket --cluster-cert /etc/kanal/server.crt --cluster-key /etc/kanal/server.key --cluster-ca-cert /etc/kanal/ca.crt',
-    'Frontend on a Unix socket, agents with mTLS',
-  );
+  return withExamples(withSettings(y, serverSettings, forHelp), [
+    {
+      what: 'Frontend on a Unix socket, agents with mTLS',
+      lines: [
+        '$0 server --uds-name /etc/kanal/konnectivity.sock',
+        '--cluster-cert agent-port.crt --cluster-key agent-port.key',
+        '--cluster-ca-cert agent-ca.crt',
+      ],
+    },
+    {
+      what: 'Also let nodes reach the kube-apiserver (KEP-2025)',
+      lines: ['$0 server ... --allowed-destination 10.0.0.10:6443'],
+    },
+    { what: 'Check the flags and files without starting', lines: ['$0 server ... --dry-run'] },
+  ]);
 }
 
 export async function runServer(args: ServerArgs): Promise<void> {
@@ -146,17 +158,19 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const many = config.tenants ? await import('./server-tenants.js') : undefined;
   const tenants = many?.tenantsOf(config);
   if (args['dry-run']) {
-    dryRun(config, () => {
+    await dryRun(config, async () => {
       const credentials = loadServerCredentials(config);
-      checkAuditLogPath(config.settings['audit-log-path']);
-      if (tenants) process.stdout.write(`${JSON.stringify({ tenants: tenants().map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
+      const list = tenants?.();
+      if (list) process.stdout.write(`${JSON.stringify({ tenants: list.map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
+      await serverStartChecks(config, credentials, list);
       return credentials;
     });
     return;
   }
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
-  checkAuditLogPath(config.settings['audit-log-path']);
+  // The same checks as --dry-run, before anything is bound.
+  await serverStartChecks(config, credentials, tenants?.());
   const worker = many?.workerOf();
   if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
   const options = await buildServerOptions(config, credentials);

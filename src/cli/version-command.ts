@@ -5,6 +5,7 @@
  */
 import type { Argv, InferredOptionTypes } from 'yargs';
 import { buildInfo, type BuildInfo } from './build-info.js';
+import { withExamples } from './help-examples.js';
 
 export const versionFlags = {
   output: { alias: 'o', choices: ['text', 'json'] as const, default: 'text' as const, describe: 'Output format' },
@@ -23,7 +24,7 @@ export function versionReport(): VersionReport {
 }
 
 export function versionBuilder(y: Argv): Argv<VersionArgs> {
-  return y.options(versionFlags).example('$0 version -o json', 'The same as JSON');
+  return withExamples(y.options(versionFlags), [{ what: 'The same as JSON', lines: ['$0 version -o json'] }]);
 }
 
 export function runVersion(args: VersionArgs): void {

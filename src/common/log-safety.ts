@@ -10,6 +10,13 @@ import type { LoggerOptions } from 'pino';
 
 /** Longest string kept whole; longer ones keep this many characters and say how many were cut. */
 export const MAX_LOG_STRING = 256;
+/**
+ * A line's message and its `err` are sentences Kanal writes to explain a
+ * cause and the flag to change (src/agent/connect-diagnosis.ts): longer than
+ * a field, and a peer's text inside them is still bounded, at this.
+ */
+export const MAX_LOG_MESSAGE = 1024;
+const SENTENCE_FIELDS = new Set(['msg', 'err']);
 /** Stack traces are ours, not a peer's (only the first line quotes a message): keep more of them. */
 const MAX_LOG_STACK = 4096;
 const MAX_ARRAY_ITEMS = 16;
@@ -25,11 +32,12 @@ export function truncateForLog(text: string, max = MAX_LOG_STRING): string {
 }
 
 /** A copy of `value` in which every string, array, object and nesting level is bounded. */
-export function boundForLog(value: unknown): unknown {
+export function boundForLog(value: unknown, field = ''): unknown {
   let budget = FIELD_BUDGET;
   const visit = (v: unknown, depth: number, key: string): unknown => {
     if (typeof v === 'string') {
-      const limit = Math.max(0, Math.min(key === 'stack' ? MAX_LOG_STACK : MAX_LOG_STRING, budget));
+      const max = key === 'stack' ? MAX_LOG_STACK : depth === 0 && SENTENCE_FIELDS.has(key) ? MAX_LOG_MESSAGE : MAX_LOG_STRING;
+      const limit = Math.max(0, Math.min(max, budget));
       const out = truncateForLog(v, limit);
       budget -= Math.min(v.length, limit);
       return out;
@@ -53,13 +61,13 @@ export function boundForLog(value: unknown): unknown {
     if (keys.length > MAX_OBJECT_KEYS) out['…'] = `${keys.length - MAX_OBJECT_KEYS} more keys`;
     return out;
   };
-  return visit(value, 0, '');
+  return visit(value, 0, field);
 }
 
 /** Each field of `fields` bounded on its own, as the logger bounds them. */
 export function boundFields(fields: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(fields)) out[k] = boundForLog(v);
+  for (const [k, v] of Object.entries(fields)) out[k] = boundForLog(v, k);
   return out;
 }
 
@@ -70,5 +78,9 @@ export function boundFields(fields: Record<string, unknown>): Record<string, unk
  * A censor on the path `*` is pino's one hook that sees all three.
  */
 export const BOUNDED_LOG_FIELDS: Pick<LoggerOptions, 'redact'> = {
-  redact: { paths: ['*'], censor: (value: unknown) => boundForLog(value) },
+  // Named paths come first so the censor learns their key; '*' hands it every other key as null.
+  redact: {
+    paths: [...SENTENCE_FIELDS, '*'],
+    censor: (value: unknown, path: readonly (string | null)[]) => boundForLog(value, path[0] ?? ''),
+  },
 };

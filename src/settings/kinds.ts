@@ -5,11 +5,12 @@
  */
 import { choiceFlag, countFlag, durationFlag, durationOrOffFlag, portFlag } from './checks.js';
 import type { GivenType, Setting } from './setting.js';
+import type { HelpGroup } from './groups.js';
 
 /** What every entry says about itself. */
 export interface Described {
   describe: string;
-  group: string;
+  group: HelpGroup;
 }
 
 /** A setting of any shape: the kinds below are this with a parser chosen. */

@@ -9,6 +9,8 @@
  * use: docs/architecture.md, "Settings".
  */
 
+import type { HelpGroup } from './groups.js';
+
 /** What yargs hands over: a string, a number or a boolean, or a list of one of them. */
 export type GivenType = 'string' | 'number' | 'boolean';
 
@@ -18,8 +20,8 @@ export interface Setting<Given, Value> {
   readonly array?: boolean;
   readonly default?: Given;
   readonly describe: string;
-  /** The --help heading and docs/flags.md section it is listed under. */
-  readonly group: string;
+  /** The --help heading and docs/flags.md section it is listed under (one of groups.ts). */
+  readonly group: HelpGroup;
   /** yargs refuses anything else with its own "Invalid values" message. */
   readonly choices?: readonly string[];
   /** Accepted for upstream's manifests but not shown in --help. */

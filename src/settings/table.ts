@@ -5,6 +5,7 @@
 import type { Options } from 'yargs';
 import { UsageError } from '../common/usage-error.js';
 import type { AnySetting, SettingTable, ValuesOf } from './setting.js';
+import { groupRank, type HelpGroup } from './groups.js';
 
 /** yargs' option for each setting: the table's type, default, help, choices, visibility. */
 export function yargsOptions(table: SettingTable, forHelp = true): Record<string, Options> {
@@ -23,11 +24,11 @@ export function yargsOptions(table: SettingTable, forHelp = true): Record<string
   return options;
 }
 
-/** The --help groups in the order the table first names them, each with its visible flags. */
-export function helpGroups(table: SettingTable): Map<string, string[]> {
-  const groups = new Map<string, string[]>();
-  for (const [name, s] of Object.entries(table)) {
-    if (s.hidden) continue;
+/** The --help groups in the order groups.ts declares them, each with its visible flags in the table's order. */
+export function helpGroups(table: SettingTable): Map<HelpGroup, string[]> {
+  const groups = new Map<HelpGroup, string[]>();
+  const visible = Object.entries(table).filter(([, s]) => !s.hidden);
+  for (const [name, s] of visible.sort(([, a], [, b]) => groupRank(a.group) - groupRank(b.group))) {
     const names = groups.get(s.group) ?? [];
     names.push(name);
     groups.set(s.group, names);

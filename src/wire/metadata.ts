@@ -21,6 +21,17 @@ export const MD_KANAL_RESUME = 'kanal-resume';
 export const MD_KANAL_INCARNATION = 'kanal-incarnation';
 /** Kanal extension (resume), server -> agent: the token of the detached tunnel this stream now carries. */
 export const MD_KANAL_RESUMED = 'kanal-resumed';
+/**
+ * Kanal extension (node dials), agent -> server: comma-separated
+ * destinations of the agent's --target listeners, so the server can say
+ * which its allow-list refuses before a node connection finds out.
+ */
+export const MD_KANAL_TARGETS = 'kanal-targets';
+/** Kanal extension (node dials), server -> agent: the destinations named in kanal-targets that its allow-list refuses. */
+export const MD_KANAL_REFUSED_TARGETS = 'kanal-refused-targets';
+/** Destinations an agent names at most (its --target count), each at most this long: the server reads no more. */
+export const MAX_TARGETS_NAMED = 64;
+export const MAX_TARGET_CHARS = 300;
 
 export const AGENT_SERVICE_CONNECT = '/AgentService/Connect';
 export const PROXY_SERVICE_PROXY = '/ProxyService/Proxy';

@@ -135,7 +135,9 @@ test('a start that cannot bind a target fails naming the address and releases wh
     },
     node: { ...node, targets: [first, { localPort: taken, destination: '127.0.0.1:2' }] },
   });
-  await t.throwsAsync(assembled.start(), { message: `cannot listen on ${NODE_ADDRESS}:${taken}: EADDRINUSE` });
+  await t.throwsAsync(assembled.start(), {
+    message: `cannot listen on ${NODE_ADDRESS}:${taken} (--bind-address, --target ${taken}:127.0.0.1:2): the address is already in use (another process listens there: stop it or choose another port); EADDRINUSE`,
+  });
   t.is(assembled.tunnels.tunnels().length, 0);
   // The first target's listener was closed again.
   await t.throwsAsync(connectNode(first.localPort), { code: 'ECONNREFUSED' });

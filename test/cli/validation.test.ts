@@ -565,6 +565,37 @@ test('kanal: unknown flags exit 2 with a message naming the flag', async (t) => 
   t.regex(agent.stderr, /Unknown argument.*proxy-server-hots/);
 });
 
+test('kanal: a mistyped flag gets "did you mean", upstream-compatible flags included; one dash before a long flag names the two-dash form', async (t) => {
+  const cases: [string[], string][] = [
+    [
+      ['agent', ...AGENT_OK, '--proxy-server-hots', 'x'],
+      'Unknown argument: proxy-server-hots\n  --proxy-server-hots: did you mean --proxy-server-host?',
+    ],
+    [['agent', ...AGENT_OK, '--logtostder'], 'Unknown argument: logtostder\n  --logtostder: did you mean --logtostderr?'],
+    [
+      ['server', ...SERVER_OK, '--cluster-ca-crt', 'x', '--frobnicate'],
+      'Unknown arguments: cluster-ca-crt, frobnicate\n  --cluster-ca-crt: did you mean --cluster-ca-cert?\n  --frobnicate: no such flag',
+    ],
+    [
+      ['agent', ...AGENT_OK, '-proxy-server-port=8132'],
+      'Unknown argument: -proxy-server-port\n  -proxy-server-port: long flags take two dashes (one reads as the short flags p, r, o, …): write --proxy-server-port',
+    ],
+    [
+      ['server', ...SERVER_OK, '-agent-prot', '8091'],
+      'Unknown argument: -agent-prot\n  -agent-prot: long flags take two dashes; did you mean --agent-port?',
+    ],
+    [['version', '--outptu', 'json'], 'Unknown argument: outptu\n  --outptu: did you mean --output?'],
+  ];
+  for (const [args, message] of cases) {
+    const r = await kanal(args);
+    t.is(r.code, 2, args.join(' '));
+    t.is(r.stderr, `kanal: ${message}\nRun "kanal --help" or "kanal <command> --help" for usage.\n`, args.join(' '));
+  }
+  // Short flags and --no- forms of known flags stay what they were.
+  const short = await kanal(['agent', ...AGENT_OK, '-v', '4', '--no-sync-forever', '--dry-run']);
+  t.regex(short.stderr, /^kanal: --ca-cert \/nonexistent\/ca\.crt: cannot read/);
+});
+
 test('kanal: no command or an unknown command exits 2', async (t) => {
   const none = await kanal([]);
   t.is(none.code, 2);

@@ -6,7 +6,7 @@
  */
 import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { boundForLog, MAX_LOG_STRING, truncateForLog } from '../../src/common/log-safety.js';
+import { boundForLog, MAX_LOG_MESSAGE, MAX_LOG_STRING, truncateForLog } from '../../src/common/log-safety.js';
 import { RateLimitedLog } from '../../src/common/rate-limited-log.js';
 import { peerHost } from '../../src/domain/refusal-log.js';
 import { captureLogger } from '../helpers/memory-stream.js';
@@ -45,6 +45,20 @@ test('every line of a logger is bounded: fields, message, child bindings, nested
   const err = second?.err as { message: string; type: string };
   t.is(err.type, 'Error');
   t.true(err.message.length < MAX_LOG_STRING + 40);
+});
+
+test("a message and its err are sentences: kept whole up to MAX_LOG_MESSAGE, a peer's flood still cut", (t) => {
+  const logs = captureLogger('debug');
+  const sentence = `127.0.0.1:8091: ${'the cause and the flag to change, '.repeat(12)}end`;
+  t.true(sentence.length > MAX_LOG_STRING && sentence.length < MAX_LOG_MESSAGE);
+  logs.log.warn({ server: sentence, err: sentence }, sentence);
+  logs.log.warn({ err: HUGE }, HUGE);
+  const [whole, flood] = logs.lines;
+  t.is(whole?.msg, sentence);
+  t.is(whole?.err, sentence);
+  t.is(whole?.server, truncateForLog(sentence), 'any other field is bounded as before');
+  t.is(flood?.msg, truncateForLog(HUGE, MAX_LOG_MESSAGE));
+  t.is(flood?.err, truncateForLog(HUGE, MAX_LOG_MESSAGE));
 });
 
 test('boundForLog bounds depth, keys and the total of one field', (t) => {

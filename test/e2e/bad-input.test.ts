@@ -178,7 +178,7 @@ async function refusedAgent(t: ExecutionContext<Ctx>, agentID: string, cert: 'ro
   );
   t.regex(String(refusal.reason), reason);
   // It keeps retrying (bounded wait for a second refused attempt) and never becomes ready.
-  const attempts = (): LogLine[] => agent.logLines().filter((l) => l.msg === 'cannot connect to proxy server');
+  const attempts = (): LogLine[] => agent.logLines().filter((l) => l.msg === 'connect attempt failed');
   for (let i = 0; i < 100 && attempts().length < 2; i++) await sleep(100);
   t.true(attempts().length >= 2, 'the agent retried and was refused again');
   const ready = await httpGet(agent.readyzUrl());

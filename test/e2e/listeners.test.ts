@@ -20,6 +20,7 @@ import {
   makeWorkspace,
   readLog,
   runCli,
+  spawnKanal,
   startServer,
   type LogLine,
   type Workspace,
@@ -217,6 +218,45 @@ test('a port in use: the error names the flags and the address; the failed start
     // Nothing left behind: the next start needs no --delete-existing-uds-file.
     t.false(fs.existsSync(uds), `${c.what}: the socket file was released`);
   }
+});
+
+test("the agent's ports in use name their flags as the server's do: health and node listeners stop the start, the admin port is a warning", async (t) => {
+  const ws = await makeWorkspace(t);
+  const busy = await blockPort(t);
+  const agent = (...more: string[]): string[] => [
+    'agent',
+    '--proxy-server-host=127.0.0.1',
+    '--proxy-server-port=9',
+    `--ca-cert=${ws.pki.caCert}`,
+    '--health-bind-address=127.0.0.1',
+    '--health-server-port=0',
+    '--admin-bind-address=127.0.0.1',
+    '--admin-server-port=0',
+    ...more,
+  ];
+  const fatal: [string, string[], string][] = [
+    ['health port', agent(`--health-server-port=${busy}`), '--health-bind-address, --health-server-port'],
+    [
+      'node listener',
+      // An address already on the host (loopback): no interface is made, only the listener is bound.
+      agent('--bind-address=127.0.0.1', '--bind-interface-type=none', `--target=${busy}:127.0.0.1:6443`),
+      `--bind-address, --target ${busy}:127.0.0.1:6443`,
+    ],
+  ];
+  for (const [what, args, flags] of fatal) {
+    const r = await runCli(args, 30_000);
+    t.is(r.code, 1, `${what}: ${r.stderr}`);
+    t.is(r.stderr.trim(), `kanal: cannot listen on 127.0.0.1:${busy} (${flags}): ${IN_USE}`, what);
+  }
+  // The admin port is optional: the agent runs on without it (admin-server.ts) and says which flags to change.
+  const running = spawnKanal(t, {
+    name: 'admin-busy',
+    args: agent(`--admin-server-port=${busy}`),
+    logFile: path.join(ws.dir, 'admin-busy.log'),
+  });
+  const line = await running.waitForLog((l) => l.msg === 'admin port not served; running without it', 20_000, 'the admin warning');
+  t.is(line.err, `cannot listen on 127.0.0.1:${busy} (--admin-bind-address, --admin-server-port): ${IN_USE}`);
+  t.true(running.running());
 });
 
 test('in process: a start that fails at its last listener frees the ports and the socket file it had taken', async (t) => {

@@ -196,6 +196,75 @@ test('--dry-run checks the files it names: the configuration is printed, the pro
   }
 });
 
+test("--dry-run refuses what the start refuses: each of the start's refusals, run both ways, gives the same exit code and message", async (t) => {
+  const f = await files(t);
+  const { pki } = f.ws;
+  const nowhere = path.join(f.ws.dir, 'no-such.kubeconfig');
+  // A tenant recognised by its token issuer alone cannot be given to a worker (server-tenants.ts).
+  const kubeconfig = path.join(f.ws.dir, 'tenant.kubeconfig');
+  fs.writeFileSync(
+    kubeconfig,
+    'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]\n' +
+      'users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n',
+  );
+  const tenants = path.join(f.ws.dir, 'tenants.yaml');
+  fs.writeFileSync(
+    tenants,
+    'apiVersion: kanal.dev/v1alpha1\nkind: TenantsConfig\ntenants:\n  - name: beta\n    agent-namespace: kube-system\n' +
+      `    agent-service-account: konnectivity-agent\n    authentication-audience: aud\n    kubeconfig: ${kubeconfig}\n` +
+      `    uds-name: ${path.join(f.ws.dir, 'beta.sock')}\n    token-issuer: https://issuer.example\n`,
+  );
+  const tcpFrontend = (ca: string): Record<string, string> => ({
+    'uds-name': '',
+    'server-bind-address': '127.0.0.1',
+    'server-port': '0',
+    'server-cert': pki.frontendCert,
+    'server-key': pki.frontendKey,
+    'server-ca-cert': ca,
+  });
+  // Every refusal a start makes before it serves (start-checks.ts and the credential files), with the words that name it.
+  const refusals: [string, string[], RegExp][] = [
+    ['server: a flag out of range', serverArgs(f, { 'agent-port': '70000' }), /--agent-port must be a port number/],
+    ['server: a credential file', serverArgs(f, { 'cluster-ca-cert': f.notPem }), /--cluster-ca-cert .*no PEM certificate/],
+    [
+      'server: one CA for agents and the kube-apiserver',
+      serverArgs(f, tcpFrontend(pki.caCert)),
+      /--cluster-ca-cert and --server-ca-cert share a CA/,
+    ],
+    [
+      'server: a kubeconfig that cannot be read',
+      serverArgs(f, {
+        'agent-namespace': 'kube-system',
+        'agent-service-account': 'konnectivity-agent',
+        'authentication-audience': 'aud',
+        kubeconfig: nowhere,
+      }),
+      /--kubeconfig .*no-such\.kubeconfig/,
+    ],
+    [
+      'server: --workers with a tenant only its token issuer recognises',
+      serverArgs(f, { 'cluster-ca-cert': '', 'uds-name': '', 'tenants-config': tenants, workers: '2' }),
+      /tenant "beta": with --workers, agents recognised by token-issuer alone cannot reach their worker/,
+    ],
+    ['agent: a flag out of range', agentArgs(f, { 'proxy-server-port': '0' }), /--proxy-server-port must be a port number/],
+    ['agent: a key of another certificate', agentArgs(f, { 'agent-key': f.otherKey }), /--agent-key .*does not belong to --agent-cert/],
+    [
+      'agent: the kubeconfig of --count-server-leases cannot be read',
+      [...agentArgs(f, { kubeconfig: nowhere }), '--count-server-leases'],
+      /--kubeconfig .*no-such\.kubeconfig/,
+    ],
+  ];
+  for (const [what, args, says] of refusals) {
+    const start = await runCli(args, CLI_TIMEOUT_MS);
+    t.not(start.code, 0, `${what}: the start refuses`);
+    t.regex(start.stderr, says, what);
+    const dry = await runCli([...args, '--dry-run'], CLI_TIMEOUT_MS);
+    t.is(dry.code, start.code, `${what}: --dry-run exits as the start does (${dry.stderr})`);
+    t.is(dry.stderr, start.stderr, `${what}: in the same words`);
+  }
+  t.false(fs.existsSync(path.join(f.ws.dir, 'never.sock')), 'no start got as far as listening');
+});
+
 test('an agent whose key does not match its certificate exits at start instead of retrying against a live server', async (t) => {
   const f = await files(t);
   const server = await startServer(t, f.ws);

@@ -25,6 +25,7 @@ import {
   startServer,
   waitHealthy,
   waitStatus,
+  warnLine,
   withPortRetry,
   type Workspace,
 } from '../helpers/kanal-processes.js';
@@ -536,12 +537,19 @@ test('an agent whose server (or a front before it) negotiates another ALPN proto
         '--admin-server-port=0',
         '--sync-interval=200ms',
         '--sync-interval-cap=400ms',
+        '--log-level=debug',
       ],
       logFile: path.join(ws.dir, `${name}.log`),
     });
     // Node's http2 aborted the process (SIGABRT) on a socket destroyed under it.
+    // Each attempt is a debug line; the warning, once per cause, names ALPN (connect-diagnosis.ts).
     const refused = (l: { msg: string; err?: unknown }): boolean =>
-      l.msg === 'cannot connect to proxy server' && String(l.err).includes('server did not negotiate HTTP/2 via ALPN');
+      l.msg === 'connect attempt failed' && String(l.err).includes('server did not negotiate HTTP/2 via ALPN');
+    await agent.waitForLog(
+      warnLine('cannot connect to proxy server', (l) => /did not agree on HTTP\/2 in ALPN/.test(String(l.err))),
+      20_000,
+      'the warning',
+    );
     await agent.waitForLog(refused, 20_000, 'a refused attempt');
     const deadline = Date.now() + 20_000;
     while (agent.logLines().filter(refused).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));

@@ -16,6 +16,10 @@ import {
   MD_KANAL_RESUME,
   MD_KANAL_RESUME_TOKEN,
   MD_KANAL_RESUMED,
+  MD_KANAL_REFUSED_TARGETS,
+  MD_KANAL_TARGETS,
+  MAX_TARGETS_NAMED,
+  MAX_TARGET_CHARS,
   MD_SERVER_COUNT,
   MD_SERVER_ID,
   firstValue,
@@ -268,6 +272,14 @@ function askedTokens(incoming: IncomingStream<AgentCredential>): string[] {
     .filter((t) => t.length > 0 && t.length <= MAX_RESUME_TOKEN_CHARS);
 }
 
+/** The destinations an agent's --target listeners dial (bounded in number and length; the rest is ignored). */
+function namedTargets(incoming: IncomingStream<AgentCredential>): string[] {
+  return (firstValue(incoming.metadata, MD_KANAL_TARGETS) ?? '')
+    .split(',', MAX_TARGETS_NAMED)
+    .map((t) => t.trim())
+    .filter((t) => t.length > 0 && t.length <= MAX_TARGET_CHARS);
+}
+
 /** The detached tunnel this stream resumes, if it names one it may take (logged and counted when it may not). */
 function claimTunnel(
   { incoming, credential, agentID, log }: AdmittedStream,
@@ -298,6 +310,10 @@ function accept(admitted: AdmittedStream, opts: AgentServiceOptions): AgentBacke
     [MD_SERVER_COUNT]: String(opts.serverCount),
   };
   if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
+  if (features.has(Feature.NodeDial)) {
+    const refused = namedTargets(incoming).filter((t) => !opts.destinations.allows(t));
+    if (refused.length > 0) headers[MD_KANAL_REFUSED_TARGETS] = refused.join(',');
+  }
   const resume = features.has(Feature.Resume) ? opts.resume : undefined;
   const claimed = resume && claimTunnel(admitted, features, resume);
   // An agent without an incarnation (upstream's, or resume off) is another process than any that resumes.

@@ -25,6 +25,7 @@ import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strateg
 import { cipherSuitesFlag, minVersionFlag } from './tls-flags.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
 import { DEFAULT_AGENT_KEEPALIVE } from '../server-options.js';
+import type { HelpGroup } from '../../settings/groups.js';
 
 /** `--backend-dial-timeout`'s default, also what upstream's 0 ("no timeout") becomes. */
 export const DEFAULT_BACKEND_DIAL_TIMEOUT = '10s';
@@ -37,7 +38,7 @@ const ROUTING = 'Routing and dials';
 const PORTS = 'Health and admin ports';
 
 /** A repeatable certificate pin: each value parsed by `parse`, a mistake named with the flag. */
-function pins<T>(describe: string, group: string, parse: (text: string) => T) {
+function pins<T>(describe: string, group: HelpGroup, parse: (text: string) => T) {
   return listOf({
     describe,
     group,

@@ -52,6 +52,11 @@ export class DestinationDialer {
     this.timeoutMs = o.timeoutMs;
   }
 
+  /** Whether a dial to `address` (host:port) would pass the allow-list: what an agent's --target is told at connect. */
+  allows(address: string): boolean {
+    return this.allowList.allows(address);
+  }
+
   /** `agent` labels the log lines: the agentID and the credential that authenticated it. */
   async dial(agent: DialingAgent, dial: InboundDial): Promise<Duplex> {
     const t0 = performance.now();

@@ -32,6 +32,7 @@ import { sizeTunnelSendBuffer } from '../socket-send-buffer.js';
 import { closeWhenPeerGone } from '../peer-gone-watch.js';
 import { errorMessage } from '../../common/error-message.js';
 import { SessionPinger } from './session-pinger.js';
+import { ALPN_NOT_H2, alpnNotH2, closedAfterTlsHandshake } from '../connect-stage.js';
 
 export interface H2ChannelOptions extends ChannelOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
@@ -79,7 +80,7 @@ function parseTarget(opts: ChannelOptions): Target {
     s.once('secureConnect', () => {
       if (s.alpnProtocol !== 'h2') {
         // After http2's own secureConnect listener: it aborts the process on a socket destroyed under it.
-        const err = new Error(`server did not negotiate HTTP/2 via ALPN (got ${String(s.alpnProtocol)})`);
+        const err = alpnNotH2(s.alpnProtocol);
         setImmediate(() => s.destroy(err));
       }
     });
@@ -105,6 +106,8 @@ function parseTarget(opts: ChannelOptions): Target {
     peer: target,
   };
 }
+
+const isAlpnRefusal = (err: Error | undefined): boolean => err !== undefined && Reflect.get(err, 'code') === ALPN_NOT_H2;
 
 export class H2Channel implements GrpcChannel {
   private readonly target: Target;
@@ -208,7 +211,10 @@ export class H2Channel implements GrpcChannel {
   private closedBeforeResponse(session: ClientHttp2Session, req: ClientHttp2Stream, lastError: Error | undefined): GrpcStatusError {
     const sessionError = this.sessionErrors.get(session);
     if (session.destroyed || req.rstCode === undefined) {
-      const why = sessionError ?? lastError;
+      const failure = sessionError ?? lastError;
+      // TLS done, no SETTINGS from the server: it refused this client (connect-stage.ts).
+      const stage = this.stages.get(session);
+      const why = stage?.tlsDone && !stage.settings && !isAlpnRefusal(failure) ? closedAfterTlsHandshake(failure) : failure;
       return new GrpcStatusError(GrpcStatus.UNAVAILABLE, `connection to ${this.target.peer} failed${why ? `: ${why.message}` : ''}`, {
         cause: why,
       });
@@ -259,6 +265,8 @@ export class H2Channel implements GrpcChannel {
   }
 
   private readonly sessionErrors = new WeakMap<ClientHttp2Session, Error>();
+  /** How far each session's connection got: its TLS handshake done, the server's SETTINGS received. */
+  private readonly stages = new WeakMap<ClientHttp2Session, { tlsDone: boolean; settings: boolean }>();
   /** Each session's PINGs (session-pinger.ts); they stop with the session. */
   private readonly pingers = new WeakMap<ClientHttp2Session, SessionPinger>();
 
@@ -268,6 +276,7 @@ export class H2Channel implements GrpcChannel {
     const target = this.target;
     // The socket is made inside http2.connect, before the session it belongs to is returned.
     const created: { session?: ClientHttp2Session; socket?: net.Socket } = {};
+    const stage = { tlsDone: false, settings: false };
     const session = http2.connect(`${this.opts.tls ? 'https' : 'http'}://${target.authority}`, {
       settings: {
         enablePush: false,
@@ -278,6 +287,7 @@ export class H2Channel implements GrpcChannel {
       createConnection: () => {
         const socket = target.connect();
         created.socket = socket;
+        socket.once('secureConnect', () => (stage.tlsDone = true));
         socket.once('connect', () => {
           sizeTunnelSendBuffer(socket);
           // The error it closes the socket with reaches the streams as UNAVAILABLE.
@@ -289,6 +299,8 @@ export class H2Channel implements GrpcChannel {
       },
     });
     created.session = session;
+    this.stages.set(session, stage);
+    session.once('remoteSettings', () => (stage.settings = true));
     this.session = session;
     this.open.set(session, new Set());
     session.on('error', (err: Error) => {

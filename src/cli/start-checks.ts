@@ -1,0 +1,49 @@
+/**
+ * The checks a start makes before it serves, beyond the flags and the
+ * credential files: one function per command, run by the start and by
+ * `--dry-run` alike, so a dry run refuses what the start would refuse
+ * (docs/operations.md, "Start-up errors"). Binding the ports is the one
+ * thing a dry run leaves out: it is an act, not a check.
+ */
+import type { AgentConfig } from '../agent/config.js';
+import type { ServerConfig } from '../server/config/config.js';
+import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
+import { assertRolesSeparated, ClientRoles } from '../server/identity/client-roles.js';
+import { createLogger } from '../common/logger.js';
+import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
+import type { ServerCredentials } from './server-command.js';
+import { checkAuditLogPath } from '../audit/audit-log.js';
+
+/** The kubeconfig read as a start reads it (kube-clients.ts): a KubeConfigError names the file or environment; nothing is connected. */
+async function checkKubeconfig(kube: KubeClientConfig | undefined): Promise<void> {
+  if (kube) await kubeClients(kube, createLogger('silent', 'start-checks'));
+}
+
+/**
+ * `kanal server`: the roles kept apart (one cluster: an agent CA that is the
+ * kube-apiserver's too needs both roles pinned, client-roles.ts; a server of
+ * tenants checks it per tenant as it loads them), the tenants fit for
+ * --workers, the kubeconfig readable, --audit-log-path writable.
+ */
+export async function serverStartChecks(
+  config: ServerConfig,
+  credentials: ServerCredentials,
+  tenants: readonly TenantDefinition[] | undefined,
+): Promise<void> {
+  if (!config.tenants) {
+    const roles = new ClientRoles(config.agent.clientPins, config.frontend.tcp?.clientPins);
+    assertRolesSeparated(credentials.agent.ca, credentials.frontend?.ca, roles);
+  } else if (tenants && config.tenants.workers > 1) {
+    // Loaded only for a server of tenants, as server-command.ts does.
+    const { checkForWorkers } = await import('./server-tenants.js');
+    checkForWorkers(tenants, config.tenants.file);
+  }
+  await checkKubeconfig(config.kube);
+  checkAuditLogPath(config.settings['audit-log-path']);
+}
+
+/** `kanal agent`: the kubeconfig of --count-server-leases readable, --audit-log-path writable. */
+export async function agentStartChecks(config: AgentConfig): Promise<void> {
+  await checkKubeconfig(config.leases?.kube);
+  checkAuditLogPath(config.settings['audit-log-path']);
+}
