@@ -55,7 +55,7 @@ test('a FIFO nobody reads: dials go on unaffected, lines beyond the queue are dr
   await waitUntil(
     () => {
       for (;;) {
-        let n = 0;
+        let n: number;
         try {
           n = fs.readSync(reader, buf);
         } catch {
