@@ -11,7 +11,6 @@ import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
 import { assertRolesSeparated, ClientRoles } from '../server/identity/client-roles.js';
 import { createLogger } from '../common/logger.js';
 import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
-import type { ServerCredentials } from './server-command.js';
 import { checkAuditLogPath } from '../audit/audit-log.js';
 
 /** The kubeconfig read as a start reads it (kube-clients.ts): a KubeConfigError names the file or environment; nothing is connected. */
@@ -27,7 +26,8 @@ async function checkKubeconfig(kube: KubeClientConfig | undefined): Promise<void
  */
 export async function serverStartChecks(
   config: ServerConfig,
-  credentials: ServerCredentials,
+  /** The client CAs of the agent port and the TCP frontend, as loadServerCredentials read them. */
+  credentials: { agent: { ca?: Buffer }; frontend?: { ca?: Buffer } },
   tenants: readonly TenantDefinition[] | undefined,
 ): Promise<void> {
   if (!config.tenants) {

@@ -7,7 +7,7 @@
  * command line carries it, and one dash stays the short flags' (-v, -o).
  */
 
-/** Edit distance with adjacent transpositions (optimal string alignment): "hots" is one edit from "host". */
+/** Edit distance with adjacent transpositions (optimal string alignment): "hots" and "host" are one edit apart. */
 export function editDistance(a: string, b: string): number {
   const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
   for (let j = 1; j <= b.length; j++) d[0][j] = j;

@@ -76,7 +76,7 @@ test('the first run without --tls-server-name: no tunnel, the reason the guide q
   t.regex(run.output, /^HTTP\/1\.1 500 /m);
   t.regex(
     fs.readFileSync(path.join(dir, 'agent.log'), 'utf8'),
-    /Hostname\/IP does not match certificate's altnames: IP: 127\.0\.0\.1 is not in the cert's list/,
+    /the server certificate is not valid for 127\.0\.0\.1 \(it carries DNS:kanal\.cp\.example\.internal, IP Address:10\.0\.0\.10\)/,
   );
 });
 
