@@ -78,23 +78,26 @@ export class ConnectionAuditor {
     this.log = opts.log;
   }
 
-  /** A connection left its tunnel's table. */
+  /**
+   * A connection left its tunnel's table: its log line and its record share
+   * one object. Every key is always set (undefined ones are left out of the
+   * JSON), so the object has one shape: this runs once per connection.
+   */
   connectionEnded(conn: TunnelConnection, party: TunnelParty): void {
-    const { sink } = this.opts;
-    if (!sink && !this.log.isLevelEnabled('info')) return;
+    const { sink, side, tenant } = this.opts;
+    const logged = this.log.isLevelEnabled('info');
+    if (!sink && !logged) return;
     const dialer = conn.role === 'dialer';
-    const record: ConnectionRecord = {
-      auditVersion: AUDIT_VERSION,
-      time: new Date().toISOString(),
-      side: this.opts.side,
-      ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
+    const ended: Omit<ConnectionRecord, 'auditVersion' | 'time'> = {
+      side,
+      tenant,
       event: 'connection',
       dialID: String(conn.dialID),
       connectID: conn.connectID,
-      direction: directionOf(this.opts.side, conn.role),
+      direction: directionOf(side, conn.role),
       agent: party.agent,
-      ...(party.server ? { server: party.server } : {}),
-      ...(conn.client ? { client: conn.client } : {}),
+      server: party.server,
+      client: conn.client,
       destination: truncateForLog(conn.address),
       dial: { result: 'ok', ms: ms(conn.dialMs) },
       bytes: dialer ? { toDestination: conn.bytesOut, toClient: conn.bytesIn } : { toDestination: conn.bytesIn, toClient: conn.bytesOut },
@@ -102,9 +105,8 @@ export class ConnectionAuditor {
       closedBy: closedBy(conn.role, conn.endedBy),
       reason: truncateForLog(conn.closeReason),
     };
-    sink?.write(record);
-    const { auditVersion: _v, time: _t, ...fields } = record;
-    this.log.info(fields, 'connection ended');
+    if (logged) this.log.info(ended, 'connection ended');
+    sink?.write({ auditVersion: AUDIT_VERSION, time: new Date().toISOString(), ...ended });
   }
 
   /** A dial the peer asked this side to perform made no connection (TunnelOptions.onInboundDialFailed). */

@@ -7,7 +7,9 @@
  * and even a second signal hang in that loop.
  *
  * - one fs.write in flight at a time, on libuv's thread pool: a reader that
- *   stalls holds a pool thread, never the event loop;
+ *   stalls holds a pool thread, never the event loop; a line that finds the
+ *   destination idle waits LINGER_MS for others to join its write, so a line
+ *   per connection costs a pool round trip per batch, not per line;
  * - lines wait in a queue of at most maxQueuedBytes; beyond that they are
  *   dropped and counted (a stalled reader must not grow memory), and a line
  *   saying how many is written once the reader catches up;
@@ -23,6 +25,8 @@ import fs from 'node:fs';
 export const DEFAULT_MAX_QUEUED_BYTES = 8 * 1024 * 1024;
 const MAX_WRITE_BYTES = 256 * 1024;
 const EAGAIN_RETRY_MS = 50;
+/** How late a line may reach stdout so that lines of one burst share a write (flush() does not wait for it). */
+const LINGER_MS = 10;
 
 export class LogDestination {
   /** Lines not yet handed to the kernel, oldest first; queuedBytes is their total length. */
@@ -37,6 +41,8 @@ export class LogDestination {
   private droppedSinceReport = 0;
   private droppedTotal = 0;
   private readonly idleWaiters = new IdleWaiters();
+  /** Set while lines wait for LINGER_MS before the next write starts. */
+  private linger: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly fd: number,
@@ -76,6 +82,7 @@ export class LogDestination {
   /** Resolves once every queued line is written, the destination failed, or timeoutMs passed. */
   flush(timeoutMs: number): Promise<void> {
     if (this.idle()) return Promise.resolve();
+    if (this.linger) this.endLinger();
     return this.idleWaiters.wait(timeoutMs);
   }
 
@@ -90,8 +97,14 @@ export class LogDestination {
   private enqueue(bytes: Buffer): void {
     this.queue.push(bytes);
     this.queuedBytes += bytes.length;
-    if (!this.writing) this.writeNext();
+    if (!this.writing && !this.linger) this.linger = setTimeout(this.endLinger, LINGER_MS).unref();
   }
+
+  private readonly endLinger = (): void => {
+    clearTimeout(this.linger);
+    this.linger = undefined;
+    if (!this.writing) this.writeNext();
+  };
 
   private writeNext(): void {
     if (this.queue.length === 0) {

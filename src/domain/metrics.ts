@@ -26,6 +26,8 @@ export class KanalMetrics {
   readonly dialSeconds: Histogram<'direction'>;
   readonly bytes: LabelledCounter<{ direction: Direction; flow: 'to_peer' | 'from_peer' }>;
   readonly connectionSeconds: Histogram<'direction'>;
+  /** Its series by direction, looked up once: connectionClosed() runs once per connection. */
+  private readonly connectionSecondsOf: Record<Direction, { observe(seconds: number): void }>;
   readonly refusals: LabelledCounter<{ reason: RefusalReason }>;
   /** slow_reader: a peer without flow control sends faster than its connection's reader takes; peer_not_reading: see limits.ts. */
   readonly readPauses: LabelledCounter<{ reason: 'slow_reader' | 'peer_not_reading' }>;
@@ -78,6 +80,10 @@ export class KanalMetrics {
       buckets: CONNECTION_DURATION_BUCKETS,
       registers: [this.registry],
     });
+    this.connectionSecondsOf = {
+      cp_to_node: this.connectionSeconds.labels({ direction: 'cp_to_node' }),
+      node_to_cp: this.connectionSeconds.labels({ direction: 'node_to_cp' }),
+    };
     this.bytes = new Counter({
       name: 'kanal_connection_bytes_total',
       help: 'Bytes carried by closed tunnelled connections (flow: to_peer or from_peer)',
@@ -144,7 +150,7 @@ export class KanalMetrics {
   connectionClosed(direction: Direction, toPeer: number, fromPeer: number, seconds: number): void {
     this.bytes.inc({ direction, flow: 'to_peer' }, toPeer);
     this.bytes.inc({ direction, flow: 'from_peer' }, fromPeer);
-    this.connectionSeconds.observe({ direction }, seconds);
+    this.connectionSecondsOf[direction].observe(seconds);
     if (direction === 'cp_to_node') this.upstreamDials.connectionDone(seconds);
   }
 }

@@ -285,6 +285,8 @@ export type FrontendMode = (typeof FRONTEND_MODES)[number];
 
 export interface FrontendListenerOptions {
   mode: FrontendMode;
+  /** Read a Unix socket client's uid and pid (SO_PEERCRED) for the audit log: a system call each, so only with one. */
+  peerCredentials?: boolean;
   uds?: UnixSocketOptions;
   tcp?: {
     host: string;
@@ -327,7 +329,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       closeWhenPeerGone(socket, (reason) =>
         opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
       );
-      opts.grpc.injectConnection(socket, { ...connection, client: frontendClient(socket, peer) });
+      opts.grpc.injectConnection(socket, { ...connection, client: frontendClient(socket, peer, opts.peerCredentials ?? false) });
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
       const httpConnect = opts.httpConnect(connection.tenant);
@@ -335,7 +337,12 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
         socket.destroy();
         return;
       }
-      httpConnect.serve(socket, peer, headTimeoutMs - (Date.now() - acceptedAt), frontendClient(socket, peer));
+      httpConnect.serve(
+        socket,
+        peer,
+        headTimeoutMs - (Date.now() - acceptedAt),
+        frontendClient(socket, peer, opts.peerCredentials ?? false),
+      );
       socket.resume();
     } else {
       opts.refusals.refuse({
