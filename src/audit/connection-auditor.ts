@@ -15,15 +15,7 @@ import type { DialResult } from '../domain/dial-result.js';
 import { DialError } from '../tunnel/errors.js';
 import type { ClientIdentity, ConnectionEnder, ConnectionRole, TunnelConnection } from '../tunnel/connection.js';
 import type { InboundDialFailure } from '../tunnel/tunnel-options.js';
-import {
-  AUDIT_VERSION,
-  type AuditAgent,
-  type AuditServer,
-  type AuditSink,
-  type ClosedBy,
-  type ConnectionRecord,
-  type DialRecord,
-} from './audit-record.js';
+import { AUDIT_VERSION, type AuditAgent, type AuditServer, type AuditSink, type ClosedBy, type DialRecord } from './audit-record.js';
 
 /** Whose tunnel a connection or dial went through: the agent (server side) or the server (agent side). */
 export interface TunnelParty {
@@ -79,34 +71,64 @@ export class ConnectionAuditor {
   }
 
   /**
-   * A connection left its tunnel's table: its log line and its record share
-   * one object. Every key is always set (undefined ones are left out of the
-   * JSON), so the object has one shape: this runs once per connection.
+   * A connection left its tunnel's table: its log line (flat: the logger
+   * walks every nested object again) and its record, from the same values.
+   * Every key is always set (undefined ones are left out of the JSON), so each
+   * object has one shape: this runs once per connection.
    */
   connectionEnded(conn: TunnelConnection, party: TunnelParty): void {
     const { sink, side, tenant } = this.opts;
     const logged = this.log.isLevelEnabled('info');
     if (!sink && !logged) return;
     const dialer = conn.role === 'dialer';
-    const ended: Omit<ConnectionRecord, 'auditVersion' | 'time'> = {
+    const dialID = String(conn.dialID);
+    const direction = directionOf(side, conn.role);
+    const destination = truncateForLog(conn.address);
+    const dialMs = ms(conn.dialMs);
+    const toDestination = dialer ? conn.bytesOut : conn.bytesIn;
+    const toClient = dialer ? conn.bytesIn : conn.bytesOut;
+    const durationMs = Date.now() - conn.openedAt;
+    const ender = closedBy(conn.role, conn.endedBy);
+    const reason = truncateForLog(conn.closeReason);
+    if (logged)
+      this.log.info(
+        {
+          dialID,
+          connectID: conn.connectID,
+          direction,
+          agentID: party.agent.id,
+          credential: party.agent.credential,
+          serverID: party.server?.id,
+          client: conn.client?.address,
+          destination,
+          dialMs,
+          toDestination,
+          toClient,
+          durationMs,
+          closedBy: ender,
+          reason,
+        },
+        'connection ended',
+      );
+    sink?.write({
+      auditVersion: AUDIT_VERSION,
+      time: new Date().toISOString(),
       side,
       tenant,
       event: 'connection',
-      dialID: String(conn.dialID),
+      dialID,
       connectID: conn.connectID,
-      direction: directionOf(side, conn.role),
+      direction,
       agent: party.agent,
       server: party.server,
       client: conn.client,
-      destination: truncateForLog(conn.address),
-      dial: { result: 'ok', ms: ms(conn.dialMs) },
-      bytes: dialer ? { toDestination: conn.bytesOut, toClient: conn.bytesIn } : { toDestination: conn.bytesIn, toClient: conn.bytesOut },
-      durationMs: Date.now() - conn.openedAt,
-      closedBy: closedBy(conn.role, conn.endedBy),
-      reason: truncateForLog(conn.closeReason),
-    };
-    if (logged) this.log.info(ended, 'connection ended');
-    sink?.write({ auditVersion: AUDIT_VERSION, time: new Date().toISOString(), ...ended });
+      destination,
+      dial: { result: 'ok', ms: dialMs },
+      bytes: { toDestination, toClient },
+      durationMs,
+      closedBy: ender,
+      reason,
+    });
   }
 
   /** A dial the peer asked this side to perform made no connection (TunnelOptions.onInboundDialFailed). */
