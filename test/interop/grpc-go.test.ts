@@ -195,6 +195,8 @@ goTest('a grpc-go agent carries CONNECT and gRPC-mode dials from a Kanal server;
   });
   await waitFor(() => echo.open() === 0, 'every backend connection closed', 5_000);
   t.is(echo.open(), 0, 'every tunnelled connection to the backend was closed');
+  // Log lines reach the file up to 10 ms late (they share writes: log-destination.ts).
+  await server.waitForLog((l) => levelAtLeast(l.level, 'warn') && l.msg === 'dial failed', 10_000, 'the dial failure warning');
   const warnings = server.logLines().filter((l) => levelAtLeast(l.level, 'warn'));
   t.deepEqual(
     warnings.map((l) => `${l.msg} ${String(l.address)}`),
