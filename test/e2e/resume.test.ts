@@ -12,6 +12,7 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   connectThrough,
+  logTail,
   makeWorkspace,
   restartServer,
   startAgent,
@@ -309,7 +310,10 @@ test('an agent killed and started again: its new process closes the old connecti
   await agent.kill();
   await server.waitForLog((l) => l.msg.startsWith('agent tunnel lost'), 10_000, 'the server keeps the connection for a resume');
   const at = Date.now();
-  await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--resume-timeout', '60s'] });
+  await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--resume-timeout', '60s'] }).catch((err: Error) => {
+    // The agent's log says what it met; the server's says why, if it is the server's doing.
+    throw new Error(`${err.message}\nserver (${server.ended() ?? 'running'}):\n${logTail(server.logFile, 30)}`);
+  });
   await server.waitForLog(
     (l) => l.msg === 'closed the detached tunnels of a restarted agent',
     10_000,
