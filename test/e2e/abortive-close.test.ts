@@ -31,6 +31,7 @@ import {
   type Scope,
   type Workspace,
 } from '../helpers/kanal-processes.js';
+import { firehose, listenBackend } from '../helpers/backends.js';
 
 /** A CONNECT through the server's mTLS TCP frontend, with the KAS's certificate. */
 async function connectOverTls(server: KanalServerProcess, ws: Workspace, address: string): Promise<tls.TLSSocket> {
@@ -75,37 +76,11 @@ interface RecordingBackend {
 /** A backend that does `serve` with each socket and records how the socket ended. */
 async function recordingBackend(scope: Scope, serve: (s: net.Socket) => void): Promise<RecordingBackend> {
   const endings: Promise<string>[] = [];
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer({ allowHalfOpen: true }, (s) => {
-    sockets.add(s);
-    s.once('close', () => sockets.delete(s));
+  const { address } = await listenBackend(scope, (s) => {
     endings.push(endingOf(s, 60_000));
-    s.on('error', () => undefined);
     serve(s);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  scope.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  );
-  return { address: `127.0.0.1:${(server.address() as net.AddressInfo).port}`, endings };
-}
-
-/** Writes 64 KiB chunks with back-pressure until the socket fails or closes; reads nothing. */
-function firehose(s: net.Socket): void {
-  const chunk = Buffer.alloc(64 * 1024, 'f');
-  const pump = (): void => {
-    while (!s.destroyed && s.writable) {
-      if (!s.write(chunk)) {
-        s.once('drain', pump);
-        return;
-      }
-    }
-  };
-  pump();
+  return { address, endings };
 }
 
 /** Reads and drops everything; writes nothing. */

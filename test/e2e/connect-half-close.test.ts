@@ -13,16 +13,13 @@
 import test, { type ExecutionContext } from 'ava';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
 import net from 'node:net';
-import tls from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { PacketType, type Packet } from '../../src/wire/packet.js';
 import { Feature } from '../../src/wire/features.js';
 import { MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
 import {
-  connectUnix,
   makeWorkspace,
   scrapeMetrics,
   startProxy,
@@ -34,41 +31,15 @@ import {
 } from '../helpers/kanal-processes.js';
 import type { ProxyStream } from '../helpers/e2e-grpc-client.js';
 import { agentServiceStream } from '../helpers/agent-service-stream.js';
+import { frontendConnection, type FrontendTransport } from '../helpers/frontend-clients.js';
 
-type Transport = 'uds' | 'tcp';
+type Transport = FrontendTransport;
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
 /** A frontend client (it reads on after its own FIN): a Unix socket, or mTLS TCP with the KAS's certificate. */
 async function frontendClient(server: KanalServerProcess, ws: Workspace, transport: Transport): Promise<net.Socket> {
-  return (await resettableClient(server, ws, transport)).socket;
-}
-
-/** frontendClient, and how to make it vanish: a reset on TCP (of the TCP socket under TLS), a close on a Unix socket. */
-async function resettableClient(
-  server: KanalServerProcess,
-  ws: Workspace,
-  transport: Transport,
-): Promise<{ socket: net.Socket; vanish(): void }> {
-  if (transport === 'uds') {
-    const s = await connectUnix(server.uds);
-    return { socket: s, vanish: () => s.destroy() };
-  }
-  const { pki } = ws;
-  const raw = net.connect({ host: '127.0.0.1', port: server.frontendPort });
-  raw.on('error', () => undefined);
-  return new Promise((resolve, reject) => {
-    const s = tls.connect({
-      socket: raw,
-      servername: 'localhost',
-      ca: fs.readFileSync(pki.frontendCaCert),
-      cert: fs.readFileSync(pki.frontendClientCert),
-      key: fs.readFileSync(pki.frontendClientKey),
-      ALPNProtocols: ['http/1.1'],
-    });
-    s.once('secureConnect', () => resolve({ socket: s, vanish: () => raw.resetAndDestroy() }));
-    s.once('error', reject);
-  });
+  return (await frontendConnection(server, ws, transport)).socket;
 }
 
 /** How a socket ended, and what it received until then (bounded by timeoutMs). */
@@ -227,13 +198,13 @@ for (const transport of ['uds', 'tcp'] as const) {
     const cancelled = (): Set<bigint> => new Set(agent.pending().flatMap((p) => (p.type === PacketType.DIAL_CLS ? [p.random] : [])));
 
     // Gone for sure: a reset (TCP), a close (a Unix socket, seen by the empty write that follows its FIN).
-    const goneClients = await Promise.all(Array.from({ length: 20 }, () => resettableClient(server, ws, transport)));
+    const goneClients = await Promise.all(Array.from({ length: 20 }, () => frontendConnection(server, ws, transport)));
     for (const c of goneClients) {
       c.socket.on('error', () => undefined);
       c.socket.write(connect);
     }
     await until(() => dialsSoFar().length === goneClients.length, 'a dial for every client', 10_000);
-    for (const c of goneClients) c.vanish();
+    for (const c of goneClients) c.reset();
     const ms = await until(() => cancelled().size === goneClients.length, 'a DIAL_CLS for every client gone', 10_000);
     await waitMetrics(server.healthPort, { kanal_server_pending_dials: 0 }, 10_000);
     t.log(`${transport}: ${goneClients.length} clients gone, their dials cancelled within ${ms} ms (dial timeout 60 s)`);

@@ -19,38 +19,19 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { PacketType } from '../../src/wire/packet.js';
 import {
-  connectUnix,
   makeWorkspace,
   readExactly,
   scrapeMetrics,
   startBannerBackend,
   startProxy,
   startServer,
-  tlsToFrontendRaw,
+  frontendConnection,
   waitMetrics,
   type KanalServerProcess,
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import type { ProxyStream } from '../helpers/e2e-grpc-client.js';
 import { agentServiceStream } from '../helpers/agent-service-stream.js';
-
-type Transport = 'uds' | 'tcp';
-
-/** A raw frontend connection (inside TLS for TCP); `reset` aborts it (RST on TCP, a close on a Unix socket). */
-async function frontendSocket(
-  server: KanalServerProcess,
-  ws: Workspace,
-  transport: Transport,
-): Promise<{ socket: net.Socket; reset(): void }> {
-  if (transport === 'uds') {
-    const s = await connectUnix(server.uds);
-    s.on('error', () => undefined);
-    return { socket: s, reset: () => s.destroy() };
-  }
-  const { raw, tls } = await tlsToFrontendRaw(server, ws);
-  tls.on('error', () => undefined);
-  return { socket: tls, reset: () => raw.resetAndDestroy() };
-}
 
 /** An agent that registers and never answers a dial: it only records what the server sends. */
 async function silentAgent(t: ExecutionContext, ws: Workspace, server: KanalServerProcess): Promise<ProxyStream> {
@@ -101,7 +82,7 @@ for (const transport of ['uds', 'tcp'] as const) {
       extraArgs: ['--backend-dial-timeout', DIAL_TIMEOUT, '--log-level', 'info'],
     });
     const agent = await silentAgent(t, ws, server);
-    const clients = await Promise.all(Array.from({ length: CLIENTS }, () => frontendSocket(server, ws, transport)));
+    const clients = await Promise.all(Array.from({ length: CLIENTS }, () => frontendConnection(server, ws, transport)));
     for (const c of clients) c.socket.write('CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n');
     await until(() => randomsOf(agent, PacketType.DIAL_REQ).size === CLIENTS, 'every dial reached the agent', 20_000);
     t.is((await scrapeMetrics(server.healthPort)).get('kanal_server_pending_dials'), CLIENTS);
@@ -133,7 +114,7 @@ for (const transport of ['uds', 'tcp'] as const) {
     const closedAfter = async (feed: (s: net.Socket) => NodeJS.Timeout | undefined): Promise<{ ms: number; answer: string }> => {
       // From before connecting: the server counts from its accept, which comes later.
       const started = Date.now();
-      const { socket } = await frontendSocket(server, ws, transport);
+      const { socket } = await frontendConnection(server, ws, transport);
       const chunks: Buffer[] = [];
       socket.on('data', (c: Buffer) => chunks.push(c));
       const timer = feed(socket);
@@ -175,7 +156,7 @@ for (const transport of ['uds', 'tcp'] as const) {
     await server.waitForLog((l) => l.refusal === 'frontend_header_timeout', 5000, 'header timeout refusal');
 
     // Too large: 431, and the refusal's log line stays small. (Writing the rest may fail once the server has answered.)
-    const { socket } = await frontendSocket(server, ws, transport);
+    const { socket } = await frontendConnection(server, ws, transport);
     const answer = received(socket, 10_000);
     socket.write(`CONNECT ${'a'.repeat(1 << 20)}:443 HTTP/1.1\r\nHost: x\r\n\r\n`);
     t.regex((await answer).toString('latin1'), /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
@@ -198,7 +179,7 @@ for (const transport of ['uds', 'tcp'] as const) {
     for (let batch = 0; batch < dials; batch += 50) {
       const results = await Promise.all(
         Array.from({ length: 50 }, async () => {
-          const { socket } = await frontendSocket(server, ws, transport);
+          const { socket } = await frontendConnection(server, ws, transport);
           const reading = readExactly(socket, want.length, 10_000);
           socket.write(Buffer.concat([Buffer.from(`CONNECT ${backend.address} HTTP/1.1\r\nHost: ${backend.address}\r\n\r\n`), early]));
           const got = await reading;

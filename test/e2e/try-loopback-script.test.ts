@@ -10,7 +10,7 @@ import path from 'node:path';
 import { freePort } from '../../kit/launch/kanal-cli.js';
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
 import { REPO } from '../helpers/doc-blocks.js';
-import { startInGroup, type GroupRun } from '../helpers/process-group.js';
+import { alive, startInGroup, type GroupRun } from '../helpers/process-group.js';
 
 const SCRIPT = path.join(REPO, 'scripts', 'try-loopback.sh');
 const LIMIT_MS = 60_000;
@@ -34,15 +34,6 @@ function whatItMade(output: string): { dir: string; pids: number[] } {
   const pids = /pids ([\d ]+)/.exec(output)?.[1];
   if (dir === undefined || pids === undefined) throw new Error(`no "working in" or "pids" line:\n${output}`);
   return { dir, pids: pids.trim().split(' ').map(Number) };
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 test('the loopback walk-through runs as a script: both directions answer, and it leaves no process and no directory', async (t) => {

@@ -17,10 +17,11 @@ export interface Backend {
   open(): number;
 }
 
-async function listenBackend(scope: Scope, onSocket: (s: net.Socket) => void): Promise<Backend> {
+/** A TCP server on 127.0.0.1 (half-open sockets allowed) that hands each socket to `onSocket`; the scope closes it and its sockets. */
+export async function listenBackend(scope: Scope, onSocket: (s: net.Socket) => void, opts: net.ServerOpts = {}): Promise<Backend> {
   const sockets = new Set<net.Socket>();
   let accepted = 0;
-  const server = net.createServer({ allowHalfOpen: true }, (s) => {
+  const server = net.createServer({ allowHalfOpen: true, ...opts }, (s) => {
     accepted++;
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
@@ -106,19 +107,25 @@ export function startSourceBackend(scope: Scope, payload: Buffer, opts: { afterF
 
 /** Writes 64 KiB chunks (with back-pressure) until the connection goes away. */
 export function startFirehoseBackend(scope: Scope): Promise<Backend> {
-  const chunk = Buffer.alloc(64 * 1024, 'f');
   return listenBackend(scope, (s) => {
     s.resume();
-    const pump = (): void => {
-      while (!s.destroyed && s.writable) {
-        if (!s.write(chunk)) {
-          s.once('drain', pump);
-          return;
-        }
-      }
-    };
-    pump();
+    firehose(s);
   });
+}
+
+const FIREHOSE_CHUNK = Buffer.alloc(64 * 1024, 'f');
+
+/** Writes 64 KiB chunks to `s` with back-pressure until it fails or closes. */
+export function firehose(s: net.Socket): void {
+  const pump = (): void => {
+    while (!s.destroyed && s.writable) {
+      if (!s.write(FIREHOSE_CHUNK)) {
+        s.once('drain', pump);
+        return;
+      }
+    }
+  };
+  pump();
 }
 
 /** Answers one HTTP request with `body`, like any web server on a node. */

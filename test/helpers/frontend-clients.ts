@@ -65,6 +65,28 @@ export function tlsToFrontend(
   });
 }
 
+/** How a frontend client reaches the server: its Unix socket, or the mTLS TCP frontend. */
+export type FrontendTransport = 'uds' | 'tcp';
+
+/**
+ * A raw frontend connection (inside TLS for TCP) and how to make it vanish:
+ * a reset on TCP (of the TCP socket under TLS), a close on a Unix socket (which has no reset).
+ */
+export async function frontendConnection(
+  server: KanalServerProcess,
+  ws: Workspace,
+  transport: FrontendTransport,
+): Promise<{ socket: net.Socket; reset(): void }> {
+  if (transport === 'uds') {
+    const s = await connectUnix(server.uds);
+    s.on('error', () => undefined);
+    return { socket: s, reset: () => s.destroy() };
+  }
+  const { raw, tls: s } = await tlsToFrontendRaw(server, ws);
+  s.on('error', () => undefined);
+  return { socket: s, reset: () => raw.resetAndDestroy() };
+}
+
 /** The TCP frontend over mTLS, with the TCP socket under it (to reset it: `raw.resetAndDestroy()`). */
 export function tlsToFrontendRaw(server: KanalServerProcess, ws: Workspace): Promise<{ raw: net.Socket; tls: tls.TLSSocket }> {
   const { pki } = ws;

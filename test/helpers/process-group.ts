@@ -59,3 +59,13 @@ export function startInGroup(
     });
   return { pid, output: () => output, waitFor, ended };
 }
+
+/** Whether a process with this pid exists (signal 0 probes without sending). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Scope } from '../../kit/launch/cleanup-scope.js';
 import { REPO } from '../helpers/doc-blocks.js';
-import { startInGroup, type GroupRun } from '../helpers/process-group.js';
+import { alive, startInGroup, type GroupRun } from '../helpers/process-group.js';
 
 const DEMO = path.join(REPO, 'dist', 'kit', 'demo', 'main.js');
 const LIMIT_MS = 60_000;
@@ -16,15 +16,6 @@ const LIMIT_MS = 60_000;
 /** `node dist/kit/demo/main.js --keep` in a process group of its own, killed with the group by the scope or after the limit. */
 function startDemo(scope: Scope): GroupRun {
   return startInGroup(scope, process.execPath, [DEMO, '--keep'], { limitMs: LIMIT_MS, what: 'the demo' });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 for (const how of ['SIGINT to the process group (Ctrl-C)', 'SIGTERM to the demo alone'] as const) {

@@ -5,6 +5,7 @@
  * directory and no exit-time registration behind; the in-process launcher
  * refuses flags as the CLI does.
  */
+import { alive } from '../helpers/process-group.js';
 import test from 'ava';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -14,16 +15,6 @@ import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { freePort, spawnKanal, waitHealthy } from '../../kit/launch/kanal-cli.js';
 import { serverOptionsFromFlags } from '../../kit/launch/in-process.js';
 import { captureLogger } from '../helpers/memory-stream.js';
-
-/** Whether a process with this pid exists (signal 0 probes without sending). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const node = (script: string): string[] => [process.execPath, '-e', script];
 

@@ -15,6 +15,7 @@ import { Feature, type FeatureSet } from '../../src/wire/features.js';
 import { dialTcp } from '../../src/tunnel/tcp-dial.js';
 import { tunnelPair, waitFor } from '../helpers/memory-stream.js';
 import { dialStream } from '../helpers/connection-stream.js';
+import { listenBackend } from '../helpers/backends.js';
 import { makeEnv } from '../helpers/in-process.js';
 
 const KANAL: FeatureSet = new Set([Feature.Window, Feature.HalfClose]);
@@ -34,22 +35,7 @@ function endingOf(s: net.Socket | NodeJS.ReadableStream, timeoutMs = 10_000): Pr
 
 /** A loopback TCP server; each accepted socket goes to `onSocket`; closed at teardown with every socket. */
 async function listen(t: ExecutionContext, onSocket: (s: net.Socket) => void, opts: net.ServerOpts = {}): Promise<number> {
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer({ allowHalfOpen: true, ...opts }, (s) => {
-    sockets.add(s);
-    s.once('close', () => sockets.delete(s));
-    s.on('error', () => undefined);
-    onSocket(s);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  );
-  return (server.address() as net.AddressInfo).port;
+  return (await listenBackend(t, onSocket, opts)).port;
 }
 
 function connect(t: ExecutionContext, port: number): Promise<net.Socket> {
