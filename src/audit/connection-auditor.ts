@@ -139,6 +139,7 @@ export class ConnectionAuditor {
         party,
         destination: f.address,
         error: f.error,
+        result: f.result,
         startedAt: performance.now() - f.ms,
         ...(f.reason ? { refusal: f.reason } : {}),
       },

@@ -285,8 +285,8 @@ export type FrontendMode = (typeof FRONTEND_MODES)[number];
 
 export interface FrontendListenerOptions {
   mode: FrontendMode;
-  /** Read a Unix socket client's uid and pid (SO_PEERCRED) for the audit log: a system call each, so only with one. */
-  peerCredentials?: boolean;
+  /** Read each client's certificate subject or Unix uid/pid for the audit log (client-identity.ts): a cost per connection, so only with one. */
+  identifyClients?: boolean;
   uds?: UnixSocketOptions;
   tcp?: {
     host: string;
@@ -329,7 +329,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       closeWhenPeerGone(socket, (reason) =>
         opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
       );
-      opts.grpc.injectConnection(socket, { ...connection, client: frontendClient(socket, peer, opts.peerCredentials ?? false) });
+      opts.grpc.injectConnection(socket, { ...connection, client: frontendClient(socket, peer, opts.identifyClients ?? false) });
       socket.resume();
     } else if (proto === 'http1' && opts.mode !== 'grpc') {
       const httpConnect = opts.httpConnect(connection.tenant);
@@ -341,7 +341,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
         socket,
         peer,
         headTimeoutMs - (Date.now() - acceptedAt),
-        frontendClient(socket, peer, opts.peerCredentials ?? false),
+        frontendClient(socket, peer, opts.identifyClients ?? false),
       );
       socket.resume();
     } else {

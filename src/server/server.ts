@@ -340,7 +340,7 @@ export class KanalServer {
     if (tcp || !opts.tenants) {
       this.frontendListener = await listenForFrontends({
         mode: opts.frontend.mode,
-        peerCredentials: this.audit !== undefined,
+        identifyClients: this.audit !== undefined,
         uds: opts.tenants ? undefined : opts.frontend.uds,
         tcp: tcp && {
           ...tcp,
@@ -511,7 +511,7 @@ export class KanalServer {
     if (!uds || !this.frontendGrpc) return undefined;
     return listenForFrontends({
       mode: this.opts.frontend.mode,
-      peerCredentials: this.audit !== undefined,
+      identifyClients: this.audit !== undefined,
       uds,
       tenant: room.tenant.name,
       requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,

@@ -59,8 +59,7 @@ export class InboundDials {
       opts.noise.warn('dial-refused', { dialID: String(dialID), address, reason: error }, 'refusing dial request');
       opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error });
       const reason = limit?.reason;
-      const failure = new DialError(limit ? 'exhausted' : 'refused', error, reason);
-      opts.onFailed?.({ dialID, address, error: failure, ...(reason ? { reason } : {}), ms: 0 });
+      opts.onFailed?.({ dialID, address, result: limit ? 'exhausted' : 'refused', error, ...(reason ? { reason } : {}), ms: 0 });
     };
     const handler = opts.handler();
     if (!handler) return refuse(opts.refuseDialsReason ?? 'this side does not accept dial requests');
@@ -85,12 +84,7 @@ export class InboundDials {
           if (endpoint instanceof TunnelConnection) endpoint.close(new Error('dial cancelled'), 'proxy');
           // No error: nobody listens on the endpoint yet, and the reset says it all.
           else resetSocket(endpoint);
-          opts.onFailed?.({
-            dialID,
-            address,
-            error: new DialError('cancelled', 'dial cancelled by the requester'),
-            ms: performance.now() - t0,
-          });
+          opts.onFailed?.({ dialID, address, result: 'cancelled', error: 'dial cancelled by the requester', ms: performance.now() - t0 });
           return;
         }
         const conn = opts.openConnection(dialID, address);
@@ -103,13 +97,14 @@ export class InboundDials {
         this.performing.delete(dialID);
         const ms = performance.now() - t0;
         if (abort.aborted || !opts.isAlive()) {
-          opts.onFailed?.({ dialID, address, error: new DialError('cancelled', 'dial cancelled by the requester'), ms });
+          opts.onFailed?.({ dialID, address, result: 'cancelled', error: 'dial cancelled by the requester', ms });
           return;
         }
         opts.noise.info('dial-failed', { dialID: String(dialID), address, err: err.message }, 'dial failed');
         opts.send({ type: PacketType.DIAL_RSP, random: dialID, connectID: 0, error: err.message });
-        const reason = err instanceof DialError ? err.refusal : undefined;
-        opts.onFailed?.({ dialID, address, error: err, ...(reason ? { reason } : {}), ms });
+        const known = err instanceof DialError ? err : undefined;
+        const reason = known?.refusal;
+        opts.onFailed?.({ dialID, address, result: known?.failure ?? 'refused', error: err.message, ...(reason ? { reason } : {}), ms });
       },
     );
   }

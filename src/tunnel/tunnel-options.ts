@@ -7,6 +7,7 @@ import type { TunnelLimitName, TunnelLimits } from './limits.js';
 import type { RefusalReasons } from './limit-reports.js';
 import type { TunnelSnapshot } from '../domain/status-document.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
+import type { DialFailure } from '../domain/dial-result.js';
 
 export type { TunnelSnapshot };
 
@@ -43,11 +44,14 @@ export interface TunnelOptions {
   onReplayed?: (bytes: number) => void;
 }
 
+/** A refusal is data, not an Error: a peer flooding refused DIAL_REQs must not cost a stack trace each. */
 export interface InboundDialFailure {
   dialID: bigint;
   address: string;
-  error: Error;
-  /** Set when a limit of this tunnel refused it. */
+  result: DialFailure;
+  /** What the peer was told (DIAL_RSP's error), or why it was not told (cancelled). */
+  error: string;
+  /** Set when a limit or a rule of this side refused it. */
   reason?: RefusalReason;
   /** From DIAL_REQ to the refusal or failure. */
   ms: number;

@@ -108,6 +108,7 @@ test("the peer's dials over the rate are answered with a DIAL_RSP error at once,
   t.deepEqual(failures.map((f) => f.dialID).sort(), errors.map((p) => p.random).sort());
   for (const f of failures) {
     t.is(f.reason, 'throttled');
-    t.true(f.error instanceof DialError && f.error.failure === 'exhausted');
+    t.is(f.result, 'exhausted');
+    t.is(f.error, 'too many dials: faster than 1 dials/s, burst 3 (--dial-rate-per-agent)');
   }
 });
