@@ -17,6 +17,7 @@ import {
   MD_KANAL_RESUMED,
   MD_KANAL_REFUSED_TARGETS,
   MD_KANAL_TARGETS,
+  MAX_TARGETS_NAMED,
   MD_SERVER_COUNT,
   MD_SERVER_ID,
   firstValue,
@@ -151,7 +152,9 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
     resumed,
     notResumed: asked.filter((t) => t !== resumedToken || !resumed),
     // Only what we named: a server cannot make the agent report anything else.
-    refusedTargets: (firstValue(stream.metadata, MD_KANAL_REFUSED_TARGETS) ?? '').split(',').filter((t) => opts.targets?.includes(t)),
+    refusedTargets: (firstValue(stream.metadata, MD_KANAL_REFUSED_TARGETS) ?? '')
+      .split(',', MAX_TARGETS_NAMED)
+      .filter((t) => opts.targets?.includes(t)),
     close: () => tunnel.close(),
     finished,
   };
