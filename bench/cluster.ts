@@ -10,10 +10,12 @@ import { RUNTIME_FLAGS } from '../src/cli/runtime-flags.js';
 import { Worker } from './rpc.js';
 import type { BackendPorts, LoadgenCommands, Product } from './loadgen-protocol.js';
 import type { SwarmCommands } from './agent-swarm.js';
+import type { HostileCommands } from './hostile-agent.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const LOADGEN_SCRIPT = path.join(HERE, 'loadgen.js');
 export const SWARM_SCRIPT = path.join(HERE, 'agent-swarm.js');
+export const HOSTILE_SCRIPT = path.join(HERE, 'hostile-agent.js');
 
 export const BACKEND_HOST = '127.0.0.1';
 export const NODE_HOST = '127.0.0.2';
@@ -192,6 +194,10 @@ export function startLoadgen(dir: string, name: string): Worker<LoadgenCommands>
 
 export function startSwarm(dir: string, name: string): Worker<SwarmCommands> {
   return new Worker<SwarmCommands>(spawnChild({ name, script: SWARM_SCRIPT, logFile: path.join(dir, `${name}.log`), ipc: true }));
+}
+
+export function startHostile(dir: string, name: string): Worker<HostileCommands> {
+  return new Worker<HostileCommands>(spawnChild({ name, script: HOSTILE_SCRIPT, logFile: path.join(dir, `${name}.log`), ipc: true }));
 }
 
 export function readPem(file: string): string {

@@ -39,7 +39,7 @@ import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 import { runSoak } from './suite-soak.js';
 import { runStart } from './suite-start.js';
-import { runTenants } from './suite-tenants.js';
+import { runTenants, TENANTS_PARTS } from './suite-tenants.js';
 import { runReconnect } from './suite-reconnect.js';
 import { errorMessage } from '../src/common/error-message.js';
 
@@ -50,8 +50,9 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
   --transport    gRPC implementation for server, agent and bench agents (default h2)
-  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,reconnect,soak
-                 (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants;
+  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,hostile,reconnect,soak
+                 (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants, a hostile agent;
+                  hostile: that last part of tenants alone;
                   reconnect: HA convergence behind a balancer, connections across a tunnel cut; only when named or --full;
                   soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
   --kanal-cli    the kanal CLI every Kanal pair runs: another build's dist/src/cli/main.js (a before/after run),
@@ -77,6 +78,8 @@ interface Options {
   soak: boolean;
   /** Section 7, tenants (suite-tenants.ts): its own tables, like the soak's; run unless --only leaves it out. */
   tenants: boolean;
+  /** `--only hostile` without tenants: section 7's hostile-agent table alone. */
+  hostileOnly: boolean;
   /** Section 8, reconnects (suite-reconnect.ts): minutes of waiting on reconnects, so only when named (--only reconnect) or --full. */
   reconnect: boolean;
   kanalCli?: string;
@@ -116,10 +119,10 @@ function parseOptions(argv: string[]): Options {
   if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
   const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
   const named = values.only?.split(',').map((s) => s.trim());
-  const ownTables = ['soak', 'tenants', 'reconnect'];
+  const ownTables = ['soak', 'tenants', 'hostile', 'reconnect'];
   const unknown = named?.find((s) => !ownTables.includes(s) && !SECTION_ORDER.some((known) => known === s));
   if (unknown !== undefined)
-    throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, reconnect, soak)`);
+    throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, hostile, reconnect, soak)`);
   const sections = named ? SECTION_ORDER.filter((s) => named.includes(s)) : SECTION_ORDER;
   const params = { ...PARAMS[mode] };
   if (values['soak-count'] !== undefined) {
@@ -151,7 +154,8 @@ function parseOptions(argv: string[]): Options {
     transport: values.transport,
     sections: RUN_ORDER.filter((s) => sections.includes(s)),
     soak: named ? named.includes('soak') : mode === 'full',
-    tenants: named ? named.includes('tenants') : true,
+    tenants: named ? named.includes('tenants') || named.includes('hostile') : true,
+    hostileOnly: named !== undefined && named.includes('hostile') && !named.includes('tenants'),
     reconnect: named ? named.includes('reconnect') : mode === 'full',
     kanalCli,
     audit: values.audit,
@@ -282,7 +286,9 @@ async function main(): Promise<void> {
     // Its own servers and agents, after the sections that use the main pair.
     if (opts.tenants) {
       try {
-        tenants = await runTenants(env);
+        // The hostile-agent part adds ~20 s: a smoke run (what npm test runs) takes it only when named.
+        const parts = opts.hostileOnly ? ['hostile' as const] : TENANTS_PARTS.filter((x) => opts.mode !== 'smoke' || x !== 'hostile');
+        tenants = await runTenants(env, parts);
       } catch (err) {
         failed = true;
         warnings.push(`tenants failed: ${errorMessage(err)}`);

@@ -76,7 +76,7 @@ export interface SoakReport {
 }
 
 /** The tables of section 7 (suite-tenants.ts). */
-export type TenantsTable = 'scale' | 'reload' | 'dials' | 'fairness' | 'load' | 'workers';
+export type TenantsTable = 'scale' | 'reload' | 'dials' | 'fairness' | 'load' | 'workers' | 'hostile';
 
 export interface TenantsRow {
   /** Stable identifier, e.g. "tenants.scale.1000x3" or "tenants.fairness.b-dial-p50". */
@@ -371,6 +371,24 @@ const TENANTS_TABLES: Record<TenantsTable, { title: string; columns: Column[] }>
       { key: 'idleRssMiB', title: 'RSS at rest MiB', digits: 1 },
       { key: 'processes', title: 'server procs', digits: 0 },
       { key: 'runs', title: 'runs', digits: 0 },
+    ],
+  },
+  hostile: {
+    title:
+      '7g. A hostile agent in tenant A (its own credential): it dials an allowed bulk source node -> control plane on 32 connections,\n' +
+      '    grants the server unbounded credit (2^50 bytes) or 16 MiB per connection, never acknowledges, and says DRAIN; A and B each keep\n' +
+      '    their own honest kanal agent and kube-apiserver, measured at once (sequential dials, one bulk download each) after 3 s of attack.\n' +
+      '    Server RSS: highest while the phase lasts. Ratios: attack / no attack (latency: pooled percentiles; bulk, RSS: per-run medians)',
+    columns: [
+      { key: 'quiet', title: 'no attack', digits: 2 },
+      { key: 'unbounded', title: 'credit 2^50', digits: 2 },
+      { key: 'large', title: 'credit 16 MiB', digits: 2 },
+      { key: 'ratioUnbounded', title: 'ratio 2^50', digits: 2 },
+      { key: 'ratioLarge', title: 'ratio 16 MiB', digits: 2 },
+      { key: 'opened', title: 'opened', digits: 0 },
+      { key: 'closed', title: 'closed', digits: 0 },
+      { key: 'quietSpread', title: 'spread quiet', digits: 0, suffix: '%' },
+      { key: 'attackSpread', title: 'spread 2^50', digits: 0, suffix: '%' },
     ],
   },
 };

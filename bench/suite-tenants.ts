@@ -38,6 +38,7 @@ import type { Worker } from './rpc.js';
 import { ownerOf } from '../src/server/workers/owner.js';
 import { cpuSeconds, descendantPids, machineBusySeconds, rssBytes } from './proc.js';
 import type { TenantsReport, TenantsRow } from './report.js';
+import { runHostile } from './suite-hostile.js';
 import { inRepOrder, median, medianRatio, percentile, spread } from './stats.js';
 
 const KiB = 1024;
@@ -59,14 +60,14 @@ interface TenantDef {
 }
 
 /** The files every tenant names: the wildcard serving pair and the agents' CA (one for all: SNI picks the tenant, the CA and the tenant's CN pin verify). */
-interface TenantCredentials {
+export interface TenantCredentials {
   cert: string;
   key: string;
   ca: string;
 }
 
 const tenantName = (i: number): string => `t${String(i).padStart(4, '0')}`;
-const serverName = (tenant: string): string => `${tenant}.${SNI_DOMAIN}`;
+export const serverName = (tenant: string): string => `${tenant}.${SNI_DOMAIN}`;
 
 function tenantsYaml(defs: readonly TenantDef[], c: TenantCredentials): string {
   const lines = ['apiVersion: kanal.dev/v1alpha1', 'kind: TenantsConfig'];
@@ -93,7 +94,7 @@ function tenantsYaml(defs: readonly TenantDef[], c: TenantCredentials): string {
 let writes = 0;
 
 /** Replaces `file` in one rename (written beside its directory, so the server's watch sees one change). */
-function writeTenantsFile(file: string, defs: readonly TenantDef[], c: TenantCredentials): void {
+export function writeTenantsFile(file: string, defs: readonly TenantDef[], c: TenantCredentials): void {
   const tmp = path.join(path.dirname(path.dirname(file)), `.tenants-${process.pid}-${++writes}.yaml`);
   fs.writeFileSync(tmp, tenantsYaml(defs, c));
   fs.renameSync(tmp, file);
@@ -167,7 +168,7 @@ class LogTail {
   }
 }
 
-interface TenantsServer {
+export interface TenantsServer {
   child: Child;
   agentPort: number;
   healthUrl: string;
@@ -175,7 +176,7 @@ interface TenantsServer {
 }
 
 /** A server of the tenants in `file`; `workers`: its --workers (absent: none given, one process). */
-async function startTenantsServer(env: Env, tag: string, file: string, workers?: number): Promise<TenantsServer> {
+export async function startTenantsServer(env: Env, tag: string, file: string, workers?: number): Promise<TenantsServer> {
   const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
   const logFile = path.join(env.dir, `${tag}-server.log`);
   const child = spawnChild({
@@ -203,7 +204,7 @@ async function startTenantsServer(env: Env, tag: string, file: string, workers?:
 }
 
 /** A `kanal agent` of one tenant: SNI names the tenant, its own certificate; it performs the server's dials. */
-async function startTenantAgent(env: Env, tag: string, agentPort: number, tenant: string): Promise<Child> {
+export async function startTenantAgent(env: Env, tag: string, agentPort: number, tenant: string): Promise<Child> {
   const health = await freePort();
   // CN starts with the tenant's name: its entry pins CN=<tenant>-* (tenants sharing one agents CA must be told apart).
   const agentID = `${tenant}-${tag}-node`;
@@ -290,7 +291,7 @@ async function eachLimited<T>(items: readonly T[], concurrency: number, task: (i
 }
 
 /** Waits until neither loadgen worker has a socket open. */
-async function waitWorkersIdle(env: Env, workers: readonly Worker<LoadgenCommands>[], timeoutMs = 20_000): Promise<void> {
+export async function waitWorkersIdle(env: Env, workers: readonly Worker<LoadgenCommands>[], timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const counts = await Promise.all(workers.map((w) => w.call('counters', null)));
@@ -303,7 +304,7 @@ async function waitWorkersIdle(env: Env, workers: readonly Worker<LoadgenCommand
   }
 }
 
-function failuresWarning(env: Env, what: string, r: { errors: number; firstError?: string }): void {
+export function failuresWarning(env: Env, what: string, r: { errors: number; firstError?: string }): void {
   if (r.errors > 0) env.warnings.push(`tenants: ${what}: ${r.errors} failure(s), first: ${r.firstError ?? '?'}`);
 }
 
@@ -321,7 +322,7 @@ function clientConfig(env: Env, uds: string): ClientConfig {
 }
 
 /** A loadgen worker aimed at the backend, its CONNECTs going to `uds` unless a command names another socket. */
-async function tenantClient(env: Env, name: string, uds: string): Promise<Worker<LoadgenCommands>> {
+export async function tenantClient(env: Env, name: string, uds: string): Promise<Worker<LoadgenCommands>> {
   const w = startLoadgen(env.dir, name);
   await w.call('configure', clientConfig(env, uds));
   return w;
@@ -333,7 +334,7 @@ function serverPids(server: TenantsServer): number[] {
 }
 
 /** Summed VmRSS of a server's processes (the primary and every worker). */
-function serverRss(server: TenantsServer): number {
+export function serverRss(server: TenantsServer): number {
   return serverPids(server).reduce((sum, pid) => sum + rssBytes(pid), 0);
 }
 
@@ -1131,18 +1132,24 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
   }
 }
 
-export async function runTenants(env: Env): Promise<TenantsReport> {
+/** The parts of section 7; `--only hostile` runs the last alone. */
+export type TenantsPart = 'scale' | 'fairness' | 'workers' | 'hostile';
+export const TENANTS_PARTS: readonly TenantsPart[] = ['scale', 'fairness', 'workers', 'hostile'];
+
+export async function runTenants(env: Env, parts: readonly TenantsPart[] = TENANTS_PARTS): Promise<TenantsReport> {
   const p = env.params;
   const creds = await tenantCredentials(env);
   const rows: TenantsRow[] = [];
-  for (const s of [
-    { tenants: p.tenantsMany, agentsPerTenant: p.tenantsManyAgents },
-    { tenants: p.tenantsFew, agentsPerTenant: p.tenantsFewAgents },
-  ]) {
-    rows.push(...(await runScale(env, s, creds)));
-  }
-  rows.push(...(await runFairness(env, creds)));
-  rows.push(...(await runWorkers(env, creds)));
+  if (parts.includes('scale'))
+    for (const s of [
+      { tenants: p.tenantsMany, agentsPerTenant: p.tenantsManyAgents },
+      { tenants: p.tenantsFew, agentsPerTenant: p.tenantsFewAgents },
+    ]) {
+      rows.push(...(await runScale(env, s, creds)));
+    }
+  if (parts.includes('fairness')) rows.push(...(await runFairness(env, creds)));
+  if (parts.includes('workers')) rows.push(...(await runWorkers(env, creds)));
+  if (parts.includes('hostile')) rows.push(...(await runHostile(env, creds)));
   return {
     rows,
     goalKiBPerTenant: GOAL_KIB_PER_TENANT,
