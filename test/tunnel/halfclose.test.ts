@@ -50,7 +50,15 @@ const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 async function performedByTunnel(t: ExecutionContext) {
   const link = createMemoryLink();
   const far: Duplex[] = [];
-  const tunnel = new Tunnel(link.a, { side: 'agent', features: HALF_CLOSE, log: captureLogger().log, dialHandler: farEndHandler(far) });
+  /** Why each connection closed, as the tunnel's log line and audit record say it. */
+  const closeReasons: string[] = [];
+  const tunnel = new Tunnel(link.a, {
+    side: 'agent',
+    features: HALF_CLOSE,
+    log: captureLogger().log,
+    dialHandler: farEndHandler(far),
+    onConnectionClosed: (conn) => closeReasons.push(conn.closeReason),
+  });
   t.teardown(() => tunnel.close());
   const peer = link.b;
   const rspP = nextPacket(peer, PacketType.DIAL_RSP);
@@ -58,7 +66,7 @@ async function performedByTunnel(t: ExecutionContext) {
   const { connectID } = await rspP;
   const endpoint = far[0];
   endpoint.resume();
-  return { tunnel, peer, connectID, endpoint };
+  return { tunnel, peer, connectID, endpoint, closeReasons };
 }
 
 test('half-close: the dialer ends its side, the other direction keeps flowing, then both close', async (t) => {
@@ -198,9 +206,9 @@ test('DATA after the peer half-closed destroys the connection', async (t) => {
 });
 
 test('DATA with an error string closes the connection with that error', async (t) => {
-  const { tunnel, peer, connectID, endpoint } = await performedByTunnel(t);
+  const { tunnel, peer, connectID, endpoint, closeReasons } = await performedByTunnel(t);
   peer.send({ type: PacketType.DATA, connectID, error: 'read: connection reset by peer', data: new Uint8Array(0) });
   await closed(endpoint);
   await waitFor(() => statsZero(tunnel), 'table empty');
-  t.pass();
+  t.deepEqual(closeReasons, ['closed by peer: read: connection reset by peer'], 'closed once, with the error the peer sent');
 });
