@@ -18,8 +18,8 @@
  */
 import { DialAllowance, type DialRateLimits } from './dial-allowance.js';
 
-/** Default bound of one table; an entry costs a few hundred bytes. */
-export const DEFAULT_MAX_DIAL_ALLOWANCES = 65_536;
+/** Default bound of one table (a tenant's agents): about 1 KiB an entry, 16 MiB full; Kubernetes supports 5,000 nodes a cluster. */
+export const DEFAULT_MAX_DIAL_ALLOWANCES = 16_384;
 /** Unused entries are looked at no more often than this, unless the table is full. */
 const SWEEP_INTERVAL_MS = 1000;
 
