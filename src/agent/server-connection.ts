@@ -26,6 +26,7 @@ import { Feature, formatFeatures, parseFeatures, intersectFeatures, type Feature
 import { Tunnel, type DialHandler, type TunnelOptions } from '../tunnel/tunnel.js';
 import type { InboundDialFailure } from '../tunnel/tunnel-options.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
+import type { DialAllowance } from '../tunnel/dial-allowance.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
 
 export interface ServerConnectionOptions {
@@ -41,6 +42,8 @@ export interface ServerConnectionOptions {
   transport: Transport;
   dialHandler: DialHandler;
   limits?: Partial<TunnelLimits>;
+  /** The dial rates and counts shared by every tunnel to the server `serverID` (a reconnect starts with what the last left); absent: the tunnel's own. */
+  allowance?: (serverID: string) => DialAllowance;
   connectTimeoutMs: number;
   log: Logger;
   /** The tunnel's connections as they close, with the server's ID. */
@@ -129,6 +132,7 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
         features,
         log: opts.log.child({ serverID }),
         limits: opts.limits,
+        ...(opts.allowance ? { allowance: opts.allowance(serverID) } : {}),
         dialHandler: opts.dialHandler,
         ...(onClosed ? { onConnectionClosed: (c: TunnelConnection) => onClosed(c, serverID) } : {}),
         ...(onDialFailed ? { onInboundDialFailed: (f: InboundDialFailure) => onDialFailed(f, serverID) } : {}),

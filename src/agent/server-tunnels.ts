@@ -38,6 +38,8 @@ import { diagnoseConnectError, type ConnectAttempt } from './connect-diagnosis.j
 import { refusedTargetMessage, type Target } from './target.js';
 import { randomBytes } from 'node:crypto';
 import { ResumeMetrics } from '../domain/resume-metrics.js';
+import { DialAllowances } from '../tunnel/dial-allowances.js';
+import { resolveLimits } from '../tunnel/limits.js';
 
 export interface ServerTunnelsOptions {
   agentID: string;
@@ -125,6 +127,8 @@ const acceptsFrequentPings = (responseMetadata: MetadataMap): boolean => (respon
 const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 /** A connect failure is logged when its cause changes, then at most once per this long with the count of the rest. */
 const CONNECT_FAILURE_LOG_MS = 60_000;
+/** Servers whose dial allowances the agent keeps (ServerTunnels.allowances); beyond, new ones share one. */
+const MAX_SERVER_ALLOWANCES = 256;
 const RESUMING_AGENT_FEATURES: FeatureSet = new Set([...AGENT_FEATURES, Feature.Resume]);
 
 /** True when `err` (or an error it was caused by) is a TCP connection refused. */
@@ -176,6 +180,13 @@ export class ServerTunnels {
   private readonly connections = new Map<string, HeldTunnel>();
   /** Tunnels whose stream was lost, waiting to resume (docs/protocol.md), by serverID; each leaves on its resume or 'close'. */
   private readonly detached = new Map<string, HeldTunnel>();
+  /**
+   * --dial-rate and the per-tunnel caps, per server (serverID) rather than
+   * per stream: a reconnect to the same server starts with what its last
+   * tunnel left (docs/limits.md). Servers a load balancer may show are few;
+   * the table's bound is for a server that announces a new ID each time.
+   */
+  private readonly allowances = new DialAllowances({ maxEntries: MAX_SERVER_ALLOWANCES });
   /** This process, for the servers (MD_KANAL_INCARNATION). */
   private readonly incarnation = randomBytes(12).toString('base64url');
   private readonly resumeMetrics: ResumeMetrics;
@@ -601,6 +612,7 @@ export class ServerTunnels {
       transport: this.transport,
       dialHandler: this.dialForServer,
       limits: this.opts.limits,
+      allowance: (serverID) => this.allowances.allowanceFor('', serverID, resolveLimits(this.opts.limits)),
       connectTimeoutMs: this.opts.connectTimeoutMs,
       log: this.opts.log,
       // The agent performs control plane -> node dials and requests node -> control plane ones.

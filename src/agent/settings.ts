@@ -218,30 +218,30 @@ export const agentSettings = {
   ...tunnelSettings,
   'max-cp-to-node-connections': count({
     default: DEFAULT_CP_TO_NODE_CONNECTIONS,
-    describe: 'Control plane -> node connections this agent dials or holds per server tunnel; more are refused',
+    describe: 'Control plane -> node connections this agent dials or holds per server (its tunnels together); more are refused',
     group: LIMITS,
   }),
   'max-node-to-cp-connections': count({
     default: DEFAULT_NODE_TO_CP_CONNECTIONS,
     describe:
-      'Node -> control plane connections this agent dials or holds per server tunnel; more are refused here, before they reach the server',
+      'Node -> control plane connections this agent dials or holds per server (its tunnels together); more are refused here, before they reach the server',
     group: LIMITS,
   }),
   'max-pending-dials': count({
     default: DEFAULT_LIMITS.maxPendingDials,
-    describe: 'Dials waiting for an answer per server tunnel, in each direction; more are refused',
+    describe: 'Dials waiting for an answer per server (its tunnels together), in each direction; more are refused',
     group: LIMITS,
   }),
   'dial-rate': count({
     default: DEFAULT_LIMITS.dialRate,
     min: 0,
     describe:
-      'Dials per second per server tunnel, in each direction; more are refused at once as throttled, node -> control plane ones before they reach the server (0: no rate limit)',
+      'Dials per second per server (its tunnels and reconnects together), in each direction; more are refused at once as throttled, node -> control plane ones before they reach the server (0: no rate limit)',
     group: LIMITS,
   }),
   'dial-burst': count({
     default: DEFAULT_LIMITS.dialBurst,
-    describe: 'Dials per server tunnel at once, in each direction, before --dial-rate paces them',
+    describe: 'Dials per server at once, in each direction, before --dial-rate paces them',
     group: LIMITS,
   }),
   ...transportSettings,

@@ -41,6 +41,20 @@ export class DialRate {
     return true;
   }
 
+  /** True when the bucket holds its whole burst (or there is no rate): forgetting it now would give nothing away. */
+  get full(): boolean {
+    if (this.rate <= 0) return true;
+    this.refill();
+    return this.tokens >= this.burst;
+  }
+
+  /** Holds no more tokens than `other` does: a bucket that replaces another must not start fuller than it. */
+  noFullerThan(other: DialRate): void {
+    this.refill();
+    other.refill();
+    this.tokens = Math.min(this.tokens, other.tokens);
+  }
+
   /** The values, for messages: "20 dials/s, burst 40". */
   describe(): string {
     return `${this.rate} dials/s, burst ${this.burst}`;

@@ -10,7 +10,7 @@ import { PacketType, type Packet } from '../wire/packet.js';
 import { TunnelConnection } from './connection.js';
 import type { DialHandler } from './dial-handler.js';
 import type { LimitReports } from './limit-reports.js';
-import type { DialRate } from '../domain/dial-rate.js';
+import type { DialAllowance } from './dial-allowance.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
 import { DialError } from './errors.js';
 import type { InboundDialFailure } from './tunnel-options.js';
@@ -24,8 +24,12 @@ export interface InboundDialsOptions {
   /** Open, or detached waiting for a resume (a dial that connects meanwhile is kept; its DIAL_RSP is sent again on request). */
   isAlive(): boolean;
   reports: LimitReports;
-  /** Open connections this side performs for the peer (maxInboundConnections counts them with the dials). */
-  performerConnections(): number;
+  /**
+   * What the peer's identity may still dial, shared by all its tunnels: the
+   * dials and connections maxPendingDials and maxInboundConnections count,
+   * and the rate (TunnelLimits.dialRate), taken only by a dial every other check let through.
+   */
+  allowance: DialAllowance;
   /** The handler now (Tunnel.setDialHandler may change it), or undefined to refuse every dial. */
   handler(): DialHandler | undefined;
   /** Text of the refusal when there is no handler. */
@@ -37,14 +41,10 @@ export interface InboundDialsOptions {
 }
 
 export class InboundDials {
-  /** At most maxPendingDials, and counted in maxInboundConnections. */
+  /** Counted, with those of the identity's other tunnels, in maxPendingDials and maxInboundConnections. */
   private readonly performing = new Map<bigint, Cancel>();
-  /** The peer's dials a second (TunnelLimits.dialRate); taken only by a dial every other check let through. */
-  private readonly rate: DialRate;
 
-  constructor(private readonly opts: InboundDialsOptions) {
-    this.rate = opts.reports.dialRate();
-  }
+  constructor(private readonly opts: InboundDialsOptions) {}
 
   get size(): number {
     return this.performing.size;
@@ -65,14 +65,15 @@ export class InboundDials {
     if (!handler) return refuse(opts.refuseDialsReason ?? 'this side does not accept dial requests');
     if (protocol !== 'tcp') return refuse(`unsupported protocol ${JSON.stringify(protocol)}`);
     if (this.performing.has(dialID)) return refuse('duplicate dial ID');
+    const held = opts.allowance.holdings();
     const refusal =
-      opts.reports.overLimit('maxPendingDials', this.performing.size, 'dials waiting for an answer') ??
+      opts.reports.overLimit('maxPendingDials', held.inboundPending, 'dials waiting for an answer') ??
       opts.reports.overLimit(
         'maxInboundConnections',
-        this.performing.size + opts.performerConnections(),
+        held.inboundPending + held.inboundConnections,
         'connections open or being dialled for the peer',
       ) ??
-      opts.reports.overRate(this.rate);
+      opts.reports.overRate(opts.allowance.inbound);
     if (refusal) return refuse(refusal.message, refusal);
     const abort = new Cancel();
     this.performing.set(dialID, abort);

@@ -5,7 +5,7 @@
  */
 import type { TunnelLimitName, TunnelLimits } from './limits.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
-import { DialRate } from '../domain/dial-rate.js';
+import type { DialRate } from '../domain/dial-rate.js';
 
 /** The kanal_refusals_total reason for each dial-refusing tunnel limit, per kind of tunnel. */
 export type RefusalReasons = Partial<Record<TunnelLimitName, RefusalReason>>;
@@ -35,11 +35,6 @@ export class LimitReports {
   flagOf(limit: TunnelLimitName): { flag?: string } {
     const flag = this.opts.limitFlags?.[limit];
     return flag ? { flag } : {};
-  }
-
-  /** A bucket of the tunnel's dial rate, for one direction. */
-  dialRate(): DialRate {
-    return new DialRate(this.opts.limits.dialRate, this.opts.limits.dialBurst);
   }
 
   /** The refusal when `rate` has no token for a dial now (which is then reported as dialRate), or undefined. */

@@ -11,7 +11,7 @@ import type { DialOptions } from './dial-handler.js';
 import { randomDialID } from './dial-id.js';
 import { DialError } from './errors.js';
 import type { LimitReports } from './limit-reports.js';
-import type { DialRate } from '../domain/dial-rate.js';
+import type { DialAllowance } from './dial-allowance.js';
 
 interface PendingDial {
   address: string;
@@ -28,20 +28,20 @@ export interface OutboundDialsOptions {
   /** Sends a packet to the peer (nothing while the tunnel is not open). */
   send(packet: Packet): void;
   reports: LimitReports;
-  /** Open connections this side asked for (maxOutboundConnections counts them with the dials). */
-  dialerConnections(): number;
+  /**
+   * What this side's identity may still ask for, shared by all its tunnels:
+   * the dials and connections maxPendingDials and maxOutboundConnections
+   * count, and the rate (TunnelLimits.dialRate): over it a dial fails here, before it costs the peer anything.
+   */
+  allowance: DialAllowance;
   /** Adds the connection the peer opened for a dial, or returns undefined when its connectID is taken. */
   openConnection(connectID: number, dialID: bigint, address: string): TunnelConnection | undefined;
 }
 
 export class OutboundDials {
   private readonly pending = new Map<bigint, PendingDial>();
-  /** Our dials a second (TunnelLimits.dialRate): over it a dial fails here, before it costs the peer anything. */
-  private readonly rate: DialRate;
 
-  constructor(private readonly opts: OutboundDialsOptions) {
-    this.rate = opts.reports.dialRate();
-  }
+  constructor(private readonly opts: OutboundDialsOptions) {}
 
   get size(): number {
     return this.pending.size;
@@ -49,17 +49,18 @@ export class OutboundDials {
 
   /** Sends DIAL_REQ for `address` unless a limit refuses; settles on the answer, a timeout, the requester's cancel, or the tunnel's close. */
   start(address: string, opts: DialOptions): Promise<TunnelConnection> {
-    const { reports } = this.opts;
+    const { reports, allowance } = this.opts;
+    const held = allowance.holdings();
     const refusal =
-      reports.overLimit('maxPendingDials', this.pending.size, 'dials waiting for an answer') ??
+      reports.overLimit('maxPendingDials', held.outboundPending, 'dials waiting for an answer') ??
       reports.overLimit(
         'maxOutboundConnections',
-        this.pending.size + this.opts.dialerConnections(),
+        held.outboundPending + held.outboundConnections,
         'connections open or being dialled through this tunnel',
       );
     if (refusal) return Promise.reject(new DialError('exhausted', refusal.message, refusal.reason));
     if (opts.signal?.aborted) return Promise.reject(new DialError('cancelled', 'dial cancelled'));
-    const throttled = reports.overRate(this.rate);
+    const throttled = reports.overRate(allowance.outbound);
     if (throttled) return Promise.reject(new DialError('exhausted', throttled.message, throttled.reason));
     let dialID = randomDialID();
     while (this.pending.has(dialID)) dialID = randomDialID();

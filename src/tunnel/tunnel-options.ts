@@ -8,6 +8,7 @@ import type { RefusalReasons } from './limit-reports.js';
 import type { TunnelSnapshot } from '../domain/status-document.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { DialFailure } from '../domain/dial-result.js';
+import type { DialAllowance } from './dial-allowance.js';
 
 export type { TunnelSnapshot };
 
@@ -17,6 +18,12 @@ export interface TunnelOptions {
   features: FeatureSet;
   log: Logger;
   limits?: Partial<TunnelLimits>;
+  /**
+   * The dial rates and counts of the identity this tunnel belongs to, shared
+   * with its other tunnels (dial-allowances.ts): a reconnect or a second
+   * stream starts with what the others left. Absent: the tunnel's own.
+   */
+  allowance?: DialAllowance;
   /** Performs dials requested by the peer; absent means every DIAL_REQ is refused. */
   dialHandler?: DialHandler;
   /** Text of the refusal when there is no dial handler. */

@@ -30,6 +30,7 @@ import { RateLimitedLog } from '../common/rate-limited-log.js';
 import { GrpcStatus, GrpcStatusError } from '../transport/grpc-status.js';
 import { ResumeExchange } from './resume-exchange.js';
 import { LingeringConnections } from './lingering-connections.js';
+import { DialAllowance } from './dial-allowance.js';
 
 export type { DialHandler, DialOptions, InboundDial } from './dial-handler.js';
 export type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from './tunnel-options.js';
@@ -97,10 +98,14 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   /** Open connections: at most maxInboundConnections + maxOutboundConnections. */
   private readonly connections: ConnectionTable;
-  /** Our dials awaiting DIAL_RSP: at most maxPendingDials, and counted in maxOutboundConnections. */
+  /** Our dials awaiting DIAL_RSP: with the identity's other tunnels' (allowance), at most maxPendingDials, and counted in maxOutboundConnections. */
   private readonly outbound: OutboundDials;
-  /** The peer's dials we are performing: at most maxPendingDials, and counted in maxInboundConnections. */
+  /** The peer's dials we are performing: with the identity's other tunnels' (allowance), at most maxPendingDials, and counted in maxInboundConnections. */
   private readonly inbound: InboundDials;
+  /** The dial rates and counts this tunnel shares with the other tunnels of its identity (TunnelOptions.allowance). */
+  readonly allowance: DialAllowance;
+  /** Gives this tunnel's share of the allowance back; called once it is closed. */
+  private readonly leaveAllowance: () => void;
   /** Connections waiting for the transport to drain: at most one entry per connection. */
   private readonly drainWaiters = new DrainWaiters();
   private readonly isOpenNow = (): boolean => this.isOpen;
@@ -158,11 +163,18 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       refusalReasons: opts.refusalReasons,
     });
     const send = (packet: Packet): void => this.send(packet);
+    this.allowance = opts.allowance ?? new DialAllowance({ limits: this.limits });
+    this.leaveAllowance = this.allowance.join(() => ({
+      inboundPending: this.inbound.size,
+      inboundConnections: this.connections.performerCount,
+      outboundPending: this.outbound.size,
+      outboundConnections: this.connections.dialerCount,
+    }));
     this.outbound = new OutboundDials({
       log: this.log,
       send,
       reports: this.reports,
-      dialerConnections: () => this.connections.dialerCount,
+      allowance: this.allowance,
       openConnection: (connectID, dialID, address) =>
         this.connections.has(connectID) ? undefined : this.addConnection(connectID, dialID, address, 'dialer'),
     });
@@ -174,7 +186,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       handler: () => this.dialHandler,
       refuseDialsReason: opts.refuseDialsReason,
       reports: this.reports,
-      performerConnections: () => this.connections.performerCount,
+      allowance: this.allowance,
       onFailed: opts.onInboundDialFailed,
       openConnection: (dialID, address) => this.addConnection(this.connections.allocateConnectID(), dialID, address, 'performer'),
     });
@@ -596,6 +608,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.lingering.clear();
     this.drainWaiters.clear();
     this.peerReads.stop();
+    this.leaveAllowance();
     this.emit('close', error);
   }
 

@@ -12,7 +12,8 @@ import type { AgentCredential } from '../../kit/pki/throwaway-pki.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
 import type { GrpcChannel } from '../../src/transport/transport.js';
 import type { PacketStream } from '../../src/transport/packet-stream.js';
-import { AGENT_SERVICE_CONNECT, MD_AGENT_ID } from '../../src/wire/metadata.js';
+import { AGENT_SERVICE_CONNECT, MD_AGENT_ID, MD_KANAL_FEATURES } from '../../src/wire/metadata.js';
+import { Feature } from '../../src/wire/features.js';
 import { PacketType } from '../../src/wire/packet.js';
 import { connectUnix, type Scope, type Workspace } from './kanal-processes.js';
 
@@ -65,6 +66,66 @@ export async function connectRawAgent(
   const close = (): void => stream.destroy();
   scope.teardown(close);
   return { agentID, stream, dials: () => dials, close };
+}
+
+/** A bare agent that also asks the server for node -> control plane dials (the node-dial feature), as a hostile node would. */
+export interface NodeDialingAgent extends RawAgent {
+  /**
+   * Sends one DIAL_REQ per address at once and resolves with each DIAL_RSP's
+   * error ('' when the server connected; such a connection is closed at once),
+   * or 'no answer' for those the stream's end left unanswered.
+   */
+  dialAll(addresses: readonly string[]): Promise<string[]>;
+}
+
+let nextDialID = 1n;
+
+/** connectRawAgent, negotiating node-dial; rejects with the server's GrpcStatusError when refused. */
+export async function connectNodeDialingAgent(
+  scope: Scope,
+  ws: Workspace,
+  server: { agentPort: number },
+  credential: AgentCredential | undefined,
+  agentID: string,
+  channel: GrpcChannel = agentChannel(scope, ws, server, credential),
+): Promise<NodeDialingAgent> {
+  const stream = await channel.openStream(AGENT_SERVICE_CONNECT, { [MD_AGENT_ID]: agentID, [MD_KANAL_FEATURES]: Feature.NodeDial }, 10_000);
+  let dials = 0;
+  const answers = new Map<bigint, (error: string) => void>();
+  stream.on('packet', (p) => {
+    if (p.type === PacketType.DIAL_REQ) {
+      dials++;
+      stream.send({ type: PacketType.DIAL_RSP, random: p.random, connectID: 0, error: `${agentID} refuses every dial` });
+    } else if (p.type === PacketType.DIAL_RSP) {
+      answers.get(p.random)?.(p.error);
+      answers.delete(p.random);
+      if (!p.error) stream.send({ type: PacketType.CLOSE_REQ, connectID: p.connectID });
+    }
+  });
+  stream.once('close', () => {
+    for (const answer of answers.values()) answer('no answer');
+    answers.clear();
+  });
+  const close = (): void => stream.destroy();
+  scope.teardown(close);
+  return {
+    agentID,
+    stream,
+    dials: () => dials,
+    close,
+    dialAll: (addresses) =>
+      Promise.all(
+        addresses.map(
+          (address) =>
+            new Promise<string>((resolve) => {
+              if (stream.closed) return resolve('no answer');
+              const random = nextDialID++;
+              answers.set(random, resolve);
+              stream.send({ type: PacketType.DIAL_REQ, protocol: 'tcp', address, random });
+            }),
+        ),
+      ),
+  };
 }
 
 /**

@@ -15,6 +15,11 @@
  *
  * Which agent a dial goes to is routing/router.ts's choice among one tunnel
  * per agent.
+ *
+ * The dial rates and counts of an agent (--dial-rate-per-agent and the
+ * per-agent caps) are its own, not its tunnels': every tunnel of the agent,
+ * a reconnect or a resume included, shares one allowance kept here
+ * (tunnel/dial-allowances.ts), grouped by credential under its bound.
  */
 import type { AgentCredential } from '../identity/agent-credential.js';
 import type { AgentBackend } from '../routing/agent-backend.js';
@@ -22,6 +27,8 @@ import { route, type Route, type RouteOutcome } from '../routing/router.js';
 import { RouteIndex } from '../routing/route-index.js';
 import { DEFAULT_PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
 import type { RefusalReason } from '../../domain/refusal-reason.js';
+import { DialAllowances } from '../../tunnel/dial-allowances.js';
+import type { DialAllowance, DialRateLimits } from '../../tunnel/dial-allowance.js';
 
 /** One tunnel, plus one arriving to replace it (a reconnect) or a load balancer's short-lived duplicate. */
 export const MAX_TUNNELS_PER_AGENT = 2;
@@ -63,11 +70,25 @@ export class AgentRegistry {
   /** What routing reads, kept with `agents` (add, remove): the same agents and tunnels, in arrays of its own. */
   private readonly routes = new RouteIndex();
 
-  /** `maxAgents`: distinct agents of all credentials together (a tenant's max-agents); unbounded for a server of one cluster. */
+  /**
+   * `maxAgents`: distinct agents of all credentials together (a tenant's
+   * max-agents); unbounded for a server of one cluster. `allowances`: the
+   * agents' dial allowances, outliving their tunnels (tests give a fake clock).
+   */
   constructor(
     private maxPerCredential = 1,
     private maxTotal = Number.POSITIVE_INFINITY,
+    readonly allowances = new DialAllowances(),
   ) {}
+
+  /**
+   * The dial allowance of agent `agentID` of `credential`, shared by all its
+   * tunnels, with `limits` applied; a credential announcing new agentIDs
+   * beyond its bound starts them no fuller than its most drained agent.
+   */
+  allowanceFor(credential: AgentCredential, agentID: string, limits: DialRateLimits): DialAllowance {
+    return this.allowances.allowanceFor(credential.key, agentID, limits, this.maxPerCredential);
+  }
 
   get maxAgentsPerCredential(): number {
     return this.maxPerCredential;

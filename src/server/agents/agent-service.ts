@@ -26,7 +26,7 @@ import {
 } from '../../wire/metadata.js';
 import { Feature, formatFeatures, intersectFeatures, parseFeatures, type FeatureSet } from '../../wire/features.js';
 import { Tunnel } from '../../tunnel/tunnel.js';
-import type { TunnelLimitName, TunnelLimits } from '../../tunnel/limits.js';
+import { resolveLimits, type TunnelLimitName, type TunnelLimits } from '../../tunnel/limits.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../../wire/agent-identifiers.js';
 import type { AgentRegistry, AdmissionRefusal } from './agent-registry.js';
 import type { AgentBackend } from '../routing/agent-backend.js';
@@ -389,6 +389,8 @@ function newTunnel(
     features,
     log,
     limits: opts.limits,
+    // The agent's, not this stream's: a reconnect or a second tunnel of it shares what the others left.
+    allowance: opts.registry.allowanceFor(credential, agentID, resolveLimits(opts.limits)),
     dialHandler: features.has(Feature.NodeDial)
       ? (dial) => opts.destinations.dial({ agentID, credential: credential.subject, recent: tunnel.recent }, dial)
       : undefined,

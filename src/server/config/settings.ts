@@ -261,7 +261,8 @@ export const serverSettings = {
   ...tunnelSettings,
   'max-node-to-cp-connections-per-agent': count({
     default: DEFAULT_NODE_TO_CP_CONNECTIONS,
-    describe: 'Node -> control plane connections one agent tunnel may hold (dialling or open); more are refused',
+    describe:
+      'Node -> control plane connections one agent (credential + agentID, all its tunnels) may hold (dialling or open); more are refused',
     group: LIMITS,
   }),
   'max-node-to-cp-connections': count({
@@ -272,23 +273,24 @@ export const serverSettings = {
   }),
   'max-cp-to-node-connections-per-agent': count({
     default: DEFAULT_CP_TO_NODE_CONNECTIONS,
-    describe: 'Control plane -> node connections through one agent tunnel (dialling or open); more fail with 503',
+    describe: 'Control plane -> node connections through one agent (all its tunnels; dialling or open); more fail with 503',
     group: LIMITS,
   }),
   'max-pending-dials-per-agent': count({
     default: DEFAULT_LIMITS.maxPendingDials,
-    describe: 'Dials waiting for an answer on one agent tunnel, in each direction; more are refused',
+    describe: 'Dials waiting for an answer on one agent (all its tunnels), in each direction; more are refused',
     group: LIMITS,
   }),
   'dial-rate-per-agent': count({
     default: DEFAULT_LIMITS.dialRate,
     min: 0,
-    describe: 'Dials per second through one agent tunnel, in each direction; more are refused at once as throttled (0: no rate limit)',
+    describe:
+      'Dials per second through one agent (all its tunnels; a reconnect does not refill it), in each direction; more are refused at once as throttled (0: no rate limit)',
     group: LIMITS,
   }),
   'dial-burst-per-agent': count({
     default: DEFAULT_LIMITS.dialBurst,
-    describe: 'Dials one agent tunnel may make at once, in each direction, before --dial-rate-per-agent paces them',
+    describe: 'Dials one agent (all its tunnels) may make at once, in each direction, before --dial-rate-per-agent paces them',
     group: LIMITS,
   }),
   ...transportSettings,
