@@ -81,7 +81,7 @@ export interface AgentServiceOptions {
    * is reviewed before anything else, and the token's identity is the
    * agent's credential.
    */
-  tokens?: { authenticator: TokenAuthenticator };
+  tokens?: { authenticator: Pick<TokenAuthenticator, 'authenticate'> };
   /**
    * A tenant of a shared server: a token refusal to a peer no certificate
    * proved this tenant's reads the same for every tenant and for none
