@@ -7,7 +7,8 @@
  *
  * 1. Agent streams without a certificate or a server name, whose bearer JWT
  *    names d's issuer, c's issuer (reviewed by c's API and refused: a bad
- *    signature), an issuer of nobody, or that carry no token: every one gets
+ *    signature), an issuer of nobody, or that carry no token, and one with an
+ *    expired certificate of b's CA: every one gets
  *    the same gRPC status and text, naming no tenant, issuer or CA. The
  *    server's log names the tenant (the operator's).
  * 2. `openssl s_client` without a credential: the agent port without SNI,
@@ -82,8 +83,9 @@ function forgedToken(iss: string): string {
 }
 
 /** The status and text an agent stream gets, on a TLS connection of its own without a certificate and without SNI (an IP address). */
-async function refusalOf(ws: Workspace, port: number, authorization: string | undefined): Promise<string> {
-  const channel = h2Transport.createChannel({ target: `127.0.0.1:${port}`, tls: { ca: readFileSync(ws.pki.caCert) } });
+async function refusalOf(ws: Workspace, port: number, authorization: string | undefined, cred?: Pem): Promise<string> {
+  const tlsOptions = { ca: readFileSync(ws.pki.caCert), ...(cred ? { cert: readFileSync(cred.cert), key: readFileSync(cred.key) } : {}) };
+  const channel = h2Transport.createChannel({ target: `127.0.0.1:${port}`, tls: tlsOptions });
   try {
     const md: Record<string, string> = { [MD_AGENT_ID]: 'probe' };
     if (authorization !== undefined) md[MD_AUTHORIZATION] = authorization;
@@ -158,7 +160,9 @@ async function echoesViaFrontend(ws: Workspace, server: Server, cred: Pem, addre
     s.once('secureConnect', resolve);
     s.once('error', reject);
   });
-  const tunnel = await httpConnect(s, address, 10_000);
+  // A connection the server refuses after the handshake (TLS 1.3 checks the client's certificate then) is closed without an answer.
+  const closed = new Promise<never>((_, reject) => s.once('close', () => reject(new Error('closed without an answer'))));
+  const tunnel = await Promise.race([httpConnect(s, address, 10_000), closed]);
   try {
     return await echoRoundTrip(tunnel, Buffer.from(what));
   } finally {
@@ -233,7 +237,12 @@ ${review}    token-issuer: ${D_ISSUER}
   t.true(await echoesViaFrontend(ws, server, bKas, echo.address, 'b before'), "b's kube-apiserver reaches b's agent");
   t.true(await echoesViaSocket(aSocket, echo.address, 'a before'), "a's kube-apiserver reaches a's agent");
 
-  // 1. Strangers' agent streams: no certificate, no server name.
+  // 1. Strangers' agent streams: no certificate (or an expired one), no server name.
+  const expired = await writePair(
+    p.dir,
+    'b-expired',
+    await p.ca['b-agent-ca'].authority.issue({ commonName: 'b-node-old', usage: 'client', validDays: -1 }),
+  );
   const reviews = (): number => kube.api.requests.filter((r) => r.resource === 'tokenreviews').length;
   const before = reviews();
   const answers = {
@@ -242,6 +251,8 @@ ${review}    token-issuer: ${D_ISSUER}
     'an issuer of no tenant': await refusalOf(ws, server.agentPort, `Bearer ${forgedToken('https://nobody.example.com')}`),
     'no token': await refusalOf(ws, server.agentPort, undefined),
     'not a JWT': await refusalOf(ws, server.agentPort, 'Bearer not-a-jwt'),
+    // The server checks the chain itself now: an expired certificate of b's CA proves nothing either.
+    "an expired certificate of b's CA": await refusalOf(ws, server.agentPort, undefined, expired),
   };
   t.log(answers);
   t.true(reviews() > before, "c's API reviewed the token naming c's issuer: that path ran");
@@ -274,6 +285,20 @@ ${review}    token-issuer: ${D_ISSUER}
   t.deepEqual(listed.frontendNoSni, [], 'the TCP frontend lists no CA');
   t.deepEqual(listed.frontendName, []);
   t.deepEqual(listed.agentA, ['CN = a-agent-ca'], "a's name: a's agent CA alone");
+
+  // The frontend checks the chain itself too: an expired certificate of b's KAS CA is refused, and the log says why.
+  const expiredKas = await writePair(
+    p.dir,
+    'b-kas-expired',
+    await p.ca['b-kas-ca'].authority.issue({ commonName: 'b-kube-apiserver', usage: 'client', validDays: -1 }),
+  );
+  await t.throwsAsync(echoesViaFrontend(ws, server, expiredKas, echo.address, 'expired'));
+  const refusedKas = await server.waitForLine(
+    (l) => l.refusal === 'frontend_certificate' && /b-kube-apiserver/.test(String(l.reason)),
+    10_000,
+    'the expired KAS refused',
+  );
+  t.regex(String(refusedKas.reason), /CN=b-kube-apiserver.*expired/);
 
   // Meanwhile nothing honest was disturbed.
   t.true(await echoesViaFrontend(ws, server, bKas, echo.address, 'b after'), "b's kube-apiserver still reaches b's agent");
