@@ -36,8 +36,6 @@ export interface Listener {
   readonly address: string;
   readonly port: number;
   close(): Promise<void>;
-  /** TLS listeners: replaces the default context's credentials (a reload of the tenants file). */
-  setSecureContext?(options: tls.SecureContextOptions): void;
   /**
    * TLS listeners: serves a connection another process accepted (a worker,
    * docs/multi-tenant.md "Workers"); `head` is what that process read of it already.
@@ -235,7 +233,6 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
       address: 'adopted',
       port: 0,
       close: () => closeServer(server, sockets),
-      setSecureContext: (o) => server.setSecureContext({ ...opts.tls, ...o }),
       adopt,
     };
   }
@@ -254,7 +251,6 @@ export async function listenForAgents(opts: AgentListenerOptions): Promise<Liste
     address: `${opts.host}:${port}`,
     port,
     close: () => closeServer(server, sockets),
-    setSecureContext: (o) => server.setSecureContext({ ...opts.tls, ...o }),
     adopt,
   };
 }
@@ -442,7 +438,6 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       address: 'adopted',
       port: 0,
       close: () => closeServer(server, sockets),
-      setSecureContext: (o) => server.setSecureContext({ ...tcp.tls, ...o }),
       adopt,
       adoptDecided,
     };
@@ -454,7 +449,6 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     address: `${tcp.host}:${port}`,
     port,
     close: () => closeServer(server, sockets),
-    setSecureContext: (o) => server.setSecureContext({ ...tcp.tls, ...o }),
     adopt,
     adoptDecided,
   };

@@ -9,6 +9,8 @@ import { ConnectionAuditor } from '../audit/connection-auditor.js';
 import { ProcessAuditLog } from '../audit/process-audit-log.js';
 import type { GrpcServerTransport, IncomingStream } from '../transport/transport.js';
 import { GrpcStatus } from '../transport/grpc-status.js';
+import { AGENT_NOT_AUTHENTICATED } from './identity/peer-refusals.js';
+import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { LabelledCounter } from '../domain/metrics.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
@@ -345,7 +347,8 @@ export class KanalServer {
         tcp: tcp && {
           ...tcp,
           port: worker ? undefined : tcp.port,
-          tls: directory ? { ...tcp.tls, ca: this.trust(directory.frontendTrust) } : tcp.tls,
+          // A shared frontend's CertificateRequest names no CA (the directory verifies): no tenant's CA is shown to all.
+          tls: directory ? { ...tcp.tls, ca: undefined } : tcp.tls,
           roles,
           ...(directory ? { recognise: (socket) => this.currentDirectory().recogniseFrontend(socket) } : {}),
         },
@@ -360,7 +363,8 @@ export class KanalServer {
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
       port: worker ? undefined : opts.agent.port,
-      tls: directory ? { ...opts.agent.tls, ca: this.trust(directory.agentTrust) } : opts.agent.tls,
+      // Without a tenant's server name, the CertificateRequest names no CA (the directory verifies); with one, that tenant's.
+      tls: directory ? { ...opts.agent.tls, ca: undefined } : opts.agent.tls,
       allowUnauthenticated: opts.agent.allowUnauthenticated,
       tokenAuthentication: !!opts.agent.tokens,
       roles,
@@ -401,11 +405,6 @@ export class KanalServer {
       this.log,
     );
     this.closers.push(() => handoffs.close());
-  }
-
-  /** A trust bundle for a listener: a PEM string as Buffer, or none. */
-  private trust(pem: string | undefined): Buffer | undefined {
-    return pem === undefined ? undefined : Buffer.from(pem);
   }
 
   private currentDirectory(): TenantDirectory {
@@ -456,30 +455,34 @@ export class KanalServer {
       ? (connection.tenant ?? this.directory?.tenantOfToken(incoming.metadata.get(MD_AUTHORIZATION) ?? []))
       : ONE_CLUSTER;
     const room = name === undefined ? undefined : this.rooms.get(name);
+    // A peer no tenant has verified yet is told the same whichever tenant it named, if any (identity/peer-refusals.ts).
+    const refuse = (reason: RefusalReason, detail: string, fields: Record<string, unknown>): void => {
+      this.refusalLogs.agents.refuse({
+        reason,
+        peer: incoming.peer,
+        fields: { ...fields, reason: detail },
+        message: `refused agent stream: ${reason === 'agent_tenant_unknown' ? 'it belongs to no tenant' : 'no certificate'}`,
+        detail,
+      });
+      if (connection.credential === undefined) incoming.reject(AGENT_NOT_AUTHENTICATED.code, AGENT_NOT_AUTHENTICATED.message);
+      // Its certificate proved it is this tenant's: it may hear the tenant named.
+      else incoming.reject(GrpcStatus.UNAUTHENTICATED, `this server serves no tenant for this agent: ${detail}`);
+    };
     if (!room) {
       const detail =
         name === undefined ? 'no tenant recognises its connection or token' : `tenant ${JSON.stringify(name)} is no longer served`;
-      this.refusalLogs.agents.refuse({
-        reason: 'agent_tenant_unknown',
-        peer: incoming.peer,
-        fields: { reason: detail },
-        message: 'refused agent stream: it belongs to no tenant',
-        detail,
-      });
-      incoming.reject(GrpcStatus.UNAUTHENTICATED, `this server serves no tenant for this agent: ${detail}`);
+      refuse('agent_tenant_unknown', detail, name === undefined ? {} : { tenant: name });
       return;
     }
     if (connection.tenant === undefined && room.loaded?.credentials.agentCa) {
       // Named by its token alone, but this tenant wants a client certificate as well (as --cluster-ca-cert with tokens).
-      const detail = `tenant ${JSON.stringify(name)} needs a client certificate from its cluster-ca-cert as well as a token`;
-      this.refusalLogs.agents.refuse({
-        reason: 'agent_tenant_mismatch',
-        peer: incoming.peer,
-        fields: { tenant: name, reason: detail },
-        message: 'refused agent stream: no certificate',
-        detail,
-      });
-      incoming.reject(GrpcStatus.UNAUTHENTICATED, detail);
+      refuse(
+        'agent_tenant_mismatch',
+        `tenant ${JSON.stringify(name)} needs a client certificate from its cluster-ca-cert as well as a token`,
+        {
+          tenant: name,
+        },
+      );
       return;
     }
     room.tenant.serveAgent(withContext(incoming, connection.credential, connection.peer));
@@ -604,9 +607,8 @@ export class KanalServer {
         'tenant changed: settings applied in place, its agents and connections stay',
       );
     }
+    // The listeners' default contexts hold no trust store: the directory is the trust, consulted per connection.
     this.directory = directory;
-    this.agentListener?.setSecureContext?.({ ca: this.trust(directory.agentTrust) });
-    this.frontendListener?.setSecureContext?.({ ca: this.trust(directory.frontendTrust) });
     for (const name of [...rebuilt, ...added]) {
       const loaded = next.get(name);
       if (!loaded) continue;

@@ -32,6 +32,7 @@ import type { AgentRegistry, AdmissionRefusal } from './agent-registry.js';
 import type { AgentBackend } from '../routing/agent-backend.js';
 import { tokenCredential, unauthenticatedCredential, type AgentCredential } from '../identity/agent-credential.js';
 import type { TokenAuthenticator, TokenRefusalKind } from '../identity/token-authenticator.js';
+import { AGENT_NOT_AUTHENTICATED } from '../identity/peer-refusals.js';
 import type { Refusals } from '../../domain/refusal-log.js';
 import type { DestinationDialer } from '../destinations/destination-dialer.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
@@ -80,7 +81,13 @@ export interface AgentServiceOptions {
    * is reviewed before anything else, and the token's identity is the
    * agent's credential.
    */
-  tokens?: { authenticator: TokenAuthenticator };
+  tokens?: { authenticator: Pick<TokenAuthenticator, 'authenticate'> };
+  /**
+   * A tenant of a shared server: a token refusal to a peer no certificate
+   * proved this tenant's reads the same for every tenant and for none
+   * (identity/peer-refusals.ts); the server's log keeps the reason.
+   */
+  hideTenant?: boolean;
   /** Told of every connection of an agent tunnel as it closes (a tenant's quota gives its ticket back). */
   onConnectionClosed?: (connection: object) => void;
   /** Writes each ended connection's log line and audit record, and each dial an agent asked for that made none. */
@@ -133,8 +140,10 @@ export function createAgentService(opts: AgentServiceOptions): (incoming: Incomi
           message: `refused agent stream: service account token ${kind}`,
           detail: kind,
         });
+        // An unproven peer learns nothing of the tenant it named: not even whether its API is up.
+        if (opts.hideTenant && !incoming.context) incoming.reject(AGENT_NOT_AUTHENTICATED.code, AGENT_NOT_AUTHENTICATED.message);
         // The agent cannot fix an API outage: UNAVAILABLE tells it to retry.
-        incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
+        else incoming.reject(agentFault ? GrpcStatus.UNAUTHENTICATED : GrpcStatus.UNAVAILABLE, reason);
       },
       (err: Error) => {
         opts.log.error({ peer: incoming.peer, err: err.message }, 'checking an agent token failed');

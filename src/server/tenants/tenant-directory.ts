@@ -17,7 +17,7 @@ import { createHash, X509Certificate } from 'node:crypto';
 import type { RefusalReason } from '../../domain/refusal-reason.js';
 import { certificateCredential, type AgentConnection } from '../identity/agent-credential.js';
 import { ClientRoles, parseBundle, type RolePins } from '../identity/client-roles.js';
-import { peerCertificate } from '../identity/tls-policy.js';
+import { anchorPath, chainRefusal, issued } from '../identity/certificate-chain.js';
 
 /** What the directory needs of one tenant: its name, recognition settings and credentials (read and checked). */
 export interface TenantCredentials {
@@ -39,48 +39,63 @@ export type Recognition<C> =
   | { ok: true; connection: C; identity: string }
   | { ok: false; reason: RefusalReason; what: string; detail: string; fields?: Record<string, unknown> };
 
-/** One CA certificate and every tenant that trusts it. */
+/** One CA certificate and every tenant that trusts it, each with the path from it to its bundle's root. */
 interface CaEntry {
   ca: X509Certificate;
+  tenants: Map<string, X509Certificate[]>;
+}
+
+/** Which tenants verified a certificate, and why the others (for the server's log). */
+interface Issuers {
   tenants: string[];
+  refusal?: string;
 }
 
 /**
  * The trust index of one role: issuing certificate's subject -> the distinct
  * CA certificates with that subject (by fingerprint) -> the tenants trusting
  * each. A certificate costs one signature check per distinct CA of its
- * issuer's name, however many tenants share that CA.
+ * issuer's name, however many tenants share that CA. The index verifies the
+ * chain itself (certificate-chain.ts): no listener of a shared server hands
+ * OpenSSL a trust store, whose names the CertificateRequest would carry.
  */
 class CaIndex {
   private readonly bySubject = new Map<string, Map<string, CaEntry>>();
-  private readonly pem: string[] = [];
 
   /** `parse`: a bundle's certificates (the directory keeps them across reloads). */
-  constructor(private readonly parse: (bundle: Buffer) => X509Certificate[]) {}
+  constructor(
+    private readonly parse: (bundle: Buffer) => X509Certificate[],
+    private readonly now: () => number,
+  ) {}
 
   add(tenant: string, bundle: Buffer): void {
-    this.pem.push(String(bundle));
-    for (const ca of this.parse(bundle)) {
+    const certs = this.parse(bundle);
+    for (const ca of certs) {
+      // A certificate that chains to no self-signed one of the bundle anchors nothing (as in OpenSSL without partial chains).
+      const path = anchorPath(ca, certs);
+      if (!path) continue;
       const cas = this.bySubject.get(ca.subject) ?? new Map<string, CaEntry>();
-      const entry = cas.get(ca.fingerprint256) ?? { ca, tenants: [] };
-      entry.tenants.push(tenant);
+      const entry = cas.get(ca.fingerprint256) ?? { ca, tenants: new Map<string, X509Certificate[]>() };
+      entry.tenants.set(tenant, path);
       cas.set(ca.fingerprint256, entry);
       this.bySubject.set(ca.subject, cas);
     }
   }
 
-  /** Every tenant one of whose CA certificates issued `cert` (checked by signature, not by name alone). */
-  issuers(cert: X509Certificate): string[] {
+  /** Every tenant under one of whose CA certificates `cert` is a valid client certificate now (a real chain check, not names alone). */
+  issuers(cert: X509Certificate): Issuers {
     const out = new Set<string>();
+    let refusal: string | undefined;
+    const now = this.now();
     for (const { ca, tenants } of this.bySubject.get(cert.issuer)?.values() ?? []) {
-      if (cert.checkIssued(ca) && cert.verify(ca.publicKey)) for (const t of tenants) out.add(t);
+      if (!issued(ca, cert)) continue;
+      for (const [t, path] of tenants) {
+        const why = chainRefusal(cert, path, now);
+        if (why === undefined) out.add(t);
+        else refusal ??= why;
+      }
     }
-    return [...out];
-  }
-
-  /** The union bundle for a listener's trust store (OpenSSL checks validity and signature; issuers() says whose). */
-  bundle(): string | undefined {
-    return this.pem.length > 0 ? this.pem.join('\n') : undefined;
+    return { tenants: [...out], ...(refusal !== undefined ? { refusal } : {}) };
   }
 }
 
@@ -92,6 +107,15 @@ function digest(...parts: (Buffer | string)[]): string {
   const h = createHash('sha256');
   for (const p of parts) h.update(p).update('\0');
   return h.digest('hex');
+}
+
+/**
+ * The client's certificate as sent, not yet trusted: the listener's context
+ * may hold no trust store (the index verifies), or another tenant's.
+ */
+function presentedCertificate(socket: tls.TLSSocket): X509Certificate | undefined {
+  const { raw } = socket.getPeerCertificate();
+  return raw ? new X509Certificate(raw) : undefined;
 }
 
 const names = (list: readonly string[]): string => list.map((n) => JSON.stringify(n)).join(' and ');
@@ -117,8 +141,8 @@ export class TenantDirectory {
       this.bundles.set(key, certs);
       return certs;
     };
-    this.agentCas = new CaIndex(parse);
-    this.frontendCas = new CaIndex(parse);
+    this.agentCas = new CaIndex(parse, Date.now);
+    this.frontendCas = new CaIndex(parse, Date.now);
     for (const t of list) {
       this.tenants.set(t.name, t);
       this.roles.set(t.name, new ClientRoles(t.agentPins, t.frontendPins));
@@ -148,27 +172,18 @@ export class TenantDirectory {
     return this.byServerName.get(serverName.toLowerCase())?.context;
   }
 
-  /** Every tenant's agent CA together: the agent port's default trust store. */
-  get agentTrust(): string | undefined {
-    return this.agentCas.bundle();
-  }
-
-  /** Every tenant's kube-apiserver client CA together: the TCP frontend's trust store. */
-  get frontendTrust(): string | undefined {
-    return this.frontendCas.bundle();
-  }
-
-  /** Which tenant an agent connection is, once its handshake is done (see the file's comment). */
+  /**
+   * Which tenant an agent connection is, once its handshake is done (see the
+   * file's comment). The default context holds no trust store (its
+   * CertificateRequest names no CA): the index verifies the certificate.
+   */
   recogniseAgent(socket: tls.TLSSocket): Recognition<AgentConnection> {
     const sni = typeof socket.servername === 'string' ? socket.servername.toLowerCase() : undefined;
     const byName = sni === undefined ? undefined : this.byServerName.get(sni)?.tenant;
-    const { raw } = socket.getPeerCertificate();
-    // Trusted by some tenant (OpenSSL verified the chain against this context's store).
-    const cert = peerCertificate(socket);
-    const presented = raw !== undefined;
-    if (byName) return this.agentByServerName(byName, sni ?? '', cert, presented, socket);
+    const cert = presentedCertificate(socket);
+    if (byName) return this.agentByServerName(byName, sni ?? '', cert, socket);
     if (cert) {
-      const owners = this.agentCas.issuers(cert);
+      const { tenants: owners, refusal } = this.agentCas.issuers(cert);
       const fitting = owners.filter((name) => this.pinsRefusal(name, cert, 'agent') === undefined);
       if (fitting.length === 1) {
         const credential = certificateCredential(cert);
@@ -191,7 +206,7 @@ export class TenantDirectory {
           ok: false,
           reason: 'agent_tenant_unknown',
           what: 'its certificate fits no tenant',
-          detail: why || `${certificateCredential(cert).subject} is issued by no tenant's cluster-ca-cert`,
+          detail: why || `${certificateCredential(cert).subject}: ${refusal ?? "issued by no tenant's cluster-ca-cert"}`,
           fields: { tenants: owners.slice(0, 10) },
         };
       }
@@ -204,8 +219,8 @@ export class TenantDirectory {
       what: 'it names no tenant',
       detail:
         sni === undefined
-          ? `no server name (SNI) and ${presented ? 'a client certificate no tenant trusts' : 'no client certificate'}`
-          : `server name ${JSON.stringify(sni)} is no tenant's, and ${presented ? 'its client certificate fits no tenant' : 'no client certificate'}`,
+          ? `no server name (SNI) and ${cert ? 'a client certificate no tenant trusts' : 'no client certificate'}`
+          : `server name ${JSON.stringify(sni)} is no tenant's, and ${cert ? 'its client certificate fits no tenant' : 'no client certificate'}`,
       fields: sni === undefined ? {} : { serverName: sni },
     };
   }
@@ -214,13 +229,14 @@ export class TenantDirectory {
     tenant: TenantCredentials,
     sni: string,
     cert: X509Certificate | undefined,
-    presented: boolean,
     socket: tls.TLSSocket,
   ): Recognition<AgentConnection> {
     const name = tenant.name;
-    if (cert) {
-      // This name's context trusts only this tenant's CA: OpenSSL's verdict says the CA is its; the pins remain.
-      const misfit = tenant.agentCa ? this.pinsRefusal(name, cert, 'agent') : `tenant ${JSON.stringify(name)} takes no agent certificates`;
+    // This name's context trusts only this tenant's CA, so OpenSSL checked the chain; the index checks it again: the
+    // handshake may have run under the directory before a reload, whose context for this name was another.
+    const owners = cert && tenant.agentCa ? this.agentCas.issuers(cert) : { tenants: [] };
+    if (cert && socket.authorized && owners.tenants.includes(name)) {
+      const misfit = this.pinsRefusal(name, cert, 'agent');
       if (misfit === undefined) {
         const credential = certificateCredential(cert);
         return { ok: true, connection: { tenant: name, credential }, identity: `server name ${sni}, certificate ${credential.subject}` };
@@ -233,16 +249,17 @@ export class TenantDirectory {
         fields: { tenant: name },
       };
     }
-    if (presented && tenant.agentCa) {
+    if (cert && tenant.agentCa) {
       // Not trusted by this tenant's CA: whose is it?
-      const { raw } = socket.getPeerCertificate();
-      const owners = raw ? this.agentCas.issuers(new X509Certificate(raw)) : [];
-      const theirs = owners.filter((n) => n !== name);
+      const theirs = owners.tenants.filter((n) => n !== name);
       return {
         ok: false,
         reason: 'agent_tenant_mismatch',
         what: `server name ${JSON.stringify(sni)} is tenant ${JSON.stringify(name)}'s, the certificate is not`,
-        detail: theirs.length > 0 ? `issued by the CA of tenant ${names(theirs)}` : String(socket.authorizationError ?? 'untrusted'),
+        detail:
+          theirs.length > 0
+            ? `issued by the CA of tenant ${names(theirs)}`
+            : String(socket.authorizationError ?? owners.refusal ?? 'untrusted'),
         fields: { tenant: name, ...(theirs.length > 0 ? { certificateTenants: theirs } : {}) },
       };
     }
@@ -263,19 +280,22 @@ export class TenantDirectory {
     return roles ? roles.refusal(cert, role) : `no tenant ${JSON.stringify(name)}`;
   }
 
-  /** Which tenant's kube-apiserver a TCP frontend connection is. */
+  /** Which tenant's kube-apiserver a TCP frontend connection is (the listener holds no trust store: the index verifies). */
   recogniseFrontend(socket: tls.TLSSocket): Recognition<{ tenant: string }> {
-    const cert = peerCertificate(socket);
-    if (!cert)
+    const cert = presentedCertificate(socket);
+    const { tenants: owners, refusal } = cert ? this.frontendCas.issuers(cert) : { tenants: [], refusal: undefined };
+    if (!cert || owners.length === 0)
       return {
         ok: false,
         reason: 'frontend_certificate',
         what: 'no valid client certificate',
-        detail: socket.authorizationError ? String(socket.authorizationError) : 'no client certificate presented',
+        detail: cert
+          ? `${certificateCredential(cert).subject}: ${refusal ?? "issued by no tenant's server-ca-cert"}`
+          : 'no client certificate presented',
       };
     const subject = certificateCredential(cert).subject;
     // Roles never mix: a certificate some tenant takes as an agent's never opens a frontend.
-    const asAgent = this.agentCas.issuers(cert).filter((n) => this.pinsRefusal(n, cert, 'agent') === undefined);
+    const asAgent = this.agentCas.issuers(cert).tenants.filter((n) => this.pinsRefusal(n, cert, 'agent') === undefined);
     if (asAgent.length > 0)
       return {
         ok: false,
@@ -284,7 +304,6 @@ export class TenantDirectory {
         detail: `${subject} is an agent credential of tenant ${names(asAgent.slice(0, 3))}`,
         fields: { tenants: asAgent.slice(0, 10) },
       };
-    const owners = this.frontendCas.issuers(cert);
     const fitting = owners.filter((n) => this.pinsRefusal(n, cert, 'frontend') === undefined);
     if (fitting.length === 1) return { ok: true, connection: { tenant: fitting[0] }, identity: `certificate ${subject}` };
     if (fitting.length > 1)
@@ -299,10 +318,7 @@ export class TenantDirectory {
       ok: false,
       reason: 'frontend_tenant_unknown',
       what: 'its certificate fits no tenant',
-      detail:
-        owners.length > 0
-          ? `${subject} matches no pins of tenant ${names(owners.slice(0, 3))}${owners.length > 3 ? ` (and ${owners.length - 3} more)` : ''}`
-          : `${subject} is issued by no tenant's server-ca-cert`,
+      detail: `${subject} matches no pins of tenant ${names(owners.slice(0, 3))}${owners.length > 3 ? ` (and ${owners.length - 3} more)` : ''}`,
       fields: { tenants: owners.slice(0, 10) },
     };
   }

@@ -152,6 +152,7 @@ export class Tenant {
       metrics: this.metrics,
       refusals: this.refusals(logs.agents),
       tokens: opts.tokens && { authenticator: opts.tokens },
+      hideTenant: opts.name !== undefined,
       auditor: this.auditor,
       ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
       resume: { timeoutMs: opts.resumeTimeoutMs, tunnels: this.resumable, metrics: resumeMetrics },
