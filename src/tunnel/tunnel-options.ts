@@ -8,6 +8,7 @@ import type { RefusalReasons } from './limit-reports.js';
 import type { TunnelSnapshot } from '../domain/status-document.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { DialFailure } from '../domain/dial-result.js';
+import type { ConnectionAccounts } from '../domain/retention-ledger.js';
 
 export type { TunnelSnapshot };
 
@@ -42,6 +43,10 @@ export interface TunnelOptions {
   resumeTimeoutMs?: number;
   /** Bytes sent again on a resumed stream (metrics). */
   onReplayed?: (bytes: number) => void;
+  /** Where each connection charges what it holds (the server's ledger: the agent's account); absent: not charged. */
+  accounts?: ConnectionAccounts;
+  /** A connection closed for the peer's protocol fault, with its kanal_refusals_total reason (metrics). */
+  onPeerFault?: (reason: RefusalReason) => void;
 }
 
 /** A refusal is data, not an Error: a peer flooding refused DIAL_REQs must not cost a stack trace each. */
