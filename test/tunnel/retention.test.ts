@@ -17,7 +17,16 @@ import { Tunnel } from '../../src/tunnel/tunnel.js';
 import { DEFAULT_LIMITS } from '../../src/tunnel/limits.js';
 import { RetentionLedger } from '../../src/domain/retention-ledger.js';
 import type { RefusalReason } from '../../src/domain/refusal-reason.js';
-import { captureLogger, createMemoryLink, duplexPair, nextPacket, waitFor, type MemoryPacketStream } from '../helpers/memory-stream.js';
+import {
+  captureLogger,
+  createMemoryLink,
+  duplexPair,
+  nextPacket,
+  tunnelPair,
+  waitFor,
+  type MemoryPacketStream,
+} from '../helpers/memory-stream.js';
+import { splice } from '../../src/tunnel/splice.js';
 
 const RESUME: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.Resume]);
 const MiB = 1024 * 1024;
@@ -250,4 +259,54 @@ test('shedding: over the budget, the connections of the agent that holds the mos
   t.is(ledger.root.held, 0);
   t.is(s.server.retainedBytes(), 0);
   t.is(s.server.connection(id), undefined);
+});
+
+test('honest peers with the largest --max-connection-window never reach the protocol maximum: 96 MiB each way, no fault, windows grown', async (t) => {
+  const faults: RefusalReason[] = [];
+  const onPeerFault = (r: RefusalReason): void => void faults.push(r);
+  const pods: Duplex[] = [];
+  const pair = tunnelPair({
+    features: RESUME,
+    limits: { maxWindowBytes: MAX_WINDOW_BYTES },
+    agentDialHandler: () => {
+      const [mine, theirs] = duplexPair(256 * 1024);
+      pods.push(theirs);
+      return Promise.resolve(mine);
+    },
+    agentOptions: { onPeerFault, resumeTimeoutMs: 5000 },
+    serverOptions: { onPeerFault, resumeTimeoutMs: 5000 },
+    logLevel: 'warn',
+  });
+  t.teardown(() => pair.close());
+  const conn = await pair.server.dial('pod:80', { timeoutMs: 5000 });
+  const [mine, client] = duplexPair(256 * 1024);
+  splice(mine, conn);
+  await waitFor(() => pods.length === 1, 'the pod end');
+  const size = 96 * MiB;
+  let grown = 0;
+  const watch = setInterval(
+    () => (grown = Math.max(grown, pair.server.stats().windowGrowthBytes, pair.agent.stats().windowGrowthBytes)),
+    5,
+  );
+  t.teardown(() => clearInterval(watch));
+  const count = (s: Duplex): Promise<number> =>
+    new Promise((resolve) => {
+      let n = 0;
+      s.on('data', (c: Buffer) => {
+        n += c.length;
+        if (n >= size) resolve(n);
+      });
+    });
+  const gotDown = count(client);
+  const gotUp = count(pods[0]);
+  const chunk = Buffer.alloc(256 * 1024, 0x68);
+  const writeAll = async (s: Duplex): Promise<void> => {
+    for (let sent = 0; sent < size; sent += chunk.length) {
+      if (!s.write(chunk)) await new Promise((resolve) => s.once('drain', resolve));
+    }
+  };
+  await Promise.all([writeAll(client), writeAll(pods[0]), gotDown, gotUp]);
+  t.deepEqual(faults, [], 'no window fault on either side');
+  t.true(grown > 0, `windows grew beyond the first (${grown} B of growth held at most)`);
+  t.log(`largest window growth held by a tunnel: ${grown} B`);
 });
