@@ -6,7 +6,8 @@
  * the local end is then not read (back-pressure) until acknowledgements
  * come. Credit, or a resume entry's limit, beyond the protocol's largest
  * window closes that connection only. The peer here is raw packets, as an
- * attacker writes them.
+ * attacker writes them, against a server's tunnel and an agent's (a server
+ * can be the hostile peer of an agent).
  */
 import test, { type ExecutionContext } from 'ava';
 import type { Duplex } from 'node:stream';
@@ -72,7 +73,7 @@ interface Stand {
   dial(): Promise<number>;
 }
 
-function stand(t: ExecutionContext, opts: { ledger?: RetentionLedger; agentCap?: number } = {}): Stand {
+function stand(t: ExecutionContext, opts: { ledger?: RetentionLedger; agentCap?: number; side?: 'server' | 'agent' } = {}): Stand {
   const link = createMemoryLink();
   const chargens: Chargen[] = [];
   const faults: RefusalReason[] = [];
@@ -80,7 +81,7 @@ function stand(t: ExecutionContext, opts: { ledger?: RetentionLedger; agentCap?:
   const received = new Map<number, number>();
   const agentAccount = opts.ledger?.tenant('t', Number.POSITIVE_INFINITY).child('agent', 'a', opts.agentCap ?? Number.POSITIVE_INFINITY);
   const server = new Tunnel(link.b, {
-    side: 'server',
+    side: opts.side ?? 'server',
     features: RESUME,
     log: log.log,
     resumeTimeoutMs: 5000,
@@ -138,48 +139,52 @@ function creditWithoutAcks(s: Stand, connectID: number): void {
   credit(s, connectID, false);
 }
 
-test('a peer that grants the largest window and never acknowledges: at most our largest window is kept, then the destination is not read', async (t) => {
-  const s = stand(t);
-  const id = await s.dial();
-  // One window of the protocol's maximum, topped up as bytes come: credit is never what stops the sender.
-  s.peer.send({ type: PacketType.KANAL_WINDOW, connectID: id, increment: MAX_WINDOW_BYTES - DEFAULT_LIMITS.windowBytes });
-  creditWithoutAcks(s, id);
-  await waitFor(
-    () => s.server.retainedBytes() === CAP && s.chargens[0].blocked && s.received.get(id) === CAP,
-    'the server keeps its cap and stops reading',
-  );
-  const chargen = s.chargens[0];
-  t.is(s.server.retainedBytes(), CAP, 'exactly its own largest window is kept');
-  t.is(s.received.get(id), CAP, 'nothing beyond what it keeps was sent');
-  // What the destination wrote beyond the kept bytes sits in socket buffers and one read: bounded, not the peer's credit.
-  t.true(chargen.written - CAP <= MiB, `the destination was held back (${chargen.written} B written)`);
-  t.is(s.server.connection(id)?.state, 'open', 'back-pressure, not a close');
-  t.deepEqual(s.faults, []);
-  // The acknowledgement frees it: bytes move again, and what is kept stays within the cap.
-  s.peer.send({ type: PacketType.KANAL_WINDOW, connectID: id, increment: 0, acknowledged: CAP });
-  await waitFor(() => (s.received.get(id) ?? 0) >= 2 * CAP, 'bytes move again after the acknowledgement');
-  t.true(s.server.retainedBytes() <= CAP);
-});
+for (const side of ['server', 'agent'] as const) {
+  test(`${side}: a peer that grants the largest window and never acknowledges: at most our largest window is kept, then the destination is not read`, async (t) => {
+    const s = stand(t, { side });
+    const id = await s.dial();
+    // One window of the protocol's maximum, topped up as bytes come: credit is never what stops the sender.
+    s.peer.send({ type: PacketType.KANAL_WINDOW, connectID: id, increment: MAX_WINDOW_BYTES - DEFAULT_LIMITS.windowBytes });
+    creditWithoutAcks(s, id);
+    await waitFor(
+      () => s.server.retainedBytes() === CAP && s.chargens[0].blocked && s.received.get(id) === CAP,
+      'the server keeps its cap and stops reading',
+    );
+    const chargen = s.chargens[0];
+    t.is(s.server.retainedBytes(), CAP, 'exactly its own largest window is kept');
+    t.is(s.received.get(id), CAP, 'nothing beyond what it keeps was sent');
+    // What the destination wrote beyond the kept bytes sits in socket buffers and one read: bounded, not the peer's credit.
+    t.true(chargen.written - CAP <= MiB, `the destination was held back (${chargen.written} B written)`);
+    t.is(s.server.connection(id)?.state, 'open', 'back-pressure, not a close');
+    t.deepEqual(s.faults, []);
+    // The acknowledgement frees it: bytes move again, and what is kept stays within the cap.
+    s.peer.send({ type: PacketType.KANAL_WINDOW, connectID: id, increment: 0, acknowledged: CAP });
+    await waitFor(() => (s.received.get(id) ?? 0) >= 2 * CAP, 'bytes move again after the acknowledgement');
+    t.true(s.server.retainedBytes() <= CAP);
+  });
+}
 
-test('credit beyond the protocol maximum closes that connection only, with a reason naming it; the other moves on', async (t) => {
-  const s = stand(t);
-  const hostile = await s.dial();
-  const honest = await s.dial();
-  const closed = nextPacket(s.peer, PacketType.CLOSE_RSP, (p) => p.connectID === hostile);
-  s.peer.send({ type: PacketType.KANAL_WINDOW, connectID: hostile, increment: 2 ** 50 });
-  const rsp = await closed;
-  t.regex(rsp.error, /beyond the protocol's largest window/);
-  t.deepEqual(s.faults, ['window_beyond_maximum']);
-  t.is(s.server.connection(hostile), undefined);
-  t.true(
-    s.log.lines.some((l) => l.msg.includes('closing connection') && l.msg.includes('largest window')),
-    'logged',
-  );
-  // The honest one acknowledges what it gets and keeps receiving.
-  credit(s, honest, true);
-  await waitFor(() => (s.received.get(honest) ?? 0) >= 3 * CAP, 'the honest connection moves bytes');
-  t.is(s.server.connection(honest)?.state, 'open');
-});
+for (const side of ['server', 'agent'] as const) {
+  test(`${side}: credit beyond the protocol maximum closes that connection only, with a reason naming it; the other moves on`, async (t) => {
+    const s = stand(t, { side });
+    const hostile = await s.dial();
+    const honest = await s.dial();
+    const closed = nextPacket(s.peer, PacketType.CLOSE_RSP, (p) => p.connectID === hostile);
+    s.peer.send({ type: PacketType.KANAL_WINDOW, connectID: hostile, increment: 2 ** 50 });
+    const rsp = await closed;
+    t.regex(rsp.error, /beyond the protocol's largest window/);
+    t.deepEqual(s.faults, ['window_beyond_maximum']);
+    t.is(s.server.connection(hostile), undefined);
+    t.true(
+      s.log.lines.some((l) => l.msg.includes('closing connection') && l.msg.includes('largest window')),
+      'logged',
+    );
+    // The honest one acknowledges what it gets and keeps receiving.
+    credit(s, honest, true);
+    await waitFor(() => (s.received.get(honest) ?? 0) >= 3 * CAP, 'the honest connection moves bytes');
+    t.is(s.server.connection(honest)?.state, 'open');
+  });
+}
 
 test('a resume entry whose limit lies beyond the protocol maximum closes that connection only', async (t) => {
   const s = stand(t);
