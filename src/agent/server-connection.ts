@@ -53,6 +53,7 @@ export interface ServerConnectionOptions {
   onLimit?: TunnelOptions['onLimit'];
   limitFlags?: TunnelOptions['limitFlags'];
   refusalReasons?: TunnelOptions['refusalReasons'];
+  onPeerFault?: TunnelOptions['onPeerFault'];
   /**
    * Resume (docs/protocol.md): the detached tunnels this agent holds, by the
    * token their server gave; all are named on the new stream, and the one the
@@ -139,6 +140,7 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
         onLimit: opts.onLimit,
         limitFlags: opts.limitFlags,
         refusalReasons: opts.refusalReasons,
+        onPeerFault: opts.onPeerFault,
         ...(resume && resumeToken ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: resume.onReplayed } : {}),
       });
   // The channel carries this stream only: it closes when the stream is lost (the tunnel may live on) or the tunnel closes.

@@ -629,6 +629,10 @@ export class ServerTunnels {
       onLimit: (limit, reason) => countTunnelLimit(this.metrics, limit, reason),
       refusalReasons: SERVER_TUNNEL_REFUSALS,
       limitFlags: SERVER_TUNNEL_LIMIT_FLAGS,
+      onPeerFault: (reason) => {
+        this.metrics.refusals.inc({ reason });
+        this.metrics.recent.add(reason);
+      },
     });
   }
 

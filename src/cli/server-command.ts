@@ -127,6 +127,11 @@ export async function buildServerOptions(
       dialRate: v['dial-rate-per-agent'],
       dialBurst: v['dial-burst-per-agent'],
     },
+    retention: {
+      perAgentBytes: v['max-retained-bytes-per-agent'],
+      perTenantBytes: v['max-retained-bytes-per-tenant'],
+      memoryBudgetBytes: v['memory-budget'],
+    },
     maxNodeToCpConnections: config.maxNodeToCpConnections,
     transport: await loadTransport(v.transport),
     log,

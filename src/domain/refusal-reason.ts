@@ -27,6 +27,10 @@ export const REFUSAL_REASONS = [
   'agent_cp_to_node_connections',
   // Server and agent, a tunnel's dial rate, either direction (--dial-rate-per-agent, --dial-rate)
   'throttled',
+  // Server and agent, a connection: the peer's credit or resume limit beyond the protocol's largest window
+  'window_beyond_maximum',
+  // Server, an agent's connections shed: the process holds more than --memory-budget and this agent the most
+  'memory_budget',
   // Server, frontend: the connection (listeners.ts)
   'frontend_tls_handshake',
   'frontend_certificate',

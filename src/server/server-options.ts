@@ -64,6 +64,13 @@ export interface ServerOptions {
   limits?: Partial<TunnelLimits>;
   /** Further limits of agent tunnels: the per-agent caps. */
   agentLimits?: Partial<TunnelLimits>;
+  /**
+   * What connections may hold (docs/limits.md, "Retained bytes"): kept for
+   * resends per agent and per tenant (a tenants file's entry may set its
+   * own), and by the whole process before the largest agent is shed
+   * (default: defaultMemoryBudget()).
+   */
+  retention?: { perAgentBytes: number; perTenantBytes: number; memoryBudgetBytes?: number };
   /** Node -> control plane connections of all agents together (file descriptors here); default half the open-files limit. */
   maxNodeToCpConnections?: number;
   log: Logger;

@@ -17,6 +17,8 @@ import { startHealthServer, type HealthServer, type Readiness } from '../common/
 import { KanalMetrics } from '../domain/metrics.js';
 import { ConnectionBudget } from '../domain/connection-budget.js';
 import { defaultNodeToCpConnections, openFilesLimit } from '../common/open-files-limit.js';
+import { defaultMemoryBudget } from '../common/memory-limit.js';
+import { RetentionLedger } from '../domain/retention-ledger.js';
 import type { AgentRegistry } from './agents/agent-registry.js';
 import { listenForAgents, listenForFrontends, peerOf, type FrontendConnection, type Listener } from './listeners.js';
 import { Refusals } from '../domain/refusal-log.js';
@@ -119,6 +121,8 @@ export class KanalServer {
   private readonly reloads: LabelledCounter<{ result: 'applied' | 'invalid' }> | undefined;
   private frontendGrpc: GrpcServerTransport<FrontendConnection> | undefined;
   private agentGrpc: GrpcServerTransport<AgentConnection> | undefined;
+  /** What every tenant's connections hold, and the process's budget for it (--memory-budget). */
+  readonly ledger: RetentionLedger;
   /** --audit-log-path: opened by bringUp(), closed after everything else by release(). */
   private readonly audit: ProcessAuditLog | undefined;
 
@@ -126,6 +130,7 @@ export class KanalServer {
     this.log = opts.log;
     this.audit = opts.auditLog && new ProcessAuditLog(opts.auditLog);
     this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
+    this.ledger = new RetentionLedger({ budgetBytes: opts.retention?.memoryBudgetBytes || defaultMemoryBudget() });
     this.refusalLogs = {
       frontend: this.refusals(opts.log.child({ part: 'frontend' })),
       agents: this.refusals(opts.log.child({ part: 'agents' })),
@@ -154,6 +159,8 @@ export class KanalServer {
       agentLimits: o.agentLimits,
       tokens: o.agent.tokens,
       nodeToCp: this.nodeToCp,
+      ledger: this.ledger,
+      ...(o.retention ? { retainedBytes: { perAgent: o.retention.perAgentBytes, perTenant: o.retention.perTenantBytes } } : {}),
       metrics: this.metrics,
       log: o.log,
       ...(this.audit ? { audit: this.audit } : {}),
@@ -171,6 +178,7 @@ export class KanalServer {
       resumeTimeoutMs: this.opts.agent.resumeTimeoutMs ?? 0,
       limits: { ...this.opts.limits, ...loaded.options.limits },
       nodeToCp: this.nodeToCp,
+      ledger: this.ledger,
       metrics: new KanalMetrics('server', name),
       log: this.log.child({ tenant: name }),
       ...(this.audit ? { audit: this.audit } : {}),

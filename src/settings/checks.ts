@@ -2,6 +2,7 @@
 import { parseDuration } from '../common/duration.js';
 import { UsageError } from '../common/usage-error.js';
 import { errorMessage } from '../common/error-message.js';
+import { MAX_WINDOW_BYTES } from '../wire/window-maximum.js';
 
 /** What a number flag was given, for the message. */
 function got(value: number): string {
@@ -45,7 +46,7 @@ export function countFlag(flag: string, value: number, min = 1): number {
   return value;
 }
 
-const MAX_CONNECTION_WINDOW_CEILING = 64 * 1024 * 1024;
+const MAX_CONNECTION_WINDOW_CEILING = MAX_WINDOW_BYTES;
 
 /** `--max-connection-window`: from `initial` (the window every connection starts with, DEFAULT_LIMITS.windowBytes) to 64 MiB. */
 export function connectionWindowFlag(flag: string, value: number, initial: number): number {

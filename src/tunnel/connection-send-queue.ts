@@ -4,8 +4,16 @@
  * transport allow. The local end stops handing over bytes while the queue is
  * not idle, so the queue holds one socket read, or in a relay at most what
  * the partner connection's receive window lets in.
+ *
+ * With resume, what this side retains for a resend is its own decision,
+ * never the peer's credit: at most `retainLimit` bytes (the largest window
+ * this side would grant) and what the ledger's caps leave; at either the
+ * queue stops sending, so the local end stops being read, until the peer
+ * acknowledges (docs/limits.md, "Retained bytes").
  */
 import { noteBytesMoved } from './gc-pacer.js';
+import type { HeldBytes } from '../domain/retention-ledger.js';
+import { MAX_WINDOW_BYTES } from '../wire/window-maximum.js';
 
 /** What a send queue needs from its tunnel. */
 export interface SendHost {
@@ -27,6 +35,10 @@ export interface SendQueueOptions {
   onProgress: () => void;
   /** With resume: keep what was sent until the peer acknowledges it, to send it again after a lost stream. */
   retain: boolean;
+  /** With retain: unacknowledged bytes kept at most (this side's largest window, TunnelLimits.maxWindowBytes). */
+  retainLimit: number;
+  /** Where retained and queued bytes are charged (the server's ledger); absent: only retainLimit bounds them. */
+  account?: HeldBytes;
 }
 
 export class ConnectionSendQueue {
@@ -43,8 +55,8 @@ export class ConnectionSendQueue {
   private stopped = false;
   /**
    * With retain: bytes sent and not acknowledged, oldest first; their sum is
-   * retainedBytes = sentBytes - acknowledged offset. At most the peer's window
-   * (it acknowledges what it received with its credit), so it needs no bound of its own.
+   * retainedBytes = sentBytes - acknowledged offset <= retainLimit (pump()
+   * sends no more), whatever window the peer grants.
    */
   private readonly retained: Buffer[] = [];
   private retainedBytes = 0;
@@ -54,6 +66,11 @@ export class ConnectionSendQueue {
     this.pump();
   };
 
+  /** What the account was last charged: retainedBytes and queued, as of the last sync(). */
+  private chargedRetained = 0;
+  private chargedQueued = 0;
+  private readonly retainLimit: number;
+  private readonly account: HeldBytes | undefined;
   private readonly host: SendHost;
   private readonly connectID: number;
   private readonly maxDataBytes: number;
@@ -67,6 +84,8 @@ export class ConnectionSendQueue {
     this.maxDataBytes = opts.maxDataBytes;
     this.onProgress = opts.onProgress;
     this.retain = opts.retain;
+    this.retainLimit = opts.retainLimit;
+    this.account = opts.account;
   }
 
   private readonly retain: boolean;
@@ -103,15 +122,23 @@ export class ConnectionSendQueue {
     return this.pump();
   }
 
-  /** The peer granted `increment` more bytes. */
-  credit(increment: number): void {
+  /**
+   * The peer granted `increment` more bytes. Returns a fault when that would
+   * leave more than the protocol's largest window outstanding (nothing is
+   * granted then): no honest receiver grants it.
+   */
+  credit(increment: number): string | undefined {
+    if (this.window + increment > MAX_WINDOW_BYTES)
+      return `peer granted credit beyond the protocol's largest window (${this.window + increment} > ${MAX_WINDOW_BYTES} bytes)`;
     this.window += increment;
     if (this.queued > 0) this.pump();
+    return undefined;
   }
 
   /** The peer received the first `received` bytes: they need not be kept any more. False when it claims more than was sent. */
   acknowledge(received: number): boolean {
     if (received > this.sentBytes) return false;
+    const held = this.retainedBytes;
     let drop = received - (this.sentBytes - this.retainedBytes);
     while (drop > 0 && this.retained.length > 0) {
       const first = this.retained[0];
@@ -125,6 +152,11 @@ export class ConnectionSendQueue {
         drop = 0;
       }
     }
+    if (this.retainedBytes < held) {
+      // Room to retain again: a queue held back by retainLimit goes on (pump syncs the account).
+      if (this.queued > 0 && !this.stopped && !this.suspended) this.pump();
+      else this.sync();
+    }
     return true;
   }
 
@@ -137,12 +169,18 @@ export class ConnectionSendQueue {
    * Resumes on a new stream: the peer received `received` bytes and may take
    * bytes up to the absolute offset `limit`; what it lacks is sent again
    * first. Returns the bytes to send again, or a fault when the peer's
-   * numbers cannot be true (before what it acknowledged, or beyond what was sent).
+   * numbers cannot be true (before what it acknowledged, or beyond what was
+   * sent), or `window` when its limit is beyond the protocol's largest window.
    */
-  resumeAt(received: number, limit: number): { resent: number } | { fault: string } {
+  resumeAt(received: number, limit: number): { resent: number } | { fault: string; window?: true } {
     const from = this.sentBytes - this.retainedBytes;
     if (received < from || received > this.sentBytes)
       return { fault: `peer claims ${received} bytes received; ${from} to ${this.sentBytes} are possible` };
+    if (limit - received > MAX_WINDOW_BYTES)
+      return {
+        fault: `peer's resume limit lies beyond the protocol's largest window (${limit - received} > ${MAX_WINDOW_BYTES} bytes)`,
+        window: true,
+      };
     this.acknowledge(received);
     const resent = this.retainedBytes;
     if (resent > 0) {
@@ -179,21 +217,49 @@ export class ConnectionSendQueue {
     this.stopped = true;
     this.chunks.length = 0;
     this.queued = 0;
+    this.sync();
   }
 
   /** Forgets what was retained (the connection will never be resumed). */
   release(): void {
     this.retained.length = 0;
     this.retainedBytes = 0;
+    this.sync();
+  }
+
+  /** Bytes it may retain more now: its own limit, and what the account's caps leave. */
+  private retainRoom(): number {
+    if (!this.retain) return Number.POSITIVE_INFINITY;
+    const own = this.retainLimit - this.retainedBytes;
+    return this.account ? Math.min(own, this.account.room()) : own;
+  }
+
+  /** Charges the account what changed since the last sync. */
+  private sync(): void {
+    const account = this.account;
+    if (!account) return;
+    if (this.retainedBytes !== this.chargedRetained) {
+      account.retain(this.retainedBytes - this.chargedRetained);
+      this.chargedRetained = this.retainedBytes;
+    }
+    if (this.queued !== this.chargedQueued) {
+      account.buffer(this.queued - this.chargedQueued);
+      this.chargedQueued = this.queued;
+    }
   }
 
   private pump(): boolean {
     if (this.stopped) return true;
-    if (this.suspended) return false;
+    if (this.suspended) {
+      this.sync();
+      return false;
+    }
     const before = this.queued;
-    while (this.queued > 0 && this.window > 0 && this.host.writable) {
+    let room = this.retainRoom();
+    while (this.queued > 0 && this.window > 0 && room > 0 && this.host.writable) {
       const chunk = this.chunks[0];
-      const n = Math.min(chunk.length - this.offset, this.maxDataBytes, this.window);
+      const n = Math.min(chunk.length - this.offset, this.maxDataBytes, this.window, room);
+      room -= n;
       const piece = n === chunk.length ? chunk : chunk.subarray(this.offset, this.offset + n);
       this.offset += n;
       if (this.offset === chunk.length) {
@@ -209,8 +275,11 @@ export class ConnectionSendQueue {
       }
       this.host.sendData(this.connectID, piece);
     }
-    // Bulk waits for the transport's drain; a spent window waits for credit().
+    this.sync();
+    // Bulk waits for the transport's drain; a spent window waits for credit(); retention waits for acknowledge() or the account.
     if (!this.host.writable) this.host.whenWritable(this.resume);
+    else if (this.queued > 0 && room <= 0 && this.window > 0 && this.account && this.retainedBytes < this.retainLimit)
+      this.account.whenRoom(this.resume);
     const idle = this.idle;
     if (this.queued < before || idle) this.onProgress();
     return idle;

@@ -18,6 +18,7 @@ import { ConnectionSendQueue, type SendHost } from './connection-send-queue.js';
 import type { ConnectionRules, InboundFlow, InboundFlowHost } from './connection-rules.js';
 import { EarlyEnd, type LocalClose, type LocalEnd } from './local-end.js';
 import { PacketType, type ResumePacket } from '../wire/packet.js';
+import type { HeldBytes } from '../domain/retention-ledger.js';
 
 /** How long a connection whose local end went away may make no progress sending what that end left before it is dropped. */
 export const FLUSH_IDLE_MS = 10_000;
@@ -29,6 +30,8 @@ export interface ConnectionHost extends SendHost, InboundFlowHost {
   sendClose(connectID: number, role: ConnectionRole, reason: string): void;
   /** The connection closed: it leaves the tunnel's table. */
   forget(connectID: number): void;
+  /** The peer broke the window rules (credit or a resume limit beyond the protocol's largest window): counted. */
+  windowFault(connectID: number, fault: string): void;
 }
 
 /** Whether we asked for this connection (dialer) or performed the dial (performer). */
@@ -76,6 +79,8 @@ export interface ConnectionOptions {
   rules: ConnectionRules;
   limits: TunnelLimits;
   log: Logger;
+  /** Where what it holds is charged (the server's ledger); closed once it holds nothing any more. */
+  account?: HeldBytes;
 }
 
 export class TunnelConnection {
@@ -120,6 +125,8 @@ export class TunnelConnection {
   private peerFinReceived = false;
   /** Why it closed (for the tunnel's log line): an error's message, or how it ended cleanly. */
   closeReason = '';
+  /** What the peer sent that waits for the local reader, as last charged to the account. */
+  private chargedInbound = 0;
 
   constructor(
     private readonly host: ConnectionHost,
@@ -137,6 +144,8 @@ export class TunnelConnection {
       maxDataBytes: opts.limits.maxDataBytes,
       onProgress: this.onSendProgress,
       retain: opts.rules.resume,
+      retainLimit: opts.limits.maxWindowBytes,
+      ...(opts.account ? { account: opts.account } : {}),
     });
     this.inbound = opts.rules.inboundFlow(host, opts.connectID);
   }
@@ -205,6 +214,7 @@ export class TunnelConnection {
   taken(): void {
     if (this.current === 'closed') return;
     this.inbound.taken(this.local.undeliveredBytes);
+    this.chargeInbound();
   }
 
   /** The local end went away cleanly: what it handed over is still sent (bounded by FLUSH_IDLE_MS without progress), then the connection closes. */
@@ -252,7 +262,10 @@ export class TunnelConnection {
     }
     this.local.deliver(Buffer.from(data.buffer, data.byteOffset, data.length));
     // The delivery may have closed the connection (a relay partner closing at once); `state` escapes TS's narrowing.
-    if (this.state !== 'closed') this.inbound.delivered(this.local.undeliveredBytes);
+    if (this.state !== 'closed') {
+      this.inbound.delivered(this.local.undeliveredBytes);
+      this.chargeInbound();
+    }
   }
 
   /**
@@ -272,7 +285,13 @@ export class TunnelConnection {
       return false;
     }
     if (finReceived && this.finSent) this.finAcked = true;
-    if (this.current !== 'closed') this.sender.credit(increment);
+    if (this.current === 'closed') return true;
+    const fault = this.sender.credit(increment);
+    if (fault) {
+      this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
+      this.host.windowFault(this.connectID, fault);
+      this.close(new Error(fault), 'proxy');
+    }
     return true;
   }
 
@@ -334,7 +353,10 @@ export class TunnelConnection {
     if (finReceived && !this.finSent) return { fault: 'peer claims our FIN arrived, but none was sent' };
     if (this.finSent && !finReceived) this.finPending = true;
     const result = this.sender.resumeAt(received, limit);
-    if ('fault' in result) return result;
+    if ('fault' in result) {
+      if ('window' in result) this.host.windowFault(this.connectID, result.fault);
+      return result;
+    }
     // An empty replay reports no progress: the FIN (and a local end waiting to go on) are told here.
     this.onSendProgress();
     return result;
@@ -351,12 +373,24 @@ export class TunnelConnection {
     return resent;
   }
 
-  /** Forgets what was kept for a replay (the tunnel is closing for good). */
+  /** Forgets what was kept for a replay (the tunnel is closing for good, or the peer needs it no more); it holds nothing after. */
   releaseRetained(): void {
     this.sender.release();
+    this.opts.account?.close();
   }
 
   // ---------- state ----------
+
+  /** Charges the account what waits for the local reader now. */
+  private chargeInbound(): void {
+    const account = this.opts.account;
+    if (!account) return;
+    const queued = this.local.undeliveredBytes;
+    if (queued !== this.chargedInbound) {
+      account.buffer(queued - this.chargedInbound);
+      this.chargedInbound = queued;
+    }
+  }
 
   private transition(next: ConnectionState): void {
     if (!NEXT_STATES[this.current].includes(next))
@@ -418,6 +452,10 @@ export class TunnelConnection {
     this.closeSent = tellPeer;
     if (tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
     this.closeReason = error?.message ?? (clean ? 'finished' : 'closed');
+    // What the local end still holds is its own now; what lingers stays charged until acknowledged.
+    this.opts.account?.buffer(-this.chargedInbound);
+    this.chargedInbound = 0;
+    if (!this.lingers) this.opts.account?.close();
     this.host.forget(this.connectID);
     this.local.connectionClosed(local, error);
   }

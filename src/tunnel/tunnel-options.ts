@@ -9,6 +9,7 @@ import type { TunnelSnapshot } from '../domain/status-document.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { DialFailure } from '../domain/dial-result.js';
 import type { DialAllowance } from './dial-allowance.js';
+import type { ConnectionAccounts } from '../domain/retention-ledger.js';
 
 export type { TunnelSnapshot };
 
@@ -49,6 +50,10 @@ export interface TunnelOptions {
   resumeTimeoutMs?: number;
   /** Bytes sent again on a resumed stream (metrics). */
   onReplayed?: (bytes: number) => void;
+  /** Where each connection charges what it holds (the server's ledger: the agent's account); absent: not charged. */
+  accounts?: ConnectionAccounts;
+  /** A connection closed for the peer's protocol fault, with its kanal_refusals_total reason (metrics). */
+  onPeerFault?: (reason: RefusalReason) => void;
 }
 
 /** A refusal is data, not an Error: a peer flooding refused DIAL_REQs must not cost a stack trace each. */

@@ -462,12 +462,18 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.drainWaiters.add(resume);
   }
 
+  windowFault(connectID: number, fault: string): void {
+    this.noise.warn('window-fault', { connectID, reason: fault }, 'closing a connection: the peer broke the window rules');
+    this.opts.onPeerFault?.('window_beyond_maximum');
+  }
+
   forget(connectID: number): void {
     const conn = this.connections.removeClosed(connectID);
     if (conn) {
       this.closedBytesSent += conn.bytesOut;
       this.closedBytesReceived += conn.bytesIn;
       if (conn.lingers && this.current.kind !== 'closed') this.lingering.add(conn);
+      else if (conn.lingers) conn.releaseRetained();
       this.opts.onConnectionClosed?.(conn);
       // Per connection: no fields built unless they are logged.
       if (this.log.isLevelEnabled('debug'))
@@ -539,7 +545,12 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   }
 
   private addConnection(connectID: number, dialID: bigint, address: string, role: ConnectionRole): TunnelConnection {
-    const conn = new TunnelConnection(this, {
+    // Shed by the ledger: an open connection is closed, a lingering one forgets what it keeps.
+    const account = this.opts.accounts?.openConnection((reason) => {
+      if (conn.state !== 'closed') conn.close(new Error(`closed by this proxy: ${reason}`), 'proxy');
+      else this.lingering.drop(connectID);
+    });
+    const conn: TunnelConnection = new TunnelConnection(this, {
       connectID,
       dialID,
       address,
@@ -547,6 +558,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       rules: this.rules,
       limits: this.limits,
       log: this.log,
+      ...(account ? { account } : {}),
     });
     this.connections.add(conn);
     // Opened while the stream is lost (a dial that connected meanwhile): it waits with the others.

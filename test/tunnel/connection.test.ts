@@ -51,6 +51,9 @@ class RecordingHost implements ConnectionHost {
   forget(): void {
     this.forgotten = true;
   }
+  windowFault(): void {
+    this.sent.push('WINDOW_FAULT');
+  }
 }
 
 /** A local end that records what it is told; its reader takes nothing until take(). */

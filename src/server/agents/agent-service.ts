@@ -45,6 +45,7 @@ import type { RefusalReason } from '../../domain/refusal-reason.js';
 import { errorMessage } from '../../common/error-message.js';
 import { MAX_RESUME_TOKEN_CHARS, MAX_RESUME_TOKENS, type ResumableTunnels } from './resumable-tunnels.js';
 import type { ResumeMetrics } from '../../domain/resume-metrics.js';
+import type { LedgerAccount } from '../../domain/retention-ledger.js';
 
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
@@ -98,6 +99,12 @@ export interface AgentServiceOptions {
    * credential and agentID naming its token takes it over.
    */
   resume?: { timeoutMs: number; tunnels: ResumableTunnels; metrics: ResumeMetrics };
+  /**
+   * What each agent's connections hold is charged to its account (credential
+   * + agentID) below the tenant's, capped at `perAgentBytes` retained
+   * (docs/limits.md, "Retained bytes").
+   */
+  retention?: { tenant: LedgerAccount; perAgentBytes: number };
 }
 
 /** Host names and UUIDs fit; longer IDs would ride on every log line of the agent. */
@@ -392,6 +399,16 @@ function newTunnel(
 ): Tunnel {
   const resume = opts.resume;
   const party = { agent: { id: agentID, credential: credential.subject } };
+  const account = opts.retention?.tenant
+    .child('agent', `${credential.key}\0${agentID}`, opts.retention.perAgentBytes, (_agent, heldBytes, connections) => {
+      log.warn(
+        { heldBytes, connections, refusal: 'memory_budget' },
+        "closed the agent's connections: the server's memory budget is spent and this agent held the most",
+      );
+      opts.metrics?.refusals.inc({ reason: 'memory_budget' }, connections);
+      opts.metrics?.recent.add('memory_budget');
+    })
+    .use();
   // The tunnel's own recent refusals (tunnel.recent) are fed once it exists: neither hook runs in its constructor.
   const tunnel: Tunnel = new Tunnel(stream, {
     side: 'server',
@@ -423,6 +440,13 @@ function newTunnel(
     refusalReasons: AGENT_TUNNEL_REFUSALS,
     limitFlags: AGENT_TUNNEL_LIMIT_FLAGS,
     ...(resume ? { resumeTimeoutMs: resume.timeoutMs, onReplayed: (n: number) => resume.metrics.replayedBytes.inc(n) } : {}),
+    ...(account ? { accounts: account } : {}),
+    onPeerFault: (reason) => {
+      opts.metrics?.refusals.inc({ reason });
+      opts.metrics?.recent.add(reason);
+      tunnel.recent.add(reason);
+    },
   });
+  if (account) tunnel.once('close', () => account.unuse());
   return tunnel;
 }

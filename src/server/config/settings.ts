@@ -25,6 +25,7 @@ import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strateg
 import { cipherSuitesFlag, minVersionFlag } from './tls-flags.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
 import { DEFAULT_AGENT_KEEPALIVE } from '../server-options.js';
+import { DEFAULT_AGENT_RETAINED_BYTES, DEFAULT_TENANT_RETAINED_BYTES } from '../../domain/retention-ledger.js';
 import type { HelpGroup } from '../../settings/groups.js';
 
 /** `--backend-dial-timeout`'s default, also what upstream's 0 ("no timeout") becomes. */
@@ -279,6 +280,26 @@ export const serverSettings = {
   'max-pending-dials-per-agent': count({
     default: DEFAULT_LIMITS.maxPendingDials,
     describe: 'Dials waiting for an answer on one agent (all its tunnels), in each direction; more are refused',
+    group: LIMITS,
+  }),
+  'max-retained-bytes-per-agent': count({
+    default: DEFAULT_AGENT_RETAINED_BYTES,
+    min: DEFAULT_LIMITS.windowBytes,
+    describe:
+      'Bytes one agent (credential + agentID) may keep for resends over all its tunnels, detached and lingering ones included (resume); at the cap its connections stop reading until it acknowledges',
+    group: LIMITS,
+  }),
+  'max-retained-bytes-per-tenant': count({
+    default: DEFAULT_TENANT_RETAINED_BYTES,
+    min: DEFAULT_LIMITS.windowBytes,
+    describe: 'The same for all agents of the tenant (of the server without --tenants-config) together',
+    group: LIMITS,
+  }),
+  'memory-budget': count({
+    default: 0,
+    min: 0,
+    describe:
+      'Bytes all connections may hold together (resend buffers, queues); past it the agent that holds the most has its connections closed. 0: half the cgroup memory limit, else a quarter of the machine memory',
     group: LIMITS,
   }),
   'dial-rate-per-agent': count({

@@ -51,6 +51,8 @@ export const SHARED_WITH_COMMAND_LINE = [
   'max-pending-dials-per-agent',
   'dial-rate-per-agent',
   'dial-burst-per-agent',
+  'max-retained-bytes-per-agent',
+  'max-retained-bytes-per-tenant',
   'max-connection-window',
   'peer-read-timeout',
 ] as const satisfies readonly (keyof typeof serverSettings)[];

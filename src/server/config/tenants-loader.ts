@@ -55,6 +55,7 @@ function optionsOf(spec: TenantSpec): TenantDefinition['options'] {
     allowedDestinations: v['allowed-destination'],
     destinationDialTimeoutMs: v['destination-dial-timeout'],
     limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
+    retainedBytes: { perAgent: v['max-retained-bytes-per-agent'], perTenant: v['max-retained-bytes-per-tenant'] },
     agentLimits: {
       maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
       maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],

@@ -11,7 +11,7 @@ import type { TenantCredentials } from './tenant-directory.js';
 import type { TenantOptions } from './tenant.js';
 
 /** What a tenant takes from the server rather than from its entry. */
-export type FromServer = 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs';
+export type FromServer = 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs' | 'ledger';
 
 export interface TenantDefinition {
   name: string;

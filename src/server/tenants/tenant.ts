@@ -33,6 +33,12 @@ import { registerServerGauges } from './tenant-gauges.js';
 import { DialQuota, type DialQuotaLimits } from '../../domain/dial-quota.js';
 import { ConnectionAuditor } from '../../audit/connection-auditor.js';
 import type { AuditSink } from '../../audit/audit-record.js';
+import {
+  DEFAULT_AGENT_RETAINED_BYTES,
+  DEFAULT_TENANT_RETAINED_BYTES,
+  RetentionLedger,
+  type LedgerAccount,
+} from '../../domain/retention-ledger.js';
 
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 const RESUMING_SERVER_FEATURES: FeatureSet = new Set([...SERVER_FEATURES, Feature.Resume]);
@@ -63,6 +69,10 @@ export interface TenantOptions {
   nodeToCp: ConnectionBudget;
   /** The server's audit log (--audit-log-path); absent: none. */
   audit?: AuditSink;
+  /** What the process's connections hold (the server's); absent: a ledger of the tenant's own, without a budget. */
+  ledger?: RetentionLedger;
+  /** Bytes kept for resends one agent, and the whole tenant, may hold (--max-retained-bytes-per-agent, -per-tenant). */
+  retainedBytes?: { perAgent: number; perTenant: number };
   /** The tenant's own metrics (labelled with its name on a shared server). */
   metrics: KanalMetrics;
   /** Already carries the tenant's name on a shared server. */
@@ -95,6 +105,8 @@ export class Tenant {
   private readonly refusalLogs: Refusals[] = [];
   /** The log line and audit record of each ended connection, failed dial and refusal of the tenant. */
   private readonly auditor: ConnectionAuditor;
+  /** What the tenant's connections hold, below the process's account; its agents' accounts below it. */
+  readonly account: LedgerAccount;
   readonly allowList: AllowList;
 
   constructor(readonly opts: TenantOptions) {
@@ -102,6 +114,11 @@ export class Tenant {
     this.metrics = opts.metrics;
     this.log = opts.log;
     this.registry = new AgentRegistry(opts.maxAgentsPerCredential, opts.maxAgents);
+    const retained = opts.retainedBytes ?? { perAgent: DEFAULT_AGENT_RETAINED_BYTES, perTenant: DEFAULT_TENANT_RETAINED_BYTES };
+    this.account = (opts.ledger ?? new RetentionLedger({ budgetBytes: Number.POSITIVE_INFINITY })).tenant(
+      opts.name ?? '',
+      retained.perTenant,
+    );
     this.quota = opts.quota && new DialQuota(opts.quota);
     this.auditor = new ConnectionAuditor({
       side: 'server',
@@ -156,8 +173,19 @@ export class Tenant {
       auditor: this.auditor,
       ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
       resume: { timeoutMs: opts.resumeTimeoutMs, tunnels: this.resumable, metrics: resumeMetrics },
+      retention: { tenant: this.account, perAgentBytes: retained.perAgent },
     };
     this.serveAgent = createAgentService(this.agentOptions);
+    this.metrics.gauge(
+      'kanal_server_retained_bytes',
+      "Bytes the tenant's agent connections keep for resends (unacknowledged, lingering, detached)",
+      () => this.account.retained,
+    );
+    this.metrics.gauge(
+      'kanal_server_held_bytes',
+      "Bytes the tenant's agent connections hold: kept for resends plus queued each way (what --memory-budget counts)",
+      () => this.account.held,
+    );
   }
 
   /**
@@ -166,7 +194,7 @@ export class Tenant {
    * agents and connections stay. Bounds and limits apply to what comes next
    * (a new agent, dial or tunnel); nothing already admitted is undone.
    */
-  update(next: Omit<TenantOptions, 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs'>): void {
+  update(next: Omit<TenantOptions, 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs' | 'ledger'>): void {
     this.allowList.replace(next.allowedDestinations);
     this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs });
     this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies });
@@ -176,6 +204,10 @@ export class Tenant {
     this.agentOptions.serverCount = next.serverCount;
     this.agentOptions.limits = { ...next.limits, ...next.agentLimits };
     this.frontendOptions.limits = next.limits;
+    if (next.retainedBytes) {
+      this.account.cap = next.retainedBytes.perTenant;
+      this.agentOptions.retention = { tenant: this.account, perAgentBytes: next.retainedBytes.perAgent };
+    }
   }
 
   /** Node -> control plane dials: this tenant's allow-list within the server-wide budget. */
