@@ -78,7 +78,7 @@ test('server and agent status: the agent, its credential, connections each way, 
 
   const doc = await statusOf<ServerStatusDocument>(server.adminPort);
   t.is(doc.kind, 'kanal-status');
-  t.is(doc.version, 1);
+  t.is(doc.version, 2);
   t.is(doc.component, 'server');
   t.is(doc.server.serverID, 'server');
   t.is(doc.server.state, 'listening');
