@@ -1,8 +1,8 @@
 /**
  * The agents /status pages through: each credential + agentID of every
  * tenant once, with references to its tunnels up and detached, in one total
- * order (tenant, agentID, credential subject, credential key; code units, not
- * locale). Made at most once per `maxAgeMs`, so callers polling /status cost
+ * order (tenant, agentID, credential subject, a digest of the credential's key;
+ * code units, not locale). Made at most once per `maxAgeMs`, so callers polling /status cost
  * one walk of the tables a second however many they are; rendering a page
  * (server-status.ts) reads only the page's agents. A cursor names the last
  * agent of a page by its place in the order, so the next page starts after
@@ -44,7 +44,8 @@ function compareAgents(a: IndexedAgent, b: IndexedAgent): number {
     compareText(a.tenant ?? '', b.tenant ?? '') ||
     compareText(a.agentID, b.agentID) ||
     compareText(a.credential.subject, b.credential.subject) ||
-    compareText(a.credential.key, b.credential.key)
+    // Two credentials of one subject (rare): ordered by the digest a cursor carries, so startAfter's search holds.
+    compareText(digest(a.credential.key), digest(b.credential.key))
   );
 }
 
@@ -68,7 +69,7 @@ export function decodeCursor(text: string): Cursor | undefined {
     return undefined;
   }
   if (!Array.isArray(v) || v.length !== 4 || !v.every((x) => typeof x === 'string')) return undefined;
-  const [tenant, agentID, subject, keyDigest] = v as string[];
+  const [tenant, agentID, subject, keyDigest] = v;
   return { tenant, agentID, subject, keyDigest };
 }
 
