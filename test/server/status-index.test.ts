@@ -8,7 +8,7 @@ import test from 'ava';
 import { decodeCursor, encodeCursor, startAfter, type IndexedAgent } from '../../src/server/status-index.js';
 
 function agent(tenant: string | undefined, agentID: string, subject: string, key = `x509\n${subject}`): IndexedAgent {
-  return { tenant, agentID, credential: { key, subject } as IndexedAgent['credential'], backends: [], detached: [] };
+  return { tenant, agentID, credential: { key, subject }, backends: [], detached: [] };
 }
 
 const sorted = [
