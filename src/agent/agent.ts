@@ -11,6 +11,7 @@ import { NodeListeners } from './node-listeners.js';
 import type { NodeSideOptions } from './node-side-config.js';
 import type { ServerLeaseCounter } from './server-lease-counter.js';
 import { startAdminPort } from '../common/admin-server.js';
+import type { HttpPortLimits } from '../common/http-listener.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
@@ -25,7 +26,7 @@ export interface AgentOptions {
   /** `--count-server-leases`: the API client and the leases counted. */
   leases?: { kube: KubeClientConfig; namespace: string; selector: string };
   node?: NodeSideOptions;
-  admin?: { host: string; port: number; profiling: boolean };
+  admin?: { host: string; port: number; profiling: boolean; limits?: HttpPortLimits };
   /** Kanal's version and commit, for the status document. */
   build?: { version: string; commit: string };
   /** --audit-log-path and its rotation (docs/operations.md, "The audit log"). */
@@ -117,7 +118,14 @@ export class KanalAgent {
       await this.tunnels.start();
       if (admin)
         this.admin = await startAdminPort(
-          { ...admin, registry: this.tunnels.metrics.registry, status: () => this.status(), hostFlag: '--admin-bind-address', log },
+          {
+            ...admin,
+            registry: this.tunnels.metrics.registry,
+            status: () => this.status(),
+            hostFlag: '--admin-bind-address',
+            onRefusal: (reason) => this.tunnels.metrics.refusals.inc({ reason }),
+            log,
+          },
           '--admin-bind-address, --admin-server-port',
         );
     } catch (err) {

@@ -13,6 +13,8 @@ import { nodeSideFromSettings, type NodeSideOptions } from './node-side-config.j
 import type { AgentSettings } from './settings.js';
 import { withPorts } from './server-addresses.js';
 import type { HostPort } from '../common/host-port.js';
+import type { HealthPortOptions } from '../common/health-server.js';
+import { httpPortLimits } from '../settings/http-port-settings.js';
 
 /**
  * Every setting as its entry parsed it (`settings`, by flag name: what the
@@ -31,7 +33,7 @@ export interface AgentConfig {
   leases?: AgentOptions['leases'];
   /** --sync-interval .. --sync-interval-cap. */
   reconnect: { initialMs: number; maxMs: number };
-  health?: { host: string; port: number };
+  health?: HealthPortOptions;
   admin?: AgentOptions['admin'];
   node?: NodeSideOptions;
   /** --log-level, else klog's --v. */
@@ -73,8 +75,11 @@ export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
     },
     ...(leases ? { leases } : {}),
     reconnect: { initialMs, maxMs },
-    health: healthPort > 0 ? { host: healthHost, port: healthPort } : undefined,
-    admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
+    health: healthPort > 0 ? { host: healthHost, port: healthPort, limits: httpPortLimits(v) } : undefined,
+    admin:
+      adminPort > 0
+        ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'], limits: httpPortLimits(v) }
+        : undefined,
     node,
     logLevel: logLevelFrom(v['log-level'], v.v),
     logFormat: v['logging-format'],

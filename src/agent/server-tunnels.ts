@@ -22,7 +22,7 @@ import { DialError } from '../tunnel/errors.js';
 import { Backoff } from '../common/backoff.js';
 import { dialTcp } from '../tunnel/tcp-dial.js';
 import { formatHostPort, parseHostPort, type HostPort } from '../common/host-port.js';
-import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
+import { startHealthServer, type HealthPortOptions, type HealthServer, type Readiness } from '../common/health-server.js';
 import { connectToServer, type ServerConnection } from './server-connection.js';
 import { ServerAddresses, type LookupAll, type ServerEndpoint } from './server-addresses.js';
 import { ReconnectDelay } from './reconnect-delay.js';
@@ -67,7 +67,7 @@ export interface ServerTunnelsOptions {
   dialTimeoutMs: number;
   connectTimeoutMs: number;
   reconnect: { initialMs: number; maxMs: number };
-  health?: { host: string; port: number };
+  health?: HealthPortOptions;
   transport: Transport;
   limits?: Partial<TunnelLimits>;
   features?: FeatureSet;
@@ -374,6 +374,7 @@ export class ServerTunnels {
           ...health,
           readiness: () => this.readiness(),
           registry: this.metrics.registry,
+          onRefusal: (reason) => this.metrics.refusals.inc({ reason }),
           log: this.opts.log,
         });
       } catch (err) {

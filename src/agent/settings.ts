@@ -15,6 +15,7 @@ import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import { auditSettings } from '../audit/settings.js';
 import { transportSettings } from '../transport/settings.js';
 import { tunnelSettings, LIMITS } from '../tunnel/settings.js';
+import { httpPortSettings } from '../settings/http-port-settings.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../tunnel/limits.js';
 import { kubeSettings, leaseSelectorSetting, LEASES } from '../kube/settings.js';
 import { INTERFACE_TYPES } from './host-interface-manager.js';
@@ -181,9 +182,11 @@ export const agentSettings = {
   }),
   'admin-bind-address': text({ default: '127.0.0.1', describe: 'Address the admin port listens on', group: PORTS }),
   'enable-profiling': toggle({
-    describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)',
+    describe:
+      'Serve CPU profiles and heap snapshots on the admin port, when it listens on loopback (a heap snapshot holds every secret of the process; see docs/operations.md)',
     group: PORTS,
   }),
+  ...httpPortSettings,
   'bind-address': optionalText({
     describe: 'Node -> control plane: the kube-apiserver advertise address to serve locally',
     group: NODE,

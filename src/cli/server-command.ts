@@ -21,6 +21,7 @@ import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport } from '../transport/choice.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
 import { startAdminPort } from '../common/admin-server.js';
+import { parseStatusQuery } from '../domain/status-query.js';
 import type { HttpListener } from '../common/http-listener.js';
 import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
@@ -210,7 +211,12 @@ export async function runServer(args: ServerArgs): Promise<void> {
         {
           ...config.admin,
           registry: server.metricsSource,
-          status: () => server.status(buildInfo()),
+          status: (query) => {
+            const q = parseStatusQuery(query);
+            return 'error' in q ? q : server.status(buildInfo(), q);
+          },
+          readiness: (query) => server.readiness(query),
+          onRefusal: (reason) => server.metrics.refusals.inc({ reason }),
           hostFlag: '--admin-bind-address',
           log: options.log,
         },

@@ -63,6 +63,9 @@ export const REFUSAL_REASONS = [
   // Agent, a tunnel to a server: its limits (node_to_cp_connections as above, counted by the agent)
   'pending_dials',
   'cp_to_node_connections',
+  // Server and agent, the health and admin ports (common/http-listener.ts: --http-max-connections, --http-idle-timeout)
+  'http_port_full',
+  'http_port_idle',
 ] as const;
 
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];

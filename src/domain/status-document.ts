@@ -30,7 +30,8 @@ export interface TunnelSnapshot {
 }
 
 export const STATUS_KIND = 'kanal-status';
-export const STATUS_VERSION = 1;
+/** 2: a server's `agents` is one page of them (`page`). */
+export const STATUS_VERSION = 2;
 
 /** What every status document starts with. */
 export interface StatusHeader {
@@ -102,7 +103,23 @@ export interface ServerStatusDocument extends StatusHeader {
     /** Tenants served (--tenants-config); absent for a server of one cluster. */
     tenants?: string[];
   };
+  /** One page of the agents that match `page.filter`, ordered by tenant, agentID and credential. */
   agents: AgentStatus[];
+  page: StatusPage;
+}
+
+/**
+ * Which agents a server's document shows: those matching `filter`, at most
+ * `limit` (and a bounded number of bytes) after the cursor it was asked for.
+ * `next`, when present, is the `after=` of the next page; the pages of one
+ * walk never show an agent twice, and show every agent present throughout.
+ */
+export interface StatusPage {
+  filter: { tenant?: string; agent?: string };
+  limit: number;
+  /** Agents matching the filter in the snapshot this page was cut from (at most a second old). */
+  matched: number;
+  next?: string;
 }
 
 /** A tunnel as the agent sees it. */

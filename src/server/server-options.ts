@@ -1,4 +1,5 @@
 /** What a KanalServer is given (ports, credentials, routing, limits) and what it reports of itself. */
+import type { HealthPortOptions } from '../common/health-server.js';
 import type { AuditLogFileOptions } from '../audit/settings.js';
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
@@ -52,7 +53,7 @@ export interface ServerOptions {
     /** `clientPins`: the KAS's client certificate must match these (when set) and never the agents'. */
     tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
   };
-  health?: { host: string; port: number };
+  health?: HealthPortOptions;
   backendDialTimeoutMs: number;
   /** How a dial picks its agent (routing/router.ts). Default upstream's: ['default']. */
   proxyStrategies?: readonly ProxyStrategy[];

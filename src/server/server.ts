@@ -39,7 +39,9 @@ import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
 import net from 'node:net';
 import { mergeExpositions, renderEach } from '../common/metrics-text.js';
 import { serverStatus } from './server-status.js';
+import { StatusIndex } from './status-index.js';
 import type { ServerStatusDocument } from '../domain/status-document.js';
+import type { StatusQuery } from '../domain/status-query.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 
@@ -264,17 +266,27 @@ export class KanalServer {
     };
   }
 
-  /** The admin port's /status: its agents and their tunnels now (server-status.ts). `build`: Kanal's version and commit. */
-  status(build: { version: string; commit: string }): ServerStatusDocument {
-    return serverStatus({
-      serverID: this.opts.serverID,
-      serverCount: this.opts.serverCount,
-      state: this.current.kind,
-      tenants: [...this.rooms.values()].map((r) => r.tenant),
-      named: this.opts.tenants !== undefined,
-      metrics: this.metrics,
-      build,
-    });
+  /** Every tenant's agents in /status's order, walked at most once a second however often /status is asked. */
+  private readonly statusIndex = new StatusIndex(() => [...this.rooms.values()].map((r) => r.tenant));
+
+  /**
+   * The admin port's /status: one page of its agents and their tunnels
+   * (server-status.ts), or what is wrong with `query`. `build`: Kanal's version and commit.
+   */
+  status(build: { version: string; commit: string }, query: StatusQuery): ServerStatusDocument | { error: string } {
+    return serverStatus(
+      {
+        serverID: this.opts.serverID,
+        serverCount: this.opts.serverCount,
+        state: this.current.kind,
+        tenants: [...this.rooms.values()].map((r) => r.tenant),
+        agents: this.statusIndex.agents(),
+        named: this.opts.tenants !== undefined,
+        metrics: this.metrics,
+        build,
+      },
+      query,
+    );
   }
 
   /** /metrics: the process's registry, with every tenant's labelled series beside it. */
@@ -718,8 +730,12 @@ export class KanalServer {
     this.health = await startHealthServer({
       host,
       port,
+      limits: this.opts.health.limits,
+      metrics: this.opts.health.metrics,
+      metricsFlag: '--health-metrics',
       readiness: (query) => this.readiness(query),
       registry: this.metricsSource,
+      onRefusal: (reason) => this.metrics.refusals.inc({ reason }),
       log: this.log,
     }).catch((err: unknown) => {
       throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');

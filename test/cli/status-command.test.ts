@@ -17,7 +17,7 @@ async function answering(t: { teardown(fn: () => Promise<void>): void }, status:
   return (s.address() as net.AddressInfo).port;
 }
 
-const AGENT_DOC = { kind: 'kanal-status', version: 1, component: 'agent', agent: { agentID: 'node-1' } };
+const AGENT_DOC = { kind: 'kanal-status', version: 2, component: 'agent', agent: { agentID: 'node-1' } };
 const at = (port: number, what: string): { address: { host: string; port: number }; what: string } => ({
   address: { host: '127.0.0.1', port },
   what,

@@ -76,8 +76,9 @@ test('validateServerArgs accepts a minimal UDS configuration and fills upstream 
   t.is(c.settings.mode, 'both');
   t.is(c.settings['frontend-header-timeout'], 30_000);
   t.deepEqual(c.frontend, { uds: { path: '/tmp/kanal-test.sock', deleteExisting: true, mode: 0o660 } });
-  t.deepEqual(c.health, { host: '0.0.0.0', port: 8092 });
-  t.deepEqual(c.admin, { host: '127.0.0.1', port: 8095, profiling: false }, "upstream's admin port, loopback only, no profiling");
+  const limits = { maxConnections: 32, idleTimeoutMs: 10_000 };
+  t.deepEqual(c.health, { host: '0.0.0.0', port: 8092, limits, metrics: 'any' }, 'one cluster: /metrics to any caller, as upstream');
+  t.deepEqual(c.admin, { host: '127.0.0.1', port: 8095, profiling: false, limits }, "upstream's admin port, loopback only, no profiling");
   t.is(c.logLevel, 'info');
   t.deepEqual(c.notices, []);
   t.is(c.settings['backend-dial-timeout'].ms, 10_000);
@@ -194,6 +195,8 @@ const serverRefusals: [string, string[], RegExp][] = [
   ],
   ['allowed destination port 0', [...SERVER_OK, '--allowed-destination', '10.0.0.1:0'], /--allowed-destination: .*out of range/],
   ['tiny max message size', [...SERVER_OK, '--max-message-size', '100'], /--max-message-size must be at least 65536/],
+  ['too few health and admin connections', [...SERVER_OK, '--http-max-connections', '2'], /--http-max-connections must be .*4/],
+  ['idle timeout without unit', [...SERVER_OK, '--http-idle-timeout', '10'], /--http-idle-timeout/],
   [
     'connection window below the first window',
     [...SERVER_OK, '--max-connection-window', '65536'],
@@ -394,7 +397,7 @@ test('validateAgentArgs accepts a minimal configuration and fills upstream defau
   t.is(c.settings['agent-id'], defaultAgentID());
   t.is(c.settings['dial-timeout'], 10_000);
   t.deepEqual(c.reconnect, { initialMs: 1000, maxMs: 30_000 });
-  t.deepEqual(c.health, { host: '0.0.0.0', port: 8093 });
+  t.deepEqual(c.health, { host: '0.0.0.0', port: 8093, limits: { maxConnections: 32, idleTimeoutMs: 10_000 } });
   t.is(c.node, undefined);
   t.is(c.settings['shutdown-grace-period'], 30_000);
 });

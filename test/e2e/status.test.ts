@@ -78,7 +78,7 @@ test('server and agent status: the agent, its credential, connections each way, 
 
   const doc = await statusOf<ServerStatusDocument>(server.adminPort);
   t.is(doc.kind, 'kanal-status');
-  t.is(doc.version, 1);
+  t.is(doc.version, 2);
   t.is(doc.component, 'server');
   t.is(doc.server.serverID, 'server');
   t.is(doc.server.state, 'listening');
@@ -291,7 +291,7 @@ test('kanal status names the flag when nothing answers, and refuses answers that
       /is not a Kanal admin port: its \/status is not JSON \(text\/html: "<html>hello<\/html>"\)/,
     ],
     [await fakeAdmin(t, 200, '{"status":"ok"}'), /is JSON but not a Kanal status document/],
-    [await fakeAdmin(t, 200, '{"kind":"kanal-status","version":2}'), /serves status version 2; this kanal reads version 1/],
+    [await fakeAdmin(t, 200, '{"kind":"kanal-status","version":3}'), /serves status version 3; this kanal reads version 2/],
   ];
   for (const [port, message] of cases) {
     const r = await runCli(['status', '--admin-address', `127.0.0.1:${port}`]);

@@ -16,6 +16,9 @@ import type { Labels } from '../../kube/labels.js';
 import type { RolePins } from '../identity/client-roles.js';
 import type { TlsPolicy } from './tls-flags.js';
 import type { ServerSettings } from './settings.js';
+import type { HealthPortOptions } from '../../common/health-server.js';
+import type { HttpPortLimits } from '../../common/http-listener.js';
+import { httpPortLimits } from '../../settings/http-port-settings.js';
 
 /**
  * Every setting as its entry parsed it (`settings`, by flag name: what the
@@ -42,10 +45,10 @@ export interface ServerConfig {
     uds?: { path: string; deleteExisting: boolean; mode: number; gid?: number };
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
   };
-  health?: { host: string; port: number };
+  health?: HealthPortOptions;
   /** --tls-min-version and --cipher-suites, for both TLS listeners. */
   tls: TlsPolicy;
-  admin?: { host: string; port: number; profiling: boolean };
+  admin?: { host: string; port: number; profiling: boolean; limits: HttpPortLimits };
   /** --max-node-to-cp-connections, its 0 made half the open-files limit. */
   maxNodeToCpConnections: number;
   /** --log-level, else klog's --v. */
@@ -148,9 +151,21 @@ export function processConfig(
       keyFlag: v['cluster-key'] ? 'cluster-key' : 'server-key',
       clientPins: { subjects: [], ekus: [] },
     },
-    health: healthPort > 0 ? { host: v['health-bind-address'], port: healthPort } : undefined,
+    health:
+      healthPort > 0
+        ? {
+            host: v['health-bind-address'],
+            port: healthPort,
+            limits: httpPortLimits(v),
+            // A tenants file's series are labelled with every tenant (docs/metrics.md, "Who may scrape the health port").
+            metrics: v['health-metrics'] === 'auto' ? (v['tenants-config'] ? 'loopback' : 'any') : v['health-metrics'],
+          }
+        : undefined,
     tls: { ...(minVersion ? { minVersion } : {}), ...(ciphers ? { ciphers } : {}) },
-    admin: adminPort > 0 ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'] } : undefined,
+    admin:
+      adminPort > 0
+        ? { host: v['admin-bind-address'], port: adminPort, profiling: v['enable-profiling'], limits: httpPortLimits(v) }
+        : undefined,
     maxNodeToCpConnections: v['max-node-to-cp-connections'] || defaultNodeToCpConnections(),
     logLevel: logLevelFrom(v['log-level'], v.v),
     logFormat: v['logging-format'],

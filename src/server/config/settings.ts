@@ -17,6 +17,7 @@ import { MIN_KEEPALIVE_INTERVAL_MS } from '../../transport/liveness.js';
 import { auditSettings } from '../../audit/settings.js';
 import { transportSettings } from '../../transport/settings.js';
 import { tunnelSettings, LIMITS } from '../../tunnel/settings.js';
+import { httpPortSettings } from '../../settings/http-port-settings.js';
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../../tunnel/limits.js';
 import { kubeRateSettings, kubeSettings, leaseLabelsSetting, LEASES } from '../../kube/settings.js';
 import { parseEku, parseSubjectPattern } from '../identity/client-roles.js';
@@ -246,9 +247,18 @@ export const serverSettings = {
   }),
   'admin-bind-address': text({ default: '127.0.0.1', describe: 'Address the admin port listens on', group: PORTS }),
   'enable-profiling': toggle({
-    describe: 'Serve CPU profiles and heap snapshots on the admin port (see docs/upstream-flags.md)',
+    describe:
+      'Serve CPU profiles and heap snapshots on the admin port, when it listens on loopback (a heap snapshot holds every secret of the process; see docs/operations.md)',
     group: PORTS,
   }),
+  'health-metrics': choice({
+    choices: ['auto', 'any', 'loopback'] as const,
+    default: 'auto',
+    describe:
+      'Who /metrics on the health port answers: any caller, or callers on this host only (the admin port serves it too). auto: loopback with --tenants-config, whose series name every tenant, else any (see docs/metrics.md)',
+    group: PORTS,
+  }),
+  ...httpPortSettings,
   'max-message-size': setting({
     type: 'number',
     default: 4 * 1024 * 1024,
