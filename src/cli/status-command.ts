@@ -10,7 +10,7 @@ import { formatHostPort, parseHostPort, type HostPort } from '../common/host-por
 import { UsageError } from '../common/usage-error.js';
 import { errorMessage } from '../common/error-message.js';
 import { STATUS_KIND, STATUS_PATH, STATUS_VERSION, type StatusDocument } from '../domain/status-document.js';
-import { formatStatus } from './status-format.js';
+import { formatStatus, formatStatusJson } from './status-format.js';
 
 /** Upstream's admin ports (server --admin-port, agent --admin-server-port), asked in this order. */
 export const DEFAULT_ADMIN_ADDRESSES: readonly { address: HostPort; what: string }[] = [
@@ -100,7 +100,7 @@ export async function runStatus(args: StatusArgs): Promise<void> {
     candidates = [...DEFAULT_ADMIN_ADDRESSES];
   }
   const doc = await findStatus(candidates, timeoutMs);
-  process.stdout.write(args.output === 'json' ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);
+  process.stdout.write(args.output === 'json' ? `${formatStatusJson(doc)}\n` : `${formatStatus(doc)}\n`);
 }
 
 /**
