@@ -11,6 +11,7 @@
  *   netlink, CAP_NET_ADMIN, ...             the kernel side of the host-scoped interface
  */
 import fs from 'node:fs';
+import { escapeForTerminal } from '../common/terminal-text.js';
 
 import type { CheckResult, CheckStatus, PreflightOptions } from './preflight-options.js';
 import { checkCa, checkClientCertAndKey, checkToken } from './preflight-credentials.js';
@@ -67,11 +68,16 @@ export function preflightPassed(results: readonly CheckResult[]): boolean {
   return results.every((r) => r.status !== 'fail');
 }
 
-/** The pass/fail list as printed by `kanal agent --check`. */
+/**
+ * The pass/fail list as printed by `kanal agent --check`. A detail quotes
+ * what the server chose (its certificate's subject, serverID, error texts),
+ * so every line is escaped for the terminal (terminal-text.ts).
+ */
 export function formatPreflight(results: readonly CheckResult[], heading: string): string {
-  const width = Math.max(...results.map((r) => r.name.length), 8);
-  const lines = [heading];
-  for (const r of results) lines.push(`  ${r.status.toUpperCase().padEnd(4)}  ${r.name.padEnd(width)}  ${r.detail}`);
+  const shown = results.map((r) => ({ ...r, name: escapeForTerminal(r.name), detail: escapeForTerminal(r.detail) }));
+  const width = Math.max(...shown.map((r) => r.name.length), 8);
+  const lines = [escapeForTerminal(heading)];
+  for (const r of shown) lines.push(`  ${r.status.toUpperCase().padEnd(4)}  ${r.name.padEnd(width)}  ${r.detail}`);
   const count = (s: CheckStatus): number => results.filter((r) => r.status === s).length;
   const failed = count('fail');
   const summary = [`${count('pass')} passed`, `${failed} failed`];

@@ -22,6 +22,7 @@ import { QueuedWriter, type QueueBounds } from './queued-writer.js';
 import type { AuditLogFileOptions } from './settings.js';
 import { SinkError, errnoText, type Sink } from './sink.js';
 import { StdoutAuditLog } from './stdout-audit-log.js';
+import { effectiveUid, notOwnFileProblem, unsafeDirectoryProblem } from '../common/owned-files.js';
 
 export type { AuditLog };
 
@@ -53,9 +54,24 @@ export class AuditLogPathError extends Error {
 
 type Kind = 'file' | 'fifo' | 'device';
 
+/** What the path is, for the writer: its kind, and whether it is reached through a symbolic link this user or root made. */
+export interface AuditTarget {
+  kind: Kind;
+  follow: boolean;
+}
+
 function statOrUndefined(file: string): fs.Stats | undefined {
   try {
     return fs.statSync(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
+function lstatOrUndefined(file: string): fs.Stats | undefined {
+  try {
+    return fs.lstatSync(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
@@ -82,10 +98,41 @@ function kindOf(stat: fs.Stats | undefined): { kind: Kind } | { refused: string 
 }
 
 /**
+ * What the path names and whether it may be written (owned-files.ts): a
+ * regular file or FIFO that exists must be this user's and writable by no
+ * one else; a symbolic link is followed only to a FIFO or a character
+ * device (/dev/stdout, /proc/self/fd/N) and only when this user or root
+ * made it, never to a regular file (rotation would rename the link).
+ * Character devices are made only by root and are written as they are.
+ */
+function inspect(file: string): AuditTarget | { refused: string } {
+  const link = lstatOrUndefined(file);
+  const follow = link?.isSymbolicLink() ?? false;
+  if (link && follow) {
+    const self = effectiveUid();
+    if (link.uid !== self && link.uid !== 0)
+      return { refused: `is a symbolic link owned by uid ${link.uid}: another user chose where Kanal would write; remove it` };
+  }
+  const stat = follow ? statOrUndefined(file) : link;
+  if (follow && (stat === undefined || stat.isFile()))
+    return {
+      refused: 'is a symbolic link; name the file itself (Kanal opens its audit file with O_NOFOLLOW, and rotation renames the file)',
+    };
+  const what = kindOf(stat);
+  if ('refused' in what) return what;
+  if (stat && what.kind !== 'device') {
+    const problem = notOwnFileProblem(stat);
+    if (problem) return { refused: problem };
+  }
+  return { kind: what.kind, follow };
+}
+
+/**
  * Why `--audit-log-path` cannot be written, or undefined when it can (also
- * for "-" and no path): the directory must exist, and allow creating and
- * renaming files in it when the path is a regular file (rotation), and the
- * path itself must be writable. For `--dry-run` and the start.
+ * for "-" and no path): the directory must exist, be safe from other users
+ * (owned-files.ts: unsafeDirectoryProblem) and allow creating and renaming
+ * files in it when the path is a regular file (rotation), and the path
+ * itself must be ours (inspect) and writable. For `--dry-run` and the start.
  */
 export function auditLogPathProblem(file: string | undefined): string | undefined {
   if (file === undefined || file === '-') return undefined;
@@ -95,15 +142,18 @@ export function auditLogPathProblem(file: string | undefined): string | undefine
     const dirStat = statOrUndefined(dir);
     if (dirStat === undefined) return `${named}: the directory ${dir} does not exist (create it, or name a file in another)`;
     if (!dirStat.isDirectory()) return `${named}: ${dir} is not a directory`;
-    const stat = statOrUndefined(file);
-    const what = kindOf(stat);
+    const what = inspect(file);
     if ('refused' in what) return `${named}: ${what.refused}`;
+    if (what.kind === 'file') {
+      const unsafe = unsafeDirectoryProblem(dir);
+      if (unsafe) return `${named}: ${unsafe}`;
+    }
     const problem =
       what.kind === 'file'
         ? accessProblem(dir, fs.constants.W_OK | fs.constants.X_OK, `cannot create files in ${dir}, as rotation does`)
         : undefined;
     if (problem) return `${named}: ${problem}`;
-    const fileProblem = stat ? accessProblem(file, fs.constants.W_OK, 'cannot write it') : undefined;
+    const fileProblem = statOrUndefined(file) ? accessProblem(file, fs.constants.W_OK, 'cannot write it') : undefined;
     return fileProblem ? `${named}: ${fileProblem}` : undefined;
   } catch (err) {
     return `${named}: ${errnoText(err)}`;
@@ -132,13 +182,17 @@ export async function openAuditLog(options: OpenAuditLogOptions): Promise<AuditL
   }
   const problem = auditLogPathProblem(file.path);
   if (problem) throw new AuditLogPathError(problem);
-  const what = kindOf(statOrUndefined(file.path));
-  // Checked just above; a path replaced in between is taken as a file, whose open then fails clearly.
-  const kind = 'kind' in what ? what.kind : 'file';
+  const what = inspect(file.path);
+  // Checked just above; a path replaced in between is taken as a file, whose open then refuses what it finds (file-sink.ts).
+  const { kind, follow } = 'kind' in what ? what : { kind: 'file' as const, follow: false };
   let pending = (): number => 0;
   const metrics = new AuditMetrics(registry, () => pending());
   const sink: Sink =
-    kind === 'fifo' ? new PipeSink(file.path) : kind === 'device' ? new DeviceSink(file.path) : new FileSink(file, metrics, log);
+    kind === 'fifo'
+      ? new PipeSink(file.path, follow)
+      : kind === 'device'
+        ? new DeviceSink(file.path, follow)
+        : new FileSink(file, metrics, log);
   const bounds: QueueBounds = { ...(options.queue ?? DEFAULT_QUEUE), maxLineBytes: kind === 'file' ? file.maxBytes : Infinity };
   const drops = new DropReport(metrics, log, file.path);
   const writer = new QueuedWriter(sink, bounds, metrics, drops);

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import { SinkError, errnoText, type Sink } from './sink.js';
 
 const EAGAIN_RETRY_MS = 50;
-const { O_WRONLY, O_NONBLOCK, O_APPEND } = fs.constants;
+const { O_WRONLY, O_NONBLOCK, O_APPEND, O_NOFOLLOW } = fs.constants;
 
 function writeSome(fd: number, buffer: Buffer, offset: number): Promise<number> {
   return new Promise((resolve, reject) =>
@@ -21,14 +21,25 @@ export class DeviceSink implements Sink {
   /** The fs.write on the pool now, if any: the descriptor is closed only after it returns (else its number could be reused under it). */
   private inFlight: Promise<number> | undefined;
 
-  constructor(private readonly file: string) {}
+  /** `follow`: the path is a symbolic link this user or root made (audit-log.ts, as /dev/stdout); otherwise one is refused (O_NOFOLLOW). */
+  constructor(
+    private readonly file: string,
+    private readonly follow = false,
+  ) {}
 
   async open(): Promise<void> {
-    this.fd = await new Promise<number>((resolve, reject) =>
-      fs.open(this.file, O_WRONLY | O_NONBLOCK | O_APPEND, (err, fd) =>
+    const flags = O_WRONLY | O_NONBLOCK | O_APPEND | (this.follow ? 0 : O_NOFOLLOW);
+    const fd = await new Promise<number>((resolve, reject) =>
+      fs.open(this.file, flags, (err, fd) =>
         err ? reject(new SinkError('write_error', 0, `cannot open ${this.file} (${errnoText(err)})`)) : resolve(fd),
       ),
     );
+    // Only root makes devices; a path swapped for a file or FIFO since the start is refused here.
+    if (!fs.fstatSync(fd).isCharacterDevice()) {
+      await new Promise<void>((resolve) => fs.close(fd, () => resolve()));
+      throw new SinkError('write_error', 0, `refusing ${this.file}: it is no longer a character device`);
+    }
+    this.fd = fd;
   }
 
   async write(lines: readonly string[]): Promise<void> {

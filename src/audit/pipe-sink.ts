@@ -7,16 +7,27 @@
  * which libuv keeps non-blocking (Node's own process.stdout sets pipes
  * blocking on Linux: Node's docs, process, "A note on process I/O"); the
  * queue in front holds one batch in the socket at a time, so what waits in
- * the socket counts against the same bound.
+ * the socket counts against the same bound. O_NOFOLLOW and the owner check
+ * on the opened descriptor keep a FIFO another user planted from being
+ * written (owned-files.ts).
  */
 import fs from 'node:fs';
 import net from 'node:net';
+import { notOwnFileProblem } from '../common/owned-files.js';
 import { SinkError, errnoText, type Sink } from './sink.js';
 
-const { O_WRONLY, O_NONBLOCK } = fs.constants;
+const { O_WRONLY, O_NONBLOCK, O_NOFOLLOW } = fs.constants;
 
-function openNonBlocking(file: string): Promise<number> {
-  return new Promise((resolve, reject) => fs.open(file, O_WRONLY | O_NONBLOCK, (err, fd) => (err ? reject(err) : resolve(fd))));
+function openNonBlocking(file: string, follow: boolean): Promise<number> {
+  const flags = O_WRONLY | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW);
+  return new Promise((resolve, reject) => fs.open(file, flags, (err, fd) => (err ? reject(err) : resolve(fd))));
+}
+
+/** Why what `fd` opened is not a pipe of ours (it was replaced after the start checked it), or undefined. */
+function notOurPipe(fd: number): string | undefined {
+  const stat = fs.fstatSync(fd);
+  if (!stat.isFIFO() && !stat.isSocket()) return 'is no longer a FIFO';
+  return stat.isFIFO() ? notOwnFileProblem(stat) : undefined;
 }
 
 /** A reader that is not there, or went away. */
@@ -30,14 +41,24 @@ export class PipeSink implements Sink {
   /** Rejects the write in flight when the socket closes under it. */
   private rejectInFlight: ((err: Error) => void) | undefined;
 
-  constructor(private readonly file: string) {}
+  /** `follow`: the path is a symbolic link this user or root made (audit-log.ts); otherwise one is refused (O_NOFOLLOW). */
+  constructor(
+    private readonly file: string,
+    private readonly follow = false,
+  ) {}
 
   async open(): Promise<void> {
     let fd: number;
     try {
-      fd = await openNonBlocking(this.file);
+      fd = await openNonBlocking(this.file, this.follow);
     } catch (err) {
       throw new SinkError(lostReader(err) ? 'no_reader' : 'write_error', 0, `cannot open ${this.file} (${errnoText(err)})`);
+    }
+    // Opened, so it is what is written to: checked on the descriptor, as another user may have swapped the path since the start.
+    const problem = notOurPipe(fd);
+    if (problem) {
+      fs.close(fd, () => {});
+      throw new SinkError('write_error', 0, `refusing ${this.file}: it ${problem}`);
     }
     let socket: net.Socket;
     try {

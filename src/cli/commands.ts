@@ -1,6 +1,7 @@
 /** The `kanal` command: yargs parses, the command modules validate and run. */
 import type { Argv } from 'yargs';
 import { errorMessage } from '../common/error-message.js';
+import { escapeForTerminal } from '../common/terminal-text.js';
 import { UsageError } from '../common/usage-error.js';
 import { buildInfo } from './build-info.js';
 import { exitAfterLogs } from './lifecycle.js';
@@ -9,8 +10,9 @@ import { unknownFlagsMessage } from './unknown-flags.js';
 
 const EXIT_USAGE = 2;
 
+/** A command's last words; its message may quote a peer (a server's answer), so it is escaped (terminal-text.ts). */
 function report(err: unknown): number {
-  process.stderr.write(`kanal: ${errorMessage(err)}\n`);
+  process.stderr.write(`kanal: ${escapeForTerminal(errorMessage(err), { keepNewlines: true })}\n`);
   return err instanceof UsageError ? EXIT_USAGE : 1;
 }
 

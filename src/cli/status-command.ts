@@ -12,7 +12,7 @@ import { formatHostPort, parseHostPort, type HostPort } from '../common/host-por
 import { UsageError } from '../common/usage-error.js';
 import { errorMessage } from '../common/error-message.js';
 import { STATUS_KIND, STATUS_PATH, STATUS_VERSION, type StatusDocument } from '../domain/status-document.js';
-import { formatStatus } from './status-format.js';
+import { formatStatus, formatStatusJson } from './status-format.js';
 import { MAX_STATUS_LIMIT, statusQueryString, type StatusQuery } from '../domain/status-query.js';
 
 /** Upstream's admin ports (server --admin-port, agent --admin-server-port), asked in this order. */
@@ -125,7 +125,7 @@ export async function runStatus(args: StatusArgs): Promise<void> {
   const doc = await findStatus(candidates, timeoutMs, { filter, ...(limit !== undefined ? { limit } : {}) });
   if (doc.component === 'server' && doc.page.matched > doc.agents.length)
     process.stderr.write(`showing ${doc.agents.length} of ${doc.page.matched} agent(s)${limit !== undefined ? ' (--limit)' : ''}\n`);
-  process.stdout.write(args.output === 'json' ? `${JSON.stringify(doc, null, 2)}\n` : `${formatStatus(doc)}\n`);
+  process.stdout.write(args.output === 'json' ? `${formatStatusJson(doc)}\n` : `${formatStatus(doc)}\n`);
 }
 
 /**

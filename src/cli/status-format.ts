@@ -3,7 +3,11 @@
  * their tunnels on a server; addresses, tunnels, node listeners and the host
  * interface on an agent), ages as "3m12s", bytes as "1.2 MiB". Columns are
  * described in docs/operations.md, "What is connected: `kanal status`".
+ * Every string of the document (agentIDs, credentials, error texts a peer
+ * chose) is escaped for the terminal before it is laid out, in the tables
+ * and in JSON alike (terminal-text.ts).
  */
+import { escapeStringsForTerminal, jsonForTerminal } from '../common/terminal-text.js';
 import type { AgentStatusDocument, PerDirection, ServerStatusDocument, StatusDocument, TunnelStatus } from '../domain/status-document.js';
 import type { RecentCounts, WindowCounts } from '../domain/recent-events.js';
 
@@ -47,8 +51,15 @@ export function table(header: readonly string[], rows: readonly (readonly string
     .join('\n');
 }
 
-export function formatStatus(doc: StatusDocument): string {
+export function formatStatus(raw: StatusDocument): string {
+  // Escaped before the widths are measured, so the columns line up as printed.
+  const doc = escapeStringsForTerminal(raw);
   return doc.component === 'server' ? formatServer(doc) : formatAgent(doc);
+}
+
+/** `-o json`: the document as it came, with what a terminal would act on written as \uXXXX (it parses back the same). */
+export function formatStatusJson(doc: StatusDocument): string {
+  return jsonForTerminal(doc, 2);
 }
 
 function processLine(doc: StatusDocument): string {

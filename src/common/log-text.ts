@@ -11,36 +11,27 @@
  *
  * The input is already bounded (log-safety.ts) and no character a peer sent
  * reaches the terminal raw: C0 and C1 controls and DEL (escape sequences,
- * carriage returns, bells), the line and paragraph separators and the
- * bidirectional overrides (CVE-2021-42574, "Trojan Source") are written as
- * \uXXXX, in the message as in the values.
+ * carriage returns, bells), the line and paragraph separators, the
+ * bidirectional controls (CVE-2021-42574, "Trojan Source") and invisible
+ * characters are written as \uXXXX, in the message as in the values, by the
+ * escaping every terminal output shares (terminal-text.ts).
  *
  * A small formatter of Kanal's own rather than pino-pretty: that is not a
  * dependency, brings a dozen packages, and writes messages as they are.
  */
 import { levels } from 'pino';
+import { escapeForTerminal, hasUnsafeForTerminal, jsonForTerminal } from './terminal-text.js';
 
-/** Characters a terminal would act on or show misleadingly. */
-// eslint-disable-next-line no-control-regex -- finding control characters is the point
-const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
-/** What a bare (unquoted) value may not hold. */
-// eslint-disable-next-line no-control-regex -- as UNSAFE
-const NEEDS_QUOTES = /[\s"=\\\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+/** What a bare (unquoted) value may not hold, beyond what escapeForTerminal escapes. */
+const NEEDS_QUOTES = /[\s"=\\]/;
 
-const SHORT_ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
-
-/** `s` with every unsafe character written as an escape. */
-export function escapeForTerminal(s: string): string {
-  return s.replace(UNSAFE, (c) => SHORT_ESCAPES[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
-}
-
-/** JSON's quoting, which escapes C0 controls, `"` and `\`, plus the rest of UNSAFE. */
+/** JSON's quoting, with what escapeForTerminal escapes written as \uXXXX too. */
 function quoted(s: string): string {
-  return escapeForTerminal(JSON.stringify(s));
+  return jsonForTerminal(s);
 }
 
 function bareOrQuoted(s: string): string {
-  return s === '' || NEEDS_QUOTES.test(s) ? quoted(s) : s;
+  return s === '' || NEEDS_QUOTES.test(s) || hasUnsafeForTerminal(s) ? quoted(s) : s;
 }
 
 /** An error as log-safety.ts and pino's err serializer write it: its message, and its code when the message lacks it. */
@@ -57,7 +48,7 @@ function value(v: unknown): string {
     const err = errorText(v as Record<string, unknown>);
     if (err !== undefined) return quoted(err);
   }
-  return escapeForTerminal(JSON.stringify(v));
+  return jsonForTerminal(v);
 }
 
 function levelName(v: unknown): string {

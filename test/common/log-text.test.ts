@@ -7,7 +7,8 @@
 import test from 'ava';
 import { pino } from 'pino';
 import { loggerOptions, RENDER, type LogFormat } from '../../src/common/logger.js';
-import { escapeForTerminal, textLine } from '../../src/common/log-text.js';
+import { textLine } from '../../src/common/log-text.js';
+import { escapeForTerminal } from '../../src/common/terminal-text.js';
 import { MAX_LOG_MESSAGE, MAX_LOG_STRING } from '../../src/common/log-safety.js';
 
 /** A logger as createLogger makes it, writing to an array instead of stdout. */

@@ -43,11 +43,26 @@ function ensureDir(root: string, nodeDir: string, dryRun: boolean): void {
   for (const d of missing) fs.mkdirSync(underRoot(root, d), { mode: DIR_MODES[d] ?? 0o755 });
 }
 
-function writeAtomically(file: string, content: Buffer, mode: number): void {
+/**
+ * The temporary file beside `file`, created new (O_EXCL: never a link or a
+ * file someone put there, docs/trust-model.md); a leftover of a run that
+ * died at the same pid is removed first (rm removes a link, not its target).
+ */
+function createTemporary(file: string): { tmp: string; fd: number } {
   const tmp = `${file}.kanal-tmp-${process.pid}`;
+  fs.rmSync(tmp, { force: true });
+  return { tmp, fd: fs.openSync(tmp, 'wx', 0o600) };
+}
+
+function writeAtomically(file: string, content: Buffer, mode: number): void {
+  const { tmp, fd } = createTemporary(file);
   try {
-    fs.writeFileSync(tmp, content, { mode });
-    fs.chmodSync(tmp, mode); // the umask may have narrowed it
+    try {
+      fs.writeFileSync(fd, content);
+      fs.fchmodSync(fd, mode); // on the descriptor: the umask may have narrowed it, and the name may not be ours by now
+    } finally {
+      fs.closeSync(fd);
+    }
     fs.renameSync(tmp, file);
   } catch (err) {
     fs.rmSync(tmp, { force: true });
@@ -80,13 +95,18 @@ function sameBytes(a: string, b: string): boolean {
  * renamed over it, so a node never sees half an executable (rename(2)).
  */
 function copyAtomically(source: string, file: string, mode: number): void {
-  const tmp = `${file}.kanal-tmp-${process.pid}`;
+  const { tmp, fd } = createTemporary(file);
   try {
-    fs.copyFileSync(source, tmp);
-    fs.chmodSync(tmp, mode);
-    if (process.getuid?.() === 0) fs.chownSync(tmp, 0, 0);
-    const fd = fs.openSync(tmp, 'r');
     try {
+      const input = fs.openSync(source, 'r');
+      try {
+        const buffer = Buffer.alloc(1 << 20);
+        for (let n = fs.readSync(input, buffer); n > 0; n = fs.readSync(input, buffer)) fs.writeSync(fd, buffer, 0, n);
+      } finally {
+        fs.closeSync(input);
+      }
+      fs.fchmodSync(fd, mode);
+      if (process.getuid?.() === 0) fs.fchownSync(fd, 0, 0);
       fs.fsyncSync(fd);
     } finally {
       fs.closeSync(fd);

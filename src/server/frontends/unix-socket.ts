@@ -15,6 +15,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { errorMessage } from '../../common/error-message.js';
+import { unsafeDirectoryProblem } from '../../common/owned-files.js';
 
 export interface UnixSocketOptions {
   path: string;
@@ -81,6 +82,9 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
     throw new UnixSocketError(`--uds-name ${file}: cannot use directory ${dir}: ${errorMessage(err)}`);
   }
   if (!dirStat.isDirectory()) throw new UnixSocketError(`--uds-name ${file}: ${dir} is not a directory`);
+  // The mode and group are set by path after bind(): no other user may swap the socket for a link in between (owned-files.ts).
+  const unsafe = unsafeDirectoryProblem(dir);
+  if (unsafe) throw new UnixSocketError(`--uds-name ${file}: ${unsafe}`);
   let existing: fs.Stats;
   try {
     existing = fs.lstatSync(file);
