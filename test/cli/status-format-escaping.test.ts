@@ -27,7 +27,7 @@ const tunnel = {
 
 const DOC: AgentStatusDocument = {
   kind: 'kanal-status',
-  version: 1,
+  version: 2,
   generatedAt: '2026-12-01T00:00:05.000Z',
   process: { version: '1', commit: 'c', pid: 1, uptimeSeconds: 5 },
   recent: { refusals: {}, throttles: {} },
