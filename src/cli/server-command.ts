@@ -168,7 +168,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
       const credentials = loadServerCredentials(config);
       const list = tenants?.();
       if (list) process.stdout.write(`${JSON.stringify({ tenants: list.map(({ credentials: _, ...t }) => t) }, null, 2)}\n`);
-      await serverStartChecks(config, credentials, list);
+      await serverStartChecks(config, credentials);
       return credentials;
     });
     return;
@@ -176,7 +176,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   // Before anything else: a bad file is a permanent mistake, not worth a retry.
   const credentials = loadServerCredentials(config);
   // The same checks as --dry-run, before anything is bound.
-  await serverStartChecks(config, credentials, tenants?.());
+  await serverStartChecks(config, credentials);
   const worker = many?.workerOf();
   if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
   const options = await buildServerOptions(config, credentials);
@@ -196,7 +196,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
     options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   const apiClients = await useKubernetesApi(config, options);
   // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
-  if (many && tenants) options.tenants = many.serverTenants(config, tenants, options.log, worker);
+  if (many && tenants) options.tenants = many.serverTenants(config, tenants, options.log);
   enableGcPacing();
   const server = new KanalServer(options);
   if (many && worker) {

@@ -6,8 +6,6 @@
  * again with KANAL_WORKER set; it binds no port of its own. Loaded by
  * server-command.ts only with --tenants-config.
  */
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { isSea } from 'node:sea';
@@ -24,8 +22,9 @@ import type { TokenAuthenticator } from '../server/identity/token-authenticator.
 import { loadTenants } from '../server/config/tenants-loader.js';
 import { linkToPrimary } from '../server/workers/worker-link.js';
 import { runUntilSignalled } from './lifecycle.js';
-import { TenantsRefused, type TenantDefinition } from '../server/tenants/tenant-definition.js';
+import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
 import { WorkerPool } from '../server/workers/primary.js';
+import { createPrivateDir, removeStaleDirs } from '../server/workers/private-dir.js';
 import { ownerOf } from '../server/workers/owner.js';
 import { logRefusedReload, reloadCounter, watchTenantsFile } from '../server/tenants/tenants-watch.js';
 
@@ -42,24 +41,6 @@ export function workerOf(env: NodeJS.ProcessEnv = process.env): ServerOptions['w
   return { index, owner: (tenant) => ownerOf(tenant, count), handoffPath: (i) => path.join(dir, `w${i}.sock`) };
 }
 
-/**
- * Tenants a worker cannot take: one recognised only by its token's issuer is
- * known only per stream, after the connection reached some worker, and a
- * stream cannot be moved alone; give it a server-name.
- */
-export function checkForWorkers(list: readonly TenantDefinition[], file: string): TenantDefinition[] {
-  const issuerOnly = list.filter((t) => t.credentials.serverNames.length === 0 && !t.credentials.agentCa);
-  if (issuerOnly.length > 0)
-    throw new TenantsRefused(
-      file,
-      issuerOnly.map(
-        (t) =>
-          `tenant ${JSON.stringify(t.name)}: with --workers, agents recognised by token-issuer alone cannot reach their worker; give the tenant a server-name`,
-      ),
-    );
-  return [...list];
-}
-
 /** Starts worker `index`: this process's own command line, in this runtime's form (npm package or executable). */
 function spawnWorker(index: number, count: number, dir: string): ChildProcess {
   const args = isSea() ? process.argv.slice(2) : [...process.execArgv, process.argv[1], ...process.argv.slice(2)];
@@ -67,6 +48,11 @@ function spawnWorker(index: number, count: number, dir: string): ChildProcess {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: { ...process.env, [WORKER_ENV]: `${index}/${count}`, [WORKER_DIR_ENV]: dir },
   });
+}
+
+/** The tenants' names of the file (the primary's `/readyz?tenant=`). */
+function tenantNames(list: readonly TenantDefinition[]): Set<string> {
+  return new Set(list.map((t) => t.name));
 }
 
 /** The server names of the file's tenants, for the primary to route by. */
@@ -87,20 +73,27 @@ export async function startPrimary(config: ServerConfig, load: () => TenantDefin
   const tenants = config.tenants;
   if (!tenants) throw new Error('workers need --tenants-config');
   const file = tenants.file;
-  let names = serverNames(checkForWorkers(load(), file));
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-workers-'));
+  const first = load();
+  let names = serverNames(first);
+  let known = tenantNames(first);
+  removeStaleDirs(log);
+  // Removed by stop() below, or when the process exits however it does (private-dir.ts).
+  const dir = createPrivateDir();
   const metrics = new KanalMetrics('server');
   metrics.registry.setDefaultLabels({ worker: 'primary' });
   const reloads = reloadCounter(metrics.registry);
   const v = config.settings;
   const pool = new WorkerPool({
     count: tenants.workers,
-    spawn: (i) => spawnWorker(i, tenants.workers, dir),
+    spawn: (i) => spawnWorker(i, tenants.workers, dir.path),
     agent: { host: v['agent-bind-address'], port: v['agent-port'] },
     ...(config.frontend.tcp ? { frontend: { host: config.frontend.tcp.host, port: config.frontend.tcp.port } } : {}),
     ...(config.health ? { health: config.health } : {}),
     tenantOfServerName: (name) => names.get(name),
     owner: (tenant) => ownerOf(tenant, tenants.workers),
+    tenantNames: () => known,
+    maxPendingHellos: v['max-pending-client-hellos'],
+    maxPendingHellosPerHost: v['max-pending-client-hellos-per-host'],
     metrics,
     log,
   });
@@ -108,13 +101,15 @@ export async function startPrimary(config: ServerConfig, load: () => TenantDefin
     await pool.start();
   } catch (err) {
     await pool.stop();
-    fs.rmSync(dir, { recursive: true, force: true });
+    dir.remove();
     throw err;
   }
   const reload = (why: string): void => {
     log.info({ file, why }, 'reloading the tenants file');
     try {
-      names = serverNames(checkForWorkers(load(), file));
+      const list = load();
+      names = serverNames(list);
+      known = tenantNames(list);
     } catch (err) {
       logRefusedReload(log, err);
       reloads.inc({ result: 'invalid' });
@@ -133,7 +128,7 @@ export async function startPrimary(config: ServerConfig, load: () => TenantDefin
       process.off('SIGHUP', onHangup);
       watch.close();
       await pool.stop();
-      fs.rmSync(dir, { recursive: true, force: true });
+      dir.remove();
     },
   };
 }
@@ -146,14 +141,8 @@ export function tenantsOf(config: ServerConfig): (() => TenantDefinition[]) | un
 }
 
 /** What a server of tenants is given (ServerOptions.tenants): the first load (already read, so its mistakes stop the start), later reloads, token review per tenant. */
-export function serverTenants(
-  config: ServerConfig,
-  load: () => TenantDefinition[],
-  log: Logger,
-  worker: ServerOptions['worker'],
-): NonNullable<ServerOptions['tenants']> {
-  const first = load();
-  let pending: TenantDefinition[] | undefined = worker ? checkForWorkers(first, config.tenants?.file ?? '') : first;
+export function serverTenants(config: ServerConfig, load: () => TenantDefinition[], log: Logger): NonNullable<ServerOptions['tenants']> {
+  let pending: TenantDefinition[] | undefined = load();
   return {
     load: () => {
       const list = pending ?? load();

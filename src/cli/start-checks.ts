@@ -7,7 +7,6 @@
  */
 import type { AgentConfig } from '../agent/config.js';
 import type { ServerConfig } from '../server/config/config.js';
-import type { TenantDefinition } from '../server/tenants/tenant-definition.js';
 import { assertRolesSeparated, ClientRoles } from '../server/identity/client-roles.js';
 import { createLogger } from '../common/logger.js';
 import { kubeClients, type KubeClientConfig } from '../kube/kube-clients.js';
@@ -21,22 +20,17 @@ async function checkKubeconfig(kube: KubeClientConfig | undefined): Promise<void
 /**
  * `kanal server`: the roles kept apart (one cluster: an agent CA that is the
  * kube-apiserver's too needs both roles pinned, client-roles.ts; a server of
- * tenants checks it per tenant as it loads them), the tenants fit for
- * --workers, the kubeconfig readable, --audit-log-path writable.
+ * tenants checks it per tenant as it loads them), the kubeconfig readable,
+ * --audit-log-path writable.
  */
 export async function serverStartChecks(
   config: ServerConfig,
   /** The client CAs of the agent port and the TCP frontend, as loadServerCredentials read them. */
   credentials: { agent: { ca?: Buffer }; frontend?: { ca?: Buffer } },
-  tenants: readonly TenantDefinition[] | undefined,
 ): Promise<void> {
   if (!config.tenants) {
     const roles = new ClientRoles(config.agent.clientPins, config.frontend.tcp?.clientPins);
     assertRolesSeparated(credentials.agent.ca, credentials.frontend?.ca, roles);
-  } else if (tenants && config.tenants.workers > 1) {
-    // Loaded only for a server of tenants, as server-command.ts does.
-    const { checkForWorkers } = await import('./server-tenants.js');
-    checkForWorkers(tenants, config.tenants.file);
   }
   await checkKubeconfig(config.kube);
   checkAuditLogPath(config.settings['audit-log-path']);

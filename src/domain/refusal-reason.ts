@@ -60,6 +60,8 @@ export const REFUSAL_REASONS = [
   'tenant_connections',
   'tenant_pending_dials',
   'tenant_dial_rate',
+  // Server with --workers: the primary, a connection it could not take to read its ClientHello (workers/primary.ts)
+  'client_hello_backlog',
   // Agent, a tunnel to a server: its limits (node_to_cp_connections as above, counted by the agent)
   'pending_dials',
   'cp_to_node_connections',

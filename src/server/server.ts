@@ -36,7 +36,9 @@ import { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
 import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
+import { readFirstRequest } from './workers/first-request.js';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { mergeExpositions, renderEach } from '../common/metrics-text.js';
 import { serverStatus } from './server-status.js';
 import { StatusIndex } from './status-index.js';
@@ -47,6 +49,8 @@ export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from '.
 
 /** Streams one agent connection may have open: agents use one; room for a second while one closes. */
 const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
+/** A worker: how long an agent connection placed by its token has for its first request (the HTTP/2 handshake's time, h2/server.ts). */
+const FIRST_REQUEST_TIMEOUT_MS = 10_000;
 
 /**
  * Where a KanalServer is in its life; it only moves forward (transition()), so
@@ -249,6 +253,11 @@ export class KanalServer {
     return { ready, detail: `${this.rooms.size} tenant(s)${lines.length > 0 ? `\n${lines.join('\n')}` : ''}` };
   }
 
+  /** The tenants this process serves (a worker: its own share of the file). */
+  tenantsServed(): string[] {
+    return [...this.rooms.keys()].filter((name) => name !== ONE_CLUSTER);
+  }
+
   stats(): ServerStats {
     const tenants = [...this.rooms.values()].map((r) => r.tenant);
     return {
@@ -411,11 +420,17 @@ export class KanalServer {
           return;
         }
         if (h.kind === 'agent')
-          this.agentGrpc?.injectConnection(socket, {
-            tenant: h.tenant,
-            peer: h.peer,
-            ...(h.credential ? { credential: h.credential } : {}),
-          });
+          // byToken: placed by its first stream's token, so each stream is judged by its own token, as where it arrived.
+          this.agentGrpc?.injectConnection(
+            socket,
+            h.byToken
+              ? { peer: h.peer }
+              : {
+                  tenant: h.tenant,
+                  peer: h.peer,
+                  ...(h.credential ? { credential: h.credential } : {}),
+                },
+          );
         else if (this.frontendListener?.adoptDecided) {
           this.frontendListener.adoptDecided(socket, { tenant: h.tenant }, h.peer);
           // The handoff paused it to read its line; the sniffer reads on from here.
@@ -668,6 +683,10 @@ export class KanalServer {
     return {
       injectConnection: (connection, context) => {
         const tenant = context?.tenant;
+        if (tenant === undefined && kind === 'agent' && this.directory?.hasTokenIssuers()) {
+          this.routeByToken(connection, context, grpc);
+          return;
+        }
         if (tenant === undefined || this.owns(tenant)) {
           grpc.injectConnection(connection, context);
           return;
@@ -682,6 +701,39 @@ export class KanalServer {
       },
       close: (graceMs) => grpc.close(graceMs),
     };
+  }
+
+  /**
+   * A worker: an agent connection that neither its server name nor a
+   * certificate placed, so its token's issuer will name its tenant. Its first
+   * request's token is read (first-request.ts); when that names a tenant
+   * another worker serves, the whole connection goes there, marked so that
+   * worker judges every stream by its token as this one would have.
+   */
+  private routeByToken<C extends { tenant?: string; credential?: AgentCredential }>(
+    connection: Duplex,
+    context: C | undefined,
+    grpc: GrpcServerTransport<C>,
+  ): void {
+    const w = this.opts.worker;
+    const peer = connection instanceof net.Socket ? peerOf(connection, 'unknown') : 'unknown';
+    void readFirstRequest(connection, FIRST_REQUEST_TIMEOUT_MS).then((first) => {
+      if (first.kind === 'none') {
+        this.log.debug({ peer, why: first.why }, 'closed agent connection before its first request');
+        connection.destroy();
+        return;
+      }
+      if (connection.destroyed) return;
+      connection.unshift(first.replay);
+      const tenant = this.directory?.tenantOfToken(first.authorization);
+      if (!w || tenant === undefined || this.owns(tenant)) {
+        grpc.injectConnection(connection, context);
+        connection.resume();
+        return;
+      }
+      this.log.debug({ peer, tenant, to: w.owner(tenant) }, "agent connection relayed to its token's tenant");
+      forward(connection, w.handoffPath(w.owner(tenant)), { kind: 'agent', tenant, peer, byToken: true }, this.log);
+    });
   }
 
   /** The CONNECT frontend of a tenant, or, on a worker, what relays its connection to the worker that serves it. */

@@ -200,20 +200,6 @@ test("--dry-run refuses what the start refuses: each of the start's refusals, ru
   const f = await files(t);
   const { pki } = f.ws;
   const nowhere = path.join(f.ws.dir, 'no-such.kubeconfig');
-  // A tenant recognised by its token issuer alone cannot be given to a worker (server-tenants.ts).
-  const kubeconfig = path.join(f.ws.dir, 'tenant.kubeconfig');
-  fs.writeFileSync(
-    kubeconfig,
-    'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]\n' +
-      'users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n',
-  );
-  const tenants = path.join(f.ws.dir, 'tenants.yaml');
-  fs.writeFileSync(
-    tenants,
-    'apiVersion: kanal.dev/v1alpha1\nkind: TenantsConfig\ntenants:\n  - name: beta\n    agent-namespace: kube-system\n' +
-      `    agent-service-account: konnectivity-agent\n    authentication-audience: aud\n    kubeconfig: ${kubeconfig}\n` +
-      `    uds-name: ${path.join(f.ws.dir, 'beta.sock')}\n    token-issuer: https://issuer.example\n`,
-  );
   const tcpFrontend = (ca: string): Record<string, string> => ({
     'uds-name': '',
     'server-bind-address': '127.0.0.1',
@@ -240,11 +226,6 @@ test("--dry-run refuses what the start refuses: each of the start's refusals, ru
         kubeconfig: nowhere,
       }),
       /--kubeconfig .*no-such\.kubeconfig/,
-    ],
-    [
-      'server: --workers with a tenant only its token issuer recognises',
-      serverArgs(f, { 'cluster-ca-cert': '', 'uds-name': '', 'tenants-config': tenants, workers: '2' }),
-      /tenant "beta": with --workers, agents recognised by token-issuer alone cannot reach their worker/,
     ],
     ['agent: a flag out of range', agentArgs(f, { 'proxy-server-port': '0' }), /--proxy-server-port must be a port number/],
     ['agent: a key of another certificate', agentArgs(f, { 'agent-key': f.otherKey }), /--agent-key .*does not belong to --agent-cert/],

@@ -61,6 +61,19 @@ export const serverSettings = {
       'With --tenants-config: worker processes the tenants are spread over, each tenant served whole by one (0: one per CPU core); a worker that dies is started again alone',
     group: IDENTITY,
   }),
+  'max-pending-client-hellos': count({
+    default: 1024,
+    min: 1,
+    describe:
+      'With --workers: connections the primary holds at once while it reads their TLS ClientHello (agent port and TCP frontend together, each for at most 15 s); a connection beyond it is closed at once and counted',
+    group: IDENTITY,
+  }),
+  'max-pending-client-hellos-per-host': count({
+    default: 64,
+    min: 1,
+    describe: 'With --workers: the same from one peer address, so one host cannot take every place of --max-pending-client-hellos',
+    group: IDENTITY,
+  }),
   'server-id': setting({
     type: 'string',
     describe: 'Unique ID of this server, sent to agents (default: $PROXY_SERVER_ID, else host name + random suffix)',

@@ -323,6 +323,11 @@ export class TenantDirectory {
     };
   }
 
+  /** Whether a token's issuer can name a tenant (some tenant has a token-issuer). */
+  hasTokenIssuers(): boolean {
+    return this.issuers.size > 0;
+  }
+
   /** The tenant whose token-issuer is the (not yet reviewed) token's `iss`; its review decides. */
   tenantOfToken(authorization: readonly string[]): string | undefined {
     if (authorization.length !== 1) return undefined;

@@ -22,6 +22,12 @@ export interface Handoff {
   credential?: AgentCredential;
   /** The client's address, for log lines. */
   peer: string;
+  /**
+   * An agent connection placed by its first stream's token (no server name,
+   * no certificate): its receiver judges each stream by its token, as a
+   * single process does, instead of taking `tenant` as the connection's.
+   */
+  byToken?: true;
 }
 
 /** Longest handoff line, and how long its sender has to write it. */
@@ -57,7 +63,9 @@ function parseHandoff(line: string): Handoff | undefined {
     typeof credential === 'object' && credential !== null
       ? { key: String(Reflect.get(credential, 'key')), subject: String(Reflect.get(credential, 'subject')) }
       : undefined;
-  return { kind, tenant, peer, ...(c ? { credential: c } : {}) };
+  const byToken = Reflect.get(v, 'byToken') === true;
+  if (byToken && (kind !== 'agent' || c)) return undefined;
+  return { kind, tenant, peer, ...(c ? { credential: c } : {}), ...(byToken ? { byToken: true as const } : {}) };
 }
 
 /** Accepts relayed connections at `path`; each is handed on with its line, the line's bytes consumed. */

@@ -7,10 +7,35 @@ export type ToWorker =
   | { type: 'request'; id: number; what: 'metrics' | 'readiness' | 'reload' };
 
 /** Worker -> primary. */
-export type ToPrimary = { type: 'ready' } | { type: 'reply'; id: number; metrics?: string[]; readiness?: Readiness; error?: string };
+export type ToPrimary =
+  | { type: 'ready' }
+  | {
+      type: 'reply';
+      id: number;
+      metrics?: string[];
+      readiness?: Readiness;
+      /** With readiness: each tenant of the worker's own, as `/readyz?tenant=NAME` answers there. */
+      tenants?: [string, Readiness][];
+      error?: string;
+    };
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null;
+}
+
+function asReadiness(v: unknown): Readiness | undefined {
+  return isObject(v) ? { ready: v.ready === true, detail: String(v.detail) } : undefined;
+}
+
+function asTenants(v: unknown): [string, Readiness][] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  const out: [string, Readiness][] = [];
+  for (const e of v as unknown[]) {
+    if (!Array.isArray(e) || typeof e[0] !== 'string') continue;
+    const r = asReadiness(e[1]);
+    if (r) out.push([e[0], r]);
+  }
+  return out;
 }
 
 /** A message from the primary, checked (it is our own process, but a bug should not become a crash). */
@@ -27,12 +52,14 @@ export function asToPrimary(v: unknown): ToPrimary | undefined {
   if (!isObject(v)) return undefined;
   if (v.type === 'ready') return { type: 'ready' };
   if (v.type === 'reply' && typeof v.id === 'number') {
-    const readiness = isObject(v.readiness) ? { ready: v.readiness.ready === true, detail: String(v.readiness.detail) } : undefined;
+    const readiness = asReadiness(v.readiness);
+    const tenants = asTenants(v.tenants);
     return {
       type: 'reply',
       id: v.id,
       ...(Array.isArray(v.metrics) ? { metrics: (v.metrics as unknown[]).filter((m): m is string => typeof m === 'string') } : {}),
       ...(readiness ? { readiness } : {}),
+      ...(tenants ? { tenants } : {}),
       ...(typeof v.error === 'string' ? { error: v.error } : {}),
     };
   }

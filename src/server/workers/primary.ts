@@ -17,11 +17,14 @@ import { mergeExpositions } from '../../common/metrics-text.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../../common/health-server.js';
 import { listenError } from '../../common/listen-error.js';
 import type { KanalMetrics } from '../../domain/metrics.js';
+import { Refusals } from '../../domain/refusal-log.js';
 import { MAX_HELLO_BYTES, readClientHello } from './client-hello.js';
 import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
-const HELLO_TIMEOUT_MS = 15_000;
+export const HELLO_TIMEOUT_MS = 15_000;
+/** How long a worker has to stop after SIGTERM (its agents' tunnels closed, as a single process does) before it is killed. */
+export const WORKER_STOP_GRACE_MS = 10_000;
 /** A worker that does not answer a request within this long is left out of that answer. */
 const REQUEST_TIMEOUT_MS = 3_000;
 /** How often the workers' readiness (their tenants' agents) is asked for. */
@@ -60,6 +63,12 @@ export interface PrimaryOptions {
   /** The tenant a server name picks (the tenants file's server-name), read afresh for every connection. */
   tenantOfServerName(name: string): string | undefined;
   owner(tenant: string): number;
+  /** The tenants of the file as last read (`/readyz?tenant=` tells an unknown one from one not yet applied). */
+  tenantNames(): ReadonlySet<string>;
+  /** Connections read for their ClientHello at once (--max-pending-client-hellos); beyond, a new one is closed and counted. */
+  maxPendingHellos: number;
+  /** The same from one peer address (--max-pending-client-hellos-per-host): one host cannot take every place. */
+  maxPendingHellosPerHost: number;
   metrics: KanalMetrics;
   log: Logger;
 }
@@ -67,13 +76,19 @@ export interface PrimaryOptions {
 export class WorkerPool {
   private readonly workers: Worker[];
   private readonly servers: net.Server[] = [];
+  /** Sockets the primary still holds: accepted, their ClientHello not yet read (at most maxPendingHellos). */
   private readonly sockets = new Set<net.Socket>();
+  /** Of `sockets`, how many each peer address holds (an entry only while it holds one). */
+  private readonly pendingByHost = new Map<string, number>();
+  private readonly refusals: Refusals;
   private health: HealthServer | undefined;
   private nextRequest = 1;
   private roundRobin = 0;
   private stopping = false;
   /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
   private readonly details = new Map<number, string>();
+  /** Each worker's tenants' own readiness (`/readyz?tenant=`), polled with the details. */
+  private readonly tenantReadiness = new Map<number, ReadonlyMap<string, Readiness>>();
   private poll: NodeJS.Timeout | undefined;
   private readonly restarts: Counter<'worker'>;
   /** Ports as bound (0 asked: the kernel's choice). */
@@ -93,6 +108,7 @@ export class WorkerPool {
       labelNames: ['worker'],
       registers: [opts.metrics.registry],
     });
+    this.refusals = new Refusals(opts.log, opts.metrics);
     opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.state.kind === 'ready').length);
   }
 
@@ -114,7 +130,7 @@ export class WorkerPool {
     if (health) {
       this.health = await startHealthServer({
         ...health,
-        readiness: () => this.readiness(),
+        readiness: (query) => this.readiness(query),
         registry: this.metricsSource,
         log: this.opts.log,
       }).catch((err: unknown) => {
@@ -186,11 +202,7 @@ export class WorkerPool {
   }
 
   private async listen(where: { host: string; port: number }, port: 'agent' | 'frontend', flags: string): Promise<number> {
-    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: port === 'frontend' }, (socket) => this.route(socket, port));
-    server.on('connection', (s: net.Socket) => {
-      this.sockets.add(s);
-      s.once('close', () => this.sockets.delete(s));
-    });
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: port === 'frontend' }, (socket) => this.accept(socket, port));
     try {
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
@@ -208,14 +220,61 @@ export class WorkerPool {
     return typeof address === 'object' && address !== null ? address.port : where.port;
   }
 
+  /**
+   * A new connection: held while its ClientHello is read, at most
+   * maxPendingHellos of them, so clients that never finish theirs cost a
+   * bounded number of descriptors and buffers (each at most MAX_HELLO_BYTES
+   * for HELLO_TIMEOUT_MS); the one over the bound is closed at once.
+   */
+  private accept(socket: net.Socket, port: 'agent' | 'frontend'): void {
+    if (this.stopping) {
+      socket.destroy();
+      return;
+    }
+    const host = socket.remoteAddress ?? 'unknown';
+    const fromHost = this.pendingByHost.get(host) ?? 0;
+    const full =
+      this.sockets.size >= this.opts.maxPendingHellos
+        ? '--max-pending-client-hellos'
+        : fromHost >= this.opts.maxPendingHellosPerHost
+          ? '--max-pending-client-hellos-per-host'
+          : undefined;
+    if (full) {
+      this.refusals.refuse({
+        reason: 'client_hello_backlog',
+        peer: `${host}:${socket.remotePort ?? 0}`,
+        fields: { port, pending: this.sockets.size, pendingFromHost: fromHost, limit: full },
+        message: `closed ${port} connection: ${full} connections are already being read for their ClientHello`,
+        detail: full,
+      });
+      socket.destroy();
+      return;
+    }
+    this.sockets.add(socket);
+    this.pendingByHost.set(host, fromHost + 1);
+    let held = true;
+    const release = (): void => {
+      if (!held) return;
+      held = false;
+      this.sockets.delete(socket);
+      const n = (this.pendingByHost.get(host) ?? 1) - 1;
+      if (n > 0) this.pendingByHost.set(host, n);
+      else this.pendingByHost.delete(host);
+    };
+    socket.once('close', release);
+    this.route(socket, port, release);
+  }
+
   /** Reads the ClientHello (bounded in size and time), then hands the socket to the worker of its tenant. */
-  private route(socket: net.Socket, port: 'agent' | 'frontend'): void {
+  private route(socket: net.Socket, port: 'agent' | 'frontend', release: () => void): void {
     let head = Buffer.alloc(0);
     const timer = setTimeout(() => socket.destroy(), HELLO_TIMEOUT_MS);
     const give = (serverName: string | undefined): void => {
       clearTimeout(timer);
       socket.off('data', onData);
       socket.pause();
+      // No longer the primary's to hold: the worker has it (or nobody, below).
+      release();
       const tenant = serverName === undefined ? undefined : this.opts.tenantOfServerName(serverName);
       const w = this.workerFor(tenant);
       if (!w?.child) {
@@ -277,8 +336,15 @@ export class WorkerPool {
     return mergeExpositions([own, ...replies.flatMap((r) => r?.metrics ?? [])]);
   }
 
-  /** Ready when every worker is; the detail names each worker and, as last polled, its tenants. */
-  private readiness(): Readiness {
+  /**
+   * Ready when every worker is; the detail names each worker and, as last
+   * polled, its tenants. `?tenant=NAME` answers as one process of all the
+   * tenants does: that tenant's readiness (from its worker, as last polled),
+   * 503 for a tenant the file does not have.
+   */
+  private readiness(query?: URLSearchParams): Readiness {
+    const one = query?.get('tenant');
+    if (one) return this.readinessOf(one);
     const lines = this.workers.map((w) => {
       const own = w.state.kind === 'ready' ? this.details.get(w.index) : undefined;
       return `worker ${w.index}: ${w.state.kind}${w.child?.pid ? ` (pid ${w.child.pid})` : ''}${own ? `; ${own.replace(/\n/g, '\n  ')}` : ''}`;
@@ -287,11 +353,22 @@ export class WorkerPool {
     return { ready, detail: `${this.workers.length} worker(s)\n${lines.join('\n')}` };
   }
 
+  private readinessOf(tenant: string): Readiness {
+    const noSuch = { ready: false, detail: `no tenant ${JSON.stringify(tenant)} here` };
+    if (!this.opts.tenantNames().has(tenant)) return noSuch;
+    const w = this.workers[this.opts.owner(tenant)];
+    const polled = w.state.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
+    // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
+    return polled ?? (w.state.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.state.kind}` });
+  }
+
   private async pollReadiness(): Promise<void> {
     const replies = await Promise.all(this.workers.map((w) => this.request(w, 'readiness')));
     replies.forEach((r, i) => {
       if (r?.readiness) this.details.set(i, r.readiness.detail);
       else this.details.delete(i);
+      if (r?.tenants) this.tenantReadiness.set(i, new Map(r.tenants));
+      else this.tenantReadiness.delete(i);
     });
   }
 
@@ -308,16 +385,17 @@ export class WorkerPool {
     return this.workers.map((w) => w.child?.pid);
   }
 
+  /**
+   * Stops the workers first (each drains its agents as a single process
+   * does, WORKER_STOP_GRACE_MS at most, then SIGKILL), then health. The
+   * listeners stop accepting at once; their close is not waited for: Node
+   * counts the sockets handed to a worker as the listener's until the worker
+   * closes them, so waiting would wait for every agent to leave.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
-    await Promise.all(
-      this.servers.map(
-        (s) =>
-          new Promise<void>((resolve) => {
-            s.close(() => resolve());
-          }),
-      ),
-    );
+    clearInterval(this.poll);
+    for (const s of this.servers) s.close();
     for (const s of this.sockets) s.destroy();
     await Promise.all(
       this.workers.map(async (w) => {
@@ -327,15 +405,20 @@ export class WorkerPool {
           this.transition(w, { kind: 'stopped' });
           return;
         }
-        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+        const exited = new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) resolve();
+          else child.once('exit', () => resolve());
+        });
         child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        const timer = setTimeout(() => {
+          this.opts.log.warn({ worker: w.index, pid: child.pid, graceMs: WORKER_STOP_GRACE_MS }, 'worker did not stop in time: killed');
+          child.kill('SIGKILL');
+        }, WORKER_STOP_GRACE_MS);
         await exited;
         clearTimeout(timer);
       }),
     );
     await this.health?.close();
-    clearInterval(this.poll);
     this.opts.log.info('workers stopped');
   }
 }

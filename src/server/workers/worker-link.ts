@@ -13,7 +13,9 @@ export interface WorkerHost {
   adoptAgent(socket: net.Socket, head: Buffer): void;
   adoptFrontend(socket: net.Socket, head: Buffer): void;
   metricsTexts(): Promise<string[]>;
-  readiness(): Readiness;
+  readiness(query?: URLSearchParams): Readiness;
+  /** The tenants this worker serves now. */
+  tenantsServed(): string[];
   reloadTenants(): Promise<unknown>;
 }
 
@@ -42,7 +44,12 @@ export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => 
         case 'metrics':
           return { type: 'reply', id: m.id, metrics: await host.metricsTexts() };
         case 'readiness':
-          return { type: 'reply', id: m.id, readiness: host.readiness() };
+          return {
+            type: 'reply',
+            id: m.id,
+            readiness: host.readiness(),
+            tenants: host.tenantsServed().map((name) => [name, host.readiness(new URLSearchParams({ tenant: name }))]),
+          };
         case 'reload':
           await host.reloadTenants();
           return { type: 'reply', id: m.id };
