@@ -21,6 +21,7 @@ import type { TenantsRow } from './report.js';
 import { inRepOrder, median, medianRatio, percentile, spread } from './stats.js';
 import {
   failuresWarning,
+  oneFlowDownload,
   serverName,
   serverRss,
   startTenantAgent,
@@ -85,20 +86,7 @@ export async function runHostile(env: Env, creds: TenantCredentials): Promise<Te
     const seconds = (p.warmupMs + p.measureMs) / 1000 + 5;
     const maxBytes = Math.ceil(p.capBytesPerSecond * seconds);
     let groups = 0;
-    const bulkOf = async (w: Worker<LoadgenCommands>): Promise<number> => {
-      const group = `h${++groups}`;
-      await w.call('openFlows', { group, path: 'kanal-cp', mode: 'down', count: 1, maxBytesPerFlow: maxBytes }, 30_000);
-      try {
-        await sleep(p.warmupMs);
-        const c0 = await w.call('counters', null);
-        await sleep(p.measureMs);
-        const c1 = await w.call('counters', null);
-        const end = c1.t - c1.lastRxAt > 20 ? c1.lastRxAt : c1.t;
-        return (c1.rx - c0.rx) / ((end - c0.t) / 1000) / 1e6;
-      } finally {
-        await w.call('stopFlows', { group });
-      }
-    };
+    const bulkOf = (w: Worker<LoadgenCommands>): Promise<number> => oneFlowDownload(env, w, `h${++groups}`, maxBytes);
     const measure = async (w: Worker<LoadgenCommands>, into: TenantRuns, who: string): Promise<void> => {
       const r = await w.call('dials', { path: 'kanal-cp', n: p.tenantDials, concurrency: 1 }, 600_000);
       failuresWarning(env, `hostile agent: tenant ${who}'s dials`, r);

@@ -328,6 +328,22 @@ export async function tenantClient(env: Env, name: string, uds: string): Promise
   return w;
 }
 
+/** One bulk download through `client`'s kube-apiserver path, one flow: MB/s over measureMs after warmupMs, counted by that client alone. */
+export async function oneFlowDownload(env: Env, client: Worker<LoadgenCommands>, group: string, maxBytesPerFlow: number): Promise<number> {
+  const p = env.params;
+  await client.call('openFlows', { group, path: 'kanal-cp', mode: 'down', count: 1, maxBytesPerFlow }, 30_000);
+  try {
+    await sleep(p.warmupMs);
+    const c0 = await client.call('counters', null);
+    await sleep(p.measureMs);
+    const c1 = await client.call('counters', null);
+    const end = c1.t - c1.lastRxAt > 20 ? c1.lastRxAt : c1.t;
+    return (c1.rx - c0.rx) / ((end - c0.t) / 1000) / 1e6;
+  } finally {
+    await client.call('stopFlows', { group });
+  }
+}
+
 /** A server's processes: with --workers, the primary and its workers (its children), read afresh. */
 function serverPids(server: TenantsServer): number[] {
   return [server.child.pid, ...descendantPids(server.child.pid)];
@@ -732,21 +748,8 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
     const maxBytes = (flows: number): number => Math.ceil((p.capBytesPerSecond * seconds) / flows);
     let groups = 0;
 
-    /** B's bulk download, one flow: MB/s over measureMs after warmupMs, counted by B's client alone. */
-    const bBulk = async (): Promise<number> => {
-      const group = `b${++groups}`;
-      await clientB.call('openFlows', { group, path: 'kanal-cp', mode: 'down', count: 1, maxBytesPerFlow: maxBytes(1) }, 30_000);
-      try {
-        await sleep(p.warmupMs);
-        const c0 = await clientB.call('counters', null);
-        await sleep(p.measureMs);
-        const c1 = await clientB.call('counters', null);
-        const end = c1.t - c1.lastRxAt > 20 ? c1.lastRxAt : c1.t;
-        return (c1.rx - c0.rx) / ((end - c0.t) / 1000) / 1e6;
-      } finally {
-        await clientB.call('stopFlows', { group });
-      }
-    };
+    /** B's bulk download, one flow, counted by B's client alone. */
+    const bBulk = (): Promise<number> => oneFlowDownload(env, clientB, `b${++groups}`, maxBytes(1));
     const bDials = async (into: number[][]): Promise<void> => {
       const r = await clientB.call('dials', { path: 'kanal-cp', n: p.tenantDials, concurrency: 1 }, 600_000);
       failuresWarning(env, "tenant B's dials", r);
