@@ -125,6 +125,9 @@ maybe('a Kanal agent authenticates to upstream servers with its token and counts
     },
   );
   await waitMetrics(agent.healthPort, { kanal_agent_tunnels: 2, kanal_agent_expected_servers: 2 }, 60_000);
+  // The metric can be read before the log line is written (log lines wait up to 10 ms to share a write): wait for each.
+  for (const serverID of ['upstream-a', 'upstream-b'])
+    await agent.waitForLog((l) => l.msg === 'tunnel up' && l.serverID === serverID, 30_000, `the agent's tunnel to ${serverID}`);
   const up = agent
     .logLines()
     .filter((l) => l.msg === 'tunnel up')

@@ -183,7 +183,7 @@ for (const c of COMMANDS) {
     );
     t.is(config.settings['backend-dial-timeout'].ms, 10_000, 'a dial through an agent stays bounded');
     t.is(config.logLevel, 'debug', "upstream's default -v 4 is debug");
-    t.deepEqual(config.admin, { host: '127.0.0.1', port: 8095, profiling: true });
+    t.deepEqual(config.admin, { host: '127.0.0.1', port: 8095, profiling: true, limits: { idleTimeoutMs: 10_000, maxConnections: 32 } });
     t.is(config.tls.minVersion, 'TLSv1.2');
     t.regex(config.tls.ciphers, /^ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:TLS_AES_256_GCM_SHA384/);
   },
@@ -216,7 +216,7 @@ for (const c of COMMANDS) {
     for (const n of given) t.is(config.notices.filter((m) => m.startsWith(`--${n} ignored: `)).length, 1, `one notice for --${n}`);
     t.is(config.logLevel, 'debug');
     t.is(config.health.host, '127.0.0.1', '--health-server-host is the health bind address');
-    t.deepEqual(config.admin, { host: '127.0.0.1', port: 8094, profiling: true });
+    t.deepEqual(config.admin, { host: '127.0.0.1', port: 8094, profiling: true, limits: { idleTimeoutMs: 10_000, maxConnections: 32 } });
     t.deepEqual(config.server.alpnProtocols, ['konnectivity']);
   },
 );
