@@ -22,7 +22,6 @@
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import tls from 'node:tls';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createCertificateAuthority, type CertificateAuthority } from '../../kit/pki/certificate-authority.js';
@@ -30,7 +29,7 @@ import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/laun
 import { run } from '../../kit/launch/run-to-end.js';
 import type { Child } from '../../kit/launch/child.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
-import { echoRoundTrip, makeWorkspace, startAgent, startEchoBackend, type Workspace } from '../helpers/kanal-processes.js';
+import { echoRoundTrip, makeWorkspace, startAgent, startEchoBackend, tlsToFrontend, type Workspace } from '../helpers/kanal-processes.js';
 import { shippedRbac, startKubeApi } from '../helpers/kube-stand-in/fixture.js';
 import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
@@ -147,19 +146,7 @@ async function startServer(t: ExecutionContext, ws: Workspace, yaml: string): Pr
 
 /** CONNECT through the TCP frontend as `cred` (b's kube-apiserver), echoing `what`. */
 async function echoesViaFrontend(ws: Workspace, server: Server, cred: Pem, address: string, what: string): Promise<boolean> {
-  const s = tls.connect({
-    host: '127.0.0.1',
-    port: server.frontendPort,
-    ca: readFileSync(ws.pki.frontendCaCert),
-    cert: readFileSync(cred.cert),
-    key: readFileSync(cred.key),
-    servername: 'localhost',
-    ALPNProtocols: ['http/1.1'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    s.once('secureConnect', resolve);
-    s.once('error', reject);
-  });
+  const s = await tlsToFrontend(server, ws, { credential: cred, servername: 'localhost' });
   // A connection the server refuses after the handshake (TLS 1.3 checks the client's certificate then) is closed without an answer.
   const closed = new Promise<never>((_, reject) => s.once('close', () => reject(new Error('closed without an answer'))));
   const tunnel = await Promise.race([httpConnect(s, address, 10_000), closed]);

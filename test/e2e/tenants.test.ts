@@ -11,7 +11,6 @@
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import tls from 'node:tls';
 import { readFileSync } from 'node:fs';
 import { createCertificateAuthority, type CertificateAuthority } from '../../kit/pki/certificate-authority.js';
 import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
@@ -27,6 +26,7 @@ import {
   startAgent,
   startEchoBackend,
   startSourceBackend,
+  tlsToFrontend,
   type KanalAgentProcess,
   type Workspace,
 } from '../helpers/kanal-processes.js';
@@ -185,19 +185,7 @@ async function viaAlpha(ws: Workspace, address: string): Promise<import('node:ne
 
 /** CONNECT on the shared TCP frontend with `cred` as the kube-apiserver's certificate. */
 async function viaFrontend(ws: Workspace, server: TenantsServer, cred: Pem, address: string): Promise<import('node:net').Socket> {
-  const s = tls.connect({
-    host: '127.0.0.1',
-    port: server.frontendPort,
-    ca: readFileSync(ws.pki.frontendCaCert),
-    cert: readFileSync(cred.cert),
-    key: readFileSync(cred.key),
-    servername: 'localhost',
-    ALPNProtocols: ['http/1.1'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    s.once('secureConnect', resolve);
-    s.once('error', reject);
-  });
+  const s = await tlsToFrontend(server, ws, { credential: cred, servername: 'localhost' });
   // A connection the server refuses after the handshake (TLS 1.3 checks the client's certificate then) is closed without an answer.
   const closed = new Promise<never>((_, reject) => s.once('close', () => reject(new ConnectRefused(-2, 'closed without an answer'))));
   return Promise.race([httpConnect(s, address, 10_000), closed]);

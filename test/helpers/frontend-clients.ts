@@ -44,9 +44,9 @@ export async function echoesThrough(server: KanalServerProcess, address: string,
  * check that roles never mix).
  */
 export function tlsToFrontend(
-  server: KanalServerProcess,
+  server: Pick<KanalServerProcess, 'frontendPort'>,
   ws: Workspace,
-  opts: { clientCert?: boolean; credential?: AgentCredential } = {},
+  opts: { clientCert?: boolean; credential?: AgentCredential; servername?: string } = {},
 ): Promise<tls.TLSSocket> {
   const { pki } = ws;
   const credential =
@@ -58,6 +58,7 @@ export function tlsToFrontend(
       ca: fs.readFileSync(pki.frontendCaCert),
       cert: credential && fs.readFileSync(credential.cert),
       key: credential && fs.readFileSync(credential.key),
+      servername: opts.servername,
       ALPNProtocols: ['http/1.1'],
     });
     s.once('secureConnect', () => resolve(s));
