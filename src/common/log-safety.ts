@@ -1,5 +1,3 @@
-import type { LoggerOptions } from 'pino';
-
 /**
  * Bounds what one log field can hold. Peers control many logged values
  * (addresses, agentIDs, authorities, metadata, their error texts); a 1 MiB
@@ -7,6 +5,7 @@ import type { LoggerOptions } from 'pino';
  * Applied to every field, message and child-logger binding by the logger
  * (see logger.ts), so no call site has to remember it.
  */
+import type { LoggerOptions } from 'pino';
 
 /** Longest string kept whole; longer ones keep this many characters and say how many were cut. */
 export const MAX_LOG_STRING = 256;

@@ -1,3 +1,4 @@
+/** The process's pino logger: its levels and `--logging-format`, every field bounded (log-safety.ts), one line per record on stdout. */
 import { pino, type Logger, type LevelWithSilent, type LoggerOptions } from 'pino';
 import { BOUNDED_LOG_FIELDS } from './log-safety.js';
 import { stdoutDestination } from './log-destination.js';

@@ -1,9 +1,9 @@
 /**
  * The folder tree is the architecture: each folder is a layer and imports
  * only from the layers below it, never from a layer above nor from another
- * folder of its own layer. LAYERS is the one place the order is written
- * (docs/architecture.md explains it); a new folder must be placed in it
- * before anything in it can pass. Within a folder, files import each other
+ * folder of its own layer. LAYERS (layers.ts) is the one place the order is
+ * written (docs/architecture.md explains it); a new folder must be placed in
+ * it before anything in it can pass. Within a folder, files import each other
  * in one direction only: no circle of imports (import-graph.ts).
  */
 import fs from 'node:fs';
@@ -11,55 +11,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
 import { IMPORT, importCircles, importGraph } from './import-graph.js';
+import { LAYERS, ROOMS } from './layers.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-
-/** Bottom first. Folders are repository paths; a file belongs to the longest one that holds it. */
-const LAYERS: readonly (readonly string[])[] = [
-  ['native', 'src/wire'],
-  ['src/common'],
-  // Kanal's own terms that server and agent share: metrics and their label values, refusals, dial results.
-  ['src/domain'],
-  // The vocabulary of settings (a setting's kinds, its table's derived views); each command's table sits beside what it configures.
-  ['src/settings'],
-  ['src/transport'],
-  ['src/tunnel'],
-  // The audit log: the records tunnelled connections and dials make, their writer and its settings.
-  ['src/audit'],
-  ['src/kube'],
-  ['src/server', 'src/agent'],
-  ['src/cli'],
-  // The demo's and tests' kit, outside the shipped package: nothing in the product may import it.
-  ['kit/pki'],
-  // One way to launch Kanal (in process from flags, or as a CLI child), one log reader, one cleanup scope.
-  ['kit/launch'],
-  // The demo, and the release build (the single executable): nothing imports either.
-  ['kit/demo', 'kit/release'],
-];
-
-/**
- * Rooms of a folder, bottom first, like LAYERS one level down: a file in a
- * room imports only from lower rooms or its own ('.' is the folder's own
- * files). Every subfolder must be placed.
- */
-const ROOMS: Readonly<Record<string, readonly (readonly string[])[]>> = {
-  'src/server': [
-    // Who a peer is (certificates, tokens, roles) and the server's leases: they need nothing else here.
-    ['identity', 'leases'],
-    // Which agent a dial goes to; where node -> control plane dials may go.
-    ['routing', 'destinations'],
-    // Agents joining, and the registry of those that did.
-    ['agents'],
-    // The kube-apiserver's side: HTTP CONNECT, gRPC, the Unix socket, dials through an agent.
-    ['frontends'],
-    // One cluster's room made of the above and whose a connection is; a server's worker processes (docs/multi-tenant.md).
-    ['tenants', 'workers'],
-    // The assembly: KanalServer and its listeners.
-    ['.'],
-    // Settings and configuration, read by the CLI before the server is built.
-    ['config'],
-  ],
-};
 
 /** The room of `file` inside `folder` ('.' for the folder's own files). */
 function roomOf(folder: string, file: string): string {
@@ -75,7 +29,7 @@ function roomViolations(files: readonly string[], read: (file: string) => string
     for (const file of files.filter((f) => f.startsWith(`${folder}/`))) {
       const from = roomOf(folder, file);
       if (rank(from) < 0) {
-        problems.push(`${file}: room ${from} of ${folder} is not placed; add it to ROOMS (test/packaging/layering.test.ts)`);
+        problems.push(`${file}: room ${from} of ${folder} is not placed; add it to ROOMS (test/packaging/layers.ts)`);
         continue;
       }
       for (const match of read(file).matchAll(IMPORT)) {
@@ -130,7 +84,7 @@ function layerViolations(files: readonly string[], read: (file: string) => strin
   for (const file of files) {
     const from = placementOf(file);
     if (!from) {
-      problems.push(`${file}: its folder is in no layer; place it in LAYERS (test/packaging/layering.test.ts)`);
+      problems.push(`${file}: its folder is in no layer; place it in LAYERS (test/packaging/layers.ts)`);
       continue;
     }
     for (const match of read(file).matchAll(IMPORT)) {
@@ -184,7 +138,7 @@ test('the room check refuses an import up, an import sideways and a file in no r
     [
       'src/server/identity/a.ts imports ../routing/r.js: room identity is below room routing of src/server',
       'src/server/routing/r.ts imports ../destinations/d.js: rooms routing and destinations of src/server are one level and must not import each other',
-      'src/server/attic/x.ts: room attic of src/server is not placed; add it to ROOMS (test/packaging/layering.test.ts)',
+      'src/server/attic/x.ts: room attic of src/server is not placed; add it to ROOMS (test/packaging/layers.ts)',
     ],
   );
 });
@@ -277,7 +231,7 @@ test('the check sees imports up, sideways, dynamic and multi-line, and folders i
       'src/common/a.ts imports ../tunnel/b.js: src/common is below src/tunnel',
       'src/server/d.ts imports ../agent/e.js: src/server and src/agent are one layer and must not import each other',
       'src/server/d.ts imports ../cli/f.js: src/server is below src/cli',
-      'src/elsewhere/j.ts: its folder is in no layer; place it in LAYERS (test/packaging/layering.test.ts)',
+      'src/elsewhere/j.ts: its folder is in no layer; place it in LAYERS (test/packaging/layers.ts)',
     ],
   );
 });

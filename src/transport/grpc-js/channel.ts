@@ -1,3 +1,4 @@
+/** The grpc-js client side: a channel to a server and the bidirectional calls opened on it. */
 import * as grpc from '@grpc/grpc-js';
 import type { Packet } from '../../wire/packet.js';
 import { DEFAULT_CLIENT_KEEPALIVE, POLICED_PING_INTERVAL_MS, type ChannelOptions, type GrpcChannel } from '../transport.js';

@@ -1,3 +1,4 @@
+/** `--transport grpc-js`: @grpc/grpc-js with Kanal's codec, the reference beside h2 (docs/architecture.md, "The transport"). */
 import type { Transport } from '../transport.js';
 import { createGrpcJsServer } from './server.js';
 import { createGrpcJsChannel } from './channel.js';

@@ -1,3 +1,4 @@
+/** gRPC metadata between grpc-js's `Metadata` and Kanal's `MetadataMap`, `-bin` values as base64 text. */
 import * as grpc from '@grpc/grpc-js';
 import type { MetadataMap } from '../../wire/metadata.js';
 

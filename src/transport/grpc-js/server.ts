@@ -1,3 +1,4 @@
+/** The grpc-js server side: the agent and proxy services' calls handed to their handlers as PacketStreams. */
 import * as grpc from '@grpc/grpc-js';
 import type { Duplex } from 'node:stream';
 import type { Packet } from '../../wire/packet.js';

@@ -1,3 +1,4 @@
+/** The two gRPC services (AgentService/Connect, ProxyService/Proxy) as grpc-js method definitions with Kanal's codec. */
 import type * as grpc from '@grpc/grpc-js';
 import { encodePacket } from '../../wire/codec.js';
 import type { Packet } from '../../wire/packet.js';
