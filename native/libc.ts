@@ -18,7 +18,6 @@ export interface Libc {
   sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
   recv(fd: number, buf: Buffer, len: number, flags: number): number;
   close(fd: number): number;
-  if_nametoindex(name: string): number;
 }
 
 let libc: Libc | undefined;
@@ -40,7 +39,6 @@ export function getLibc(): Libc {
     sendto: lib.func('intptr_t sendto(int, const void *, size_t, int, const void *, uint32_t)') as Libc['sendto'],
     recv: lib.func('intptr_t recv(int, void *, size_t, int)') as Libc['recv'],
     close: lib.func('int close(int)') as Libc['close'],
-    if_nametoindex: lib.func('unsigned int if_nametoindex(const char *)') as Libc['if_nametoindex'],
   };
   return libc;
 }

@@ -11,7 +11,6 @@ import { endianness } from 'node:os';
 export const NLMSG_ERROR = 2;
 export const NLMSG_DONE = 3;
 export const NLM_F_REQUEST = 0x1;
-export const NLM_F_MULTI = 0x2;
 export const NLM_F_ACK = 0x4;
 export const NLM_F_ROOT = 0x100;
 export const NLM_F_MATCH = 0x200;
@@ -75,12 +74,6 @@ export function encodeAttr(type: number, value: Buffer): Buffer {
 /** NUL-terminated string attribute (IFLA_IFNAME, IFLA_INFO_KIND). */
 export function encodeStringAttr(type: number, value: string): Buffer {
   return encodeAttr(type, Buffer.concat([Buffer.from(value, 'utf8'), Buffer.alloc(1)]));
-}
-
-export function encodeU32Attr(type: number, value: number): Buffer {
-  const v = Buffer.alloc(4);
-  writeU32(v, value, 0);
-  return encodeAttr(type, v);
 }
 
 /** Nested attribute: the value is a sequence of already-encoded attributes. */

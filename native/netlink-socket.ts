@@ -24,11 +24,6 @@ export const MSG_TRUNC = 0x20;
 const RECV_BUFFER_BYTES = 64 * 1024; // larger than any single dump datagram the kernel builds
 export const DEFAULT_TIMEOUT_MS = 5000;
 
-/** ifindex of `name` in this namespace, or 0 when there is no such link. */
-export function interfaceIndex(name: string): number {
-  return Number(getLibc().if_nametoindex(name));
-}
-
 export function sysError(operation: string, call: string): NetlinkError {
   const errno = koffi.errno();
   return new NetlinkError(operation, errno, `${operation}: ${call} failed (${describeErrno(errno)})`);

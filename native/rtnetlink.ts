@@ -45,8 +45,6 @@ export const IFALIASZ = 256;
 // <linux/if_addr.h>
 export const IFA_ADDRESS = 1;
 export const IFA_LOCAL = 2;
-export const IFA_LABEL = 3;
-export const IFA_FLAGS = 8;
 // Skip duplicate address detection: an IPv6 address stays "tentative" (and
 // cannot be bound) until DAD finishes, which never happens on a link without
 // carrier. A host-scoped address has nobody to collide with.
