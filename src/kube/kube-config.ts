@@ -6,11 +6,11 @@
  * names the flag or file to fix.
  */
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { KubeConfig, type User } from '@kubernetes/client-node';
 import { parse as parseYaml } from 'yaml';
 import { errorMessage } from '../common/error-message.js';
+import { formatHostPort } from '../common/host-port.js';
 
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
@@ -114,7 +114,7 @@ function inCluster(env: NodeJS.ProcessEnv, dir: string): KubeConfig {
   }
   const kc = new KubeConfig();
   kc.loadFromClusterAndUser(
-    { name: 'in-cluster', server: `https://${net.isIPv6(host) ? `[${host}]` : host}:${port}`, caFile, skipTLSVerify: false },
+    { name: 'in-cluster', server: `https://${formatHostPort({ host, port: Number(port) })}`, caFile, skipTLSVerify: false },
     // client-node's FileAuth re-reads the file every minute: projected tokens rotate.
     { name: 'in-cluster', authProvider: { name: 'tokenFile', config: { tokenFile } } },
   );

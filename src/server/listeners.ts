@@ -9,6 +9,7 @@ import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { listenError } from '../common/listen-error.js';
+import { formatHostPort } from '../common/host-port.js';
 import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
 import { verifyClientCertificate } from './identity/tls-policy.js';
 import type { AgentConnection } from './identity/agent-credential.js';
@@ -76,7 +77,7 @@ function closeServer(server: net.Server, sockets: Set<net.Socket>): Promise<void
 export function peerOf(socket: net.Socket, fallback: string): string {
   const { remoteAddress: address, remotePort: port } = socket;
   if (address === undefined) return fallback;
-  return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
+  return formatHostPort({ host: address, port: port ?? 0 });
 }
 
 /**
@@ -156,7 +157,7 @@ async function listenTcp(server: net.Server, host: string, port: number, flags: 
       });
     });
   } catch (err) {
-    throw listenError(err, host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`, flags);
+    throw listenError(err, formatHostPort({ host, port }), flags);
   }
   const address = server.address();
   return address !== null && typeof address === 'object' ? address.port : port;

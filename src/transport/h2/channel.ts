@@ -31,6 +31,7 @@ import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BY
 import { sizeTunnelSendBuffer } from '../socket-send-buffer.js';
 import { closeWhenPeerGone } from '../peer-gone-watch.js';
 import { errorMessage } from '../../common/error-message.js';
+import { formatHostPort } from '../../common/host-port.js';
 import { SessionPinger } from './session-pinger.js';
 import { ALPN_NOT_H2, alpnNotH2, closedAfterTlsHandshake } from '../connect-stage.js';
 
@@ -102,7 +103,7 @@ function parseTarget(opts: ChannelOptions): Target {
   const port = Number(m[2]);
   return {
     connect: () => wrap(undefined, host, port),
-    authority: net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`,
+    authority: formatHostPort({ host, port }),
     peer: target,
   };
 }

@@ -14,6 +14,7 @@ import http2, {
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { AGENT_SERVICE_CONNECT, PROXY_SERVICE_PROXY, type MetadataMap } from '../../wire/metadata.js';
+import { formatHostPort } from '../../common/host-port.js';
 import type { PacketStream } from '../packet-stream.js';
 import {
   GrpcStatus,
@@ -61,7 +62,7 @@ function noop(): void {}
 function peerOf(connection: Duplex): string {
   const s = connection as Duplex & { remoteAddress?: string; remotePort?: number };
   if (typeof s.remoteAddress === 'string') {
-    return s.remoteAddress.includes(':') ? `[${s.remoteAddress}]:${s.remotePort}` : `${s.remoteAddress}:${s.remotePort}`;
+    return formatHostPort({ host: s.remoteAddress, port: s.remotePort ?? 0 });
   }
   return 'unix';
 }
