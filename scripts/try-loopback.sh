@@ -5,10 +5,11 @@
 # exit, on Ctrl-C and on SIGTERM. Run it after `npm ci && npm run build`:
 #
 #   scripts/try-loopback.sh           # the steps, then exits 0 when both directions answered
-#   KEEP=1 scripts/try-loopback.sh    # the same, then keeps running for you to try; Ctrl-C ends it
+#   KEEP=1 scripts/try-loopback.sh    # the same, then keeps running for you to try (`kanal status`
+#                                     # on the admin ports, printed); Ctrl-C ends it
 #
-# Ports: the defaults below; set AGENT_PORT, SERVER_HEALTH, AGENT_HEALTH, WEB_PORT or KAS_PORT
-# when one is taken. KANAL_EXECUTABLE=/abs/path/kanal runs the single executable instead.
+# Ports: the defaults below; set AGENT_PORT, SERVER_HEALTH, AGENT_HEALTH, WEB_PORT, KAS_PORT, or with
+# KEEP=1 SERVER_ADMIN and AGENT_ADMIN, when one is taken (without KEEP the admin ports are off). KANAL_EXECUTABLE=/abs/path/kanal runs the single executable instead.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,6 +23,9 @@ for tool in openssl curl socat; do
 done
 AGENT_PORT=${AGENT_PORT:-8091} SERVER_HEALTH=${SERVER_HEALTH:-8092} AGENT_HEALTH=${AGENT_HEALTH:-8093}
 WEB_PORT=${WEB_PORT:-8000} KAS_PORT=${KAS_PORT:-6443}
+# The admin ports (`kanal status`, /metrics) only for a run that stays up: a run that exits
+# at once needs nothing of them, and the defaults may belong to a Kanal already running here.
+if [[ -n ${KEEP:-} ]]; then SERVER_ADMIN=${SERVER_ADMIN:-8095} AGENT_ADMIN=${AGENT_ADMIN:-8094}; else SERVER_ADMIN=0 AGENT_ADMIN=0; fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kanal-try.XXXXXX")
 PIDS=()
@@ -60,30 +64,44 @@ openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1
 # "A pod", and the KAS's stand-in: a web server on 127.0.0.1:$WEB_PORT.
 "$NODE" -e 'require("http").createServer((q, s) => s.end(`hello from ${q.url}\n`)).listen(+process.argv[1], "127.0.0.1")' \
   "$WEB_PORT" > web.log 2>&1 &
-PIDS+=($!)
+PIDS+=($!) WEB_PID=$!
 
 # The server: frontend on a Unix socket, agents on 127.0.0.1:$AGENT_PORT; node -> control plane
 # only to the web server. The agent: serves 127.0.0.2:$KAS_PORT (the advertise address; "none":
 # an address loopback already has, no interface to create) and forwards it through the tunnel.
 "${KANAL[@]}" server --uds-name ./kanal.sock --cluster-cert server.crt --cluster-key server.key \
   --cluster-ca-cert ca.crt --agent-bind-address 127.0.0.1 --agent-port "$AGENT_PORT" \
-  --health-bind-address 127.0.0.1 --health-port "$SERVER_HEALTH" --admin-port 0 \
+  --health-bind-address 127.0.0.1 --health-port "$SERVER_HEALTH" --admin-port "$SERVER_ADMIN" \
   --allowed-destination "127.0.0.1:$WEB_PORT" > server.log 2>&1 &
-PIDS+=($!)
+PIDS+=($!) SERVER_PID=$!
 "${KANAL[@]}" agent --proxy-server-host 127.0.0.1 --proxy-server-port "$AGENT_PORT" --ca-cert ca.crt \
   --agent-cert agent.crt --agent-key agent.key --agent-id node-1 \
-  --health-bind-address 127.0.0.1 --health-server-port "$AGENT_HEALTH" --admin-server-port 0 \
+  --health-bind-address 127.0.0.1 --health-server-port "$AGENT_HEALTH" --admin-server-port "$AGENT_ADMIN" \
   --bind-address 127.0.0.2 --bind-interface-type none --target "$KAS_PORT:127.0.0.1:$WEB_PORT" > agent.log 2>&1 &
-PIDS+=($!)
+PIDS+=($!) AGENT_PID=$!
 echo "try-loopback: started web server, server, agent: pids ${PIDS[*]}"
 
+# A process that exited is said by name, with its exit code and the end of its log: a port
+# taken or a flag refused ends the server or the agent at once, and its log says why.
+exited() {
+  local name=$1 pid=$2 log=$3 code=0
+  kill -0 "$pid" 2>/dev/null && return 1
+  wait "$pid" || code=$?
+  echo "try-loopback: the $name exited (code $code); the end of $log:" >&2
+  tail -n 10 "$log" | sed 's/^/  /' >&2
+}
 ready=
 for _ in {1..40}; do
   if ready=$(curl -sf "127.0.0.1:$AGENT_HEALTH/readyz"); then break; fi
+  dead=0
+  exited server "$SERVER_PID" server.log && dead=1
+  exited agent "$AGENT_PID" agent.log && dead=1
+  exited "web server" "$WEB_PID" web.log && dead=1
+  ((dead)) && exit 1
   sleep 0.5
 done
 if [[ $ready != ok* ]]; then
-  echo "try-loopback: the agent is not ready after 20 s; the ends of its log and the server's:" >&2
+  echo "try-loopback: the server and the agent run, but the agent is not ready after 20 s (${ready:-no answer on 127.0.0.1:$AGENT_HEALTH/readyz}); the ends of their logs:" >&2
   tail -n 5 agent.log server.log >&2
   exit 1
 fi
@@ -106,6 +124,9 @@ fi
 echo "try-loopback: both directions work"
 
 if [[ -n ${KEEP:-} ]]; then
+  echo "try-loopback: what is connected, from the server's and the agent's admin ports:"
+  echo "  ${KANAL[*]} status --admin-address 127.0.0.1:$SERVER_ADMIN"
+  echo "  ${KANAL[*]} status --admin-address 127.0.0.1:$AGENT_ADMIN"
   echo "try-loopback: running in $WORK until Ctrl-C; try curl -s 127.0.0.1:$SERVER_HEALTH/metrics"
   sleep infinity &
   PIDS+=($!)
