@@ -176,13 +176,18 @@ export class ConnectionAuditor {
     sink.write(record);
   }
 
-  /** A peer refused before any dial (Refusals.refuse). */
+  /**
+   * A peer refused before any dial (Refusals.refuse). A refusal made before
+   * a tenant's room (the server's listeners) names the tenant the peer was
+   * recognised as or named, when there is one, in its `tenant` field.
+   */
   refused(r: PeerRefusal, agent?: AuditAgent): void {
+    const tenant = this.opts.tenant ?? (typeof r.fields.tenant === 'string' ? r.fields.tenant : undefined);
     this.opts.sink?.write({
       auditVersion: AUDIT_VERSION,
       time: new Date().toISOString(),
       side: this.opts.side,
-      ...(this.opts.tenant === undefined ? {} : { tenant: this.opts.tenant }),
+      ...(tenant === undefined ? {} : { tenant }),
       event: 'refused',
       refusal: r.reason,
       peer: truncateForLog(r.peer),

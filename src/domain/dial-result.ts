@@ -31,3 +31,16 @@ export const DIAL_RESULTS = ['ok', ...DIAL_FAILURES, ...DIAL_NOT_SENT] as const;
 
 /** kanal_dials_total{result}. */
 export type DialResult = (typeof DIAL_RESULTS)[number];
+
+/**
+ * The end of a Kanal server's answer to a node -> control plane dial its
+ * allow-list refuses (src/server/destinations/destination-dialer.ts). DIAL_RSP
+ * carries only an error text, so the agent reads its `forbidden` from it and
+ * both sides' metrics and audit lines give the dial one result.
+ */
+export const NOT_ALLOWED_BY_SERVER = 'is not allowed by the proxy server';
+
+/** What a requester makes of the far side's DIAL_RSP error: `forbidden` when a Kanal server's allow-list refused it, else `refused`. */
+export function answeredFailure(error: string): 'forbidden' | 'refused' {
+  return error.endsWith(NOT_ALLOWED_BY_SERVER) ? 'forbidden' : 'refused';
+}

@@ -10,6 +10,7 @@ import type { TunnelConnection } from './connection.js';
 import type { DialOptions } from './dial-handler.js';
 import { randomDialID } from './dial-id.js';
 import { DialError } from './errors.js';
+import { answeredFailure } from '../domain/dial-result.js';
 import type { LimitReports } from './limit-reports.js';
 import type { DialAllowance } from './dial-allowance.js';
 
@@ -115,7 +116,7 @@ export class OutboundDials {
     this.pending.delete(dialID);
     pending.cleanup();
     if (error) {
-      pending.reject(withDialID(new DialError('refused', error), dialID));
+      pending.reject(withDialID(new DialError(answeredFailure(error), error), dialID));
       return;
     }
     const conn = connectID === 0 ? undefined : this.opts.openConnection(connectID, dialID, pending.address);

@@ -14,6 +14,7 @@ import type { KanalMetrics } from '../../domain/metrics.js';
 import type { ConnectionBudget } from '../../domain/connection-budget.js';
 import type { DialingAgent, Refusals } from '../../domain/refusal-log.js';
 import { isQuotaRefusal, type DialQuota } from '../../domain/dial-quota.js';
+import { NOT_ALLOWED_BY_SERVER } from '../../domain/dial-result.js';
 
 export interface DestinationDialerOptions {
   allowList: AllowList;
@@ -72,7 +73,7 @@ export class DestinationDialer {
       );
       throw new DialError(
         'forbidden',
-        `destination ${truncateForLog(dial.address, 80)} is not allowed by the proxy server`,
+        `destination ${truncateForLog(dial.address, 80)} ${NOT_ALLOWED_BY_SERVER}`,
         'destination_not_allowed',
       );
     }
