@@ -3,7 +3,8 @@
  * tenants' CAs, agent-port certificates and tenants file its first block
  * makes pass --dry-run, and its second block's server and two agents come
  * up, carry a CONNECT through alpha's socket, and `kanal status` lists each
- * agent under its tenant. The page's ports become free ones.
+ * agent under its tenant, and beta's certificate under alpha's name is
+ * refused with an audit line that names alpha. The page's ports become free ones.
  */
 import test from 'ava';
 import fs from 'node:fs';
@@ -14,7 +15,7 @@ import { markedBlock, runBash } from '../helpers/doc-blocks.js';
 
 const PAGE = 'docs/multi-tenant.md';
 /** The ports the page uses. */
-const PORTS = [8091, 8092, 8093, 8094, 8095, 8096, 8097, 8000];
+const PORTS = [8091, 8092, 8093, 8094, 8095, 8096, 8097, 8098, 8000];
 
 /** A shell word for `s`, single-quoted. */
 function quoted(s: string): string {
@@ -30,7 +31,7 @@ function kanalFunction(): string {
   return ['kanal() {', '  case $1 in', `    server|agent) exec ${cli} "$@" ;;`, `    *) ${cli} "$@" ;;`, '  esac', '}', ''].join('\n');
 }
 
-test("the two tenants' first run: files that pass --dry-run, two agents up, a CONNECT through alpha's socket, kanal status by tenant", async (t) => {
+test("the two tenants' first run: files that pass --dry-run, two agents up, a CONNECT through alpha's socket, kanal status by tenant, a mismatch refused and audited", async (t) => {
   const ws = await makeWorkspace(t);
   const dir = path.join(ws.dir, 'two-tenants');
   fs.mkdirSync(dir);
@@ -52,4 +53,5 @@ test("the two tenants' first run: files that pass --dry-run, two agents up, a CO
   t.regex(run.output, /^HTTP\/1\.0 200 OK\r?$/m);
   t.regex(run.output, /^alpha-node-1 +alpha +CN=alpha-node-1 \(issuer CN=alpha-ca\)/m);
   t.regex(run.output, /^beta-node-1 +beta +CN=beta-node-1 \(issuer CN=beta-ca\)/m);
+  t.regex(run.output, /^\{.*"tenant":"alpha","event":"refused","refusal":"agent_tenant_mismatch".*\}$/m);
 });
