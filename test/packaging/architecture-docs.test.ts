@@ -77,3 +77,26 @@ test('the generated part replaces only what lies between its markers', (t) => {
   t.is(withGenerated(doc, `${BEGIN}\nnew\n${END}`), `# Title\n\nprose\n\n${BEGIN}\nnew\n${END}\n\nafter\n`);
   t.throws(() => withGenerated('# no markers', 'x'), { message: /lacks the markers/ });
 });
+
+/** Every file under the repository's source folders, as repository paths. */
+function treeFiles(dir: string): string[] {
+  return fs.readdirSync(path.join(REPO, dir), { withFileTypes: true }).flatMap((entry) => {
+    const rel = `${dir}/${entry.name}`;
+    return entry.isDirectory() ? treeFiles(rel) : [rel];
+  });
+}
+
+test('every source file the hand-written part of docs/architecture.md names exists (after a move, fix the prose)', (t) => {
+  const doc = fs.readFileSync(DOC, 'utf8');
+  const prose = doc.slice(0, doc.indexOf(BEGIN));
+  const files = ['src', 'native', 'kit', 'test', 'bench'].flatMap(treeFiles);
+  const named = [...new Set([...prose.matchAll(/`([\w./-]+\.ts)`/g)].map((m) => m[1]))];
+  t.true(named.length > 30, `only ${named.length} file names found in the prose`);
+  const exists = (name: string): boolean =>
+    name.includes('/') ? files.some((f) => f === name || f.endsWith(`/${name}`)) : files.some((f) => path.posix.basename(f) === name);
+  t.deepEqual(
+    named.filter((name) => !exists(name)),
+    [],
+    'docs/architecture.md names files that are not in the tree',
+  );
+});
