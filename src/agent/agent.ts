@@ -111,8 +111,12 @@ export class KanalAgent {
       .then(
         () => this.life.to('running'),
         async (err: unknown) => {
-          await this.release();
-          this.life.to('stopped');
+          try {
+            await this.release();
+          } finally {
+            // Stopped even when a release fails, so a stop() waiting on this start ends.
+            this.life.to('stopped');
+          }
           throw err;
         },
       );
