@@ -19,6 +19,7 @@ import { agentStatus } from './agent-status.js';
 import type { AgentStatusDocument } from '../domain/status-document.js';
 import { ProcessAuditLog } from '../audit/process-audit-log.js';
 import type { AuditLogFileOptions } from '../audit/settings.js';
+import { kindOf, StateMachine, type KindOf, type Lifecycle } from '../common/state-machine.js';
 
 export interface AgentOptions {
   /** The tunnels; with `leases`, their server count comes from the lease counter made here. */
@@ -33,9 +34,38 @@ export interface AgentOptions {
   auditLog?: AuditLogFileOptions;
 }
 
+/**
+ * Where a KanalAgent is in its life; it only moves forward (AGENT_LIFECYCLE).
+ * - created: nothing made but the tunnels' object and the audit log's (unopened); stop() has nothing to release.
+ * - starting: start() is making the parts, in order; stop() waits for `started`, then stops what it made.
+ *   A second start() is refused here and in every later state, before it makes anything.
+ * - running: every configured part is up.
+ * - stopping: stop() is draining the tunnels and releasing the parts; another stop() waits for `stopped`.
+ * - stopped: every part released (also after a start() that failed); final.
+ */
+export type AgentLife =
+  | 'created'
+  | { readonly kind: 'starting'; readonly started: Promise<void> }
+  | 'running'
+  | { readonly kind: 'stopping'; readonly stopped: Promise<void> }
+  | 'stopped';
+
+export const AGENT_LIFECYCLE: Lifecycle<AgentLife> = {
+  name: 'kanal agent',
+  moves: {
+    created: ['starting', 'stopped'],
+    starting: ['running', 'stopped'],
+    running: ['stopping'],
+    stopping: ['stopped'],
+    stopped: [],
+  },
+};
+
 export class KanalAgent {
   readonly tunnels: ServerTunnels;
   private readonly log: Logger;
+  /** See AgentLife. */
+  private readonly life: StateMachine<AgentLife>;
   // Each part is set once start() has created it, and released (in reverse) by release().
   private kubeApi: KubeApi | undefined;
   private leaseCounter: ServerLeaseCounter | undefined;
@@ -56,14 +86,45 @@ export class KanalAgent {
     const audited = this.audit ? { ...tunnels, audit: this.audit } : tunnels;
     this.tunnels = new ServerTunnels(leases ? { ...audited, serverCount: counted } : audited);
     this.log = opts.tunnels.log;
+    this.life = new StateMachine<AgentLife>('created', AGENT_LIFECYCLE, (from, to) =>
+      this.log.debug({ from: kindOf(from), to: kindOf(to) }, 'agent state'),
+    );
+  }
+
+  /** Where the agent is in its life (AgentLife). */
+  get state(): KindOf<AgentLife> {
+    return this.life.kind;
   }
 
   /**
    * Starts the lease counter (its kubeconfig read first: a bad one fails
    * before anything is created), the host interface, the node listeners,
    * the tunnels, then the admin port. On failure releases what was started.
+   * Only once: a second call is refused before it makes anything (a second
+   * lease counter or host interface would outlive the first's release).
    */
-  async start(): Promise<void> {
+  start(): Promise<void> {
+    if (!this.life.is('created')) return Promise.reject(new Error(`the agent cannot start when ${this.life.kind}`));
+    // Made after the move to 'starting' (a microtask later), so nothing is made outside it.
+    const started = Promise.resolve()
+      .then(() => this.startParts())
+      .then(
+        () => this.life.to('running'),
+        async (err: unknown) => {
+          try {
+            await this.release();
+          } finally {
+            // Stopped even when a release fails, so a stop() waiting on this start ends.
+            this.life.to('stopped');
+          }
+          throw err;
+        },
+      );
+    this.life.to({ kind: 'starting', started });
+    return started;
+  }
+
+  private async startParts(): Promise<void> {
     const { leases, node, admin } = this.opts;
     const log = this.log;
     await this.audit?.open(this.tunnels.metrics.registry, log.child({ part: 'audit' }));
@@ -92,46 +153,41 @@ export class KanalAgent {
       });
       counter.start();
     }
-    try {
-      if (node) {
-        const managed = new HostInterfaceManager({
-          name: node.interfaceName,
-          type: node.interfaceType,
-          address: node.bindAddress,
-          agentID: this.opts.tunnels.agentID,
-          log,
-          metrics: this.tunnels.metrics,
-        });
-        this.hostInterface = managed;
-        await managed.setUp();
-        this.tunnels.addReadinessCondition(() => managed.readiness());
-        this.nodeListeners = new NodeListeners({
-          bindAddress: node.bindAddress,
-          targets: node.targets,
-          tunnelWaitMs: node.tunnelWaitMs,
-          dialTimeoutMs: this.opts.tunnels.dialTimeoutMs,
-          agent: this.tunnels,
-          log: log.child({ part: 'node-listeners' }),
-        });
-        await this.nodeListeners.start();
-      }
-      await this.tunnels.start();
-      if (admin)
-        this.admin = await startAdminPort(
-          {
-            ...admin,
-            registry: this.tunnels.metrics.registry,
-            status: () => this.status(),
-            hostFlag: '--admin-bind-address',
-            onRefusal: (reason) => this.tunnels.metrics.refusals.inc({ reason }),
-            log,
-          },
-          '--admin-bind-address, --admin-server-port',
-        );
-    } catch (err) {
-      await this.release();
-      throw err;
+    if (node) {
+      const managed = new HostInterfaceManager({
+        name: node.interfaceName,
+        type: node.interfaceType,
+        address: node.bindAddress,
+        agentID: this.opts.tunnels.agentID,
+        log,
+        metrics: this.tunnels.metrics,
+      });
+      this.hostInterface = managed;
+      await managed.setUp();
+      this.tunnels.addReadinessCondition(() => managed.readiness());
+      this.nodeListeners = new NodeListeners({
+        bindAddress: node.bindAddress,
+        targets: node.targets,
+        tunnelWaitMs: node.tunnelWaitMs,
+        dialTimeoutMs: this.opts.tunnels.dialTimeoutMs,
+        agent: this.tunnels,
+        log: log.child({ part: 'node-listeners' }),
+      });
+      await this.nodeListeners.start();
     }
+    await this.tunnels.start();
+    if (admin)
+      this.admin = await startAdminPort(
+        {
+          ...admin,
+          registry: this.tunnels.metrics.registry,
+          status: () => this.status(),
+          hostFlag: '--admin-bind-address',
+          onRefusal: (reason) => this.tunnels.metrics.refusals.inc({ reason }),
+          log,
+        },
+        '--admin-bind-address, --admin-server-port',
+      );
   }
 
   /** The admin port's /status: its servers, tunnels, node listeners and host interface now (agent-status.ts). */
@@ -146,8 +202,37 @@ export class KanalAgent {
     });
   }
 
-  /** Stops accepting node connections, drains the tunnels for up to `graceMs`, then releases the rest. */
+  /**
+   * Stops accepting node connections, drains the tunnels for up to `graceMs`,
+   * then releases the rest. During start() it waits for start() to end first;
+   * called again while stopping it waits for the same stop.
+   */
   async stop(graceMs: number): Promise<void> {
+    const now = this.life.state;
+    if (now === 'created') {
+      // Nothing made; the tunnels are stopped too, so they cannot start later.
+      this.life.to('stopped');
+      await this.tunnels.stop(graceMs);
+      return;
+    }
+    if (now === 'running') {
+      const stopped = this.stopParts(graceMs);
+      this.life.to({ kind: 'stopping', stopped });
+      try {
+        await stopped;
+      } finally {
+        this.life.to('stopped');
+      }
+      return;
+    }
+    if (now === 'stopped') return;
+    if (now.kind === 'stopping') return now.stopped;
+    // Starting: whether it succeeds or fails, stop what it leaves running.
+    await now.started.catch(() => undefined);
+    return this.stop(graceMs);
+  }
+
+  private async stopParts(graceMs: number): Promise<void> {
     this.nodeListeners?.stopAccepting();
     await this.tunnels.stop(graceMs);
     await this.release();
