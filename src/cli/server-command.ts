@@ -27,6 +27,7 @@ import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { errorMessage } from '../common/error-message.js';
 import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
+import { tenantOptionsOf } from '../server/config/tenant-options.js';
 import { buildInfo } from './build-info.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
@@ -90,7 +91,7 @@ export async function buildServerOptions(
   const v = config.settings;
   return {
     serverID: v['server-id'],
-    serverCount: v['server-count'],
+    tenant: tenantOptionsOf(v),
     ...withAuditLog(v),
     agent: {
       host: v['agent-bind-address'],
@@ -98,7 +99,6 @@ export async function buildServerOptions(
       tls: credentials.agent,
       allowUnauthenticated: v['allow-unauthenticated-agents'],
       clientPins: config.agent.clientPins,
-      maxAgentsPerCredential: v['max-agents-per-credential'],
       keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
       resumeTimeoutMs: v['resume-timeout'],
     },
@@ -115,24 +115,8 @@ export async function buildServerOptions(
         },
     },
     health: config.health,
-    backendDialTimeoutMs: v['backend-dial-timeout'].ms,
-    proxyStrategies: v['proxy-strategies'],
-    allowedDestinations: v['allowed-destination'],
-    destinationDialTimeoutMs: v['destination-dial-timeout'],
     maxReceiveMessageBytes: v['max-message-size'],
-    limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
-    agentLimits: {
-      maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
-      maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
-      maxPendingDials: v['max-pending-dials-per-agent'],
-      dialRate: v['dial-rate-per-agent'],
-      dialBurst: v['dial-burst-per-agent'],
-    },
-    retention: {
-      perAgentBytes: v['max-retained-bytes-per-agent'],
-      perTenantBytes: v['max-retained-bytes-per-tenant'],
-      memoryBudgetBytes: v['memory-budget'],
-    },
+    memoryBudgetBytes: v['memory-budget'],
     maxNodeToCpConnections: config.maxNodeToCpConnections,
     transport: await loadTransport(v.transport),
     log,

@@ -10,6 +10,7 @@ import { assertRolesSeparated, ClientRoles, isPinned, parseBundle, sharedTrust }
 import type { TenantCredentials } from '../tenants/tenant-directory.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import { readTenantsFile, TenantsFileError, type TenantSpec } from './tenants-file.js';
+import { tenantOptionsOf } from './tenant-options.js';
 
 /** One tenant's files read and checked into `check` (each problem recorded, named with the tenant). */
 function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | undefined {
@@ -35,34 +36,6 @@ function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | 
     frontendPins: spec.frontendPins,
     ...(v['token-issuer'] !== undefined ? { tokenIssuer: v['token-issuer'] } : {}),
     tokens: spec.tokens !== undefined,
-  };
-}
-
-function optionsOf(spec: TenantSpec): TenantDefinition['options'] {
-  const v = spec.settings;
-  return {
-    serverCount: v['server-count'],
-    maxAgentsPerCredential: v['max-agents-per-credential'],
-    maxAgents: v['max-agents'],
-    quota: {
-      maxConnections: v['max-connections'],
-      maxPendingDials: v['max-pending-dials'],
-      dialRate: v['dial-rate'],
-      dialBurst: v['dial-burst'],
-    },
-    proxyStrategies: v['proxy-strategies'],
-    backendDialTimeoutMs: v['backend-dial-timeout'].ms,
-    allowedDestinations: v['allowed-destination'],
-    destinationDialTimeoutMs: v['destination-dial-timeout'],
-    limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
-    retainedBytes: { perAgent: v['max-retained-bytes-per-agent'], perTenant: v['max-retained-bytes-per-tenant'] },
-    agentLimits: {
-      maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
-      maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
-      maxPendingDials: v['max-pending-dials-per-agent'],
-      dialRate: v['dial-rate-per-agent'],
-      dialBurst: v['dial-burst-per-agent'],
-    },
   };
 }
 
@@ -180,7 +153,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     return {
       name: spec.name,
       credentials,
-      options: optionsOf(spec),
+      options: tenantOptionsOf(spec.settings, spec.settings),
       ...(spec.tokens ? { tokens: spec.tokens } : {}),
       ...(spec.uds ? { uds: spec.uds } : {}),
       fingerprint: fingerprintOf(spec, identity),
