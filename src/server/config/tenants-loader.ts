@@ -9,30 +9,46 @@ import { errorMessage } from '../../common/error-message.js';
 import { assertRolesSeparated, ClientRoles, isPinned, parseBundle, sharedTrust } from '../identity/client-roles.js';
 import type { TenantCredentials } from '../tenants/tenant-directory.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
-import { readTenantsFile, TenantsFileError, type TenantSpec } from './tenants-file.js';
+import { readTenantsFile, TenantsFileError, type TenantFiles, type TenantSpec } from './tenants-file.js';
+import { keyOf } from '../../settings/flag-names.js';
+import { tenantSettings } from './tenant-settings.js';
 import { tenantOptionsOf } from './tenant-options.js';
 
-/** One tenant's files read and checked into `check` (each problem recorded, named with the tenant). */
-function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | undefined {
-  const where = `tenant ${JSON.stringify(spec.name)}`;
-  const v = spec.settings;
+/** One entry's credential files, read. */
+interface LoadedFiles {
+  serving?: { cert: Buffer; key: Buffer };
+  agentCa?: Buffer;
+  frontendCa?: Buffer;
+}
+
+/** One entry's files read and checked into `check` (each problem recorded, named with the tenant); undefined when one is unusable. */
+function loadFiles(f: TenantFiles, check: CredentialCheck): LoadedFiles | undefined {
+  const where = f.where;
   const serving =
-    spec.serving &&
+    f.serving &&
     check.keyPair(
-      { flag: 'cluster-cert', path: spec.serving.certFile, where },
-      { flag: 'cluster-key', path: spec.serving.keyFile, where },
+      { flag: keyOf(tenantSettings, 'cluster-cert'), path: f.serving.certFile, where },
+      { flag: keyOf(tenantSettings, 'cluster-key'), path: f.serving.keyFile, where },
       'server',
     );
-  const agentCa = v['cluster-ca-cert'] && check.certificates({ flag: 'cluster-ca-cert', path: v['cluster-ca-cert'], where });
-  const frontendCa = v['server-ca-cert'] && check.certificates({ flag: 'server-ca-cert', path: v['server-ca-cert'], where });
-  if ((spec.serving && !serving) || (v['cluster-ca-cert'] && !agentCa) || (v['server-ca-cert'] && !frontendCa)) return undefined;
+  const agentCa = f.agentCa && check.certificates({ flag: keyOf(tenantSettings, 'cluster-ca-cert'), path: f.agentCa, where });
+  const frontendCa = f.frontendCa && check.certificates({ flag: keyOf(tenantSettings, 'server-ca-cert'), path: f.frontendCa, where });
+  if ((f.serving && !serving) || (f.agentCa && !agentCa) || (f.frontendCa && !frontendCa)) return undefined;
+  return {
+    ...(serving ? { serving: { cert: serving.cert.pem, key: serving.key.pem } } : {}),
+    ...(agentCa ? { agentCa: agentCa.pem } : {}),
+    ...(frontendCa ? { frontendCa: frontendCa.pem } : {}),
+  };
+}
+
+/** What the directory recognises the tenant by: its entry and its files' contents. */
+function credentialsOf(spec: TenantSpec, files: LoadedFiles): TenantCredentials {
+  const v = spec.settings;
   return {
     name: spec.name,
     serverNames: v['server-name'],
-    ...(serving ? { serving: { cert: serving.cert.pem, key: serving.key.pem } } : {}),
-    ...(agentCa ? { agentCa: agentCa.pem } : {}),
+    ...files,
     agentPins: spec.agentPins,
-    ...(frontendCa ? { frontendCa: frontendCa.pem } : {}),
     frontendPins: spec.frontendPins,
     ...(v['token-issuer'] !== undefined ? { tokenIssuer: v['token-issuer'] } : {}),
     tokens: spec.tokens !== undefined,
@@ -120,24 +136,24 @@ function checkSharedAgentCas(loaded: readonly { spec: TenantSpec; credentials: T
   }
 }
 
-/** Reads the file and every credential file its tenants name; throws TenantsFileError listing every problem. */
+/**
+ * Reads the file and every credential file its entries name; throws
+ * TenantsFileError listing every problem, the files' with the entries'
+ * (docs/multi-tenant.md: all at once).
+ */
 export function loadTenants(file: string, server: { tcpFrontend: boolean }): TenantDefinition[] {
-  const specs = readTenantsFile(file);
-  const noFrontend = server.tcpFrontend ? [] : specs.filter((s) => s.settings['server-ca-cert'] !== undefined);
-  if (noFrontend.length > 0)
-    throw new TenantsFileError(
-      file,
-      noFrontend.map(
-        (s) =>
-          `tenant ${JSON.stringify(s.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
-      ),
-    );
+  const { entries, mistakes } = readTenantsFile(file);
+  if (!server.tcpFrontend)
+    for (const { spec } of entries)
+      if (spec?.settings['server-ca-cert'] !== undefined)
+        mistakes.push(
+          `tenant ${JSON.stringify(spec.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
+        );
   const check = new CredentialCheck();
-  const loaded = specs.flatMap((spec) => {
-    const credentials = loadOne(spec, check);
-    return credentials ? [{ spec, credentials }] : [];
+  const loaded = entries.flatMap(({ files, spec }) => {
+    const read = loadFiles(files, check);
+    return spec && read ? [{ spec, credentials: credentialsOf(spec, read) }] : [];
   });
-  const mistakes: string[] = [];
   try {
     check.done();
   } catch (err) {
@@ -145,7 +161,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     mistakes.push(...err.problems);
   }
   if (mistakes.length === 0) checkSharedAgentCas(loaded, mistakes);
-  if (mistakes.length === 0 && specs.length < 200) checkRolesAcross(loaded, mistakes);
+  if (mistakes.length === 0 && loaded.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
   return loaded.map(({ spec, credentials }) => {
