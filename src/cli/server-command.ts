@@ -7,7 +7,8 @@ import { createLogger } from '../common/logger.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { TlsFiles } from '../server/listeners.js';
 import { serverConfig, type ServerConfig } from '../server/config/config.js';
-import { serverSettings, type ServerGiven } from '../server/config/settings.js';
+import { FLAG, serverSettings, type ServerGiven } from '../server/config/settings.js';
+import { flagsOf, keyOf } from '../settings/flag-names.js';
 import type { TlsPolicy } from '../server/config/tls-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
@@ -64,9 +65,21 @@ function loadListenerTls(
 export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   const check = new CredentialCheck();
   const agentFiles = { ...config.agent, caFile: config.settings['cluster-ca-cert'] };
-  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], agentFiles, config.tls);
+  const agent = loadListenerTls(
+    check,
+    [config.agent.certFlag, config.agent.keyFlag, keyOf(serverSettings, 'cluster-ca-cert')],
+    agentFiles,
+    config.tls,
+  );
   const tcp = config.frontend.tcp;
-  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp, config.tls) : undefined;
+  const frontend = tcp
+    ? loadListenerTls(
+        check,
+        [keyOf(serverSettings, 'server-cert'), keyOf(serverSettings, 'server-key'), keyOf(serverSettings, 'server-ca-cert')],
+        tcp,
+        config.tls,
+      )
+    : undefined;
   check.done();
   return { agent: agent!, frontend, warnings: check.warnings };
 }
@@ -177,7 +190,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const runtime = runtimeWarning(process.versions.node, 'server');
   if (runtime) options.log.warn(runtime);
   if (args.kubeconfig && !config.kube)
-    options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
+    options.log.warn(`--kubeconfig is not used: neither token authentication nor ${FLAG['enable-lease-controller']} is on`);
   const apiClients = await useKubernetesApi(config, options);
   // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
   if (many && tenants) options.tenants = many.serverTenants(config, tenants, options.log);
@@ -201,10 +214,10 @@ export async function runServer(args: ServerArgs): Promise<void> {
           },
           readiness: (query) => server.readiness(query),
           onRefusal: (reason) => server.metrics.refusals.inc({ reason }),
-          hostFlag: '--admin-bind-address',
+          hostFlag: FLAG['admin-bind-address'],
           log: options.log,
         },
-        '--admin-bind-address, --admin-port',
+        flagsOf(serverSettings, 'admin-bind-address', 'admin-port'),
       );
   } catch (err) {
     for (const c of apiClients) c.close();

@@ -20,3 +20,11 @@ export function keyOf<T extends SettingTable, K extends keyof T & string>(_table
 export function flagsOf<T extends SettingTable, K extends keyof T & string>(table: T, ...names: K[]): string {
   return names.map((n) => flagOf(table, n)).join(', ');
 }
+
+/** Every setting of `table` as the command line spells it: `FLAG['uds-name']` is '--uds-name', typed by the table's keys. */
+export function flagNames<T extends SettingTable>(table: T): { readonly [K in keyof T & string]: `--${K}` } {
+  const out: Record<string, string> = {};
+  for (const name of Object.keys(table)) out[name] = `--${name}`;
+  // One entry per key of the table, each `--` and its key.
+  return Object.freeze(out) as { readonly [K in keyof T & string]: `--${K}` };
+}

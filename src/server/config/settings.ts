@@ -14,6 +14,7 @@ import { processSettings } from '../../settings/process-settings.js';
 import { oneClusterOnly, perTenant, processAndTenant } from '../../settings/scope.js';
 import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../../settings/setting.js';
+import { flagNames } from '../../settings/flag-names.js';
 import { MIN_KEEPALIVE_INTERVAL_MS } from '../../transport/liveness.js';
 import { auditSettings } from '../../audit/settings.js';
 import { transportSettings } from '../../transport/settings.js';
@@ -261,7 +262,7 @@ export const serverSettings = {
     default: '',
     describe: 'Oldest TLS version the agent port and TCP frontend accept: VersionTLS12 (default) or VersionTLS13',
     group: AGENTS,
-    parse: (v: string) => minVersionFlag(v),
+    parse: (v: string, flag) => minVersionFlag(v, flag),
   }),
   'cipher-suites': setting({
     type: 'string',
@@ -269,7 +270,7 @@ export const serverSettings = {
     default: [] as readonly string[],
     describe: "TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node's list); no effect on TLS 1.3",
     group: AGENTS,
-    parse: (v: readonly string[]) => cipherSuitesFlag(v),
+    parse: (v: readonly string[], flag) => cipherSuitesFlag(v, flag),
   }),
   'backend-dial-timeout': perTenant(
     setting({
@@ -418,3 +419,6 @@ export const serverSettings = {
 export type ServerGiven = GivenOf<typeof serverSettings>;
 /** Each server setting parsed. */
 export type ServerSettings = ValuesOf<typeof serverSettings>;
+
+/** `kanal server`'s flags as its messages spell them, typed by the table: FLAG['uds-name'] is '--uds-name'. */
+export const FLAG = flagNames(serverSettings);

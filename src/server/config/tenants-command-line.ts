@@ -8,7 +8,7 @@
  */
 import os from 'node:os';
 import { UsageError } from '../../common/usage-error.js';
-import { serverSettings, type ServerSettings } from './settings.js';
+import { FLAG, serverSettings, type ServerSettings } from './settings.js';
 import { processConfig, type ServerConfig } from './config.js';
 import { keysOfScope } from '../../settings/scope.js';
 
@@ -32,9 +32,11 @@ export function tenantsServerConfig(
   file: string,
 ): ServerConfig {
   const misplaced = TENANTS_OWN.filter((n) => !isDefault(n, given[n]));
-  const mistakes = misplaced.map((n) => `--${n} is a tenant's setting with --tenants-config: set ${n} in each tenant's entry of ${file}`);
+  const mistakes = misplaced.map(
+    (n) => `--${n} is a tenant's setting with ${FLAG['tenants-config']}: set ${n} in each tenant's entry of ${file}`,
+  );
   for (const n of ONE_CLUSTER_ONLY) {
-    if (!isDefault(n, given[n])) mistakes.push(`--${n} is not offered with --tenants-config (docs/multi-tenant.md)`);
+    if (!isDefault(n, given[n])) mistakes.push(`--${n} is not offered with ${FLAG['tenants-config']} (docs/multi-tenant.md)`);
   }
   if (mistakes.length > 0)
     throw new UsageError(mistakes.length === 1 ? mistakes[0] : `${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`);
@@ -42,7 +44,7 @@ export function tenantsServerConfig(
   const keyFile = v['cluster-key'] ?? v['server-key'];
   if (!certFile || !keyFile)
     throw new UsageError(
-      'the agent port needs a default certificate (for agents that send no tenant server name): pass --cluster-cert and --cluster-key (or --server-cert and --server-key)',
+      `the agent port needs a default certificate (for agents that send no tenant server name): pass ${FLAG['cluster-cert']} and ${FLAG['cluster-key']} (or ${FLAG['server-cert']} and ${FLAG['server-key']})`,
     );
   const [cert, key] = [v['server-cert'], v['server-key']];
   return {

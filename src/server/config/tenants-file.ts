@@ -15,6 +15,7 @@ import type { RolePins } from '../identity/client-roles.js';
 import { tokenAuthSettings } from './config.js';
 import { TenantsRefused } from '../tenants/tenant-definition.js';
 import { tenantSettings, type TenantSettings } from './tenant-settings.js';
+import { keyOf } from '../../settings/flag-names.js';
 
 export const TENANTS_API_VERSION = 'kanal.dev/v1alpha1';
 export const TENANTS_KIND = 'TenantsConfig';
@@ -239,7 +240,7 @@ function checkAcrossTenants(specs: readonly TenantSpec[], mistakes: string[]): v
   for (const s of specs) {
     claim('name', s.name, s.name);
     for (const n of s.settings['server-name']) claim('server-name', n, s.name);
-    if (s.uds) claim('uds-name', s.uds.path, s.name);
+    if (s.uds) claim(keyOf(tenantSettings, 'uds-name'), s.uds.path, s.name);
     const issuer = s.settings['token-issuer'];
     if (issuer !== undefined) claim('token-issuer', issuer, s.name);
   }

@@ -12,6 +12,7 @@ import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import { readTenantsFile, TenantsFileError, type TenantFiles, type TenantSpec } from './tenants-file.js';
 import { keyOf } from '../../settings/flag-names.js';
 import { tenantSettings } from './tenant-settings.js';
+import { FLAG } from './settings.js';
 import { tenantOptionsOf } from './tenant-options.js';
 
 /** One entry's credential files, read. */
@@ -147,7 +148,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     for (const { spec } of entries)
       if (spec?.settings['server-ca-cert'] !== undefined)
         mistakes.push(
-          `tenant ${JSON.stringify(spec.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
+          `tenant ${JSON.stringify(spec.name)}: server-ca-cert names the shared TCP frontend, which needs ${FLAG['server-cert']} and ${FLAG['server-key']} on the command line`,
         );
   const check = new CredentialCheck();
   const loaded = entries.flatMap(({ files, spec }) => {
