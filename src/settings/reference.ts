@@ -20,7 +20,7 @@ export const SCOPE_MARKS: Readonly<Record<Scope, string>> = {
   process: '',
   tenant: '*Per tenant.*',
   'process-and-tenant': '*Also per tenant.*',
-  'one-cluster': '*Not with --tenants-config.*',
+  'one-cluster': '*One cluster only.*',
 };
 
 function describeCell(s: AnySetting): string {

@@ -37,7 +37,7 @@ const ALLOWED: readonly { file: string; flag: string; reason: string }[] = [
  * the layers (a frontend, the agent's tunnels), where the flag should be
  * named by the caller rather than imported. Lower it when they go; it may not grow.
  */
-const FREE_ELSEWHERE_CEILING = 210;
+const FREE_ELSEWHERE_CEILING = 200;
 
 test('the typed handles spell a setting as its command line and its file do', (t) => {
   t.is(flagOf(serverSettings, 'cluster-ca-cert'), '--cluster-ca-cert');
