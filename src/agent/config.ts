@@ -10,7 +10,7 @@ import { logLevelFrom } from '../settings/process-settings.js';
 import { kubeClientConfig } from '../kube/settings.js';
 import type { AgentOptions } from './agent.js';
 import { nodeSideFromSettings, type NodeSideOptions } from './node-side-config.js';
-import type { AgentSettings } from './settings.js';
+import { FLAG, type AgentSettings } from './settings.js';
 import { withPorts } from './server-addresses.js';
 import type { HostPort } from '../common/host-port.js';
 import type { HealthPortOptions } from '../common/health-server.js';
@@ -45,7 +45,7 @@ export interface AgentConfig {
 
 /** Checks what ties the settings together; `notices` are the command line's lines about ignored upstream flags. */
 export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
-  if (!!v['agent-cert'] !== !!v['agent-key']) throw new UsageError('--agent-cert and --agent-key go together');
+  if (!!v['agent-cert'] !== !!v['agent-key']) throw new UsageError(`${FLAG['agent-cert']} and ${FLAG['agent-key']} go together`);
   const nodeSide = nodeSideFromSettings({
     bindAddress: v['bind-address'],
     targets: v.target,
@@ -57,7 +57,7 @@ export function agentConfig(v: AgentSettings, notices: string[]): AgentConfig {
   const healthHost = v['health-server-host'] === undefined ? v['health-bind-address'] : v['health-server-host'] || '0.0.0.0';
   const initialMs = v['sync-interval'];
   const maxMs = v['sync-interval-cap'];
-  if (maxMs < initialMs) throw new UsageError('--sync-interval-cap must not be shorter than --sync-interval');
+  if (maxMs < initialMs) throw new UsageError(`${FLAG['sync-interval-cap']} must not be shorter than ${FLAG['sync-interval']}`);
   const leases = v['count-server-leases']
     ? { kube: kubeClientConfig(v), namespace: v['lease-namespace'], selector: v['lease-label'] }
     : undefined;

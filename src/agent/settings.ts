@@ -11,6 +11,7 @@ import { choice, count, duration, durationOrOff, listOf, optionalText, port, set
 import { processSettings } from '../settings/process-settings.js';
 import { agentIgnoredFlags, klogFlags } from '../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../settings/setting.js';
+import { flagNames } from '../settings/flag-names.js';
 import { parseAgentIdentifiers } from '../wire/agent-identifiers.js';
 import { auditSettings } from '../audit/settings.js';
 import { transportSettings } from '../transport/settings.js';
@@ -264,3 +265,6 @@ export const agentSettings = {
 export type AgentGiven = GivenOf<typeof agentSettings>;
 /** Each agent setting parsed. */
 export type AgentSettings = ValuesOf<typeof agentSettings>;
+
+/** `kanal agent`'s flags as its messages spell them, typed by the table: FLAG['agent-cert'] is '--agent-cert'. */
+export const FLAG = flagNames(agentSettings);

@@ -5,7 +5,8 @@ import { createLogger } from '../common/logger.js';
 import type { ServerTunnelsOptions } from '../agent/server-tunnels.js';
 import { KanalAgent } from '../agent/agent.js';
 import { agentConfig, type AgentConfig } from '../agent/config.js';
-import { agentSettings, type AgentGiven } from '../agent/settings.js';
+import { agentSettings, FLAG, type AgentGiven } from '../agent/settings.js';
+import { keyOf } from '../settings/flag-names.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
 import { agentStartChecks } from './start-checks.js';
@@ -41,13 +42,17 @@ export interface AgentCredentials {
 export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   const s = config.server;
   const check = new CredentialCheck();
-  const ca = check.certificates({ flag: 'ca-cert', path: s.caFile });
+  const ca = check.certificates({ flag: keyOf(agentSettings, 'ca-cert'), path: s.caFile });
   const pair =
     s.certFile && s.keyFile
-      ? check.keyPair({ flag: 'agent-cert', path: s.certFile }, { flag: 'agent-key', path: s.keyFile }, 'client')
+      ? check.keyPair(
+          { flag: keyOf(agentSettings, 'agent-cert'), path: s.certFile },
+          { flag: keyOf(agentSettings, 'agent-key'), path: s.keyFile },
+          'client',
+        )
       : undefined;
   const tokenFile = config.settings['service-account-token-path'];
-  if (tokenFile) check.token({ flag: 'service-account-token-path', path: tokenFile });
+  if (tokenFile) check.token({ flag: keyOf(agentSettings, 'service-account-token-path'), path: tokenFile });
   check.done();
   return {
     tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols },
@@ -133,7 +138,7 @@ async function runAgentCheck(config: AgentConfig): Promise<void> {
 
 export async function runAgent(args: AgentArgs): Promise<void> {
   const config = validateAgentArgs(args);
-  if (args['dry-run'] && args.check) throw new UsageError('--dry-run and --check exclude each other');
+  if (args['dry-run'] && args.check) throw new UsageError(`${FLAG['dry-run']} and --check exclude each other`);
   if (args.check) {
     await runAgentCheck(config);
     return;
@@ -154,7 +159,7 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const log = options.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
-  if (args.kubeconfig && !config.leases) log.warn('--kubeconfig is not used: --count-server-leases is off');
+  if (args.kubeconfig && !config.leases) log.warn(`--kubeconfig is not used: ${FLAG['count-server-leases']} is off`);
   enableGcPacing();
   const auditLog = auditLogFileOptions(config.settings);
   const kanalAgent = new KanalAgent({

@@ -7,7 +7,8 @@ import { createLogger } from '../common/logger.js';
 import { KanalServer, type ServerOptions } from '../server/server.js';
 import type { TlsFiles } from '../server/listeners.js';
 import { serverConfig, type ServerConfig } from '../server/config/config.js';
-import { serverSettings, type ServerGiven } from '../server/config/settings.js';
+import { FLAG, serverSettings, type ServerGiven } from '../server/config/settings.js';
+import { flagsOf, keyOf } from '../settings/flag-names.js';
 import type { TlsPolicy } from '../server/config/tls-flags.js';
 import { CredentialCheck } from '../common/credential-files.js';
 import { dryRun } from './dry-run.js';
@@ -27,6 +28,7 @@ import { kubeClients } from '../kube/kube-clients.js';
 import type { KubeApi } from '../kube/kube-api.js';
 import { errorMessage } from '../common/error-message.js';
 import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
+import { tenantOptionsOf } from '../server/config/tenant-options.js';
 import { buildInfo } from './build-info.js';
 
 /** What yargs hands `kanal server`, typed by its settings. */
@@ -63,9 +65,21 @@ function loadListenerTls(
 export function loadServerCredentials(config: ServerConfig): ServerCredentials {
   const check = new CredentialCheck();
   const agentFiles = { ...config.agent, caFile: config.settings['cluster-ca-cert'] };
-  const agent = loadListenerTls(check, [config.agent.certFlag, config.agent.keyFlag, 'cluster-ca-cert'], agentFiles, config.tls);
+  const agent = loadListenerTls(
+    check,
+    [config.agent.certFlag, config.agent.keyFlag, keyOf(serverSettings, 'cluster-ca-cert')],
+    agentFiles,
+    config.tls,
+  );
   const tcp = config.frontend.tcp;
-  const frontend = tcp ? loadListenerTls(check, ['server-cert', 'server-key', 'server-ca-cert'], tcp, config.tls) : undefined;
+  const frontend = tcp
+    ? loadListenerTls(
+        check,
+        [keyOf(serverSettings, 'server-cert'), keyOf(serverSettings, 'server-key'), keyOf(serverSettings, 'server-ca-cert')],
+        tcp,
+        config.tls,
+      )
+    : undefined;
   check.done();
   return { agent: agent!, frontend, warnings: check.warnings };
 }
@@ -90,7 +104,7 @@ export async function buildServerOptions(
   const v = config.settings;
   return {
     serverID: v['server-id'],
-    serverCount: v['server-count'],
+    tenant: tenantOptionsOf(v),
     ...withAuditLog(v),
     agent: {
       host: v['agent-bind-address'],
@@ -98,7 +112,6 @@ export async function buildServerOptions(
       tls: credentials.agent,
       allowUnauthenticated: v['allow-unauthenticated-agents'],
       clientPins: config.agent.clientPins,
-      maxAgentsPerCredential: v['max-agents-per-credential'],
       keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
       resumeTimeoutMs: v['resume-timeout'],
     },
@@ -115,24 +128,8 @@ export async function buildServerOptions(
         },
     },
     health: config.health,
-    backendDialTimeoutMs: v['backend-dial-timeout'].ms,
-    proxyStrategies: v['proxy-strategies'],
-    allowedDestinations: v['allowed-destination'],
-    destinationDialTimeoutMs: v['destination-dial-timeout'],
     maxReceiveMessageBytes: v['max-message-size'],
-    limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
-    agentLimits: {
-      maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
-      maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
-      maxPendingDials: v['max-pending-dials-per-agent'],
-      dialRate: v['dial-rate-per-agent'],
-      dialBurst: v['dial-burst-per-agent'],
-    },
-    retention: {
-      perAgentBytes: v['max-retained-bytes-per-agent'],
-      perTenantBytes: v['max-retained-bytes-per-tenant'],
-      memoryBudgetBytes: v['memory-budget'],
-    },
+    memoryBudgetBytes: v['memory-budget'],
     maxNodeToCpConnections: config.maxNodeToCpConnections,
     transport: await loadTransport(v.transport),
     log,
@@ -193,7 +190,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const runtime = runtimeWarning(process.versions.node, 'server');
   if (runtime) options.log.warn(runtime);
   if (args.kubeconfig && !config.kube)
-    options.log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
+    options.log.warn(`--kubeconfig is not used: neither token authentication nor ${FLAG['enable-lease-controller']} is on`);
   const apiClients = await useKubernetesApi(config, options);
   // Read now, so a file with mistakes stops the start (exit 2) before anything is bound.
   if (many && tenants) options.tenants = many.serverTenants(config, tenants, options.log);
@@ -217,10 +214,10 @@ export async function runServer(args: ServerArgs): Promise<void> {
           },
           readiness: (query) => server.readiness(query),
           onRefusal: (reason) => server.metrics.refusals.inc({ reason }),
-          hostFlag: '--admin-bind-address',
+          hostFlag: FLAG['admin-bind-address'],
           log: options.log,
         },
-        '--admin-bind-address, --admin-port',
+        flagsOf(serverSettings, 'admin-bind-address', 'admin-port'),
       );
   } catch (err) {
     for (const c of apiClients) c.close();

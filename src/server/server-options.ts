@@ -3,16 +3,15 @@ import type { HealthPortOptions } from '../common/health-server.js';
 import type { AuditLogFileOptions } from '../audit/settings.js';
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
-import type { TunnelLimits } from '../tunnel/limits.js';
 import type { TunnelStats } from '../tunnel/tunnel.js';
 import type { FrontendMode, TlsFiles } from './listeners.js';
 import type { UnixSocketOptions } from './frontends/unix-socket.js';
 import type { RolePins } from './identity/client-roles.js';
 import type { KeepaliveOptions } from '../transport/liveness.js';
-import type { ProxyStrategy } from './routing/proxy-strategies.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import type { ServerLeaseController } from './leases/lease-controller.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
+import type { TenantSettingsOptions } from './tenants/tenant.js';
 import type { TlsPolicyOptions } from './tenants/tenant-directory.js';
 
 /** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
@@ -21,7 +20,11 @@ export interface ServerOptions {
   serverID: string;
   /** Where each tunnelled connection, failed dial and refusal is recorded (--audit-log-path; docs/operations.md); absent: nowhere. */
   auditLog?: AuditLogFileOptions;
-  serverCount: number;
+  /**
+   * The one cluster's settings (config/tenant-options.ts); with --tenants-config
+   * each tenant's come from its entry instead.
+   */
+  tenant: TenantSettingsOptions;
   agent: {
     host: string;
     port: number;
@@ -29,8 +32,6 @@ export interface ServerOptions {
     allowUnauthenticated: boolean;
     /** Client certificates of agents must match these (when set) and never the frontend's. */
     clientPins?: RolePins;
-    /** Agents (distinct agentIDs) one credential may hold on this server. Default 1. */
-    maxAgentsPerCredential?: number;
     /** Server PINGs on agent connections. Default DEFAULT_AGENT_KEEPALIVE. */
     keepalive?: Omit<KeepaliveOptions, 'onTimeout'>;
     /** Resume (docs/protocol.md): how long a lost agent tunnel's connections wait for it; absent or 0: not offered. */
@@ -54,24 +55,13 @@ export interface ServerOptions {
     tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
   };
   health?: HealthPortOptions;
-  backendDialTimeoutMs: number;
-  /** How a dial picks its agent (routing/router.ts). Default upstream's: ['default']. */
-  proxyStrategies?: readonly ProxyStrategy[];
-  allowedDestinations: readonly string[];
-  destinationDialTimeoutMs: number;
   maxReceiveMessageBytes: number;
   transport: Transport;
-  /** Limits of every tunnel (agent tunnels and gRPC frontend streams). */
-  limits?: Partial<TunnelLimits>;
-  /** Further limits of agent tunnels: the per-agent caps. */
-  agentLimits?: Partial<TunnelLimits>;
   /**
-   * What connections may hold (docs/limits.md, "Retained bytes"): kept for
-   * resends per agent and per tenant (a tenants file's entry may set its
-   * own), and by the whole process before the largest agent is shed
-   * (default: defaultMemoryBudget()).
+   * What all connections of the process may hold before the largest agent is
+   * shed (docs/limits.md, "Retained bytes"; default: defaultMemoryBudget()).
    */
-  retention?: { perAgentBytes: number; perTenantBytes: number; memoryBudgetBytes?: number };
+  memoryBudgetBytes?: number;
   /** Node -> control plane connections of all agents together (file descriptors here); default half the open-files limit. */
   maxNodeToCpConnections?: number;
   log: Logger;

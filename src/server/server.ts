@@ -136,7 +136,7 @@ export class KanalServer {
     this.log = opts.log;
     this.audit = opts.auditLog && new ProcessAuditLog(opts.auditLog);
     this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
-    this.ledger = new RetentionLedger({ budgetBytes: opts.retention?.memoryBudgetBytes || defaultMemoryBudget() });
+    this.ledger = new RetentionLedger({ budgetBytes: opts.memoryBudgetBytes || defaultMemoryBudget() });
     this.refusalLogs = {
       frontend: this.refusals(opts.log.child({ part: 'frontend' })),
       agents: this.refusals(opts.log.child({ part: 'agents' })),
@@ -153,20 +153,12 @@ export class KanalServer {
   private oneCluster(): Tenant {
     const o = this.opts;
     return new Tenant({
+      ...o.tenant,
       serverID: o.serverID,
-      serverCount: o.serverCount,
-      maxAgentsPerCredential: o.agent.maxAgentsPerCredential ?? 1,
       resumeTimeoutMs: o.agent.resumeTimeoutMs ?? 0,
-      proxyStrategies: o.proxyStrategies,
-      backendDialTimeoutMs: o.backendDialTimeoutMs,
-      allowedDestinations: o.allowedDestinations,
-      destinationDialTimeoutMs: o.destinationDialTimeoutMs,
-      limits: o.limits,
-      agentLimits: o.agentLimits,
       tokens: o.agent.tokens,
       nodeToCp: this.nodeToCp,
       ledger: this.ledger,
-      ...(o.retention ? { retainedBytes: { perAgent: o.retention.perAgentBytes, perTenant: o.retention.perTenantBytes } } : {}),
       metrics: this.metrics,
       log: o.log,
       ...(this.audit ? { audit: this.audit } : {}),
@@ -182,7 +174,6 @@ export class KanalServer {
       name,
       serverID: this.opts.serverID,
       resumeTimeoutMs: this.opts.agent.resumeTimeoutMs ?? 0,
-      limits: { ...this.opts.limits, ...loaded.options.limits },
       nodeToCp: this.nodeToCp,
       ledger: this.ledger,
       metrics: new KanalMetrics('server', name),
@@ -286,7 +277,7 @@ export class KanalServer {
     return serverStatus(
       {
         serverID: this.opts.serverID,
-        serverCount: this.opts.serverCount,
+        serverCount: this.opts.tenant.serverCount,
         state: this.current.kind,
         tenants: [...this.rooms.values()].map((r) => r.tenant),
         agents: this.statusIndex.agents(),
@@ -333,7 +324,8 @@ export class KanalServer {
       this.transition({ kind: 'stopped' });
       throw err;
     }
-    const { serverID, serverCount, agent, leases } = this.opts;
+    const { serverID, agent, leases } = this.opts;
+    const serverCount = this.opts.tenant.serverCount;
     const keepalive = agent.keepalive ?? DEFAULT_AGENT_KEEPALIVE;
     const tokens = agent.tokens && {
       user: agent.tokens.expectedUsername,
@@ -350,7 +342,7 @@ export class KanalServer {
       this.log.info({ serverID, keepalive, tenants: this.tenantNames.length }, 'kanal server started');
       return;
     }
-    const proxyStrategies = (this.opts.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
+    const proxyStrategies = (this.opts.tenant.proxyStrategies ?? DEFAULT_PROXY_STRATEGIES).join(',');
     this.log.info(
       { serverID, serverCount, maxAgentsPerCredential: this.registry.maxAgentsPerCredential, proxyStrategies, keepalive, tokens, lease },
       'kanal server started',

@@ -1,5 +1,5 @@
 /** The flag reference of a command as Markdown, derived from its table (docs/flags.md is this text; a test keeps them equal). */
-import type { AnySetting, SettingTable } from './setting.js';
+import type { AnySetting, Scope, SettingTable } from './setting.js';
 import { helpGroups } from './table.js';
 
 function defaultText(s: AnySetting): string {
@@ -15,6 +15,19 @@ function defaultText(s: AnySetting): string {
 
 const cell = (text: string): string => text.replace(/\|/g, '\\|');
 
+/** How the reference marks a setting's scope (setting.ts, Scope); a process's setting goes unmarked. */
+export const SCOPE_MARKS: Readonly<Record<Scope, string>> = {
+  process: '',
+  tenant: '*Per tenant.*',
+  'process-and-tenant': '*Also per tenant.*',
+  'one-cluster': '*One cluster only.*',
+};
+
+function describeCell(s: AnySetting): string {
+  const mark = SCOPE_MARKS[s.scope ?? 'process'];
+  return cell(mark ? `${s.describe} ${mark}` : s.describe);
+}
+
 /** One section per help group, a row per visible setting; the upstream flags Kanal ignores are listed by name at the end. */
 export function renderReference(command: string, table: SettingTable): string {
   const lines = [`## \`kanal ${command}\``, ''];
@@ -23,7 +36,7 @@ export function renderReference(command: string, table: SettingTable): string {
     for (const name of names) {
       const s = table[name];
       const type = `${s.type}${s.array ? ', repeatable' : ''}${s.choices ? `: ${s.choices.join(' \\| ')}` : ''}`;
-      lines.push(`| \`--${name}\` | ${type} | ${defaultText(s)} | ${cell(s.describe)} |`);
+      lines.push(`| \`--${name}\` | ${type} | ${defaultText(s)} | ${describeCell(s)} |`);
     }
     lines.push('');
   }

@@ -14,6 +14,18 @@ import type { HelpGroup } from './groups.js';
 /** What yargs hands over: a string, a number or a boolean, or a list of one of them. */
 export type GivenType = 'string' | 'number' | 'boolean';
 
+/**
+ * Where a setting's value holds (scope.ts; docs/multi-tenant.md):
+ * - process: one value for the whole process, given on the command line only;
+ * - tenant: each tenant's own, in its tenants-file entry; without
+ *   --tenants-config the command line gives the one cluster's (with it, the
+ *   command line refuses it, so no setting has two places that could disagree);
+ * - process-and-tenant: the command line's value is the process's own (e.g.
+ *   the agent port's default certificate) and a tenant's entry gives its own;
+ * - one-cluster: only without --tenants-config.
+ */
+export type Scope = 'process' | 'tenant' | 'process-and-tenant' | 'one-cluster';
+
 export interface Setting<Given, Value> {
   readonly type: GivenType;
   /** Repeatable: given as a list (every other flag keeps its last value, like Go's flag package). */
@@ -28,6 +40,8 @@ export interface Setting<Given, Value> {
   readonly hidden?: boolean;
   /** Set only for upstream flags Kanal ignores: logged once when the flag is given. */
   readonly notice?: string;
+  /** Where its value holds; absent: the process (scope.ts). */
+  readonly scope?: Scope;
   /** What was given (the default applied) to its value; a mistake throws a UsageError naming `--${flag}`. */
   parse(given: Given, flag: string): Value;
 }

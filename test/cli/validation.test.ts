@@ -287,7 +287,7 @@ test('--max-connection-window reaches the options the server and agent build the
       ]),
     ),
   );
-  t.deepEqual(server.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
+  t.deepEqual(server.tenant.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
   const agent = await buildAgentOptions(
     validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])),
   );
@@ -337,7 +337,7 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
       ]),
     ),
   );
-  t.deepEqual(server.agentLimits, {
+  t.deepEqual(server.tenant.agentLimits, {
     maxInboundConnections: 10,
     maxOutboundConnections: 20,
     maxPendingDials: 30,
@@ -345,7 +345,7 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
     dialBurst: 60,
   });
   t.is(server.maxNodeToCpConnections, 40);
-  t.is(server.limits?.peerReadTimeoutMs, 5000);
+  t.is(server.tenant.limits?.peerReadTimeoutMs, 5000);
   const defaults = validateServerArgs(parseServer(base));
   const d = defaults.settings;
   t.deepEqual(

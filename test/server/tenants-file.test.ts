@@ -2,13 +2,17 @@
  * The tenants file's checks (src/server/config/tenants-file.ts): what
  * docs/multi-tenant.md shows is accepted as written, and a file with
  * mistakes is refused with every one of them, each naming its tenant and
- * setting.
+ * setting, its unusable credential files among them; a text that does not
+ * parse is refused with that one error, where it is.
  */
 import test from 'ava';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import os from 'node:os';
 import { parseTenants, TenantsFileError } from '../../src/server/config/tenants-file.js';
+import { loadTenants } from '../../src/server/config/tenants-loader.js';
+import { writeThrowawayPki } from '../../kit/pki/throwaway-pki.js';
 
 const DOC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../docs/multi-tenant.md');
 
@@ -78,5 +82,60 @@ test('the document must say which version it is, and a list of tenants', (t) => 
     'tenants: want a list of tenants',
   ]);
   t.deepEqual(mistakesOf('just text'), ['want a mapping with apiVersion: kanal.dev/v1alpha1, kind: TenantsConfig and tenants']);
-  t.regex(mistakesOf('a: [\n')[0] ?? '', /^not YAML: /);
+  t.regex(mistakesOf('a: [\n')[0] ?? '', /^not YAML at line 2, column 1: /);
+});
+
+test('a file that does not parse is reported alone, with where: one missing ] is one mistake, not one per error it causes', (t) => {
+  const yaml = `apiVersion: kanal.dev/v1alpha1
+kind: TenantsConfig
+tenants:
+  - name: alpha
+    server-name: [a.example.com, b.example.com
+    cluster-ca-cert: /ca.crt
+`;
+  const err = t.throws(() => parseTenants(yaml, 'tenants.yaml'), { instanceOf: TenantsFileError });
+  t.is(err?.mistakes.length, 1);
+  const [first, ...excerpt] = err?.message.split('\n') ?? [];
+  t.is(
+    first,
+    '--tenants-config tenants.yaml: not YAML at line 6, column 5: Flow sequence in block collection must be sufficiently indented and end with a ]',
+  );
+  t.deepEqual(excerpt, ['        server-name: [a.example.com, b.example.com', '        cluster-ca-cert: /ca.crt', '        ^']);
+  t.notRegex(err?.message ?? '', /mistakes:|:\n\s*\n/, 'no count of mistakes, no colon left dangling');
+  // JSON is YAML too: its mistakes are told the same way.
+  t.deepEqual(
+    mistakesOf('{"apiVersion": "kanal.dev/v1alpha1", "kind": "TenantsConfig", "tenants": [{"name": "a"}\n').map((m) => m.split('\n')[0]),
+    ['not YAML at line 2, column 1: Flow sequence in block collection must be sufficiently indented and end with a ]'],
+  );
+});
+
+test("unusable credential files are reported with the entries' other mistakes, in one report", async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-tenants-files-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
+  const file = path.join(dir, 'tenants.yaml');
+  const missing = path.join(dir, 'missing.key');
+  fs.writeFileSync(
+    file,
+    `apiVersion: kanal.dev/v1alpha1
+kind: TenantsConfig
+tenants:
+  - name: alpha
+    server-name: [alpha.example.com]
+    cluster-cert: ${pki.serverCert}
+    cluster-key: ${missing}
+    cluster-ca-cert: ${pki.caCert}
+    uds-name: ${path.join(dir, 'alpha.sock')}
+  - name: beta
+    cluster-ca-cert: ${path.join(dir, 'missing-ca.crt')}
+    uds-name: ${path.join(dir, 'beta.sock')}
+    max-agnets: 3
+`,
+  );
+  const err = t.throws(() => loadTenants(file, { tcpFrontend: false }), { instanceOf: TenantsFileError });
+  t.deepEqual(err?.mistakes, [
+    `tenant "beta": unknown setting "max-agnets" (a tenant takes the settings listed in docs/multi-tenant.md; ports, listeners and logging are the command line's)`,
+    `tenant "alpha": cluster-key ${missing}: cannot read (ENOENT: no such file)`,
+    `tenant "beta": cluster-ca-cert ${path.join(dir, 'missing-ca.crt')}: cannot read (ENOENT: no such file)`,
+  ]);
 });

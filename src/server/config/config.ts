@@ -15,7 +15,8 @@ import { serverLeaseName } from '../../kube/lease.js';
 import type { Labels } from '../../kube/labels.js';
 import type { RolePins } from '../identity/client-roles.js';
 import type { TlsPolicy } from './tls-flags.js';
-import type { ServerSettings } from './settings.js';
+import { FLAG, serverSettings, type ServerSettings } from './settings.js';
+import { keyOf } from '../../settings/flag-names.js';
 import type { HealthPortOptions } from '../../common/health-server.js';
 import type { HttpPortLimits } from '../../common/http-listener.js';
 import { httpPortLimits } from '../../settings/http-port-settings.js';
@@ -64,21 +65,23 @@ export interface ServerConfig {
 export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig {
   if (v.workers !== 1)
     throw new UsageError(
-      '--workers needs --tenants-config: one cluster\'s agents and kube-apiserver meet in one process (docs/multi-tenant.md, "Workers")',
+      `--workers needs ${FLAG['tenants-config']}: one cluster's agents and kube-apiserver meet in one process (docs/multi-tenant.md, "Workers")`,
     );
   const certFile = v['cluster-cert'] ?? v['server-cert'];
   const keyFile = v['cluster-key'] ?? v['server-key'];
   if (!certFile || !keyFile)
-    throw new UsageError('the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)');
+    throw new UsageError(
+      `the agent port needs a certificate: pass ${FLAG['cluster-cert']} and ${FLAG['cluster-key']} (or ${FLAG['server-cert']} and ${FLAG['server-key']})`,
+    );
   const tokens = tokenAuthSettings(v);
   if (tokens && v['allow-unauthenticated-agents']) {
     throw new UsageError(
-      '--allow-unauthenticated-agents contradicts token authentication (--agent-namespace, --agent-service-account, --authentication-audience): every agent needs a token',
+      `${FLAG['allow-unauthenticated-agents']} contradicts token authentication (${FLAG['agent-namespace']}, ${FLAG['agent-service-account']}, ${FLAG['authentication-audience']}): every agent needs a token`,
     );
   }
   if (!v['cluster-ca-cert'] && !tokens && !v['allow-unauthenticated-agents']) {
     throw new UsageError(
-      '--cluster-ca-cert is required to authenticate agents by client certificate (or --agent-namespace, --agent-service-account and --authentication-audience to authenticate them by service account token, or --allow-unauthenticated-agents to accept any agent, which is insecure)',
+      `${FLAG['cluster-ca-cert']} is required to authenticate agents by client certificate (or ${FLAG['agent-namespace']}, ${FLAG['agent-service-account']} and ${FLAG['authentication-audience']} to authenticate them by service account token, or ${FLAG['allow-unauthenticated-agents']} to accept any agent, which is insecure)`,
     );
   }
   const frontend: ServerConfig['frontend'] = {};
@@ -93,8 +96,9 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
     };
   } else {
     const [cert, key, ca] = [v['server-cert'], v['server-key'], v['server-ca-cert']];
-    if (!cert || !key) throw new UsageError('the frontend needs --uds-name, or --server-cert and --server-key for mTLS TCP');
-    if (!ca) throw new UsageError('--server-ca-cert is required for the TCP frontend so only the kube-apiserver can use it');
+    if (!cert || !key)
+      throw new UsageError(`the frontend needs ${FLAG['uds-name']}, or ${FLAG['server-cert']} and ${FLAG['server-key']} for mTLS TCP`);
+    if (!ca) throw new UsageError(`${FLAG['server-ca-cert']} is required for the TCP frontend so only the kube-apiserver can use it`);
     frontend.tcp = {
       host: v['server-bind-address'],
       port: v['server-port'],
@@ -112,7 +116,7 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
     try {
       serverLeaseName(serverID);
     } catch (err) {
-      throw new UsageError(`--enable-lease-controller: ${errorMessage(err)}`);
+      throw new UsageError(`${FLAG['enable-lease-controller']}: ${errorMessage(err)}`);
     }
   }
   const kube = tokens || leases ? kubeClientConfig(v) : undefined;
@@ -147,8 +151,8 @@ export function processConfig(
     settings: v,
     agent: {
       ...files,
-      certFlag: v['cluster-cert'] ? 'cluster-cert' : 'server-cert',
-      keyFlag: v['cluster-key'] ? 'cluster-key' : 'server-key',
+      certFlag: v['cluster-cert'] ? keyOf(serverSettings, 'cluster-cert') : keyOf(serverSettings, 'server-cert'),
+      keyFlag: v['cluster-key'] ? keyOf(serverSettings, 'cluster-key') : keyOf(serverSettings, 'server-key'),
       clientPins: { subjects: [], ekus: [] },
     },
     health:
@@ -181,17 +185,17 @@ export function tokenAuthSettings(
   if (!namespace && !serviceAccount && !audience) return undefined;
   if (!namespace || !serviceAccount || !audience) {
     const missing = [
-      ['--agent-namespace', namespace],
-      ['--agent-service-account', serviceAccount],
-      ['--authentication-audience', audience],
+      [FLAG['agent-namespace'], namespace],
+      [FLAG['agent-service-account'], serviceAccount],
+      [FLAG['authentication-audience'], audience],
     ]
       .filter(([, x]) => !x)
       .map(([f]) => f);
     throw new UsageError(
-      `token authentication needs --agent-namespace, --agent-service-account and --authentication-audience together; missing ${missing.join(', ')}`,
+      `token authentication needs ${FLAG['agent-namespace']}, ${FLAG['agent-service-account']} and ${FLAG['authentication-audience']} together; missing ${missing.join(', ')}`,
     );
   }
-  for (const [flag, value] of Object.entries({ '--agent-namespace': namespace, '--agent-service-account': serviceAccount })) {
+  for (const [flag, value] of Object.entries({ [FLAG['agent-namespace']]: namespace, [FLAG['agent-service-account']]: serviceAccount })) {
     if (value.includes(':')) throw new UsageError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
   }
   return { namespace, serviceAccount, audience };

@@ -11,8 +11,10 @@ import { parseHostPort } from '../../common/host-port.js';
 import { choice, count, duration, durationOrOff, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
 import { durationFlag, namedFlag } from '../../settings/checks.js';
 import { processSettings } from '../../settings/process-settings.js';
+import { oneClusterOnly, perTenant, processAndTenant } from '../../settings/scope.js';
 import { klogFlags, serverIgnoredFlags } from '../../settings/upstream-flags.js';
 import type { GivenOf, ValuesOf } from '../../settings/setting.js';
+import { flagNames } from '../../settings/flag-names.js';
 import { MIN_KEEPALIVE_INTERVAL_MS } from '../../transport/liveness.js';
 import { auditSettings } from '../../audit/settings.js';
 import { transportSettings } from '../../transport/settings.js';
@@ -48,6 +50,11 @@ function pins<T>(describe: string, group: HelpGroup, parse: (text: string) => T)
   });
 }
 
+/**
+ * Each entry's scope (setting.ts, Scope) says where its value holds: a
+ * tenant's own (perTenant), the process's and a tenant's (processAndTenant),
+ * one cluster's only (oneClusterOnly), else the process's.
+ */
 export const serverSettings = {
   'tenants-config': optionalText({
     describe:
@@ -80,70 +87,100 @@ export const serverSettings = {
     group: IDENTITY,
     parse: (v: string | undefined): string => v || process.env.PROXY_SERVER_ID || `${os.hostname()}-${randomUUID().slice(0, 8)}`,
   }),
-  'server-count': setting({
-    type: 'number',
-    default: 1,
-    describe: 'Number of proxy servers behind the agent address (HA); agents keep a tunnel to each',
-    group: IDENTITY,
-    parse: (v: number, flag) => {
-      if (!Number.isInteger(v) || v < 1) throw new UsageError(`--${flag} must be a positive integer, got ${v}`);
-      return v;
-    },
-  }),
+  'server-count': perTenant(
+    setting({
+      type: 'number',
+      default: 1,
+      describe: 'Number of proxy servers behind the agent address (HA); agents keep a tunnel to each',
+      group: IDENTITY,
+      parse: (v: number, flag) => {
+        if (!Number.isInteger(v) || v < 1) throw new UsageError(`--${flag} must be a positive integer, got ${v}`);
+        return v;
+      },
+    }),
+  ),
   'agent-port': port({ default: 8091, allowZero: true, describe: 'Port agents connect to (mTLS gRPC)', group: AGENTS }),
   'agent-bind-address': text({ default: '0.0.0.0', describe: 'Address the agent port listens on', group: AGENTS }),
-  'cluster-cert': optionalText({ describe: 'Certificate the agent port presents (default: --server-cert)', group: AGENTS }),
-  'cluster-key': optionalText({ describe: 'Key for --cluster-cert (default: --server-key)', group: AGENTS }),
-  'cluster-ca-cert': optionalText({
-    describe:
-      'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)',
-    group: AUTH,
-  }),
-  'allow-unauthenticated-agents': toggle({
-    describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address',
-    group: AUTH,
-  }),
-  'agent-namespace': optionalText({
-    describe: "Token authentication: namespace of the agents' service account (with --agent-service-account, --authentication-audience)",
-    group: AUTH,
-  }),
-  'agent-service-account': optionalText({
-    describe: "Token authentication: the agents' service account; every agent stream needs its token (see docs/kubernetes-api.md)",
-    group: AUTH,
-  }),
-  'authentication-audience': optionalText({
-    describe: "Token authentication: audience the agents' tokens must be for, e.g. system:konnectivity-server",
-    group: AUTH,
-  }),
+  'cluster-cert': processAndTenant(
+    optionalText({ describe: 'Certificate the agent port presents (default: --server-cert)', group: AGENTS }),
+  ),
+  'cluster-key': processAndTenant(optionalText({ describe: 'Key for --cluster-cert (default: --server-key)', group: AGENTS })),
+  'cluster-ca-cert': perTenant(
+    optionalText({
+      describe:
+        'CA that signs agent client certificates; agents without a valid one are refused (with token authentication: required as well)',
+      group: AUTH,
+    }),
+  ),
+  'allow-unauthenticated-agents': oneClusterOnly(
+    toggle({
+      describe: 'Accept agents without a valid client certificate (insecure; upstream default); they are told apart by peer address',
+      group: AUTH,
+    }),
+  ),
+  'agent-namespace': perTenant(
+    optionalText({
+      describe: "Token authentication: namespace of the agents' service account (with --agent-service-account, --authentication-audience)",
+      group: AUTH,
+    }),
+  ),
+  'agent-service-account': perTenant(
+    optionalText({
+      describe: "Token authentication: the agents' service account; every agent stream needs its token (see docs/kubernetes-api.md)",
+      group: AUTH,
+    }),
+  ),
+  'authentication-audience': perTenant(
+    optionalText({
+      describe: "Token authentication: audience the agents' tokens must be for, e.g. system:konnectivity-server",
+      group: AUTH,
+    }),
+  ),
   ...kubeSettings,
+  kubeconfig: perTenant(kubeSettings.kubeconfig),
+  'kube-api-content-type': processAndTenant(kubeSettings['kube-api-content-type']),
   ...kubeRateSettings,
-  'enable-lease-controller': toggle({
-    describe: "Publish this server's Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers",
-    group: LEASES,
-  }),
-  'lease-label': leaseLabelsSetting,
-  'max-agents-per-credential': count({
-    default: 1,
-    describe:
-      'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)',
-    group: AUTH,
-  }),
-  'agent-client-subject': pins(
-    'Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)',
-    AUTH,
-    parseSubjectPattern,
+  'kubeconfig-qps': processAndTenant(kubeRateSettings['kubeconfig-qps']),
+  'kubeconfig-burst': processAndTenant(kubeRateSettings['kubeconfig-burst']),
+  'enable-lease-controller': oneClusterOnly(
+    toggle({
+      describe: "Publish this server's Lease (renewed every 15s, 30s long) and delete expired ones, so agents can count servers",
+      group: LEASES,
+    }),
   ),
-  'agent-client-eku': pins(
-    'Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)',
-    AUTH,
-    parseEku,
+  'lease-label': oneClusterOnly(leaseLabelsSetting),
+  'max-agents-per-credential': perTenant(
+    count({
+      default: 1,
+      describe:
+        'Agents (distinct agentIDs) one credential may hold on this server; raise it only for a credential shared by several agents (see docs/trust-model.md)',
+      group: AUTH,
+    }),
   ),
-  'frontend-client-subject': pins(
-    'The frontend client certificate (the kube-apiserver) must have this subject attribute, e.g. CN=kube-apiserver (repeatable)',
-    FRONTEND,
-    parseSubjectPattern,
+  'agent-client-subject': perTenant(
+    pins(
+      'Agent client certificates must have this subject attribute, e.g. O=system:nodes or CN=node-* (repeatable; needed when agents and the frontend trust one CA)',
+      AUTH,
+      parseSubjectPattern,
+    ),
   ),
-  'frontend-client-eku': pins('The frontend client certificate must carry this extended key usage OID (repeatable)', FRONTEND, parseEku),
+  'agent-client-eku': perTenant(
+    pins(
+      'Agent client certificates must carry this extended key usage OID (repeatable; alternative to --agent-client-subject)',
+      AUTH,
+      parseEku,
+    ),
+  ),
+  'frontend-client-subject': perTenant(
+    pins(
+      'The frontend client certificate (the kube-apiserver) must have this subject attribute, e.g. CN=kube-apiserver (repeatable)',
+      FRONTEND,
+      parseSubjectPattern,
+    ),
+  ),
+  'frontend-client-eku': perTenant(
+    pins('The frontend client certificate must carry this extended key usage OID (repeatable)', FRONTEND, parseEku),
+  ),
   'keepalive-time': setting({
     type: 'string',
     default: `${DEFAULT_AGENT_KEEPALIVE.intervalMs / 1000}s`,
@@ -172,26 +209,32 @@ export const serverSettings = {
     describe: 'Frontend protocol(s) for the kube-apiserver; "both" tells them apart per connection',
     group: FRONTEND,
   }),
-  'uds-name': optionalText({ describe: 'Serve the frontend on this Unix socket instead of TCP', group: FRONTEND }),
+  'uds-name': perTenant(optionalText({ describe: 'Serve the frontend on this Unix socket instead of TCP', group: FRONTEND })),
   // Upstream's default (true): its manifests rely on it across restarts; Kanal removes only a stale socket (docs/frontends.md).
-  'delete-existing-uds-file': toggle({
-    default: true,
-    describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)',
-    group: FRONTEND,
-  }),
-  'uds-mode': setting({
-    type: 'string',
-    default: '0660',
-    describe: 'Permission bits of the --uds-name socket, set before anyone can reach it (the umask does not apply)',
-    group: FRONTEND,
-    parse: (v: string, flag) => fileModeFlag(flag, v),
-  }),
-  'uds-group': setting({
-    type: 'string',
-    describe: "Group (name or ID) of the --uds-name socket (default: the server's group)",
-    group: FRONTEND,
-    parse: (v: string | undefined, flag) => (v === undefined ? undefined : groupFlag(flag, v)),
-  }),
+  'delete-existing-uds-file': perTenant(
+    toggle({
+      default: true,
+      describe: 'Remove a stale socket at --uds-name before listening (never a file of another kind, nor a socket a live process serves)',
+      group: FRONTEND,
+    }),
+  ),
+  'uds-mode': perTenant(
+    setting({
+      type: 'string',
+      default: '0660',
+      describe: 'Permission bits of the --uds-name socket, set before anyone can reach it (the umask does not apply)',
+      group: FRONTEND,
+      parse: (v: string, flag) => fileModeFlag(flag, v),
+    }),
+  ),
+  'uds-group': perTenant(
+    setting({
+      type: 'string',
+      describe: "Group (name or ID) of the --uds-name socket (default: the server's group)",
+      group: FRONTEND,
+      parse: (v: string | undefined, flag) => (v === undefined ? undefined : groupFlag(flag, v)),
+    }),
+  ),
   'frontend-header-timeout': duration({
     default: '30s',
     describe:
@@ -202,20 +245,24 @@ export const serverSettings = {
   'server-bind-address': text({ default: '0.0.0.0', describe: 'Address the frontend TCP port listens on', group: FRONTEND }),
   'server-cert': optionalText({ describe: 'Frontend TLS certificate', group: FRONTEND }),
   'server-key': optionalText({ describe: 'Frontend TLS key', group: FRONTEND }),
-  'server-ca-cert': optionalText({ describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)', group: FRONTEND }),
-  'proxy-strategies': setting({
-    type: 'string',
-    default: 'default',
-    describe: `Ordered, comma-separated ways to pick an agent for a dial: ${PROXY_STRATEGIES.join(', ')} (see docs/routing.md)`,
-    group: ROUTING,
-    parse: (v: string, flag) => namedFlag(flag, () => parseProxyStrategies(v)),
-  }),
+  'server-ca-cert': perTenant(
+    optionalText({ describe: 'CA for kube-apiserver client certificates on the frontend (mTLS)', group: FRONTEND }),
+  ),
+  'proxy-strategies': perTenant(
+    setting({
+      type: 'string',
+      default: 'default',
+      describe: `Ordered, comma-separated ways to pick an agent for a dial: ${PROXY_STRATEGIES.join(', ')} (see docs/routing.md)`,
+      group: ROUTING,
+      parse: (v: string, flag) => namedFlag(flag, () => parseProxyStrategies(v)),
+    }),
+  ),
   'tls-min-version': setting({
     type: 'string',
     default: '',
     describe: 'Oldest TLS version the agent port and TCP frontend accept: VersionTLS12 (default) or VersionTLS13',
     group: AGENTS,
-    parse: (v: string) => minVersionFlag(v),
+    parse: (v: string, flag) => minVersionFlag(v, flag),
   }),
   'cipher-suites': setting({
     type: 'string',
@@ -223,33 +270,39 @@ export const serverSettings = {
     default: [] as readonly string[],
     describe: "TLS 1.2 cipher suites allowed, Go names, comma-separated (default: Node's list); no effect on TLS 1.3",
     group: AGENTS,
-    parse: (v: readonly string[]) => cipherSuitesFlag(v),
+    parse: (v: readonly string[], flag) => cipherSuitesFlag(v, flag),
   }),
-  'backend-dial-timeout': setting({
-    type: 'string',
-    default: DEFAULT_BACKEND_DIAL_TIMEOUT,
-    describe: 'How long a dial through an agent may take (then HTTP 504); 0 (upstream: no timeout) keeps 10s',
-    group: ROUTING,
-    parse: (v: string, flag): { ms: number; notice?: string } => {
-      // Upstream's 0 waits for ever; every wait in Kanal is bounded.
-      if (!/^0+(\.0*)?[a-z]*$/.test(v)) return { ms: durationFlag(flag, v) };
-      return {
-        ms: durationFlag(flag, DEFAULT_BACKEND_DIAL_TIMEOUT),
-        notice: `--${flag} ${v}: upstream's "no timeout" is not offered; using ${DEFAULT_BACKEND_DIAL_TIMEOUT}`,
-      };
-    },
-  }),
-  'allowed-destination': listOf({
-    describe: 'host:port agents may reach through this server (repeatable; none = deny all)',
-    group: ROUTING,
-    item: (v, flag) => {
-      return namedFlag(flag, () => {
-        parseHostPort(v);
-        return v;
-      });
-    },
-  }),
-  'destination-dial-timeout': duration({ default: '10s', describe: 'Timeout for dials to allowed destinations', group: ROUTING }),
+  'backend-dial-timeout': perTenant(
+    setting({
+      type: 'string',
+      default: DEFAULT_BACKEND_DIAL_TIMEOUT,
+      describe: 'How long a dial through an agent may take (then HTTP 504); 0 (upstream: no timeout) keeps 10s',
+      group: ROUTING,
+      parse: (v: string, flag): { ms: number; notice?: string } => {
+        // Upstream's 0 waits for ever; every wait in Kanal is bounded.
+        if (!/^0+(\.0*)?[a-z]*$/.test(v)) return { ms: durationFlag(flag, v) };
+        return {
+          ms: durationFlag(flag, DEFAULT_BACKEND_DIAL_TIMEOUT),
+          notice: `--${flag} ${v}: upstream's "no timeout" is not offered; using ${DEFAULT_BACKEND_DIAL_TIMEOUT}`,
+        };
+      },
+    }),
+  ),
+  'allowed-destination': perTenant(
+    listOf({
+      describe: 'host:port agents may reach through this server (repeatable; none = deny all)',
+      group: ROUTING,
+      item: (v, flag) => {
+        return namedFlag(flag, () => {
+          parseHostPort(v);
+          return v;
+        });
+      },
+    }),
+  ),
+  'destination-dial-timeout': perTenant(
+    duration({ default: '10s', describe: 'Timeout for dials to allowed destinations', group: ROUTING }),
+  ),
   'health-port': port({ default: 8092, allowZero: true, describe: 'Port for /healthz, /readyz and /metrics (0 disables)', group: PORTS }),
   'health-bind-address': text({ default: '0.0.0.0', describe: 'Address the health port listens on', group: PORTS }),
   'admin-port': port({
@@ -283,41 +336,53 @@ export const serverSettings = {
     },
   }),
   ...tunnelSettings,
-  'max-node-to-cp-connections-per-agent': count({
-    default: DEFAULT_NODE_TO_CP_CONNECTIONS,
-    describe:
-      'Node -> control plane connections one agent (credential + agentID, all its tunnels) may hold (dialling or open); more are refused',
-    group: LIMITS,
-  }),
+  'max-connection-window': perTenant(tunnelSettings['max-connection-window']),
+  'peer-read-timeout': perTenant(tunnelSettings['peer-read-timeout']),
+  'max-node-to-cp-connections-per-agent': perTenant(
+    count({
+      default: DEFAULT_NODE_TO_CP_CONNECTIONS,
+      describe:
+        'Node -> control plane connections one agent (credential + agentID, all its tunnels) may hold (dialling or open); more are refused',
+      group: LIMITS,
+    }),
+  ),
   'max-node-to-cp-connections': count({
     default: 0,
     min: 0,
     describe: 'Node -> control plane connections of all agents together (each holds a file descriptor); 0 = half the open-files limit',
     group: LIMITS,
   }),
-  'max-cp-to-node-connections-per-agent': count({
-    default: DEFAULT_CP_TO_NODE_CONNECTIONS,
-    describe: 'Control plane -> node connections through one agent (all its tunnels; dialling or open); more fail with 503',
-    group: LIMITS,
-  }),
-  'max-pending-dials-per-agent': count({
-    default: DEFAULT_LIMITS.maxPendingDials,
-    describe: 'Dials waiting for an answer on one agent (all its tunnels), in each direction; more are refused',
-    group: LIMITS,
-  }),
-  'max-retained-bytes-per-agent': count({
-    default: DEFAULT_AGENT_RETAINED_BYTES,
-    min: DEFAULT_LIMITS.windowBytes,
-    describe:
-      'Bytes one agent (credential + agentID) may keep for resends over all its tunnels, detached and lingering ones included (resume); at the cap its connections stop reading until it acknowledges',
-    group: LIMITS,
-  }),
-  'max-retained-bytes-per-tenant': count({
-    default: DEFAULT_TENANT_RETAINED_BYTES,
-    min: DEFAULT_LIMITS.windowBytes,
-    describe: 'The same for all agents of the tenant (of the server without --tenants-config) together',
-    group: LIMITS,
-  }),
+  'max-cp-to-node-connections-per-agent': perTenant(
+    count({
+      default: DEFAULT_CP_TO_NODE_CONNECTIONS,
+      describe: 'Control plane -> node connections through one agent (all its tunnels; dialling or open); more fail with 503',
+      group: LIMITS,
+    }),
+  ),
+  'max-pending-dials-per-agent': perTenant(
+    count({
+      default: DEFAULT_LIMITS.maxPendingDials,
+      describe: 'Dials waiting for an answer on one agent (all its tunnels), in each direction; more are refused',
+      group: LIMITS,
+    }),
+  ),
+  'max-retained-bytes-per-agent': perTenant(
+    count({
+      default: DEFAULT_AGENT_RETAINED_BYTES,
+      min: DEFAULT_LIMITS.windowBytes,
+      describe:
+        'Bytes one agent (credential + agentID) may keep for resends over all its tunnels, detached and lingering ones included (resume); at the cap its connections stop reading until it acknowledges',
+      group: LIMITS,
+    }),
+  ),
+  'max-retained-bytes-per-tenant': perTenant(
+    count({
+      default: DEFAULT_TENANT_RETAINED_BYTES,
+      min: DEFAULT_LIMITS.windowBytes,
+      describe: 'The same for all agents of the tenant (of the server without --tenants-config) together',
+      group: LIMITS,
+    }),
+  ),
   'memory-budget': count({
     default: 0,
     min: 0,
@@ -325,18 +390,22 @@ export const serverSettings = {
       'Bytes all connections may hold together (resend buffers, queues); past it the agent that holds the most has its connections closed. 0: half the cgroup memory limit, else a quarter of the machine memory',
     group: LIMITS,
   }),
-  'dial-rate-per-agent': count({
-    default: DEFAULT_LIMITS.dialRate,
-    min: 0,
-    describe:
-      'Dials per second through one agent (all its tunnels; a reconnect does not refill it), in each direction; more are refused at once as throttled (0: no rate limit)',
-    group: LIMITS,
-  }),
-  'dial-burst-per-agent': count({
-    default: DEFAULT_LIMITS.dialBurst,
-    describe: 'Dials one agent (all its tunnels) may make at once, in each direction, before --dial-rate-per-agent paces them',
-    group: LIMITS,
-  }),
+  'dial-rate-per-agent': perTenant(
+    count({
+      default: DEFAULT_LIMITS.dialRate,
+      min: 0,
+      describe:
+        'Dials per second through one agent (all its tunnels; a reconnect does not refill it), in each direction; more are refused at once as throttled (0: no rate limit)',
+      group: LIMITS,
+    }),
+  ),
+  'dial-burst-per-agent': perTenant(
+    count({
+      default: DEFAULT_LIMITS.dialBurst,
+      describe: 'Dials one agent (all its tunnels) may make at once, in each direction, before --dial-rate-per-agent paces them',
+      group: LIMITS,
+    }),
+  ),
   ...transportSettings,
   ...auditSettings,
   'log-level': processSettings['log-level'],
@@ -350,3 +419,6 @@ export const serverSettings = {
 export type ServerGiven = GivenOf<typeof serverSettings>;
 /** Each server setting parsed. */
 export type ServerSettings = ValuesOf<typeof serverSettings>;
+
+/** `kanal server`'s flags as its messages spell them, typed by the table: FLAG['uds-name'] is '--uds-name'. */
+export const FLAG = flagNames(serverSettings);

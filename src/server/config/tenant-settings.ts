@@ -1,7 +1,8 @@
 /**
  * A tenant's settings in the tenants file (docs/multi-tenant.md): the
- * command line's own entries under the same names, with the same parsers
- * and defaults (src/server/config/settings.ts), and the few that only a
+ * command line's own entries whose scope is a tenant's, under the same names,
+ * with the same parsers and defaults (src/server/config/settings.ts), so a
+ * tenants file cannot name a process-wide setting; and the few that only a
  * tenant has: its name, how its agents are recognised (server-name,
  * token-issuer) and the tenant-wide limits that keep tenants fair.
  */
@@ -9,6 +10,7 @@ import { UsageError } from '../../common/usage-error.js';
 import { count, listOf, optionalText, setting } from '../../settings/kinds.js';
 import { serverSettings } from '../config/settings.js';
 import type { ValuesOf } from '../../settings/setting.js';
+import { keysOfScope, pickSettings } from '../../settings/scope.js';
 
 const TENANT = 'Tenant';
 const FAIRNESS = 'Tenant-wide limits';
@@ -19,52 +21,11 @@ const TENANT_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 /** A DNS name as TLS SNI carries it (RFC 6066 section 3: no IP address, no trailing dot), compared in lower case. */
 const SERVER_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 
-/** The command line's entries a tenant has too: who its agents and kube-apiserver are, and what they may do. */
-export const SHARED_WITH_COMMAND_LINE = [
-  'server-count',
-  'cluster-cert',
-  'cluster-key',
-  'cluster-ca-cert',
-  'agent-client-subject',
-  'agent-client-eku',
-  'agent-namespace',
-  'agent-service-account',
-  'authentication-audience',
-  'kubeconfig',
-  'kube-api-content-type',
-  'kubeconfig-qps',
-  'kubeconfig-burst',
-  'max-agents-per-credential',
-  'uds-name',
-  'uds-mode',
-  'uds-group',
-  'delete-existing-uds-file',
-  'server-ca-cert',
-  'frontend-client-subject',
-  'frontend-client-eku',
-  'proxy-strategies',
-  'backend-dial-timeout',
-  'allowed-destination',
-  'destination-dial-timeout',
-  'max-node-to-cp-connections-per-agent',
-  'max-cp-to-node-connections-per-agent',
-  'max-pending-dials-per-agent',
-  'dial-rate-per-agent',
-  'dial-burst-per-agent',
-  'max-retained-bytes-per-agent',
-  'max-retained-bytes-per-tenant',
-  'max-connection-window',
-  'peer-read-timeout',
-] as const satisfies readonly (keyof typeof serverSettings)[];
+/** The command line's entries a tenant has too (their scope says so): who its agents and kube-apiserver are, and what they may do. */
+export const TENANT_KEYS = keysOfScope(serverSettings, ['tenant', 'process-and-tenant']);
 
-type Shared = (typeof SHARED_WITH_COMMAND_LINE)[number];
-
-function pick(): { [K in Shared]: (typeof serverSettings)[K] } {
-  const out: Partial<Record<Shared, unknown>> = {};
-  for (const name of SHARED_WITH_COMMAND_LINE) out[name] = serverSettings[name];
-  // Each key was copied from serverSettings under its own name.
-  return out as { [K in Shared]: (typeof serverSettings)[K] };
-}
+/** A setting of the command line that a tenant has too. */
+export type TenantKey = (typeof TENANT_KEYS)[number];
 
 export const tenantSettings = {
   name: setting({
@@ -105,7 +66,7 @@ export const tenantSettings = {
     group: FAIRNESS,
   }),
   'dial-burst': count({ default: 1000, describe: 'Dials the tenant may make at once above dial-rate', group: FAIRNESS }),
-  ...pick(),
+  ...pickSettings(serverSettings, TENANT_KEYS),
 } as const;
 
 export type TenantSettings = ValuesOf<typeof tenantSettings>;

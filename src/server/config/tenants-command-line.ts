@@ -8,15 +8,15 @@
  */
 import os from 'node:os';
 import { UsageError } from '../../common/usage-error.js';
-import { serverSettings, type ServerSettings } from './settings.js';
+import { FLAG, serverSettings, type ServerSettings } from './settings.js';
 import { processConfig, type ServerConfig } from './config.js';
-import { SHARED_WITH_COMMAND_LINE } from './tenant-settings.js';
+import { keysOfScope } from '../../settings/scope.js';
 
-/** Kept on the command line with --tenants-config: the agent port's default certificate, and how the API client asks. */
-const STILL_THE_PROCESS: readonly string[] = ['cluster-cert', 'cluster-key', 'kube-api-content-type', 'kubeconfig-qps', 'kubeconfig-burst'];
+/** A tenant's own settings: refused here, their place is each tenant's entry (kept here: the process-and-tenant ones). */
+const TENANTS_OWN = keysOfScope(serverSettings, ['tenant']);
 
 /** Settings of one cluster that have no meaning for a server of many. */
-const ONE_CLUSTER_ONLY: readonly (keyof ServerSettings)[] = ['allow-unauthenticated-agents', 'enable-lease-controller', 'lease-label'];
+const ONE_CLUSTER_ONLY = keysOfScope(serverSettings, ['one-cluster']);
 
 function isDefault(name: keyof ServerSettings, given: unknown): boolean {
   const d: unknown = serverSettings[name].default;
@@ -31,10 +31,12 @@ export function tenantsServerConfig(
   notices: string[],
   file: string,
 ): ServerConfig {
-  const misplaced = SHARED_WITH_COMMAND_LINE.filter((n) => !STILL_THE_PROCESS.includes(n) && !isDefault(n, given[n]));
-  const mistakes = misplaced.map((n) => `--${n} is a tenant's setting with --tenants-config: set ${n} in each tenant's entry of ${file}`);
+  const misplaced = TENANTS_OWN.filter((n) => !isDefault(n, given[n]));
+  const mistakes = misplaced.map(
+    (n) => `--${n} is a tenant's setting with ${FLAG['tenants-config']}: set ${n} in each tenant's entry of ${file}`,
+  );
   for (const n of ONE_CLUSTER_ONLY) {
-    if (!isDefault(n, given[n])) mistakes.push(`--${n} is not offered with --tenants-config (docs/multi-tenant.md)`);
+    if (!isDefault(n, given[n])) mistakes.push(`--${n} is not offered with ${FLAG['tenants-config']} (docs/multi-tenant.md)`);
   }
   if (mistakes.length > 0)
     throw new UsageError(mistakes.length === 1 ? mistakes[0] : `${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`);
@@ -42,7 +44,7 @@ export function tenantsServerConfig(
   const keyFile = v['cluster-key'] ?? v['server-key'];
   if (!certFile || !keyFile)
     throw new UsageError(
-      'the agent port needs a default certificate (for agents that send no tenant server name): pass --cluster-cert and --cluster-key (or --server-cert and --server-key)',
+      `the agent port needs a default certificate (for agents that send no tenant server name): pass ${FLAG['cluster-cert']} and ${FLAG['cluster-key']} (or ${FLAG['server-cert']} and ${FLAG['server-key']})`,
     );
   const [cert, key] = [v['server-cert'], v['server-key']];
   return {

@@ -6,7 +6,7 @@
  * (at start: exit 2; on a reload: the running tenants stay).
  */
 import fs from 'node:fs';
-import { parseDocument } from 'yaml';
+import { parseDocument, type YAMLParseError } from 'yaml';
 import { errorMessage } from '../../common/error-message.js';
 import { readFileSettings } from '../../settings/table.js';
 import { kubeClientConfig } from '../../kube/settings.js';
@@ -15,6 +15,7 @@ import type { RolePins } from '../identity/client-roles.js';
 import { tokenAuthSettings } from './config.js';
 import { TenantsRefused } from '../tenants/tenant-definition.js';
 import { tenantSettings, type TenantSettings } from './tenant-settings.js';
+import { keyOf } from '../../settings/flag-names.js';
 
 export const TENANTS_API_VERSION = 'kanal.dev/v1alpha1';
 export const TENANTS_KIND = 'TenantsConfig';
@@ -39,6 +40,27 @@ export interface TenantSpec {
   fingerprint: string;
 }
 
+/** The credential files one entry names (`where`: its tenant), read by tenants-loader.ts. */
+export interface TenantFiles {
+  where: string;
+  /** `cluster-cert` and `cluster-key`, when both are given. */
+  serving?: { certFile: string; keyFile: string };
+  /** `cluster-ca-cert`. */
+  agentCa?: string;
+  /** `server-ca-cert`. */
+  frontendCa?: string;
+}
+
+/**
+ * A tenants file checked: each entry's credential files (also of an entry
+ * with mistakes, so the loader can report unusable files together with
+ * every other mistake) and, for an entry without mistakes, its spec.
+ */
+export interface CheckedTenants {
+  entries: { files: TenantFiles; spec?: TenantSpec }[];
+  mistakes: string[];
+}
+
 /** A tenants file with mistakes (exit 2 at start, like every UsageError); `mistakes` has one line each. */
 export class TenantsFileError extends TenantsRefused {
   override name = 'TenantsFileError';
@@ -48,8 +70,8 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** Reads and checks the file; throws TenantsFileError listing every mistake. */
-export function readTenantsFile(file: string): TenantSpec[] {
+/** Reads and checks the file; throws TenantsFileError when it cannot be read or parsed, and returns every other mistake. */
+export function readTenantsFile(file: string): CheckedTenants {
   let text: string;
   try {
     const size = fs.statSync(file).size;
@@ -58,17 +80,33 @@ export function readTenantsFile(file: string): TenantSpec[] {
   } catch (err) {
     throw new TenantsFileError(file, [`cannot read: ${errorMessage(err)}`]);
   }
-  return parseTenants(text, file);
+  return checkTenants(text, file);
 }
 
-/** Checks a tenants document's text (`file` names it in messages). */
+/** Checks a tenants document's text (`file` names it in messages); throws TenantsFileError listing every mistake. */
 export function parseTenants(text: string, file: string): TenantSpec[] {
+  const { entries, mistakes } = checkTenants(text, file);
+  if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
+  return entries.flatMap((e) => (e.spec ? [e.spec] : []));
+}
+
+/**
+ * A text that is not YAML (JSON is YAML too): only the first error, where
+ * it is and the lines around it. The parser's further errors follow from
+ * that one (one missing `]` gives several), so they are not listed.
+ */
+function parseError(e: YAMLParseError): string {
+  const [first, ...frame] = e.message.split('\n');
+  const what = first.replace(/ at line \d+, column \d+:?$/, '');
+  const at = e.linePos ? ` at line ${e.linePos[0].line}, column ${e.linePos[0].col}` : '';
+  const excerpt = frame.filter((l) => l.trim() !== '');
+  return `not YAML${at}: ${what}${excerpt.length > 0 ? `\n    ${excerpt.join('\n    ')}` : ''}`;
+}
+
+/** Checks a tenants document's text: every mistake of its entries collected; one that leaves nothing to check thrown. */
+function checkTenants(text: string, file: string): CheckedTenants {
   const doc = parseDocument(text, { uniqueKeys: true });
-  if (doc.errors.length > 0)
-    throw new TenantsFileError(
-      file,
-      doc.errors.map((e) => `not YAML: ${e.message.split('\n')[0]}`),
-    );
+  if (doc.errors.length > 0) throw new TenantsFileError(file, [parseError(doc.errors[0])]);
   const root: unknown = doc.toJS({ maxAliasCount: 100 });
   const mistakes: string[] = [];
   if (!isRecord(root))
@@ -86,14 +124,16 @@ export function parseTenants(text: string, file: string): TenantSpec[] {
     throw new TenantsFileError(file, mistakes);
   }
   if (list.length > MAX_TENANTS) mistakes.push(`tenants: ${list.length} declared; at most ${MAX_TENANTS}`);
-  const specs: TenantSpec[] = [];
+  const entries: CheckedTenants['entries'] = [];
   list.slice(0, MAX_TENANTS).forEach((entry: unknown, i) => {
-    const spec = checkTenant(entry, i, mistakes);
-    if (spec) specs.push(spec);
+    const checked = checkTenant(entry, i, mistakes);
+    if (checked) entries.push(checked);
   });
-  checkAcrossTenants(specs, mistakes);
-  if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
-  return specs;
+  checkAcrossTenants(
+    entries.flatMap((e) => (e.spec ? [e.spec] : [])),
+    mistakes,
+  );
+  return { entries, mistakes };
 }
 
 /** `tenants[3] "alpha"`, or `tenants[3]` before its name is known. */
@@ -101,7 +141,7 @@ function where(i: number, name: unknown): string {
   return typeof name === 'string' && name !== '' ? `tenant ${JSON.stringify(name)}` : `tenants[${i}]`;
 }
 
-function checkTenant(entry: unknown, i: number, mistakes: string[]): TenantSpec | undefined {
+function checkTenant(entry: unknown, i: number, mistakes: string[]): CheckedTenants['entries'][number] | undefined {
   if (!isRecord(entry)) {
     mistakes.push(`tenants[${i}]: want a mapping of settings`);
     return undefined;
@@ -115,8 +155,20 @@ function checkTenant(entry: unknown, i: number, mistakes: string[]): TenantSpec 
   own.push(...found);
   const spec = tenantSpec(v, own);
   mistakes.push(...own.map((m) => `${at}: ${m}`));
-  if (own.length > 0 || !spec) return undefined;
-  return { ...spec, fingerprint: JSON.stringify(entry) };
+  const files = filesOf(at, v);
+  if (own.length > 0 || !spec) return { files };
+  return { files, spec: { ...spec, fingerprint: JSON.stringify(entry) } };
+}
+
+/** The credential files an entry names (a value with a mistake was replaced by its default, usually none). */
+function filesOf(where: string, v: TenantSettings): TenantFiles {
+  const [certFile, keyFile, agentCa, frontendCa] = [v['cluster-cert'], v['cluster-key'], v['cluster-ca-cert'], v['server-ca-cert']];
+  return {
+    where,
+    ...(certFile && keyFile ? { serving: { certFile, keyFile } } : {}),
+    ...(agentCa ? { agentCa } : {}),
+    ...(frontendCa ? { frontendCa } : {}),
+  };
 }
 
 /** The command line's settings that are not a tenant's, and why. */
@@ -188,7 +240,7 @@ function checkAcrossTenants(specs: readonly TenantSpec[], mistakes: string[]): v
   for (const s of specs) {
     claim('name', s.name, s.name);
     for (const n of s.settings['server-name']) claim('server-name', n, s.name);
-    if (s.uds) claim('uds-name', s.uds.path, s.name);
+    if (s.uds) claim(keyOf(tenantSettings, 'uds-name'), s.uds.path, s.name);
     const issuer = s.settings['token-issuer'];
     if (issuer !== undefined) claim('token-issuer', issuer, s.name);
   }

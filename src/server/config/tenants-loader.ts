@@ -9,60 +9,50 @@ import { errorMessage } from '../../common/error-message.js';
 import { assertRolesSeparated, ClientRoles, isPinned, parseBundle, sharedTrust } from '../identity/client-roles.js';
 import type { TenantCredentials } from '../tenants/tenant-directory.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
-import { readTenantsFile, TenantsFileError, type TenantSpec } from './tenants-file.js';
+import { readTenantsFile, TenantsFileError, type TenantFiles, type TenantSpec } from './tenants-file.js';
+import { keyOf } from '../../settings/flag-names.js';
+import { tenantSettings } from './tenant-settings.js';
+import { FLAG } from './settings.js';
+import { tenantOptionsOf } from './tenant-options.js';
 
-/** One tenant's files read and checked into `check` (each problem recorded, named with the tenant). */
-function loadOne(spec: TenantSpec, check: CredentialCheck): TenantCredentials | undefined {
-  const where = `tenant ${JSON.stringify(spec.name)}`;
-  const v = spec.settings;
+/** One entry's credential files, read. */
+interface LoadedFiles {
+  serving?: { cert: Buffer; key: Buffer };
+  agentCa?: Buffer;
+  frontendCa?: Buffer;
+}
+
+/** One entry's files read and checked into `check` (each problem recorded, named with the tenant); undefined when one is unusable. */
+function loadFiles(f: TenantFiles, check: CredentialCheck): LoadedFiles | undefined {
+  const where = f.where;
   const serving =
-    spec.serving &&
+    f.serving &&
     check.keyPair(
-      { flag: 'cluster-cert', path: spec.serving.certFile, where },
-      { flag: 'cluster-key', path: spec.serving.keyFile, where },
+      { flag: keyOf(tenantSettings, 'cluster-cert'), path: f.serving.certFile, where },
+      { flag: keyOf(tenantSettings, 'cluster-key'), path: f.serving.keyFile, where },
       'server',
     );
-  const agentCa = v['cluster-ca-cert'] && check.certificates({ flag: 'cluster-ca-cert', path: v['cluster-ca-cert'], where });
-  const frontendCa = v['server-ca-cert'] && check.certificates({ flag: 'server-ca-cert', path: v['server-ca-cert'], where });
-  if ((spec.serving && !serving) || (v['cluster-ca-cert'] && !agentCa) || (v['server-ca-cert'] && !frontendCa)) return undefined;
+  const agentCa = f.agentCa && check.certificates({ flag: keyOf(tenantSettings, 'cluster-ca-cert'), path: f.agentCa, where });
+  const frontendCa = f.frontendCa && check.certificates({ flag: keyOf(tenantSettings, 'server-ca-cert'), path: f.frontendCa, where });
+  if ((f.serving && !serving) || (f.agentCa && !agentCa) || (f.frontendCa && !frontendCa)) return undefined;
   return {
-    name: spec.name,
-    serverNames: v['server-name'],
     ...(serving ? { serving: { cert: serving.cert.pem, key: serving.key.pem } } : {}),
     ...(agentCa ? { agentCa: agentCa.pem } : {}),
-    agentPins: spec.agentPins,
     ...(frontendCa ? { frontendCa: frontendCa.pem } : {}),
-    frontendPins: spec.frontendPins,
-    ...(v['token-issuer'] !== undefined ? { tokenIssuer: v['token-issuer'] } : {}),
-    tokens: spec.tokens !== undefined,
   };
 }
 
-function optionsOf(spec: TenantSpec): TenantDefinition['options'] {
+/** What the directory recognises the tenant by: its entry and its files' contents. */
+function credentialsOf(spec: TenantSpec, files: LoadedFiles): TenantCredentials {
   const v = spec.settings;
   return {
-    serverCount: v['server-count'],
-    maxAgentsPerCredential: v['max-agents-per-credential'],
-    maxAgents: v['max-agents'],
-    quota: {
-      maxConnections: v['max-connections'],
-      maxPendingDials: v['max-pending-dials'],
-      dialRate: v['dial-rate'],
-      dialBurst: v['dial-burst'],
-    },
-    proxyStrategies: v['proxy-strategies'],
-    backendDialTimeoutMs: v['backend-dial-timeout'].ms,
-    allowedDestinations: v['allowed-destination'],
-    destinationDialTimeoutMs: v['destination-dial-timeout'],
-    limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
-    retainedBytes: { perAgent: v['max-retained-bytes-per-agent'], perTenant: v['max-retained-bytes-per-tenant'] },
-    agentLimits: {
-      maxInboundConnections: v['max-node-to-cp-connections-per-agent'],
-      maxOutboundConnections: v['max-cp-to-node-connections-per-agent'],
-      maxPendingDials: v['max-pending-dials-per-agent'],
-      dialRate: v['dial-rate-per-agent'],
-      dialBurst: v['dial-burst-per-agent'],
-    },
+    name: spec.name,
+    serverNames: v['server-name'],
+    ...files,
+    agentPins: spec.agentPins,
+    frontendPins: spec.frontendPins,
+    ...(v['token-issuer'] !== undefined ? { tokenIssuer: v['token-issuer'] } : {}),
+    tokens: spec.tokens !== undefined,
   };
 }
 
@@ -147,24 +137,24 @@ function checkSharedAgentCas(loaded: readonly { spec: TenantSpec; credentials: T
   }
 }
 
-/** Reads the file and every credential file its tenants name; throws TenantsFileError listing every problem. */
+/**
+ * Reads the file and every credential file its entries name; throws
+ * TenantsFileError listing every problem, the files' with the entries'
+ * (docs/multi-tenant.md: all at once).
+ */
 export function loadTenants(file: string, server: { tcpFrontend: boolean }): TenantDefinition[] {
-  const specs = readTenantsFile(file);
-  const noFrontend = server.tcpFrontend ? [] : specs.filter((s) => s.settings['server-ca-cert'] !== undefined);
-  if (noFrontend.length > 0)
-    throw new TenantsFileError(
-      file,
-      noFrontend.map(
-        (s) =>
-          `tenant ${JSON.stringify(s.name)}: server-ca-cert names the shared TCP frontend, which needs --server-cert and --server-key on the command line`,
-      ),
-    );
+  const { entries, mistakes } = readTenantsFile(file);
+  if (!server.tcpFrontend)
+    for (const { spec } of entries)
+      if (spec?.settings['server-ca-cert'] !== undefined)
+        mistakes.push(
+          `tenant ${JSON.stringify(spec.name)}: server-ca-cert names the shared TCP frontend, which needs ${FLAG['server-cert']} and ${FLAG['server-key']} on the command line`,
+        );
   const check = new CredentialCheck();
-  const loaded = specs.flatMap((spec) => {
-    const credentials = loadOne(spec, check);
-    return credentials ? [{ spec, credentials }] : [];
+  const loaded = entries.flatMap(({ files, spec }) => {
+    const read = loadFiles(files, check);
+    return spec && read ? [{ spec, credentials: credentialsOf(spec, read) }] : [];
   });
-  const mistakes: string[] = [];
   try {
     check.done();
   } catch (err) {
@@ -172,7 +162,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     mistakes.push(...err.problems);
   }
   if (mistakes.length === 0) checkSharedAgentCas(loaded, mistakes);
-  if (mistakes.length === 0 && specs.length < 200) checkRolesAcross(loaded, mistakes);
+  if (mistakes.length === 0 && loaded.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
   return loaded.map(({ spec, credentials }) => {
@@ -180,7 +170,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
     return {
       name: spec.name,
       credentials,
-      options: optionsOf(spec),
+      options: tenantOptionsOf(spec.settings, spec.settings),
       ...(spec.tokens ? { tokens: spec.tokens } : {}),
       ...(spec.uds ? { uds: spec.uds } : {}),
       fingerprint: fingerprintOf(spec, identity),

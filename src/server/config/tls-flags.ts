@@ -37,20 +37,20 @@ const GO_CIPHER_SUITES: Record<string, string> = {
 const TLS13_SUITES = 'TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256';
 
 /** `--tls-min-version`: Go's name to Node's; empty keeps Node's default (TLS 1.2). */
-export function minVersionFlag(minVersion: string): TlsPolicy['minVersion'] {
+export function minVersionFlag(minVersion: string, flag: string): TlsPolicy['minVersion'] {
   if (minVersion === '') return undefined;
   const v = MIN_VERSIONS[minVersion];
   if (!v) {
     const below = minVersion === 'VersionTLS10' || minVersion === 'VersionTLS11';
     throw new UsageError(
-      `--tls-min-version ${JSON.stringify(minVersion)}: ${below ? 'Kanal serves TLS 1.2 or newer only; ' : ''}use VersionTLS12 or VersionTLS13`,
+      `--${flag} ${JSON.stringify(minVersion)}: ${below ? 'Kanal serves TLS 1.2 or newer only; ' : ''}use VersionTLS12 or VersionTLS13`,
     );
   }
   return v;
 }
 
 /** `--cipher-suites` (repeatable, comma-separated Go names) as an OpenSSL list; none keeps Node's. */
-export function cipherSuitesFlag(cipherSuites: readonly string[]): TlsPolicy['ciphers'] {
+export function cipherSuitesFlag(cipherSuites: readonly string[], flag: string): TlsPolicy['ciphers'] {
   const names = cipherSuites
     .flatMap((s) => s.split(','))
     .map((s) => s.trim())
@@ -60,7 +60,7 @@ export function cipherSuitesFlag(cipherSuites: readonly string[]): TlsPolicy['ci
     const o = GO_CIPHER_SUITES[n];
     if (!o)
       throw new UsageError(
-        `--cipher-suites: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`,
+        `--${flag}: ${JSON.stringify(n.slice(0, 60))} is not a TLS 1.2 suite Kanal serves; choose from ${Object.keys(GO_CIPHER_SUITES).join(', ')}`,
       );
     return o;
   });

@@ -8,15 +8,13 @@ import { UsageError } from '../../common/usage-error.js';
 import type { KubeClientConfig } from '../../kube/kube-clients.js';
 import type { UnixSocketOptions } from '../frontends/unix-socket.js';
 import type { TenantCredentials } from './tenant-directory.js';
-import type { TenantOptions } from './tenant.js';
-
-/** What a tenant takes from the server rather than from its entry. */
-export type FromServer = 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs' | 'ledger';
+import type { TenantSettingsOptions } from './tenant.js';
 
 export interface TenantDefinition {
   name: string;
   credentials: TenantCredentials;
-  options: Omit<TenantOptions, FromServer>;
+  /** What its settings give it (config/tenant-options.ts); the rest a tenant takes from the server. */
+  options: TenantSettingsOptions;
   /** Token review against the tenant's own kube-apiserver. */
   tokens?: { namespace: string; serviceAccount: string; audience: string; kube: KubeClientConfig };
   /** Its kube-apiserver's own Unix socket. */

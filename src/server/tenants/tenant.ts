@@ -43,14 +43,14 @@ import {
 const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
 const RESUMING_SERVER_FEATURES: FeatureSet = new Set([...SERVER_FEATURES, Feature.Resume]);
 
-export interface TenantOptions {
-  /** Absent: the one cluster of a server without --tenants-config (no `tenant` label anywhere). */
-  name?: string;
-  serverID: string;
+/**
+ * What a tenant's settings give it (config/tenant-options.ts maps them, for
+ * one cluster and for a tenants file's entry alike); update() applies every
+ * field in place, and fails to compile when one has no applier.
+ */
+export interface TenantSettingsOptions {
   serverCount: number;
   maxAgentsPerCredential: number;
-  /** Resume: how long a lost agent tunnel's connections wait for it (0: not offered). */
-  resumeTimeoutMs: number;
   /** Distinct agents of the tenant (max-agents); absent: unbounded but for the per-credential bound. */
   maxAgents?: number;
   /** The tenant's share of dials and connections (max-connections, max-pending-dials, dial-rate); absent: none. */
@@ -63,6 +63,16 @@ export interface TenantOptions {
   limits?: Partial<TunnelLimits>;
   /** Further limits of agent tunnels: the per-agent caps. */
   agentLimits?: Partial<TunnelLimits>;
+  /** Bytes kept for resends one agent, and the whole tenant, may hold (--max-retained-bytes-per-agent, -per-tenant). */
+  retainedBytes?: { perAgent: number; perTenant: number };
+}
+
+export interface TenantOptions extends TenantSettingsOptions {
+  /** Absent: the one cluster of a server without --tenants-config (no `tenant` label anywhere). */
+  name?: string;
+  serverID: string;
+  /** Resume: how long a lost agent tunnel's connections wait for it (0: not offered). */
+  resumeTimeoutMs: number;
   /** Token review against this tenant's kube-apiserver. */
   tokens?: TokenAuthenticator;
   /** Node -> control plane connections of the whole server (file descriptors): shared by every tenant. */
@@ -71,8 +81,6 @@ export interface TenantOptions {
   audit?: AuditSink;
   /** What the process's connections hold (the server's); absent: a ledger of the tenant's own, without a budget. */
   ledger?: RetentionLedger;
-  /** Bytes kept for resends one agent, and the whole tenant, may hold (--max-retained-bytes-per-agent, -per-tenant). */
-  retainedBytes?: { perAgent: number; perTenant: number };
   /** The tenant's own metrics (labelled with its name on a shared server). */
   metrics: KanalMetrics;
   /** Already carries the tenant's name on a shared server. */
@@ -194,20 +202,35 @@ export class Tenant {
    * agents and connections stay. Bounds and limits apply to what comes next
    * (a new agent, dial or tunnel); nothing already admitted is undone.
    */
-  update(next: Omit<TenantOptions, 'name' | 'serverID' | 'nodeToCp' | 'metrics' | 'log' | 'tokens' | 'resumeTimeoutMs' | 'ledger'>): void {
-    this.allowList.replace(next.allowedDestinations);
-    this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs });
-    this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies });
-    this.registry.configure({ maxAgentsPerCredential: next.maxAgentsPerCredential, maxAgents: next.maxAgents });
-    this.resumable.configure(next.maxAgentsPerCredential * MAX_TUNNELS_PER_AGENT);
-    if (next.quota) this.quota?.configure(next.quota);
-    this.agentOptions.serverCount = next.serverCount;
-    this.agentOptions.limits = { ...next.limits, ...next.agentLimits };
-    this.frontendOptions.limits = next.limits;
-    if (next.retainedBytes) {
-      this.account.cap = next.retainedBytes.perTenant;
-      this.agentOptions.retention = { tenant: this.account, perAgentBytes: next.retainedBytes.perAgent };
-    }
+  update(next: TenantSettingsOptions): void {
+    const agentLimits = (): void => void (this.agentOptions.limits = { ...next.limits, ...next.agentLimits });
+    const agentBounds = (): void =>
+      this.registry.configure({ maxAgentsPerCredential: next.maxAgentsPerCredential, maxAgents: next.maxAgents });
+    // One applier per field: a field without one is a compile error, so no setting is silently left unapplied.
+    const appliers: { readonly [K in keyof TenantSettingsOptions]-?: () => void } = {
+      serverCount: () => void (this.agentOptions.serverCount = next.serverCount),
+      maxAgentsPerCredential: () => {
+        agentBounds();
+        this.resumable.configure(next.maxAgentsPerCredential * MAX_TUNNELS_PER_AGENT);
+      },
+      maxAgents: agentBounds,
+      quota: () => next.quota && this.quota?.configure(next.quota),
+      proxyStrategies: () => this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies }),
+      backendDialTimeoutMs: () => this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies }),
+      allowedDestinations: () => this.allowList.replace(next.allowedDestinations),
+      destinationDialTimeoutMs: () => this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs }),
+      limits: () => {
+        this.frontendOptions.limits = next.limits;
+        agentLimits();
+      },
+      agentLimits,
+      retainedBytes: () => {
+        if (!next.retainedBytes) return;
+        this.account.cap = next.retainedBytes.perTenant;
+        this.agentOptions.retention = { tenant: this.account, perAgentBytes: next.retainedBytes.perAgent };
+      },
+    };
+    for (const apply of Object.values(appliers)) apply();
   }
 
   /** Node -> control plane dials: this tenant's allow-list within the server-wide budget. */
