@@ -483,6 +483,9 @@ const requestHead: FuzzTarget = {
   dictionary: [
     'CONNECT ',
     'GET ',
+    'OPTIONS * ',
+    'http://',
+    '/',
     ' HTTP/1.1\r\n',
     ' HTTP/1.0\r\n',
     'HTTP/1.',
