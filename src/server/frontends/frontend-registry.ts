@@ -17,7 +17,12 @@ export const FRONTEND_MODES: readonly ['both', ...FrontendName[]] = ['both', ...
 
 export type FrontendMode = (typeof FRONTEND_MODES)[number];
 
+/** The doors each mode serves, made once (a listener asks per connection). */
+const SERVED: ReadonlyMap<FrontendMode, ReadonlySet<string>> = new Map(
+  FRONTEND_MODES.map((mode) => [mode, new Set(mode === 'both' ? FRONTENDS.map((f) => f.name) : [mode])]),
+);
+
 /** The doors `mode` serves. */
 export function frontendsServed(mode: FrontendMode): ReadonlySet<string> {
-  return new Set(mode === 'both' ? FRONTENDS.map((f) => f.name) : [mode]);
+  return SERVED.get(mode) ?? new Set();
 }
