@@ -5,31 +5,12 @@
  * a close, an error or the deadline settle it; it never rejects and never
  * lets a late error throw.
  */
-import test, { type ExecutionContext } from 'ava';
+import test from 'ava';
 import { once } from 'node:events';
-import fs from 'node:fs';
-import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { readFirstBytes } from '../../src/common/first-bytes.js';
+import { unixSocketPair } from '../helpers/unix-socket-pair.js';
 
-/** A connected pair of Unix sockets: [server side, client side]. */
-async function socketPair(t: ExecutionContext): Promise<[net.Socket, net.Socket]> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-first-bytes-'));
-  const server = net.createServer({ allowHalfOpen: true });
-  const accepted = once(server, 'connection') as Promise<[net.Socket]>;
-  await new Promise<void>((resolve) => server.listen(path.join(dir, 's'), resolve));
-  const client = net.connect(path.join(dir, 's'));
-  client.on('error', () => undefined);
-  const [socket] = await accepted;
-  server.close();
-  t.teardown(() => {
-    socket.destroy();
-    client.destroy();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-  return [socket, client];
-}
+const socketPair = unixSocketPair;
 
 /** Decides once a newline has come: the line. */
 const line = (seen: Buffer): string | undefined => {

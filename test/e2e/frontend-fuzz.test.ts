@@ -12,14 +12,12 @@
  * their count before the fuzzing.
  */
 import test, { type ExecutionContext } from 'ava';
-import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sniffProtocol } from '../../src/server/frontends/protocol-sniffer.js';
 import { FRONTENDS } from '../../src/server/frontends/frontend-registry.js';
+import { unixSocketPair } from '../helpers/unix-socket-pair.js';
 import {
   connectUnix,
   echoRoundTrip,
@@ -48,22 +46,7 @@ function prefixes(b: Buffer): Buffer[] {
 
 // ---------- the sniffer alone ----------
 
-/** A connected pair of Unix sockets: [server side, client side]. */
-async function socketPair(t: ExecutionContext): Promise<[net.Socket, net.Socket]> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-sniff-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const file = path.join(dir, 's');
-  const accepted = new Promise<net.Socket>((resolve) => {
-    const server = net.createServer({ allowHalfOpen: true }, (s) => {
-      server.close();
-      resolve(s);
-    });
-    server.listen(file);
-  });
-  const client = net.connect(file);
-  client.on('error', () => undefined);
-  return [await accepted, client];
-}
+const socketPair = unixSocketPair;
 
 const ENDINGS = ['FIN', 'close', 'error'] as const;
 

@@ -25,6 +25,7 @@ import { listenForFrontends, type Listener } from '../../src/server/listeners.js
 import { Refusals, type PeerRefusal } from '../../src/domain/refusal-log.js';
 import type { GrpcServerTransport } from '../../src/transport/transport.js';
 import { captureLogger } from '../helpers/in-process.js';
+import { unixSocketPair } from '../helpers/unix-socket-pair.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const CONNECT = Buffer.from('CONNECT 10.0.0.1:10250 HTTP/1.1\r\nHost: 10.0.0.1:10250\r\n\r\n', 'latin1');
@@ -37,22 +38,7 @@ function tempDir(t: ExecutionContext): string {
   return dir;
 }
 
-/** A connected pair of Unix sockets: [server side, client side]. */
-async function socketPair(t: ExecutionContext): Promise<[net.Socket, net.Socket]> {
-  const file = path.join(tempDir(t), 's');
-  const server = net.createServer({ allowHalfOpen: true });
-  const accepted = once(server, 'connection') as Promise<[net.Socket]>;
-  await new Promise<void>((resolve) => server.listen(file, resolve));
-  const client = net.connect(file);
-  client.on('error', () => undefined);
-  const [socket] = await accepted;
-  server.close();
-  t.teardown(() => {
-    socket.destroy();
-    client.destroy();
-  });
-  return [socket, client];
-}
+const socketPair = unixSocketPair;
 
 /** What sniffProtocol chose, as one word. */
 async function chosen(socket: Duplex, timeoutMs: number, doors: readonly Frontend[] = FRONTENDS): Promise<string> {
