@@ -1,6 +1,7 @@
 /**
  * The server's sockets: the agent port (mTLS, gRPC only) and the frontend
- * (Unix socket or mTLS TCP, gRPC and/or HTTP CONNECT on one listener).
+ * (Unix socket or mTLS TCP, its front doors told apart on one listener:
+ * frontends/frontend-registry.ts).
  * Refusals are decided here, before any protocol library sees the bytes,
  * and go to Refusals (counted, logged per peer at a bounded rate).
  */
@@ -10,17 +11,17 @@ import type { Logger } from 'pino';
 import type { GrpcServerTransport } from '../transport/transport.js';
 import { listenError } from '../common/listen-error.js';
 import { formatHostPort } from '../common/host-port.js';
-import { sniffProtocol, type SniffResult } from './protocol-sniffer.js';
+import { sniffProtocol } from './frontends/protocol-sniffer.js';
 import { verifyClientCertificate } from './identity/tls-policy.js';
 import type { AgentConnection } from './identity/agent-credential.js';
 import type { Recognition } from './tenants/tenant-directory.js';
 import { ClientRoles } from './identity/client-roles.js';
 import { sizeTunnelSendBuffer, sizeUnixFrontendSendBuffer, type SendBufferResult } from '../transport/socket-send-buffer.js';
 import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
-import type { HttpConnectFrontend } from './frontends/http-connect-frontend.js';
 import type { Refusals } from '../domain/refusal-log.js';
 import { frontendClient } from './frontends/client-identity.js';
-import type { ClientIdentity } from '../tunnel/connection.js';
+import type { FrontendConnection, FrontendServices } from './frontends/frontend.js';
+import { FRONTENDS, frontendsServed, type FrontendMode } from './frontends/frontend-registry.js';
 import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './frontends/unix-socket.js';
 
 export interface TlsFiles {
@@ -54,12 +55,8 @@ function adoptInto(server: tls.Server): (socket: net.Socket, head: Buffer) => vo
   };
 }
 
-/** What the frontend listener established about a connection: on a server of many tenants, whose it is. */
-export interface FrontendConnection {
-  readonly tenant?: string;
-  /** Who the client is, read from the connection (client-identity.ts), for the audit log. */
-  readonly client?: ClientIdentity;
-}
+export type { FrontendConnection } from './frontends/frontend.js';
+export { FRONTEND_MODES, type FrontendMode } from './frontends/frontend-registry.js';
 
 /** From accept to a complete request head (HTTP/1.1) or HTTP/2 preface. */
 export const REQUEST_HEAD_TIMEOUT_MS = 30_000;
@@ -275,11 +272,6 @@ function sniCallback(
   return (serverName, cb) => cb(null, lookup(serverName));
 }
 
-/** `--mode`: which frontend protocols are served; the first is the default (both, told apart by their first bytes). */
-export const FRONTEND_MODES = ['both', 'grpc', 'http-connect'] as const;
-
-export type FrontendMode = (typeof FRONTEND_MODES)[number];
-
 export interface FrontendListenerOptions {
   mode: FrontendMode;
   /** Read each client's certificate subject or Unix uid/pid for the audit log (client-identity.ts): a cost per connection, so only with one. */
@@ -297,63 +289,46 @@ export interface FrontendListenerOptions {
   };
   /** The tenant a Unix socket serves (a server of many tenants gives each its own). */
   tenant?: string;
-  grpc: GrpcServerTransport<FrontendConnection>;
-  /** The CONNECT frontend of a connection's tenant (undefined: the tenant is gone). */
-  httpConnect: (tenant: string | undefined) => Pick<HttpConnectFrontend, 'serve'> | undefined;
+  /** What the front doors use: the gRPC server, each tenant's part of a door. */
+  services: FrontendServices;
   log: Logger;
   refusals: Refusals;
   /** Default REQUEST_HEAD_TIMEOUT_MS. */
   requestHeadTimeoutMs?: number;
 }
 
-/** Hands a frontend connection to the gRPC server or the CONNECT frontend by its first bytes. */
+/** Hands a frontend connection to the front door its first bytes choose, if `--mode` serves it. */
 function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string, connection: FrontendConnection): void {
   const acceptedAt = Date.now();
   const headTimeoutMs = opts.requestHeadTimeoutMs ?? REQUEST_HEAD_TIMEOUT_MS;
-  const route = (proto: SniffResult): void => {
-    opts.log.debug({ peer, tenant: connection.tenant, protocol: proto }, 'frontend connection');
-    if (proto === 'closed' || socket.destroyed) {
-      socket.destroy();
-      return;
-    }
-    if (proto === 'timeout') {
-      opts.refusals.refuse({ reason: 'frontend_timeout', peer, fields: {}, message: 'closed frontend connection: no request in time' });
-      socket.destroy();
-      return;
-    }
-    if (proto === 'h2' && opts.mode !== 'http-connect') {
-      // Only HTTP/2 sessions can miss a dead peer (see peer-gone-watch.ts); Unix sockets are skipped.
-      closeWhenPeerGone(socket, (reason) =>
-        opts.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
-      );
-      opts.grpc.injectConnection(socket, { ...connection, client: frontendClient(socket, peer, opts.identifyClients ?? false) });
-      socket.resume();
-    } else if (proto === 'http1' && opts.mode !== 'grpc') {
-      const httpConnect = opts.httpConnect(connection.tenant);
-      if (!httpConnect) {
+  const served = frontendsServed(opts.mode);
+  sniffProtocol(socket, headTimeoutMs, FRONTENDS)
+    .then((sniffed) => {
+      const protocol = sniffed.kind === 'door' ? sniffed.door.name : sniffed.kind;
+      opts.log.debug({ peer, tenant: connection.tenant, protocol }, 'frontend connection');
+      if (sniffed.kind === 'closed' || socket.destroyed) {
         socket.destroy();
-        return;
+      } else if (sniffed.kind === 'timeout') {
+        opts.refusals.refuse({ reason: 'frontend_timeout', peer, fields: {}, message: 'closed frontend connection: no request in time' });
+        socket.destroy();
+      } else if (sniffed.kind === 'door' && served.has(sniffed.door.name)) {
+        sniffed.door.serve(socket, {
+          peer,
+          connection: { ...connection, client: frontendClient(socket, peer, opts.identifyClients ?? false) },
+          headDeadlineMs: headTimeoutMs - (Date.now() - acceptedAt),
+          server: opts.services,
+        });
+      } else {
+        opts.refusals.refuse({
+          reason: 'frontend_protocol',
+          peer,
+          fields: { protocol, mode: opts.mode },
+          message: 'refused frontend connection: protocol not served in this --mode',
+          detail: protocol,
+        });
+        socket.destroy();
       }
-      httpConnect.serve(
-        socket,
-        peer,
-        headTimeoutMs - (Date.now() - acceptedAt),
-        frontendClient(socket, peer, opts.identifyClients ?? false),
-      );
-      socket.resume();
-    } else {
-      opts.refusals.refuse({
-        reason: 'frontend_protocol',
-        peer,
-        fields: { protocol: proto, mode: opts.mode },
-        message: 'refused frontend connection: protocol not served in this --mode',
-        detail: proto,
-      });
-      socket.destroy();
-    }
-  };
-  sniffProtocol(socket, headTimeoutMs)
-    .then(route)
+    })
     .catch((err: Error) => {
       // A bug, not the client's doing: this connection ends, the server goes on.
       opts.log.error({ peer, err }, 'frontend connection failed');

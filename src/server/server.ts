@@ -37,6 +37,7 @@ import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
 import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
 import { readFirstRequest } from './workers/first-request.js';
+import type { FrontendServices, TenantFrontend } from './frontends/frontend.js';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { mergeExpositions, renderEach } from '../common/metrics-text.js';
@@ -374,8 +375,7 @@ export class KanalServer {
           ...(directory ? { recognise: (socket) => this.currentDirectory().recogniseFrontend(socket) } : {}),
         },
         requestHeadTimeoutMs: opts.frontend.headerTimeoutMs,
-        grpc: frontendGrpc,
-        httpConnect: (tenant) => this.httpConnectOf(tenant),
+        services: this.frontendServices(frontendGrpc, this.log.child({ part: 'frontend' })),
         log: this.log.child({ part: 'frontend' }),
         refusals: this.refusalLogs.frontend,
       });
@@ -545,8 +545,7 @@ export class KanalServer {
       uds,
       tenant: room.tenant.name,
       requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,
-      grpc: this.frontendGrpc,
-      httpConnect: (tenant) => this.httpConnectOf(tenant),
+      services: this.frontendServices(this.frontendGrpc, room.tenant.log.child({ part: 'frontend' })),
       log: room.tenant.log.child({ part: 'frontend' }),
       refusals: this.refusalLogs.frontend,
     });
@@ -728,13 +727,18 @@ export class KanalServer {
     });
   }
 
-  /** The CONNECT frontend of a tenant, or, on a worker, what relays its connection to the worker that serves it. */
-  private httpConnectOf(tenant: string | undefined): Pick<Tenant['httpConnect'], 'serve'> | undefined {
+  /** What the front doors of a frontend listener use (frontends/frontend.ts). */
+  private frontendServices(grpc: GrpcServerTransport<FrontendConnection>, log: ServerOptions['log']): FrontendServices {
+    return { grpc, log, tenantFrontend: (tenant, door) => this.tenantFrontendOf(tenant, door) };
+  }
+
+  /** A front door's part in a tenant, or, on a worker, what relays its connection to the worker that serves it. */
+  private tenantFrontendOf(tenant: string | undefined, door: string): Pick<TenantFrontend, 'serve'> | undefined {
     const w = this.opts.worker;
     if (w && tenant !== undefined && !this.owns(tenant)) {
-      return { serve: (socket, peer) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.log) };
+      return { serve: (socket, { peer }) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.log) };
     }
-    return this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.httpConnect;
+    return this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.frontends.get(door);
   }
 
   /** A worker: a connection the primary accepted on the agent port, with what it read of it. */

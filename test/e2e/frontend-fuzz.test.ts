@@ -12,13 +12,12 @@
  * their count before the fuzzing.
  */
 import test, { type ExecutionContext } from 'ava';
-import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sniffProtocol, type SniffResult } from '../../src/server/protocol-sniffer.js';
+import { sniffProtocol } from '../../src/server/frontends/protocol-sniffer.js';
+import { FRONTENDS } from '../../src/server/frontends/frontend-registry.js';
+import { unixSocketPair } from '../helpers/unix-socket-pair.js';
 import {
   connectUnix,
   echoRoundTrip,
@@ -47,37 +46,22 @@ function prefixes(b: Buffer): Buffer[] {
 
 // ---------- the sniffer alone ----------
 
-/** A connected pair of Unix sockets: [server side, client side]. */
-async function socketPair(t: ExecutionContext): Promise<[net.Socket, net.Socket]> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-sniff-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const file = path.join(dir, 's');
-  const accepted = new Promise<net.Socket>((resolve) => {
-    const server = net.createServer({ allowHalfOpen: true }, (s) => {
-      server.close();
-      resolve(s);
-    });
-    server.listen(file);
-  });
-  const client = net.connect(file);
-  client.on('error', () => undefined);
-  return [await accepted, client];
-}
+const socketPair = unixSocketPair;
 
 const ENDINGS = ['FIN', 'close', 'error'] as const;
 
 test('the sniffer: every prefix of the HTTP/2 preface and of a CONNECT request, then a FIN, a close or an error, gets a verdict and never throws', async (t) => {
-  const expect = (bytes: Buffer): SniffResult => {
+  const expect = (bytes: Buffer): string => {
     if (bytes.length === 0) return 'closed';
     const n = Math.min(bytes.length, PREFACE.length);
-    if (!bytes.subarray(0, n).equals(PREFACE.subarray(0, n))) return 'http1';
-    return n === PREFACE.length ? 'h2' : 'closed';
+    if (!bytes.subarray(0, n).equals(PREFACE.subarray(0, n))) return 'http-connect';
+    return n === PREFACE.length ? 'grpc' : 'closed';
   };
   let cases = 0;
   for (const bytes of [...prefixes(PREFACE), ...prefixes(connectRequest('127.0.0.1:9')).slice(1)]) {
     for (const ending of ENDINGS) {
       const [server, client] = await socketPair(t);
-      const verdict = sniffProtocol(server, 5000);
+      const verdict = sniffProtocol(server, 5000, FRONTENDS).then((r) => (r.kind === 'door' ? r.door.name : r.kind));
       if (bytes.length > 0) client.write(bytes);
       await sleep(1);
       if (ending === 'FIN') client.end();
@@ -87,7 +71,7 @@ test('the sniffer: every prefix of the HTTP/2 preface and of a CONNECT request, 
       // Bytes that decide nothing yet end as 'closed'; an error may also beat bytes still in flight.
       const want = ending === 'error' ? [expect(bytes), 'closed'] : [expect(bytes)];
       t.true(want.includes(got), `${JSON.stringify(bytes.toString('latin1'))} + ${ending}: ${got}`);
-      if ((got === 'h2' || got === 'http1') && !server.destroyed) {
+      if ((got === 'grpc' || got === 'http-connect') && !server.destroyed) {
         // The bytes are back in the socket for the next parser.
         server.on('error', () => undefined);
         const back = await new Promise<Buffer>((resolve) => {
@@ -110,10 +94,10 @@ test('the sniffer: every prefix of the HTTP/2 preface and of a CONNECT request, 
 test('the sniffer: a socket already ended or destroyed when sniffing starts is "closed"', async (t) => {
   const [server, client] = await socketPair(t);
   server.destroy();
-  t.is(await sniffProtocol(server, 1000), 'closed');
+  t.like(await sniffProtocol(server, 1000, FRONTENDS), { kind: 'closed' });
   client.destroy();
   const [idle] = await socketPair(t);
-  t.is(await sniffProtocol(idle, 50), 'timeout');
+  t.like(await sniffProtocol(idle, 50, FRONTENDS), { kind: 'timeout' });
   idle.destroy();
 });
 

@@ -11,7 +11,7 @@ import {
   MAX_IDENTIFIER_VALUES,
   type AgentIdentifiers,
 } from '../../src/wire/agent-identifiers.js';
-import { RequestHeadParser, type HeadVerdict } from '../../src/server/frontends/request-head.js';
+import { DEFAULT_MAX_HEADERS, RequestHeadParser, type HeadVerdict } from '../../src/server/frontends/request-head.js';
 import { framePacket, MessageParser, MESSAGE_PREFIX_BYTES } from '../../src/transport/h2/framing.js';
 import {
   decodeGrpcMessage,
@@ -448,28 +448,44 @@ const grpcFraming: FuzzTarget = {
   },
 };
 
-// ---------- CONNECT request head ----------
+// ---------- HTTP request head ----------
 
 const TCHAR = "[!#$%&'*+\\-.^_`|~0-9A-Za-z]";
-/** RFC 9112 sections 2.2, 3 and 5 read strictly, as one regular expression over latin1 text. */
+/** RFC 9112 sections 2.2, 3 and 5 read strictly, as one regular expression over latin1 text; group 3 is the header lines. */
 const STRICT_HEAD = new RegExp(
-  `^(?:\\r\\n)*(${TCHAR}+) ([\\x21-\\x7e]+) HTTP/1\\.[01]\\r\\n(?:${TCHAR}+:[\\t\\x20-\\x7e\\x80-\\xff]*\\r\\n)*\\r\\n`,
+  `^(?:\\r\\n)*(${TCHAR}+) ([\\x21-\\x7e]+) HTTP/1\\.[01]\\r\\n((?:${TCHAR}+:[\\t\\x20-\\x7e\\x80-\\xff]*\\r\\n)*)\\r\\n`,
 );
 const HEAD_MAX_CHOICES = [1, 16, 40, 64, 256, 1024, 8192] as const;
+/** Header lines allowed; the first is the parser's default. */
+const HEAD_MAX_HEADERS_CHOICES = [DEFAULT_MAX_HEADERS, 0, 1, 4] as const;
+
+/** Whether `target` is in a form `method` takes (RFC 9112 section 3.2): authority for CONNECT, "*" for OPTIONS, origin or absolute. */
+function strictForm(method: string, target: string): boolean {
+  if (method === 'CONNECT') return true;
+  if (target === '*') return method === 'OPTIONS';
+  return target.startsWith('/') || /^[A-Za-z][A-Za-z0-9+.-]*:/.test(target);
+}
 
 function verdictText(v: HeadVerdict): string {
-  return v.kind === 'head' ? `head ${v.method} ${v.target} +${v.rest.length}` : v.kind === 'bad' ? `bad ${v.status} ${v.code}` : 'more';
+  return v.kind === 'head'
+    ? `head ${v.method} ${v.target} ${v.form} ${v.headers.length} lines +${v.rest.length}`
+    : v.kind === 'bad'
+      ? `bad ${v.status} ${v.code}`
+      : 'more';
 }
 
 const requestHead: FuzzTarget = {
   name: 'request-head',
   description:
-    'RequestHeadParser accepts exactly the heads a strict RFC 9112 reading accepts within its byte limit (same method, target and following bytes), refuses with 431 only past the limit and asks for more only below it, gives the same verdict however the bytes are split, and turns "more" into 400 at end of input',
+    'RequestHeadParser accepts exactly the heads a strict RFC 9112 reading accepts within its byte and header-line limits (same method, target, form, header lines and following bytes), refuses with 431 only past a limit and asks for more only below it, gives the same verdict however the bytes are split, and turns "more" into 400 at end of input',
   covers: ['src/server/frontends/request-head.js'],
   maxLen: 4096,
   dictionary: [
     'CONNECT ',
     'GET ',
+    'OPTIONS * ',
+    'http://',
+    '/',
     ' HTTP/1.1\r\n',
     ' HTTP/1.0\r\n',
     'HTTP/1.',
@@ -490,11 +506,12 @@ const requestHead: FuzzTarget = {
   run(data) {
     if (data.length < 2) return;
     const max = HEAD_MAX_CHOICES[data[1] % HEAD_MAX_CHOICES.length];
+    const maxHeaders = HEAD_MAX_HEADERS_CHOICES[Math.floor(data[1] / HEAD_MAX_CHOICES.length) % HEAD_MAX_HEADERS_CHOICES.length];
     const bytes = Buffer.from(data.buffer, data.byteOffset + 2, data.length - 2);
-    const one = new RequestHeadParser(max);
+    const one = new RequestHeadParser(max, maxHeaders);
     const v = one.push(bytes);
     // The same bytes in pieces.
-    const split = new RequestHeadParser(max);
+    const split = new RequestHeadParser(max, maxHeaders);
     let sv: HeadVerdict = { kind: 'more' };
     let seed = data[0] | 1;
     for (let off = 0; off < bytes.length && sv.kind === 'more';) {
@@ -507,23 +524,33 @@ const requestHead: FuzzTarget = {
       v.kind === sv.kind &&
       (v.kind !== 'bad' || (sv.kind === 'bad' && v.status === sv.status && v.code === sv.code)) &&
       (v.kind !== 'head' ||
-        (sv.kind === 'head' && v.method === sv.method && v.target === sv.target && sameBytes(sv.rest, v.rest.subarray(0, sv.rest.length))));
+        (sv.kind === 'head' &&
+          v.method === sv.method &&
+          v.target === sv.target &&
+          v.form === sv.form &&
+          show(v.headers) === show(sv.headers) &&
+          sameBytes(sv.rest, v.rest.subarray(0, sv.rest.length))));
     check(same, `whole: ${verdictText(v)}; in pieces: ${verdictText(sv)}`);
 
-    const m = STRICT_HEAD.exec(bytes.toString('latin1'));
+    const text = bytes.toString('latin1');
+    const m = STRICT_HEAD.exec(text);
     const strictLength = m ? m[0].length : -1;
+    const strictLines = m ? (m[3].match(/\r\n/g) ?? []).length : 0;
+    const strictOk = m !== null && strictLength <= max && strictForm(m[1], m[2]) && strictLines <= maxHeaders;
     if (v.kind === 'head') {
-      check(m !== null, `accepted a head a strict reading refuses: ${verdictText(v)}`);
-      check(strictLength <= max, `accepted a head of ${strictLength} bytes over the ${max}-byte limit`);
+      check(strictOk, `accepted a head a strict reading refuses within ${max} bytes and ${maxHeaders} lines: ${verdictText(v)}`);
       check(v.method === m[1] && v.target === m[2], `method/target ${v.method} ${v.target}, strictly ${m[1]} ${m[2]}`);
+      check(v.headers.length === strictLines, `${v.headers.length} header lines, strictly ${strictLines}`);
       check(sameBytes(v.rest, bytes.subarray(strictLength)), 'the bytes after the head differ');
     } else {
-      check(
-        m === null || strictLength > max,
-        `refused (${verdictText(v)}) a head of ${strictLength} bytes a strict reading accepts within ${max}`,
-      );
+      check(!strictOk, `refused (${verdictText(v)}) a head of ${strictLength} bytes a strict reading accepts within ${max}`);
       if (v.kind === 'more') check(bytes.length < max, `asks for more after ${bytes.length} bytes with a ${max}-byte limit`);
-      if (v.kind === 'bad' && v.status === 431) check(bytes.length >= max, `431 after only ${bytes.length} bytes with a ${max}-byte limit`);
+      // Past the byte limit, or a header line past the line limit (each line before it ended in CRLF, as did the request line).
+      if (v.kind === 'bad' && v.status === 431)
+        check(
+          bytes.length >= max || (text.match(/\r\n/g) ?? []).length > maxHeaders,
+          `431 after only ${bytes.length} bytes with a ${max}-byte limit and ${maxHeaders} lines`,
+        );
       const end = one.end();
       if (v.kind === 'more') check(end.kind === 'bad' && end.status === 400, `end of input after "more" gives ${verdictText(end)}`);
       else check(end === v, 'end() changed a verdict already given');

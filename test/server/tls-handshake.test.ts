@@ -122,8 +122,7 @@ test('frontend TCP port: a connection whose TLS handshake stalls is closed at th
   const listener = await listenForFrontends({
     mode: 'both',
     tcp: { host: '127.0.0.1', port: 0, tls: await serverTls(), handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS },
-    grpc: unusedGrpc(),
-    httpConnect: () => httpConnect,
+    services: { grpc: unusedGrpc(), tenantFrontend: () => httpConnect, log: logs.log },
     log: logs.log,
     refusals,
   });

@@ -1,7 +1,10 @@
 /**
  * gRPC ProxyService frontend (the KAS's konnectivity-client): the frontend
  * stream is a tunnel on which the server performs dials, each one by
- * dialling through an agent and splicing the two connections.
+ * dialling through an agent and splicing the two connections. Its front
+ * door (frontend.ts) is a connection that opens with the HTTP/2 preface;
+ * the process's gRPC server takes it whole and hands each stream to its
+ * tenant's ProxyService.
  */
 import type { Logger } from 'pino';
 import type { IncomingStream } from '../../transport/transport.js';
@@ -14,6 +17,8 @@ import type { KanalMetrics } from '../../domain/metrics.js';
 import { countTunnelLimit } from '../../tunnel/limit-metrics.js';
 import type { RefusalReasons } from '../../tunnel/limit-reports.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
+import { closeWhenPeerGone } from '../../transport/peer-gone-watch.js';
+import type { Frontend } from './frontend.js';
 
 const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
 
@@ -55,3 +60,24 @@ export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: Fronte
     track(tunnel);
   };
 }
+
+/** The client connection preface of HTTP/2 (RFC 9113 section 3.4). */
+const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
+/** The gRPC front door: a connection whose first bytes are the HTTP/2 preface. */
+export const grpcFrontend: Frontend<'grpc'> = {
+  name: 'grpc',
+  recognises(first) {
+    const n = Math.min(first.length, H2_PREFACE.length);
+    if (!first.subarray(0, n).equals(H2_PREFACE.subarray(0, n))) return 'no';
+    return n === H2_PREFACE.length ? 'yes' : 'more';
+  },
+  serve(socket, { peer, connection, server }) {
+    // Only HTTP/2 sessions can miss a dead peer (see peer-gone-watch.ts); Unix sockets are skipped.
+    closeWhenPeerGone(socket, (reason) =>
+      server.log.warn({ peer, reason }, 'closing frontend connection: its peer is gone and HTTP/2 had not noticed'),
+    );
+    server.grpc.injectConnection(socket, connection);
+    socket.resume();
+  },
+};

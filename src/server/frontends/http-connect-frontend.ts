@@ -3,7 +3,10 @@
  * dial through an agent; answers use upstream's status codes.
  *
  * Connections are accepted (and sniffed, and TLS-terminated) by
- * listeners.ts and handed in with serve(); the request head is read by
+ * listeners.ts, which hands every connection not claimed by an earlier
+ * front door (frontend-registry.ts) to this door: its tenant's
+ * HttpConnectFrontend reads the head, and a request that is not HTTP/1.x
+ * gets its 400 there (RFC 9112 section 3). The request head is read by
  * request-head.ts, bounded in size (16 KiB) and in time by the header
  * deadline (docs/frontends.md). node:http is not used: its per-connection state
  * cost more than the rest of the frontend's work per dial (bench/notes/dial-profile.md finding 3).
@@ -22,6 +25,7 @@ import type { Refusals } from '../../domain/refusal-log.js';
 import { RequestHeadParser, type HeadVerdict } from './request-head.js';
 import { errorMessage } from '../../common/error-message.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
+import type { Frontend, FrontendContext, TenantFrontend } from './frontend.js';
 import { socketFd } from '../../../native/socket-buffers.js';
 import { TCP_CLOSE, tcpState } from '../../../native/tcp-state.js';
 
@@ -97,7 +101,24 @@ interface Answer {
   headers?: string;
 }
 
-export class HttpConnectFrontend {
+/** The HTTP CONNECT front door: every connection an earlier door did not claim, served by its tenant's part. */
+export const httpConnectFrontend: Frontend<'http-connect'> = {
+  name: 'http-connect',
+  recognises: () => 'yes',
+  forTenant: ({ dialer, refusals }) => new HttpConnectFrontend(dialer, refusals),
+  serve(socket, context) {
+    const tenant = context.server.tenantFrontend(context.connection.tenant, httpConnectFrontend.name);
+    if (!tenant) {
+      socket.destroy();
+      return;
+    }
+    tenant.serve(socket, context);
+    socket.resume();
+  },
+};
+
+/** One tenant's part of the HTTP CONNECT door. */
+export class HttpConnectFrontend implements TenantFrontend {
   private readonly limits: HttpConnectLimits;
 
   constructor(
@@ -116,15 +137,11 @@ export class HttpConnectFrontend {
     return this.open;
   }
 
-  /**
-   * Serves one connection whose request head must be complete within
-   * `headerDeadlineMs` (counted by the caller from accept); `peer` names
-   * the client in logs.
-   */
-  serve(socket: Duplex, peer: string, headerDeadlineMs: number, identity: ClientIdentity = { address: peer }): void {
+  /** Serves one connection whose request head must be complete within `headDeadlineMs` (counted by the listener from accept). */
+  serve(socket: Duplex, { peer, connection, headDeadlineMs }: Pick<FrontendContext, 'peer' | 'connection' | 'headDeadlineMs'>): void {
     this.open++;
     socket.once('close', () => this.open--);
-    const client = new Client(this, socket, peer, identity, this.limits.maxHeaderBytes);
+    const client = new Client(this, socket, peer, connection.client, this.limits.maxHeaderBytes);
     client.headerTimer = setTimeout(
       () => {
         client.headerTimer = undefined;
@@ -137,7 +154,7 @@ export class HttpConnectFrontend {
         client.stopReading();
         this.answer(socket, client, { status: 408, message: 'request head not complete in time' });
       },
-      Math.max(0, headerDeadlineMs),
+      Math.max(0, headDeadlineMs),
     );
   }
 

@@ -25,7 +25,9 @@ import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
 import { createGrpcFrontend, type FrontendStream, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
-import { HttpConnectFrontend } from '../frontends/http-connect-frontend.js';
+import { FRONTENDS } from '../frontends/frontend-registry.js';
+import type { Frontend, TenantFrontend } from '../frontends/frontend.js';
+import { httpConnectFrontend } from '../frontends/http-connect-frontend.js';
 import type { AgentCredential } from '../identity/agent-credential.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { ProxyStrategy } from '../routing/proxy-strategies.js';
@@ -95,7 +97,8 @@ export class Tenant {
   readonly quota: DialQuota | undefined;
   /** gRPC frontend streams open (the server closes them with the tenant). */
   readonly frontendTunnels = new Set<Tunnel>();
-  readonly httpConnect: HttpConnectFrontend;
+  /** Each front door's part in the tenant, by the door's name (frontends/frontend.ts). */
+  readonly frontends: ReadonlyMap<string, TenantFrontend>;
   /** AgentService/Connect for this tenant's agents: `context` is who authenticated the connection. */
   readonly serveAgent: (incoming: IncomingStream<AgentCredential>) => void;
   /** ProxyService/Proxy for this tenant's kube-apiserver. */
@@ -138,7 +141,7 @@ export class Tenant {
     this.upstreamLeaseMetrics = registerUpstreamServerMetrics(this.metrics.registry, {
       agentStreams: () => this.registry.size,
       proxyStreams: () => this.frontendTunnels.size,
-      httpConnectConnections: () => this.httpConnect.size,
+      httpConnectConnections: () => this.frontends.get(httpConnectFrontend.name)?.size ?? 0,
       readyAgents: () => this.registry.agentCount,
       pendingDials: () => agentTunnels().reduce((n, t) => n + t.stats().pendingDials, 0),
       establishedConnections: () => agentTunnels().reduce((n, t) => n + t.stats().connections, 0),
@@ -159,7 +162,13 @@ export class Tenant {
     }));
     this.frontendOptions = { dialer, log: logs.frontend, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics: this.metrics };
     this.serveProxy = createGrpcFrontend(this.frontendOptions);
-    this.httpConnect = new HttpConnectFrontend(dialer, this.refusals(opts.log.child({ part: 'frontend', frontend: 'http-connect' })));
+    this.frontends = new Map(
+      FRONTENDS.flatMap((door: Frontend) => {
+        if (!door.forTenant) return [];
+        const log = opts.log.child({ part: 'frontend', frontend: door.name });
+        return [[door.name, door.forTenant({ dialer, refusals: this.refusals(log), log })] as const];
+      }),
+    );
     this.allowList = new AllowList(opts.allowedDestinations);
     const quota = this.quota;
     this.destinations = this.destinationDialer();

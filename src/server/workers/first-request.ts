@@ -17,6 +17,7 @@
  */
 import http2 from 'node:http2';
 import { Duplex } from 'node:stream';
+import { readFirstBytes } from '../../common/first-bytes.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const EMPTY_SETTINGS = Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0]);
@@ -101,58 +102,39 @@ function parseHeaders(bytes: Buffer, timeoutMs: number): Promise<string[] | unde
   });
 }
 
+/** Where the bytes read so far stand: the first request complete (with our SETTINGS acknowledged), or not a request to read. */
+type Read = { kind: 'complete'; replay: Buffer; headersEnd: number } | { kind: 'none'; why: string };
+
 /**
  * Reads `socket` (decrypted, paused or not) until its first request's
  * headers are complete and our SETTINGS is acknowledged: at most
- * MAX_FIRST_REQUEST_BYTES, within `timeoutMs`. Leaves the socket paused and
- * nothing put back: the caller unshifts `replay` before handing it on.
+ * MAX_FIRST_REQUEST_BYTES, within `timeoutMs` (common/first-bytes.ts).
+ * Leaves the socket paused and nothing put back: the caller unshifts
+ * `replay` before handing it on.
  */
-export function readFirstRequest(socket: Duplex, timeoutMs: number): Promise<FirstRequest> {
-  return new Promise((resolve) => {
-    let seen = Buffer.alloc(0);
-    let settingsSent = false;
-    let settled = false;
-    const settle = (result: FirstRequest): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      socket.off('data', onData);
-      socket.off('end', onGone);
-      socket.off('close', onGone);
-      socket.off('error', onGone);
-      socket.pause();
-      socket.on('error', () => undefined);
-      resolve(result);
-    };
-    const onData = (chunk: Buffer): void => {
-      seen = Buffer.concat([seen, chunk]);
-      if (seen.length > MAX_FIRST_REQUEST_BYTES) return settle({ kind: 'none', why: 'its first request is too large' });
-      const s = scan(seen);
-      if (s === 'bad') return settle({ kind: 'none', why: 'not HTTP/2' });
-      if (!settingsSent && seen.length >= PREFACE.length) {
-        settingsSent = true;
-        socket.write(EMPTY_SETTINGS);
-      }
-      if (s.headersEnd === undefined || s.ack === undefined) return;
-      const [a, b] = s.ack;
-      const replay = Buffer.concat([seen.subarray(0, a), seen.subarray(b)]);
-      socket.off('data', onData);
-      socket.pause();
-      // The headers' end moves back by the ACK's length when the ACK came before them.
-      const headersEnd = s.headersEnd > a ? s.headersEnd - (b - a) : s.headersEnd;
-      void parseHeaders(replay.subarray(0, headersEnd), timeoutMs).then((raw) => {
-        if (!raw) return settle({ kind: 'none', why: 'its first request could not be parsed' });
-        const authorization: string[] = [];
-        for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i].toLowerCase() === 'authorization') authorization.push(raw[i + 1]);
-        settle({ kind: 'request', authorization, replay });
-      });
-    };
-    const onGone = (): void => settle({ kind: 'none', why: 'it closed' });
-    const timer = setTimeout(() => settle({ kind: 'none', why: 'no request in time' }), timeoutMs);
-    socket.on('data', onData);
-    socket.once('end', onGone);
-    socket.once('close', onGone);
-    socket.once('error', onGone);
-    socket.resume();
+export async function readFirstRequest(socket: Duplex, timeoutMs: number): Promise<FirstRequest> {
+  let settingsSent = false;
+  const read = await readFirstBytes<Read>(socket, { timeoutMs }, (seen) => {
+    if (seen.length > MAX_FIRST_REQUEST_BYTES) return { kind: 'none', why: 'its first request is too large' };
+    const s = scan(seen);
+    if (s === 'bad') return { kind: 'none', why: 'not HTTP/2' };
+    if (!settingsSent && seen.length >= PREFACE.length) {
+      settingsSent = true;
+      socket.write(EMPTY_SETTINGS);
+    }
+    if (s.headersEnd === undefined || s.ack === undefined) return undefined;
+    const [a, b] = s.ack;
+    // The headers' end moves back by the ACK's length when the ACK came before them.
+    const headersEnd = s.headersEnd > a ? s.headersEnd - (b - a) : s.headersEnd;
+    return { kind: 'complete', replay: Buffer.concat([seen.subarray(0, a), seen.subarray(b)]), headersEnd };
   });
+  if (read.kind === 'closed') return { kind: 'none', why: 'it closed' };
+  if (read.kind === 'timeout') return { kind: 'none', why: 'no request in time' };
+  const verdict = read.verdict;
+  if (verdict.kind === 'none') return verdict;
+  const raw = await parseHeaders(verdict.replay.subarray(0, verdict.headersEnd), timeoutMs);
+  if (!raw) return { kind: 'none', why: 'its first request could not be parsed' };
+  const authorization: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i].toLowerCase() === 'authorization') authorization.push(raw[i + 1]);
+  return { kind: 'request', authorization, replay: verdict.replay };
 }
