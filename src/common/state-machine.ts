@@ -97,6 +97,13 @@ export class StateMachine<S extends State> {
     this.move(next);
   }
 
+  /** Moves to `next` where the lifecycle allows it, else stays (a late event, ignored); says whether it moved. */
+  toIfAllowed(next: S): boolean {
+    if (!this.canMove(next)) return false;
+    this.move(next);
+    return true;
+  }
+
   /** Moves to `next` only from one of `from` (and where allowed); says whether it moved. */
   from(from: readonly KindOf<S>[], next: S): boolean {
     if (!from.includes(kindOf(this.value)) || !this.canMove(next)) return false;
