@@ -204,7 +204,14 @@ export class TunnelConnection {
   /** Who asked for it, when the frontend or node listener that accepted them says (audit log). */
   client: ClientIdentity | undefined;
 
-  /** Our direction (Sending), the peer's (Receiving), and the connection's place in the table (Life): its only state. */
+  /**
+   * Our direction (Sending), the peer's (Receiving), and the connection's
+   * place in the table (Life): its only state. Invariants: until closed, our
+   * FIN out and the peer's FIN in do not hold together (the second closes it,
+   * 'both-ended'); 'flushing' only after our local end's FIN ('fin-pending' or
+   * later); 'fin-resend' only with resume; 'closed' with cleanForResume only
+   * for a clean close (both-ended, sent-all) under resume.
+   */
   private readonly sending: StateMachine<Sending>;
   private readonly receiving: StateMachine<Receiving>;
   private readonly life: StateMachine<Life>;
