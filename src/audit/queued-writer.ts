@@ -9,6 +9,7 @@ import { IdleWaiters } from '../common/idle-waiters.js';
 import type { AuditMetrics } from './audit-metrics.js';
 import type { DropReport } from './drop-report.js';
 import { SinkError, errnoText, type Sink, type SinkDown } from './sink.js';
+import { StateMachine, type Lifecycle } from '../common/state-machine.js';
 
 /** How much one write takes from the queue: large enough to amortise a system call, small enough not to hold a pool thread long. */
 const MAX_BATCH_BYTES = 256 * 1024;
@@ -25,13 +26,24 @@ export interface QueueBounds {
 
 /**
  * open: lines go to the sink; down: the sink failed or has no reader, reopened
- * every REOPEN_MS while lines queue; closed: close() was called, nothing is
- * taken any more.
+ * every REOPEN_MS while lines queue (`timer` until the reopen starts, then
+ * undefined while it runs; a failed reopen goes down again); closed: close()
+ * was called, nothing is taken any more. Only while open is a write in flight.
  */
-type State = { kind: 'open' } | { kind: 'down'; reason: SinkDown; timer: NodeJS.Timeout | undefined } | { kind: 'closed' };
+type State =
+  | { readonly kind: 'open' }
+  | { readonly kind: 'down'; readonly reason: SinkDown; readonly timer: NodeJS.Timeout | undefined }
+  | { readonly kind: 'closed' };
+
+const WRITER: Lifecycle<State> = {
+  name: 'audit writer',
+  moves: { open: ['down', 'closed'], down: ['down', 'open', 'closed'], closed: [] },
+};
+const OPEN: State = { kind: 'open' };
+const CLOSED: State = { kind: 'closed' };
 
 export class QueuedWriter {
-  private state: State = { kind: 'open' };
+  private readonly life = new StateMachine<State>(OPEN, WRITER);
   /**
    * Lines waiting, oldest first, as strings: a Buffer from Node's shared
    * pool would keep its whole 8 KiB slab alive while it waits. `inFlight`
@@ -63,7 +75,7 @@ export class QueuedWriter {
 
   /** Queues one line (ending in a newline). Never blocks, never throws. */
   push(line: string): void {
-    if (this.state.kind === 'closed') {
+    if (this.life.kind === 'closed') {
       this.drops.drop('shutdown');
       return;
     }
@@ -73,7 +85,8 @@ export class QueuedWriter {
       return;
     }
     if (this.queuedBytes + bytes > this.bounds.maxBytes || this.queue.length + this.inFlight >= this.bounds.maxLines) {
-      this.drops.drop(this.state.kind === 'down' ? this.state.reason : 'queue_full');
+      const s = this.life.state;
+      this.drops.drop(s.kind === 'down' ? s.reason : 'queue_full');
       return;
     }
     this.queue.push(line);
@@ -86,12 +99,15 @@ export class QueuedWriter {
    * timeoutMs; what is left is dropped (shutdown) and the sink closed.
    */
   async close(timeoutMs: number): Promise<void> {
-    if (this.state.kind === 'closed') return;
-    if (this.state.kind === 'open' && (this.writing || this.queue.length > 0)) {
+    if (this.life.kind === 'closed') return;
+    if (this.life.kind === 'open' && (this.writing || this.queue.length > 0)) {
       await this.idleWaiters.wait(timeoutMs);
     }
-    if (this.state.kind === 'down' && this.state.timer) clearTimeout(this.state.timer);
-    this.state = { kind: 'closed' };
+    const s = this.life.state;
+    // Another close() waited too and closed it.
+    if (s.kind === 'closed') return this.sink.close();
+    if (s.kind === 'down' && s.timer) clearTimeout(s.timer);
+    this.life.to(CLOSED);
     this.drops.drop('shutdown', this.queue.length);
     this.queuedBytes -= this.queue.reduce((n, line) => n + Buffer.byteLength(line, 'utf8'), 0);
     this.queue = [];
@@ -100,7 +116,7 @@ export class QueuedWriter {
   }
 
   private pump(): void {
-    if (this.writing || this.state.kind !== 'open') return;
+    if (this.writing || this.life.kind !== 'open') return;
     if (this.queue.length === 0) {
       this.drops.caughtUp();
       this.idleWaiters.wake();
@@ -136,7 +152,7 @@ export class QueuedWriter {
     this.queuedBytes -= bytes;
     const written = err instanceof SinkError ? err.linesWritten : 0;
     if (written > 0) this.metrics.lines.inc(written);
-    if (this.state.kind === 'closed') {
+    if (this.life.kind === 'closed') {
       this.drops.drop('shutdown', batch.length - written);
       return;
     }
@@ -148,26 +164,27 @@ export class QueuedWriter {
   private goDown(reason: SinkDown): void {
     const timer = setTimeout(() => this.reopen(), REOPEN_MS);
     timer.unref();
-    this.state = { kind: 'down', reason, timer };
+    this.life.to({ kind: 'down', reason, timer });
     // close() does not wait for a destination that failed.
     this.idleWaiters.wake();
   }
 
   private reopen(): void {
-    if (this.state.kind !== 'down') return;
-    this.state.timer = undefined;
+    const s = this.life.state;
+    if (s.kind !== 'down') return;
+    this.life.to({ kind: 'down', reason: s.reason, timer: undefined });
     this.sink.open().then(
       () => {
-        if (this.state.kind === 'closed') {
+        if (this.life.kind === 'closed') {
           void this.sink.close();
           return;
         }
-        if (this.state.kind !== 'down') return;
-        this.state = { kind: 'open' };
+        if (this.life.kind !== 'down') return;
+        this.life.to(OPEN);
         this.pump();
       },
       (err: unknown) => {
-        if (this.state.kind !== 'down') return;
+        if (this.life.kind !== 'down') return;
         this.goDown(err instanceof SinkError ? err.reason : 'write_error');
       },
     );

@@ -12,6 +12,7 @@
 import type { Logger } from 'pino';
 import { mallocTrim, type MallocTrim } from '../../native/malloc-trim.js';
 import { v8Gc, type GcFunction } from './v8-gc.js';
+import { StateMachine, type Lifecycle } from './state-machine.js';
 
 export const RECLAIM_CHECK_MS = 10_000;
 export const RECLAIM_GROWTH_BYTES = 8 * 1024 * 1024;
@@ -42,10 +43,17 @@ export interface MemoryReclaimerOptions {
  * Invariant (watching): floor ≤ every RSS read since the last collection,
  * and ≤ the RSS right after it.
  */
-type State = { kind: 'stopped' } | { kind: 'watching'; timer: NodeJS.Timeout; floor: number };
+type State = { readonly kind: 'stopped' } | { readonly kind: 'watching'; readonly timer: NodeJS.Timeout; readonly floor: number };
+
+/** stop() when stopped changes nothing; each check moves watching to watching (a new floor). */
+const RECLAIMER: Lifecycle<State> = {
+  name: 'memory reclaimer',
+  moves: { stopped: ['stopped', 'watching'], watching: ['watching', 'stopped'] },
+};
+const STOPPED: State = { kind: 'stopped' };
 
 export class MemoryReclaimer {
-  private state: State = { kind: 'stopped' };
+  private readonly life = new StateMachine<State>(STOPPED, RECLAIMER);
   private readonly rss: () => number;
   private readonly gc: GcFunction | null;
   private readonly trim: MallocTrim | null;
@@ -62,19 +70,19 @@ export class MemoryReclaimer {
   }
 
   start(): void {
-    if (this.state.kind === 'watching' || !this.available) return;
+    if (this.life.kind === 'watching' || !this.available) return;
     const timer = setInterval(() => this.check(), this.opts.checkMs ?? RECLAIM_CHECK_MS);
     timer.unref();
     this.to({ kind: 'watching', timer, floor: this.rss() });
   }
 
   stop(): void {
-    this.to({ kind: 'stopped' });
+    this.to(STOPPED);
   }
 
   /** One check (the timer's); returns what it did, if it collected or gave memory back. */
   check(): Reclaim | undefined {
-    const s = this.state;
+    const s = this.life.state;
     if (s.kind !== 'watching') return undefined;
     const started = performance.now();
     const before = this.rss();
@@ -90,8 +98,9 @@ export class MemoryReclaimer {
   }
 
   private to(next: State): void {
-    if (this.state.kind === 'watching' && next.kind === 'stopped') clearInterval(this.state.timer);
-    this.state = next;
+    const s = this.life.state;
+    if (s.kind === 'watching' && next.kind === 'stopped') clearInterval(s.timer);
+    this.life.to(next);
   }
 }
 

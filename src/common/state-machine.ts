@@ -36,6 +36,31 @@ export function kindOf<S extends State>(s: S): KindOf<S> {
   return (typeof s === 'string' ? s : s.kind) as KindOf<S>;
 }
 
+/** How `s` reads in errors and traces: as its lifecycle describes it, else its kind. */
+export function describeState<S extends State>(lifecycle: Lifecycle<S>, s: S): string {
+  return lifecycle.describe?.(s) ?? kindOf(s);
+}
+
+/** What a debug trace writes to: a pino logger, or anything with its `debug(fields, message)`. */
+export interface DebugLog {
+  debug(fields: object, message: string): void;
+}
+
+/**
+ * A trace that logs each move at debug level ("tunnel: open -> detached"),
+ * with `fields` (the object's identity) on the line; undefined when `enabled`
+ * is false, so an object whose moves are not logged holds no closure.
+ */
+export function debugTrace<S extends State>(
+  lifecycle: Lifecycle<S>,
+  log: DebugLog,
+  fields: object = {},
+  enabled = true,
+): MoveTrace<S> | undefined {
+  if (!enabled) return undefined;
+  return (from, to) => log.debug(fields, `${lifecycle.name}: ${describeState(lifecycle, from)} -> ${describeState(lifecycle, to)}`);
+}
+
 export class StateMachine<S extends State> {
   private value: S;
 
@@ -72,6 +97,13 @@ export class StateMachine<S extends State> {
     this.move(next);
   }
 
+  /** Moves to `next` where the lifecycle allows it, else stays (a late event, ignored); says whether it moved. */
+  toIfAllowed(next: S): boolean {
+    if (!this.canMove(next)) return false;
+    this.move(next);
+    return true;
+  }
+
   /** Moves to `next` only from one of `from` (and where allowed); says whether it moved. */
   from(from: readonly KindOf<S>[], next: S): boolean {
     if (!from.includes(kindOf(this.value)) || !this.canMove(next)) return false;
@@ -86,6 +118,6 @@ export class StateMachine<S extends State> {
   }
 
   private describe(s: S): string {
-    return this.lifecycle.describe?.(s) ?? kindOf(s);
+    return describeState(this.lifecycle, s);
   }
 }

@@ -19,6 +19,7 @@ import type { ConnectionRules, InboundFlow, InboundFlowHost } from './connection
 import { EarlyEnd, type LocalClose, type LocalEnd } from './local-end.js';
 import { PacketType, type ResumePacket } from '../wire/packet.js';
 import type { HeldBytes } from '../domain/retention-ledger.js';
+import { debugTrace, StateMachine, type Lifecycle } from '../common/state-machine.js';
 
 /** How long a connection whose local end went away may make no progress sending what that end left before it is dropped. */
 export const FLUSH_IDLE_MS = 10_000;
@@ -56,20 +57,126 @@ export interface ClientIdentity {
 }
 
 /**
- * 'open': bytes flow both ways. 'local-ended': our FIN went out
- * (KANAL_HALF_CLOSE), the peer's bytes still come. 'peer-ended': the peer's
- * FIN came, ours still go. 'closed': out of the tunnel's table; nothing moves
- * any more (what the local end holds may still reach its reader).
+ * The connection as the tunnel and its tests see it, read from the states
+ * below: 'open', bytes flow both ways; 'local-ended', our FIN went out
+ * (KANAL_HALF_CLOSE), the peer's bytes still come; 'peer-ended', the peer's
+ * FIN came, ours still go; 'closed', out of the tunnel's table, nothing
+ * moves any more (what the local end holds may still reach its reader).
  */
 export type ConnectionState = 'open' | 'local-ended' | 'peer-ended' | 'closed';
 
-/** The transitions transition() allows: both FINs, or any close, lead to 'closed'. */
-const NEXT_STATES: Readonly<Record<ConnectionState, readonly ConnectionState[]>> = {
-  open: ['local-ended', 'peer-ended', 'closed'],
-  'local-ended': ['closed'],
-  'peer-ended': ['closed'],
-  closed: [],
+/**
+ * Our direction, to the peer. 'fin-pending': the local end sent its FIN, ours
+ * goes out once everything before it is sent (no bytes are taken any more).
+ * 'fin-sent': it went out. 'fin-acked': the peer said it arrived (resume).
+ * 'fin-resend': a resumed stream's peer lacks it, so it goes out again once
+ * the replay is sent. Without half-close a FIN closes the connection from
+ * 'fin-pending'. Moves on after the close: a lingering connection's FIN may
+ * still be acknowledged, or sent again.
+ */
+type Sending = 'open' | 'fin-pending' | 'fin-sent' | 'fin-acked' | 'fin-resend';
+
+const SENDING: Lifecycle<Sending> = {
+  name: 'connection (our direction)',
+  moves: {
+    open: ['fin-pending'],
+    'fin-pending': ['fin-sent'],
+    'fin-sent': ['fin-acked', 'fin-resend'],
+    'fin-acked': ['fin-resend'],
+    'fin-resend': ['fin-sent'],
+  },
 };
+
+const FIN_SENT: readonly Sending[] = ['fin-sent'];
+const FIN_ARRIVED: readonly Sending[] = ['fin-sent', 'fin-acked'];
+
+/** Sending states in which our FIN has gone out at least once. */
+const finWentOut = (s: Sending): boolean => s === 'fin-sent' || s === 'fin-acked' || s === 'fin-resend';
+
+/**
+ * The peer's direction, to us: open until its FIN (KANAL_HALF_CLOSE) came.
+ * `first`: it came before our local end sent its FIN (who ended the
+ * connection, for the audit log). The two 'ended' states are shared
+ * constants, so a half-close allocates nothing.
+ */
+type Receiving = { readonly kind: 'open' } | { readonly kind: 'ended'; readonly first: boolean };
+
+const RECEIVING: Lifecycle<Receiving> = {
+  name: 'connection (peer direction)',
+  moves: { open: ['ended'], ended: [] },
+  describe: (s) => (s.kind === 'ended' ? `ended (${s.first ? 'first' : 'after ours'})` : s.kind),
+};
+const RECEIVING_OPEN: Receiving = { kind: 'open' };
+const PEER_ENDED_FIRST: Receiving = { kind: 'ended', first: true };
+const PEER_ENDED_SECOND: Receiving = { kind: 'ended', first: false };
+
+/**
+ * How a connection closes: each kind fixes what the local end does with
+ * what it holds, whether the peer is told, and whether it was clean (CLOSES).
+ * - both-ended: both FINs passed; nothing more to tell the peer.
+ * - sent-all: the local end finished and everything it handed over went out.
+ * - cut: the local end closed or failed (`by` local), or this proxy cut it
+ *   (a fault, a limit, a stall); the peer is told, with the error if any.
+ * - peer-closed: the peer's CLOSE_REQ/CLOSE_RSP/DIAL_CLS; what it sent before
+ *   still reaches the local reader unless it failed.
+ * - tunnel-lost: the tunnel died under it; nothing can be sent any more.
+ */
+export type ConnectionClose =
+  | { readonly kind: 'both-ended' }
+  | { readonly kind: 'sent-all' }
+  | { readonly kind: 'cut'; readonly by: 'local' | 'proxy'; readonly error?: Error | undefined }
+  | { readonly kind: 'peer-closed'; readonly error?: Error | undefined }
+  | { readonly kind: 'tunnel-lost'; readonly error: Error };
+
+/**
+ * Per kind of close: `clean`, nothing of ours was dropped, so with resume
+ * what the peer has not acknowledged is kept (the connection lingers);
+ * `by`, who ended it when it failed, or when no FIN came first.
+ */
+const CLOSES: Readonly<
+  Record<
+    ConnectionClose['kind'],
+    { readonly local: LocalClose; readonly tellPeer: boolean; readonly clean: boolean; readonly by: ConnectionEnder }
+  >
+> = {
+  // Both FINs came, so whose came first names the ender; `by` is never read.
+  'both-ended': { local: 'flush', tellPeer: false, clean: true, by: 'peer' },
+  'sent-all': { local: 'abort', tellPeer: true, clean: true, by: 'local' },
+  cut: { local: 'abort', tellPeer: true, clean: false, by: 'local' }, // `by` as the close says
+  'peer-closed': { local: 'flush', tellPeer: false, clean: false, by: 'peer' }, // 'abort' when it failed
+  'tunnel-lost': { local: 'abort', tellPeer: false, clean: false, by: 'tunnel' },
+};
+
+const BOTH_ENDED: ConnectionClose = { kind: 'both-ended' };
+const SENT_ALL: ConnectionClose = { kind: 'sent-all' };
+
+/**
+ * The connection in the tunnel's table. 'live': until the local end goes
+ * away. 'flushing': the local end went away cleanly; the connection closes
+ * once the send queue is empty and our FIN is out, unless `timer` sees no
+ * progress for FLUSH_IDLE_MS. 'closed': final; `lingers` (closed cleanly
+ * with resume: kept until the peer acknowledges what it lacks), `toldPeer`
+ * (a replay after a lost stream sends the close again), and for the audit log
+ * who ended it and why.
+ */
+type Life =
+  | { readonly kind: 'live' }
+  | { readonly kind: 'flushing'; readonly timer: NodeJS.Timeout }
+  | {
+      readonly kind: 'closed';
+      readonly how: ConnectionClose;
+      readonly cleanForResume: boolean;
+      readonly toldPeer: boolean;
+      readonly endedBy: ConnectionEnder;
+      readonly reason: string;
+    };
+
+const LIFE: Lifecycle<Life> = {
+  name: 'connection',
+  moves: { live: ['flushing', 'closed'], flushing: ['closed'], closed: [] },
+  describe: (s) => (s.kind === 'closed' ? `closed (${s.how.kind}, by ${s.endedBy})` : s.kind),
+};
+const LIVE: Life = { kind: 'live' };
 
 export interface ConnectionOptions {
   connectID: number;
@@ -96,35 +203,24 @@ export class TunnelConnection {
   dialMs = 0;
   /** Who asked for it, when the frontend or node listener that accepted them says (audit log). */
   client: ClientIdentity | undefined;
-  /** Who ended it, set as it closes: the party whose failure closed it, else whose FIN came first. */
-  endedBy: ConnectionEnder | undefined;
-  /** Whose FIN came first (the local end's, or the peer's), while one has. */
-  private firstFin: 'local' | 'peer' | undefined;
 
-  /** Changes only in transition(), along NEXT_STATES. */
-  private current: ConnectionState = 'open';
+  /**
+   * Our direction (Sending), the peer's (Receiving), and the connection's
+   * place in the table (Life): its only state. Invariants: until closed, our
+   * FIN out and the peer's FIN in do not hold together (the second closes it,
+   * 'both-ended'); 'flushing' only after our local end's FIN ('fin-pending' or
+   * later); 'fin-resend' only with resume; 'closed' with cleanForResume only
+   * for a clean close (both-ended, sent-all) under resume.
+   */
+  private readonly sending: StateMachine<Sending>;
+  private readonly receiving: StateMachine<Receiving>;
+  private readonly life: StateMachine<Life>;
   /** Where the peer's bytes go: an EarlyEnd until attach(), then the socket or the relay partner. */
   private local: LocalEnd = new EarlyEnd();
   /** Our bytes for the peer; stopped (empty) once closed. */
   private readonly sender: ConnectionSendQueue;
   /** Holds the peer's bytes back for a slow local reader: credit, or a stream pause. */
   private readonly inbound: InboundFlow;
-  /** The local end sent its FIN; ours goes out once the send queue is empty. Only while open or peer-ended. */
-  private finPending = false;
-  /** The local end went away cleanly: close once the send queue is empty and the FIN is out, unless flushTimer sees no progress. */
-  private closeWhenSent = false;
-  private flushTimer: NodeJS.Timeout | undefined;
-  /** Our FIN went out (KANAL_HALF_CLOSE), and whether the peer acknowledged it (resume). */
-  private finSent = false;
-  private finAcked = false;
-  /** Closed with nothing of ours dropped (both FINs, or our end finished after all was sent): with resume it lingers until acknowledged. */
-  private closedCleanly = false;
-  /** The close went to the peer (CLOSE_REQ/CLOSE_RSP): a replay after a lost stream sends it again. */
-  private closeSent = false;
-  /** The peer's FIN arrived (KANAL_HALF_CLOSE). */
-  private peerFinReceived = false;
-  /** Why it closed (for the tunnel's log line): an error's message, or how it ended cleanly. */
-  closeReason = '';
   /** What the peer sent that waits for the local reader, as last charged to the account. */
   private chargedInbound = 0;
 
@@ -148,6 +244,12 @@ export class TunnelConnection {
       ...(opts.account ? { account: opts.account } : {}),
     });
     this.inbound = opts.rules.inboundFlow(host, opts.connectID);
+    // Traced only at debug level: no closures per connection otherwise.
+    const traced = opts.log.isLevelEnabled('debug');
+    const fields = traced ? { connectID: opts.connectID, dialID: String(opts.dialID) } : {};
+    this.sending = new StateMachine<Sending>('open', SENDING, debugTrace(SENDING, opts.log, fields, traced));
+    this.receiving = new StateMachine<Receiving>(RECEIVING_OPEN, RECEIVING, debugTrace(RECEIVING, opts.log, fields, traced));
+    this.life = new StateMachine<Life>(LIVE, LIFE, debugTrace(LIFE, opts.log, fields, traced));
   }
 
   get limits(): TunnelLimits {
@@ -155,7 +257,22 @@ export class TunnelConnection {
   }
 
   get state(): ConnectionState {
-    return this.current;
+    if (this.life.kind === 'closed') return 'closed';
+    // Both ended only within the close itself; our FIN is named first there, as it came first.
+    if (finWentOut(this.sending.state)) return 'local-ended';
+    return this.receiving.kind === 'ended' ? 'peer-ended' : 'open';
+  }
+
+  /** Who ended it, once closed: the party whose failure closed it, else whose FIN came first. */
+  get endedBy(): ConnectionEnder | undefined {
+    const s = this.life.state;
+    return s.kind === 'closed' ? s.endedBy : undefined;
+  }
+
+  /** Why it closed (for the tunnel's log line): an error's message, or how it ended cleanly; '' until closed. */
+  get closeReason(): string {
+    const s = this.life.state;
+    return s.kind === 'closed' ? s.reason : '';
   }
 
   /** Bytes sent to the peer. */
@@ -183,7 +300,9 @@ export class TunnelConnection {
    * the FIN): with resume the tunnel keeps it so a lost stream loses none of it.
    */
   get lingers(): boolean {
-    return this.current === 'closed' && this.closedCleanly && (this.sender.unacknowledged > 0 || (this.finSent && !this.finAcked));
+    const s = this.life.state;
+    if (s.kind !== 'closed' || !s.cleanForResume) return false;
+    return this.sender.unacknowledged > 0 || this.sending.state === 'fin-sent' || this.sending.state === 'fin-resend';
   }
 
   /** Joins the local end; what arrived before goes to it first. Once. */
@@ -198,41 +317,40 @@ export class TunnelConnection {
   /** Sends `chunk` to the peer. False: hand over nothing more until `ready` (sendProgress tells). */
   send(chunk: Buffer): boolean {
     // After our FIN or the close, bytes have nowhere to go: dropped, the close is under way.
-    if (this.current === 'closed' || this.current === 'local-ended' || this.finPending) return true;
+    if (this.sending.state !== 'open' || this.life.kind === 'closed') return true;
     return this.sender.push(chunk);
   }
 
   /** The local end sent its FIN. */
   end(): void {
-    if (this.current === 'closed' || this.current === 'local-ended' || this.finPending) return;
-    this.firstFin ??= 'local';
-    this.finPending = true;
+    if (this.sending.state !== 'open' || this.life.kind === 'closed') return;
+    this.sending.to('fin-pending');
     this.sendFinWhenSent();
   }
 
   /** The local reader took bytes: credit goes back to the peer, or a hold is released. */
   taken(): void {
-    if (this.current === 'closed') return;
+    if (this.life.kind === 'closed') return;
     this.inbound.taken(this.local.undeliveredBytes);
     this.chargeInbound();
   }
 
   /** The local end went away cleanly: what it handed over is still sent (bounded by FLUSH_IDLE_MS without progress), then the connection closes. */
   finish(): void {
-    if (this.current === 'closed' || this.closeWhenSent) return;
+    if (this.life.kind !== 'live') return;
     this.end();
-    if (this.sender.queuedBytes === 0 && !this.finPending) {
-      this.closeSentAll();
+    if (this.sender.queuedBytes === 0 && !this.finWaits) {
+      this.closeAs(SENT_ALL);
       return;
     }
-    this.closeWhenSent = true;
     let left = this.sender.queuedBytes;
-    this.flushTimer = setInterval(() => {
+    const timer = setInterval(() => {
       // A stream being replaced sends nothing: that is not the peer's stall (the resume timeout bounds it).
       if (this.sender.queuedBytes < left || this.sender.isSuspended) left = this.sender.queuedBytes;
       else this.close(undefined, 'proxy'); // stalled, not slow
     }, FLUSH_IDLE_MS);
-    this.flushTimer.unref();
+    timer.unref();
+    this.life.to({ kind: 'flushing', timer });
   }
 
   /**
@@ -241,14 +359,14 @@ export class TunnelConnection {
    * (its socket closed or failed), or this proxy (a fault, a limit, a stall).
    */
   close(error?: Error, by: 'local' | 'proxy' = 'local'): void {
-    this.shut(error, 'abort', true, false, by);
+    this.closeAs({ kind: 'cut', by, error });
   }
 
   // ---------- packets from the peer (called by the tunnel) ----------
 
   receiveData(data: Uint8Array): void {
-    if (this.current === 'closed') return;
-    if (this.current === 'peer-ended') {
+    if (this.life.kind === 'closed') return;
+    if (this.receiving.kind === 'ended') {
       this.close(new Error('peer sent DATA after closing its side'), 'proxy');
       return;
     }
@@ -261,8 +379,8 @@ export class TunnelConnection {
       return;
     }
     this.local.deliver(Buffer.from(data.buffer, data.byteOffset, data.length));
-    // The delivery may have closed the connection (a relay partner closing at once); `state` escapes TS's narrowing.
-    if (this.state !== 'closed') {
+    // The delivery may have closed the connection (a relay partner closing at once); a call escapes TS's narrowing.
+    if (!this.isClosed()) {
       this.inbound.delivered(this.local.undeliveredBytes);
       this.chargeInbound();
     }
@@ -277,15 +395,16 @@ export class TunnelConnection {
   receiveWindow(increment: number, acknowledged?: number, finReceived?: boolean): boolean {
     if (!this.opts.rules.flowControl) return true;
     if (acknowledged !== undefined && this.opts.rules.resume && !this.sender.acknowledge(acknowledged)) {
-      if (this.current !== 'closed') {
+      if (this.life.kind !== 'closed') {
         const fault = `peer acknowledged ${acknowledged} bytes, ${this.bytesOut} were sent`;
         this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
         this.close(new Error(fault), 'proxy');
       }
       return false;
     }
-    if (finReceived && this.finSent) this.finAcked = true;
-    if (this.current === 'closed') return true;
+    // The peer has our FIN (a resumed stream's peer lacked it: it cannot have it before it is sent again).
+    if (finReceived) this.sending.from(FIN_SENT, 'fin-acked');
+    if (this.life.kind === 'closed') return true;
     const fault = this.sender.credit(increment);
     if (fault) {
       this.log.warn({ connectID: this.connectID, dialID: String(this.dialID), address: this.address }, `closing connection: ${fault}`);
@@ -296,27 +415,24 @@ export class TunnelConnection {
   }
 
   receiveHalfClose(): void {
-    if (this.current === 'closed' || this.current === 'peer-ended') return;
+    if (this.life.kind === 'closed' || this.receiving.kind === 'ended') return;
     // The state changes before the local end hears of it: a relay partner may answer at once.
-    const bothEnded = this.current === 'local-ended';
-    this.peerFinReceived = true;
-    this.firstFin ??= 'peer';
-    if (!bothEnded) this.transition('peer-ended');
+    const bothEnded = finWentOut(this.sending.state);
+    this.receiving.to(this.sending.state === 'open' ? PEER_ENDED_FIRST : PEER_ENDED_SECOND);
     this.inbound.peerEnded();
     this.local.peerEnded();
     // Both FINs passed: nothing more to tell the peer.
-    if (bothEnded) this.shut(undefined, 'flush', false, true, 'peer');
+    if (bothEnded) this.closeAs(BOTH_ENDED);
   }
 
   /** The peer closed the connection (CLOSE_REQ/CLOSE_RSP/DIAL_CLS): what it sent before still reaches the local reader unless it failed. */
   receiveClose(error: string): void {
-    if (error) this.shut(new Error(`closed by peer: ${error}`), 'abort', false, false, 'peer');
-    else this.shut(undefined, 'flush', false, false, 'peer');
+    this.closeAs({ kind: 'peer-closed', error: error ? new Error(`closed by peer: ${error}`) : undefined });
   }
 
   /** The tunnel died: nothing can be sent or received any more. */
   abandon(error: Error): void {
-    this.shut(error, 'abort', false, false, 'tunnel');
+    this.closeAs({ kind: 'tunnel-lost', error });
   }
 
   // ---------- resume (docs/protocol.md, "Resume") ----------
@@ -338,7 +454,7 @@ export class TunnelConnection {
       connectID: this.connectID,
       received: this.inbound.receivedBytes,
       limit: this.inbound.limit,
-      finReceived: this.peerFinReceived,
+      finReceived: this.receiving.kind === 'ended',
       dialID: this.dialID,
     };
   }
@@ -349,9 +465,9 @@ export class TunnelConnection {
    * a fault (the peer's numbers cannot be true).
    */
   resume(received: number, limit: number, finReceived: boolean): { resent: number } | { fault: string } {
-    if (this.current === 'closed') return { resent: 0 };
-    if (finReceived && !this.finSent) return { fault: 'peer claims our FIN arrived, but none was sent' };
-    if (this.finSent && !finReceived) this.finPending = true;
+    if (this.life.kind === 'closed') return { resent: 0 };
+    if (finReceived && !finWentOut(this.sending.state)) return { fault: 'peer claims our FIN arrived, but none was sent' };
+    if (!finReceived) this.sending.from(FIN_ARRIVED, 'fin-resend');
     const result = this.sender.resumeAt(received, limit);
     if ('fault' in result) {
       if ('window' in result) this.host.windowFault(this.connectID, result.fault);
@@ -366,8 +482,9 @@ export class TunnelConnection {
   replay(received: number, finReceived: boolean): number {
     const resent = this.sender.replayClosed(received);
     if (resent >= 0) {
-      if (this.finSent && !finReceived) this.host.sendHalfClose(this.connectID);
-      if (this.closeSent) this.host.sendClose(this.connectID, this.role, '');
+      const s = this.life.state;
+      if (finWentOut(this.sending.state) && !finReceived) this.host.sendHalfClose(this.connectID);
+      if (s.kind === 'closed' && s.toldPeer) this.host.sendClose(this.connectID, this.role, '');
     }
     this.sender.release();
     return resent;
@@ -392,71 +509,85 @@ export class TunnelConnection {
     }
   }
 
-  private transition(next: ConnectionState): void {
-    if (!NEXT_STATES[this.current].includes(next))
-      throw new Error(`connection ${this.connectID}: no transition from ${this.current} to ${next}`);
-    this.current = next;
+  private isClosed(): boolean {
+    return this.life.kind === 'closed';
+  }
+
+  /** Our FIN waits to go out (once, or again after a resume). */
+  private get finWaits(): boolean {
+    return this.sending.state === 'fin-pending' || this.sending.state === 'fin-resend';
   }
 
   /** Sends our FIN once everything before it is sent. */
   private sendFinWhenSent(): void {
     // Also reached after the local end's sendProgress(), which may have closed the connection.
-    if (!this.finPending || this.sender.queuedBytes > 0 || this.sender.isSuspended || this.current === 'closed') return;
-    this.finPending = false;
-    if (this.current === 'local-ended') {
+    if (!this.finWaits || this.sender.queuedBytes > 0 || this.sender.isSuspended || this.life.kind === 'closed') return;
+    if (this.sending.state === 'fin-resend') {
       // Resumed: the FIN sent before the stream was lost did not arrive.
+      this.sending.to('fin-sent');
       this.host.sendHalfClose(this.connectID);
       return;
     }
-    this.finSent = this.opts.rules.halfClose;
     if (!this.opts.rules.halfClose) {
       // Plain Konnectivity has no half-close: a FIN closes the whole connection.
       this.close();
       return;
     }
-    if (this.current === 'peer-ended') {
+    if (this.receiving.kind === 'ended') {
       this.host.sendHalfClose(this.connectID);
-      this.shut(undefined, 'flush', false, true, 'local');
+      this.sending.to('fin-sent');
+      this.closeAs(BOTH_ENDED);
     } else {
-      this.transition('local-ended');
+      this.sending.to('fin-sent');
       this.host.sendHalfClose(this.connectID);
     }
   }
 
   private readonly onSendProgress = (): void => {
-    if (this.current === 'closed') return;
+    if (this.life.kind === 'closed') return;
     this.local.sendProgress();
     this.sendFinWhenSent();
-    if (this.closeWhenSent && !this.finPending && this.sender.queuedBytes === 0 && !this.sender.isSuspended) this.closeSentAll();
+    // The local end finished and everything it handed over went out: a clean close, told to the peer.
+    if (this.life.kind === 'flushing' && !this.finWaits && this.sender.queuedBytes === 0 && !this.sender.isSuspended)
+      this.closeAs(SENT_ALL);
   };
 
-  /** The local end finished and everything it handed over went out: a clean close, told to the peer. */
-  private closeSentAll(): void {
-    this.shut(undefined, 'abort', true, true, 'local');
+  /** Whose FIN came first (the local end's, or the peer's), while one has. */
+  private firstFin(): 'local' | 'peer' | undefined {
+    const r = this.receiving.state;
+    if (r.kind === 'ended') return r.first ? 'peer' : 'local';
+    return this.sending.state === 'open' ? undefined : 'local';
   }
 
   /**
    * The one way to 'closed': releases what the connection holds, tells the
-   * peer when `tellPeer`, and closes the local end. `clean`: nothing of ours
-   * was dropped, so what the peer has not acknowledged is kept (lingers).
+   * peer when the kind of close says so, and closes the local end.
    */
-  private shut(error: Error | undefined, local: LocalClose, tellPeer: boolean, clean: boolean, by: ConnectionEnder): void {
-    if (this.current === 'closed') return;
-    this.transition('closed');
-    this.endedBy = error ? by : (this.firstFin ?? by);
-    clearInterval(this.flushTimer);
+  private closeAs(how: ConnectionClose): void {
+    const before = this.life.state;
+    if (before.kind === 'closed') return;
+    const spec = CLOSES[how.kind];
+    const error = how.kind === 'both-ended' || how.kind === 'sent-all' ? undefined : how.error;
+    const by = how.kind === 'cut' ? how.by : spec.by;
+    const cleanForResume = spec.clean && this.opts.rules.resume;
+    this.life.to({
+      kind: 'closed',
+      how,
+      cleanForResume,
+      toldPeer: spec.tellPeer,
+      endedBy: error ? by : (this.firstFin() ?? by),
+      reason: error?.message ?? (spec.clean ? 'finished' : 'closed'),
+    });
+    if (before.kind === 'flushing') clearInterval(before.timer);
     this.sender.stop();
     this.inbound.release();
-    this.closedCleanly = clean && this.opts.rules.resume;
-    if (!this.closedCleanly) this.sender.release();
-    this.closeSent = tellPeer;
-    if (tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
-    this.closeReason = error?.message ?? (clean ? 'finished' : 'closed');
+    if (!cleanForResume) this.sender.release();
+    if (spec.tellPeer) this.host.sendClose(this.connectID, this.role, error?.message ?? '');
     // What the local end still holds is its own now; what lingers stays charged until acknowledged.
     this.opts.account?.buffer(-this.chargedInbound);
     this.chargedInbound = 0;
     if (!this.lingers) this.opts.account?.close();
     this.host.forget(this.connectID);
-    this.local.connectionClosed(local, error);
+    this.local.connectionClosed(how.kind === 'peer-closed' && error ? 'abort' : spec.local, error);
   }
 }

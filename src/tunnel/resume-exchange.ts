@@ -19,6 +19,7 @@ import type { TunnelConnection } from './connection.js';
 import type { ConnectionTable } from './connection-table.js';
 import type { InboundDials } from './inbound-dials.js';
 import type { OutboundDials } from './outbound-dials.js';
+import { debugTrace, StateMachine, type Lifecycle } from '../common/state-machine.js';
 
 export interface ResumeExchangeOptions {
   connections: ConnectionTable;
@@ -41,14 +42,20 @@ export interface ResumeExchangeOptions {
  */
 type ExchangeState = 'listing' | 'waiting' | 'done';
 
+const EXCHANGE: Lifecycle<ExchangeState> = { name: 'resume exchange', moves: { listing: ['waiting'], waiting: ['done'], done: [] } };
+
+const WAITING: readonly ExchangeState[] = ['waiting'];
+
 export class ResumeExchange {
-  private state: ExchangeState = 'listing';
+  private readonly state: StateMachine<ExchangeState>;
   /** Connections the peer listed or re-requested: the others are gone there. */
   private readonly confirmed = new Set<number>();
   /** This side's connections by the dial they came from, for a re-sent DIAL_REQ (built on the first). */
   private byDialID: Map<bigint, TunnelConnection> | undefined;
 
-  constructor(private readonly opts: ResumeExchangeOptions) {}
+  constructor(private readonly opts: ResumeExchangeOptions) {
+    this.state = new StateMachine<ExchangeState>('listing', EXCHANGE, debugTrace(EXCHANGE, opts.log));
+  }
 
   /** Sends this side's list: dials again, one entry per connection, the end. */
   start(): void {
@@ -58,11 +65,11 @@ export class ResumeExchange {
     for (const conn of opts.connections.snapshot()) opts.send(conn.resumeEntry());
     for (const conn of opts.lingering.values()) opts.send(conn.resumeEntry());
     opts.send({ type: PacketType.KANAL_RESUME_END });
-    this.state = 'waiting';
+    this.state.to('waiting');
   }
 
   get finished(): boolean {
-    return this.state === 'done';
+    return this.state.kind === 'done';
   }
 
   /** The peer's entry for one connection. */
@@ -128,8 +135,7 @@ export class ResumeExchange {
 
   /** KANAL_RESUME_END: every connection the peer holds was listed; the others are closed here. */
   end(): void {
-    if (this.state !== 'waiting') return;
-    this.state = 'done';
+    if (!this.state.from(WAITING, 'done')) return;
     for (const conn of this.opts.connections.snapshot()) {
       if (!this.confirmed.has(conn.connectID) && conn.suspended) {
         this.opts.log.info(

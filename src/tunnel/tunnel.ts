@@ -31,6 +31,7 @@ import { GrpcStatus, GrpcStatusError } from '../transport/grpc-status.js';
 import { ResumeExchange } from './resume-exchange.js';
 import { LingeringConnections } from './lingering-connections.js';
 import { DialAllowance } from './dial-allowance.js';
+import { describeState, StateMachine, type Lifecycle } from '../common/state-machine.js';
 
 export type { DialHandler, DialOptions, InboundDial } from './dial-handler.js';
 export type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from './tunnel-options.js';
@@ -39,7 +40,7 @@ export type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from '.
 const PEER_FAULTS = new Set([GrpcStatus.RESOURCE_EXHAUSTED, GrpcStatus.INTERNAL, GrpcStatus.INVALID_ARGUMENT, GrpcStatus.UNIMPLEMENTED]);
 
 /**
- * Where a tunnel is in its life; changed only by Tunnel.transition().
+ * Where a tunnel is in its life; changed only through Tunnel's `life` (TUNNEL).
  * - open: packets flow both ways. `writeBlocked`: the transport's send buffer
  *   is full, so bulk DATA waits for its 'drain' (replies and control packets
  *   still go, bounded by maxQueuedBytes). `peerDraining`: the peer sent DRAIN,
@@ -89,12 +90,26 @@ const CLOSING: TunnelState = { kind: 'closing' };
 const NO_BYTES = new Uint8Array(0);
 const CLOSED: TunnelState = { kind: 'closed' };
 
+const draining = (t: TunnelState): boolean => (t.kind === 'open' || t.kind === 'detached') && t.peerDraining;
+
+/** The arrows of TunnelState; any other move is a bug here, not the peer's, and throws. */
+const TUNNEL: Lifecycle<TunnelState> = {
+  name: 'tunnel',
+  moves: { open: ['open', 'detached', 'closing', 'closed'], detached: ['open', 'closed'], closing: ['closed'], closed: [] },
+  // A drain the peer asked for is kept until the end.
+  allows: (from, to) => to.kind === 'closing' || to.kind === 'closed' || !draining(from) || draining(to),
+  describe: (s) => {
+    if (s.kind === 'open') return `open (writeBlocked ${s.writeBlocked}, peerDraining ${s.peerDraining})`;
+    return s.kind === 'detached' ? `detached (peerDraining ${s.peerDraining})` : s.kind;
+  },
+};
+
 export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost {
   readonly features: FeatureSet;
   readonly limits: TunnelLimits;
   readonly log: Logger;
-  /** See TunnelState; changed only by transition(). */
-  private current: TunnelState = OPEN_STATES[0];
+  /** See TunnelState. */
+  private readonly life: StateMachine<TunnelState>;
 
   /** Open connections: at most maxInboundConnections + maxOutboundConnections. */
   private readonly connections: ConnectionTable;
@@ -153,6 +168,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.windowGrowth = new WindowGrowthBudget(this.limits.windowGrowthBudgetBytes);
     this.rules = connectionRules(opts.features, this.limits);
     this.log = opts.log;
+    this.life = new StateMachine<TunnelState>(OPEN_STATES[0], TUNNEL, this.log.isLevelEnabled('debug') ? this.traceMove : undefined);
     this.connections = new ConnectionTable(opts.side);
     this.dialHandler = opts.dialHandler;
     this.noise = new RateLimitedLog(this.log, 10_000);
@@ -493,20 +509,20 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
 
   // ---------- state ----------
 
-  /** The one place the state changes: along the arrows of TunnelState, else it throws (a bug here, not the peer's). */
-  private transition(next: TunnelState): void {
-    const from = this.current;
-    const draining = (t: TunnelState): boolean => (t.kind === 'open' || t.kind === 'detached') && t.peerDraining;
-    const keepsDrain = (): boolean => next.kind === 'closing' || next.kind === 'closed' || !draining(from) || draining(next);
-    const allowed =
-      from.kind === 'open'
-        ? keepsDrain()
-        : from.kind === 'detached'
-          ? (next.kind === 'open' && keepsDrain()) || next.kind === 'closed'
-          : from.kind === 'closing' && next.kind === 'closed';
-    if (!allowed) throw new Error(`tunnel: no transition from ${describeState(from)} to ${describeState(next)}`);
-    this.current = next;
+  private get current(): TunnelState {
+    return this.life.state;
   }
+
+  /** The one place the state changes: along the arrows of TunnelState (TUNNEL), else it throws. */
+  private transition(next: TunnelState): void {
+    this.life.to(next);
+  }
+
+  /** A debug line per move, but not per transport back-pressure flip (open to open, the data path's). */
+  private readonly traceMove = (from: TunnelState, to: TunnelState): void => {
+    if (from.kind !== to.kind || draining(from) !== draining(to))
+      this.log.debug(`tunnel: ${describeState(TUNNEL, from)} -> ${describeState(TUNNEL, to)}`);
+  };
 
   /** The transport took (true) or refused (false) more bulk data; nothing changes unless open. */
   private setWriteBlocked(blocked: boolean): void {
@@ -637,9 +653,4 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       clearTimeout(this.resumeTimer);
     }
   }
-}
-
-function describeState(s: TunnelState): string {
-  if (s.kind === 'open') return `open (writeBlocked ${s.writeBlocked}, peerDraining ${s.peerDraining})`;
-  return s.kind === 'detached' ? `detached (peerDraining ${s.peerDraining})` : s.kind;
 }

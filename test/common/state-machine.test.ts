@@ -5,7 +5,7 @@
  * states it names.
  */
 import test from 'ava';
-import { StateMachine, type Lifecycle } from '../../src/common/state-machine.js';
+import { debugTrace, describeState, StateMachine, type Lifecycle } from '../../src/common/state-machine.js';
 
 type Door = 'closed' | 'open' | 'locked' | 'gone';
 const DOOR: Lifecycle<Door> = {
@@ -61,4 +61,34 @@ test('states with data: the condition refuses a move the names allow, described 
   t.throws(() => pipe.to({ kind: 'flowing', draining: false }), { message: 'pipe: no transition from flowing (draining) to flowing' });
   pipe.to({ kind: 'shut' });
   t.deepEqual(pipe.state, { kind: 'shut' });
+});
+
+test('toIfAllowed() moves where the lifecycle allows and otherwise stays, saying which', (t) => {
+  const door = new StateMachine<Door>('locked', DOOR);
+  t.false(door.toIfAllowed('open'));
+  t.is(door.state, 'locked');
+  t.true(door.toIfAllowed('closed'));
+  t.is(door.state, 'closed');
+});
+
+test('debugTrace() logs each move at debug level with the fields given, as the lifecycle describes the states', (t) => {
+  const lines: { fields: object; message: string }[] = [];
+  const log = { debug: (fields: object, message: string) => lines.push({ fields, message }) };
+  const pipe = new StateMachine<Pipe>({ kind: 'flowing', draining: false }, PIPE, debugTrace(PIPE, log, { pipeID: 7 }));
+  pipe.to({ kind: 'flowing', draining: true });
+  pipe.to({ kind: 'shut' });
+  t.deepEqual(lines, [
+    { fields: { pipeID: 7 }, message: 'pipe: flowing -> flowing (draining)' },
+    { fields: { pipeID: 7 }, message: 'pipe: flowing (draining) -> shut' },
+  ]);
+  t.is(describeState(DOOR, 'open'), 'open', 'a lifecycle without describe reads as the kind');
+});
+
+test('debugTrace() not enabled: no trace at all, and the moves still happen', (t) => {
+  const log = { debug: () => t.fail('nothing is logged') };
+  const trace = debugTrace(DOOR, log, {}, false);
+  t.is(trace, undefined);
+  const door = new StateMachine<Door>('closed', DOOR, trace);
+  door.to('open');
+  t.is(door.state, 'open');
 });

@@ -256,3 +256,81 @@ test('a socket spliced while the transport is full is read once it drains', asyn
   t.is(host.data, 3);
   other.destroy();
 });
+
+test('each kind of close names who ended the connection and why (the audit log), whose FIN came first winning a clean end', (t) => {
+  const oursFirst = connection();
+  oursFirst.conn.end();
+  oursFirst.conn.receiveHalfClose();
+  t.deepEqual([oursFirst.conn.endedBy, oursFirst.conn.closeReason], ['local', 'finished']);
+
+  const theirsFirst = connection();
+  theirsFirst.conn.receiveHalfClose();
+  theirsFirst.conn.end();
+  t.deepEqual([theirsFirst.conn.endedBy, theirsFirst.conn.closeReason], ['peer', 'finished']);
+
+  // Our local end's FIN waits behind unsent bytes when the peer's arrives: ours still came first.
+  const pending = connection();
+  pending.host.writable = false;
+  pending.conn.send(Buffer.alloc(256 * KiB));
+  pending.conn.end();
+  pending.conn.receiveHalfClose();
+  t.is(pending.conn.state, 'peer-ended');
+  t.is(pending.conn.endedBy, undefined, 'nobody has ended it before it closes');
+  t.is(pending.conn.closeReason, '');
+  pending.conn.receiveClose('');
+  t.deepEqual([pending.conn.endedBy, pending.conn.closeReason], ['local', 'closed']);
+
+  const peerFailed = connection();
+  peerFailed.conn.end();
+  peerFailed.conn.receiveClose('read: connection reset by peer');
+  t.deepEqual([peerFailed.conn.endedBy, peerFailed.conn.closeReason], ['peer', 'closed by peer: read: connection reset by peer']);
+  t.deepEqual(peerFailed.end.events, ['abort: closed by peer: read: connection reset by peer'], 'a failure drops what the local end holds');
+  t.deepEqual(peerFailed.host.sent, ['HALF_CLOSE'], 'the peer is not told of its own close');
+
+  const cut = connection();
+  cut.conn.close(new Error('limit'), 'proxy');
+  t.deepEqual([cut.conn.endedBy, cut.conn.closeReason], ['proxy', 'limit']);
+  t.deepEqual(cut.host.sent, ['CLOSE_RSP limit']);
+
+  const lost = connection();
+  lost.conn.end();
+  lost.conn.abandon(new Error('tunnel closed'));
+  t.deepEqual([lost.conn.endedBy, lost.conn.closeReason], ['tunnel', 'tunnel closed']);
+  t.deepEqual(lost.host.sent, ['HALF_CLOSE']);
+
+  const finished = connection();
+  finished.conn.finish();
+  t.deepEqual([finished.conn.endedBy, finished.conn.closeReason], ['local', 'finished']);
+  t.deepEqual(finished.host.sent, ['HALF_CLOSE', 'CLOSE_RSP '], 'our FIN, then the close, told to the peer');
+  t.deepEqual(finished.end.events, ['abort']);
+});
+
+test('at debug level each move of the connection is logged; below it nothing is', (t) => {
+  const lines: string[] = [];
+  const log = pino({ level: 'debug' }, { write: (line: string) => lines.push((JSON.parse(line) as { msg: string }).msg) });
+  const limits = resolveLimits({});
+  const options = (connectID: number, l: pino.Logger) => ({
+    connectID,
+    dialID: 7n,
+    address: 'pod:80',
+    role: 'performer' as const,
+    rules: connectionRules(new Set([Feature.Window, Feature.HalfClose]), limits),
+    limits,
+    log: l,
+  });
+  const conn = new TunnelConnection(new RecordingHost(), options(1, log));
+  conn.attach(new RecordingEnd());
+  conn.end();
+  conn.receiveHalfClose();
+  t.deepEqual(lines, [
+    'connection (our direction): open -> fin-pending',
+    'connection (our direction): fin-pending -> fin-sent',
+    'connection (peer direction): open -> ended (after ours)',
+    'connection: live -> closed (both-ended, by local)',
+  ]);
+  lines.length = 0;
+  const quiet = new TunnelConnection(new RecordingHost(), options(2, log.child({}, { level: 'info' })));
+  quiet.attach(new RecordingEnd());
+  quiet.close();
+  t.deepEqual(lines, []);
+});

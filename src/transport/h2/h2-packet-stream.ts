@@ -26,6 +26,7 @@ import { decodeOrExplain, isInvalid } from '../decoded.js';
 import { GrpcStatus, GrpcStatusError } from '../grpc-status.js';
 import { MessageParser } from './framing.js';
 import { SendQueue } from './send-queue.js';
+import { StateMachine, type Lifecycle, type Moves } from '../../common/state-machine.js';
 import { decodeGrpcMessage, encodeGrpcMessage, grpcStatusFromRstCode, parseGrpcStatus } from './grpc-headers.js';
 
 export type StreamRole = 'client' | 'server';
@@ -48,7 +49,7 @@ interface Status {
 
 /**
  * Where the call is, as this side sees it. The allowed transitions are
- * NEXT_STATES; transition() refuses any other.
+ * CALL's; transition() refuses any other (a late event, ignored).
  *
  * - open: packets flow both ways.
  * - half-closed (client): end() sent END_STREAM; the status is awaited.
@@ -61,17 +62,15 @@ interface Status {
  * - closed: 'close' was emitted; nothing more is sent or emitted.
  */
 type CallState =
-  | { readonly name: 'open' }
-  | { readonly name: 'half-closed' }
-  | { readonly name: 'sending-status'; readonly status: Status }
-  | { readonly name: 'status-sent'; readonly status: Status }
-  | { readonly name: 'status-received'; readonly error: GrpcStatusError | undefined }
-  | { readonly name: 'reset' }
-  | { readonly name: 'closed' };
+  | { readonly kind: 'open' }
+  | { readonly kind: 'half-closed' }
+  | { readonly kind: 'sending-status'; readonly status: Status }
+  | { readonly kind: 'status-sent'; readonly status: Status }
+  | { readonly kind: 'status-received'; readonly error: GrpcStatusError | undefined }
+  | { readonly kind: 'reset' }
+  | { readonly kind: 'closed' };
 
-type StateName = CallState['name'];
-
-const NEXT_STATES: Record<StateName, readonly StateName[]> = {
+const NEXT_STATES: Moves<CallState> = {
   open: ['half-closed', 'sending-status', 'status-received', 'reset', 'closed'],
   'half-closed': ['status-received', 'reset', 'closed'],
   'sending-status': ['status-sent', 'reset', 'closed'],
@@ -80,6 +79,7 @@ const NEXT_STATES: Record<StateName, readonly StateName[]> = {
   reset: ['closed'],
   closed: [],
 };
+const CALL: Lifecycle<CallState> = { name: 'call', moves: NEXT_STATES };
 
 /** Trailers for a server-side status. */
 export function statusTrailers(code: GrpcStatus, message: string): Record<string, string> {
@@ -129,7 +129,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   private readonly highWater: number;
   private readonly lowWater: number;
   /** Where the call is; changed only by transition(). */
-  private state: CallState = { name: 'open' };
+  private readonly state = new StateMachine<CallState>({ kind: 'open' }, CALL);
   /** send() returned false and 'drain' has not been emitted since. */
   private wantDrain = false;
   /** The stream is corked from this turn's first send until `uncork` runs on the next tick. */
@@ -179,20 +179,18 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   }
 
   get closed(): boolean {
-    return this.state.name === 'closed';
+    return this.state.kind === 'closed';
   }
 
   /** Moves to `to` if NEXT_STATES allows it from where the call is; false (and no change) otherwise. */
   private transition(to: CallState): boolean {
-    if (!NEXT_STATES[this.state.name].includes(to.name)) return false;
-    this.state = to;
-    return true;
+    return this.state.toIfAllowed(to);
   }
 
   // ---------- sending ----------
 
   send(packet: Packet): boolean {
-    if (this.state.name !== 'open') return true; // dropped: 'close' tells the caller
+    if (this.state.kind !== 'open') return true; // dropped: 'close' tells the caller
     if (!this.corked) {
       this.corked = true;
       this.h2.cork();
@@ -225,10 +223,10 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   };
 
   end(): void {
-    if (this.state.name !== 'open') return;
+    if (this.state.kind !== 'open') return;
     this.sendQueue.flushAll();
     if (this.role === 'client') {
-      this.transition({ name: 'half-closed' });
+      this.transition({ kind: 'half-closed' });
       this.h2.end();
     } else {
       this.endWithStatus({ code: GrpcStatus.OK, message: '' });
@@ -262,10 +260,10 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     // What was not written yet is dropped with the rest of the queue.
     this.sendQueue.clear();
     if (h2.destroyed || h2.closed) return;
-    if (this.role === 'server' && this.state.name === 'open' && h2.writableLength === 0) {
+    if (this.role === 'server' && this.state.kind === 'open' && h2.writableLength === 0) {
       this.endWithStatus(status);
     } else {
-      this.transition({ name: 'reset' });
+      this.transition({ kind: 'reset' });
       h2.close(h2c.NGHTTP2_CANCEL);
     }
   }
@@ -273,11 +271,11 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   /** Server: ends the response with trailers carrying `status` once queued packets are written. */
   private endWithStatus(status: Status): void {
     const h2 = this.h2;
-    this.transition({ name: 'sending-status', status });
+    this.transition({ kind: 'sending-status', status });
     // The status goes out even if 'close' was emitted meanwhile (destroy() sends it, then closes).
     h2.once('wantTrailers', () => {
       h2.sendTrailers(statusTrailers(status.code, status.message));
-      this.transition({ name: 'status-sent', status });
+      this.transition({ kind: 'status-sent', status });
       releaseAfterStatus(h2);
     });
     h2.end();
@@ -360,13 +358,13 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
       this.abort(GrpcStatus.INTERNAL, 'stream ended in the middle of a message');
       return;
     }
-    const state = this.state;
+    const state = this.state.state;
     if (this.role === 'server') {
       // The client half-closed: answer with OK, which ends the call. 'close'
       // follows when the stream is gone — a client that cancels sends
       // END_STREAM and then RST_STREAM(CANCEL), and must be seen as cancelled.
       this.end();
-    } else if (state.name === 'status-received') {
+    } else if (state.kind === 'status-received') {
       // Client: every packet sent before the trailers has been emitted; now the status.
       this.finish(state.error);
     }
@@ -376,7 +374,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
   private readonly onTrailers = (headers: IncomingHttpHeaders): void => {
     if (this.closed) return;
     const error = statusFromTrailers(headers);
-    this.transition({ name: 'status-received', error });
+    this.transition({ kind: 'status-received', error });
     // The server is done; stop our half too (grpc-go sends RST_STREAM NO_ERROR).
     if (!this.h2.writableEnded) this.h2.close(h2c.NGHTTP2_NO_ERROR);
     // Messages still buffered in the readable side come first: 'end' (or
@@ -388,11 +386,11 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
     if (this.closed) return;
     const h2 = this.h2;
     const rst = h2.rstCode;
-    const state = this.state;
+    const state = this.state.state;
     const connectionGone = this.session === undefined || this.session.destroyed;
-    if (state.name === 'status-received') {
+    if (state.kind === 'status-received') {
       this.finish(state.error);
-    } else if (state.name === 'status-sent' && (rst === undefined || rst === h2c.NGHTTP2_NO_ERROR)) {
+    } else if (state.kind === 'status-sent' && (rst === undefined || rst === h2c.NGHTTP2_NO_ERROR)) {
       // The status went out; the call is complete whatever happens to the connection now.
       const status = state.status;
       this.finish(status.code !== GrpcStatus.OK ? new GrpcStatusError(status.code, status.message) : undefined);
@@ -416,7 +414,7 @@ export class H2PacketStream extends EventEmitter implements PacketStream {
 
   /** Emits 'close' once. */
   finish(error: Error | undefined): void {
-    if (!this.transition({ name: 'closed' })) return;
+    if (!this.transition({ kind: 'closed' })) return;
     this.emit('close', error);
   }
 }

@@ -36,6 +36,7 @@ import {
   parseGrpcTimeout,
 } from './grpc-headers.js';
 import { DEFAULT_SESSION_WINDOW_BYTES, DEFAULT_STREAM_WINDOW_BYTES, MAX_FRAME_BYTES } from './tuning.js';
+import { StateMachine, type KindOf, type Lifecycle } from '../../common/state-machine.js';
 
 export interface H2ServerOptions extends ServerTransportOptions {
   /** Per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE). */
@@ -102,8 +103,13 @@ class ClosedPacketStream extends EventEmitter implements PacketStream {
  * DEADLINE_EXCEEDED); gone (the client closed the stream while waiting).
  * Only 'waiting' moves, and only once.
  */
-type IncomingState =
-  { readonly name: 'waiting' | 'rejected' | 'expired' | 'gone' } | { readonly name: 'accepted'; readonly stream: H2PacketStream };
+type IncomingState = 'waiting' | 'rejected' | 'expired' | 'gone' | { readonly kind: 'accepted'; readonly stream: H2PacketStream };
+
+const INCOMING: Lifecycle<IncomingState> = {
+  name: 'incoming call',
+  moves: { waiting: ['accepted', 'rejected', 'expired', 'gone'], accepted: [], rejected: [], expired: [], gone: [] },
+};
+const WAITING: readonly KindOf<IncomingState>[] = ['waiting'];
 
 /** One call as the server received it: its headers, its session, and what the server gives every call. */
 interface IncomingCall<C> {
@@ -121,7 +127,7 @@ class H2IncomingStream<C> implements IncomingStream<C> {
   readonly context: C | undefined;
   readonly liveness: Liveness | undefined;
   /** Changed only by settle(). */
-  private state: IncomingState = { name: 'waiting' };
+  private readonly state = new StateMachine<IncomingState>('waiting', INCOMING);
   /** The grpc-timeout; it aborts an accepted call too. Cleared once the stream is closed or the call rejected. */
   private readonly deadline: NodeJS.Timeout | undefined;
 
@@ -144,31 +150,29 @@ class H2IncomingStream<C> implements IncomingStream<C> {
     }
     h2.once('close', () => {
       clearTimeout(this.deadline);
-      this.settle({ name: 'gone' });
+      this.settle('gone');
     });
   }
 
   /** Leaves 'waiting' for `to`; false when the call was already settled. */
   private settle(to: IncomingState): boolean {
-    if (this.state.name !== 'waiting') return false;
-    this.state = to;
-    return true;
+    return this.state.from(WAITING, to);
   }
 
   private readonly onDeadline = (): void => {
-    const state = this.state;
-    if (state.name === 'accepted') state.stream.abort(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
-    else if (this.settle({ name: 'expired' })) trailersOnly(this.h2, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+    const state = this.state.state;
+    if (typeof state === 'object') state.stream.abort(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+    else if (this.settle('expired')) trailersOnly(this.h2, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
   };
 
   accept(headers: Record<string, string>): PacketStream {
     const h2 = this.h2;
-    if (this.state.name !== 'waiting' || h2.destroyed || h2.closed || h2.headersSent) {
+    if (this.state.kind !== 'waiting' || h2.destroyed || h2.closed || h2.headersSent) {
       // Too late (expired, rejected, or the client went away): a stream that is already over.
       return new ClosedPacketStream(
         this.metadata,
         this.peer,
-        this.state.name === 'expired'
+        this.state.kind === 'expired'
           ? new GrpcStatusError(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded')
           : new GrpcStatusError(GrpcStatus.CANCELLED, 'stream closed before it was accepted'),
       );
@@ -180,7 +184,7 @@ class H2IncomingStream<C> implements IncomingStream<C> {
       maxReceiveMessageBytes: this.opts.maxReceiveMessageBytes,
       sendBufferBytes: this.opts.sendBufferBytes,
     });
-    this.settle({ name: 'accepted', stream });
+    this.settle({ kind: 'accepted', stream });
     const response: Record<string, string> = {};
     addMetadataHeaders(response, headers);
     h2.respond({ ...response, ':status': 200, 'content-type': GRPC_CONTENT_TYPE, 'grpc-accept-encoding': 'identity' }, {
@@ -192,7 +196,7 @@ class H2IncomingStream<C> implements IncomingStream<C> {
   }
 
   reject(code: GrpcStatus, message: string): void {
-    if (!this.settle({ name: 'rejected' })) return;
+    if (!this.settle('rejected')) return;
     clearTimeout(this.deadline);
     trailersOnly(this.h2, code, message);
   }
