@@ -36,9 +36,7 @@ export async function runPrimary(config: ServerConfig, tenants: TenantsAtStart):
       {
         ...config.admin,
         registry: primary.pool.metricsSource,
-        status: () => ({
-          error: `this is the primary of --workers ${workers}: its agents are held by the workers, whose status it does not serve (docs/multi-tenant.md, "Workers")`,
-        }),
+        statusUnavailable: `this is the primary of --workers ${workers}: the agents are held by its workers, and the primary does not gather their status yet; start the server without --workers to see it (docs/multi-tenant.md, "Workers")`,
         log,
       },
       '--admin-bind-address, --admin-port',
