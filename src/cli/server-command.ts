@@ -92,7 +92,8 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const tenants = await readTenantsAtStart(config);
   // Only a server of many tenants loads what runs its processes: a start of one cluster stays as small as it was.
   const many = tenants ? await import('./server-tenants.js') : undefined;
-  const worker = workerOf();
+  // A worker is the same command line started again by its primary, with its place in the environment.
+  const worker = tenants ? workerOf() : undefined;
   if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
   const { options, clients } = await assembleServer(config, credentials, {
     ...(worker ? { worker } : {}),
@@ -107,10 +108,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
     log.warn('--kubeconfig is not used: neither token authentication nor --enable-lease-controller is on');
   enableGcPacing();
   const server = new KanalServer(options);
-  if (many && worker) {
-    server.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
-    return many.runWorker(server, log);
-  }
+  if (many && worker) return many.runWorker(server, log);
   let admin: HttpListener | undefined;
   try {
     await server.start();
@@ -151,18 +149,22 @@ export async function runServer(args: ServerArgs): Promise<void> {
 }
 
 /**
- * `--dry-run`: one JSON document (the configuration, with the tenants of
- * --tenants-config as loaded), then the start's checks. A tenants file with
- * mistakes prints nothing but them: its tenants are read before anything is printed.
+ * `--dry-run`: one JSON document (the configuration, with the entries of
+ * --tenants-config as the file declares them), then the start's checks:
+ * the command line's credential files, the files the tenants name, the rest.
+ * A tenants file with mistakes of its own prints nothing but them.
  */
 async function serverDryRun(config: ServerConfig): Promise<void> {
-  const tenants = await readTenantsAtStart(config);
+  const file = config.tenants?.file;
+  const entries = file ? (await import('../server/config/tenants-file.js')).readTenantsFile(file) : undefined;
   const document =
-    tenants && config.tenants
-      ? { ...config, tenants: { ...config.tenants, loaded: tenants.first.map(({ credentials: _, ...t }) => t) } }
+    config.tenants && entries
+      ? { ...config, tenants: { ...config.tenants, entries: entries.map(({ name, settings }) => ({ name, settings })) } }
       : config;
   await dryRun(document, async () => {
     const credentials = loadServerCredentials(config);
+    // The files the tenants name, read as a start reads them.
+    await readTenantsAtStart(config);
     await serverStartChecks(config, credentials);
     return credentials;
   });

@@ -125,6 +125,8 @@ export class KanalServer {
       agents: this.refusals(opts.log.child({ part: 'agents' })),
     };
     const worker = opts.worker;
+    // The primary merges its workers' /metrics: each worker's series carry its index.
+    if (worker) this.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
     this.relay =
       worker &&
       new WorkerRelay({

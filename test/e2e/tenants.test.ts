@@ -454,7 +454,7 @@ tenants:
   t.is(unpinned.code, 2, unpinned.stderr);
   t.regex(unpinned.stderr, /tenant "two": its cluster-ca-cert \(CN=kanal-throwaway-ca\) is trusted by tenant "one" too: pin its agents/);
 
-  // A good file: one JSON document, the configuration with the file's tenants as loaded.
+  // A good file: one JSON document, the configuration with the file's entries.
   const good = path.join(ws.dir, 'good.yaml');
   await fs.writeFile(
     good,
@@ -462,10 +462,10 @@ tenants:
   );
   const ok = await dryRunTenants(ws, good);
   t.is(ok.code, 0, ok.stderr);
-  const doc = JSON.parse(ok.stdout) as { tenants: { file: string; loaded: { name: string }[] } };
+  const doc = JSON.parse(ok.stdout) as { tenants: { file: string; entries: { name: string }[] } };
   t.is(doc.tenants.file, good);
   t.deepEqual(
-    doc.tenants.loaded.map((l) => l.name),
+    doc.tenants.entries.map((l) => l.name),
     ['one'],
   );
 });
