@@ -1,24 +1,21 @@
 /**
  * `kanal server` and `kanal agent` inside this process, assembled from a
  * command line exactly as the CLI assembles them: yargs with the commands'
- * own flag declarations, their validation, their credential loading and their
- * option builders (src/cli/server-command.ts, agent-command.ts). What a flag
- * cannot say is a named override: an ephemeral health port (the flag's 0 means
- * off) and the logger the caller captures.
+ * own flag declarations, their validation, their credential loading and the
+ * one assembly of each command (src/server/assembly/server-assembly.ts,
+ * src/agent/assembly.ts). What a flag cannot say is a named override of that
+ * assembly (an ephemeral health port, the logger the caller captures, and
+ * for an agent the features it offers and its node side as options).
  */
 import yargs, { type Argv } from 'yargs';
-import type { Logger } from 'pino';
-import {
-  serverBuilder,
-  validateServerArgs,
-  loadServerCredentials,
-  buildServerOptions,
-  type ServerArgs,
-} from '../../src/cli/server-command.js';
-import { agentBuilder, validateAgentArgs, loadAgentCredentials, buildAgentOptions, type AgentArgs } from '../../src/cli/agent-command.js';
+import { serverBuilder, validateServerArgs, loadServerCredentials, type ServerArgs } from '../../src/cli/server-command.js';
+import { agentBuilder, validateAgentArgs, loadAgentCredentials, type AgentArgs } from '../../src/cli/agent-command.js';
 import { PARSER_CONFIGURATION } from '../../src/cli/parser-configuration.js';
+import { buildInfo } from '../../src/cli/build-info.js';
 import { KanalServer, type ServerOptions } from '../../src/server/server.js';
+import { assembleServer, type AssembledServer, type ServerOverrides } from '../../src/server/assembly/server-assembly.js';
 import { KanalAgent, type AgentOptions } from '../../src/agent/agent.js';
+import { assembleAgent, type AgentOverrides } from '../../src/agent/assembly.js';
 
 /** Parses `argv` (flags after the command name) as `kanal` does; a usage error throws. */
 function parseFlags<T>(builder: (y: Argv) => Argv<T>, argv: readonly string[]): T {
@@ -35,52 +32,59 @@ function parseFlags<T>(builder: (y: Argv) => Argv<T>, argv: readonly string[]): 
 export const parseServerFlags = (argv: readonly string[]): ServerArgs => parseFlags<ServerArgs>(serverBuilder, argv);
 export const parseAgentFlags = (argv: readonly string[]): AgentArgs => parseFlags<AgentArgs>(agentBuilder, argv);
 
-export interface InProcessOverrides {
-  /** Replaces the logger the CLI would create (stdout). */
-  log: Logger;
-  /** Health port on this host with a port the kernel picks (the flags can only name a port or 0 = off). */
-  ephemeralHealthHost?: string;
-}
+/** The server's overrides a test may give: the logger is required (the CLI's goes to stdout). */
+export type InProcessServerOverrides = Pick<ServerOverrides, 'ephemeralHealthHost'> & Required<Pick<ServerOverrides, 'log'>>;
+export type InProcessAgentOverrides = Omit<AgentOverrides, 'log'> & Required<Pick<AgentOverrides, 'log'>>;
 
-/** ServerOptions as `kanal server ...argv` builds them (reading the credential files it names). */
-export async function serverOptionsFromFlags(argv: readonly string[], overrides: InProcessOverrides): Promise<ServerOptions> {
+/** `kanal server ...argv` assembled (reading the credential files and the tenants file it names); `clients` closed by the caller. */
+export async function serverFromFlags(argv: readonly string[], overrides: InProcessServerOverrides): Promise<AssembledServer> {
   const config = validateServerArgs(parseServerFlags(argv));
-  const options = await buildServerOptions(config, loadServerCredentials(config));
-  options.log = overrides.log;
-  if (overrides.ephemeralHealthHost !== undefined) options.health = { host: overrides.ephemeralHealthHost, port: 0 };
-  return options;
+  return assembleServer(config, loadServerCredentials(config), overrides);
 }
 
-/** The agent's assembly as `kanal agent ...argv` builds it (its tunnels, leases, node side and admin port). */
-export async function agentAssemblyFromFlags(argv: readonly string[], overrides: InProcessOverrides): Promise<AgentOptions> {
+/** The agent's options as `kanal agent ...argv` assembles them (its tunnels, leases, node side, admin port, audit log, build). */
+export async function agentOptionsFromFlags(argv: readonly string[], overrides: InProcessAgentOverrides): Promise<AgentOptions> {
   const config = validateAgentArgs(parseAgentFlags(argv));
-  const agent = await buildAgentOptions(config, loadAgentCredentials(config));
-  agent.log = overrides.log;
-  if (overrides.ephemeralHealthHost !== undefined) agent.health = { host: overrides.ephemeralHealthHost, port: 0 };
-  // As runAgent() composes it (src/cli/agent-command.ts).
-  return { tunnels: agent, leases: config.leases, node: config.node, admin: config.admin };
+  return assembleAgent(config, loadAgentCredentials(config), buildInfo(), overrides);
 }
 
-/** A started KanalServer built from flags; stopped by the caller. */
-export async function startServerInProcess(
-  argv: readonly string[],
-  overrides: InProcessOverrides,
-): Promise<{ server: KanalServer; options: ServerOptions }> {
-  const options = await serverOptionsFromFlags(argv, overrides);
+/** A server of this process and what releases it. */
+export interface InProcessServer {
+  server: KanalServer;
+  options: Readonly<ServerOptions>;
+  /** Stops the server and closes its Kubernetes API clients. */
+  close: () => Promise<void>;
+}
+
+/** A KanalServer built from flags, not started; `close()` stops it and closes its API clients. */
+export async function newServerFromFlags(argv: readonly string[], overrides: InProcessServerOverrides): Promise<InProcessServer> {
+  const { options, clients } = await serverFromFlags(argv, overrides);
   const server = new KanalServer(options);
-  await server.start();
-  return { server, options };
+  return {
+    server,
+    options,
+    close: async () => {
+      await server.stop();
+      for (const c of clients) c.close();
+    },
+  };
 }
 
-/** A started KanalAgent built from flags (plus `adjust` for what no flag sets); stopped by the caller. */
-export async function startAgentInProcess(
-  argv: readonly string[],
-  overrides: InProcessOverrides,
-  adjust: (assembly: AgentOptions) => void = () => undefined,
-): Promise<KanalAgent> {
-  const assembly = await agentAssemblyFromFlags(argv, overrides);
-  adjust(assembly);
-  const assembled = new KanalAgent(assembly);
-  await assembled.start();
-  return assembled;
+/** A started KanalServer built from flags; stopped by the caller with `close()` (a failed start closes its clients). */
+export async function startServerInProcess(argv: readonly string[], overrides: InProcessServerOverrides): Promise<InProcessServer> {
+  const built = await newServerFromFlags(argv, overrides);
+  try {
+    await built.server.start();
+  } catch (err) {
+    await built.close();
+    throw err;
+  }
+  return built;
+}
+
+/** A started KanalAgent built from flags; stopped by the caller. */
+export async function startAgentInProcess(argv: readonly string[], overrides: InProcessAgentOverrides): Promise<KanalAgent> {
+  const agent = new KanalAgent(await agentOptionsFromFlags(argv, overrides));
+  await agent.start();
+  return agent;
 }

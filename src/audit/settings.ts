@@ -21,7 +21,7 @@ export const auditSettings = {
   'audit-log-path': setting({
     type: 'string',
     describe:
-      'Write one JSON line per tunnelled connection as it ends, per dial that made none and per refused peer, to this file; "-" writes them to stdout (with the logs). Empty: no audit log (docs/operations.md)',
+      'Write one JSON line per tunnelled connection as it ends, per dial that made none and per refused peer, to this file; "-" writes them to stdout (with the logs). Empty: no audit log (docs/operations.md). A server with --workers N writes one file per worker, <name>.worker-<i>.<ext> (i from 0), and nothing to this file itself',
     group: AUDIT,
     parse: (v: string | undefined, flag): string | undefined => {
       if (v === undefined || v === '') return undefined;

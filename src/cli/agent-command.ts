@@ -1,8 +1,6 @@
 /** `kanal agent`: its settings (src/agent/settings.ts) on the command line, validation, start. */
-import { auditLogFileOptions } from '../audit/settings.js';
 import type { Argv } from 'yargs';
 import { createLogger } from '../common/logger.js';
-import type { ServerTunnelsOptions } from '../agent/server-tunnels.js';
 import { KanalAgent } from '../agent/agent.js';
 import { agentConfig, type AgentConfig } from '../agent/config.js';
 import { agentSettings, FLAG, type AgentGiven } from '../agent/settings.js';
@@ -12,7 +10,6 @@ import { dryRun } from './dry-run.js';
 import { agentStartChecks } from './start-checks.js';
 import { enableGcPacing } from '../tunnel/gc-pacer.js';
 import { startMemoryReclaimer } from '../common/memory-reclaimer.js';
-import type { ClientTlsOptions } from '../transport/transport.js';
 import { UsageError } from '../common/usage-error.js';
 import { withSettings } from './with-settings.js';
 import { withExamples } from './help-examples.js';
@@ -21,8 +18,10 @@ import { runUntilSignalled } from './lifecycle.js';
 import { loadTransport } from '../transport/choice.js';
 import { runPreflight, formatPreflight, preflightPassed } from '../agent/preflight.js';
 import { SystemdNotifier } from '../../native/sd-notify.js';
-import { ServiceAccountTokenSource } from '../agent/service-account-token.js';
 import { buildInfo } from './build-info.js';
+import { assembleAgent, type AgentCredentials } from '../agent/assembly.js';
+
+export type { AgentCredentials } from '../agent/assembly.js';
 
 /** What yargs hands `kanal agent`, typed by its settings. */
 export type AgentArgs = AgentGiven;
@@ -30,12 +29,6 @@ export type AgentArgs = AgentGiven;
 /** The agent's configuration from its command line: each setting parsed by its entry (src/agent/settings.ts), then the checks that tie them together (src/agent/config.ts). */
 export function validateAgentArgs(a: AgentArgs): AgentConfig {
   return agentConfig(readSettings(agentSettings, a), upstreamNotices(a, agentSettings));
-}
-
-export interface AgentCredentials {
-  tls: ClientTlsOptions;
-  /** Certificates outside their validity period: logged, not fatal (see credential-files.ts). */
-  warnings: string[];
 }
 
 /** Reads and checks every credential file the flags name; throws CredentialFilesError listing each problem. */
@@ -57,43 +50,6 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
   return {
     tls: { ca: ca!.pem, cert: pair?.cert.pem, key: pair?.key.pem, serverName: s.serverName, alpnProtocols: s.alpnProtocols },
     warnings: check.warnings,
-  };
-}
-
-export async function buildAgentOptions(
-  config: AgentConfig,
-  credentials: AgentCredentials = loadAgentCredentials(config),
-): Promise<ServerTunnelsOptions> {
-  const v = config.settings;
-  const log = createLogger(config.logLevel, 'agent', config.logFormat).child({ agentID: v['agent-id'] });
-  const s = config.server;
-  const tokenFile = v['service-account-token-path'];
-  const token = tokenFile === undefined ? undefined : new ServiceAccountTokenSource(tokenFile);
-  return {
-    agentID: v['agent-id'],
-    agentIdentifiers: v['agent-identifiers'],
-    server: { hosts: s.addresses, tls: credentials.tls },
-    token: token && (() => token.readSync()),
-    serverCount: { source: v['server-count-source'] },
-    ...(config.node ? { targets: config.node.targets } : {}),
-    syncForever: v['sync-forever'],
-    dialTimeoutMs: v['dial-timeout'],
-    connectTimeoutMs: v['connect-timeout'],
-    keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
-    resumeTimeoutMs: v['resume-timeout'],
-    reconnect: config.reconnect,
-    health: config.health,
-    limits: {
-      maxWindowBytes: v['max-connection-window'],
-      peerReadTimeoutMs: v['peer-read-timeout'],
-      maxInboundConnections: v['max-cp-to-node-connections'],
-      maxOutboundConnections: v['max-node-to-cp-connections'],
-      maxPendingDials: v['max-pending-dials'],
-      dialRate: v['dial-rate'],
-      dialBurst: v['dial-burst'],
-    },
-    transport: await loadTransport(v.transport),
-    log,
   };
 }
 
@@ -155,21 +111,13 @@ export async function runAgent(args: AgentArgs): Promise<void> {
   const credentials = loadAgentCredentials(config);
   // The same checks as --dry-run, before anything is created.
   await agentStartChecks(config);
-  const options = await buildAgentOptions(config, credentials);
-  const log = options.log;
+  const options = await assembleAgent(config, credentials, buildInfo());
+  const log = options.tunnels.log;
   for (const w of credentials.warnings) log.warn({ problem: w }, 'certificate outside its validity period');
   for (const notice of config.notices) log.warn(notice);
   if (args.kubeconfig && !config.leases) log.warn(`--kubeconfig is not used: ${FLAG['count-server-leases']} is off`);
   enableGcPacing();
-  const auditLog = auditLogFileOptions(config.settings);
-  const kanalAgent = new KanalAgent({
-    tunnels: options,
-    leases: config.leases,
-    node: config.node,
-    admin: config.admin,
-    build: buildInfo(),
-    ...(auditLog ? { auditLog } : {}),
-  });
+  const kanalAgent = new KanalAgent(options);
   const agent = kanalAgent.tunnels;
   await kanalAgent.start();
   // systemd (Type=notify): READY=1 once the listeners are bound and the first

@@ -65,10 +65,11 @@ export async function fetchStatus(address: HostPort, timeoutMs: number, query: P
   const { status, body, contentType } = await get(address, `${STATUS_PATH}${qs ? `?${qs}` : ''}`, timeoutMs);
   if (status === 403) throw new Error(`${where} refused the status: ${firstLine(body)}`);
   if (status === 400) throw new Error(`${where} refused the query: ${firstLine(body)}`);
+  if (status === 501) throw new Error(`${where} serves no status: ${firstLine(body)}`);
   if (status !== 200) {
     throw new Error(
       `${where} answered HTTP ${status} for ${STATUS_PATH} (${quote(body)}): not the admin port of a Kanal that serves its status; ` +
-        'check --admin-address, or run the kanal of the same release as the process',
+        'check --admin-address (a server started with --workers serves none on its primary), or run the kanal of the same release as the process',
     );
   }
   let doc: unknown;

@@ -35,6 +35,8 @@ export interface AdminServerOptions {
    * a second per distinct query.
    */
   status?: (query: URLSearchParams) => object | { error: string };
+  /** Without `status`: why this process serves no status document, answered 501 (else 404). */
+  statusUnavailable?: string;
   /** /readyz with its detail (the health port gives a caller off this host only ready or not). */
   readiness?: (query: URLSearchParams) => Readiness;
   limits?: HttpPortLimits;
@@ -140,7 +142,8 @@ function notLoopback(opts: AdminServerOptions, path: string, why: string): strin
 function sendStatus(opts: AdminServerOptions, answers: AnswerCache, query: URLSearchParams, res: ServerResponse): void {
   const status = opts.status;
   if (!status) {
-    sendText(res, 404, 'this process serves no status document\n');
+    if (opts.statusUnavailable) sendText(res, 501, `${opts.statusUnavailable}\n`);
+    else sendText(res, 404, 'this process serves no status document\n');
     return;
   }
   if (!isLoopbackHost(opts.host)) {

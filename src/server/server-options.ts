@@ -13,6 +13,7 @@ import type { ServerLeaseController } from './leases/lease-controller.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import type { TenantSettingsOptions } from './tenants/tenant.js';
 import type { TlsPolicyOptions } from './tenants/tenant-directory.js';
+import type { WorkerPlace } from './workers/worker-env.js';
 
 /** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
 export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
@@ -85,11 +86,7 @@ export interface ServerOptions {
    * (adopt*), and it serves only the tenants `owner` gives it, relaying a
    * connection it recognised as another worker's tenant to that worker.
    */
-  worker?: {
-    index: number;
-    owner(tenant: string): number;
-    handoffPath(index: number): string;
-  };
+  worker?: WorkerPlace;
 }
 
 export interface ServerStats {

@@ -11,7 +11,6 @@ import type { GrpcServerTransport, IncomingStream } from '../transport/transport
 import { GrpcStatus } from '../transport/grpc-status.js';
 import { AGENT_NOT_AUTHENTICATED } from './identity/peer-refusals.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
-import type { LabelledCounter } from '../domain/metrics.js';
 import type { TokenAuthenticator } from './identity/token-authenticator.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../common/health-server.js';
 import { KanalMetrics } from '../domain/metrics.js';
@@ -23,23 +22,23 @@ import type { AgentRegistry } from './agents/agent-registry.js';
 import { listenForAgents, listenForFrontends, peerOf, type FrontendConnection, type Listener } from './listeners.js';
 import { Refusals } from '../domain/refusal-log.js';
 import { listenError } from '../common/listen-error.js';
-import { errorMessage } from '../common/error-message.js';
 import { assertRolesSeparated, ClientRoles, NO_PINS } from './identity/client-roles.js';
-import type { AgentConnection, AgentCredential } from './identity/agent-credential.js';
+import type { AgentConnection } from './identity/agent-credential.js';
 import { MD_AUTHORIZATION } from '../wire/metadata.js';
 import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 import type { UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
 import { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 import { feedLeaseMetrics } from './tenants/tenant-gauges.js';
 import { Tenant } from './tenants/tenant.js';
-import { TenantDirectory } from './tenants/tenant-directory.js';
+import type { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
-import { logRefusedReload, reloadCounter } from './tenants/tenants-watch.js';
-import { forward, listenForHandoffs, type Handoff } from './workers/handoff.js';
-import { readFirstRequest } from './workers/first-request.js';
+import { reloadCounter } from './tenants/tenants-watch.js';
+import { ONE_CLUSTER, TenantRooms, type ReloadResult, type Room } from './tenants/tenant-rooms.js';
+import { listenForHandoffs } from './workers/handoff.js';
+import { WorkerRelay } from './workers/relay.js';
 import type { FrontendServices, TenantFrontend } from './frontends/frontend.js';
 import net from 'node:net';
-import type { Duplex } from 'node:stream';
+import { StateMachine, type Lifecycle } from '../common/state-machine.js';
 import { mergeExpositions, renderEach } from '../common/metrics-text.js';
 import { serverStatus } from './server-status.js';
 import { StatusIndex } from './status-index.js';
@@ -47,14 +46,12 @@ import type { ServerStatusDocument } from '../domain/status-document.js';
 import type { StatusQuery } from '../domain/status-query.js';
 
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
+export type { ReloadResult } from './tenants/tenant-rooms.js';
 
 /** Streams one agent connection may have open: agents use one; room for a second while one closes. */
 const MAX_STREAMS_PER_AGENT_CONNECTION = 2;
-/** A worker: how long an agent connection placed by its token has for its first request (the HTTP/2 handshake's time, h2/server.ts). */
-const FIRST_REQUEST_TIMEOUT_MS = 10_000;
-
 /**
- * Where a KanalServer is in its life; it only moves forward (transition()), so
+ * Where a KanalServer is in its life; it only moves forward (SERVER_LIFECYCLE), so
  * a server starts at most once.
  * - created: nothing bound; the gauges are registered (constructor).
  * - starting: start() binds the listeners and the health port; stop() waits
@@ -76,41 +73,29 @@ export type ServerState =
   | { readonly kind: 'stopping'; readonly stopped: Promise<void> }
   | { readonly kind: 'stopped' };
 
-/** The moves transition() allows. */
-const NEXT_STATES: Readonly<Record<ServerState['kind'], readonly ServerState['kind'][]>> = {
-  created: ['starting', 'stopped'],
-  starting: ['listening', 'stopped'],
-  listening: ['stopping'],
-  stopping: ['stopped'],
-  stopped: [],
+/** The moves a server's state may make (state-machine.ts). */
+const SERVER_LIFECYCLE: Lifecycle<ServerState> = {
+  name: 'server',
+  moves: {
+    created: ['starting', 'stopped'],
+    starting: ['listening', 'stopped'],
+    listening: ['stopping'],
+    stopping: ['stopped'],
+    stopped: [],
+  },
 };
-
-/** The implicit tenant's key in `rooms`: a server without --tenants-config. */
-const ONE_CLUSTER = '';
-
-/** A tenant being served, with what was loaded for it and its own Unix socket. */
-interface Room {
-  tenant: Tenant;
-  loaded?: TenantDefinition;
-  uds?: Listener;
-  /** Closes what was opened for it (its kube-apiserver client). */
-  release?: () => void;
-}
-
-/** What a reload of the tenants file changed (names), or why it changed nothing. */
-export type ReloadResult = { ok: true; added: string[]; changed: string[]; removed: string[] } | { ok: false; error: string };
 
 export class KanalServer {
   /** The process's metrics, and the tenant's on a server of one cluster. */
   readonly metrics = new KanalMetrics('server');
-  /** See ServerState; changed only by transition(). */
-  private current: ServerState = { kind: 'created' };
+  /** See ServerState; moved only along SERVER_LIFECYCLE, each move a debug line. */
+  private readonly machine: StateMachine<ServerState>;
   /** Node -> control plane connections of all agents together (file descriptors here). */
   private readonly nodeToCp: ConnectionBudget;
-  /** Tenant name (ONE_CLUSTER without --tenants-config) -> what serves it. */
-  private readonly rooms = new Map<string, Room>();
-  /** Whose a connection is; replaced whole on a reload (undefined: one cluster). */
-  private directory: TenantDirectory | undefined;
+  /** What serves each tenant (one room, ONE_CLUSTER, without --tenants-config), and the file's reloads. */
+  private readonly rooms: TenantRooms;
+  /** A worker of several: what relays another worker's tenants' connections there. */
+  private readonly relay: WorkerRelay | undefined;
   /** Set while starting and kept once closed, so their ports can still be read (tests, logs). */
   private agentListener: Listener | undefined;
   private frontendListener: Listener | undefined;
@@ -121,11 +106,6 @@ export class KanalServer {
   private readonly log: ServerOptions['log'];
   /** Listener-level refusals (before a tenant is known): counted in the process's metrics. */
   private readonly refusalLogs: { frontend: Refusals; agents: Refusals };
-  /** One reload at a time; a request during one sets reloadAgain and is served by one more pass. */
-  private reloading: Promise<ReloadResult> | undefined;
-  private reloadAgain = false;
-  /** kanal_tenants_config_reloads_total{result}: with --tenants-config only. */
-  private readonly reloads: LabelledCounter<{ result: 'applied' | 'invalid' }> | undefined;
   private frontendGrpc: GrpcServerTransport<FrontendConnection> | undefined;
   private agentGrpc: GrpcServerTransport<AgentConnection> | undefined;
   /** What every tenant's connections hold, and the process's budget for it (--memory-budget). */
@@ -135,6 +115,9 @@ export class KanalServer {
 
   constructor(private readonly opts: ServerOptions) {
     this.log = opts.log;
+    this.machine = new StateMachine<ServerState>({ kind: 'created' }, SERVER_LIFECYCLE, (from, to) =>
+      this.log.debug({ from: from.kind, to: to.kind }, 'server state'),
+    );
     this.audit = opts.auditLog && new ProcessAuditLog(opts.auditLog);
     this.nodeToCp = new ConnectionBudget(opts.maxNodeToCpConnections ?? defaultNodeToCpConnections());
     this.ledger = new RetentionLedger({ budgetBytes: opts.memoryBudgetBytes || defaultMemoryBudget() });
@@ -142,10 +125,31 @@ export class KanalServer {
       frontend: this.refusals(opts.log.child({ part: 'frontend' })),
       agents: this.refusals(opts.log.child({ part: 'agents' })),
     };
-    this.reloads = opts.tenants ? reloadCounter(this.metrics.registry) : undefined;
-    if (!opts.tenants) {
-      this.rooms.set(ONE_CLUSTER, { tenant: this.oneCluster() });
+    const worker = opts.worker;
+    // The primary merges its workers' /metrics: each worker's series carry its index.
+    if (worker) this.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
+    this.relay =
+      worker &&
+      new WorkerRelay({
+        worker,
+        tenantOfToken: (authorization) => this.rooms.directory?.tenantOfToken(authorization),
+        hasTokenIssuers: () => this.rooms.directory?.hasTokenIssuers() ?? false,
+        peerOf: (connection) => (connection instanceof net.Socket ? peerOf(connection, 'unknown') : 'unknown'),
+        log: this.log,
+      });
+    const tenants = opts.tenants;
+    if (!tenants) {
+      this.rooms = TenantRooms.oneCluster(this.oneCluster());
     } else {
+      this.rooms = new TenantRooms({
+        ...tenants,
+        tenantFrom: (loaded, tokens) => this.tenantFrom(loaded, tokens),
+        listenSocket: (room) => this.listenTenantSocket(room),
+        owns: (tenant) => this.owns(tenant),
+        refusal: () => (this.machine.is('listening') ? undefined : `the server is ${this.machine.kind}`),
+        reloads: reloadCounter(this.metrics.registry),
+        log: this.log,
+      });
       this.metrics.gauge('kanal_server_tenants', 'Tenants this server serves (--tenants-config)', () => this.rooms.size);
     }
   }
@@ -185,7 +189,7 @@ export class KanalServer {
 
   /** Where the server is in its life (ServerState). */
   get state(): ServerState['kind'] {
-    return this.current.kind;
+    return this.machine.kind;
   }
 
   /** The agents of a server of one cluster (tests and the in-process kit read it). */
@@ -208,7 +212,7 @@ export class KanalServer {
 
   /** Names of the tenants served (empty without --tenants-config). */
   get tenantNames(): string[] {
-    return [...this.rooms.keys()].filter((n) => n !== ONE_CLUSTER);
+    return this.rooms.names();
   }
 
   get agentPort(): number {
@@ -241,17 +245,17 @@ export class KanalServer {
       return n > 0 ? { ready: true, detail: `${n} agent(s) connected` } : { ready: false, detail: 'no agent connected' };
     }
     const lines = [...this.rooms.values()].map((r) => `tenant ${r.tenant.name ?? ''}: ${r.tenant.agentsDetail()}`);
-    const ready = this.current.kind === 'listening';
+    const ready = this.machine.is('listening');
     return { ready, detail: `${this.rooms.size} tenant(s)${lines.length > 0 ? `\n${lines.join('\n')}` : ''}` };
   }
 
   /** The tenants this process serves (a worker: its own share of the file). */
   tenantsServed(): string[] {
-    return [...this.rooms.keys()].filter((name) => name !== ONE_CLUSTER);
+    return this.rooms.names();
   }
 
   stats(): ServerStats {
-    const tenants = [...this.rooms.values()].map((r) => r.tenant);
+    const tenants = this.rooms.tenants();
     return {
       agents: tenants.reduce((n, t) => n + t.registry.size, 0),
       frontendStreams: tenants.reduce((n, t) => n + t.frontendTunnels.size, 0),
@@ -268,7 +272,7 @@ export class KanalServer {
   }
 
   /** Every tenant's agents in /status's order, walked at most once a second however often /status is asked. */
-  private readonly statusIndex = new StatusIndex(() => [...this.rooms.values()].map((r) => r.tenant));
+  private readonly statusIndex = new StatusIndex(() => this.rooms.tenants());
 
   /**
    * The admin port's /status: one page of its agents and their tunnels
@@ -279,8 +283,8 @@ export class KanalServer {
       {
         serverID: this.opts.serverID,
         serverCount: this.opts.tenant.serverCount,
-        state: this.current.kind,
-        tenants: [...this.rooms.values()].map((r) => r.tenant),
+        state: this.machine.kind,
+        tenants: this.rooms.tenants(),
         agents: this.statusIndex.agents(),
         named: this.opts.tenants !== undefined,
         metrics: this.metrics,
@@ -306,23 +310,23 @@ export class KanalServer {
    * Throws unless the server is new: a server starts once.
    */
   async start(): Promise<void> {
-    const s = this.current;
+    const s = this.machine.state;
     if (s.kind !== 'created') throw new Error(`the server cannot start when ${s.kind}: a KanalServer starts once (create a new one)`);
     // Deferred a turn, so the state says 'starting' before anything is bound.
     const started = Promise.resolve().then(() => this.bringUp());
-    this.transition({ kind: 'starting', started });
+    this.machine.to({ kind: 'starting', started });
     return started;
   }
 
   private async bringUp(): Promise<void> {
     try {
       await this.audit?.open(this.metrics.registry, this.log.child({ part: 'audit' }));
-      if (this.opts.tenants) await this.addTenants(this.opts.tenants.load());
+      if (this.opts.tenants) await this.rooms.addFromFile();
       await this.startListeners();
       for (const room of this.rooms.values()) if (room.loaded?.uds) room.uds = await this.listenTenantSocket(room);
     } catch (err) {
       await this.release();
-      this.transition({ kind: 'stopped' });
+      this.machine.to({ kind: 'stopped' });
       throw err;
     }
     const { serverID, agent, leases } = this.opts;
@@ -338,7 +342,7 @@ export class KanalServer {
       leases.start();
     }
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
-    this.transition({ kind: 'listening' });
+    this.machine.to({ kind: 'listening' });
     if (this.opts.tenants) {
       this.log.info({ serverID, keepalive, tenants: this.tenantNames.length }, 'kanal server started');
       return;
@@ -357,9 +361,9 @@ export class KanalServer {
     if (!opts.tenants) assertRolesSeparated(opts.agent.tls.ca, opts.frontend.tcp?.tls.ca, roles);
     this.warnAboutBudget();
     const worker = this.opts.worker;
-    const agentGrpc = this.relaying(this.startAgentGrpc(), 'agent');
-    const frontendGrpc = this.relaying(this.startFrontendGrpc(), 'frontend');
-    const directory = this.directory;
+    const agentGrpc = this.relay ? this.relay.wrap(this.startAgentGrpc(), 'agent') : this.startAgentGrpc();
+    const frontendGrpc = this.relay ? this.relay.wrap(this.startFrontendGrpc(), 'frontend') : this.startFrontendGrpc();
+    const directory = this.rooms.directory;
     const tcp = opts.frontend.tcp;
     if (tcp || !opts.tenants) {
       this.frontendListener = await listenForFrontends({
@@ -435,8 +439,9 @@ export class KanalServer {
   }
 
   private currentDirectory(): TenantDirectory {
-    if (!this.directory) throw new Error('no tenant directory on a server of one cluster');
-    return this.directory;
+    const directory = this.rooms.directory;
+    if (!directory) throw new Error('no tenant directory on a server of one cluster');
+    return directory;
   }
 
   /** The node -> control plane budget, against the open-files limit, said once at start. */
@@ -479,7 +484,7 @@ export class KanalServer {
   private routeAgent(incoming: IncomingStream<AgentConnection>): void {
     const connection = incoming.context ?? {};
     const name = this.opts.tenants
-      ? (connection.tenant ?? this.directory?.tenantOfToken(incoming.metadata.get(MD_AUTHORIZATION) ?? []))
+      ? (connection.tenant ?? this.rooms.directory?.tenantOfToken(incoming.metadata.get(MD_AUTHORIZATION) ?? []))
       : ONE_CLUSTER;
     const room = name === undefined ? undefined : this.rooms.get(name);
     // A peer no tenant has verified yet is told the same whichever tenant it named, if any (identity/peer-refusals.ts).
@@ -551,180 +556,14 @@ export class KanalServer {
     });
   }
 
-  /** The tenants of the file at start (the file was checked whole by load()). */
-  private async addTenants(list: readonly TenantDefinition[]): Promise<void> {
-    this.directory = new TenantDirectory(
-      list.map((l) => l.credentials),
-      this.opts.tenants?.policy ?? {},
-    );
-    const own = list.filter((l) => this.owns(l.name));
-    for (const loaded of own) this.rooms.set(loaded.name, await this.openRoom(loaded));
-    this.log.info({ tenants: own.map((l) => l.name) }, `serving ${own.length} tenant(s)`);
-  }
-
-  private async openRoom(loaded: TenantDefinition): Promise<Room> {
-    const review = loaded.tokens && (await this.opts.tenants?.tokenReview?.(loaded));
-    const tenant = this.tenantFrom(loaded, review?.authenticator);
-    return { tenant, loaded, ...(review ? { release: review.release } : {}) };
-  }
-
-  /**
-   * Re-reads the tenants file and applies what changed, touching no other
-   * tenant: added tenants start, removed ones are closed (one line each), a
-   * changed one is closed and started anew. A file that cannot be used
-   * changes nothing. One reload at a time; requests during one are merged into the next.
-   */
-  async reloadTenants(): Promise<ReloadResult> {
-    if (!this.opts.tenants) return { ok: false, error: 'this server has no --tenants-config' };
-    if (this.current.kind !== 'listening') return { ok: false, error: `the server is ${this.current.kind}` };
-    if (this.reloading) {
-      this.reloadAgain = true;
-      return this.reloading;
-    }
-    const run = async (): Promise<ReloadResult> => {
-      let result: ReloadResult;
-      do {
-        this.reloadAgain = false;
-        result = await this.applyReload();
-      } while (this.reloadAgain && this.current.kind === 'listening');
-      return result;
-    };
-    this.reloading = run().finally(() => (this.reloading = undefined));
-    return this.reloading;
-  }
-
-  private async applyReload(): Promise<ReloadResult> {
-    const tenants = this.opts.tenants;
-    if (!tenants) return { ok: false, error: 'no --tenants-config' };
-    let list: TenantDefinition[];
-    let directory: TenantDirectory;
-    try {
-      list = tenants.load();
-      directory = new TenantDirectory(
-        list.map((l) => l.credentials),
-        tenants.policy,
-        this.directory,
-      );
-    } catch (err) {
-      const error = errorMessage(err);
-      logRefusedReload(this.log, err);
-      this.reloads?.inc({ result: 'invalid' });
-      return { ok: false, error };
-    }
-    const next = new Map(list.filter((l) => this.owns(l.name)).map((l) => [l.name, l]));
-    const removed = [...this.rooms.keys()].filter((n) => !next.has(n));
-    const changed = [...next.keys()].filter((n) => {
-      const room = this.rooms.get(n);
-      return room !== undefined && room.loaded?.fingerprint !== next.get(n)?.fingerprint;
-    });
-    const added = [...next.keys()].filter((n) => !this.rooms.has(n));
-    // Settings alone changed: applied in place, the tenant's agents and connections stay.
-    const tuned = changed.filter((n) => this.rooms.get(n)?.loaded?.identity === next.get(n)?.identity);
-    const rebuilt = changed.filter((n) => !tuned.includes(n));
-    for (const name of [...removed, ...rebuilt]) await this.closeRoom(name, removed.includes(name) ? 'removed from' : 'changed in');
-    for (const name of tuned) {
-      const room = this.rooms.get(name);
-      const loaded = next.get(name);
-      if (!room || !loaded) continue;
-      room.tenant.update(loaded.options);
-      room.loaded = loaded;
-      room.tenant.log.info(
-        { agentTunnels: room.tenant.registry.size },
-        'tenant changed: settings applied in place, its agents and connections stay',
-      );
-    }
-    // The listeners' default contexts hold no trust store: the directory is the trust, consulted per connection.
-    this.directory = directory;
-    for (const name of [...rebuilt, ...added]) {
-      const loaded = next.get(name);
-      if (!loaded) continue;
-      const room = await this.openRoom(loaded);
-      this.rooms.set(name, room);
-      try {
-        room.uds = await this.listenTenantSocket(room);
-      } catch (err) {
-        room.tenant.log.error(
-          { err: errorMessage(err) },
-          "cannot listen on the tenant's Unix socket; its agents are served, its kube-apiserver cannot reach it",
-        );
-      }
-      room.tenant.log.info(rebuilt.includes(name) ? 'tenant changed: started anew' : 'tenant added');
-    }
-    this.reloads?.inc({ result: 'applied' });
-    this.log.info({ added, changed, inPlace: tuned, removed, tenants: this.rooms.size }, 'tenants file applied');
-    return { ok: true, added, changed, removed };
+  /** Re-reads the tenants file and applies what changed (tenants/tenant-rooms.ts); one reload at a time. */
+  reloadTenants(): Promise<ReloadResult> {
+    return this.rooms.reload();
   }
 
   /** Whether this process serves `tenant` (always, unless it is one of several workers). */
   private owns(tenant: string): boolean {
-    const w = this.opts.worker;
-    return !w || w.owner(tenant) === w.index;
-  }
-
-  /**
-   * A worker's gRPC server as the listeners see it: a connection recognised as
-   * a tenant another worker serves is relayed there (workers/handoff.ts).
-   */
-  private relaying<C extends { tenant?: string; credential?: AgentCredential }>(
-    grpc: GrpcServerTransport<C>,
-    kind: Handoff['kind'],
-  ): GrpcServerTransport<C> {
-    const w = this.opts.worker;
-    if (!w) return grpc;
-    return {
-      injectConnection: (connection, context) => {
-        const tenant = context?.tenant;
-        if (tenant === undefined && kind === 'agent' && this.directory?.hasTokenIssuers()) {
-          this.routeByToken(connection, context, grpc);
-          return;
-        }
-        if (tenant === undefined || this.owns(tenant)) {
-          grpc.injectConnection(connection, context);
-          return;
-        }
-        const peer = connection instanceof net.Socket ? peerOf(connection, 'unknown') : 'unknown';
-        forward(
-          connection,
-          w.handoffPath(w.owner(tenant)),
-          { kind, tenant, peer, ...(context?.credential ? { credential: context.credential } : {}) },
-          this.log,
-        );
-      },
-      close: (graceMs) => grpc.close(graceMs),
-    };
-  }
-
-  /**
-   * A worker: an agent connection that neither its server name nor a
-   * certificate placed, so its token's issuer will name its tenant. Its first
-   * request's token is read (first-request.ts); when that names a tenant
-   * another worker serves, the whole connection goes there, marked so that
-   * worker judges every stream by its token as this one would have.
-   */
-  private routeByToken<C extends { tenant?: string; credential?: AgentCredential }>(
-    connection: Duplex,
-    context: C | undefined,
-    grpc: GrpcServerTransport<C>,
-  ): void {
-    const w = this.opts.worker;
-    const peer = connection instanceof net.Socket ? peerOf(connection, 'unknown') : 'unknown';
-    void readFirstRequest(connection, FIRST_REQUEST_TIMEOUT_MS).then((first) => {
-      if (first.kind === 'none') {
-        this.log.debug({ peer, why: first.why }, 'closed agent connection before its first request');
-        connection.destroy();
-        return;
-      }
-      if (connection.destroyed) return;
-      connection.unshift(first.replay);
-      const tenant = this.directory?.tenantOfToken(first.authorization);
-      if (!w || tenant === undefined || this.owns(tenant)) {
-        grpc.injectConnection(connection, context);
-        connection.resume();
-        return;
-      }
-      this.log.debug({ peer, tenant, to: w.owner(tenant) }, "agent connection relayed to its token's tenant");
-      forward(connection, w.handoffPath(w.owner(tenant)), { kind: 'agent', tenant, peer, byToken: true }, this.log);
-    });
+    return this.relay?.owns(tenant) ?? true;
   }
 
   /** What the front doors of a frontend listener use (frontends/frontend.ts). */
@@ -734,11 +573,7 @@ export class KanalServer {
 
   /** A front door's part in a tenant, or, on a worker, what relays its connection to the worker that serves it. */
   private tenantFrontendOf(tenant: string | undefined, door: string): Pick<TenantFrontend, 'serve'> | undefined {
-    const w = this.opts.worker;
-    if (w && tenant !== undefined && !this.owns(tenant)) {
-      return { serve: (socket, { peer }) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.log) };
-    }
-    return this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.frontends.get(door);
+    return this.relay?.frontend(tenant) ?? this.rooms.get(tenant ?? ONE_CLUSTER)?.tenant.frontends.get(door);
   }
 
   /** A worker: a connection the primary accepted on the agent port, with what it read of it. */
@@ -754,22 +589,7 @@ export class KanalServer {
 
   /** The text of this process's registry and each tenant's, rendered a few at a time (metrics-text.ts); the primary of workers merges them. */
   metricsTexts(): Promise<string[]> {
-    return renderEach([this.metrics.registry, ...[...this.rooms.values()].map((r) => r.tenant.metrics.registry)]);
-  }
-
-  /** Stops serving a tenant: its socket, its agents' tunnels and its kube-apiserver's streams, in one line. */
-  private async closeRoom(name: string, how: string): Promise<void> {
-    const room = this.rooms.get(name);
-    if (!room) return;
-    this.rooms.delete(name);
-    await room.uds?.close();
-    const { agents, frontendStreams } = { agents: room.tenant.registry.size, frontendStreams: room.tenant.frontendTunnels.size };
-    room.tenant.close(new Error(`tenant ${name} was ${how} the tenants file`));
-    room.release?.();
-    room.tenant.log.info(
-      { agentTunnels: agents, frontendStreams },
-      `tenant ${how.replace(/ (from|in)$/, '')} the tenants file: its agents and connections closed`,
-    );
+    return renderEach([this.metrics.registry, ...this.rooms.tenants().map((t) => t.metrics.registry)]);
   }
 
   private async startHealth(): Promise<void> {
@@ -804,10 +624,10 @@ export class KanalServer {
    * for it, a second call waits for the first.
    */
   async stop(): Promise<void> {
-    const s = this.current;
+    const s = this.machine.state;
     switch (s.kind) {
       case 'created':
-        this.transition({ kind: 'stopped' });
+        this.machine.to({ kind: 'stopped' });
         return;
       case 'starting':
         await s.started.catch(() => undefined);
@@ -815,7 +635,7 @@ export class KanalServer {
       case 'listening': {
         // Deferred a turn, so the state says 'stopping' before anything closes.
         const stopped = Promise.resolve().then(() => this.takeDown());
-        this.transition({ kind: 'stopping', stopped });
+        this.machine.to({ kind: 'stopping', stopped });
         return stopped;
       }
       case 'stopping':
@@ -831,29 +651,18 @@ export class KanalServer {
       await this.opts.leases?.stop();
     } finally {
       // Released even when the lease could not be deleted: nothing may stay bound.
-      await this.reloading?.catch(() => undefined);
+      await this.rooms.settled();
       await this.release();
-      this.transition({ kind: 'stopped' });
+      this.machine.to({ kind: 'stopped' });
     }
     this.log.info('kanal server stopped');
-  }
-
-  /** Moves along NEXT_STATES; any other move is a bug here and throws. */
-  private transition(next: ServerState): void {
-    if (!NEXT_STATES[this.current.kind].includes(next.kind))
-      throw new Error(`server: no transition from ${this.current.kind} to ${next.kind}`);
-    this.current = next;
   }
 
   /** Releases whatever start() got to; safe at any point of it (closing a listener again does nothing). */
   private async release(): Promise<void> {
     await this.frontendListener?.close();
     await this.agentListener?.close();
-    for (const room of this.rooms.values()) {
-      await room.uds?.close();
-      room.tenant.close();
-      room.release?.();
-    }
+    await this.rooms.closeAll();
     await Promise.all(this.closers.map((c) => c()));
     this.closers = [];
     await this.health?.close();

@@ -5,11 +5,10 @@
  * --bind-interface-type none, so no root and no namespace is needed.
  */
 import test, { type ExecutionContext } from 'ava';
-import fs from 'node:fs';
 import net from 'node:net';
 import { KanalAgent } from '../../src/agent/agent.js';
 import type { NodeSideOptions } from '../../src/agent/node-side-config.js';
-import { h2Transport } from '../../src/transport/h2/index.js';
+import { agentOptionsFromFlags } from '../../kit/launch/in-process.js';
 import { freePort } from '../../kit/launch/kanal-cli.js';
 import {
   captureLogger,
@@ -122,19 +121,32 @@ test('a start that cannot bind a target fails naming the address and releases wh
   t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())));
   const first = node.targets[0];
   const logs = captureLogger('debug');
-  const assembled = new KanalAgent({
-    tunnels: {
-      agentID: 'node-1',
-      agentIdentifiers: '',
-      server: { hosts: [{ host: '127.0.0.1', port: server.agentPort }], tls: { ca: fs.readFileSync(env.pki.caCert) } },
-      dialTimeoutMs: 5000,
-      connectTimeoutMs: 5000,
-      reconnect: { initialMs: 100, maxMs: 500 },
-      transport: h2Transport,
-      log: logs.log,
-    },
-    node: { ...node, targets: [first, { localPort: taken, destination: '127.0.0.1:2' }] },
-  });
+  // Assembled as `kanal agent` assembles it; the node side given as options (a loopback address, no interface).
+  const assembled = new KanalAgent(
+    await agentOptionsFromFlags(
+      [
+        '--agent-id',
+        'node-1',
+        '--proxy-server-host',
+        '127.0.0.1',
+        '--proxy-server-port',
+        String(server.agentPort),
+        '--ca-cert',
+        env.pki.caCert,
+        '--dial-timeout',
+        '5s',
+        '--connect-timeout',
+        '5s',
+        '--health-server-port',
+        '0',
+        '--admin-server-port',
+        '0',
+        '--transport',
+        'h2',
+      ],
+      { log: logs.log, node: { ...node, targets: [first, { localPort: taken, destination: '127.0.0.1:2' }] } },
+    ),
+  );
   await t.throwsAsync(assembled.start(), {
     message: `cannot listen on ${NODE_ADDRESS}:${taken} (--bind-address, --target ${taken}:127.0.0.1:2): the address is already in use (another process listens there: stop it or choose another port); EADDRINUSE`,
   });

@@ -10,8 +10,16 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import yargs, { type Argv } from 'yargs';
 import fs from 'node:fs';
-import { buildServerOptions, serverBuilder, validateServerArgs, type ServerArgs } from '../../src/cli/server-command.js';
-import { agentBuilder, buildAgentOptions, validateAgentArgs, type AgentArgs } from '../../src/cli/agent-command.js';
+import { loadServerCredentials, serverBuilder, validateServerArgs, type ServerArgs } from '../../src/cli/server-command.js';
+import { buildServerOptions } from '../../src/server/assembly/server-assembly.js';
+import { agentBuilder, loadAgentCredentials, validateAgentArgs, type AgentArgs } from '../../src/cli/agent-command.js';
+import { buildAgentOptions } from '../../src/agent/assembly.js';
+import type { ServerConfig } from '../../src/server/config/config.js';
+import type { AgentConfig } from '../../src/agent/config.js';
+
+/** The options of the settings alone, with the credentials the flags name (as the CLI reads them). */
+const serverOptionsOf = (c: ServerConfig): ReturnType<typeof buildServerOptions> => buildServerOptions(c, loadServerCredentials(c));
+const agentOptionsOf = (c: AgentConfig): ReturnType<typeof buildAgentOptions> => buildAgentOptions(c, loadAgentCredentials(c));
 import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONNECTIONS } from '../../src/tunnel/limits.js';
 import { defaultAgentID } from '../../src/agent/settings.js';
 import { logLevelFrom } from '../../src/settings/process-settings.js';
@@ -271,7 +279,7 @@ test('--max-connection-window reaches the options the server and agent build the
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-window-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
-  const server = await buildServerOptions(
+  const server = await serverOptionsOf(
     validateServerArgs(
       parseServer([
         '--cluster-cert',
@@ -288,7 +296,7 @@ test('--max-connection-window reaches the options the server and agent build the
     ),
   );
   t.deepEqual(server.tenant.limits, { maxWindowBytes: 2 * 1024 * 1024, peerReadTimeoutMs: 60_000 });
-  const agent = await buildAgentOptions(
+  const agent = await agentOptionsOf(
     validateAgentArgs(parseAgent(['--proxy-server-host', 'cp.example', '--ca-cert', pki.caCert, '--max-connection-window', '1048576'])),
   );
   t.deepEqual(agent.limits, {
@@ -316,7 +324,7 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
     '--uds-name',
     path.join(dir, 's.sock'),
   ];
-  const server = await buildServerOptions(
+  const server = await serverOptionsOf(
     validateServerArgs(
       parseServer([
         ...base,

@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { KanalServer } from '../../src/server/server.js';
+import { newServerFromFlags } from '../../kit/launch/in-process.js';
 import {
   freePort,
   loopbackServerArgs,
@@ -25,7 +25,7 @@ import {
   type LogLine,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { makeEnv, startServer as startInProcessServer } from '../helpers/in-process.js';
+import { captureLogger, makeEnv } from '../helpers/in-process.js';
 
 function baseArgs(ws: Workspace, agentPort: number, healthPort: number): string[] {
   return loopbackServerArgs({ pki: ws.pki, agentPort, healthPort });
@@ -262,12 +262,29 @@ test("the agent's ports in use name their flags as the server's do: health and n
 test('in process: a start that fails at its last listener frees the ports and the socket file it had taken', async (t) => {
   const env = await makeEnv(t);
   const busy = await blockPort(t);
-  const { options } = await startInProcessServer(t, env, { udsPath: path.join(env.dir, 'first.sock') });
-  const failing = new KanalServer({
-    ...options,
-    health: { host: '127.0.0.1', port: busy },
-    frontend: { mode: 'both', uds: { path: env.udsPath, deleteExisting: false } },
-  });
+  // Assembled from flags as `kanal server` is; its health port is the one in use.
+  const { server: failing, close } = await newServerFromFlags(
+    [
+      '--cluster-cert',
+      env.pki.serverCert,
+      '--cluster-key',
+      env.pki.serverKey,
+      '--cluster-ca-cert',
+      env.pki.caCert,
+      '--agent-bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      '0',
+      '--uds-name',
+      env.udsPath,
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      String(busy),
+    ],
+    { log: captureLogger('silent').log },
+  );
+  t.teardown(close);
   const err = await t.throwsAsync(failing.start());
   t.is(err?.message, `cannot listen on 127.0.0.1:${busy} (--health-bind-address, --health-port): ${IN_USE}`);
   t.false(fs.existsSync(env.udsPath), 'the socket file is gone');

@@ -431,6 +431,7 @@ tenants:
   );
   const r = await dryRunTenants(ws, file);
   t.is(r.code, 2, r.stderr);
+  t.is(r.stdout, '', 'a file with mistakes prints nothing but them');
   t.regex(r.stderr, /name "Alpha": use a lowercase DNS label/);
   t.regex(r.stderr, /tenant "beta": allowed-destination/);
   t.regex(r.stderr, /tenant "beta": server-name needs cluster-cert and cluster-key/);
@@ -452,6 +453,21 @@ tenants:
   const unpinned = await dryRunTenants(ws, shared);
   t.is(unpinned.code, 2, unpinned.stderr);
   t.regex(unpinned.stderr, /tenant "two": its cluster-ca-cert \(CN=kanal-throwaway-ca\) is trusted by tenant "one" too: pin its agents/);
+
+  // A good file: one JSON document, the configuration with the file's entries.
+  const good = path.join(ws.dir, 'good.yaml');
+  await fs.writeFile(
+    good,
+    tenantsFile([`  - name: one\n    cluster-ca-cert: ${ws.pki.caCert}\n    uds-name: ${path.join(ws.dir, 'one.sock')}\n`]),
+  );
+  const ok = await dryRunTenants(ws, good);
+  t.is(ok.code, 0, ok.stderr);
+  const doc = JSON.parse(ok.stdout) as { tenants: { file: string; entries: { name: string }[] } };
+  t.is(doc.tenants.file, good);
+  t.deepEqual(
+    doc.tenants.entries.map((l) => l.name),
+    ['one'],
+  );
 });
 
 test('tenants over two workers: each tenant whole in its worker, a connection relayed to it, a dead worker restarted alone', async (t) => {

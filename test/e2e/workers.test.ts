@@ -26,6 +26,7 @@ import {
   echoRoundTrip,
   httpGet,
   makeWorkspace,
+  runCli,
   scrapeMetrics,
   startAgent,
   startEchoBackend,
@@ -85,7 +86,7 @@ async function startWorkers(
   });
 }
 
-/** The primary's private directories (named with its pid, server-tenants.ts). */
+/** The primary's private directories (named with its pid, private-dir.ts). */
 function dirsOf(pid: number): string[] {
   return fs
     .readdirSync(os.tmpdir())
@@ -337,3 +338,20 @@ test.serial(
     t.true(honest.running(), 'the honest agent is unharmed');
   },
 );
+
+test('--workers with --audit-log-path: the primary names the files its workers write; `kanal status` against it names --workers as why there is no status', async (t) => {
+  const ws = await makeWorkspace(t, 'kanal-workers-');
+  const adminPort = await freePort();
+  const audit = path.join(ws.dir, 'audit.log');
+  const server = await startWorkers(t, ws, [alphaEntry(ws)], 'newcomer', ['--admin-port', String(adminPort), '--audit-log-path', audit]);
+  const line = await server.waitForLog(
+    (l) => typeof l.msg === 'string' && l.msg.startsWith('--audit-log-path with --workers'),
+    10_000,
+    'the line naming the audit files',
+  );
+  t.deepEqual(line.files, [path.join(ws.dir, 'audit.worker-0.log'), path.join(ws.dir, 'audit.worker-1.log')]);
+  t.regex(String(line.msg), /nothing is written to .*audit\.log$/);
+  const r = await runCli(['status', '--admin-address', `127.0.0.1:${adminPort}`]);
+  t.is(r.code, 1, r.stdout);
+  t.regex(r.stderr, /serves no status: this is the primary of --workers 2: the agents are held by its workers/);
+});

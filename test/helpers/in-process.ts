@@ -52,7 +52,7 @@ export async function makeEnv(t: ExecutionContext): Promise<TestEnv> {
 export interface StartedServer {
   server: KanalServer;
   logs: CapturedLogger;
-  options: ServerOptions;
+  options: Readonly<ServerOptions>;
 }
 
 /** `kanal server` in this process (kit/launch/in-process.ts): these options become its flags. */
@@ -102,11 +102,11 @@ export async function startServer(
     ...(opts.maxAgentsPerCredential === undefined ? [] : ['--max-agents-per-credential', String(opts.maxAgentsPerCredential)]),
     ...(opts.allowedDestinations ?? []).flatMap((d) => ['--allowed-destination', d]),
   ];
-  const { server, options } = await startServerInProcess(flags, {
+  const { server, options, close } = await startServerInProcess(flags, {
     log: logs.log,
     ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }),
   });
-  t.teardown(() => server.stop());
+  t.teardown(close);
   return { server, logs, options };
 }
 
@@ -170,14 +170,12 @@ export async function startAgent(
     '--transport',
     opts.transport ?? 'h2',
   ];
-  const assembled = await startAgentInProcess(
-    flags,
-    { log: logs.log, ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }) },
-    (assembly) => {
-      if (opts.features) assembly.tunnels.features = opts.features;
-      if (opts.node) assembly.node = opts.node;
-    },
-  );
+  const assembled = await startAgentInProcess(flags, {
+    log: logs.log,
+    ...(opts.health === false ? {} : { ephemeralHealthHost: '127.0.0.1' }),
+    ...(opts.features ? { features: opts.features } : {}),
+    ...(opts.node ? { node: opts.node } : {}),
+  });
   const started: StartedAgent = {
     agent: assembled.tunnels,
     logs,

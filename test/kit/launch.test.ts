@@ -13,7 +13,7 @@ import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import { spawnChild } from '../../kit/launch/child.js';
 import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { freePort, spawnKanal, waitHealthy } from '../../kit/launch/kanal-cli.js';
-import { serverOptionsFromFlags } from '../../kit/launch/in-process.js';
+import { serverFromFlags } from '../../kit/launch/in-process.js';
 import { captureLogger } from '../helpers/memory-stream.js';
 
 const node = (script: string): string[] => [process.execPath, '-e', script];
@@ -86,8 +86,8 @@ test('a program that cannot be started throws at once, naming it, and registers 
 
 test("the in-process launcher reads flags as the CLI does: unknown flags and invalid values are refused with the CLI's message", async (t) => {
   const log = captureLogger('silent').log;
-  await t.throwsAsync(() => serverOptionsFromFlags(['--bogus-flag'], { log }), { message: /Unknown argument: bogus-flag/ });
-  await t.throwsAsync(() => serverOptionsFromFlags(['--uds-name', '/tmp/x.sock'], { log }), {
+  await t.throwsAsync(() => serverFromFlags(['--bogus-flag'], { log }), { message: /Unknown argument: bogus-flag/ });
+  await t.throwsAsync(() => serverFromFlags(['--uds-name', '/tmp/x.sock'], { log }), {
     message: 'the agent port needs a certificate: pass --cluster-cert and --cluster-key (or --server-cert and --server-key)',
   });
 });

@@ -41,11 +41,15 @@ export const ROOMS: Readonly<Record<string, readonly (readonly string[])[]>> = {
     ['agents'],
     // The kube-apiserver's side: HTTP CONNECT, gRPC, the Unix socket, dials through an agent.
     ['frontends'],
-    // One cluster's room made of the above and whose a connection is; a server's worker processes (docs/multi-tenant.md).
-    ['tenants', 'workers'],
-    // The assembly: KanalServer and its listeners.
+    // One cluster's room made of the above, whose a connection is, and the tenants file's reloads.
+    ['tenants'],
+    // A server's worker processes (docs/multi-tenant.md): the primary, the hand-off and relay of another worker's tenants.
+    ['workers'],
+    // KanalServer and its listeners.
     ['.'],
     // Settings and configuration, read by the CLI before the server is built.
     ['config'],
+    // The one assembly: a command's configuration made complete options, for the CLI, the kit, the demo and the bench.
+    ['assembly'],
   ],
 };

@@ -7,8 +7,8 @@ import net from 'node:net';
 import fs from 'node:fs';
 import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
-import { KanalServer } from '../../src/server/server.js';
-import { serverOptionsFromFlags } from '../../kit/launch/in-process.js';
+import type { KanalServer } from '../../src/server/server.js';
+import { newServerFromFlags } from '../../kit/launch/in-process.js';
 import { captureLogger, httpGet, makeEnv, type CapturedLogger, type TestEnv } from '../helpers/in-process.js';
 
 interface Unstarted {
@@ -39,9 +39,8 @@ async function newServer(t: ExecutionContext, env: TestEnv, name: string): Promi
     '--health-port',
     '0',
   ];
-  const options = await serverOptionsFromFlags(flags, { log: logs.log, ephemeralHealthHost: '127.0.0.1' });
-  const server = new KanalServer(options);
-  t.teardown(() => server.stop());
+  const { server, close } = await newServerFromFlags(flags, { log: logs.log, ephemeralHealthHost: '127.0.0.1' });
+  t.teardown(close);
   return { server, logs, udsPath };
 }
 

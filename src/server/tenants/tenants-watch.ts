@@ -60,6 +60,27 @@ export function watchTenantsFile(file: string, reload: () => void, log: Logger):
   };
 }
 
+/**
+ * Reloads on a change of the file and on SIGHUP, saying why in one line: the
+ * one path a server of one process and the primary of workers share
+ * (docs/multi-tenant.md, "Live changes").
+ */
+export function reloadOnChangeOrHangup(file: string, reload: () => void, log: Logger): TenantsWatch {
+  const run = (why: string): void => {
+    log.info({ file, why }, 'reloading the tenants file');
+    reload();
+  };
+  const onHangup = (): void => run('SIGHUP');
+  process.on('SIGHUP', onHangup);
+  const watch = watchTenantsFile(file, () => run('the file changed'), log);
+  return {
+    close: () => {
+      process.off('SIGHUP', onHangup);
+      watch.close();
+    },
+  };
+}
+
 /** kanal_tenants_config_reloads_total{result}: how each reload of the tenants file ended. */
 export function reloadCounter(registry: Registry): LabelledCounter<{ result: 'applied' | 'invalid' }> {
   return new Counter({

@@ -20,6 +20,7 @@ import type { KanalMetrics } from '../../domain/metrics.js';
 import { Refusals } from '../../domain/refusal-log.js';
 import { MAX_HELLO_BYTES, readClientHello } from './client-hello.js';
 import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
+import { StateMachine, type Lifecycle } from '../../common/state-machine.js';
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
 export const HELLO_TIMEOUT_MS = 15_000;
@@ -35,15 +36,26 @@ const RESTART_DELAY_MS = { first: 500, last: 30_000 };
 const STABLE_AFTER_MS = 60_000;
 
 /**
- * One worker process. `state` moves starting -> ready -> (gone -> starting ...)
- * and to stopped once the primary stops; only transition() changes it.
- * Invariant: `child` is set in starting and ready, and unset otherwise.
+ * One worker process. Its state moves starting -> ready -> (gone -> starting ...)
+ * and to stopped once the primary stops; only transition() changes it, along
+ * WORKER_LIFECYCLE. Invariant: `child` is set in starting and ready, and unset otherwise.
  */
 type WorkerState = { kind: 'starting' } | { kind: 'ready'; since: number } | { kind: 'gone'; restartAt: number } | { kind: 'stopped' };
 
+/** A worker starts from stopped (at first, or after it ended: gone); it may end (gone) before it was ready. */
+const WORKER_LIFECYCLE: Lifecycle<WorkerState> = {
+  name: 'worker',
+  moves: {
+    stopped: ['starting'],
+    starting: ['ready', 'gone', 'stopped'],
+    ready: ['gone', 'stopped'],
+    gone: ['starting', 'stopped'],
+  },
+};
+
 interface Worker {
   index: number;
-  state: WorkerState;
+  readonly machine: StateMachine<WorkerState>;
   child?: ChildProcess;
   /** Delay of the next restart. */
   delayMs: number;
@@ -98,7 +110,9 @@ export class WorkerPool {
   constructor(private readonly opts: PrimaryOptions) {
     this.workers = Array.from({ length: opts.count }, (_, index) => ({
       index,
-      state: { kind: 'stopped' },
+      machine: new StateMachine<WorkerState>({ kind: 'stopped' }, WORKER_LIFECYCLE, (from, to) =>
+        opts.log.debug({ worker: index, from: from.kind, to: to.kind }, 'worker state'),
+      ),
       delayMs: RESTART_DELAY_MS.first,
       pending: new Map(),
     }));
@@ -109,7 +123,7 @@ export class WorkerPool {
       registers: [opts.metrics.registry],
     });
     this.refusals = new Refusals(opts.log, opts.metrics);
-    opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.state.kind === 'ready').length);
+    opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.machine.kind === 'ready').length);
   }
 
   /** /metrics of the whole server: the primary's and every worker's that answers. */
@@ -143,9 +157,10 @@ export class WorkerPool {
     this.opts.log.info({ workers: this.workers.length, agentPort: this.agentPort }, 'kanal server started with workers');
   }
 
+  /** A stopped worker's late news (a 'ready' after the stop) changes nothing; any other move is WORKER_LIFECYCLE's. */
   private transition(w: Worker, next: WorkerState): void {
-    if (w.state.kind === 'stopped' && next.kind !== 'starting') return;
-    w.state = next;
+    if (w.machine.is('stopped') && next.kind !== 'starting') return;
+    w.machine.to(next);
   }
 
   private startWorker(w: Worker): Promise<void> {
@@ -184,7 +199,8 @@ export class WorkerPool {
       this.transition(w, { kind: 'stopped' });
       return;
     }
-    const lived = w.state.kind === 'ready' ? Date.now() - w.state.since : 0;
+    const was = w.machine.state;
+    const lived = was.kind === 'ready' ? Date.now() - was.since : 0;
     if (lived > STABLE_AFTER_MS) w.delayMs = RESTART_DELAY_MS.first;
     const delay = w.delayMs;
     w.delayMs = Math.min(RESTART_DELAY_MS.last, w.delayMs * 2);
@@ -302,7 +318,7 @@ export class WorkerPool {
     if (tenant !== undefined) return this.workers[this.opts.owner(tenant)];
     for (let i = 0; i < this.workers.length; i++) {
       const w = this.workers[this.roundRobin++ % this.workers.length];
-      if (w.state.kind === 'ready') return w;
+      if (w.machine.kind === 'ready') return w;
     }
     return undefined;
   }
@@ -313,7 +329,7 @@ export class WorkerPool {
     timeoutMs = REQUEST_TIMEOUT_MS,
   ): Promise<Extract<ToPrimary, { type: 'reply' }> | undefined> {
     const child = w.child;
-    if (!child || w.state.kind !== 'ready') return Promise.resolve(undefined);
+    if (!child || w.machine.kind !== 'ready') return Promise.resolve(undefined);
     const id = this.nextRequest++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -346,10 +362,10 @@ export class WorkerPool {
     const one = query?.get('tenant');
     if (one) return this.readinessOf(one);
     const lines = this.workers.map((w) => {
-      const own = w.state.kind === 'ready' ? this.details.get(w.index) : undefined;
-      return `worker ${w.index}: ${w.state.kind}${w.child?.pid ? ` (pid ${w.child.pid})` : ''}${own ? `; ${own.replace(/\n/g, '\n  ')}` : ''}`;
+      const own = w.machine.kind === 'ready' ? this.details.get(w.index) : undefined;
+      return `worker ${w.index}: ${w.machine.kind}${w.child?.pid ? ` (pid ${w.child.pid})` : ''}${own ? `; ${own.replace(/\n/g, '\n  ')}` : ''}`;
     });
-    const ready = this.workers.every((w) => w.state.kind === 'ready');
+    const ready = this.workers.every((w) => w.machine.kind === 'ready');
     return { ready, detail: `${this.workers.length} worker(s)\n${lines.join('\n')}` };
   }
 
@@ -357,9 +373,9 @@ export class WorkerPool {
     const noSuch = { ready: false, detail: `no tenant ${JSON.stringify(tenant)} here` };
     if (!this.opts.tenantNames().has(tenant)) return noSuch;
     const w = this.workers[this.opts.owner(tenant)];
-    const polled = w.state.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
+    const polled = w.machine.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
     // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
-    return polled ?? (w.state.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.state.kind}` });
+    return polled ?? (w.machine.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.machine.kind}` });
   }
 
   private async pollReadiness(): Promise<void> {

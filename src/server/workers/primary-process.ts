@@ -1,0 +1,105 @@
+/**
+ * The primary process of `--workers N` (docs/multi-tenant.md, "Workers"):
+ * its private directory, the worker pool (primary.ts) on the shared ports,
+ * and the reload of the tenants file on change and SIGHUP, whose server
+ * names and tenant names the pool routes by.
+ */
+import type { ChildProcess } from 'node:child_process';
+import type { Logger } from 'pino';
+import { KanalMetrics } from '../../domain/metrics.js';
+import type { HealthPortOptions } from '../../common/health-server.js';
+import type { TenantDefinition } from '../tenants/tenant-definition.js';
+import type { TenantsAtStart } from '../tenants/tenants-at-start.js';
+import { logRefusedReload, reloadCounter, reloadOnChangeOrHangup } from '../tenants/tenants-watch.js';
+import { WorkerPool } from './primary.js';
+import { createPrivateDir, removeStaleDirs } from './private-dir.js';
+import { ownerOf } from './owner.js';
+
+export interface PrimaryProcessOptions {
+  /** The file as read at start; read again on each reload. */
+  tenants: TenantsAtStart;
+  workers: number;
+  /** Starts worker `index` of `count` with the handoff directory `dir` (worker-env.ts spawnWorker). */
+  spawnWorker(index: number, count: number, dir: string): ChildProcess;
+  agent: { host: string; port: number };
+  frontend?: { host: string; port: number };
+  health?: HealthPortOptions;
+  maxPendingHellos: number;
+  maxPendingHellosPerHost: number;
+  log: Logger;
+}
+
+export interface Primary {
+  pool: WorkerPool;
+  metrics: KanalMetrics;
+  stop(): Promise<void>;
+}
+
+/** The tenants' names of the file (the primary's `/readyz?tenant=`). */
+function tenantNames(list: readonly TenantDefinition[]): Set<string> {
+  return new Set(list.map((t) => t.name));
+}
+
+/** The server names of the file's tenants, for the primary to route by. */
+function serverNames(list: readonly TenantDefinition[]): Map<string, string> {
+  const names = new Map<string, string>();
+  for (const t of list) for (const n of t.credentials.serverNames) names.set(n, t.name);
+  return names;
+}
+
+/** The primary: starts the workers and the shared ports, reloads on change and SIGHUP. */
+export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
+  const { log, workers } = o;
+  let names = serverNames(o.tenants.first);
+  let known = tenantNames(o.tenants.first);
+  removeStaleDirs(log);
+  // Removed by stop() below, or when the process exits however it does (private-dir.ts).
+  const dir = createPrivateDir();
+  const metrics = new KanalMetrics('server');
+  metrics.registry.setDefaultLabels({ worker: 'primary' });
+  const reloads = reloadCounter(metrics.registry);
+  const pool = new WorkerPool({
+    count: workers,
+    spawn: (i) => o.spawnWorker(i, workers, dir.path),
+    agent: o.agent,
+    ...(o.frontend ? { frontend: o.frontend } : {}),
+    ...(o.health ? { health: o.health } : {}),
+    tenantOfServerName: (name) => names.get(name),
+    owner: (tenant) => ownerOf(tenant, workers),
+    tenantNames: () => known,
+    maxPendingHellos: o.maxPendingHellos,
+    maxPendingHellosPerHost: o.maxPendingHellosPerHost,
+    metrics,
+    log,
+  });
+  try {
+    await pool.start();
+  } catch (err) {
+    await pool.stop();
+    dir.remove();
+    throw err;
+  }
+  const reload = (): void => {
+    try {
+      const list = o.tenants.read();
+      names = serverNames(list);
+      known = tenantNames(list);
+    } catch (err) {
+      logRefusedReload(log, err);
+      reloads.inc({ result: 'invalid' });
+      return;
+    }
+    reloads.inc({ result: 'applied' });
+    void pool.reload();
+  };
+  const watch = reloadOnChangeOrHangup(o.tenants.file, reload, log);
+  return {
+    pool,
+    metrics,
+    stop: async () => {
+      watch.close();
+      await pool.stop();
+      dir.remove();
+    },
+  };
+}
