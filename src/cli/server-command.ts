@@ -151,7 +151,7 @@ export async function runServer(args: ServerArgs): Promise<void> {
   const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${server.agentPort}`);
   const reclaimer = startMemoryReclaimer(server.metrics, log);
-  const watch = tenants && reloadOnChangeOrHangup(tenants.file, () => void server.reloadTenants(), log);
+  const watch = tenants && reloadOnChangeOrHangup(tenants, () => void server.reloadTenants(), log);
   runUntilSignalled(log, async () => {
     watch?.close();
     notifier.stopping();

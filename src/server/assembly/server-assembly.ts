@@ -20,6 +20,7 @@ import type { KubeApi } from '../../kube/kube-api.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { TenantsAtStart, TenantsReader } from '../tenants/tenants-at-start.js';
+import type { LoadedTenants } from '../config/tenants-loader.js';
 import type { PrimaryProcessOptions } from '../workers/primary-process.js';
 import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
 
@@ -109,6 +110,12 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
  * one cluster never loads the YAML reader.
  */
 export async function tenantsReader(config: ServerConfig): Promise<TenantsReader | undefined> {
+  const load = await tenantsLoader(config);
+  return load && (() => load().tenants);
+}
+
+/** The tenants file's loader with the digest of what it read; undefined without --tenants-config. */
+async function tenantsLoader(config: ServerConfig): Promise<(() => LoadedTenants) | undefined> {
   const file = config.tenants?.file;
   if (!file) return undefined;
   const { loadTenants } = await import('../config/tenants-loader.js');
@@ -118,8 +125,10 @@ export async function tenantsReader(config: ServerConfig): Promise<TenantsReader
 /** Reads the file of `config` once (throws a TenantsFileError listing every problem); undefined without --tenants-config. */
 export async function readTenantsAtStart(config: ServerConfig): Promise<TenantsAtStart | undefined> {
   const file = config.tenants?.file;
-  const read = await tenantsReader(config);
-  return file && read ? { file, first: read(), read } : undefined;
+  const load = await tenantsLoader(config);
+  if (!file || !load) return undefined;
+  const { tenants, digest } = load();
+  return { file, first: tenants, digest, read: () => load().tenants };
 }
 
 /**

@@ -6,6 +6,7 @@
  * (at start: exit 2; on a reload: the running tenants stay).
  */
 import fs from 'node:fs';
+import { createHash } from 'node:crypto';
 import { parseDocument, type YAMLParseError } from 'yaml';
 import { errorMessage } from '../../common/error-message.js';
 import { readFileSettings } from '../../settings/table.js';
@@ -59,6 +60,8 @@ export interface TenantFiles {
 export interface CheckedTenants {
   entries: { files: TenantFiles; spec?: TenantSpec }[];
   mistakes: string[];
+  /** SHA-256 of the text read: what a watch compares the file with later (tenants/tenants-watch.ts). */
+  digest: string;
 }
 
 /** A tenants file with mistakes (exit 2 at start, like every UsageError); `mistakes` has one line each. */
@@ -80,7 +83,7 @@ export function readTenantsFile(file: string): CheckedTenants {
   } catch (err) {
     throw new TenantsFileError(file, [`cannot read: ${errorMessage(err)}`]);
   }
-  return checkTenants(text, file);
+  return { ...checkTenants(text, file), digest: createHash('sha256').update(text).digest('hex') };
 }
 
 /** Checks a tenants document's text (`file` names it in messages); throws TenantsFileError listing every mistake. */
@@ -104,7 +107,7 @@ function parseError(e: YAMLParseError): string {
 }
 
 /** Checks a tenants document's text: every mistake of its entries collected; one that leaves nothing to check thrown. */
-function checkTenants(text: string, file: string): CheckedTenants {
+function checkTenants(text: string, file: string): Omit<CheckedTenants, 'digest'> {
   const doc = parseDocument(text, { uniqueKeys: true });
   if (doc.errors.length > 0) throw new TenantsFileError(file, [parseError(doc.errors[0])]);
   const root: unknown = doc.toJS({ maxAliasCount: 100 });

@@ -137,13 +137,19 @@ function checkSharedAgentCas(loaded: readonly { spec: TenantSpec; credentials: T
   }
 }
 
+/** The tenants of the file, and the digest of the text they were read from (a watch's starting point). */
+export interface LoadedTenants {
+  tenants: TenantDefinition[];
+  digest: string;
+}
+
 /**
  * Reads the file and every credential file its entries name; throws
  * TenantsFileError listing every problem, the files' with the entries'
  * (docs/multi-tenant.md: all at once).
  */
-export function loadTenants(file: string, server: { tcpFrontend: boolean }): TenantDefinition[] {
-  const { entries, mistakes } = readTenantsFile(file);
+export function loadTenants(file: string, server: { tcpFrontend: boolean }): LoadedTenants {
+  const { entries, mistakes, digest } = readTenantsFile(file);
   if (!server.tcpFrontend)
     for (const { spec } of entries)
       if (spec?.settings['server-ca-cert'] !== undefined)
@@ -165,7 +171,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
   if (mistakes.length === 0 && loaded.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
-  return loaded.map(({ spec, credentials }) => {
+  const tenants = loaded.map(({ spec, credentials }) => {
     const identity = identityOf(spec, credentials);
     return {
       name: spec.name,
@@ -177,6 +183,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Ten
       identity,
     };
   });
+  return { tenants, digest };
 }
 
 /** checkRolesAcross for many tenants: pairs that share a CA certificate found through one index (a chain between CAs is then not looked for). */

@@ -12,5 +12,7 @@ export interface TenantsAtStart {
   /** The tenants-config file's path (for log lines and the watch). */
   readonly file: string;
   readonly first: readonly TenantDefinition[];
+  /** SHA-256 of the text `first` was read from: the watch compares later contents with it, so a change made just after the read is not missed. */
+  readonly digest: string;
   readonly read: TenantsReader;
 }

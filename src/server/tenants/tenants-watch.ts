@@ -30,9 +30,13 @@ function digest(file: string): string | undefined {
   }
 }
 
-/** Calls `reload` after the file's content changed; says once if the directory cannot be watched (SIGHUP still works). */
-export function watchTenantsFile(file: string, reload: () => void, log: Logger): TenantsWatch {
-  let last = digest(file);
+/**
+ * Calls `reload` after the file's content differs from `since` (the digest of
+ * the text last loaded) or, later, from what the watch saw last; says once if
+ * the directory cannot be watched (SIGHUP still works).
+ */
+export function watchTenantsFile(file: string, since: string, reload: () => void, log: Logger): TenantsWatch {
+  let last: string | undefined = since;
   let timer: NodeJS.Timeout | undefined;
   const settle = (): void => {
     clearTimeout(timer);
@@ -65,14 +69,15 @@ export function watchTenantsFile(file: string, reload: () => void, log: Logger):
  * one path a server of one process and the primary of workers share
  * (docs/multi-tenant.md, "Live changes").
  */
-export function reloadOnChangeOrHangup(file: string, reload: () => void, log: Logger): TenantsWatch {
+export function reloadOnChangeOrHangup(tenants: { file: string; digest: string }, reload: () => void, log: Logger): TenantsWatch {
+  const file = tenants.file;
   const run = (why: string): void => {
     log.info({ file, why }, 'reloading the tenants file');
     reload();
   };
   const onHangup = (): void => run('SIGHUP');
   process.on('SIGHUP', onHangup);
-  const watch = watchTenantsFile(file, () => run('the file changed'), log);
+  const watch = watchTenantsFile(file, tenants.digest, () => run('the file changed'), log);
   return {
     close: () => {
       process.off('SIGHUP', onHangup);

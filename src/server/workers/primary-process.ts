@@ -92,7 +92,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     reloads.inc({ result: 'applied' });
     void pool.reload();
   };
-  const watch = reloadOnChangeOrHangup(o.tenants.file, reload, log);
+  const watch = reloadOnChangeOrHangup(o.tenants, reload, log);
   return {
     pool,
     metrics,
