@@ -489,7 +489,7 @@ test('tenants over two workers: each tenant whole in its worker, a connection re
 
   // Alpha moves data while beta's worker dies: alpha's transfer is untouched, beta's worker comes back alone.
   const transfer = await viaAlpha(ws, source.address);
-  const received = readHashed(transfer, payload.length, 60_000, 12 * 1024 * 1024);
+  const received = readHashed(transfer, payload.length, 60_000, 12 * 1024 * 1024, "alpha's transfer while beta's worker restarts");
   process.kill(pids.get(1) ?? 0, 'SIGKILL');
   await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === 1 && Number(o.pid) !== pids.get(1), 60_000, 'worker 1 back');
   t.is(await received, sha256(payload), "alpha's transfer arrived whole while beta's worker was restarted");
