@@ -34,6 +34,7 @@ import {
 } from './report.js';
 import { summariseProfile, type ProfileSummary } from './profile.js';
 import { runThroughput } from './suite-throughput.js';
+import { runTransport } from './suite-transport.js';
 import { runLatency, runLoadedLatency, runRequests } from './suite-dials.js';
 import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
@@ -67,7 +68,7 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
                  default: KANAL_UPSTREAM_DIR, else ../shared/upstream/ beside the checkout`;
 
 /** Run order: the long-lived pair first, memory and the separate agents server last. */
-const RUN_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'isolation', 'memory', 'agents', 'start'];
+const RUN_ORDER: Section[] = ['throughput', 'transport', 'latency', 'loaded', 'requests', 'isolation', 'memory', 'agents', 'start'];
 
 interface Options {
   mode: Mode;
@@ -266,6 +267,7 @@ async function main(): Promise<void> {
 
     const suites: Record<Section, () => Promise<Row[]>> = {
       throughput: () => runThroughput(env),
+      transport: () => runTransport(env),
       latency: () => runLatency(env),
       loaded: () => runLoadedLatency(env),
       requests: () => runRequests(env),

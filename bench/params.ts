@@ -7,6 +7,8 @@ export interface Params {
   warmupMs: number;
   measureMs: number;
   chunkBytes: number;
+  /** Section 1b (suite-transport.ts): bytes carried by one timed run of each transport pairing. */
+  transportBytes: number;
   /** Safety bound on bytes a flow may send: this rate times the run's length. */
   capBytesPerSecond: number;
   /** Untimed bulk runs of every proxied path and direction first (0 or 1), so JIT compilation lands in no timed run. */
@@ -107,6 +109,7 @@ export const PARAMS: Record<Mode, Params> = {
     warmupMs: 100,
     measureMs: 300,
     chunkBytes: 256 * 1024,
+    transportBytes: 4 * 1024 * 1024,
     capBytesPerSecond: 3e9,
     bulkWarmupRuns: 0,
     dials: 10,
@@ -146,6 +149,7 @@ export const PARAMS: Record<Mode, Params> = {
     warmupMs: 300,
     measureMs: 1200,
     chunkBytes: 256 * 1024,
+    transportBytes: 256 * 1024 * 1024,
     capBytesPerSecond: 3e9,
     bulkWarmupRuns: 1,
     dials: 300,
@@ -181,6 +185,7 @@ export const PARAMS: Record<Mode, Params> = {
     warmupMs: 500,
     measureMs: 3000,
     chunkBytes: 256 * 1024,
+    transportBytes: 1024 * 1024 * 1024,
     capBytesPerSecond: 3e9,
     bulkWarmupRuns: 1,
     dials: 2000,

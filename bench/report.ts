@@ -3,7 +3,7 @@ import type { MachineInfo } from './proc.js';
 import type { ProfileSummary } from './profile.js';
 
 /** The sections one can run (--only); 'versus' is derived from the others (side-by-side.ts). */
-export type Section = 'throughput' | 'latency' | 'loaded' | 'requests' | 'memory' | 'agents' | 'isolation' | 'start';
+export type Section = 'throughput' | 'transport' | 'latency' | 'loaded' | 'requests' | 'memory' | 'agents' | 'isolation' | 'start';
 
 export interface Row {
   /** Stable identifier, e.g. "throughput.cp-node.up.1". */
@@ -152,6 +152,15 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
       { key: 'cpuVsUpstream', title: 'CPU /upstream', digits: 2 },
     ],
   },
+  transport: {
+    title: '1b. gRPC transport alone: one stream of 32 KiB DATA packets over mTLS on loopback, in process (ratio: / raw TLS socket)',
+    columns: [
+      { key: 'mbps', title: 'MB/s', digits: 0 },
+      { key: 'ratio', title: 'ratio', digits: 2 },
+      { key: 'spread', title: 'spread', digits: 0, suffix: '%' },
+      { key: 'cpuSPerGB', title: 'CPU s/GB (both sides)', digits: 2 },
+    ],
+  },
   latency: {
     title: '2a. Dial latency: connect (+ CONNECT) -> one byte written and echoed by the backend',
     columns: [
@@ -231,7 +240,17 @@ const COLUMNS: Record<Section, { title: string; columns: Column[] }> = {
   },
 };
 
-export const SECTION_ORDER: Section[] = ['throughput', 'latency', 'loaded', 'requests', 'memory', 'agents', 'isolation', 'start'];
+export const SECTION_ORDER: Section[] = [
+  'throughput',
+  'transport',
+  'latency',
+  'loaded',
+  'requests',
+  'memory',
+  'agents',
+  'isolation',
+  'start',
+];
 
 /** Growth columns are signed: RSS may come back below the first reading. */
 const SOAK_READING_COLUMNS: Column[] = [

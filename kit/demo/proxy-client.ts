@@ -25,7 +25,7 @@ export class ConnectRefused extends Error {
 export function httpConnect(socket: net.Socket, address: string, timeoutMs = 15_000): Promise<net.Socket> {
   return new Promise<net.Socket>((resolve, reject) => {
     let head = Buffer.alloc(0);
-    const timer = setTimeout(() => fail(new Error('CONNECT timed out')), timeoutMs);
+    const timer = setTimeout(() => fail(new Error(`CONNECT ${address}: no response head within ${timeoutMs} ms`)), timeoutMs);
     const fail = (err: Error): void => {
       clearTimeout(timer);
       socket.off('data', onData);

@@ -56,13 +56,10 @@ test('a reader that stops: the queue stays bounded, writes never block, drops ar
   const pipe = fifo(t);
   const max = 256 * 1024;
   const dest = new LogDestination(pipe.writeFd, max);
-  const t0 = Date.now();
+  // Writing returns (it never waits for the reader: a blocking write would hang here, and the test time out).
   for (let i = 0; i < 4000; i++) dest.write(line(i)); // ~4 MB against a 64 KiB pipe and a 256 KiB queue
-  t.true(Date.now() - t0 < 5000, 'writing returned (it never waits for the reader)');
-  const flushStarted = Date.now();
+  // The reader never reads: flush() returns only because its bound gave up.
   await dest.flush(300);
-  const flushMs = Date.now() - flushStarted;
-  t.true(flushMs < 5000, `flush gave up after its bound (${flushMs} ms)`);
   const stats = dest.stats();
   t.true(stats.queuedBytes <= max, `queued ${stats.queuedBytes} <= ${max}`);
   t.true(stats.dropped > 3000, `dropped ${stats.dropped}`);
@@ -113,8 +110,7 @@ test('a reader that is gone (EPIPE): logging stops for good, the caller never no
   await dest.flush(5000);
   t.is(dest.stats().failure, 'EPIPE');
   t.notThrows(() => dest.write(line(1)));
-  const t0 = Date.now();
-  await dest.flush(5000);
-  t.true(Date.now() - t0 < 1000, 'nothing left to wait for');
+  // Nothing left to wait for: with a bound beyond the test's timeout, returning at all says flush() did not wait.
+  await dest.flush(600_000);
   t.is(dest.stats().queuedBytes, 0);
 });

@@ -32,6 +32,11 @@ const KANAL_ROWS: string[] = [
   'isolation.stalled-client',
   'isolation.stalled-backend',
   'start.pair',
+  'transport.tls',
+  'transport.h2.h2',
+  'transport.grpc-js.grpc-js',
+  'transport.h2.grpc-js',
+  'transport.grpc-js.h2',
 ];
 
 const UPSTREAM_ROWS: string[] = [
@@ -66,6 +71,7 @@ const UPSTREAM_ROWS: string[] = [
 const REQUIRED_VALUES: Record<Row['section'], string[]> = {
   versus: ['kanal'],
   throughput: ['mbps', 'gbps', 'endpointCpuSPerGB'],
+  transport: ['mbps', 'ratio', 'cpuSPerGB'],
   latency: ['p50Ms', 'p99Ms', 'samples', 'dialsPerS'],
   loaded: ['p50Ms', 'p99Ms', 'samples', 'bulkMbps'],
   requests: ['rps', 'requests'],

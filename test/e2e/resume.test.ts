@@ -319,11 +319,12 @@ test('an agent killed and started again: its new process closes the old connecti
     10_000,
     'the new process ends the old tunnel',
   );
-  await waitClosed(socket, 5000);
+  await waitClosed(socket, 10_000, 'the old connection closes after the new process started');
   const ms = Date.now() - at;
+  // Closed by the new process (the log line above), not by the 60 s resume timeout: the event, not the time, says so.
   t.log(`old connection closed ${ms} ms after the new agent started`);
-  t.true(ms < 10_000, 'well before the 60 s resume timeout');
-  await waitMetrics(server.healthPort, { kanal_resume_detached_tunnels: 0, kanal_server_connections_open: 0 }, 5000);
+  const after = await waitMetrics(server.healthPort, { kanal_resume_detached_tunnels: 0, kanal_server_connections_open: 0 }, 5000);
+  t.is(after.get('kanal_resume_detached_tunnels'), 0, 'no tunnel left detached for a resume');
 });
 
 test('three servers by name, each path cut in turn: the agent resumes on the same server every time, connections intact', async (t) => {

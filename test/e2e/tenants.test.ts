@@ -138,7 +138,8 @@ async function startTenantsServer(
       ...extraArgs,
     ];
     const proc = spawnKanal(t, { name, args: [...args, '--server-id', name], logFile: path.join(ws.dir, `${name}.log`) });
-    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
+    // Generous: with --workers a start is three processes, on a machine other suites keep busy.
+    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 60_000);
     return Object.assign(proc, { agentPort, healthPort, frontendPort, file });
   });
 }
@@ -180,7 +181,7 @@ async function betaAgent(t: ExecutionContext, ws: Workspace, agentPort: number, 
 
 /** CONNECT on alpha's socket to `address`. */
 async function viaAlpha(ws: Workspace, address: string): Promise<import('node:net').Socket> {
-  return httpConnect(await connectUnix(path.join(ws.dir, 'alpha.sock')), address, 10_000);
+  return httpConnect(await connectUnix(path.join(ws.dir, 'alpha.sock')), address, 30_000);
 }
 
 /** CONNECT on the shared TCP frontend with `cred` as the kube-apiserver's certificate. */
@@ -188,11 +189,14 @@ async function viaFrontend(ws: Workspace, server: TenantsServer, cred: Pem, addr
   const s = await tlsToFrontend(server, ws, { credential: cred, servername: 'localhost' });
   // A connection the server refuses after the handshake (TLS 1.3 checks the client's certificate then) is closed without an answer.
   const closed = new Promise<never>((_, reject) => s.once('close', () => reject(new ConnectRefused(-2, 'closed without an answer'))));
-  return Promise.race([httpConnect(s, address, 10_000), closed]);
+  return Promise.race([httpConnect(s, address, 30_000), closed]);
 }
 
+/** One round trip through the socket `open` gives; a failure to open says which step (`what`) it was. */
 async function echoes(open: Promise<import('node:net').Socket>, what: string): Promise<boolean> {
-  const s = await open;
+  const s = await open.catch((err: unknown) => {
+    throw new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  });
   try {
     return await echoRoundTrip(s, Buffer.from(what));
   } finally {
@@ -481,7 +485,7 @@ test('tenants over two workers: each tenant whole in its worker, a connection re
   const server = await startTenantsServer(t, ws, tenantsYaml(ws, p, ['alpha', 'beta'], echo.address), ['--workers', '2']);
   const pids = new Map<number, number>();
   for (const w of [0, 1]) {
-    const line = await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === w, 10_000, `worker ${w} ready`);
+    const line = await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === w, 30_000, `worker ${w} ready`);
     pids.set(w, Number(line.pid));
   }
   await alphaAgent(t, ws, server, p, 'node-1');
@@ -501,11 +505,11 @@ test('tenants over two workers: each tenant whole in its worker, a connection re
 
   // Alpha moves data while beta's worker dies: alpha's transfer is untouched, beta's worker comes back alone.
   const transfer = await viaAlpha(ws, source.address);
-  const received = readHashed(transfer, payload.length, 60_000, 12 * 1024 * 1024);
+  const received = readHashed(transfer, payload.length, 60_000, 12 * 1024 * 1024, "alpha's transfer while beta's worker restarts");
   process.kill(pids.get(1) ?? 0, 'SIGKILL');
-  await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === 1 && Number(o.pid) !== pids.get(1), 20_000, 'worker 1 back');
+  await server.waitForLine((o) => o.msg === 'worker ready' && o.worker === 1 && Number(o.pid) !== pids.get(1), 60_000, 'worker 1 back');
   t.is(await received, sha256(payload), "alpha's transfer arrived whole while beta's worker was restarted");
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 60_000;
   let beta = false;
   while (!beta && Date.now() < deadline)
     beta = await echoes(viaFrontend(ws, server, p.betaKas, echo.address), 'beta after its worker restarted').catch(() => false);

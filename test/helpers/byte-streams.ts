@@ -24,11 +24,12 @@ export function throttle(s: NodeJS.ReadableStream, bytesPerSecond: number): void
  * Reads exactly `n` bytes (at `bytesPerSecond` if given) and resolves with
  * their sha256; rejects if the stream ends or fails first, or after timeoutMs.
  */
-export function readHashed(s: net.Socket, n: number, timeoutMs: number, bytesPerSecond?: number): Promise<string> {
+/** `what`: the step, for the timeout's message. */
+export function readHashed(s: net.Socket, n: number, timeoutMs: number, bytesPerSecond?: number, what = 'reading'): Promise<string> {
   return new Promise<string>((resolve, reject) => {
     const hash = createHash('sha256');
     let got = 0;
-    const timer = setTimeout(() => finish(new Error(`read ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => finish(new Error(`${what}: read ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
     const finish = (err: Error | null): void => {
       clearTimeout(timer);
       s.off('end', onEnd);
@@ -80,13 +81,13 @@ export async function writeAll(s: NodeJS.WritableStream & { destroyed?: boolean 
  * keeping none of them; it goes on reading (and discarding) afterwards, and
  * errors after that point are ignored.
  */
-export function receiveAtLeast(s: net.Socket, n: number, timeoutMs: number): Promise<void> {
+export function receiveAtLeast(s: net.Socket, n: number, timeoutMs: number, what = 'receiving'): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     let got = 0;
     let done = false;
     const timer = setTimeout(() => {
       done = true;
-      reject(new Error(`only ${got}/${n} bytes in ${timeoutMs} ms`));
+      reject(new Error(`${what}: only ${got}/${n} bytes in ${timeoutMs} ms`));
     }, timeoutMs);
     s.on('data', (c: Buffer) => {
       got += c.length;
@@ -107,11 +108,11 @@ export function receiveAtLeast(s: net.Socket, n: number, timeoutMs: number): Pro
 }
 
 /** Reads until `n` bytes arrived (pushing back any beyond them); rejects on close/error/timeout first. */
-export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, timeoutMs: number): Promise<Buffer> {
+export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, timeoutMs: number, what = 'reading'): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let got = 0;
-    const timer = setTimeout(() => finish(new Error(`read ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => finish(new Error(`${what}: read ${got}/${n} bytes in ${timeoutMs} ms`)), timeoutMs);
     const finish = (err: Error | null): void => {
       clearTimeout(timer);
       s.off('data', onData);
@@ -145,11 +146,11 @@ export function readExactly(s: net.Socket | NodeJS.ReadableStream, n: number, ti
 }
 
 /** Reads until the stream ends; rejects on error/timeout. */
-export function readToEnd(s: net.Socket | NodeJS.ReadableStream, timeoutMs: number): Promise<Buffer> {
+export function readToEnd(s: net.Socket | NodeJS.ReadableStream, timeoutMs: number, what = 'reading to the end'): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     const timer = setTimeout(
-      () => finish(new Error(`no end within ${timeoutMs} ms (${Buffer.concat(chunks).length} bytes read)`)),
+      () => finish(new Error(`${what}: no end within ${timeoutMs} ms (${Buffer.concat(chunks).length} bytes read)`)),
       timeoutMs,
     );
     const finish = (err: Error | null): void => {
@@ -175,7 +176,7 @@ export function readToEnd(s: net.Socket | NodeJS.ReadableStream, timeoutMs: numb
  * discarding any data still arriving; rejects after timeoutMs. The socket is
  * destroyed either way.
  */
-export function waitClosed(s: net.Socket, timeoutMs: number): Promise<void> {
+export function waitClosed(s: net.Socket, timeoutMs: number, what = 'waiting for the close'): Promise<void> {
   if (s.destroyed || s.readableEnded) {
     s.destroy();
     return Promise.resolve();
@@ -190,7 +191,7 @@ export function waitClosed(s: net.Socket, timeoutMs: number): Promise<void> {
       else resolve();
     };
     const onClosed = (): void => done(null);
-    const timer = setTimeout(() => done(new Error(`socket still open after ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => done(new Error(`${what}: socket still open after ${timeoutMs} ms`)), timeoutMs);
     s.once('end', onClosed);
     s.once('close', onClosed);
     s.on('error', () => undefined);

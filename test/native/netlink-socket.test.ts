@@ -42,7 +42,7 @@ linuxTest('a reply that never completes times out instead of hanging', (t) => {
   );
   const elapsed = Date.now() - started;
   t.regex(err?.message ?? '', /within 300 ms/);
-  t.true(elapsed >= 250 && elapsed < 3000, `elapsed ${elapsed} ms`);
+  t.true(elapsed >= 250, `elapsed ${elapsed} ms: not before its timeout`);
 
   // The socket stays usable, and the late/stale replies do not confuse the next request.
   const replies = sock.request('RTM_GETLINK lo', (seq) => buildGetLinkByName(seq, 'lo'));
