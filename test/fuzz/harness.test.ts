@@ -21,13 +21,14 @@ test('finds a failure behind four byte comparisons, guided by coverage, and repo
 });
 
 test('stops an input that hangs and reports it', async (t) => {
-  const r = await runFuzz({ module: BROKEN, target: 'hang', corpusDirs: [], timeMs: 20_000, hangMs: 1000, seed: 2 });
+  // hangMs: well above what one honest input takes on a loaded machine (an empty input once took over 1 s there).
+  const r = await runFuzz({ module: BROKEN, target: 'hang', corpusDirs: [], timeMs: 60_000, hangMs: 5000, seed: 2 });
   t.is(r.failure?.kind, 'hang');
   t.is(r.failure?.input[0], 0x42);
 });
 
 test('reports an input that makes the parser allocate far beyond its size', async (t) => {
-  const r = await runFuzz({ module: BROKEN, target: 'allocation', corpusDirs: [], timeMs: 20_000, seed: 3 });
+  const r = await runFuzz({ module: BROKEN, target: 'allocation', corpusDirs: [], timeMs: 60_000, seed: 3 });
   t.is(r.failure?.kind, 'allocation');
   t.is(r.failure?.input[0], 0x07);
 });
