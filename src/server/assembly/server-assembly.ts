@@ -22,6 +22,7 @@ import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { TenantsAtStart, TenantsReader } from '../tenants/tenants-at-start.js';
 import type { PrimaryProcessOptions } from '../workers/primary-process.js';
 import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
+import { FLAG } from '../config/settings.js';
 
 /** The credential files' contents (src/cli/server-command.ts loadServerCredentials). */
 export interface ServerCredentials {
@@ -238,7 +239,7 @@ async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{
 /** The primary of `--workers N` (workers/primary-process.ts): its shared ports and the workers' count, from the same configuration. */
 export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart, log: Logger): PrimaryProcessOptions {
   const t = config.tenants;
-  if (!t) throw new Error('workers need --tenants-config');
+  if (!t) throw new Error(`workers need ${FLAG['tenants-config']}`);
   const v = config.settings;
   return {
     tenants,
