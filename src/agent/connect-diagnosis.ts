@@ -10,6 +10,10 @@ import { GrpcStatus, GrpcStatusError } from '../transport/grpc-status.js';
 import { ALPN_NOT_H2, CLOSED_AFTER_TLS_HANDSHAKE } from '../transport/connect-stage.js';
 import { FLAG } from './settings.js';
 
+// The server's settings these hints name, spelt once here: the agent may not import the server's table (test/packaging/layers.ts).
+const AGENT_PORT = '--agent-port';
+const CLUSTER_CA_CERT = '--cluster-ca-cert';
+
 export type ConnectCause =
   | 'refused'
   | 'timeout'
@@ -95,9 +99,9 @@ function nameMismatch(a: ConnectAttempt, err: Error): string {
 
 function credentialsRefused(a: ConnectAttempt): string {
   const why = a.clientCertificate
-    ? `it refused the agent certificate: is ${FLAG['agent-cert']} signed by a CA in the server's --cluster-ca-cert (and, where the server pins roles, does it match --agent-client-subject)?`
+    ? `it refused the agent certificate: is ${FLAG['agent-cert']} signed by a CA in the server's ${CLUSTER_CA_CERT} (and, where the server pins roles, does it match --agent-client-subject)?`
     : a.token
-      ? `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) besides the token: the server has --cluster-ca-cert`
+      ? `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) besides the token: the server has ${CLUSTER_CA_CERT}`
       : `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) or a token (${FLAG['service-account-token-path']}), unless started with --allow-unauthenticated-agents`;
   return `${a.target}: the server closed the connection right after the TLS handshake: ${why}`;
 }
@@ -125,7 +129,7 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
   if (has('ECONNREFUSED'))
     return said(
       'refused',
-      `${a.target}: connection refused, nothing listens there: check ${FLAG['proxy-server-host']} and ${FLAG['proxy-server-port']} (the server's --agent-port), and that the kanal server runs`,
+      `${a.target}: connection refused, nothing listens there: check ${FLAG['proxy-server-host']} and ${FLAG['proxy-server-port']} (the server's ${AGENT_PORT}), and that the kanal server runs`,
     );
   if (has('ETIMEDOUT') || has('TIMEOUT') || status?.code === GrpcStatus.DEADLINE_EXCEEDED)
     return said(
@@ -148,7 +152,7 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
   if (links.some((l) => /WRONG_VERSION_NUMBER|PACKET_LENGTH_TOO_LONG|wrong version number/i.test(`${l.code} ${l.local}`)))
     return said(
       'not-tls',
-      `${a.target} does not speak TLS: is ${FLAG['proxy-server-port']} the server's --agent-port (not its health, admin or frontend port)?`,
+      `${a.target} does not speak TLS: is ${FLAG['proxy-server-port']} the server's ${AGENT_PORT} (not its health, admin or frontend port)?`,
     );
   const untrusted = links.find((l) => l.code !== '' && UNTRUSTED.test(l.code)) ?? links.find((l) => UNTRUSTED_TEXT.test(l.local));
   if (untrusted)
@@ -166,7 +170,7 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
   if (has('ECONNRESET'))
     return said(
       'other',
-      `${a.target}: the server reset the connection during the TLS handshake (ECONNRESET): a front that refuses this client, or a server that refused its credentials (${FLAG['agent-cert']}, the server's --cluster-ca-cert)`,
+      `${a.target}: the server reset the connection during the TLS handshake (ECONNRESET): a front that refuses this client, or a server that refused its credentials (${FLAG['agent-cert']}, the server's ${CLUSTER_CA_CERT})`,
     );
   return said('other', `${a.target}: ${innermost(links)}`);
 }

@@ -21,6 +21,10 @@ import { AddressWatch } from './address-watch.js';
 import { bindProblem, describeBindProblem } from './bind-probe.js';
 import { errorMessage } from '../common/error-message.js';
 
+// The settings these messages name, spelt once here: the agent's table (src/agent/settings.ts) imports this module, so it cannot import the table back.
+const BIND_ADDRESS = '--bind-address';
+const BIND_INTERFACE = '--bind-interface';
+
 export const INTERFACE_TYPES = ['dummy', 'bridge', 'none'] as const;
 export type InterfaceType = (typeof INTERFACE_TYPES)[number];
 
@@ -130,8 +134,8 @@ export class HostInterfaceManager {
       await this.unlock();
       if (!(err instanceof OwnerLockHeldError)) throw err;
       throw new Error(
-        `--bind-interface ${this.opts.name} --bind-address ${this.opts.address}: ${err.message}; ` +
-          'this agent changes nothing and exits. Stop the other agent first, or give this one another --bind-interface and --bind-address',
+        `${BIND_INTERFACE} ${this.opts.name} ${BIND_ADDRESS} ${this.opts.address}: ${err.message}; ` +
+          `this agent changes nothing and exits. Stop the other agent first, or give this one another ${BIND_INTERFACE} and ${BIND_ADDRESS}`,
         { cause: err },
       );
     }

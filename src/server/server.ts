@@ -45,6 +45,9 @@ import { StatusIndex } from './status-index.js';
 import type { ServerStatusDocument } from '../domain/status-document.js';
 import type { StatusQuery } from '../domain/status-query.js';
 
+// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
+const TENANTS_CONFIG = '--tenants-config';
+
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 export type { ReloadResult } from './tenants/tenant-rooms.js';
 
@@ -150,7 +153,7 @@ export class KanalServer {
         reloads: reloadCounter(this.metrics.registry),
         log: this.log,
       });
-      this.metrics.gauge('kanal_server_tenants', 'Tenants this server serves (--tenants-config)', () => this.rooms.size);
+      this.metrics.gauge('kanal_server_tenants', `Tenants this server serves (${TENANTS_CONFIG})`, () => this.rooms.size);
     }
   }
 
@@ -206,7 +209,7 @@ export class KanalServer {
   tenant(name: string): Tenant {
     const room = this.rooms.get(name);
     if (!room)
-      throw new Error(name === ONE_CLUSTER ? 'this server has --tenants-config: name the tenant' : `no tenant ${JSON.stringify(name)}`);
+      throw new Error(name === ONE_CLUSTER ? `this server has ${TENANTS_CONFIG}: name the tenant` : `no tenant ${JSON.stringify(name)}`);
     return room.tenant;
   }
 
