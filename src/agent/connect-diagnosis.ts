@@ -137,10 +137,14 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
       `${a.target}: no answer within ${a.connectTimeoutMs} ms (${FLAG['connect-timeout']}): a firewall, a wrong ${FLAG['proxy-server-host']} or ${FLAG['proxy-server-port']}, or the server is down`,
     );
   const dns = has('ENOTFOUND') ?? has('EAI_AGAIN');
-  if (dns) return said('dns', `${a.target}: cannot resolve the host name (${dns.code}): check ${FLAG['proxy-server-host']} and this node's DNS`);
+  if (dns)
+    return said('dns', `${a.target}: cannot resolve the host name (${dns.code}): check ${FLAG['proxy-server-host']} and this node's DNS`);
   const route = has('EHOSTUNREACH') ?? has('ENETUNREACH');
   if (route)
-    return said('unreachable', `${a.target}: no route to the server (${route.code}): check ${FLAG['proxy-server-host']} and this node's network`);
+    return said(
+      'unreachable',
+      `${a.target}: no route to the server (${route.code}): check ${FLAG['proxy-server-host']} and this node's network`,
+    );
   const altname = has('ERR_TLS_CERT_ALTNAME_INVALID') ?? links.find((l) => /does not match certificate's altnames/.test(l.local));
   if (altname) return said('name-mismatch', nameMismatch(a, altname.err));
   const alpn = has(ALPN_NOT_H2) ?? links.find((l) => /NO_APPLICATION_PROTOCOL/.test(l.code));

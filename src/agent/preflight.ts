@@ -41,8 +41,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     results.push({
       name: 'agent-credentials',
       status: 'warn',
-      detail:
-        `neither ${FLAG['agent-cert']} nor ${FLAG['service-account-token-path']}: only a server started with --allow-unauthenticated-agents will accept this agent`,
+      detail: `neither ${FLAG['agent-cert']} nor ${FLAG['service-account-token-path']}: only a server started with --allow-unauthenticated-agents will accept this agent`,
     });
   }
 

@@ -144,7 +144,11 @@ export async function startHttpListener(
     const peer = (socket as { remoteAddress?: string }).remoteAddress;
     if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
       opts.onRefusal?.('http_port_idle');
-      refusals.warn(`${peer} ${err.code}`, { peer }, `closed a connection to the ${opts.name} port: no request within ${HTTP_IDLE_TIMEOUT}`);
+      refusals.warn(
+        `${peer} ${err.code}`,
+        { peer },
+        `closed a connection to the ${opts.name} port: no request within ${HTTP_IDLE_TIMEOUT}`,
+      );
       socket.destroy();
       return;
     }

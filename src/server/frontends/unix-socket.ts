@@ -102,7 +102,9 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
     );
   }
   if (!opts.deleteExisting)
-    throw new UnixSocketError(`${UDS_NAME} ${file} already exists; pass ${DELETE_EXISTING_UDS_FILE} (the default) to replace a stale socket`);
+    throw new UnixSocketError(
+      `${UDS_NAME} ${file} already exists; pass ${DELETE_EXISTING_UDS_FILE} (the default) to replace a stale socket`,
+    );
   if (await servedNow(file)) throw new UnixSocketError(`${UDS_NAME} ${file}: another process is serving on this socket; stop it first`);
   try {
     fs.unlinkSync(file);
