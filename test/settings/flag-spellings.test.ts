@@ -99,16 +99,6 @@ const ALLOWED: readonly { reason: string; files: Readonly<Record<string, readonl
       'src/server/tenants/tenant-definition.ts': ['tenants-config'],
       'src/server/tenants/tenant-rooms.ts': ['tenants-config'],
       'src/server/tenants/tenant.ts': ['memory-budget'],
-      'src/server/workers/primary.ts': [
-        'agent-bind-address',
-        'agent-port',
-        'server-bind-address',
-        'server-port',
-        'health-bind-address',
-        'health-port',
-        'max-pending-client-hellos',
-        'max-pending-client-hellos-per-host',
-      ],
     },
   },
   {

@@ -22,7 +22,8 @@ import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { TenantsAtStart, TenantsReader } from '../tenants/tenants-at-start.js';
 import type { PrimaryProcessOptions } from '../workers/primary-process.js';
 import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
-import { FLAG } from '../config/settings.js';
+import { FLAG, serverSettings } from '../config/settings.js';
+import { flagsOf } from '../../settings/flag-names.js';
 
 /** The credential files' contents (src/cli/server-command.ts loadServerCredentials). */
 export interface ServerCredentials {
@@ -250,6 +251,13 @@ export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart, l
     ...(config.health ? { health: config.health } : {}),
     maxPendingHellos: v['max-pending-client-hellos'],
     maxPendingHellosPerHost: v['max-pending-client-hellos-per-host'],
+    flags: {
+      agent: flagsOf(serverSettings, 'agent-bind-address', 'agent-port'),
+      frontend: flagsOf(serverSettings, 'server-bind-address', 'server-port'),
+      health: flagsOf(serverSettings, 'health-bind-address', 'health-port'),
+      maxPendingHellos: FLAG['max-pending-client-hellos'],
+      maxPendingHellosPerHost: FLAG['max-pending-client-hellos-per-host'],
+    },
     log,
   };
 }
