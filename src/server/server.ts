@@ -45,9 +45,6 @@ import { StatusIndex } from './status-index.js';
 import type { ServerStatusDocument } from '../domain/status-document.js';
 import type { StatusQuery } from '../domain/status-query.js';
 
-// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
-const TENANTS_CONFIG = '--tenants-config';
-
 export { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 export type { ReloadResult } from './tenants/tenant-rooms.js';
 
@@ -153,7 +150,7 @@ export class KanalServer {
         reloads: reloadCounter(this.metrics.registry),
         log: this.log,
       });
-      this.metrics.gauge('kanal_server_tenants', `Tenants this server serves (${TENANTS_CONFIG})`, () => this.rooms.size);
+      this.metrics.gauge('kanal_server_tenants', `Tenants this server serves (${opts.flags.tenantsConfig})`, () => this.rooms.size);
     }
   }
 
@@ -209,7 +206,9 @@ export class KanalServer {
   tenant(name: string): Tenant {
     const room = this.rooms.get(name);
     if (!room)
-      throw new Error(name === ONE_CLUSTER ? `this server has ${TENANTS_CONFIG}: name the tenant` : `no tenant ${JSON.stringify(name)}`);
+      throw new Error(
+        name === ONE_CLUSTER ? `this server has ${this.opts.flags.tenantsConfig}: name the tenant` : `no tenant ${JSON.stringify(name)}`,
+      );
     return room.tenant;
   }
 
@@ -454,7 +453,7 @@ export class KanalServer {
     if (openFiles !== undefined && limit >= openFiles) {
       this.log.warn(
         { maxNodeToCpConnections: limit, openFilesLimit: openFiles },
-        '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit',
+        `${this.opts.flags.maxNodeToCpConnections} leaves no file descriptors for frontends and health: lower it or raise the open-files limit`,
       );
     } else this.log.info({ maxConnections: limit, openFilesLimit: openFiles }, 'node -> control plane connections bounded');
   }
@@ -603,13 +602,13 @@ export class KanalServer {
       port,
       limits: this.opts.health.limits,
       metrics: this.opts.health.metrics,
-      metricsFlag: '--health-metrics',
+      metricsFlag: this.opts.flags.healthMetrics,
       readiness: (query) => this.readiness(query),
       registry: this.metricsSource,
       onRefusal: (reason) => this.metrics.refusals.inc({ reason }),
       log: this.log,
     }).catch((err: unknown) => {
-      throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
+      throw listenError(err, `${host}:${port}`, this.opts.flags.health);
     });
   }
 

@@ -95,7 +95,6 @@ const ALLOWED: readonly { reason: string; files: Readonly<Record<string, readonl
         'server-port',
         'server-bind-address',
       ],
-      'src/server/server.ts': ['tenants-config', 'max-node-to-cp-connections', 'health-metrics', 'health-bind-address', 'health-port'],
       'src/server/tenants/tenant-definition.ts': ['tenants-config'],
       'src/server/tenants/tenant-rooms.ts': ['tenants-config'],
       'src/server/tenants/tenant.ts': ['memory-budget'],

@@ -74,6 +74,12 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
   const v = config.settings;
   return {
     serverID: v['server-id'],
+    flags: {
+      tenantsConfig: FLAG['tenants-config'],
+      maxNodeToCpConnections: FLAG['max-node-to-cp-connections'],
+      health: flagsOf(serverSettings, 'health-bind-address', 'health-port'),
+      healthMetrics: FLAG['health-metrics'],
+    },
     tenant: tenantOptionsOf(v),
     ...withAuditLog(v),
     agent: {
