@@ -13,6 +13,7 @@ import { FLAG } from './settings.js';
 // The server's settings these hints name, spelt once here: the agent may not import the server's table (test/packaging/layers.ts).
 const AGENT_PORT = '--agent-port';
 const CLUSTER_CA_CERT = '--cluster-ca-cert';
+export const ALLOW_UNAUTHENTICATED_AGENTS = '--allow-unauthenticated-agents';
 
 export type ConnectCause =
   | 'refused'
@@ -102,7 +103,7 @@ function credentialsRefused(a: ConnectAttempt): string {
     ? `it refused the agent certificate: is ${FLAG['agent-cert']} signed by a CA in the server's ${CLUSTER_CA_CERT} (and, where the server pins roles, does it match --agent-client-subject)?`
     : a.token
       ? `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) besides the token: the server has ${CLUSTER_CA_CERT}`
-      : `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) or a token (${FLAG['service-account-token-path']}), unless started with --allow-unauthenticated-agents`;
+      : `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) or a token (${FLAG['service-account-token-path']}), unless started with ${ALLOW_UNAUTHENTICATED_AGENTS}`;
   return `${a.target}: the server closed the connection right after the TLS handshake: ${why}`;
 }
 

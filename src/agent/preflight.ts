@@ -18,6 +18,7 @@ import { checkCa, checkClientCertAndKey, checkToken } from './preflight-credenti
 import { checkAgentStream, checkServerTls, type TlsMaterial } from './preflight-server.js';
 import { kernelChecks } from './preflight-kernel.js';
 import { FLAG } from './settings.js';
+import { ALLOW_UNAUTHENTICATED_AGENTS } from './connect-diagnosis.js';
 
 export type { CheckResult, CheckStatus, PreflightOptions } from './preflight-options.js';
 
@@ -41,7 +42,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     results.push({
       name: 'agent-credentials',
       status: 'warn',
-      detail: `neither ${FLAG['agent-cert']} nor ${FLAG['service-account-token-path']}: only a server started with --allow-unauthenticated-agents will accept this agent`,
+      detail: `neither ${FLAG['agent-cert']} nor ${FLAG['service-account-token-path']}: only a server started with ${ALLOW_UNAUTHENTICATED_AGENTS} will accept this agent`,
     });
   }
 

@@ -96,16 +96,14 @@ const ALLOWED: readonly { reason: string; files: Readonly<Record<string, readonl
         'server-bind-address',
       ],
       'src/server/tenants/tenant-definition.ts': ['tenants-config'],
-      'src/server/tenants/tenant-rooms.ts': ['tenants-config'],
       'src/server/tenants/tenant.ts': ['memory-budget'],
     },
   },
   {
     reason: AGENT_TABLE_IMPORTS_IT,
     files: {
-      'src/agent/address-watch.ts': ['bind-address', 'bind-interface-type'],
-      'src/agent/bind-probe.ts': ['bind-interface-type'],
-      'src/agent/host-interface-manager.ts': ['bind-interface-type', 'bind-interface', 'bind-address'],
+      'src/agent/bind-probe.ts': ['bind-address', 'bind-interface-type'],
+      'src/agent/host-interface-manager.ts': ['bind-interface'],
       'src/agent/server-count.ts': ['server-count-source'],
     },
   },
@@ -122,7 +120,6 @@ const ALLOWED: readonly { reason: string; files: Readonly<Record<string, readonl
         'authentication-audience',
         'cluster-cert',
       ],
-      'src/agent/preflight.ts': ['allow-unauthenticated-agents'],
       // target.ts is also imported by the agent's table.
       'src/agent/target.ts': ['allowed-destination', 'tenants-config'],
       'src/server/identity/token-authenticator.ts': ['service-account-token-path'],

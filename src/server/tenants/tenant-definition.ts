@@ -11,7 +11,7 @@ import type { TenantCredentials } from './tenant-directory.js';
 import type { TenantSettingsOptions } from './tenant.js';
 
 // The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
-const TENANTS_CONFIG = '--tenants-config';
+export const TENANTS_CONFIG = '--tenants-config';
 
 export interface TenantDefinition {
   name: string;
