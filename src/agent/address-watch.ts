@@ -20,6 +20,7 @@ import type { Readiness } from '../common/health-server.js';
 import type { KanalMetrics } from '../domain/metrics.js';
 import { NetlinkMonitor, RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK } from '../../native/netlink-monitor.js';
 import { errorMessage } from '../common/error-message.js';
+import { BIND_ADDRESS, BIND_INTERFACE_TYPE } from './bind-probe.js';
 
 export interface AddressWatchOptions {
   /** e.g. "10.200.0.1 on kanal0", for logs and /readyz. */
@@ -63,7 +64,7 @@ export class AddressWatch {
     const registry = opts.metrics.registry;
     opts.metrics.gauge(
       'kanal_agent_bind_address_ready',
-      'Whether the advertise address (--bind-address) is usable on this node (1) or not (0)',
+      `Whether the advertise address (${BIND_ADDRESS}) is usable on this node (1) or not (0)`,
       () => (this.problems.length === 0 ? 1 : 0),
     );
     this.losses = new Counter({
@@ -138,7 +139,7 @@ export class AddressWatch {
           { address: this.opts.what, problems },
           this.opts.restore
             ? 'advertise address lost; restoring it'
-            : 'advertise address unusable; the agent does not manage it (--bind-interface-type none)',
+            : `advertise address unusable; the agent does not manage it (${BIND_INTERFACE_TYPE} none)`,
         );
       }
       if (problems.length > 0 && this.restore()) problems = await this.opts.inspect();

@@ -20,6 +20,7 @@ import type { AgentStatusDocument } from '../domain/status-document.js';
 import { ProcessAuditLog } from '../audit/process-audit-log.js';
 import type { AuditLogFileOptions } from '../audit/settings.js';
 import { kindOf, StateMachine, type KindOf, type Lifecycle } from '../common/state-machine.js';
+import { FLAG } from './settings.js';
 
 export interface AgentOptions {
   /** The tunnels; with `leases`, their server count comes from the lease counter made here. */
@@ -182,11 +183,11 @@ export class KanalAgent {
           ...admin,
           registry: this.tunnels.metrics.registry,
           status: () => this.status(),
-          hostFlag: '--admin-bind-address',
+          hostFlag: FLAG['admin-bind-address'],
           onRefusal: (reason) => this.tunnels.metrics.refusals.inc({ reason }),
           log,
         },
-        '--admin-bind-address, --admin-server-port',
+        `${FLAG['admin-bind-address']}, ${FLAG['admin-server-port']}`,
       );
   }
 

@@ -5,6 +5,10 @@
  */
 import net from 'node:net';
 
+// The settings these messages name, spelt once here for the modules the agent's table imports (src/agent/settings.ts): they cannot import it back.
+export const BIND_ADDRESS = '--bind-address';
+export const BIND_INTERFACE_TYPE = '--bind-interface-type';
+
 /** undefined when a listener can bind `address` (port 0), else why not (e.g. "EADDRNOTAVAIL"). */
 export function bindProblem(address: string): Promise<string | undefined> {
   return new Promise((resolve) => {
@@ -16,6 +20,6 @@ export function bindProblem(address: string): Promise<string | undefined> {
 
 export function describeBindProblem(address: string, code: string): string {
   return code === 'EADDRNOTAVAIL'
-    ? `${address} is not an address of this host (EADDRNOTAVAIL), and --bind-interface-type none means the agent does not add it`
+    ? `${address} is not an address of this host (EADDRNOTAVAIL), and ${BIND_INTERFACE_TYPE} none means the agent does not add it`
     : `cannot listen on ${address} (${code})`;
 }

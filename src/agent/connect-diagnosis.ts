@@ -8,6 +8,12 @@
 import { isIP } from 'node:net';
 import { GrpcStatus, GrpcStatusError } from '../transport/grpc-status.js';
 import { ALPN_NOT_H2, CLOSED_AFTER_TLS_HANDSHAKE } from '../transport/connect-stage.js';
+import { FLAG } from './settings.js';
+
+// The server's settings these hints name, spelt once here: the agent may not import the server's table (test/packaging/layers.ts).
+const AGENT_PORT = '--agent-port';
+const CLUSTER_CA_CERT = '--cluster-ca-cert';
+export const ALLOW_UNAUTHENTICATED_AGENTS = '--allow-unauthenticated-agents';
 
 export type ConnectCause =
   | 'refused'
@@ -87,24 +93,24 @@ function nameMismatch(a: ConnectAttempt, err: Error): string {
   const carries = names ? ` (it carries ${names})` : '';
   const ipNote =
     isIP(a.verifyName) !== 0
-      ? `; an IP address is checked against the certificate's IP SANs only, so the certificate must carry IP ${a.verifyName}, or set --tls-server-name to a DNS name it carries`
-      : `; set --tls-server-name to a name it carries, or reissue the server's certificate with ${a.verifyName}`;
+      ? `; an IP address is checked against the certificate's IP SANs only, so the certificate must carry IP ${a.verifyName}, or set ${FLAG['tls-server-name']} to a DNS name it carries`
+      : `; set ${FLAG['tls-server-name']} to a name it carries, or reissue the server's certificate with ${a.verifyName}`;
   return `${a.target}: the server certificate is not valid for ${a.verifyName}${carries}${ipNote}`;
 }
 
 function credentialsRefused(a: ConnectAttempt): string {
   const why = a.clientCertificate
-    ? "it refused the agent certificate: is --agent-cert signed by a CA in the server's --cluster-ca-cert (and, where the server pins roles, does it match --agent-client-subject)?"
+    ? `it refused the agent certificate: is ${FLAG['agent-cert']} signed by a CA in the server's ${CLUSTER_CA_CERT} (and, where the server pins roles, does it match --agent-client-subject)?`
     : a.token
-      ? 'it requires a client certificate (--agent-cert, --agent-key) besides the token: the server has --cluster-ca-cert'
-      : 'it requires a client certificate (--agent-cert, --agent-key) or a token (--service-account-token-path), unless started with --allow-unauthenticated-agents';
+      ? `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) besides the token: the server has ${CLUSTER_CA_CERT}`
+      : `it requires a client certificate (${FLAG['agent-cert']}, ${FLAG['agent-key']}) or a token (${FLAG['service-account-token-path']}), unless started with ${ALLOW_UNAUTHENTICATED_AGENTS}`;
   return `${a.target}: the server closed the connection right after the TLS handshake: ${why}`;
 }
 
 function agentRefused(a: ConnectAttempt, err: GrpcStatusError): string {
   const fix = a.token
-    ? "check the token in --service-account-token-path: the server's --agent-namespace, --agent-service-account and --authentication-audience must match it"
-    : 'the server authenticates agents by service account token: give --service-account-token-path';
+    ? `check the token in ${FLAG['service-account-token-path']}: the server's --agent-namespace, --agent-service-account and --authentication-audience must match it`
+    : `the server authenticates agents by service account token: give ${FLAG['service-account-token-path']}`;
   const said = err.message || 'unauthenticated';
   // A Kanal server's reason names the agent flag already; upstream's says less.
   return `${a.target}: the server refused the agent: ${said}${/--[a-z]/.test(said) ? '' : `; ${fix}`}`;
@@ -124,36 +130,40 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
   if (has('ECONNREFUSED'))
     return said(
       'refused',
-      `${a.target}: connection refused, nothing listens there: check --proxy-server-host and --proxy-server-port (the server's --agent-port), and that the kanal server runs`,
+      `${a.target}: connection refused, nothing listens there: check ${FLAG['proxy-server-host']} and ${FLAG['proxy-server-port']} (the server's ${AGENT_PORT}), and that the kanal server runs`,
     );
   if (has('ETIMEDOUT') || has('TIMEOUT') || status?.code === GrpcStatus.DEADLINE_EXCEEDED)
     return said(
       'timeout',
-      `${a.target}: no answer within ${a.connectTimeoutMs} ms (--connect-timeout): a firewall, a wrong --proxy-server-host or --proxy-server-port, or the server is down`,
+      `${a.target}: no answer within ${a.connectTimeoutMs} ms (${FLAG['connect-timeout']}): a firewall, a wrong ${FLAG['proxy-server-host']} or ${FLAG['proxy-server-port']}, or the server is down`,
     );
   const dns = has('ENOTFOUND') ?? has('EAI_AGAIN');
-  if (dns) return said('dns', `${a.target}: cannot resolve the host name (${dns.code}): check --proxy-server-host and this node's DNS`);
+  if (dns)
+    return said('dns', `${a.target}: cannot resolve the host name (${dns.code}): check ${FLAG['proxy-server-host']} and this node's DNS`);
   const route = has('EHOSTUNREACH') ?? has('ENETUNREACH');
   if (route)
-    return said('unreachable', `${a.target}: no route to the server (${route.code}): check --proxy-server-host and this node's network`);
+    return said(
+      'unreachable',
+      `${a.target}: no route to the server (${route.code}): check ${FLAG['proxy-server-host']} and this node's network`,
+    );
   const altname = has('ERR_TLS_CERT_ALTNAME_INVALID') ?? links.find((l) => /does not match certificate's altnames/.test(l.local));
   if (altname) return said('name-mismatch', nameMismatch(a, altname.err));
   const alpn = has(ALPN_NOT_H2) ?? links.find((l) => /NO_APPLICATION_PROTOCOL/.test(l.code));
   if (alpn)
     return said(
       'alpn',
-      `${a.target}: the server did not agree on HTTP/2 in ALPN (${alpn.message}): is --proxy-server-port a kanal or Konnectivity agent port? A load balancer in between must pass ALPN h2 through (or route by --alpn-proto)`,
+      `${a.target}: the server did not agree on HTTP/2 in ALPN (${alpn.message}): is ${FLAG['proxy-server-port']} a kanal or Konnectivity agent port? A load balancer in between must pass ALPN h2 through (or route by ${FLAG['alpn-proto']})`,
     );
   if (links.some((l) => /WRONG_VERSION_NUMBER|PACKET_LENGTH_TOO_LONG|wrong version number/i.test(`${l.code} ${l.local}`)))
     return said(
       'not-tls',
-      `${a.target} does not speak TLS: is --proxy-server-port the server's --agent-port (not its health, admin or frontend port)?`,
+      `${a.target} does not speak TLS: is ${FLAG['proxy-server-port']} the server's ${AGENT_PORT} (not its health, admin or frontend port)?`,
     );
   const untrusted = links.find((l) => l.code !== '' && UNTRUSTED.test(l.code)) ?? links.find((l) => UNTRUSTED_TEXT.test(l.local));
   if (untrusted)
     return said(
       'untrusted',
-      `${a.target}: the server certificate is not trusted (${untrusted.code ? `${untrusted.message}, ${untrusted.code}` : untrusted.message}): --ca-cert must hold the CA that signed the server's certificate (its --cluster-cert)`,
+      `${a.target}: the server certificate is not trusted (${untrusted.code ? `${untrusted.message}, ${untrusted.code}` : untrusted.message}): ${FLAG['ca-cert']} must hold the CA that signed the server's certificate (its --cluster-cert)`,
     );
   if (has(CLOSED_AFTER_TLS_HANDSHAKE)) return said('credentials-refused', credentialsRefused(a));
   if (status?.code === GrpcStatus.UNAUTHENTICATED) return said('agent-refused', agentRefused(a, status));
@@ -165,7 +175,7 @@ export function diagnoseConnectError(err: unknown, a: ConnectAttempt): Diagnosis
   if (has('ECONNRESET'))
     return said(
       'other',
-      `${a.target}: the server reset the connection during the TLS handshake (ECONNRESET): a front that refuses this client, or a server that refused its credentials (--agent-cert, the server's --cluster-ca-cert)`,
+      `${a.target}: the server reset the connection during the TLS handshake (ECONNRESET): a front that refuses this client, or a server that refused its credentials (${FLAG['agent-cert']}, the server's ${CLUSTER_CA_CERT})`,
     );
   return said('other', `${a.target}: ${innermost(links)}`);
 }

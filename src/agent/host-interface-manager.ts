@@ -18,8 +18,11 @@ import { acquireOwnerLock, OwnerLockHeldError, type OwnerLock } from '../../nati
 import type { Readiness } from '../common/health-server.js';
 import type { KanalMetrics } from '../domain/metrics.js';
 import { AddressWatch } from './address-watch.js';
-import { bindProblem, describeBindProblem } from './bind-probe.js';
+import { BIND_ADDRESS, BIND_INTERFACE_TYPE, bindProblem, describeBindProblem } from './bind-probe.js';
 import { errorMessage } from '../common/error-message.js';
+
+// The setting these messages name, spelt once here: the agent's table (src/agent/settings.ts) imports this module, so it cannot import the table back.
+const BIND_INTERFACE = '--bind-interface';
 
 export const INTERFACE_TYPES = ['dummy', 'bridge', 'none'] as const;
 export type InterfaceType = (typeof INTERFACE_TYPES)[number];
@@ -51,7 +54,7 @@ export class HostInterfaceManager {
   async setUp(): Promise<void> {
     const { name, type, address, log } = this.opts;
     if (type === 'none') {
-      log.info({ address }, 'using existing address (--bind-interface-type none)');
+      log.info({ address }, `using existing address (${BIND_INTERFACE_TYPE} none)`);
       await this.startWatch(address, async () => {
         const code = await bindProblem(address);
         return code ? [describeBindProblem(address, code)] : [];
@@ -130,8 +133,8 @@ export class HostInterfaceManager {
       await this.unlock();
       if (!(err instanceof OwnerLockHeldError)) throw err;
       throw new Error(
-        `--bind-interface ${this.opts.name} --bind-address ${this.opts.address}: ${err.message}; ` +
-          'this agent changes nothing and exits. Stop the other agent first, or give this one another --bind-interface and --bind-address',
+        `${BIND_INTERFACE} ${this.opts.name} ${BIND_ADDRESS} ${this.opts.address}: ${err.message}; ` +
+          `this agent changes nothing and exits. Stop the other agent first, or give this one another ${BIND_INTERFACE} and ${BIND_ADDRESS}`,
         { cause: err },
       );
     }

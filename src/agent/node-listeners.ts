@@ -17,6 +17,7 @@ import type { Target } from './target.js';
 import { DEFAULT_LIMITS } from '../tunnel/limits.js';
 import type { ServerTunnels } from './server-tunnels.js';
 import { Cancel } from '../common/cancel.js';
+import { FLAG } from './settings.js';
 
 export interface NodeListenersOptions {
   bindAddress: string;
@@ -85,7 +86,7 @@ export class NodeListeners {
       } catch (err) {
         this.stopAccepting();
         const address = formatHostPort({ host: this.opts.bindAddress, port: target.localPort });
-        throw listenError(err, address, `--bind-address, --target ${target.localPort}:${target.destination}`);
+        throw listenError(err, address, `${FLAG['bind-address']}, --target ${target.localPort}:${target.destination}`);
       }
       server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
       this.servers.push(server);

@@ -7,6 +7,7 @@
 import { UsageError } from '../common/usage-error.js';
 import type { InterfaceType } from './host-interface-manager.js';
 import type { Target } from './target.js';
+import { FLAG } from './settings.js';
 
 /** Node -> control plane: serve `targets` on `bindAddress`, carried by a host-scoped interface. */
 export interface NodeSideOptions {
@@ -29,8 +30,8 @@ export function nodeSideFromSettings(
   const { targets, interfaceName: name, interfaceType } = s;
   const bind = s.bindAddress;
   if (targets.length === 0 && !bind) return undefined;
-  if (!bind) throw new UsageError('--target needs --bind-address (the kube-apiserver advertise address)');
-  if (targets.length === 0) throw new UsageError('--bind-address needs at least one --target local_port:dst_host:dst_port');
+  if (!bind) throw new UsageError(`--target needs ${FLAG['bind-address']} (the kube-apiserver advertise address)`);
+  if (targets.length === 0) throw new UsageError(`${FLAG['bind-address']} needs at least one --target local_port:dst_host:dst_port`);
   const ports = new Set<number>();
   for (const t of targets) {
     if (ports.has(t.localPort)) throw new UsageError(`--target: local port ${t.localPort} is used twice`);

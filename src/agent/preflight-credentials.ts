@@ -12,6 +12,8 @@ import {
 } from '../common/credential-files.js';
 
 import type { CheckResult } from './preflight-options.js';
+import { agentSettings, FLAG } from './settings.js';
+import { keyOf } from '../settings/flag-names.js';
 
 /** The check's result for one loader: pass with `detail(value)`, or fail with the loader's message (flag, path, cause). */
 export function fileCheck<T>(name: string, load: () => T, detail: (value: T) => CheckResult): { result: CheckResult; value?: T } {
@@ -29,8 +31,8 @@ export function validUntil(cert: X509Certificate): string {
 }
 
 export function checkCa(path: string | undefined, now: Date): { result: CheckResult; value?: CertificateFile } {
-  const name = 'ca-cert';
-  if (!path) return { result: { name, status: 'fail', detail: '--ca-cert is not set' } };
+  const name = keyOf(agentSettings, 'ca-cert');
+  if (!path) return { result: { name, status: 'fail', detail: `${FLAG['ca-cert']} is not set` } };
   return fileCheck(
     name,
     () => loadCertificates({ flag: name, path }),
@@ -55,26 +57,26 @@ export interface ClientCredentials {
 }
 
 export function checkClientCertAndKey(certPath: string, keyPath: string, now: Date): ClientCredentials {
-  const certFile = { flag: 'agent-cert', path: certPath };
-  const keyFile = { flag: 'agent-key', path: keyPath };
+  const certFile = { flag: keyOf(agentSettings, 'agent-cert'), path: certPath };
+  const keyFile = { flag: keyOf(agentSettings, 'agent-key'), path: keyPath };
   const cert = fileCheck(
-    'agent-cert',
+    certFile.flag,
     () => loadCertificates(certFile),
     (c): CheckResult => {
       const first = c.certs[0];
       const bad = validityProblem(first, now);
-      if (bad) return { name: 'agent-cert', status: 'fail', detail: `${certPath}: ${commonName(first.subject)} is ${bad}` };
+      if (bad) return { name: certFile.flag, status: 'fail', detail: `${certPath}: ${commonName(first.subject)} is ${bad}` };
       return {
-        name: 'agent-cert',
+        name: certFile.flag,
         status: 'pass',
         detail: `${certPath}: ${commonName(first.subject)}, issued by ${commonName(first.issuer)}, ${validUntil(first)}`,
       };
     },
   );
   const key = fileCheck(
-    'agent-key',
+    keyFile.flag,
     () => loadPrivateKey(keyFile, certFile.flag),
-    (k): CheckResult => ({ name: 'agent-key', status: 'pass', detail: `${keyPath}: ${k.key.asymmetricKeyType ?? 'private'} key` }),
+    (k): CheckResult => ({ name: keyFile.flag, status: 'pass', detail: `${keyPath}: ${k.key.asymmetricKeyType ?? 'private'} key` }),
   );
   const results = [cert.result, key.result];
   if (cert.value && key.value && cert.result.status === 'pass') {
@@ -93,7 +95,7 @@ export function checkClientCertAndKey(certPath: string, keyPath: string, now: Da
 export function checkToken(path: string): CheckResult {
   return fileCheck(
     'token',
-    () => loadToken({ flag: 'service-account-token-path', path }),
+    () => loadToken({ flag: keyOf(agentSettings, 'service-account-token-path'), path }),
     (token) => ({ name: 'token', status: 'pass', detail: `${path}: ${token.length} bytes` }),
   ).result;
 }

@@ -4,6 +4,8 @@ import { checkNetlink } from '../../native/host-interface.js';
 import { bindProblem, describeBindProblem } from './bind-probe.js';
 
 import type { CheckResult, PreflightOptions } from './preflight-options.js';
+import { agentSettings, FLAG } from './settings.js';
+import { keyOf } from '../settings/flag-names.js';
 
 const CAP_NET_BIND_SERVICE = 10;
 const CAP_NET_ADMIN = 12;
@@ -37,19 +39,19 @@ export async function kernelChecks(opts: PreflightOptions): Promise<CheckResult[
     results.push({
       name: 'netlink',
       status: node ? 'fail' : 'warn',
-      detail: node ? nl.detail : `${nl.detail} (not needed without --bind-address)`,
+      detail: node ? nl.detail : `${nl.detail} (not needed without ${FLAG['bind-address']})`,
     });
 
   if (!node) {
-    results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed without --bind-address' });
+    results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: `not needed without ${FLAG['bind-address']}` });
   } else if (node.interfaceType === 'none') {
-    results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: 'not needed with --bind-interface-type none' });
+    results.push({ name: 'CAP_NET_ADMIN', status: 'skip', detail: `not needed with ${FLAG['bind-interface-type']} none` });
     // The agent only needs to listen there: 127.0.0.2 is on no interface, yet usable through lo (docs/operations.md).
     const problem = await bindProblem(node.bindAddress);
     results.push(
       problem
-        ? { name: 'bind-address', status: 'fail', detail: describeBindProblem(node.bindAddress, problem) }
-        : { name: 'bind-address', status: 'pass', detail: `${node.bindAddress} can be listened on` },
+        ? { name: keyOf(agentSettings, 'bind-address'), status: 'fail', detail: describeBindProblem(node.bindAddress, problem) }
+        : { name: keyOf(agentSettings, 'bind-address'), status: 'pass', detail: `${node.bindAddress} can be listened on` },
     );
   } else {
     const cap = hasCapability(CAP_NET_ADMIN);

@@ -17,6 +17,8 @@ import type { CheckResult, CheckStatus, PreflightOptions } from './preflight-opt
 import { checkCa, checkClientCertAndKey, checkToken } from './preflight-credentials.js';
 import { checkAgentStream, checkServerTls, type TlsMaterial } from './preflight-server.js';
 import { kernelChecks } from './preflight-kernel.js';
+import { FLAG } from './settings.js';
+import { ALLOW_UNAUTHENTICATED_AGENTS } from './connect-diagnosis.js';
 
 export type { CheckResult, CheckStatus, PreflightOptions } from './preflight-options.js';
 
@@ -40,8 +42,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     results.push({
       name: 'agent-credentials',
       status: 'warn',
-      detail:
-        'neither --agent-cert nor --service-account-token-path: only a server started with --allow-unauthenticated-agents will accept this agent',
+      detail: `neither ${FLAG['agent-cert']} nor ${FLAG['service-account-token-path']}: only a server started with ${ALLOW_UNAUTHENTICATED_AGENTS} will accept this agent`,
     });
   }
 

@@ -27,6 +27,7 @@ import type { ServerEndpoint } from './server-addresses.js';
 import type { ConnectAttempt } from './connect-diagnosis.js';
 import type { ServerTunnelsOptions } from './server-tunnels-options.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import { FLAG } from './settings.js';
 
 export type ServerConnectorOptions = Pick<
   ServerTunnelsOptions,
@@ -78,13 +79,13 @@ const SERVER_TUNNEL_REFUSALS: RefusalReasons = {
   dialRate: 'throttled',
 };
 const SERVER_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
-  maxInboundConnections: '--max-cp-to-node-connections',
-  maxOutboundConnections: '--max-node-to-cp-connections',
-  maxPendingDials: '--max-pending-dials',
-  dialRate: '--dial-rate',
-  pauseReadingQueuedBytes: '--peer-read-timeout',
-  maxQueuedBytes: '--peer-read-timeout',
-  peerReadTimeoutMs: '--peer-read-timeout',
+  maxInboundConnections: FLAG['max-cp-to-node-connections'],
+  maxOutboundConnections: FLAG['max-node-to-cp-connections'],
+  maxPendingDials: FLAG['max-pending-dials'],
+  dialRate: FLAG['dial-rate'],
+  pauseReadingQueuedBytes: FLAG['peer-read-timeout'],
+  maxQueuedBytes: FLAG['peer-read-timeout'],
+  peerReadTimeoutMs: FLAG['peer-read-timeout'],
 };
 
 export class ServerConnector {

@@ -21,6 +21,7 @@ import { Backoff } from '../common/backoff.js';
 import { KubeApiError, type KubeApi, type WatchHandle } from '../kube/kube-api.js';
 import { LabelSelector } from '../kube/labels.js';
 import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE, leaseExpiresAt } from '../kube/lease.js';
+import { FLAG } from './settings.js';
 
 export interface ServerLeaseCounterOptions {
   api: KubeApi;
@@ -75,7 +76,7 @@ export class ServerLeaseCounter extends EventEmitter<ServerLeaseCounterEvents> {
   constructor(private readonly options: ServerLeaseCounterOptions) {
     super();
     this.namespace = options.namespace ?? DEFAULT_LEASE_NAMESPACE;
-    this.selector = LabelSelector.parse(options.selector ?? DEFAULT_LEASE_LABEL, '--lease-label');
+    this.selector = LabelSelector.parse(options.selector ?? DEFAULT_LEASE_LABEL, FLAG['lease-label']);
     this.watchIdleTimeoutMs = options.watchIdleTimeoutMs ?? 90_000;
     this.listTimeoutMs = options.listTimeoutMs ?? 10_000;
     this.maxLeases = options.maxLeases ?? 1000;

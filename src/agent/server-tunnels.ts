@@ -37,6 +37,7 @@ import { allReady, tunnelReadiness } from './tunnel-readiness.js';
 import { offersNodeDial, ServerConnector } from './server-connector.js';
 import { ReconnectLoop, type EndpointState, type Settled } from './reconnect-loop.js';
 import { untilNextConnect } from './connect-schedule.js';
+import { FLAG } from './settings.js';
 
 export type { ServerTunnelsOptions } from './server-tunnels-options.js';
 export type { Settled } from './reconnect-loop.js';
@@ -262,7 +263,7 @@ export class ServerTunnels {
           log: this.opts.log,
         });
       } catch (err) {
-        throw listenError(err, formatHostPort(health), '--health-bind-address, --health-server-port');
+        throw listenError(err, formatHostPort(health), `${FLAG['health-bind-address']}, ${FLAG['health-server-port']}`);
       }
     }
     // stop() during the await above found nothing started yet: the health port is all there is.

@@ -7,6 +7,7 @@
  */
 import { closeSync, openSync, readSync } from 'node:fs';
 import { open } from 'node:fs/promises';
+import { FLAG } from './settings.js';
 
 export class ServiceAccountTokenError extends Error {
   override readonly name = 'ServiceAccountTokenError';
@@ -20,7 +21,7 @@ const PRINTABLE = /^[\x21-\x7e]+$/;
 
 export class ServiceAccountTokenSource {
   constructor(readonly path: string) {
-    if (!path) throw new RangeError('--service-account-token-path must not be empty');
+    if (!path) throw new RangeError(`${FLAG['service-account-token-path']} must not be empty`);
   }
 
   /** The token as it is in the file now (surrounding whitespace removed). */
@@ -69,7 +70,7 @@ export class ServiceAccountTokenSource {
     const token = data.toString('utf8').trim();
     if (token === '')
       throw new ServiceAccountTokenError(
-        `service account token file ${this.path} (--service-account-token-path) is empty; refusing to dial without a token`,
+        `service account token file ${this.path} (${FLAG['service-account-token-path']}) is empty; refusing to dial without a token`,
       );
     if (!PRINTABLE.test(token))
       throw new ServiceAccountTokenError(
@@ -81,6 +82,6 @@ export class ServiceAccountTokenSource {
   private unreadable(e: NodeJS.ErrnoException): ServiceAccountTokenError {
     const why =
       e.code === 'ENOENT' ? 'does not exist (is the projected service account token volume mounted?)' : `cannot be read: ${e.message}`;
-    return new ServiceAccountTokenError(`service account token file ${this.path} (--service-account-token-path) ${why}`);
+    return new ServiceAccountTokenError(`service account token file ${this.path} (${FLAG['service-account-token-path']}) ${why}`);
   }
 }

@@ -24,6 +24,9 @@ import { SinkError, errnoText, type Sink } from './sink.js';
 import { StdoutAuditLog } from './stdout-audit-log.js';
 import { effectiveUid, notOwnFileProblem, unsafeDirectoryProblem } from '../common/owned-files.js';
 
+// The setting these messages name, spelt once here: both commands' tables use this module, which sits below them in the layers.
+const AUDIT_LOG_PATH = 'audit-log-path';
+
 export type { AuditLog };
 
 /**
@@ -49,7 +52,7 @@ export interface OpenAuditLogOptions {
 /** The path cannot serve as the audit log; the message names --audit-log-path, the path and what to fix. */
 export class AuditLogPathError extends Error {
   override name = 'AuditLogPathError';
-  readonly flag = 'audit-log-path';
+  readonly flag = AUDIT_LOG_PATH;
 }
 
 type Kind = 'file' | 'fifo' | 'device';
@@ -136,7 +139,7 @@ function inspect(file: string): AuditTarget | { refused: string } {
  */
 export function auditLogPathProblem(file: string | undefined): string | undefined {
   if (file === undefined || file === '-') return undefined;
-  const named = `--audit-log-path ${file}`;
+  const named = `--${AUDIT_LOG_PATH} ${file}`;
   const dir = path.dirname(file);
   try {
     const dirStat = statOrUndefined(dir);
@@ -201,7 +204,7 @@ export async function openAuditLog(options: OpenAuditLogOptions): Promise<AuditL
     await sink.open();
   } catch (err) {
     if (!(err instanceof SinkError && err.reason === 'no_reader'))
-      throw new AuditLogPathError(`--audit-log-path ${file.path}: ${errnoText(err)}`);
+      throw new AuditLogPathError(`--${AUDIT_LOG_PATH} ${file.path}: ${errnoText(err)}`);
     log.warn(
       { auditLog: file.path },
       'the audit log FIFO has no reader yet (ENXIO); lines wait in the queue, dropped beyond it, until a process opens it for reading (tried every second)',

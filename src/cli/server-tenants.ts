@@ -17,6 +17,7 @@ import { startPrimary } from '../server/workers/primary-process.js';
 import type { TenantsAtStart } from '../server/tenants/tenants-at-start.js';
 import { assemblePrimary, workerAuditPaths } from '../server/assembly/server-assembly.js';
 import { runUntilSignalled } from './lifecycle.js';
+import { FLAG } from '../server/config/settings.js';
 
 /** `--workers N`: the primary; the workers are this command again. */
 export async function runPrimary(config: ServerConfig, tenants: TenantsAtStart): Promise<void> {
@@ -27,7 +28,7 @@ export async function runPrimary(config: ServerConfig, tenants: TenantsAtStart):
   if (audit && audit !== '-')
     log.info(
       { auditLogPath: audit, files: workerAuditPaths(audit, workers) },
-      `--audit-log-path with --workers: each worker writes a file of its own, nothing is written to ${audit}`,
+      `${FLAG['audit-log-path']} with --workers: each worker writes a file of its own, nothing is written to ${audit}`,
     );
   const primary = await startPrimary(assemblePrimary(config, tenants, log));
   let admin: HttpListener | undefined;
@@ -39,7 +40,7 @@ export async function runPrimary(config: ServerConfig, tenants: TenantsAtStart):
         statusUnavailable: `this is the primary of --workers ${workers}: the agents are held by its workers, and the primary does not gather their status yet; start the server without --workers to see it (docs/multi-tenant.md, "Workers")`,
         log,
       },
-      '--admin-bind-address, --admin-port',
+      `${FLAG['admin-bind-address']}, ${FLAG['admin-port']}`,
     );
   const notifier = new SystemdNotifier((reason) => log.warn({ reason }, 'cannot notify systemd'));
   notifier.ready(`serving agents on port ${primary.pool.agentPort} with ${workers} workers`);

@@ -14,6 +14,8 @@ import { errorMessage } from '../common/error-message.js';
 import { STATUS_KIND, STATUS_PATH, STATUS_VERSION, type StatusDocument } from '../domain/status-document.js';
 import { formatStatus, formatStatusJson } from './status-format.js';
 import { MAX_STATUS_LIMIT, statusQueryString, type StatusQuery } from '../domain/status-query.js';
+import { FLAG as AGENT_FLAG } from '../agent/settings.js';
+import { FLAG as SERVER_FLAG } from '../server/config/settings.js';
 
 /** Upstream's admin ports (server --admin-port, agent --admin-server-port), asked in this order. */
 export const DEFAULT_ADMIN_ADDRESSES: readonly { address: HostPort; what: string }[] = [
@@ -33,11 +35,11 @@ export const statusFlags = {
     type: 'string',
     describe:
       'The admin port to ask, host:port (default: 127.0.0.1:8095, the server, then 127.0.0.1:8094, the agent). ' +
-      'A server sets it with --admin-bind-address and --admin-port, an agent with --admin-bind-address and --admin-server-port',
+      `A server sets it with ${SERVER_FLAG['admin-bind-address']} and ${SERVER_FLAG['admin-port']}, an agent with ${AGENT_FLAG['admin-bind-address']} and ${AGENT_FLAG['admin-server-port']}`,
   },
   output: { alias: 'o', choices: ['text', 'json'] as const, default: 'text' as const, describe: 'Output format' },
   timeout: { type: 'number', default: 5, describe: 'Seconds to wait for each answer' },
-  tenant: { type: 'string', describe: "A server's agents of this tenant only (--tenants-config)" },
+  tenant: { type: 'string', describe: `A server's agents of this tenant only (${SERVER_FLAG['tenants-config']})` },
   agent: { type: 'string', describe: "A server's agents of this agentID only" },
   limit: { type: 'number', describe: "Show at most this many of a server's agents (default: every agent, fetched a page at a time)" },
 } as const;

@@ -20,6 +20,9 @@ import { DEFAULT_CPU_PROFILE_SECONDS, MAX_CPU_PROFILE_SECONDS, Profiler } from '
 import { isLoopbackHost } from './loopback.js';
 import { errorMessage } from './error-message.js';
 
+// The setting these messages name, spelt once here: both commands' tables use this module, which sits below them in the layers.
+const ENABLE_PROFILING = '--enable-profiling';
+
 /** Where the status document (src/domain/status-document.ts) is served. */
 export const STATUS_PATH = '/status';
 
@@ -50,7 +53,7 @@ export const CPU_PROFILE_PATH = '/debug/kanal/cpu-profile';
 export const HEAP_SNAPSHOT_PATH = '/debug/kanal/heap-snapshot';
 
 const PPROF_MESSAGE =
-  `Kanal runs on Node.js and has no Go pprof. With --enable-profiling this port serves ${CPU_PROFILE_PATH}?seconds=N ` +
+  `Kanal runs on Node.js and has no Go pprof. With ${ENABLE_PROFILING} this port serves ${CPU_PROFILE_PATH}?seconds=N ` +
   `(a .cpuprofile, default ${DEFAULT_CPU_PROFILE_SECONDS}, at most ${MAX_CPU_PROFILE_SECONDS}) and ${HEAP_SNAPSHOT_PATH} ` +
   '(a .heapsnapshot); open them in Chrome DevTools. See docs/upstream-flags.md.\n';
 
@@ -85,7 +88,7 @@ export function startAdminServer(opts: AdminServerOptions): Promise<HttpListener
       sendText(res, 404, PPROF_MESSAGE);
     } else if (path === CPU_PROFILE_PATH || path === HEAP_SNAPSHOT_PATH) {
       if (!opts.profiling) {
-        sendText(res, 404, 'profiling is off: start with --enable-profiling to serve it\n');
+        sendText(res, 404, `profiling is off: start with ${ENABLE_PROFILING} to serve it\n`);
       } else if (!isLoopbackHost(opts.host)) {
         sendText(res, 403, notLoopback(opts, path, 'A heap snapshot holds every secret the process does (tokens, keys)'));
       } else if (profiler.running) {

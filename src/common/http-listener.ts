@@ -13,6 +13,9 @@ import type { Logger } from 'pino';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { isLoopbackHost } from './loopback.js';
 
+// The setting these messages name, spelt once here: both commands' tables use this module, which sits below them in the layers.
+const HTTP_IDLE_TIMEOUT = '--http-idle-timeout';
+
 export interface HttpListener {
   readonly port: number;
   close(): Promise<void>;
@@ -127,9 +130,9 @@ export async function startHttpListener(
   server.on('timeout', (socket: Socket) => {
     const peer = socket.remoteAddress ?? '';
     if (busy.has(socket))
-      refuse('http_port_idle', peer, `closed a connection to the ${opts.name} port that does not read its answer (--http-idle-timeout)`);
+      refuse('http_port_idle', peer, `closed a connection to the ${opts.name} port that does not read its answer (${HTTP_IDLE_TIMEOUT})`);
     else if (!served.has(socket))
-      refuse('http_port_idle', peer, `closed a connection to the ${opts.name} port that sent no request (--http-idle-timeout)`);
+      refuse('http_port_idle', peer, `closed a connection to the ${opts.name} port that sent no request (${HTTP_IDLE_TIMEOUT})`);
     socket.destroy();
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
@@ -141,7 +144,11 @@ export async function startHttpListener(
     const peer = (socket as { remoteAddress?: string }).remoteAddress;
     if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
       opts.onRefusal?.('http_port_idle');
-      refusals.warn(`${peer} ${err.code}`, { peer }, `closed a connection to the ${opts.name} port: no request within --http-idle-timeout`);
+      refusals.warn(
+        `${peer} ${err.code}`,
+        { peer },
+        `closed a connection to the ${opts.name} port: no request within ${HTTP_IDLE_TIMEOUT}`,
+      );
       socket.destroy();
       return;
     }

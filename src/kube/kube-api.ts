@@ -15,6 +15,9 @@ import { KubeApiError, toKubeApiError } from './kube-api-error.js';
 import { readWatch, type WatchHandle, type WatchHandlers } from './watch-stream.js';
 import { AbortableHttpLibrary, KeptAliveAgent } from './kept-alive-agent.js';
 
+// The setting these messages name, spelt once here: both commands' tables use this module, which sits below them in the layers.
+const KUBE_API_CONTENT_TYPE = '--kube-api-content-type';
+
 export { KubeApiError, type KubeApiErrorKind } from './kube-api-error.js';
 export type { WatchHandle, WatchHandlers } from './watch-stream.js';
 
@@ -62,11 +65,11 @@ export class KubeApi {
     this.server = cluster.server;
     const contentType = options.contentType ?? PROTOBUF_CONTENT_TYPE;
     if (contentType !== PROTOBUF_CONTENT_TYPE && contentType !== JSON_CONTENT_TYPE) {
-      throw new RangeError(`--kube-api-content-type ${JSON.stringify(contentType)}: use ${PROTOBUF_CONTENT_TYPE} or ${JSON_CONTENT_TYPE}`);
+      throw new RangeError(`${KUBE_API_CONTENT_TYPE} ${JSON.stringify(contentType)}: use ${PROTOBUF_CONTENT_TYPE} or ${JSON_CONTENT_TYPE}`);
     }
     this.contentTypeNotice =
       contentType === PROTOBUF_CONTENT_TYPE
-        ? `--kube-api-content-type=${PROTOBUF_CONTENT_TYPE}: Kanal's Kubernetes client (@kubernetes/client-node) speaks ${JSON_CONTENT_TYPE}, which every API server serves; requests use JSON`
+        ? `${KUBE_API_CONTENT_TYPE}=${PROTOBUF_CONTENT_TYPE}: Kanal's Kubernetes client (@kubernetes/client-node) speaks ${JSON_CONTENT_TYPE}, which every API server serves; requests use JSON`
         : undefined;
     this.rate = new TokenBucket(options.qps ?? 0, options.burst ?? 0);
     this.slots = new RequestSlots(options.maxInFlight ?? 16, options.maxWaiting ?? 256);

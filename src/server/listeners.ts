@@ -24,6 +24,9 @@ import type { FrontendConnection, FrontendServices } from './frontends/frontend.
 import { FRONTENDS, frontendsServed, type FrontendMode } from './frontends/frontend-registry.js';
 import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './frontends/unix-socket.js';
 
+// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
+const SERVER_PORT = '--server-port';
+
 export interface TlsFiles {
   cert: Buffer;
   key: Buffer;
@@ -361,7 +364,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     };
   }
   const tcp = opts.tcp;
-  if (!tcp) throw new Error('frontend needs --uds-name or --server-port');
+  if (!tcp) throw new Error(`frontend needs --uds-name or ${SERVER_PORT}`);
   const server = tls.createServer({
     ...tcp.tls,
     requestCert: !!tcp.tls.ca || !!tcp.recognise,
@@ -418,7 +421,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       adoptDecided,
     };
   }
-  const port = await listenTcp(server, tcp.host, tcp.port, '--server-bind-address, --server-port');
+  const port = await listenTcp(server, tcp.host, tcp.port, `--server-bind-address, ${SERVER_PORT}`);
   reportErrors(server, opts.log);
   opts.log.info({ address: `${tcp.host}:${port}`, mode: opts.mode, mtls: !!tcp.tls.ca }, 'frontend listener ready');
   return {

@@ -17,8 +17,18 @@ import type { WorkerPlace } from './workers/worker-env.js';
 
 /** An agent that misses PINGs for this long is closed; quiet (avoided) after QUIET_AFTER_MS already. */
 export const DEFAULT_AGENT_KEEPALIVE = { intervalMs: 10_000, timeoutMs: 20_000 };
+/** How the command line names the settings KanalServer's own messages cite (the assembly passes its table's names). */
+export interface ServerFlags {
+  tenantsConfig: string;
+  maxNodeToCpConnections: string;
+  /** The health port's address and port, as a listen error lists them. */
+  health: string;
+  healthMetrics: string;
+}
+
 export interface ServerOptions {
   serverID: string;
+  flags: ServerFlags;
   /** Where each tunnelled connection, failed dial and refusal is recorded (--audit-log-path; docs/operations.md); absent: nowhere. */
   auditLog?: AuditLogFileOptions;
   /**

@@ -150,7 +150,7 @@ export class KanalServer {
         reloads: reloadCounter(this.metrics.registry),
         log: this.log,
       });
-      this.metrics.gauge('kanal_server_tenants', 'Tenants this server serves (--tenants-config)', () => this.rooms.size);
+      this.metrics.gauge('kanal_server_tenants', `Tenants this server serves (${opts.flags.tenantsConfig})`, () => this.rooms.size);
     }
   }
 
@@ -206,7 +206,9 @@ export class KanalServer {
   tenant(name: string): Tenant {
     const room = this.rooms.get(name);
     if (!room)
-      throw new Error(name === ONE_CLUSTER ? 'this server has --tenants-config: name the tenant' : `no tenant ${JSON.stringify(name)}`);
+      throw new Error(
+        name === ONE_CLUSTER ? `this server has ${this.opts.flags.tenantsConfig}: name the tenant` : `no tenant ${JSON.stringify(name)}`,
+      );
     return room.tenant;
   }
 
@@ -451,7 +453,7 @@ export class KanalServer {
     if (openFiles !== undefined && limit >= openFiles) {
       this.log.warn(
         { maxNodeToCpConnections: limit, openFilesLimit: openFiles },
-        '--max-node-to-cp-connections leaves no file descriptors for frontends and health: lower it or raise the open-files limit',
+        `${this.opts.flags.maxNodeToCpConnections} leaves no file descriptors for frontends and health: lower it or raise the open-files limit`,
       );
     } else this.log.info({ maxConnections: limit, openFilesLimit: openFiles }, 'node -> control plane connections bounded');
   }
@@ -600,13 +602,13 @@ export class KanalServer {
       port,
       limits: this.opts.health.limits,
       metrics: this.opts.health.metrics,
-      metricsFlag: '--health-metrics',
+      metricsFlag: this.opts.flags.healthMetrics,
       readiness: (query) => this.readiness(query),
       registry: this.metricsSource,
       onRefusal: (reason) => this.metrics.refusals.inc({ reason }),
       log: this.log,
     }).catch((err: unknown) => {
-      throw listenError(err, `${host}:${port}`, '--health-bind-address, --health-port');
+      throw listenError(err, `${host}:${port}`, this.opts.flags.health);
     });
   }
 

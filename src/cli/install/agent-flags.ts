@@ -10,12 +10,19 @@ import { agentBuilder, validateAgentArgs, type AgentArgs } from '../agent-comman
 import type { AgentConfig } from '../../agent/config.js';
 import { UsageError } from '../../common/usage-error.js';
 import { errorMessage } from '../../common/error-message.js';
+import { agentSettings, FLAG } from '../../agent/settings.js';
+import { keyOf } from '../../settings/flag-names.js';
 
 /** Flags that make no sense in a unit's command line. */
-const FORBIDDEN = new Set(['dry-run', 'check', 'help', 'version']);
+const FORBIDDEN = new Set([keyOf(agentSettings, 'dry-run'), 'check', 'help', 'version']);
 
 /** Flags naming files the agent reads at run time (relative paths would depend on the cwd). */
-export const FILE_FLAGS = ['ca-cert', 'agent-cert', 'agent-key', 'service-account-token-path'] as const;
+export const FILE_FLAGS = [
+  keyOf(agentSettings, 'ca-cert'),
+  keyOf(agentSettings, 'agent-cert'),
+  keyOf(agentSettings, 'agent-key'),
+  keyOf(agentSettings, 'service-account-token-path'),
+] as const;
 
 export interface AgentFlagSet {
   /** The words as given (stored verbatim in KANAL_AGENT_FLAGS). */
@@ -33,7 +40,7 @@ function flagName(word: string): string | undefined {
 export function parseAgentFlags(words: readonly string[]): AgentFlagSet {
   if (words.length === 0)
     throw new UsageError(
-      'no agent flags: pass them after "--", e.g. kanal install-node -- --proxy-server-host cp.example --ca-cert /etc/kanal/ca.crt ...',
+      `no agent flags: pass them after "--", e.g. kanal install-node -- ${FLAG['proxy-server-host']} cp.example ${FLAG['ca-cert']} /etc/kanal/ca.crt ...`,
     );
   for (const word of words) {
     if (word === '' || /[\s"'\\$`]/.test(word)) {

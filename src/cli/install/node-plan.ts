@@ -7,6 +7,7 @@
 import type { AgentFlagSet } from './agent-flags.js';
 import { KANAL_BINARY } from './program.js';
 import { UNIT_TEMPLATES } from './unit-templates.js';
+import { FLAG } from '../../agent/settings.js';
 
 export const UNIT_DIR = '/etc/systemd/system';
 export const AGENT_UNIT = 'kanal-agent.service';
@@ -92,9 +93,9 @@ export function unitDropIn(flags: AgentFlagSet, systemdVersion: number): string 
     HEADER.trimEnd(),
     '# Values derived from the flags in /etc/kanal/agent.env.',
     '[Service]',
-    `# --connect-timeout ${seconds(c.settings['connect-timeout'])}s: READY=1 comes at the latest then, plus start-up time.`,
+    `# ${FLAG['connect-timeout']} ${seconds(c.settings['connect-timeout'])}s: READY=1 comes at the latest then, plus start-up time.`,
     `TimeoutStartSec=${seconds(c.settings['connect-timeout']) + 30}s`,
-    `# --shutdown-grace-period ${seconds(c.settings['shutdown-grace-period'])}s plus time to close connections and remove the interface.`,
+    `# ${FLAG['shutdown-grace-period']} ${seconds(c.settings['shutdown-grace-period'])}s plus time to close connections and remove the interface.`,
     `TimeoutStopSec=${seconds(c.settings['shutdown-grace-period']) + 15}s`,
     `# Capabilities these flags need: ${caps.length > 0 ? caps.join(', ') : 'none'}${privilegedPorts(flags).length > 0 ? ` (ports ${privilegedPorts(flags).join(', ')} < 1024)` : ''}.`,
     'CapabilityBoundingSet=',
@@ -143,7 +144,7 @@ export function planNodeInstall(opts: PlanOptions): PlannedEntry[] {
     entries.push({
       path: PATHS.modulesLoad,
       kind: 'file',
-      content: Buffer.from(`${HEADER}# kanal-agent creates a dummy interface (--bind-interface-type dummy).\ndummy\n`),
+      content: Buffer.from(`${HEADER}# kanal-agent creates a dummy interface (${FLAG['bind-interface-type']} dummy).\ndummy\n`),
       mode: 0o644,
     });
   }

@@ -47,6 +47,9 @@ import { MAX_RESUME_TOKEN_CHARS, MAX_RESUME_TOKENS, type ResumableTunnels } from
 import type { ResumeMetrics } from '../../domain/resume-metrics.js';
 import type { LedgerAccount } from '../../domain/retention-ledger.js';
 
+// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
+const PEER_READ_TIMEOUT = '--peer-read-timeout';
+
 /** On an agent tunnel the server performs node -> control plane dials (inbound) and dials toward the node (outbound). */
 const AGENT_TUNNEL_REFUSALS: RefusalReasons = {
   maxPendingDials: 'agent_pending_dials',
@@ -61,9 +64,9 @@ const AGENT_TUNNEL_LIMIT_FLAGS: Partial<Record<TunnelLimitName, string>> = {
   maxInboundConnections: '--max-node-to-cp-connections-per-agent',
   maxOutboundConnections: '--max-cp-to-node-connections-per-agent',
   dialRate: '--dial-rate-per-agent',
-  pauseReadingQueuedBytes: '--peer-read-timeout',
-  maxQueuedBytes: '--peer-read-timeout',
-  peerReadTimeoutMs: '--peer-read-timeout',
+  pauseReadingQueuedBytes: PEER_READ_TIMEOUT,
+  maxQueuedBytes: PEER_READ_TIMEOUT,
+  peerReadTimeoutMs: PEER_READ_TIMEOUT,
 };
 
 export interface AgentServiceOptions {

@@ -23,6 +23,8 @@ import type { TenantsAtStart, TenantsReader } from '../tenants/tenants-at-start.
 import type { LoadedTenants } from '../config/tenants-loader.js';
 import type { PrimaryProcessOptions } from '../workers/primary-process.js';
 import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
+import { FLAG, serverSettings } from '../config/settings.js';
+import { flagsOf } from '../../settings/flag-names.js';
 
 /** The credential files' contents (src/cli/server-command.ts loadServerCredentials). */
 export interface ServerCredentials {
@@ -73,6 +75,12 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
   const v = config.settings;
   return {
     serverID: v['server-id'],
+    flags: {
+      tenantsConfig: FLAG['tenants-config'],
+      maxNodeToCpConnections: FLAG['max-node-to-cp-connections'],
+      health: flagsOf(serverSettings, 'health-bind-address', 'health-port'),
+      healthMetrics: FLAG['health-metrics'],
+    },
     tenant: tenantOptionsOf(v),
     ...withAuditLog(v),
     agent: {
@@ -247,7 +255,7 @@ async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{
 /** The primary of `--workers N` (workers/primary-process.ts): its shared ports and the workers' count, from the same configuration. */
 export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart, log: Logger): PrimaryProcessOptions {
   const t = config.tenants;
-  if (!t) throw new Error('workers need --tenants-config');
+  if (!t) throw new Error(`workers need ${FLAG['tenants-config']}`);
   const v = config.settings;
   return {
     tenants,
@@ -258,6 +266,13 @@ export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart, l
     ...(config.health ? { health: config.health } : {}),
     maxPendingHellos: v['max-pending-client-hellos'],
     maxPendingHellosPerHost: v['max-pending-client-hellos-per-host'],
+    flags: {
+      agent: flagsOf(serverSettings, 'agent-bind-address', 'agent-port'),
+      frontend: flagsOf(serverSettings, 'server-bind-address', 'server-port'),
+      health: flagsOf(serverSettings, 'health-bind-address', 'health-port'),
+      maxPendingHellos: FLAG['max-pending-client-hellos'],
+      maxPendingHellosPerHost: FLAG['max-pending-client-hellos-per-host'],
+    },
     log,
   };
 }

@@ -17,6 +17,10 @@ import path from 'node:path';
 import { errorMessage } from '../../common/error-message.js';
 import { unsafeDirectoryProblem } from '../../common/owned-files.js';
 
+// The settings these messages name, spelt once: this room sits below the server's table (src/server/config/settings.ts).
+const UDS_NAME = '--uds-name';
+const DELETE_EXISTING_UDS_FILE = '--delete-existing-uds-file';
+
 export interface UnixSocketOptions {
   path: string;
   /** Replace a stale socket left at `path` (never any other kind of file). */
@@ -78,32 +82,34 @@ async function clearTheWay(opts: UnixSocketOptions): Promise<void> {
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT')
-      throw new UnixSocketError(`--uds-name ${file}: directory ${dir} does not exist; create it first (systemd: RuntimeDirectory=)`);
-    throw new UnixSocketError(`--uds-name ${file}: cannot use directory ${dir}: ${errorMessage(err)}`);
+      throw new UnixSocketError(`${UDS_NAME} ${file}: directory ${dir} does not exist; create it first (systemd: RuntimeDirectory=)`);
+    throw new UnixSocketError(`${UDS_NAME} ${file}: cannot use directory ${dir}: ${errorMessage(err)}`);
   }
-  if (!dirStat.isDirectory()) throw new UnixSocketError(`--uds-name ${file}: ${dir} is not a directory`);
+  if (!dirStat.isDirectory()) throw new UnixSocketError(`${UDS_NAME} ${file}: ${dir} is not a directory`);
   // The mode and group are set by path after bind(): no other user may swap the socket for a link in between (owned-files.ts).
   const unsafe = unsafeDirectoryProblem(dir);
-  if (unsafe) throw new UnixSocketError(`--uds-name ${file}: ${unsafe}`);
+  if (unsafe) throw new UnixSocketError(`${UDS_NAME} ${file}: ${unsafe}`);
   let existing: fs.Stats;
   try {
     existing = fs.lstatSync(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw new UnixSocketError(`--uds-name ${file}: ${errorMessage(err)}`);
+    throw new UnixSocketError(`${UDS_NAME} ${file}: ${errorMessage(err)}`);
   }
   if (!existing.isSocket()) {
     throw new UnixSocketError(
-      `--uds-name ${file} is a ${kindOf(existing)}, not a socket; Kanal removes only a stale socket there (--delete-existing-uds-file), so move it away or choose another path`,
+      `${UDS_NAME} ${file} is a ${kindOf(existing)}, not a socket; Kanal removes only a stale socket there (${DELETE_EXISTING_UDS_FILE}), so move it away or choose another path`,
     );
   }
   if (!opts.deleteExisting)
-    throw new UnixSocketError(`--uds-name ${file} already exists; pass --delete-existing-uds-file (the default) to replace a stale socket`);
-  if (await servedNow(file)) throw new UnixSocketError(`--uds-name ${file}: another process is serving on this socket; stop it first`);
+    throw new UnixSocketError(
+      `${UDS_NAME} ${file} already exists; pass ${DELETE_EXISTING_UDS_FILE} (the default) to replace a stale socket`,
+    );
+  if (await servedNow(file)) throw new UnixSocketError(`${UDS_NAME} ${file}: another process is serving on this socket; stop it first`);
   try {
     fs.unlinkSync(file);
   } catch (err) {
-    throw new UnixSocketError(`--delete-existing-uds-file: cannot remove the stale socket ${file}: ${errorMessage(err)}`);
+    throw new UnixSocketError(`${DELETE_EXISTING_UDS_FILE}: cannot remove the stale socket ${file}: ${errorMessage(err)}`);
   }
 }
 
@@ -133,7 +139,7 @@ export async function listenUnix(server: net.Server, opts: UnixSocketOptions): P
   const file = path.resolve(opts.path);
   if (Buffer.byteLength(file) > MAX_SOCKET_PATH) {
     throw new UnixSocketError(
-      `--uds-name ${file}: the path is ${Buffer.byteLength(file)} bytes long; Unix socket paths are limited to ${MAX_SOCKET_PATH}`,
+      `${UDS_NAME} ${file}: the path is ${Buffer.byteLength(file)} bytes long; Unix socket paths are limited to ${MAX_SOCKET_PATH}`,
     );
   }
   await clearTheWay({ ...opts, path: file });
@@ -144,9 +150,9 @@ export async function listenUnix(server: net.Server, opts: UnixSocketOptions): P
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
-      throw new UnixSocketError(`--uds-name ${file}: no permission to create files in ${path.dirname(file)} (${code})`);
+      throw new UnixSocketError(`${UDS_NAME} ${file}: no permission to create files in ${path.dirname(file)} (${code})`);
     }
-    throw new UnixSocketError(`--uds-name ${file}: cannot listen: ${errorMessage(err)}`);
+    throw new UnixSocketError(`${UDS_NAME} ${file}: cannot listen: ${errorMessage(err)}`);
   }
   try {
     if (opts.gid !== undefined) {

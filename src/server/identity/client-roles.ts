@@ -8,6 +8,10 @@
  */
 import { X509Certificate } from 'node:crypto';
 
+// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
+const CLUSTER_CA_CERT = '--cluster-ca-cert';
+const SERVER_CA_CERT = '--server-ca-cert';
+
 export type Role = 'agent' | 'frontend';
 
 /** One `ATTR=VALUE` of a certificate subject; VALUE ending in `*` matches by prefix. */
@@ -134,11 +138,11 @@ export function assertRolesSeparated(agentCa: Buffer | undefined, frontendCa: Bu
       ) || roles.agent.ekus.some((e) => roles.frontend.ekus.includes(e));
     if (!same) return;
     throw new Error(
-      `--cluster-ca-cert and --server-ca-cert share a CA (${shared}) and the two roles are pinned to the same subject or EKU: pin each role to its own`,
+      `${CLUSTER_CA_CERT} and ${SERVER_CA_CERT} share a CA (${shared}) and the two roles are pinned to the same subject or EKU: pin each role to its own`,
     );
   }
   throw new Error(
-    `--cluster-ca-cert and --server-ca-cert share a CA (${shared}): every agent certificate could then open the frontend and the kube-apiserver's certificate could register as an agent. ` +
+    `${CLUSTER_CA_CERT} and ${SERVER_CA_CERT} share a CA (${shared}): every agent certificate could then open the frontend and the kube-apiserver's certificate could register as an agent. ` +
       'Use a separate CA for each role (see docs/trust-model.md), or pin both roles: ' +
       `${FLAG.frontend.subject} (e.g. CN=kube-apiserver) or ${FLAG.frontend.eku}, and ${FLAG.agent.subject} (e.g. O=system:konnectivity-agents) or ${FLAG.agent.eku}`,
   );

@@ -28,6 +28,11 @@
 import { createHash } from 'node:crypto';
 import { KubeApiError, type KubeApi } from '../../kube/kube-api.js';
 
+// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
+const AGENT_NAMESPACE = '--agent-namespace';
+const AGENT_SERVICE_ACCOUNT = '--agent-service-account';
+const AUTHENTICATION_AUDIENCE = '--authentication-audience';
+
 /** `status.user.extra` keys the kube-apiserver sets for bound service account tokens. */
 export const EXTRA_POD_NAME = 'authentication.kubernetes.io/pod-name';
 export const EXTRA_POD_UID = 'authentication.kubernetes.io/pod-uid';
@@ -149,12 +154,12 @@ export class TokenAuthenticator {
 
   constructor(private readonly options: TokenAuthenticatorOptions) {
     for (const [flag, value] of [
-      ['--agent-namespace', options.namespace],
-      ['--agent-service-account', options.serviceAccount],
-      ['--authentication-audience', options.audience],
+      [AGENT_NAMESPACE, options.namespace],
+      [AGENT_SERVICE_ACCOUNT, options.serviceAccount],
+      [AUTHENTICATION_AUDIENCE, options.audience],
     ] as const) {
       if (!value) throw new RangeError(`${flag} must not be empty for token authentication`);
-      if (flag !== '--authentication-audience' && value.includes(':'))
+      if (flag !== AUTHENTICATION_AUDIENCE && value.includes(':'))
         throw new RangeError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
     }
     this.expectedUsername = `system:serviceaccount:${options.namespace}:${options.serviceAccount}`;
@@ -258,7 +263,7 @@ export class TokenAuthenticator {
       if (claimed && !claimed.includes(audience)) {
         return this.refuse(
           'wrong-audience',
-          `the token is for audiences ${JSON.stringify(claimed)}, this server requires ${JSON.stringify(audience)} (--authentication-audience; the audience of the agent's projected token)${said}`,
+          `the token is for audiences ${JSON.stringify(claimed)}, this server requires ${JSON.stringify(audience)} (${AUTHENTICATION_AUDIENCE}; the audience of the agent's projected token)${said}`,
         );
       }
       return this.refuse('rejected', `the Kubernetes API did not authenticate the token${said}`);
@@ -275,7 +280,7 @@ export class TokenAuthenticator {
       const who = sa ? `service account ${sa[2]} in namespace ${sa[1]}` : `user ${JSON.stringify(username)}, not a service account`;
       return this.refuse(
         'wrong-identity',
-        `the token belongs to ${who}; this server accepts only ${this.expectedUsername} (--agent-namespace, --agent-service-account)`,
+        `the token belongs to ${who}; this server accepts only ${this.expectedUsername} (${AGENT_NAMESPACE}, ${AGENT_SERVICE_ACCOUNT})`,
       );
     }
     const identity = this.identity(status.user ?? {}, token);

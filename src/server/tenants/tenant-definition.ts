@@ -10,6 +10,9 @@ import type { UnixSocketOptions } from '../frontends/unix-socket.js';
 import type { TenantCredentials } from './tenant-directory.js';
 import type { TenantSettingsOptions } from './tenant.js';
 
+// The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
+export const TENANTS_CONFIG = '--tenants-config';
+
 export interface TenantDefinition {
   name: string;
   credentials: TenantCredentials;
@@ -38,8 +41,8 @@ export class TenantsRefused extends UsageError {
   ) {
     super(
       mistakes.length === 1
-        ? `--tenants-config ${file}: ${mistakes[0]}`
-        : `--tenants-config ${file}: ${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`,
+        ? `${TENANTS_CONFIG} ${file}: ${mistakes[0]}`
+        : `${TENANTS_CONFIG} ${file}: ${mistakes.length} mistakes:\n  ${mistakes.join('\n  ')}`,
     );
   }
 }

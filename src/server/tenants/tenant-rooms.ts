@@ -10,7 +10,7 @@ import type { LabelledCounter } from '../../domain/metrics.js';
 import { errorMessage } from '../../common/error-message.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
 import type { Tenant } from './tenant.js';
-import type { TenantDefinition } from './tenant-definition.js';
+import { TENANTS_CONFIG, type TenantDefinition } from './tenant-definition.js';
 import { TenantDirectory, type TlsPolicyOptions } from './tenant-directory.js';
 import { logRefusedReload } from './tenants-watch.js';
 import { planReload, type Fingerprinted } from './reload-plan.js';
@@ -126,7 +126,7 @@ export class TenantRooms {
    * changes nothing. One reload at a time; requests during one are merged into the next.
    */
   async reload(): Promise<ReloadResult> {
-    if (!this.opts) return { ok: false, error: 'this server has no --tenants-config' };
+    if (!this.opts) return { ok: false, error: `this server has no ${TENANTS_CONFIG}` };
     const refusal = this.opts.refusal();
     if (refusal) return { ok: false, error: refusal };
     if (this.reloading) {

@@ -11,7 +11,7 @@ import type { HealthPortOptions } from '../../common/health-server.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import type { TenantsAtStart } from '../tenants/tenants-at-start.js';
 import { logRefusedReload, reloadCounter, reloadOnChangeOrHangup } from '../tenants/tenants-watch.js';
-import { WorkerPool } from './primary.js';
+import { WorkerPool, type PrimaryFlags } from './primary.js';
 import { createPrivateDir, removeStaleDirs } from './private-dir.js';
 import { ownerOf } from './owner.js';
 
@@ -26,6 +26,7 @@ export interface PrimaryProcessOptions {
   health?: HealthPortOptions;
   maxPendingHellos: number;
   maxPendingHellosPerHost: number;
+  flags: PrimaryFlags;
   log: Logger;
 }
 
@@ -62,6 +63,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     count: workers,
     spawn: (i) => o.spawnWorker(i, workers, dir.path),
     agent: o.agent,
+    flags: o.flags,
     ...(o.frontend ? { frontend: o.frontend } : {}),
     ...(o.health ? { health: o.health } : {}),
     tenantOfServerName: (name) => names.get(name),

@@ -65,6 +65,15 @@ interface Worker {
   onReady?: () => void;
 }
 
+/** How the command line names the settings behind the options below, for listen errors and refusals (the assembly passes its table's names). */
+export interface PrimaryFlags {
+  agent: string;
+  frontend: string;
+  health: string;
+  maxPendingHellos: string;
+  maxPendingHellosPerHost: string;
+}
+
 export interface PrimaryOptions {
   count: number;
   /** Starts worker `index` (the CLI knows the command line and the runtime's form). */
@@ -81,6 +90,7 @@ export interface PrimaryOptions {
   maxPendingHellos: number;
   /** The same from one peer address (--max-pending-client-hellos-per-host): one host cannot take every place. */
   maxPendingHellosPerHost: number;
+  flags: PrimaryFlags;
   metrics: KanalMetrics;
   log: Logger;
 }
@@ -138,8 +148,8 @@ export class WorkerPool {
   /** Starts every worker, waits until each is ready, then binds the shared ports and health. */
   async start(): Promise<void> {
     await Promise.all(this.workers.map((w) => this.startWorker(w)));
-    this.agentPort = await this.listen(this.opts.agent, 'agent', '--agent-bind-address, --agent-port');
-    if (this.opts.frontend) this.frontendPort = await this.listen(this.opts.frontend, 'frontend', '--server-bind-address, --server-port');
+    this.agentPort = await this.listen(this.opts.agent, 'agent', this.opts.flags.agent);
+    if (this.opts.frontend) this.frontendPort = await this.listen(this.opts.frontend, 'frontend', this.opts.flags.frontend);
     const health = this.opts.health;
     if (health) {
       this.health = await startHealthServer({
@@ -148,7 +158,7 @@ export class WorkerPool {
         registry: this.metricsSource,
         log: this.opts.log,
       }).catch((err: unknown) => {
-        throw listenError(err, `${health.host}:${health.port}`, '--health-bind-address, --health-port');
+        throw listenError(err, `${health.host}:${health.port}`, this.opts.flags.health);
       });
     }
     this.poll = setInterval(() => void this.pollReadiness(), POLL_MS);
@@ -251,9 +261,9 @@ export class WorkerPool {
     const fromHost = this.pendingByHost.get(host) ?? 0;
     const full =
       this.sockets.size >= this.opts.maxPendingHellos
-        ? '--max-pending-client-hellos'
+        ? this.opts.flags.maxPendingHellos
         : fromHost >= this.opts.maxPendingHellosPerHost
-          ? '--max-pending-client-hellos-per-host'
+          ? this.opts.flags.maxPendingHellosPerHost
           : undefined;
     if (full) {
       this.refusals.refuse({
