@@ -107,6 +107,8 @@ export class WorkerRelay {
   frontend(tenant: string | undefined): Pick<TenantFrontend, 'serve'> | undefined {
     const w = this.opts.worker;
     if (tenant === undefined || this.owns(tenant)) return undefined;
-    return { serve: (socket, { peer }) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.opts.log) };
+    return {
+      serve: (socket, { peer }) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.opts.log),
+    };
   }
 }
