@@ -25,7 +25,7 @@ import {
   type LogLine,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { captureLogger, makeEnv } from '../helpers/in-process.js';
+import { captureLogger, makeEnv, oneClusterFlags } from '../helpers/in-process.js';
 
 function baseArgs(ws: Workspace, agentPort: number, healthPort: number): string[] {
   return loopbackServerArgs({ pki: ws.pki, agentPort, healthPort });
@@ -264,24 +264,7 @@ test('in process: a start that fails at its last listener frees the ports and th
   const busy = await blockPort(t);
   // Assembled from flags as `kanal server` is; its health port is the one in use.
   const { server: failing, close } = await newServerFromFlags(
-    [
-      '--cluster-cert',
-      env.pki.serverCert,
-      '--cluster-key',
-      env.pki.serverKey,
-      '--cluster-ca-cert',
-      env.pki.caCert,
-      '--agent-bind-address',
-      '127.0.0.1',
-      '--agent-port',
-      '0',
-      '--uds-name',
-      env.udsPath,
-      '--health-bind-address',
-      '127.0.0.1',
-      '--health-port',
-      String(busy),
-    ],
+    [...oneClusterFlags(env.pki, env.udsPath), '--health-bind-address', '127.0.0.1', '--health-port', String(busy)],
     { log: captureLogger('silent').log },
   );
   t.teardown(close);

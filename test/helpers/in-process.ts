@@ -26,6 +26,24 @@ import { formatHostPort } from '../../src/common/host-port.js';
 
 export { captureLogger, waitFor, type CapturedLogger } from './memory-stream.js';
 
+/** The flags of one cluster's server on loopback, its agent port on `agentPort` and its frontend on `udsPath`: what every in-process server starts from. */
+export function oneClusterFlags(pki: Pick<ThrowawayPki, 'serverCert' | 'serverKey' | 'caCert'>, udsPath: string, agentPort = 0): string[] {
+  return [
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--agent-port',
+    String(agentPort),
+    '--uds-name',
+    udsPath,
+  ];
+}
+
 export interface TestEnv {
   dir: string;
   pki: ThrowawayPki;
@@ -75,18 +93,7 @@ export async function startServer(
   const flags = [
     '--server-id',
     opts.serverID ?? 'test-server',
-    '--cluster-cert',
-    env.pki.serverCert,
-    '--cluster-key',
-    env.pki.serverKey,
-    '--cluster-ca-cert',
-    env.pki.caCert,
-    '--agent-bind-address',
-    '127.0.0.1',
-    '--agent-port',
-    String(opts.agentPort ?? 0),
-    '--uds-name',
-    opts.udsPath ?? env.udsPath,
+    ...oneClusterFlags(env.pki, opts.udsPath ?? env.udsPath, opts.agentPort),
     '--health-port',
     '0',
     '--admin-port',

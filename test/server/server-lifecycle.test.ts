@@ -9,7 +9,7 @@ import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
 import type { KanalServer } from '../../src/server/server.js';
 import { newServerFromFlags } from '../../kit/launch/in-process.js';
-import { captureLogger, httpGet, makeEnv, type CapturedLogger, type TestEnv } from '../helpers/in-process.js';
+import { captureLogger, httpGet, makeEnv, oneClusterFlags, type CapturedLogger, type TestEnv } from '../helpers/in-process.js';
 
 interface Unstarted {
   server: KanalServer;
@@ -21,24 +21,7 @@ interface Unstarted {
 async function newServer(t: ExecutionContext, env: TestEnv, name: string): Promise<Unstarted> {
   const logs = captureLogger('debug');
   const udsPath = path.join(env.dir, `${name}.sock`);
-  const flags = [
-    '--server-id',
-    name,
-    '--cluster-cert',
-    env.pki.serverCert,
-    '--cluster-key',
-    env.pki.serverKey,
-    '--cluster-ca-cert',
-    env.pki.caCert,
-    '--agent-bind-address',
-    '127.0.0.1',
-    '--agent-port',
-    '0',
-    '--uds-name',
-    udsPath,
-    '--health-port',
-    '0',
-  ];
+  const flags = ['--server-id', name, ...oneClusterFlags(env.pki, udsPath), '--health-port', '0'];
   const { server, close } = await newServerFromFlags(flags, { log: logs.log, ephemeralHealthHost: '127.0.0.1' });
   t.teardown(close);
   return { server, logs, udsPath };
