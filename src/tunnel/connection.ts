@@ -339,6 +339,8 @@ export class TunnelConnection {
   finish(): void {
     if (this.life.kind !== 'live') return;
     this.end();
+    // Our FIN may have closed it already: a peer without half-close takes a FIN as the whole close.
+    if (this.life.kind !== 'live') return;
     if (this.sender.queuedBytes === 0 && !this.finWaits) {
       this.closeAs(SENT_ALL);
       return;

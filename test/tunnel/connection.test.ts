@@ -174,6 +174,17 @@ test('without half-close (upstream peers) a FIN closes the whole connection', (t
   t.deepEqual(end.events, ['abort']);
 });
 
+test('without half-close, finish() whose FIN closes the connection ends there: no flush starts on a closed connection', (t) => {
+  // A relay partner's close calls finish() (splice.ts PartnerEnd); with a peer that has no half-close
+  // the FIN it sends closes the connection inside that call.
+  const { host, conn, end } = connection({ halfClose: false, flowControl: false });
+  t.notThrows(() => conn.finish());
+  t.is(conn.state, 'closed');
+  t.deepEqual(host.sent, ['CLOSE_RSP ']);
+  t.deepEqual(end.events, ['abort']);
+  t.notThrows(() => conn.finish());
+});
+
 test('the peer closes: cleanly, what it sent is flushed; with an error, it is dropped; neither is answered', (t) => {
   const clean = connection();
   clean.conn.receiveData(Buffer.from('last'));
