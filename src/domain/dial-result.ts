@@ -17,6 +17,7 @@ export const DIAL_FAILURES = [
   'cancelled', // the requester went away
   'tunnel-closed', // the tunnel died while the dial was pending (HTTP 502)
   'forbidden', // destination not allowed (HTTP 403)
+  'unresolved', // the name did not resolve inside the cluster (HTTP 502)
 ] as const;
 
 export type DialFailure = (typeof DIAL_FAILURES)[number];

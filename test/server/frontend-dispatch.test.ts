@@ -20,6 +20,7 @@ import { FRONTENDS, FRONTEND_MODES, type FrontendMode } from '../../src/server/f
 import type { Frontend, FrontendConnection, Recognition } from '../../src/server/frontends/frontend.js';
 import { httpConnectFrontend } from '../../src/server/frontends/http-connect-frontend.js';
 import { BackendDialer } from '../../src/server/frontends/backend-dialer.js';
+import { KasOnlyClients } from '../../src/server/clients/kas-only-clients.js';
 import { AgentRegistry } from '../../src/server/agents/agent-registry.js';
 import { listenForFrontends, type Listener } from '../../src/server/listeners.js';
 import { Refusals, type PeerRefusal } from '../../src/domain/refusal-log.js';
@@ -165,7 +166,7 @@ async function stand(t: ExecutionContext, mode: FrontendMode, requestHeadTimeout
   const refused = new EventEmitter();
   const refusals = new Refusals(logs.log, undefined, 1000, { refused: (r: PeerRefusal) => refused.emit('refusal', r) });
   const dialer = new BackendDialer({ registry: new AgentRegistry(), timeoutMs: 1000, log: logs.log });
-  const tenantPart = httpConnectFrontend.forTenant?.({ dialer, refusals, log: logs.log });
+  const tenantPart = httpConnectFrontend.forTenant?.({ dialer, clients: new KasOnlyClients(dialer), refusals, log: logs.log });
   const stub: GrpcServerTransport<FrontendConnection> = {
     injectConnection: (connection, context) => grpc.emit('connection', connection, context),
     close: () => Promise.resolve(),

@@ -14,6 +14,7 @@ import type { GrpcServerTransport } from '../../transport/transport.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
 import type { Refusals } from '../../domain/refusal-log.js';
 import type { BackendDialer } from './backend-dialer.js';
+import type { FrontendClients } from '../clients/frontend-client.js';
 
 /** What the listener established about a connection: on a server of many tenants, whose it is. */
 export interface FrontendConnection {
@@ -48,6 +49,8 @@ export interface TenantFrontend {
 export interface TenantServices {
   /** Dials through the tenant's agents. */
   readonly dialer: BackendDialer;
+  /** Who a client is and what it may reach: doors admit a client, then dial for it (clients/frontend-client.ts). */
+  readonly clients: FrontendClients;
   /** The door's own refusal log in the tenant (counted, rate limited, flushed with the tenant). */
   readonly refusals: Refusals;
   readonly log: Logger;

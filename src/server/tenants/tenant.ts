@@ -24,6 +24,7 @@ import { createAgentService, type AgentServiceOptions } from '../agents/agent-se
 import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
+import { KasOnlyClients } from '../clients/kas-only-clients.js';
 import { createGrpcFrontend, type FrontendStream, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
 import { FRONTENDS } from '../frontends/frontend-registry.js';
 import type { Frontend, TenantFrontend } from '../frontends/frontend.js';
@@ -162,11 +163,12 @@ export class Tenant {
     }));
     this.frontendOptions = { dialer, log: logs.frontend, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics: this.metrics };
     this.serveProxy = createGrpcFrontend(this.frontendOptions);
+    const clients = new KasOnlyClients(dialer);
     this.frontends = new Map(
       FRONTENDS.flatMap((door: Frontend) => {
         if (!door.forTenant) return [];
         const log = opts.log.child({ part: 'frontend', frontend: door.name });
-        return [[door.name, door.forTenant({ dialer, refusals: this.refusals(log), log })] as const];
+        return [[door.name, door.forTenant({ dialer, clients, refusals: this.refusals(log), log })] as const];
       }),
     );
     this.allowList = new AllowList(opts.allowedDestinations);
