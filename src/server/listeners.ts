@@ -280,6 +280,13 @@ export interface FrontendListenerOptions {
   /** Read each client's certificate subject or Unix uid/pid for the audit log (client-identity.ts): a cost per connection, so only with one. */
   identifyClients?: boolean;
   uds?: UnixSocketOptions;
+  /**
+   * Plain TCP, no TLS (a forward proxy or SOCKS5 for clients without a certificate, docs/frontends.md):
+   * bound to loopback or a pod IP; a client is known by its address and what it presents.
+   */
+  plain?: { host: string; port: number };
+  /** The flags that bind it, for a listen error (default: the frontend's). */
+  listenFlags?: string;
   tcp?: {
     host: string;
     /** Undefined: nothing is bound, connections come in through adopt() (a worker). */
@@ -363,6 +370,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       },
     };
   }
+  if (opts.plain) return listenPlain(opts, opts.plain, sockets, peers);
   const tcp = opts.tcp;
   if (!tcp) throw new Error(`frontend needs --uds-name or ${SERVER_PORT}`);
   const server = tls.createServer({
@@ -431,4 +439,23 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     adopt,
     adoptDecided,
   };
+}
+
+/** A frontend listener on plain TCP (FrontendListenerOptions.plain): each connection goes to the sniffer as it comes. */
+async function listenPlain(
+  opts: FrontendListenerOptions,
+  plain: { host: string; port: number },
+  sockets: Set<net.Socket>,
+  peers: WeakMap<net.Socket, string>,
+): Promise<Listener> {
+  const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
+  const server = net.createServer({ allowHalfOpen: true }, (socket) =>
+    dispatch(socket, opts, peers.get(socket) ?? peerOf(socket, 'unknown'), connection),
+  );
+  track(server, sockets, peers);
+  const port = await listenTcp(server, plain.host, plain.port, opts.listenFlags ?? `the ${opts.mode} listener`);
+  reportErrors(server, opts.log);
+  const address = formatHostPort({ host: plain.host, port });
+  opts.log.info({ address, mode: opts.mode, tls: false }, 'frontend listener ready');
+  return { address, port, close: () => closeServer(server, sockets) };
 }

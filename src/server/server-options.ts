@@ -64,6 +64,8 @@ export interface ServerOptions {
     uds?: UnixSocketOptions;
     /** `clientPins`: the KAS's client certificate must match these (when set) and never the agents'. */
     tcp?: { host: string; port: number; tls: TlsFiles; clientPins?: RolePins };
+    /** Listeners of their own for other doors (a plain-TCP forward proxy, SOCKS5), each serving one `mode`; a server of one cluster. */
+    extra?: readonly ExtraFrontendListener[];
   };
   health?: HealthPortOptions;
   maxReceiveMessageBytes: number;
@@ -97,6 +99,15 @@ export interface ServerOptions {
    * connection it recognised as another worker's tenant to that worker.
    */
   worker?: WorkerPlace;
+}
+
+/** A listener of one door beside the frontend: a Unix socket or plain TCP (docs/frontends.md). */
+export interface ExtraFrontendListener {
+  mode: FrontendMode;
+  /** What names it in errors: the flags that made it ("--socks5-port"). */
+  flags: string;
+  uds?: UnixSocketOptions;
+  plain?: { host: string; port: number };
 }
 
 export interface ServerStats {

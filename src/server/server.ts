@@ -99,6 +99,8 @@ export class KanalServer {
   /** Set while starting and kept once closed, so their ports can still be read (tests, logs). */
   private agentListener: Listener | undefined;
   private frontendListener: Listener | undefined;
+  /** ServerOptions.frontend.extra, as bound. */
+  private extraListeners: Listener[] = [];
   private health: HealthServer | undefined;
   private closers: (() => Promise<void>)[] = [];
   /** Report the refusals still held back by rate limiting (at stop). */
@@ -386,6 +388,7 @@ export class KanalServer {
         refusals: this.refusalLogs.frontend,
       });
     }
+    if (!opts.tenants) await this.startExtraListeners(frontendGrpc);
     if (worker) await this.listenForHandoffs(worker.handoffPath(worker.index));
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
@@ -406,6 +409,25 @@ export class KanalServer {
         : {}),
     });
     await this.startHealth();
+  }
+
+  /** The listeners of single doors beside the frontend (ServerOptions.frontend.extra), closed with the rest. */
+  private async startExtraListeners(grpc: GrpcServerTransport<FrontendConnection>): Promise<void> {
+    for (const extra of this.opts.frontend.extra ?? []) {
+      const log = this.log.child({ part: 'frontend', listener: extra.mode });
+      const listener = await listenForFrontends({
+        mode: extra.mode,
+        identifyClients: true,
+        ...(extra.uds ? { uds: extra.uds } : {}),
+        ...(extra.plain ? { plain: extra.plain } : {}),
+        listenFlags: extra.flags,
+        requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,
+        services: this.frontendServices(grpc, log),
+        log,
+        refusals: this.refusalLogs.frontend,
+      });
+      this.extraListeners.push(listener);
+    }
   }
 
   /** A worker: connections relayed by other workers, each served as its handoff line says. */
@@ -663,6 +685,7 @@ export class KanalServer {
   /** Releases whatever start() got to; safe at any point of it (closing a listener again does nothing). */
   private async release(): Promise<void> {
     await this.frontendListener?.close();
+    await Promise.all(this.extraListeners.splice(0).map((l) => l.close()));
     await this.agentListener?.close();
     await this.rooms.closeAll();
     await Promise.all(this.closers.map((c) => c()));

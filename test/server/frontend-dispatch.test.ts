@@ -272,3 +272,41 @@ test('listener: a client that sends nothing is closed as frontend_timeout; one t
   t.like(await headTimeout, { reason: 'frontend_header_timeout' });
   t.regex((await readAll(stalled)).toString('latin1'), /^HTTP\/1\.1 408 /);
 });
+
+test('plain TCP listener: a CONNECT from loopback reaches its door with the client address; a port in use names the flags', async (t) => {
+  const logs = captureLogger();
+  const refusals = new Refusals(logs.log);
+  const dialer = new BackendDialer({ registry: new AgentRegistry(), timeoutMs: 1000, log: logs.log });
+  const tenantPart = httpConnectFrontend.forTenant?.({ dialer, clients: new KasOnlyClients(dialer), refusals, log: logs.log });
+  const peers: string[] = [];
+  const options = {
+    mode: 'http-connect' as const,
+    plain: { host: '127.0.0.1', port: 0 },
+    listenFlags: '--http-proxy-bind-address, --http-proxy-port',
+    services: {
+      grpc: { injectConnection: () => undefined, close: () => Promise.resolve() },
+      log: logs.log,
+      tenantFrontend: () =>
+        tenantPart && {
+          serve: (socket: Duplex, context: Parameters<NonNullable<typeof tenantPart>['serve']>[1]) => {
+            peers.push(context.connection.client.address);
+            tenantPart.serve(socket, context);
+          },
+        },
+    },
+    log: logs.log,
+    refusals,
+  };
+  const listener = await listenForFrontends(options);
+  t.teardown(() => listener.close());
+  t.regex(listener.address, /^127\.0\.0\.1:\d+$/);
+  const client = net.connect(listener.port, '127.0.0.1');
+  client.on('error', () => undefined);
+  t.teardown(() => client.destroy());
+  client.write(CONNECT);
+  t.regex((await readAll(client)).toString('latin1'), /^HTTP\/1\.1 500 /);
+  t.is(peers.length, 1);
+  t.regex(peers[0] ?? '', /^127\.0\.0\.1:\d+$/);
+  const taken = await t.throwsAsync(listenForFrontends({ ...options, plain: { host: '127.0.0.1', port: listener.port } }));
+  t.regex(taken?.message ?? '', /--http-proxy-bind-address, --http-proxy-port/);
+});
