@@ -174,7 +174,10 @@ test('dial() to a closed port is refused', async (t) => {
     instanceOf: DialError,
   });
   t.is(named.failure, 'refused');
-  t.regex(named.message, /db\.cp\.internal is 127\.0\.0\.1 by the server's resolver/);
+  t.regex(
+    named.message,
+    /dial tcp db\.cp\.internal:\d+ \(resolved by the server's resolver to 127\.0\.0\.1\): dial tcp 127\.0\.0\.1:\d+: ECONNREFUSED/,
+  );
 });
 
 test('dial() of a name that does not resolve is unresolved, naming the name and the resolver', async (t) => {

@@ -126,7 +126,7 @@ export class DirectRoutes {
     if (net.isIP(target.host) !== 0) return dialTcp(label, { timeoutMs, ...(signal ? { signal } : {}) });
     const deadline = Date.now() + timeoutMs;
     const addresses = await this.resolve(target.host, label, timeoutMs, signal);
-    const via = `${label} (${target.host} is ${truncateForLog(addresses.join(', '), 200)} by the server's resolver)`;
+    const via = `${label} (resolved by the server's resolver to ${truncateForLog(addresses.join(', '), 200)})`;
     let last: DialError | undefined;
     for (const a of addresses.slice(0, MAX_ADDRESSES_TRIED)) {
       const left = deadline - Date.now();
