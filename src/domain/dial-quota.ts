@@ -2,7 +2,8 @@
  * A tenant's share of the server (docs/multi-tenant.md, "Fairness"): its
  * tunnelled connections, its dials waiting for an answer and its dial rate,
  * both directions together, so one tenant's load is bounded by its own
- * limits and never by another's. A dial takes a ticket before anything is
+ * limits and never by another's; a frontend client's share of its tenant
+ * the same way (server/clients/client-quota.ts), under its own wording. A dial takes a ticket before anything is
  * dialled; the ticket is given back exactly once, when the dial fails or the
  * connection it made closes.
  */
@@ -17,9 +18,38 @@ export interface DialQuotaLimits {
   dialBurst: number;
 }
 
+/** The refusal reasons a quota counts under: a tenant's, or a frontend client's (server/clients/client-quota.ts). */
+export type QuotaReason = Extract<
+  RefusalReason,
+  'tenant_connections' | 'tenant_pending_dials' | 'tenant_dial_rate' | 'client_connections' | 'client_pending_dials' | 'client_dial_rate'
+>;
+
 export type QuotaRefusal = {
-  reason: Extract<RefusalReason, 'tenant_connections' | 'tenant_pending_dials' | 'tenant_dial_rate'>;
+  reason: QuotaReason;
   message: string;
+};
+
+/** Whose quota it is, in a refusal: its reasons and its messages, each naming the limit and the setting that sets it. */
+export interface QuotaWording {
+  connections: { reason: QuotaReason; message: (max: number) => string };
+  pendingDials: { reason: QuotaReason; message: (max: number) => string };
+  dialRate: { reason: QuotaReason; message: (perSecond: number) => string };
+}
+
+/** A tenant's (the tenants file's max-connections, max-pending-dials, dial-rate and dial-burst). */
+export const TENANT_QUOTA_WORDING: QuotaWording = {
+  connections: {
+    reason: 'tenant_connections',
+    message: (max) => `the tenant holds its maximum of ${max} tunnelled connections (max-connections)`,
+  },
+  pendingDials: {
+    reason: 'tenant_pending_dials',
+    message: (max) => `the tenant has its maximum of ${max} dials waiting for an answer (max-pending-dials)`,
+  },
+  dialRate: {
+    reason: 'tenant_dial_rate',
+    message: (perSecond) => `the tenant dials faster than its ${perSecond} dials/s (dial-rate, dial-burst)`,
+  },
 };
 
 /** A dial's place in the quota: pending until connected() or done(); done() gives everything back (once). */
@@ -37,7 +67,10 @@ export class DialQuota {
   /** Connections whose ticket is given back when they close (release()). */
   private readonly held = new Map<object, QuotaTicket>();
 
-  constructor(private limits: DialQuotaLimits) {
+  constructor(
+    private limits: DialQuotaLimits,
+    private readonly wording: QuotaWording = TENANT_QUOTA_WORDING,
+  ) {
     this.rate = new DialRate(limits.dialRate, limits.dialBurst);
   }
 
@@ -66,18 +99,11 @@ export class DialQuota {
   /** A ticket for one dial, or why the tenant may not dial now. */
   take(): QuotaTicket | QuotaRefusal {
     const { maxConnections, maxPendingDials, dialRate } = this.limits;
+    const w = this.wording;
     if (this.pending + this.connections >= maxConnections)
-      return {
-        reason: 'tenant_connections',
-        message: `the tenant holds its maximum of ${maxConnections} tunnelled connections (max-connections)`,
-      };
-    if (this.pending >= maxPendingDials)
-      return {
-        reason: 'tenant_pending_dials',
-        message: `the tenant has its maximum of ${maxPendingDials} dials waiting for an answer (max-pending-dials)`,
-      };
-    if (!this.rate.take())
-      return { reason: 'tenant_dial_rate', message: `the tenant dials faster than its ${dialRate} dials/s (dial-rate, dial-burst)` };
+      return { reason: w.connections.reason, message: w.connections.message(maxConnections) };
+    if (this.pending >= maxPendingDials) return { reason: w.pendingDials.reason, message: w.pendingDials.message(maxPendingDials) };
+    if (!this.rate.take()) return { reason: w.dialRate.reason, message: w.dialRate.message(dialRate) };
     this.pending++;
     let state: 'pending' | 'connected' | 'done' = 'pending';
     return {

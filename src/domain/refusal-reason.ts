@@ -60,6 +60,10 @@ export const REFUSAL_REASONS = [
   'tenant_connections',
   'tenant_pending_dials',
   'tenant_dial_rate',
+  // Server, a frontend client's own limits (clients/client-quota.ts)
+  'client_connections',
+  'client_pending_dials',
+  'client_dial_rate',
   // Server with --workers: the primary, a connection it could not take to read its ClientHello (workers/primary.ts)
   'client_hello_backlog',
   // Agent, a tunnel to a server: its limits (node_to_cp_connections as above, counted by the agent)

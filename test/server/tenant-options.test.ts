@@ -20,6 +20,7 @@ const ENTRY = {
   'server-count': 3,
   'max-agents-per-credential': 2,
   'allowed-destination': ['10.0.0.10:6443'],
+  'direct-route': ['10.96.0.0/12:443', 'Metrics-Server.kube-system.svc'],
   'backend-dial-timeout': '7s',
   'destination-dial-timeout': '4s',
   'max-connection-window': 2 * 1024 * 1024,
@@ -62,6 +63,7 @@ test('the command line and a tenants file entry with the same values map to the 
     backendDialTimeoutMs: 7000,
     destinationDialTimeoutMs: 4000,
     allowedDestinations: ['10.0.0.10:6443'],
+    directRoutes: ['10.96.0.0/12:443', 'metrics-server.kube-system.svc'],
   });
   t.like(fromCommandLine.agentLimits, { dialRate: 7 });
   t.deepEqual(fromCommandLine.retainedBytes, { perAgent: 32 * 1024 * 1024, perTenant: 64 * 1024 * 1024 });
@@ -82,15 +84,34 @@ test("update() applies a reload's settings as a tenant started with them would h
     });
   };
   const running = make({});
-  const changed = { ...ENTRY, 'max-agents': 5, 'allowed-destination': ['10.0.0.11:443', '10.0.0.12:443'] };
+  const changed = {
+    ...ENTRY,
+    'max-agents': 5,
+    'allowed-destination': ['10.0.0.11:443', '10.0.0.12:443'],
+    'direct-route': ['*.cp.internal:8443', '[fd00::/64]'],
+  };
+  const routes = running.directRoutes;
+  t.true(routes.empty, 'no direct route unless configured');
   const next = entry('alpha', changed);
   running.update(tenantOptionsOf(next.settings, next.settings));
   const fresh = make(changed);
   t.is(running.registry.maxAgentsPerCredential, 2);
   t.is(running.registry.maxAgents, 5);
   t.deepEqual(running.allowList.list(), fresh.allowList.list());
+  t.is(running.directRoutes, routes, 'the routes are replaced in place, for whoever holds them');
+  t.deepEqual(running.directRoutes.list(), fresh.directRoutes.list());
+  t.deepEqual(running.directRoutes.list(), ['*.cp.internal:8443', '[fd00::/64]']);
+  t.true(running.directRoutes.matches('api.cp.internal', 8443));
   t.is(running.account.cap, 64 * 1024 * 1024);
   t.is(running.account.cap, fresh.account.cap);
   running.close();
   fresh.close();
+});
+
+test("a tenants file's malformed direct-route names the tenant, the key, the entry and the forms", (t) => {
+  const err = t.throws(() => entry('bad', { 'direct-route': ['fd00::/64'] }));
+  t.regex(
+    err.message,
+    /tenant "bad": direct-route: direct route "fd00::\/64": an IPv6 CIDR goes in brackets, e\.g\. \[fd00::\/64\]:443; expected CIDR\[:PORT\]/,
+  );
 });

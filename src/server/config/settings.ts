@@ -24,6 +24,7 @@ import { DEFAULT_CP_TO_NODE_CONNECTIONS, DEFAULT_LIMITS, DEFAULT_NODE_TO_CP_CONN
 import { kubeRateSettings, kubeSettings, leaseLabelsSetting, LEASES } from '../../kube/settings.js';
 import { parseEku, parseSubjectPattern } from '../identity/client-roles.js';
 import { FRONTEND_MODES } from '../listeners.js';
+import { parseDirectRoute } from '../clients/direct-routes-entry.js';
 import { parseProxyStrategies, PROXY_STRATEGIES } from '../routing/proxy-strategies.js';
 import { cipherSuitesFlag, minVersionFlag } from './tls-flags.js';
 import { fileModeFlag, groupFlag } from './unix-socket-flags.js';
@@ -300,8 +301,16 @@ export const serverSettings = {
       },
     }),
   ),
+  'direct-route': perTenant(
+    listOf({
+      describe:
+        "A destination on the control plane's network the server dials itself instead of through an agent: CIDR[:PORT] (IPv6 in brackets: [fd00::/64]:443), NAME[:PORT] or *.SUFFIX[:PORT]; no port: any; names resolved by the server's resolver, dialled within --destination-dial-timeout (repeatable; none: every frontend dial goes through an agent)",
+      group: ROUTING,
+      item: (v, flag) => namedFlag(flag, () => parseDirectRoute(v).text),
+    }),
+  ),
   'destination-dial-timeout': perTenant(
-    duration({ default: '10s', describe: 'Timeout for dials to allowed destinations', group: ROUTING }),
+    duration({ default: '10s', describe: 'Timeout for dials to allowed destinations and direct routes', group: ROUTING }),
   ),
   'health-port': port({ default: 8092, allowZero: true, describe: 'Port for /healthz, /readyz and /metrics (0 disables)', group: PORTS }),
   'health-bind-address': text({ default: '0.0.0.0', describe: 'Address the health port listens on', group: PORTS }),

@@ -35,6 +35,7 @@ export function tenantOptionsOf(v: PerTenantValues, tenantWide?: TenantWideValue
     backendDialTimeoutMs: v['backend-dial-timeout'].ms,
     allowedDestinations: v['allowed-destination'],
     destinationDialTimeoutMs: v['destination-dial-timeout'],
+    directRoutes: v['direct-route'],
     limits: { maxWindowBytes: v['max-connection-window'], peerReadTimeoutMs: v['peer-read-timeout'] },
     agentLimits: {
       maxInboundConnections: v['max-node-to-cp-connections-per-agent'],

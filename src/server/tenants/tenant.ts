@@ -25,6 +25,7 @@ import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
 import { KasOnlyClients } from '../clients/kas-only-clients.js';
+import { DirectRoutes } from '../clients/direct-routes.js';
 import { createGrpcFrontend, type FrontendStream, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
 import { FRONTENDS } from '../frontends/frontend-registry.js';
 import type { Frontend, TenantFrontend } from '../frontends/frontend.js';
@@ -62,6 +63,8 @@ export interface TenantSettingsOptions {
   backendDialTimeoutMs: number;
   allowedDestinations: readonly string[];
   destinationDialTimeoutMs: number;
+  /** Frontend destinations the server dials itself (direct-route, clients/direct-routes.ts); empty: none. */
+  directRoutes: readonly string[];
   /** Limits of every tunnel (agent tunnels and gRPC frontend streams). */
   limits?: Partial<TunnelLimits>;
   /** Further limits of agent tunnels: the per-agent caps. */
@@ -120,6 +123,8 @@ export class Tenant {
   /** What the tenant's connections hold, below the process's account; its agents' accounts below it. */
   readonly account: LedgerAccount;
   readonly allowList: AllowList;
+  /** Frontend destinations the server dials itself, replaced in place when the tenant's settings change. */
+  readonly directRoutes: DirectRoutes;
 
   constructor(readonly opts: TenantOptions) {
     this.name = opts.name;
@@ -172,6 +177,9 @@ export class Tenant {
       }),
     );
     this.allowList = new AllowList(opts.allowedDestinations);
+    this.directRoutes = new DirectRoutes(opts.directRoutes);
+    if (!this.directRoutes.empty)
+      opts.log.info({ directRoutes: this.directRoutes.list() }, 'frontend destinations the server dials itself');
     const quota = this.quota;
     this.destinations = this.destinationDialer();
     // Detached tunnels one credential may leave waiting: as many as it may hold live.
@@ -230,6 +238,7 @@ export class Tenant {
       backendDialTimeoutMs: () => this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies }),
       allowedDestinations: () => this.allowList.replace(next.allowedDestinations),
       destinationDialTimeoutMs: () => this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs }),
+      directRoutes: () => this.directRoutes.replace(next.directRoutes),
       limits: () => {
         this.frontendOptions.limits = next.limits;
         agentLimits();
