@@ -17,6 +17,7 @@ import type { AgentConfig } from './config.js';
 import type { NodeSideOptions } from './node-side-config.js';
 import type { ServerTunnelsOptions } from './server-tunnels.js';
 import { ServiceAccountTokenSource } from './service-account-token.js';
+import { NameResolver } from './name-resolver.js';
 
 /** The credential files' contents (src/cli/agent-command.ts loadAgentCredentials). */
 export interface AgentCredentials {
@@ -44,6 +45,8 @@ export async function buildAgentOptions(config: AgentConfig, credentials: AgentC
   const s = config.server;
   const tokenFile = v['service-account-token-path'];
   const token = tokenFile === undefined ? undefined : new ServiceAccountTokenSource(tokenFile);
+  const clusterDns = v['cluster-dns'];
+  const names = new NameResolver({ ...(clusterDns ? { clusterDns } : {}), clusterDomain: v['cluster-domain'] });
   return {
     agentID: v['agent-id'],
     agentIdentifiers: v['agent-identifiers'],
@@ -53,6 +56,7 @@ export async function buildAgentOptions(config: AgentConfig, credentials: AgentC
     ...(config.node ? { targets: config.node.targets } : {}),
     syncForever: v['sync-forever'],
     dialTimeoutMs: v['dial-timeout'],
+    resolveHandler: names.resolve,
     connectTimeoutMs: v['connect-timeout'],
     keepalive: { intervalMs: v['keepalive-time'], timeoutMs: v['keepalive-timeout'] },
     resumeTimeoutMs: v['resume-timeout'],

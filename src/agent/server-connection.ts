@@ -28,6 +28,7 @@ import type { InboundDialFailure } from '../tunnel/tunnel-options.js';
 import type { TunnelLimits } from '../tunnel/limits.js';
 import type { DialAllowance } from '../tunnel/dial-allowance.js';
 import type { TunnelConnection } from '../tunnel/connection.js';
+import type { ResolveHandler } from '../tunnel/name-resolution.js';
 
 export interface ServerConnectionOptions {
   target: string;
@@ -41,6 +42,8 @@ export interface ServerConnectionOptions {
   targets?: readonly string[];
   transport: Transport;
   dialHandler: DialHandler;
+  /** Resolves the names the server asks for (with the resolve feature). */
+  resolveHandler?: ResolveHandler;
   limits?: Partial<TunnelLimits>;
   /** The dial rates and counts shared by every tunnel to the server `serverID` (a reconnect starts with what the last left); absent: the tunnel's own. */
   allowance?: (serverID: string) => DialAllowance;
@@ -135,6 +138,7 @@ export async function connectToServer(opts: ServerConnectionOptions): Promise<Se
         limits: opts.limits,
         ...(opts.allowance ? { allowance: opts.allowance(serverID) } : {}),
         dialHandler: opts.dialHandler,
+        ...(opts.resolveHandler ? { resolveHandler: opts.resolveHandler } : {}),
         ...(onClosed ? { onConnectionClosed: (c: TunnelConnection) => onClosed(c, serverID) } : {}),
         ...(onDialFailed ? { onInboundDialFailed: (f: InboundDialFailure) => onDialFailed(f, serverID) } : {}),
         onLimit: opts.onLimit,

@@ -43,6 +43,7 @@ export type ServerConnectorOptions = Pick<
   | 'features'
   | 'targets'
   | 'resumeTimeoutMs'
+  | 'resolveHandler'
   | 'log'
 > & {
   metrics: KanalMetrics;
@@ -61,7 +62,7 @@ export type ServerConnectorOptions = Pick<
  */
 const acceptsFrequentPings = (responseMetadata: MetadataMap): boolean => (responseMetadata.get(MD_KANAL_FEATURES)?.length ?? 0) > 0;
 
-const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+const AGENT_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial, Feature.Resolve]);
 const RESUMING_AGENT_FEATURES: FeatureSet = new Set([...AGENT_FEATURES, Feature.Resume]);
 /** Servers whose dial allowances the agent keeps (ServerConnector.allowances); beyond, new ones share one. */
 const MAX_SERVER_ALLOWANCES = 256;
@@ -132,6 +133,7 @@ export class ServerConnector {
       targets: this.opts.targets?.map((t) => t.destination),
       transport: this.transport,
       dialHandler: this.dialForServer,
+      ...(this.opts.resolveHandler ? { resolveHandler: this.opts.resolveHandler } : {}),
       limits: this.opts.limits,
       allowance: (serverID) => this.allowances.allowanceFor('', serverID, resolveLimits(this.opts.limits)),
       connectTimeoutMs: this.opts.connectTimeoutMs,

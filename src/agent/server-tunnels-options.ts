@@ -9,6 +9,7 @@ import type { HealthPortOptions } from '../common/health-server.js';
 import type { LookupAll } from './server-addresses.js';
 import type { ServerCountSource } from './server-count.js';
 import type { Target } from './target.js';
+import type { ResolveHandler } from '../tunnel/name-resolution.js';
 
 export interface ServerTunnelsOptions {
   agentID: string;
@@ -44,6 +45,8 @@ export interface ServerTunnelsOptions {
   targets?: readonly Target[];
   /** Resume (docs/protocol.md): how long a lost tunnel's connections wait for it (absent or 0: not offered). */
   resumeTimeoutMs?: number;
+  /** Resolves the names the servers ask for (--cluster-dns, --cluster-domain: name-resolver.ts); absent: each is refused. */
+  resolveHandler?: ResolveHandler;
   /** The agent's audit log (--audit-log-path); absent: none. */
   audit?: AuditSink;
   log: Logger;

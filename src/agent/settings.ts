@@ -6,6 +6,7 @@
 import os from 'node:os';
 import { isIP } from 'node:net';
 import { UsageError } from '../common/usage-error.js';
+import { isValidHost, parsePort, type HostPort } from '../common/host-port.js';
 import { durationFlag, namedFlag } from '../settings/checks.js';
 import { choice, count, duration, durationOrOff, listOf, optionalText, port, setting, text, toggle } from '../settings/kinds.js';
 import { processSettings } from '../settings/process-settings.js';
@@ -31,6 +32,24 @@ const AUTH = 'Authentication';
 const DIALS = 'Dials and reconnects';
 const NODE = 'Node -> control plane (KEP-2025)';
 const PORTS = 'Health and admin ports';
+
+/** `--cluster-dns IP[:PORT]`: an address, since the resolver must not need a resolver. */
+function parseClusterDns(v: string, flag: string): HostPort {
+  const bracketed = /^\[([^\]]+)\](?::(\d+))?$/.exec(v);
+  const colon = v.lastIndexOf(':');
+  const [host, portText] = bracketed
+    ? [bracketed[1], bracketed[2]]
+    : isIP(v) !== 0 || colon < 0
+      ? [v, undefined]
+      : [v.slice(0, colon), v.slice(colon + 1)];
+  if (isIP(host) === 0)
+    throw new UsageError(`--${flag} ${JSON.stringify(v.slice(0, 80))}: expected the DNS Service's IP address, with :PORT if not 53`);
+  try {
+    return { host, port: portText === undefined ? 53 : parsePort(portText, `--${flag} port`) };
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
+}
 
 /** Default agent ID: the host name, which is stable across restarts and readable in server logs. */
 export function defaultAgentID(): string {
@@ -128,6 +147,21 @@ export const agentSettings = {
     group: LEASES,
   }),
   'dial-timeout': duration({ default: '10s', describe: 'Timeout for dials the server asks for', group: DIALS }),
+  'cluster-dns': setting({
+    type: 'string',
+    describe:
+      "The cluster's DNS Service (IP[:PORT], port 53 by default) that resolves the names the server asks for ending in .svc or the --cluster-domain; without it, the system resolver resolves every name (docs/frontends.md)",
+    group: DIALS,
+    parse: (v: string | undefined, flag) => (v === undefined || v === '' ? undefined : parseClusterDns(v, flag)),
+  }),
+  'cluster-domain': text({
+    default: 'cluster.local',
+    describe: "The cluster's DNS domain: NAME.svc is asked of --cluster-dns as NAME.svc.<this>, and so is every name ending in it",
+    group: DIALS,
+    check: (v, flag) => {
+      if (!isValidHost(v) || isIP(v) !== 0) throw new UsageError(`--${flag} ${JSON.stringify(v.slice(0, 80))} is not a DNS domain`);
+    },
+  }),
   'sync-interval': duration({
     default: '1s',
     describe: 'Reconnect interval (with jitter) after a failed connect, and while servers behind one address are missing',

@@ -6,7 +6,15 @@
  */
 import type { Logger } from 'pino';
 import type { RateLimitedLog } from '../common/rate-limited-log.js';
-import { PacketType, type Packet, type ResumeEndPacket, type ResumePacket, type WindowPacket } from '../wire/packet.js';
+import {
+  PacketType,
+  type Packet,
+  type ResolveRequestPacket,
+  type ResolveResponsePacket,
+  type ResumeEndPacket,
+  type ResumePacket,
+  type WindowPacket,
+} from '../wire/packet.js';
 import type { ConnectionTable } from './connection-table.js';
 import type { InboundDials } from './inbound-dials.js';
 import type { OutboundDials } from './outbound-dials.js';
@@ -26,6 +34,8 @@ export interface PacketDispatchOptions {
   resume(p: ResumePacket | ResumeEndPacket): void;
   /** A DIAL_REQ while resuming: true when it repeats a dial known here (and was handled). */
   requestedAgain(dialID: bigint): boolean;
+  /** KANAL_RESOLVE_REQ and KANAL_RESOLVE_RSP (resolve-answers.ts, resolve-requests.ts). */
+  resolvePacket(p: ResolveRequestPacket | ResolveResponsePacket): void;
   /** KANAL_WINDOW acknowledging a connection no longer open (it may linger). */
   lingeringWindow(p: WindowPacket): void;
 }
@@ -88,6 +98,9 @@ export class PacketDispatch {
       case PacketType.KANAL_RESUME:
       case PacketType.KANAL_RESUME_END:
         return this.opts.resume(p);
+      case PacketType.KANAL_RESOLVE_REQ:
+      case PacketType.KANAL_RESOLVE_RSP:
+        return this.opts.resolvePacket(p);
     }
   }
 

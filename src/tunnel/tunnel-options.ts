@@ -10,6 +10,7 @@ import type { RefusalReason } from '../domain/refusal-reason.js';
 import type { DialFailure } from '../domain/dial-result.js';
 import type { DialAllowance } from './dial-allowance.js';
 import type { ConnectionAccounts } from '../domain/retention-ledger.js';
+import type { ResolveHandler } from './name-resolution.js';
 
 export type { TunnelSnapshot };
 
@@ -27,6 +28,11 @@ export interface TunnelOptions {
   allowance?: DialAllowance;
   /** Performs dials requested by the peer; absent means every DIAL_REQ is refused. */
   dialHandler?: DialHandler;
+  /**
+   * With the resolve feature: resolves the names the peer asks for
+   * (KANAL_RESOLVE_REQ; the agent's resolver). Absent: each is answered with an error.
+   */
+  resolveHandler?: ResolveHandler;
   /** Text of the refusal when there is no dial handler. */
   refuseDialsReason?: string;
   /** Called once per connection when it leaves the table (for metrics). */

@@ -8,8 +8,16 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { PacketStream } from '../transport/packet-stream.js';
-import { PacketType, type Packet, type ResumeEndPacket, type ResumePacket, type WindowPacket } from '../wire/packet.js';
-import type { FeatureSet } from '../wire/features.js';
+import {
+  PacketType,
+  type Packet,
+  type ResolveRequestPacket,
+  type ResolveResponsePacket,
+  type ResumeEndPacket,
+  type ResumePacket,
+  type WindowPacket,
+} from '../wire/packet.js';
+import { Feature, type FeatureSet } from '../wire/features.js';
 import { TunnelConnection, type ConnectionHost, type ConnectionRole } from './connection.js';
 import type { ResolvedName, ResolveOptions } from './name-resolution.js';
 import { DialError, TunnelClosedError } from './errors.js';
@@ -33,6 +41,8 @@ import { ResumeExchange } from './resume-exchange.js';
 import { LingeringConnections } from './lingering-connections.js';
 import { DialAllowance } from './dial-allowance.js';
 import { describeState, StateMachine, type Lifecycle } from '../common/state-machine.js';
+import { ipLiteral, ResolveRequests } from './resolve-requests.js';
+import { ResolveAnswers } from './resolve-answers.js';
 
 export type { DialHandler, DialOptions, InboundDial } from './dial-handler.js';
 export type { TunnelEvents, TunnelOptions, TunnelSnapshot, TunnelStats } from './tunnel-options.js';
@@ -122,6 +132,9 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
   readonly allowance: DialAllowance;
   /** Gives this tunnel's share of the allowance back; called once it is closed. */
   private readonly leaveAllowance: () => void;
+  /** Names we asked the peer to resolve (at most MAX_PENDING_RESOLVES), and those it asked of us (at most MAX_CONCURRENT_RESOLVES). */
+  private readonly resolves: ResolveRequests;
+  private readonly answers: ResolveAnswers;
   /** Connections waiting for the transport to drain: at most one entry per connection. */
   private readonly drainWaiters = new DrainWaiters();
   private readonly isOpenNow = (): boolean => this.isOpen;
@@ -207,6 +220,8 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       onFailed: opts.onInboundDialFailed,
       openConnection: (dialID, address) => this.addConnection(this.connections.allocateConnectID(), dialID, address, 'performer'),
     });
+    this.resolves = new ResolveRequests({ send });
+    this.answers = new ResolveAnswers({ send, handler: opts.resolveHandler, noise: this.noise });
     this.dispatch = new PacketDispatch({
       side: opts.side,
       connections: this.connections,
@@ -217,6 +232,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
       send,
       drainRequested: () => this.onDrainRequested(),
       resume: (p) => this.onResumePacket(p),
+      resolvePacket: (p) => this.onResolvePacket(p),
       requestedAgain: (dialID) => this.exchange !== undefined && !this.exchange.finished && this.exchange.dialRequested(dialID),
       lingeringWindow: (p) => this.lingering.acknowledged(p),
     });
@@ -374,9 +390,20 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     return this.outbound.start(address, opts);
   }
 
-  /** Resolves `name` on the far side of the tunnel, inside the cluster; rejects with DialError 'unresolved' naming the name and resolver. */
-  resolve(name: string, _opts: ResolveOptions): Promise<ResolvedName> {
-    return Promise.reject(new DialError('unresolved', `cannot resolve ${name}: the agent does not resolve names for the server`));
+  /**
+   * Resolves `name` on the far side of the tunnel, inside the cluster (an IP
+   * literal here, at once); rejects with DialError 'unresolved' naming the
+   * name and the resolver, 'exhausted' past MAX_PENDING_RESOLVES, 'cancelled', or 'tunnel-closed'.
+   */
+  resolve(name: string, opts: ResolveOptions): Promise<ResolvedName> {
+    const literal = ipLiteral(name);
+    if (literal !== undefined) return Promise.resolve({ addresses: [literal], resolver: 'IP literal' });
+    if (!this.features.has(Feature.Resolve)) {
+      const why = 'the agent does not resolve names (an upstream agent, or one older than the resolve feature): ask for an IP address';
+      return Promise.reject(new DialError('unresolved', `cannot resolve ${name.slice(0, 253)}: ${why}`));
+    }
+    if (!this.isOpen) return Promise.reject(new DialError('tunnel-closed', `cannot resolve ${name.slice(0, 253)}: tunnel is closed`));
+    return this.resolves.start(name, opts);
   }
 
   /** Asks the peer to prefer other tunnels for new dials (agent shutdown). */
@@ -617,6 +644,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.exchange = undefined;
     this.drainWaiters.clear();
     this.peerReads.stop();
+    this.endResolves(`the tunnel's stream was lost (${error.message})`);
     for (const conn of this.connections.snapshot()) conn.suspend();
     clearTimeout(this.resumeTimer);
     const timeoutMs = this.opts.resumeTimeoutMs ?? 0;
@@ -637,6 +665,7 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     const reason = error ?? new TunnelClosedError('tunnel closed by peer');
     this.outbound.failAll(`tunnel closed: ${reason.message}`);
     this.inbound.abortAll();
+    this.endResolves(`tunnel closed: ${reason.message}`);
     // Each abandoned connection leaves the table through forget().
     for (const conn of this.connections.snapshot()) conn.abandon(new TunnelClosedError(`tunnel closed: ${reason.message}`));
     this.lingering.clear();
@@ -644,6 +673,22 @@ export class Tunnel extends EventEmitter<TunnelEvents> implements ConnectionHost
     this.peerReads.stop();
     this.leaveAllowance();
     this.emit('close', error);
+  }
+
+  /** The resolve packets: only with the feature negotiated (a peer that sends them otherwise breaks the protocol; ignored). */
+  private onResolvePacket(p: ResolveRequestPacket | ResolveResponsePacket): void {
+    if (!this.features.has(Feature.Resolve)) {
+      this.noise.warn('resolve-unexpected', { packet: PacketType[p.type] }, 'ignoring a resolve packet: the feature was not negotiated');
+      return;
+    }
+    if (p.type === PacketType.KANAL_RESOLVE_REQ) this.answers.requested(p);
+    else this.resolves.answered(p);
+  }
+
+  /** The stream went: resolves pending either way end (no replay on a resume: see resolve-requests.ts). */
+  private endResolves(why: string): void {
+    this.resolves.failAll('tunnel-closed', why);
+    this.answers.abortAll();
   }
 
   /** KANAL_RESUME and KANAL_RESUME_END: only meaningful on a stream that replaced a lost one. */

@@ -4,7 +4,8 @@
  * decodes `data` as a view into the received buffer and encodes in one pass.
  * Conformance with the .proto is checked against protobufjs in the tests.
  */
-import { PacketType, type DataPacket, type Packet } from './packet.js';
+import { isIP } from 'node:net';
+import { PacketType, RESOLVE_BOUNDS, type DataPacket, type Packet } from './packet.js';
 import { DATA_PAYLOAD_FIELD, decodeData, encodeData } from './data-frame.js';
 import { bigVarintSize, PacketDecodeError, Reader, varintSize, WIRE_LEN, WIRE_VARINT, writeBigVarint, writeVarint } from './protobuf.js';
 
@@ -21,6 +22,8 @@ const PAYLOAD_FIELD: Record<PacketType, number> = {
   [PacketType.KANAL_HALF_CLOSE]: 101,
   [PacketType.KANAL_RESUME]: 102,
   [PacketType.KANAL_RESUME_END]: 103,
+  [PacketType.KANAL_RESOLVE_REQ]: 104,
+  [PacketType.KANAL_RESOLVE_RSP]: 105,
 };
 const TYPE_BY_FIELD = new Map<number, PacketType>(Object.entries(PAYLOAD_FIELD).map(([t, f]) => [f, Number(t) as PacketType]));
 
@@ -76,6 +79,19 @@ function stringField(num: number, s: string): Field | null {
   };
 }
 
+/** A repeated string field: every element is written, in order (proto3 never packs strings). */
+function repeatedStringField(num: number, values: readonly string[]): Field | null {
+  if (values.length === 0) return null;
+  const tag = (num << 3) | WIRE_LEN;
+  const lengths = values.map((v) => Buffer.byteLength(v, 'utf8'));
+  let size = 0;
+  for (const len of lengths) size += varintSize(tag) + varintSize(len) + len;
+  return {
+    size,
+    write: (w) => values.forEach((v, i) => (w.varint(tag), w.varint(lengths[i]), w.string(v, lengths[i]))),
+  };
+}
+
 function payloadFields(p: Exclude<Packet, DataPacket>): (Field | null)[] {
   switch (p.type) {
     case PacketType.DIAL_REQ:
@@ -104,6 +120,16 @@ function payloadFields(p: Exclude<Packet, DataPacket>): (Field | null)[] {
       ];
     case PacketType.KANAL_RESUME_END:
       return [];
+    case PacketType.KANAL_RESOLVE_REQ:
+      return [bigIntField(1, p.requestID), stringField(2, p.name), intField(3, p.timeoutMs ?? 0)];
+    case PacketType.KANAL_RESOLVE_RSP:
+      return [
+        bigIntField(1, p.requestID),
+        repeatedStringField(2, p.addresses),
+        stringField(3, p.error),
+        stringField(4, p.resolver),
+        intField(5, p.ttl ?? 0),
+      ];
   }
 }
 
@@ -134,13 +160,16 @@ interface RawPayload {
   ints: Map<number, number>;
   bigs: Map<number, bigint>;
   strings: Map<number, string>;
+  lists: Map<number, string[]>;
 }
 
 /** Packet types other than DATA (data-frame.ts decodes that one). */
 type ControlType = Exclude<PacketType, PacketType.DATA>;
 
-// Which fields of each payload message are int64-as-bigint, int, string.
-const SCHEMA: Record<ControlType, Record<number, 'int' | 'big' | 'string'>> = {
+type FieldKind = 'int' | 'big' | 'string' | 'strings';
+
+// Which fields of each payload message are int64-as-bigint, int, string, repeated string.
+const SCHEMA: Record<ControlType, Record<number, FieldKind>> = {
   [PacketType.DIAL_REQ]: { 1: 'string', 2: 'string', 3: 'big' },
   [PacketType.DIAL_RSP]: { 1: 'string', 2: 'int', 3: 'big' },
   [PacketType.CLOSE_REQ]: { 1: 'int' },
@@ -151,11 +180,27 @@ const SCHEMA: Record<ControlType, Record<number, 'int' | 'big' | 'string'>> = {
   [PacketType.KANAL_HALF_CLOSE]: { 1: 'int' },
   [PacketType.KANAL_RESUME]: { 1: 'int', 2: 'int', 3: 'int', 4: 'int', 5: 'big' },
   [PacketType.KANAL_RESUME_END]: {},
+  [PacketType.KANAL_RESOLVE_REQ]: { 1: 'big', 2: 'string', 3: 'int' },
+  [PacketType.KANAL_RESOLVE_RSP]: { 1: 'big', 2: 'strings', 3: 'string', 4: 'string', 5: 'int' },
+};
+
+/**
+ * Bounds of text fields (bytes) and repeated fields (elements) a peer may
+ * send; beyond them the packet is malformed. Upstream's messages have none
+ * here: their fields are bounded by the message size alone.
+ */
+const MAX_BYTES: Partial<Record<ControlType, Record<number, number>>> = {
+  [PacketType.KANAL_RESOLVE_REQ]: { 2: RESOLVE_BOUNDS.nameBytes },
+  [PacketType.KANAL_RESOLVE_RSP]: { 2: 64, 3: RESOLVE_BOUNDS.textBytes, 4: RESOLVE_BOUNDS.textBytes },
+};
+const MAX_ELEMENTS: Partial<Record<ControlType, Record<number, number>>> = {
+  [PacketType.KANAL_RESOLVE_RSP]: { 2: RESOLVE_BOUNDS.addresses },
 };
 
 function decodePayload(type: ControlType, buf: Uint8Array, start: number, end: number): RawPayload {
   const schema = SCHEMA[type];
-  const out: RawPayload = { ints: new Map(), bigs: new Map(), strings: new Map() };
+  const maxBytes = MAX_BYTES[type];
+  const out: RawPayload = { ints: new Map(), bigs: new Map(), strings: new Map(), lists: new Map() };
   const r = new Reader(buf, start, end);
   while (r.pos < end) {
     const tag = r.varint();
@@ -166,15 +211,31 @@ function decodePayload(type: ControlType, buf: Uint8Array, start: number, end: n
       r.skip(wt);
       continue;
     }
-    const want = kind === 'string' ? WIRE_LEN : WIRE_VARINT;
+    const want = kind === 'string' || kind === 'strings' ? WIRE_LEN : WIRE_VARINT;
     const name = PacketType[type];
     if (wt !== want) throw new PacketDecodeError(`field ${num} of ${name} has wire type ${wt}`);
     // int64 fields may legally carry negative values; connectIDs never do.
     if (kind === 'int') out.ints.set(num, r.safeInt(num, name));
     else if (kind === 'big') out.bigs.set(num, r.bigVarint());
-    else out.strings.set(num, r.utf8(num, name));
+    else if (kind === 'string') out.strings.set(num, r.utf8(num, name, maxBytes?.[num]));
+    else repeated(out.lists, num, r.utf8(num, name, maxBytes?.[num]), MAX_ELEMENTS[type]?.[num] ?? Infinity, name);
   }
   return out;
+}
+
+function repeated(lists: Map<number, string[]>, num: number, value: string, max: number, message: string): void {
+  const list = lists.get(num) ?? [];
+  if (list.length >= max) throw new PacketDecodeError(`field ${num} of ${message} has more than ${max} elements`);
+  list.push(value);
+  lists.set(num, list);
+}
+
+/** Each of `addresses` must be an IP literal: a resolver's answer, never a name to resolve again. */
+function ipLiterals(addresses: string[]): string[] {
+  for (const a of addresses) {
+    if (isIP(a) === 0) throw new PacketDecodeError(`address ${JSON.stringify(a.slice(0, 64))} of KANAL_RESOLVE_RSP is not an IP literal`);
+  }
+  return addresses;
 }
 
 /**
@@ -238,5 +299,15 @@ export function decodePacket(buf: Uint8Array): Packet {
       return { type: ptype, connectID: int(1), received: int(2), limit: int(3), finReceived: int(4) !== 0, dialID: big(5) };
     case PacketType.KANAL_RESUME_END:
       return { type: ptype };
+    case PacketType.KANAL_RESOLVE_REQ: {
+      const req: Packet = { type: ptype, requestID: big(1), name: str(2) };
+      if (int(3) !== 0) req.timeoutMs = int(3);
+      return req;
+    }
+    case PacketType.KANAL_RESOLVE_RSP: {
+      const rsp: Packet = { type: ptype, requestID: big(1), addresses: ipLiterals(f.lists.get(2) ?? []), error: str(3), resolver: str(4) };
+      if (int(5) !== 0) rsp.ttl = int(5);
+      return rsp;
+    }
   }
 }

@@ -18,6 +18,12 @@ export enum Feature {
    * Used only together with Window and HalfClose.
    */
   Resume = 'resume',
+  /**
+   * Names resolved by the peer, inside its cluster (KANAL_RESOLVE_REQ /
+   * KANAL_RESOLVE_RSP): the server asks, the agent answers with its resolver
+   * (docs/protocol.md, "Resolve").
+   */
+  Resolve = 'resolve',
 }
 
 export type FeatureSet = ReadonlySet<Feature>;

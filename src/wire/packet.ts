@@ -16,6 +16,8 @@ export enum PacketType {
   KANAL_HALF_CLOSE = 101,
   KANAL_RESUME = 102,
   KANAL_RESUME_END = 103,
+  KANAL_RESOLVE_REQ = 104,
+  KANAL_RESOLVE_RSP = 105,
 }
 
 export interface DialRequestPacket {
@@ -95,6 +97,41 @@ export interface ResumeEndPacket {
   type: PacketType.KANAL_RESUME_END;
 }
 
+/**
+ * With resolve: please resolve `name` (a host name) where you are and answer
+ * KANAL_RESOLVE_RSP with the same `requestID` (chosen by the asker, like a
+ * dial's `random`). `timeoutMs`: how long the asker waits (absent: it did not say).
+ */
+export interface ResolveRequestPacket {
+  type: PacketType.KANAL_RESOLVE_REQ;
+  requestID: bigint;
+  name: string;
+  timeoutMs?: number;
+}
+
+/**
+ * With resolve: the answer to KANAL_RESOLVE_REQ `requestID`: IP literals
+ * (at most MAX_RESOLVED_ADDRESSES) or an `error`; `resolver` names who
+ * answered; `ttl` (seconds, absent: unknown) how long the answer holds.
+ */
+export interface ResolveResponsePacket {
+  type: PacketType.KANAL_RESOLVE_RSP;
+  requestID: bigint;
+  addresses: string[];
+  error: string;
+  resolver: string;
+  ttl?: number;
+}
+
+/** Bounds of the resolve packets, checked on decode: a peer sending more breaks the protocol (codec.ts). */
+export const RESOLVE_BOUNDS = {
+  /** RFC 1035 section 2.3.4: 255 octets on the wire, 253 characters as text. */
+  nameBytes: 253,
+  addresses: 16,
+  /** Bytes of `error` and of `resolver`. */
+  textBytes: 256,
+} as const;
+
 export type Packet =
   | DialRequestPacket
   | DialResponsePacket
@@ -106,7 +143,9 @@ export type Packet =
   | WindowPacket
   | HalfClosePacket
   | ResumePacket
-  | ResumeEndPacket;
+  | ResumeEndPacket
+  | ResolveRequestPacket
+  | ResolveResponsePacket;
 
 export function packetTypeName(type: number): string {
   return PacketType[type] ?? `UNKNOWN(${type})`;

@@ -129,9 +129,10 @@ export class Reader {
     this.pos += len;
     return [start, start + len];
   }
-  /** Field `field` of `message`, length-delimited, as UTF-8 text. */
-  utf8(field: number, message: string): string {
+  /** Field `field` of `message`, length-delimited, as UTF-8 text of at most `maxBytes` bytes. */
+  utf8(field: number, message: string, maxBytes = Infinity): string {
     const [s, e] = this.lengthDelimited();
+    if (e - s > maxBytes) throw new PacketDecodeError(`field ${field} of ${message} is longer than ${maxBytes} bytes`);
     try {
       return UTF8.decode(this.buf.subarray(s, e));
     } catch {

@@ -25,6 +25,15 @@ const PACKETS: Record<string, Packet> = {
   drain: { type: PacketType.DRAIN },
   window: { type: PacketType.KANAL_WINDOW, connectID: 4, increment: 262144 },
   'half-close': { type: PacketType.KANAL_HALF_CLOSE, connectID: 11 },
+  'resolve-req': { type: PacketType.KANAL_RESOLVE_REQ, requestID: 99n, name: 'kubernetes.default.svc', timeoutMs: 5000 },
+  'resolve-rsp': {
+    type: PacketType.KANAL_RESOLVE_RSP,
+    requestID: 99n,
+    addresses: ['10.96.0.1', 'fd00::1'],
+    error: '',
+    resolver: 'cluster DNS 10.96.0.10:53',
+    ttl: 30,
+  },
 };
 
 function write(target: string, name: string, bytes: Uint8Array | string): void {

@@ -4,6 +4,7 @@
  * PropertyViolation when a property fails; any other exception escaping it
  * (a TypeError or RangeError from deep inside a parser) is a finding too.
  */
+import { isIP } from 'node:net';
 import {
   parseAgentIdentifiers,
   canonicalHost,
@@ -59,6 +60,7 @@ function samePacket(a: Packet, b: Packet): boolean {
     const x = ra[k];
     const y = rb[k];
     if (x instanceof Uint8Array && y instanceof Uint8Array) return sameBytes(x, y);
+    if (Array.isArray(x) && Array.isArray(y)) return x.length === y.length && x.every((v, i) => v === y[i]);
     return x === y;
   });
 }
@@ -75,7 +77,14 @@ function checkShape(p: Packet): void {
   }
   if ('random' in r)
     check(typeof r.random === 'bigint' && r.random >= INT64_MIN && r.random <= INT64_MAX, `random ${String(r.random)} is not an int64`);
-  for (const k of ['protocol', 'address', 'error']) if (k in r) check(typeof r[k] === 'string', `${k} is not a string`);
+  for (const k of ['protocol', 'address', 'error', 'name', 'resolver']) if (k in r) check(typeof r[k] === 'string', `${k} is not a string`);
+  if ('addresses' in r) {
+    const a = r.addresses;
+    check(
+      Array.isArray(a) && a.length <= 16 && a.every((x) => typeof x === 'string' && isIP(x) !== 0),
+      'addresses are not up to 16 IP literals',
+    );
+  }
 }
 
 /**
@@ -152,6 +161,8 @@ function packetFrom(t: Take): Packet {
     PacketType.KANAL_HALF_CLOSE,
     PacketType.KANAL_RESUME,
     PacketType.KANAL_RESUME_END,
+    PacketType.KANAL_RESOLVE_REQ,
+    PacketType.KANAL_RESOLVE_RSP,
   ] as const;
   const type = types[t.byte() % types.length];
   switch (type) {
@@ -185,6 +196,23 @@ function packetFrom(t: Take): Packet {
       return { type, connectID: t.safe(), received: t.safe(), limit: t.safe(), finReceived: t.byte() > 127, dialID: t.big() };
     case PacketType.KANAL_RESUME_END:
       return { type };
+    case PacketType.KANAL_RESOLVE_REQ: {
+      const req: Packet = { type, requestID: t.big(), name: t.text() };
+      const timeoutMs = t.byte() * 100;
+      if (timeoutMs > 0) req.timeoutMs = timeoutMs;
+      return req;
+    }
+    case PacketType.KANAL_RESOLVE_RSP: {
+      // Only what a sender may send: IP literals, at most 16 (the decoder refuses the rest).
+      const addresses = Array.from({ length: t.byte() % 17 }, () => {
+        const b = t.bytes(4);
+        return b.length === 4 && b[0] > 127 ? `fd00::${b[1].toString(16)}` : `10.${b[1] ?? 0}.${b[2] ?? 0}.${b[3] ?? 0}`;
+      });
+      const rsp: Packet = { type, requestID: t.big(), addresses, error: t.text(), resolver: t.text() };
+      const ttl = t.byte();
+      if (ttl > 0) rsp.ttl = ttl;
+      return rsp;
+    }
   }
 }
 
@@ -201,6 +229,8 @@ const packetDecode: FuzzTarget = {
     Uint8Array.of(0x08, 0x00, 0x12),
     Uint8Array.of(0x08, 0x64, 0xa2, 0x06),
     Uint8Array.of(0x08, 0x65, 0xaa, 0x06),
+    Uint8Array.of(0x08, 0x68, 0xc2, 0x06),
+    Uint8Array.of(0x08, 0x69, 0xca, 0x06),
     Uint8Array.of(0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
     Uint8Array.of(0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x10),
     Uint8Array.of(0xc0, 0x80),

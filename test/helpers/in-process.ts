@@ -141,6 +141,8 @@ export async function startAgent(
     transport?: TransportName;
     /** Node -> control plane listeners, given as the assembled options (e.g. on 127.0.0.2 with interfaceType 'none'). */
     node?: NodeSideOptions;
+    /** More flags, after the ones above (e.g. --cluster-dns). */
+    extraFlags?: readonly string[];
   } = {},
 ): Promise<StartedAgent> {
   const logs = captureLogger('debug');
@@ -176,6 +178,7 @@ export async function startAgent(
     '0',
     '--transport',
     opts.transport ?? 'h2',
+    ...(opts.extraFlags ?? []),
   ];
   const assembled = await startAgentInProcess(flags, {
     log: logs.log,

@@ -60,7 +60,7 @@ test('control plane -> node: HTTP CONNECT and gRPC frontend through the agent; t
   t.is(backend.agentID, 'node-1');
   t.deepEqual(backend.identifiers.hosts, ['node-1']);
   t.deepEqual(backend.identifiers.ipv4, ['10.0.0.5']);
-  t.deepEqual([...backend.tunnel.features].sort(), ['half-close', 'node-dial', 'resume', 'window']);
+  t.deepEqual([...backend.tunnel.features].sort(), ['half-close', 'node-dial', 'resolve', 'resume', 'window']);
   t.deepEqual(
     agent.stats().tunnels.map((x) => x.serverID),
     ['test-server'],

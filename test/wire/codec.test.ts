@@ -36,6 +36,8 @@ const PAYLOAD_NAME: Record<PacketType, string> = {
   [PacketType.KANAL_HALF_CLOSE]: 'halfClose',
   [PacketType.KANAL_RESUME]: 'resume',
   [PacketType.KANAL_RESUME_END]: 'resumeEnd',
+  [PacketType.KANAL_RESOLVE_REQ]: 'resolveRequest',
+  [PacketType.KANAL_RESOLVE_RSP]: 'resolveResponse',
 };
 
 const PAYLOAD_FIELD: Record<PacketType, number> = {
@@ -50,6 +52,8 @@ const PAYLOAD_FIELD: Record<PacketType, number> = {
   [PacketType.KANAL_HALF_CLOSE]: 101,
   [PacketType.KANAL_RESUME]: 102,
   [PacketType.KANAL_RESUME_END]: 103,
+  [PacketType.KANAL_RESOLVE_REQ]: 104,
+  [PacketType.KANAL_RESOLVE_RSP]: 105,
 };
 
 const bytes = (n: number, seed = 7): Uint8Array => {
@@ -96,6 +100,26 @@ const SAMPLES: Packet[] = [
   { type: PacketType.KANAL_RESUME, connectID: 9, received: 2 ** 40, limit: 2 ** 40 + 4194304, finReceived: true, dialID: INT64_MAX },
   { type: PacketType.KANAL_RESUME, connectID: 0, received: 0, limit: 0, finReceived: false, dialID: -5n },
   { type: PacketType.KANAL_RESUME_END },
+  { type: PacketType.KANAL_RESOLVE_REQ, requestID: 7n, name: 'kubernetes.default.svc', timeoutMs: 5000 },
+  { type: PacketType.KANAL_RESOLVE_REQ, requestID: INT64_MIN, name: 'a'.repeat(253) },
+  { type: PacketType.KANAL_RESOLVE_REQ, requestID: 0n, name: '' },
+  {
+    type: PacketType.KANAL_RESOLVE_RSP,
+    requestID: INT64_MAX,
+    addresses: ['10.96.0.1', 'fd00::1'],
+    error: '',
+    resolver: 'cluster DNS 10.96.0.10:53',
+    ttl: 30,
+  },
+  { type: PacketType.KANAL_RESOLVE_RSP, requestID: -1n, addresses: [], error: 'NXDOMAIN', resolver: 'system resolver' },
+  {
+    type: PacketType.KANAL_RESOLVE_RSP,
+    requestID: 3n,
+    addresses: Array.from({ length: 16 }, (_, i) => `10.0.0.${i}`),
+    error: '',
+    resolver: 'r'.repeat(256),
+    ttl: 0xffff_ffff,
+  },
 ];
 
 function label(p: Packet): string {
@@ -161,6 +185,18 @@ function toPbObject(p: Packet): Record<string, unknown> {
       break;
     case PacketType.KANAL_RESUME_END:
       break;
+    case PacketType.KANAL_RESOLVE_REQ:
+      put('requestID', p.requestID);
+      put('name', p.name);
+      put('timeoutMs', p.timeoutMs ?? 0);
+      break;
+    case PacketType.KANAL_RESOLVE_RSP:
+      put('requestID', p.requestID);
+      if (p.addresses.length > 0) payload.addresses = p.addresses;
+      put('error', p.error);
+      put('resolver', p.resolver);
+      put('ttl', p.ttl ?? 0);
+      break;
   }
   const obj: Record<string, unknown> = { [PAYLOAD_NAME[p.type]]: payload };
   if (p.type !== PacketType.DIAL_REQ) obj.type = p.type;
@@ -188,7 +224,8 @@ function pbDecode(buf: Uint8Array): PbView {
   const raw = (payloadName ? obj[payloadName] : {}) as Record<string, unknown>;
   const fields: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(raw)) {
-    if (typeof v === 'string' && ['random', 'connectID', 'acknowledged', 'received', 'limit', 'dialID'].includes(k)) fields[k] = BigInt(v);
+    if (typeof v === 'string' && ['random', 'connectID', 'acknowledged', 'received', 'limit', 'dialID', 'requestID'].includes(k))
+      fields[k] = BigInt(v);
     else if (v instanceof Uint8Array) fields[k] = Buffer.from(v);
     else if (k === 'data' && Array.isArray(v))
       fields[k] = Buffer.from(v as number[]); // protobufjs default for bytes
@@ -242,6 +279,12 @@ function expectedView(p: Packet): PbView {
       });
       break;
     case PacketType.KANAL_RESUME_END:
+      break;
+    case PacketType.KANAL_RESOLVE_REQ:
+      Object.assign(f, { requestID: p.requestID, name: p.name, timeoutMs: p.timeoutMs ?? 0 });
+      break;
+    case PacketType.KANAL_RESOLVE_RSP:
+      Object.assign(f, { requestID: p.requestID, addresses: p.addresses, error: p.error, resolver: p.resolver, ttl: p.ttl ?? 0 });
       break;
   }
   return { type: p.type, payload: PAYLOAD_NAME[p.type], fields: f };
@@ -471,11 +514,42 @@ test('connectID beyond 2^53 (or negative) throws PacketDecodeError; 2^53-1 is fi
   throwsDecode(t, rsp, /field 2 of DIAL_RSP out of range/);
 });
 
+test('KANAL_RESOLVE_REQ: a name of 253 bytes decodes, 254 bytes is malformed', (t) => {
+  const req = (name: string): Buffer => pbEncode({ type: PacketType.KANAL_RESOLVE_REQ, resolveRequest: { requestID: '9', name } });
+  t.deepEqual(decodePacket(req('b'.repeat(253))), { type: PacketType.KANAL_RESOLVE_REQ, requestID: 9n, name: 'b'.repeat(253) });
+  throwsDecode(t, req('b'.repeat(254)), /field 2 of KANAL_RESOLVE_REQ is longer than 253 bytes/);
+  // Bytes, not characters: 127 two-byte characters are 254 bytes.
+  throwsDecode(t, req('é'.repeat(127)), /longer than 253 bytes/);
+});
+
+test('KANAL_RESOLVE_RSP: at most 16 addresses, each an IP literal; error and resolver at most 256 bytes', (t) => {
+  const rsp = (fields: Record<string, unknown>): Buffer =>
+    pbEncode({ type: PacketType.KANAL_RESOLVE_RSP, resolveResponse: { requestID: '1', ...fields } });
+  const sixteen = Array.from({ length: 16 }, (_, i) => `fd00::${i + 1}`);
+  const ok = decodePacket(rsp({ addresses: sixteen }));
+  t.deepEqual(ok.type === PacketType.KANAL_RESOLVE_RSP ? ok.addresses : [], sixteen);
+  throwsDecode(t, rsp({ addresses: [...sixteen, '10.0.0.1'] }), /field 2 of KANAL_RESOLVE_RSP has more than 16 elements/);
+  for (const bad of ['', 'example.com', '10.0.0.256', '10.0.0.1:80', '[::1]', ' 10.0.0.1'])
+    throwsDecode(t, rsp({ addresses: ['10.0.0.1', bad] }), /is not an IP literal/);
+  throwsDecode(t, rsp({ addresses: ['1'.repeat(65)] }), /field 2 of KANAL_RESOLVE_RSP is longer than 64 bytes/);
+  t.notThrows(() => decodePacket(rsp({ error: 'e'.repeat(256), resolver: 'r'.repeat(256) })));
+  throwsDecode(t, rsp({ error: 'e'.repeat(257) }), /field 3 of KANAL_RESOLVE_RSP is longer than 256 bytes/);
+  throwsDecode(t, rsp({ resolver: 'r'.repeat(257) }), /field 4 of KANAL_RESOLVE_RSP is longer than 256 bytes/);
+  // A ttl or timeout of 0 is "not said": absent after decoding.
+  t.deepEqual(decodePacket(rsp({ ttl: 0, error: 'x' })), {
+    type: PacketType.KANAL_RESOLVE_RSP,
+    requestID: 1n,
+    addresses: [],
+    error: 'x',
+    resolver: '',
+  });
+});
+
 test('an unknown packet type throws PacketDecodeError naming it', (t) => {
   throwsDecode(t, hex('08 07'), /unknown packet type 7/);
   throwsDecode(t, hex('08 07 4a 00'), /unknown packet type 7/);
   throwsDecode(t, hex('08 63'), /unknown packet type 99/);
-  throwsDecode(t, hex('08 68'), /unknown packet type 104/);
+  throwsDecode(t, hex('08 6a'), /unknown packet type 106/);
   throwsDecode(t, hex('08 ff ff ff ff 0f'), /unknown packet type/);
   // A negative enum value (ten-byte varint) is out of range, not a huge type.
   throwsDecode(t, hex('08 ff ff ff ff ff ff ff ff ff 01'), /integer out of range/);
@@ -535,7 +609,7 @@ test('formatFeatures is sorted and comma-separated, and parses back', (t) => {
   t.is(formatFeatures(new Set([Feature.Window, Feature.NodeDial, Feature.HalfClose])), 'half-close,node-dial,window');
   t.is(formatFeatures(NO_FEATURES), '');
   t.deepEqual([...parseFeatures(formatFeatures(ALL_FEATURES))].sort(), [...ALL_FEATURES].sort());
-  t.deepEqual([...ALL_FEATURES].sort(), ['half-close', 'node-dial', 'resume', 'window']);
+  t.deepEqual([...ALL_FEATURES].sort(), ['half-close', 'node-dial', 'resolve', 'resume', 'window']);
 });
 
 test('intersectFeatures: both must support a feature; an upstream peer (no header) gets none', (t) => {

@@ -44,7 +44,7 @@ import {
   type LedgerAccount,
 } from '../../domain/retention-ledger.js';
 
-const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial]);
+const SERVER_FEATURES: FeatureSet = new Set([Feature.Window, Feature.HalfClose, Feature.NodeDial, Feature.Resolve]);
 const RESUMING_SERVER_FEATURES: FeatureSet = new Set([...SERVER_FEATURES, Feature.Resume]);
 
 /**
