@@ -88,8 +88,6 @@ export interface Params {
   scrapeRounds: number;
   scrapeReps: number;
   scrapeBodyBytes: number;
-  /** Section 9b (suite-socks.ts, --only socks, --full): untimed dials through each path before the timed ones. */
-  socksDialWarmup: number;
 }
 
 /** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
@@ -164,7 +162,6 @@ export const PARAMS: Record<Mode, Params> = {
     scrapeIntervalMs: 500,
     scrapeRounds: 2,
     scrapeReps: 1,
-    socksDialWarmup: 20,
   },
   quick: {
     reps: 3,
@@ -208,7 +205,6 @@ export const PARAMS: Record<Mode, Params> = {
     scrapeIntervalMs: 3000,
     scrapeRounds: 3,
     scrapeReps: 2,
-    socksDialWarmup: 1000,
   },
   full: {
     reps: 5,
@@ -248,6 +244,5 @@ export const PARAMS: Record<Mode, Params> = {
     scrapeIntervalMs: 15_000,
     scrapeRounds: 4,
     scrapeReps: 2,
-    socksDialWarmup: 2000,
   },
 };
