@@ -601,7 +601,7 @@ const DOORS_TABLES: Record<DoorsTable, (p: Record<string, number>) => { title: s
       `9a. Scrape-like load: ${p.scrapeTargets} targets behind the agent, each scraped once every ${(p.scrapeIntervalMs / 1000).toFixed(1)} s (GET /metrics, a ${(p.scrapeBodyBytes / 1024).toFixed(0)} KiB page,\n` +
       `    keep-alive), ${p.scrapeRounds} intervals timed after a warm-up round; latency: request written -> last body byte; CPU: server + agent\n` +
       '    per scrape; RSS at the end of the window (the rows of one product share one pair: later rows carry what earlier ones left);\n' +
-      '    ratios: Kanal forward / Kanal CONNECT and Kanal / upstream CONNECT (pooled percentiles; CPU: pooled)',
+      '    ratios: Kanal forward / Kanal CONNECT on the same listener, and Kanal / upstream CONNECT (pooled percentiles; CPU: pooled)',
     columns: [
       { key: 'p50Ms', title: 'p50 ms', digits: 2 },
       { key: 'p99Ms', title: 'p99 ms', digits: 2 },
@@ -616,6 +616,7 @@ const DOORS_TABLES: Record<DoorsTable, (p: Record<string, number>) => { title: s
       { key: 'vsUpstreamP99', title: 'p99 /upstream', digits: 2 },
       { key: 'vsUpstreamCpu', title: 'CPU /upstream', digits: 2 },
       { key: 'proxyConns', title: 'conns to proxy', digits: 0 },
+      { key: 'poolConns', title: 'pool conns', digits: 0 },
       { key: 'errors', title: 'errors', digits: 0 },
       { key: 'skipped', title: 'skipped', digits: 0 },
       { key: 'scrapes', title: 'scrapes', digits: 0 },

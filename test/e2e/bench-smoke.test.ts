@@ -233,7 +233,12 @@ test(`bench --smoke --only scrape,socks reports section 9${upstreamAbsent ? ' (u
   t.is(scrape.errors, 0, 'every scrape through CONNECT answered 200');
   for (const key of ['p50Ms', 'p99Ms', 'scrapes', 'serverRssMiB', 'agentRssMiB']) t.true(scrape[key] > 0, `scrape ${key} = ${scrape[key]}`);
   // A door this build lacks is a row saying so, not a failure; once it lands, the row has figures.
-  for (const id of ['doors.scrape.kanal-forward-tcp', 'doors.scrape.kanal-forward-uds', 'doors.socks.kanal-socks5']) {
+  for (const id of [
+    'doors.scrape.kanal-forward-tcp',
+    'doors.scrape.kanal-forward-uds',
+    'doors.scrape.kanal-connect-tcp',
+    'doors.socks.kanal-socks5',
+  ]) {
     const row = rows.get(id) ?? [...rows.values()].find((x) => x.id.startsWith(`${id}.`));
     t.truthy(row, `${id}: no row`);
     if (row && Object.keys(row.values).length === 0)
