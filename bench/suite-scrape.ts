@@ -15,7 +15,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from '../kit/launch/kanal-cli.js';
+import { freePort, withPortRetry } from '../kit/launch/kanal-cli.js';
 import { spawnChild } from './children.js';
 import { cliFlags } from './cli-probe.js';
 import { BACKEND_HOST } from './cluster.js';
@@ -102,7 +102,6 @@ export async function runScrape(env: Env): Promise<{ rows: DoorsRow[]; notes: st
   const p = env.params;
   const notes: string[] = [];
   const flags = await cliFlags(env.kanalCli, 'server', [HTTP_PROXY_PORT]);
-  const proxyPort = flags.has(HTTP_PROXY_PORT) ? await freePort() : undefined;
   const targets = startWorker(env, 'scrape-targets');
   const scraper = startWorker(env, 'scraper');
   try {
@@ -113,96 +112,100 @@ export async function runScrape(env: Env): Promise<{ rows: DoorsRow[]; notes: st
       120_000,
     );
     const addresses = ports.map((port) => `${BACKEND_HOST}:${port}`);
-    const serverArgs = proxyPort === undefined ? [] : [HTTP_PROXY_PORT, String(proxyPort), '--http-proxy-bind-address', '127.0.0.1'];
-    return await withFreshPair(
-      env,
-      'kanal',
-      'scrape-kanal',
-      async (kenv) => {
-        const run = async (uenv: Env): Promise<{ rows: DoorsRow[]; notes: string[] }> => {
-          const proxyOf = (c: CaseSpec): ProxyAddress | undefined => {
-            if (c.key === 'kanal-forward-tcp' || c.key === 'kanal-connect-tcp')
-              return proxyPort === undefined ? undefined : { host: '127.0.0.1', port: proxyPort };
-            if (c.product === 'kanal') return { uds: uenv.pair.uds };
-            return uenv.upstream ? { uds: uenv.upstream.uds } : undefined;
-          };
-          const pidsOf = (c: CaseSpec): [number, number] => {
-            const pair = c.product === 'kanal' ? uenv.pair : uenv.upstream!;
-            return [pair.server.pid, pair.agent.pid];
-          };
-          // Which cases this build (and upstream) can serve: a probe request outside any timing.
-          const unavailable = new Map<CaseKey, string>();
-          const runnableCases: CaseSpec[] = [];
-          for (const c of CASES) {
-            if (c.product === 'upstream' && !uenv.upstream) continue;
-            const proxy = proxyOf(c);
-            if (!proxy) {
-              unavailable.set(c.key, `not available in this build (\`kanal server --help\` names no ${HTTP_PROXY_PORT})`);
-              continue;
-            }
-            const probe = await scraper.call('probe', { via: c.via, proxy, target: addresses[0] });
-            if (probe.status === 200) {
-              runnableCases.push(c);
-              continue;
-            }
-            const answer = probe.status === 0 ? `no answer: ${truncateForLog(probe.body, 120)}` : `answers ${probe.status}`;
-            unavailable.set(
-              c.key,
-              c.product === 'kanal'
-                ? `not available in this build (an absolute-form GET ${answer})`
-                : `${probe.status === 0 ? 'fails' : String(probe.status)}: upstream ${answer} to an absolute-form GET (it has no forward proxy)`,
-            );
-          }
-          const measured = new Map<CaseKey, Measured>(runnableCases.map((c) => [c.key, emptyMeasured()]));
-          const windowMs = p.scrapeRounds * p.scrapeIntervalMs;
-          for (let rep = 0; rep < p.scrapeReps; rep++) {
-            for (const c of inRepOrder(runnableCases, rep)) {
-              env.progress(`scrape: ${c.label}, ${p.scrapeTargets} targets, run ${rep + 1}/${p.scrapeReps}`);
-              const m = measured.get(c.key)!;
-              const id = `${c.key}-${rep}`;
-              const pids = pidsOf(c);
-              const before = (await targets.call('openSockets', null)).open;
-              const warm = await scraper.call(
-                'startScrape',
-                {
-                  id,
-                  via: c.via,
-                  proxy: proxyOf(c)!,
-                  targets: addresses,
-                  intervalMs: p.scrapeIntervalMs,
-                  timeoutMs: Math.min(10_000, p.scrapeIntervalMs),
-                },
-                p.scrapeIntervalMs * 3 + 60_000,
+    // The port is chosen after the targets listen (their ports are the kernel's too), and again if the server lost it to another process.
+    return await withPortRetry(async () => {
+      const proxyPort = flags.has(HTTP_PROXY_PORT) ? await freePort() : undefined;
+      const serverArgs = proxyPort === undefined ? [] : [HTTP_PROXY_PORT, String(proxyPort), '--http-proxy-bind-address', '127.0.0.1'];
+      return withFreshPair(
+        env,
+        'kanal',
+        'scrape-kanal',
+        async (kenv) => {
+          const run = async (uenv: Env): Promise<{ rows: DoorsRow[]; notes: string[] }> => {
+            const proxyOf = (c: CaseSpec): ProxyAddress | undefined => {
+              if (c.key === 'kanal-forward-tcp' || c.key === 'kanal-connect-tcp')
+                return proxyPort === undefined ? undefined : { host: '127.0.0.1', port: proxyPort };
+              if (c.product === 'kanal') return { uds: uenv.pair.uds };
+              return uenv.upstream ? { uds: uenv.upstream.uds } : undefined;
+            };
+            const pidsOf = (c: CaseSpec): [number, number] => {
+              const pair = c.product === 'kanal' ? uenv.pair : uenv.upstream!;
+              return [pair.server.pid, pair.agent.pid];
+            };
+            // Which cases this build (and upstream) can serve: a probe request outside any timing.
+            const unavailable = new Map<CaseKey, string>();
+            const runnableCases: CaseSpec[] = [];
+            for (const c of CASES) {
+              if (c.product === 'upstream' && !uenv.upstream) continue;
+              const proxy = proxyOf(c);
+              if (!proxy) {
+                unavailable.set(c.key, `not available in this build (\`kanal server --help\` names no ${HTTP_PROXY_PORT})`);
+                continue;
+              }
+              const probe = await scraper.call('probe', { via: c.via, proxy, target: addresses[0] });
+              if (probe.status === 200) {
+                runnableCases.push(c);
+                continue;
+              }
+              const answer = probe.status === 0 ? `no answer: ${truncateForLog(probe.body, 120)}` : `answers ${probe.status}`;
+              unavailable.set(
+                c.key,
+                c.product === 'kanal'
+                  ? `not available in this build (an absolute-form GET ${answer})`
+                  : `${probe.status === 0 ? 'fails' : String(probe.status)}: upstream ${answer} to an absolute-form GET (it has no forward proxy)`,
               );
-              if (warm.warmupErrors > 0)
-                env.warnings.push(`scrape ${c.label}: ${warm.warmupErrors} warm-up scrape(s) failed, first: ${warm.firstError ?? '?'}`);
-              const cpu0 = cpuSecondsOf(pids);
-              await sleep(windowMs);
-              const cpu1 = cpuSecondsOf(pids);
-              m.rss.server.push(rssBytes(pids[0]));
-              m.rss.agent.push(rssBytes(pids[1]));
-              const r: ScrapeResult = await scraper.call('stopScrape', { id }, 60_000);
-              if (c.via === 'forward') {
-                // The proxy keeps a pool of connections to the destinations: counted, not waited for.
-                await sleep(1000);
-                m.lingering = Math.max(m.lingering, (await targets.call('openSockets', null)).open - before);
-              } else await waitTargetsIdle(env, targets, before);
-              m.latencies.push(r.latenciesMs);
-              m.cpuS += cpu1 - cpu0;
-              m.scrapes += r.latenciesMs.length;
-              m.windowS += r.elapsedMs / 1000;
-              m.errors += r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
-              m.skipped += r.skipped;
-              m.conns = Math.max(m.conns, r.connections);
-              m.firstError ??= r.firstError ?? (Object.keys(r.statuses).length > 0 ? `answers ${JSON.stringify(r.statuses)}` : undefined);
             }
-          }
-          return { rows: toRows(measured, unavailable), notes };
-        };
-        return withUpstreamPair(kenv, run);
-      },
-      { serverArgs },
-    );
+            const measured = new Map<CaseKey, Measured>(runnableCases.map((c) => [c.key, emptyMeasured()]));
+            const windowMs = p.scrapeRounds * p.scrapeIntervalMs;
+            for (let rep = 0; rep < p.scrapeReps; rep++) {
+              for (const c of inRepOrder(runnableCases, rep)) {
+                env.progress(`scrape: ${c.label}, ${p.scrapeTargets} targets, run ${rep + 1}/${p.scrapeReps}`);
+                const m = measured.get(c.key)!;
+                const id = `${c.key}-${rep}`;
+                const pids = pidsOf(c);
+                const before = (await targets.call('openSockets', null)).open;
+                const warm = await scraper.call(
+                  'startScrape',
+                  {
+                    id,
+                    via: c.via,
+                    proxy: proxyOf(c)!,
+                    targets: addresses,
+                    intervalMs: p.scrapeIntervalMs,
+                    timeoutMs: Math.min(10_000, p.scrapeIntervalMs),
+                  },
+                  p.scrapeIntervalMs * 3 + 60_000,
+                );
+                if (warm.warmupErrors > 0)
+                  env.warnings.push(`scrape ${c.label}: ${warm.warmupErrors} warm-up scrape(s) failed, first: ${warm.firstError ?? '?'}`);
+                const cpu0 = cpuSecondsOf(pids);
+                await sleep(windowMs);
+                const cpu1 = cpuSecondsOf(pids);
+                m.rss.server.push(rssBytes(pids[0]));
+                m.rss.agent.push(rssBytes(pids[1]));
+                const r: ScrapeResult = await scraper.call('stopScrape', { id }, 60_000);
+                if (c.via === 'forward') {
+                  // The proxy keeps a pool of connections to the destinations: counted, not waited for.
+                  await sleep(1000);
+                  m.lingering = Math.max(m.lingering, (await targets.call('openSockets', null)).open - before);
+                } else await waitTargetsIdle(env, targets, before);
+                m.latencies.push(r.latenciesMs);
+                m.cpuS += cpu1 - cpu0;
+                m.scrapes += r.latenciesMs.length;
+                m.windowS += r.elapsedMs / 1000;
+                m.errors += r.errors + Object.values(r.statuses).reduce((a, b) => a + b, 0);
+                m.skipped += r.skipped;
+                m.conns = Math.max(m.conns, r.connections);
+                m.firstError ??= r.firstError ?? (Object.keys(r.statuses).length > 0 ? `answers ${JSON.stringify(r.statuses)}` : undefined);
+              }
+            }
+            return { rows: toRows(measured, unavailable), notes };
+          };
+          return withUpstreamPair(kenv, run);
+        },
+        { serverArgs },
+      );
+    });
   } finally {
     await Promise.allSettled([targets.child.stop(), scraper.child.stop()]);
     notes.push(
