@@ -3,7 +3,15 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeThrowawayPki, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import type { Worker } from './rpc.js';
-import { productOf, type BackendPorts, type FlowMode, type LoadgenCommands, type Path, type Product } from './loadgen-protocol.js';
+import {
+  productOf,
+  type BackendPorts,
+  type ClientConfig,
+  type FlowMode,
+  type LoadgenCommands,
+  type Path,
+  type Product,
+} from './loadgen-protocol.js';
 import { makeTempDir } from './children.js';
 import {
   BACKEND_HOST,
@@ -99,9 +107,10 @@ export async function setUp(o: SetUpOptions): Promise<Env> {
   return env;
 }
 
-/** Points the load generator at env's pairs (their Unix sockets, Kanal's node-side listeners). */
-export async function aimClient(env: Env): Promise<void> {
+/** Points the load generator at env's pairs (their Unix sockets, Kanal's node-side listeners, and `extra`: a SOCKS5 door). */
+export async function aimClient(env: Env, extra: Pick<ClientConfig, 'socks5'> = {}): Promise<void> {
   await env.client.call('configure', {
+    ...extra,
     caPem: readPem(env.pki.caCert),
     uds: { kanal: env.pair.uds, upstream: env.upstream?.uds },
     backendHost: BACKEND_HOST,

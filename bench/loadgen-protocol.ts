@@ -8,12 +8,14 @@ export type Product = 'kanal' | 'upstream';
  * - kanal-cp         HTTP CONNECT over the server's Unix socket -> tunnel -> agent -> backend (plain TCP)
  * - kanal-cp-tls     the same, with TLS end to end inside the tunnel (as the KAS talks to kubelets)
  * - kanal-node       TCP to the agent's node-side listener -> tunnel -> server -> backend (plain TCP)
+ * - kanal-socks5     SOCKS5 CONNECT (RFC 1928) to the server's SOCKS5 door (ClientConfig.socks5) -> tunnel -> agent -> backend
  * - upstream-cp      as kanal-cp, through upstream's proxy-server (--mode http-connect) and proxy-agent
  * - upstream-cp-tls  as kanal-cp-tls, through upstream's
  * - direct-tcp       TCP straight to the backend
  * - direct-tls       TLS straight to the backend
  */
-export type Path = 'kanal-cp' | 'kanal-cp-tls' | 'kanal-node' | 'upstream-cp' | 'upstream-cp-tls' | 'direct-tcp' | 'direct-tls';
+export type Path =
+  'kanal-cp' | 'kanal-cp-tls' | 'kanal-node' | 'kanal-socks5' | 'upstream-cp' | 'upstream-cp-tls' | 'direct-tcp' | 'direct-tls';
 
 /** The product whose processes carry `path`; undefined for the direct paths. */
 export function productOf(path: Path): Product | undefined {
@@ -55,6 +57,8 @@ export interface ClientConfig {
   nodeHost: string;
   node: { bulk: number; echo: number; http: number };
   chunkBytes: number;
+  /** Kanal's SOCKS5 door (section 9b): its Unix socket or TCP listener, and the RFC 1929 credentials offered if it asks. */
+  socks5?: { address: { uds: string } | { host: string; port: number }; username: string; password: string };
 }
 
 export interface Counters {

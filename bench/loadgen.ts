@@ -10,6 +10,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import { ConnectRefused } from '../kit/demo/proxy-client.js';
+import { socks5Connect } from './socks5-client.js';
 import { serveCommands } from './rpc.js';
 import {
   BULK_HEADER_BYTES,
@@ -234,6 +235,14 @@ async function open(path: Path, service: Service, timeoutMs = OPEN_TIMEOUT_MS, u
     case 'kanal-node': {
       const s = net.connect({ host: c.nodeHost, port: c.node[service], noDelay: true });
       return once(s, 'connect', timeoutMs, 'node listener connect', () => s);
+    }
+    case 'kanal-socks5': {
+      const socks = c.socks5;
+      if (!socks) throw new Error('kanal-socks5: no SOCKS5 door configured');
+      const a = socks.address;
+      const s = 'uds' in a ? net.connect({ path: a.uds }) : net.connect({ host: a.host, port: a.port, noDelay: true });
+      await once(s, 'connect', timeoutMs, 'socks5 connect', () => s);
+      return socks5Connect(s, c.backendHost, c.backend[TCP_PORT[service]], socks, timeoutMs);
     }
     case 'kanal-cp':
     case 'kanal-cp-tls':

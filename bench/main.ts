@@ -28,6 +28,7 @@ import {
   type ReconnectReport,
   type Report,
   type Row,
+  type DoorsReport,
   type Section,
   type SoakReport,
   type TenantsReport,
@@ -42,6 +43,8 @@ import { runSoak } from './suite-soak.js';
 import { runStart } from './suite-start.js';
 import { runTenants, TENANTS_PARTS } from './suite-tenants.js';
 import { runReconnect } from './suite-reconnect.js';
+import { runScrape } from './suite-scrape.js';
+import { runSocks } from './suite-socks.js';
 import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
@@ -51,10 +54,12 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
   --transport    gRPC implementation for server, agent and bench agents (default h2)
-  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,hostile,reconnect,soak
+  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,hostile,reconnect,scrape,socks,soak
                  (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants, a hostile agent;
                   hostile: that last part of tenants alone;
                   reconnect: HA convergence behind a balancer, connections across a tunnel cut; only when named or --full;
+                  scrape: a Prometheus-like load through the forward proxy, CONNECT and upstream's CONNECT; only when named or --full;
+                  socks: dials and one bulk flow through SOCKS5 next to CONNECT; only when named or --full;
                   soak: connection churn, 100,000 connections per phase and product, 10-20 minutes; only when named or --full)
   --kanal-cli    the kanal CLI every Kanal pair runs: another build's dist/src/cli/main.js (a before/after run),
                  or a kanal executable (npm run package: dist/release/kanal)
@@ -83,6 +88,9 @@ interface Options {
   hostileOnly: boolean;
   /** Section 8, reconnects (suite-reconnect.ts): minutes of waiting on reconnects, so only when named (--only reconnect) or --full. */
   reconnect: boolean;
+  /** Section 9, front doors (suite-scrape.ts, suite-socks.ts): only when named (--only scrape,socks) or --full. */
+  scrape: boolean;
+  socks: boolean;
   kanalCli?: string;
   /** --audit: the Kanal pairs of sections 0-4 write audit logs (the cost of auditing, against a run without). */
   audit: boolean;
@@ -120,10 +128,12 @@ function parseOptions(argv: string[]): Options {
   if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
   const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
   const named = values.only?.split(',').map((s) => s.trim());
-  const ownTables = ['soak', 'tenants', 'hostile', 'reconnect'];
+  const ownTables = ['soak', 'tenants', 'hostile', 'reconnect', 'scrape', 'socks'];
   const unknown = named?.find((s) => !ownTables.includes(s) && !SECTION_ORDER.some((known) => known === s));
   if (unknown !== undefined)
-    throw new Error(`--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, hostile, reconnect, soak)`);
+    throw new Error(
+      `--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, hostile, reconnect, scrape, socks, soak)`,
+    );
   const sections = named ? SECTION_ORDER.filter((s) => named.includes(s)) : SECTION_ORDER;
   const params = { ...PARAMS[mode] };
   if (values['soak-count'] !== undefined) {
@@ -158,6 +168,8 @@ function parseOptions(argv: string[]): Options {
     tenants: named ? named.includes('tenants') || named.includes('hostile') : true,
     hostileOnly: named !== undefined && named.includes('hostile') && !named.includes('tenants'),
     reconnect: named ? named.includes('reconnect') : mode === 'full',
+    scrape: named ? named.includes('scrape') : mode === 'full',
+    socks: named ? named.includes('socks') : mode === 'full',
     kanalCli,
     audit: values.audit,
     profile,
@@ -250,6 +262,7 @@ async function main(): Promise<void> {
   let soak: SoakReport | undefined;
   let tenants: TenantsReport | undefined;
   let reconnect: ReconnectReport | undefined;
+  let doors: DoorsReport | undefined;
   let upstream: Report['upstream'];
   let failed = false;
   try {
@@ -307,6 +320,21 @@ async function main(): Promise<void> {
         progress(`reconnect FAILED: ${errorMessage(err)}`);
       }
     }
+    // Their own pairs (with the front doors' flags where the build has them).
+    for (const [name, on, run] of [
+      ['scrape', opts.scrape, runScrape],
+      ['socks', opts.socks, runSocks],
+    ] as const) {
+      if (!on) continue;
+      try {
+        const part = await run(env);
+        doors = { rows: [...(doors?.rows ?? []), ...part.rows], notes: [...(doors?.notes ?? []), ...part.notes] };
+      } catch (err) {
+        failed = true;
+        warnings.push(`${name} failed: ${errorMessage(err)}`);
+        progress(`${name} FAILED: ${errorMessage(err)}`);
+      }
+    }
     // Last: every other section's figures come first, and the soak starts its own pairs.
     if (opts.soak) {
       try {
@@ -351,6 +379,7 @@ async function main(): Promise<void> {
     soak: soak && { ...soak, readings: withoutNonFinite(soak.readings), summary: withoutNonFinite(soak.summary) },
     tenants: tenants && { ...tenants, rows: withoutNonFinite(tenants.rows) },
     reconnect: reconnect && { ...reconnect, rows: withoutNonFinite(reconnect.rows) },
+    doors: doors && { ...doors, rows: withoutNonFinite(doors.rows) },
     kanalCli: opts.kanalCli,
     audit: opts.audit,
     warnings,

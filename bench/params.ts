@@ -79,12 +79,28 @@ export interface Params {
   /** Cut: tunnelled connections carried across it, and how long the relay stays cut (ms). */
   reconnectConnections: number;
   reconnectCutMs: number;
+  /**
+   * Section 9a (suite-scrape.ts, --only scrape, --full): targets scraped, each once per interval,
+   * over this many intervals after a warm-up round, repeated scrapeReps times per case; page size.
+   */
+  scrapeTargets: number;
+  scrapeIntervalMs: number;
+  scrapeRounds: number;
+  scrapeReps: number;
+  scrapeBodyBytes: number;
 }
 
 /** The soak's memory goal: RSS growth from the first reading to the end of a phase, per process. */
 export const SOAK_GOAL_MIB = 16;
 
 /** Section 8's sizes in quick and full; --smoke restarts one server and carries 50 connections. */
+/**
+ * Section 9a's sizes. Full is the issue's load: 1,000 targets every 15 s (67 scrapes/s). Quick
+ * keeps that rate with fewer targets on a compressed interval (200 every 3 s): the same requests
+ * per second through the proxy, a fifth of the connections, a fifth of the wait.
+ */
+const SCRAPE = { scrapeBodyBytes: 10 * 1024 } satisfies Partial<Params>;
+
 const RECONNECT = {
   reconnectServers: 3,
   reconnectAgents: 4,
@@ -141,6 +157,11 @@ export const PARAMS: Record<Mode, Params> = {
     reconnectReps: 1,
     reconnectRestarts: 1,
     reconnectConnections: 50,
+    ...SCRAPE,
+    scrapeTargets: 10,
+    scrapeIntervalMs: 500,
+    scrapeRounds: 2,
+    scrapeReps: 1,
   },
   quick: {
     reps: 3,
@@ -179,6 +200,11 @@ export const PARAMS: Record<Mode, Params> = {
     ...SOAK,
     ...RECONNECT,
     reconnectReps: 2,
+    ...SCRAPE,
+    scrapeTargets: 200,
+    scrapeIntervalMs: 3000,
+    scrapeRounds: 3,
+    scrapeReps: 2,
   },
   full: {
     reps: 5,
@@ -213,5 +239,10 @@ export const PARAMS: Record<Mode, Params> = {
     ...SOAK,
     ...RECONNECT,
     reconnectReps: 3,
+    ...SCRAPE,
+    scrapeTargets: 1000,
+    scrapeIntervalMs: 15_000,
+    scrapeRounds: 4,
+    scrapeReps: 2,
   },
 };

@@ -47,6 +47,8 @@ export interface Report {
   tenants?: TenantsReport;
   /** Section 8, reconnects (suite-reconnect.ts): tables of their own. */
   reconnect?: ReconnectReport;
+  /** Section 9, the front doors of other control-plane clients (suite-scrape.ts, suite-socks.ts): tables of their own. */
+  doors?: DoorsReport;
   /** --kanal-cli: the build every Kanal pair ran, when not this checkout's. */
   kanalCli?: string;
   /** --audit: the Kanal pairs wrote audit logs. */
@@ -114,6 +116,25 @@ export interface ReconnectRow {
 export interface ReconnectReport {
   rows: ReconnectRow[];
   /** How the figures were taken, and what could not be run (resume absent), printed under the tables. */
+  notes: string[];
+}
+
+/** The tables of section 9: 9a scrape-like load (suite-scrape.ts), 9b SOCKS5 next to CONNECT (suite-socks.ts). */
+export type DoorsTable = 'scrape' | 'socks';
+
+export interface DoorsRow {
+  /** Stable identifier, e.g. "doors.scrape.kanal-forward-tcp" or "doors.socks.kanal-socks5.c8". */
+  id: string;
+  table: DoorsTable;
+  label: string;
+  values: Record<string, number>;
+  /** Why a row has no figures ("not available in this build: …", "405: …"), printed after its cells. */
+  note?: string;
+}
+
+export interface DoorsReport {
+  rows: DoorsRow[];
+  /** How the figures were taken, what is modelled and what could not run, printed under the tables. */
   notes: string[];
 }
 
@@ -453,7 +474,7 @@ function renderVersus(rows: Row[], labelWidth: number): string[] {
 function renderTable(
   title: string,
   columns: Column[],
-  rows: { label: string; values: Record<string, number>; baseline?: string }[],
+  rows: { label: string; values: Record<string, number>; baseline?: string; note?: string }[],
   labelWidth: number,
 ): string[] {
   // Columns no row of this run fills (e.g. the upstream ratios without upstream) are left out.
@@ -469,7 +490,7 @@ function renderTable(
   );
   for (const row of rows) {
     const cells = shown.map((c, i) => cell(row, c).padStart(widths[i])).join('  ');
-    out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}`);
+    out.push(`  ${row.label.padEnd(labelWidth)}  ${cells}${row.baseline ? `  ${row.baseline}` : ''}${row.note ? `  ${row.note}` : ''}`);
   }
   return out;
 }
@@ -574,6 +595,68 @@ function renderReconnect(rc: ReconnectReport, p: Record<string, number>): string
   return [...out, '', ...rc.notes.map((n) => `  ${n}`)];
 }
 
+const DOORS_TABLES: Record<DoorsTable, (p: Record<string, number>) => { title: string; columns: Column[] }> = {
+  scrape: (p) => ({
+    title:
+      `9a. Scrape-like load: ${p.scrapeTargets} targets behind the agent, each scraped once every ${(p.scrapeIntervalMs / 1000).toFixed(1)} s (GET /metrics, a ${(p.scrapeBodyBytes / 1024).toFixed(0)} KiB page,\n` +
+      `    keep-alive), ${p.scrapeRounds} intervals timed after a warm-up round; latency: request written -> last body byte; CPU: server + agent\n` +
+      '    per scrape; RSS at the end of the window (the rows of one product share one pair: later rows carry what earlier ones left);\n' +
+      '    ratios: Kanal forward / Kanal CONNECT on the same listener, and Kanal / upstream CONNECT (pooled percentiles; CPU: pooled)',
+    columns: [
+      { key: 'p50Ms', title: 'p50 ms', digits: 2 },
+      { key: 'p99Ms', title: 'p99 ms', digits: 2 },
+      { key: 'p50Spread', title: 'p50 spread', digits: 0, suffix: '%' },
+      { key: 'cpuUsPerScrape', title: 'CPU µs/scrape', digits: 0 },
+      { key: 'serverRssMiB', title: 'server RSS MiB', digits: 1 },
+      { key: 'agentRssMiB', title: 'agent RSS MiB', digits: 1 },
+      { key: 'scrapesPerS', title: 'scrapes/s', digits: 0 },
+      { key: 'vsConnectP50', title: 'p50 /CONNECT', digits: 2 },
+      { key: 'vsConnectCpu', title: 'CPU /CONNECT', digits: 2 },
+      { key: 'vsUpstreamP50', title: 'p50 /upstream', digits: 2 },
+      { key: 'vsUpstreamP99', title: 'p99 /upstream', digits: 2 },
+      { key: 'vsUpstreamCpu', title: 'CPU /upstream', digits: 2 },
+      { key: 'proxyConns', title: 'conns to proxy', digits: 0 },
+      { key: 'poolConns', title: 'pool conns', digits: 0 },
+      { key: 'errors', title: 'errors', digits: 0 },
+      { key: 'skipped', title: 'skipped', digits: 0 },
+      { key: 'scrapes', title: 'scrapes', digits: 0 },
+    ],
+  }),
+  socks: () => ({
+    title:
+      '9b. SOCKS5 next to CONNECT: dial -> one byte written and echoed by the backend (sequential and 8 at a time), and one bulk flow;\n' +
+      "    Kanal's SOCKS5 door and CONNECT door on one server and agent, runs interleaved, upstream's CONNECT as a reference;\n" +
+      '    ratios: to Kanal CONNECT in the same run (goal: within 5%; latency: pooled percentiles, MB/s: median of per-run ratios)',
+    columns: [
+      { key: 'p50Ms', title: 'p50 ms', digits: 2 },
+      { key: 'p99Ms', title: 'p99 ms', digits: 2 },
+      { key: 'p50Spread', title: 'p50 spread', digits: 0, suffix: '%' },
+      { key: 'dialsPerS', title: 'dials/s', digits: 0 },
+      { key: 'cpuUsPerDial', title: 'proxy CPU µs/dial', digits: 0 },
+      { key: 'mbps', title: 'MB/s', digits: 0 },
+      { key: 'mbpsSpread', title: 'MB/s spread', digits: 0, suffix: '%' },
+      { key: 'proxyCpuSPerGB', title: 'proxy CPU s/GB', digits: 2 },
+      { key: 'vsConnectP50', title: 'p50 /CONNECT', digits: 2 },
+      { key: 'vsConnectP99', title: 'p99 /CONNECT', digits: 2 },
+      { key: 'vsConnectRate', title: 'dials/s /CONNECT', digits: 2 },
+      { key: 'vsConnectMbps', title: 'MB/s /CONNECT', digits: 2 },
+      { key: 'samples', title: 'dials', digits: 0 },
+    ],
+  }),
+};
+
+function renderDoors(d: DoorsReport, p: Record<string, number>): string[] {
+  const width = Math.max(...d.rows.map((row) => row.label.length), 30);
+  const out: string[] = [];
+  for (const table of ['scrape', 'socks'] as const) {
+    const rows = d.rows.filter((row) => row.table === table);
+    if (rows.length === 0) continue;
+    const spec = DOORS_TABLES[table](p);
+    out.push(...renderTable(spec.title, spec.columns, rows, width));
+  }
+  return [...out, '', ...d.notes.map((n) => `  ${n}`)];
+}
+
 function renderTenants(t: TenantsReport): string[] {
   const width = Math.max(...t.rows.map((row) => row.label.length), 30);
   const out: string[] = [];
@@ -610,6 +693,7 @@ export function renderText(r: Report): string {
   }
   if (r.tenants) out.push(...renderTenants(r.tenants));
   if (r.reconnect) out.push(...renderReconnect(r.reconnect, r.params));
+  if (r.doors) out.push(...renderDoors(r.doors, r.params));
   if (r.soak) out.push(...renderSoak(r.soak));
   if (r.profile && r.profile.length > 0) {
     for (const p of r.profile) {

@@ -21,7 +21,6 @@
  * 8c, the steady-state cost of resume: bulk throughput and sequential dial
  * latency on fresh pairs with --resume-timeout=30s and =0.
  */
-import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -29,6 +28,7 @@ import { freePort, loopbackAgentArgs, loopbackServerArgs, waitHealthy } from '..
 import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { BACKEND_HOST, kanalProgram, startServer } from './cluster.js';
+import { cliOutput as cliOutputOf } from './cli-probe.js';
 import { bulkRun, waitIdle, withFreshPair, type Env } from './env.js';
 import { rssBytes } from './proc.js';
 import type { ReconnectReport, ReconnectRow } from './report.js';
@@ -75,12 +75,7 @@ async function metric(url: string, name: string): Promise<number> {
 
 /** `kanal <args>` of this run's CLI (--kanal-cli's, or this checkout's): its stdout and stderr together. */
 function cliOutput(env: Env, args: string[]): Promise<string> {
-  const program = kanalProgram(env.kanalCli);
-  const [file, argv] =
-    'script' in program ? [process.execPath, [...program.nodeArgs, program.script, ...args]] : [program.executable, args];
-  return new Promise((resolve) => {
-    execFile(file, argv, { timeout: 30_000 }, (_err, stdout, stderr) => resolve(`${stdout}\n${stderr}`));
-  });
+  return cliOutputOf(env.kanalCli, args);
 }
 
 /** Whether `kanal <command> --help` mentions `flag`. */

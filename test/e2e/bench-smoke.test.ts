@@ -209,3 +209,51 @@ test(`bench --smoke --only reconnect reports section 8${upstreamAbsent ? ' (upst
   t.truthy(dir, 'the bench names its temporary directory');
   t.false(existsSync(dir!), `${dir} was left behind`);
 });
+
+test(`bench --smoke --only scrape,socks reports section 9${upstreamAbsent ? ' (upstream absent: Kanal rows only)' : ', upstream side by side'}`, async (t) => {
+  // 20-60 s: a fresh pair per suite, tiny sizes.
+  t.timeout(240_000);
+  const r = await runBench(['--smoke', '--json', '--only', 'scrape,socks'], 220_000);
+  t.is(r.code, 0, `bench exited with ${r.code}:\n${r.stderr.split('\n').slice(-20).join('\n')}`);
+  const report = JSON.parse(r.stdout) as Report;
+  t.truthy(report.doors, 'the report has section 9');
+  t.deepEqual(report.rows, [], 'no other section ran');
+  const rows = new Map((report.doors?.rows ?? []).map((row) => [row.id, row]));
+  const measured = [
+    'doors.scrape.kanal-connect',
+    ...['dial.c1', 'dial.c8', 'down', 'up'].map((x) => `doors.socks.kanal-connect.${x}`),
+    ...(upstreamAbsent ? [] : ['doors.scrape.upstream-connect', 'doors.socks.upstream-connect.dial.c1']),
+  ];
+  t.deepEqual(
+    measured.filter((id) => !rows.has(id) || Object.keys(rows.get(id)!.values).length === 0),
+    [],
+    'rows without figures',
+  );
+  const scrape = rows.get('doors.scrape.kanal-connect')!.values;
+  t.is(scrape.errors, 0, 'every scrape through CONNECT answered 200');
+  for (const key of ['p50Ms', 'p99Ms', 'scrapes', 'serverRssMiB', 'agentRssMiB']) t.true(scrape[key] > 0, `scrape ${key} = ${scrape[key]}`);
+  // A door this build lacks is a row saying so, not a failure; once it lands, the row has figures.
+  for (const id of [
+    'doors.scrape.kanal-forward-tcp',
+    'doors.scrape.kanal-forward-uds',
+    'doors.scrape.kanal-connect-tcp',
+    'doors.socks.kanal-socks5',
+  ]) {
+    const row = rows.get(id) ?? [...rows.values()].find((x) => x.id.startsWith(`${id}.`));
+    t.truthy(row, `${id}: no row`);
+    if (row && Object.keys(row.values).length === 0)
+      t.regex(row.note ?? '', /^not available in this build/, `${id}: ${row.note ?? 'no note'}`);
+  }
+  // Upstream has no forward proxy: its row records the answer (405).
+  if (!upstreamAbsent) t.regex(rows.get('doors.scrape.upstream-forward')?.note ?? '', /^405/);
+  for (const row of rows.values())
+    for (const [key, v] of Object.entries(row.values)) t.true(Number.isFinite(v) && v >= 0, `${row.id}.${key} = ${v}`);
+  t.deepEqual(
+    report.warnings.filter((w) => w.includes('failed')),
+    [],
+    'a part of section 9 failed',
+  );
+  const dir = /setting up in (\S+)/.exec(r.stderr)?.[1];
+  t.truthy(dir, 'the bench names its temporary directory');
+  t.false(existsSync(dir!), `${dir} was left behind`);
+});
