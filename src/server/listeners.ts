@@ -449,7 +449,8 @@ async function listenPlain(
   peers: WeakMap<net.Socket, string>,
 ): Promise<Listener> {
   const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
-  const server = net.createServer({ allowHalfOpen: true }, (socket) =>
+  // An answer written as head then body must not wait for the client's delayed ACK (Nagle, RFC 896).
+  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) =>
     dispatch(socket, opts, peers.get(socket) ?? peerOf(socket, 'unknown'), connection),
   );
   track(server, sockets, peers);
