@@ -200,7 +200,7 @@ export class HttpConnectFrontend implements TenantFrontend {
         message: 'refused malformed HTTP request on frontend',
         detail: verdict.code,
       });
-      this.answer(socket, client, { status: verdict.status, message: `bad request: ${verdict.code}` });
+      this.answer(socket, client, { status: verdict.status, message: `bad request: ${verdict.code}: ${verdict.reason}` });
     } else if (verdict.method !== 'CONNECT' && verdict.form !== 'absolute') {
       this.refusals.refuse({
         reason: 'frontend_method',
