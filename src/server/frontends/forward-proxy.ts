@@ -209,8 +209,10 @@ export class ForwardSession {
       this.headBytes(parser.push(held));
       if (this.phase.kind !== 'head') return;
     }
+    // A client that half-closed after pipelining gets its answers; with nothing more to read, the connection ends.
     if (this.clientEnded) {
-      this.headBytes(parser.end());
+      if (parser.started) this.headBytes(parser.end());
+      else this.close();
       return;
     }
     this.socket.resume();
@@ -515,7 +517,7 @@ export class ForwardSession {
     } else ex.responseOut = 'raw';
     // Chunked to an HTTP/1.0 client, or a close-delimited answer: the client learns the end by the close.
     const delimitedByClose = f.kind === 'close' || (f.kind === 'chunked' && ex.clientVersion === 'HTTP/1.0');
-    ex.clientKeeps = !ex.clientClose && !delimitedByClose && !this.clientEnded;
+    ex.clientKeeps = !ex.clientClose && !delimitedByClose;
     const connection = ex.clientKeeps ? '' : 'Connection: close\r\n';
     ex.answering = true;
     this.socket.write(
