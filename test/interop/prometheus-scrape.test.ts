@@ -100,7 +100,7 @@ async function query(port: number, promql: string): Promise<Sample[]> {
 /** Waits until every job in `jobs` has up == 1 and its scraped series; fails with Prometheus's last words otherwise. */
 async function waitScraped(t: ExecutionContext, prom: { port: number; logs: () => string }, jobs: string[]): Promise<void> {
   const deadline = Date.now() + SCRAPED_WITHIN_MS;
-  let last = '';
+  let last: string | undefined;
   for (;;) {
     try {
       const up = await query(prom.port, 'up');
@@ -122,7 +122,7 @@ async function waitScraped(t: ExecutionContext, prom: { port: number; logs: () =
         .filter((l) => /scrape|error|warn/i.test(l))
         .slice(-15)
         .join('\n');
-      throw new Error(`not scraped within ${SCRAPED_WITHIN_MS} ms: ${last}\n${lines}`);
+      throw new Error(`not scraped within ${SCRAPED_WITHIN_MS} ms: ${last ?? 'no answer'}\n${lines}`);
     }
     await sleep(500);
   }

@@ -316,7 +316,7 @@ export class ForwardSession {
       });
       this.finalAnswer(
         405,
-        `method ${truncateForLog(head.method, 32)} with a ${head.form}-form target not allowed: this is a proxy; send CONNECT host:port, or an absolute-form request (GET http://host:port/path)`,
+        `method ${truncateForLog(head.method, 32)} not allowed for a ${head.form}-form target: this is a proxy; send CONNECT host:port, or an absolute-form request (GET http://host:port/path)`,
         'Allow: CONNECT\r\n',
       );
       return undefined;

@@ -210,7 +210,7 @@ export class HttpConnectFrontend implements TenantFrontend {
       });
       this.answer(socket, client, {
         status: 405,
-        message: `method ${truncateForLog(verdict.method, 32)} with a ${verdict.form}-form target not allowed: this is a proxy; send CONNECT host:port, or an absolute-form request (GET http://host:port/path)`,
+        message: `method ${truncateForLog(verdict.method, 32)} not allowed for a ${verdict.form}-form target: this is a proxy; send CONNECT host:port, or an absolute-form request (GET http://host:port/path)`,
         headers: 'Allow: CONNECT\r\n',
       });
     } else if (verdict.method !== 'CONNECT') {
