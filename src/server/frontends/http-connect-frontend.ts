@@ -1,6 +1,9 @@
 /**
  * HTTP CONNECT frontend: "CONNECT host:port HTTP/1.1" from the KAS becomes a
- * dial through an agent; answers use upstream's status codes.
+ * dial through an agent; answers use upstream's status codes. Requests in
+ * absolute form go to the forward proxy (forward-proxy.ts) on the same
+ * connection. Every client is admitted and dialled for by the tenant's
+ * FrontendClients, with the token of its Proxy-Authorization.
  *
  * Connections are accepted (and sniffed, and TLS-terminated) by
  * listeners.ts, which hands every connection not claimed by an earlier
