@@ -377,7 +377,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     ...tcp.tls,
     requestCert: !!tcp.tls.ca || !!tcp.recognise,
     rejectUnauthorized: false,
-    ALPNProtocols: ['h2', 'http/1.1'],
+    ALPNCallback: selectFrontendAlpn,
     handshakeTimeout: tcp.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
     allowHalfOpen: true,
   });
@@ -439,6 +439,23 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     adopt,
     adoptDecided,
   };
+}
+
+/**
+ * The frontend's ALPN choice (RFC 7301): `http/1.1` whenever the client
+ * offers it, `h2` only when it offers h2 alone. gRPC clients (grpc-go,
+ * grpc-js, upstream's proxy-test-client) offer just `h2`; Go's net/http with
+ * an https:// proxy URL (Prometheus's proxy_url) offers `h2,http/1.1` and
+ * cannot speak HTTP/2 to a proxy ("http2: unsupported scheme"), nor would an
+ * HTTP/1.1 CONNECT or forward request be read as h2; the server's preference
+ * order alone (ALPNProtocols) picked h2 for both. A client offering neither
+ * is refused with no_application_protocol, as with ALPNProtocols; one offering
+ * none gets none. The door is still chosen by the first bytes (protocol-sniffer.ts).
+ */
+export function selectFrontendAlpn({ protocols }: { protocols: string[] }): string | undefined {
+  if (protocols.includes('http/1.1')) return 'http/1.1';
+  if (protocols.includes('h2')) return 'h2';
+  return undefined;
 }
 
 /** A frontend listener on plain TCP (FrontendListenerOptions.plain): each connection goes to the sniffer as it comes. */

@@ -11,6 +11,7 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { listenForAgents, listenForFrontends, type Listener, type TlsFiles } from '../../src/server/listeners.js';
 import { HttpConnectFrontend } from '../../src/server/frontends/http-connect-frontend.js';
+import { KasOnlyClients } from '../../src/server/clients/kas-only-clients.js';
 import { BackendDialer } from '../../src/server/frontends/backend-dialer.js';
 import { AgentRegistry } from '../../src/server/agents/agent-registry.js';
 import { Refusals } from '../../src/domain/refusal-log.js';
@@ -116,7 +117,7 @@ test('frontend TCP port: a connection whose TLS handshake stalls is closed at th
   const logs = captureLogger();
   const { refusals, metrics } = refusalsFor(logs);
   const httpConnect = new HttpConnectFrontend(
-    new BackendDialer({ registry: new AgentRegistry(), timeoutMs: 1000, log: logs.log }),
+    new KasOnlyClients(new BackendDialer({ registry: new AgentRegistry(), timeoutMs: 1000, log: logs.log })),
     refusals,
   );
   const listener = await listenForFrontends({

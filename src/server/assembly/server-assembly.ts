@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { auditLogFileOptions } from '../../audit/settings.js';
 import { createLogger } from '../../common/logger.js';
-import type { ServerOptions } from '../server-options.js';
+import type { ExtraFrontendListener, ServerOptions } from '../server-options.js';
 import type { TlsFiles } from '../listeners.js';
 import type { ServerConfig } from '../config/config.js';
 import { loadTransport } from '../../transport/choice.js';
@@ -103,6 +103,7 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
           tls: credentials.frontend,
           clientPins: config.frontend.tcp.clientPins,
         },
+      extra: [...httpProxyListener(config)],
     },
     health: config.health,
     maxReceiveMessageBytes: v['max-message-size'],
@@ -275,4 +276,18 @@ export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart, l
     },
     log,
   };
+}
+
+/** --http-proxy-port: the HTTP door (forward proxy and CONNECT) on plain TCP, when on. */
+function httpProxyListener(config: ServerConfig): ExtraFrontendListener[] {
+  const p = config.frontend.httpProxy;
+  return p
+    ? [
+        {
+          mode: 'http-connect',
+          flags: `${FLAG['http-proxy-bind-address']}, ${FLAG['http-proxy-port']}`,
+          plain: { host: p.host, port: p.port },
+        },
+      ]
+    : [];
 }

@@ -45,6 +45,8 @@ export interface ServerConfig {
   frontend: {
     uds?: { path: string; deleteExisting: boolean; mode: number; gid?: number };
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
+    /** --http-proxy-port on --http-proxy-bind-address: the HTTP door on plain TCP. */
+    httpProxy?: { host: string; port: number };
   };
   health?: HealthPortOptions;
   /** --tls-min-version and --cipher-suites, for both TLS listeners. */
@@ -108,6 +110,7 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
       clientPins: { subjects: v['frontend-client-subject'], ekus: v['frontend-client-eku'] },
     };
   }
+  if (v['http-proxy-port'] !== 0) frontend.httpProxy = { host: v['http-proxy-bind-address'], port: v['http-proxy-port'] };
   const backendDialTimeout = v['backend-dial-timeout'];
   if (backendDialTimeout.notice) notices.push(backendDialTimeout.notice);
   const serverID = v['server-id'];

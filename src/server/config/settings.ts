@@ -242,6 +242,22 @@ export const serverSettings = {
       'Time a frontend client has from connecting to the end of its request head (CONNECT headers, or the HTTP/2 preface); then 408 and closed',
     group: FRONTEND,
   }),
+  'http-proxy-port': oneClusterOnly(
+    port({
+      default: 0,
+      allowZero: true,
+      describe:
+        'Plain-TCP port (no TLS) of the HTTP door: forward proxy and CONNECT for clients without a certificate (Prometheus); 0: off',
+      group: FRONTEND,
+    }),
+  ),
+  'http-proxy-bind-address': oneClusterOnly(
+    text({
+      default: '127.0.0.1',
+      describe: 'Address the --http-proxy-port listens on: loopback, or a pod IP only the clients can reach (no TLS)',
+      group: FRONTEND,
+    }),
+  ),
   'server-port': port({ default: 8090, allowZero: true, describe: 'Frontend TCP port (mTLS); ignored with --uds-name', group: FRONTEND }),
   'server-bind-address': text({ default: '0.0.0.0', describe: 'Address the frontend TCP port listens on', group: FRONTEND }),
   'server-cert': optionalText({ describe: 'Frontend TLS certificate', group: FRONTEND }),

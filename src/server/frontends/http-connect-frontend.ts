@@ -1,6 +1,9 @@
 /**
  * HTTP CONNECT frontend: "CONNECT host:port HTTP/1.1" from the KAS becomes a
- * dial through an agent; answers use upstream's status codes.
+ * dial through an agent; answers use upstream's status codes. Requests in
+ * absolute form go to the forward proxy (forward-proxy.ts) on the same
+ * connection. Every client is admitted and dialled for by the tenant's
+ * FrontendClients, with the token of its Proxy-Authorization.
  *
  * Connections are accepted (and sniffed, and TLS-terminated) by
  * listeners.ts, which hands every connection not claimed by an earlier
@@ -14,15 +17,20 @@
 import { STATUS_CODES } from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { pino } from 'pino';
 import { parseHostPort, formatHostPort } from '../../common/host-port.js';
 import { truncateForLog } from '../../common/log-safety.js';
 import { DialError, HTTP_STATUS_FOR_FAILURE } from '../../tunnel/errors.js';
-import { splice } from '../../tunnel/splice.js';
 import { resetBehindEnd } from '../../tunnel/socket-reset.js';
-import type { BackendDialer } from './backend-dialer.js';
 import { Cancel } from '../../common/cancel.js';
 import type { Refusals } from '../../domain/refusal-log.js';
-import { RequestHeadParser, type HeadVerdict } from './request-head.js';
+import { RequestHeadParser, type HeadVerdict, type RequestHead } from './request-head.js';
+import { ClientRefused, type FrontendClients } from '../clients/frontend-client.js';
+import { dropDialed, joinDialed } from '../clients/dialed.js';
+import { DEFAULT_FORWARD_LIMITS, ForwardSession, refusedAnswer, type ForwardDoor, type ForwardLimits } from './forward-proxy.js';
+import { ForwardPool, DEFAULT_FORWARD_POOL_LIMITS, type ForwardPoolLimits } from './forward-pool.js';
+import { proxyToken } from './proxy-authorization.js';
 import { errorMessage } from '../../common/error-message.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
 import type { Frontend, FrontendContext, TenantFrontend } from './frontend.js';
@@ -36,12 +44,17 @@ export interface HttpConnectLimits {
   maxEarlyBytes: number;
   /** How long an answer may take to reach a client that does not read, before the connection is cut. */
   lingerMs: number;
+  /** The forward proxy's (absolute-form requests, forward-proxy.ts). */
+  forward: ForwardLimits;
+  pool: ForwardPoolLimits;
 }
 
 export const DEFAULT_HTTP_CONNECT_LIMITS: HttpConnectLimits = {
   maxHeaderBytes: 16 * 1024,
   maxEarlyBytes: 64 * 1024,
   lingerMs: 5_000,
+  forward: DEFAULT_FORWARD_LIMITS,
+  pool: DEFAULT_FORWARD_POOL_LIMITS,
 };
 
 /** One frontend connection until its request head is answered. */
@@ -105,7 +118,7 @@ interface Answer {
 export const httpConnectFrontend: Frontend<'http-connect'> = {
   name: 'http-connect',
   recognises: () => 'yes',
-  forTenant: ({ dialer, refusals }) => new HttpConnectFrontend(dialer, refusals),
+  forTenant: ({ clients, refusals, log }) => new HttpConnectFrontend(clients, refusals, {}, log),
   serve(socket, context) {
     const tenant = context.server.tenantFrontend(context.connection.tenant, httpConnectFrontend.name);
     if (!tenant) {
@@ -117,16 +130,35 @@ export const httpConnectFrontend: Frontend<'http-connect'> = {
   },
 };
 
-/** One tenant's part of the HTTP CONNECT door. */
+/** One tenant's part of the HTTP CONNECT door, and of the forward proxy (forward-proxy.ts) that shares it. */
 export class HttpConnectFrontend implements TenantFrontend {
   private readonly limits: HttpConnectLimits;
+  /** Idle connections to destinations of the forward proxy's clients. */
+  readonly pool: ForwardPool;
+  private readonly forward: ForwardDoor;
 
   constructor(
-    private readonly dialer: BackendDialer,
+    private readonly clients: FrontendClients,
     private readonly refusals: Refusals,
     limits: Partial<HttpConnectLimits> = {},
+    log: Logger = pino({ enabled: false }),
   ) {
     this.limits = { ...DEFAULT_HTTP_CONNECT_LIMITS, ...limits };
+    this.pool = new ForwardPool(this.limits.pool);
+    this.forward = {
+      clients,
+      refusals,
+      pool: this.pool,
+      limits: { ...this.limits.forward, maxHeaderBytes: this.limits.maxHeaderBytes },
+      log,
+      answer: (socket, status, message, headers) => this.answer(socket, { answered: false }, { status, message, headers }),
+      connect: (socket, peer, identity, head) => this.connect({ socket, peer, identity, answered: false }, head),
+    };
+  }
+
+  /** Closes the forward proxy's idle connections (the tenant stops). */
+  close(): void {
+    this.pool.close();
   }
 
   /** Connections handed to serve() and not yet closed (every socket emits 'close' once). */
@@ -171,26 +203,31 @@ export class HttpConnectFrontend implements TenantFrontend {
         message: 'refused malformed HTTP request on frontend',
         detail: verdict.code,
       });
-      this.answer(socket, client, { status: verdict.status, message: `bad request: ${verdict.code}` });
-    } else if (verdict.method !== 'CONNECT') {
+      this.answer(socket, client, { status: verdict.status, message: `bad request: ${verdict.code}: ${verdict.reason}` });
+    } else if (verdict.method !== 'CONNECT' && verdict.form !== 'absolute') {
       this.refusals.refuse({
         reason: 'frontend_method',
         peer,
-        fields: { method: verdict.method, url: verdict.target },
+        fields: { method: verdict.method, url: truncateForLog(verdict.target, 256) },
         message: 'refused non-CONNECT request',
       });
       this.answer(socket, client, {
         status: 405,
-        message: `method ${truncateForLog(verdict.method, 32)} not allowed: this is an HTTP CONNECT proxy`,
+        message: `method ${truncateForLog(verdict.method, 32)} not allowed for a ${verdict.form}-form target: this is a proxy; send CONNECT host:port, or an absolute-form request (GET http://host:port/path)`,
         headers: 'Allow: CONNECT\r\n',
       });
+    } else if (verdict.method !== 'CONNECT') {
+      new ForwardSession(this.forward, socket, peer, client.identity).start(verdict);
     } else {
-      this.connect(client, verdict.target, verdict.rest);
+      this.connect(client, verdict);
     }
   }
 
-  private connect(client: Client, authority: string, head: Buffer): void {
+  /** A CONNECT: admitted, dialled for its client, then joined byte for byte (docs/frontends.md). */
+  private connect(client: Pick<Client, 'socket' | 'peer' | 'identity' | 'answered'>, request: RequestHead): void {
     const { peer, socket } = client;
+    const authority = request.target;
+    const head = request.rest;
     let address: string;
     try {
       address = formatHostPort(parseHostPort(authority));
@@ -205,29 +242,47 @@ export class HttpConnectFrontend implements TenantFrontend {
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
-    this.dialer.dial(address, early.gone, client.identity).then(
-      (conn) => {
-        if (early.gone.aborted || socket.destroyed) {
-          conn.close(new Error('client went away before its 200'));
-          return;
-        }
-        const pending = early.release();
-        // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
-        socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        if (pending.length > 0) conn.send(pending);
-        // A FIN that came meanwhile is passed on by the splice, after these bytes.
-        splice(socket, conn);
-      },
-      (err: Error) => {
-        early.release();
-        if (early.gone.aborted || socket.destroyed) {
-          socket.destroy();
-          return;
-        }
-        const status = err instanceof DialError ? HTTP_STATUS_FOR_FAILURE[err.failure] : 502;
-        this.answer(socket, client, { status, message: err.message });
-      },
-    );
+    const presented = proxyToken(request.headers);
+    this.clients
+      .admit({ identity: client.identity, token: presented.token, door: httpConnectFrontend.name }, early.gone)
+      .then((admitted) => this.clients.dial(admitted, address, early.gone))
+      .then(
+        (dialed) => {
+          if (early.gone.aborted || socket.destroyed) {
+            dropDialed(dialed, new Error('client went away before its 200'));
+            return;
+          }
+          const pending = early.release();
+          // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
+          socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+          if (dialed.via === 'tunnel') {
+            if (pending.length > 0) dialed.conn.send(pending);
+            // A FIN that came meanwhile is passed on by the splice, after these bytes.
+            joinDialed(socket, dialed);
+            return;
+          }
+          if (pending.length > 0) dialed.socket.write(pending);
+          const ended = socket.readableEnded;
+          joinDialed(socket, dialed);
+          // A pipe passes on no FIN that came before it.
+          if (ended) dialed.socket.end();
+        },
+        (err: Error) => {
+          early.release();
+          if (early.gone.aborted || socket.destroyed) {
+            socket.destroy();
+            return;
+          }
+          if (err instanceof ClientRefused) {
+            const { status, headers } = refusedAnswer(err);
+            const hint = presented.problem ? ` (${presented.problem})` : '';
+            this.answer(socket, client, { status, message: `${err.message}${hint}`, headers });
+            return;
+          }
+          const status = err instanceof DialError ? HTTP_STATUS_FOR_FAILURE[err.failure] : 502;
+          this.answer(socket, client, { status, message: err.message });
+        },
+      );
   }
 
   /**
@@ -236,7 +291,7 @@ export class HttpConnectFrontend implements TenantFrontend {
    * connection after lingerMs whatever the client does. `headers` are
    * extra header lines, each ending in CRLF.
    */
-  private answer(socket: Duplex, client: Client, { status, message, headers = '' }: Answer): void {
+  private answer(socket: Duplex, client: Pick<Client, 'answered'>, { status, message, headers = '' }: Answer): void {
     if (client.answered) return;
     client.answered = true;
     socket.on('error', () => undefined);

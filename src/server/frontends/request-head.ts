@@ -140,6 +140,11 @@ export class RequestHeadParser {
     return this.scan();
   }
 
+  /** Whether any byte of a head came (a connection idle between requests has none). */
+  get started(): boolean {
+    return this.buf.length > 0 || this.verdict !== undefined;
+  }
+
   /** The client ended (FIN) after the bytes pushed so far. */
   end(): HeadVerdict {
     return this.verdict ?? this.decide(bad(400, 'HPE_INVALID_EOF_STATE', 'the client ended before its request head was complete'));
