@@ -103,6 +103,7 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
           tls: credentials.frontend,
           clientPins: config.frontend.tcp.clientPins,
         },
+      ...(config.frontend.extra ? { extra: config.frontend.extra } : {}),
     },
     health: config.health,
     maxReceiveMessageBytes: v['max-message-size'],
