@@ -124,3 +124,31 @@ export async function connectSocks(to: { port: number; host?: string } | { path:
   });
   return socket;
 }
+
+/** Everything `socket` still brings until it ends or closes (resumed: readExactly leaves it paused). */
+export function readToEnd(socket: net.Socket, timeoutMs = 10_000): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => reject(new Error(`no end within ${timeoutMs} ms`)), timeoutMs);
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(chunks));
+    };
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.once('end', done);
+    socket.once('close', done);
+    socket.resume();
+  });
+}
+
+/** A connected pair of Unix sockets, both allowing half-close, in `dir`. */
+export async function halfOpenPair(file: string): Promise<[net.Socket, net.Socket]> {
+  const server = net.createServer({ allowHalfOpen: true });
+  await new Promise<void>((resolve) => server.listen(file, resolve));
+  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
+  const client = net.connect({ path: file, allowHalfOpen: true });
+  client.on('error', () => undefined);
+  const socket = await accepted;
+  server.close();
+  return [socket, client];
+}
