@@ -6,71 +6,18 @@
  * client over the Unix-socket listener (no authentication: the file's
  * permissions decide), and a dial failure's REP code.
  */
-import test, { type ExecutionContext } from 'ava';
+import test from 'ava';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
-import net from 'node:net';
-import path from 'node:path';
-import { startServerInProcess } from '../../kit/launch/in-process.js';
-import { captureLogger, closedPort, makeEnv, oneClusterFlags, startAgent, waitFor, type TestEnv } from '../helpers/in-process.js';
+import { closedPort, makeEnv } from '../helpers/in-process.js';
 import { connectSocks, readToEnd, socks5Handshake } from '../helpers/socks5-client.js';
+import { httpBackend, startWithSocks } from '../helpers/socks5-stand.js';
 import { skippedBecause } from '../helpers/skipped.js';
-import type { KanalServer } from '../../src/server/server.js';
 
 const CURL = '/usr/bin/curl';
 const curlMissing = !fs.existsSync(CURL);
 if (curlMissing) skippedBecause('SOCKS5 curl tests', `${CURL} not found (scripts/setup.sh installs curl)`);
 const curlTest = curlMissing ? test.skip : test;
-
-/** An HTTP server on `host` answering every request with its own name and the path. */
-async function httpBackend(t: ExecutionContext, host: string): Promise<number> {
-  const server = http.createServer((req, res) => res.end(`hello from ${host} ${req.url ?? ''}`));
-  await new Promise<void>((resolve) => server.listen(0, host, resolve));
-  t.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  );
-  return (server.address() as net.AddressInfo).port;
-}
-
-/** A port nothing listens on now, for the SOCKS5 listener (the server reports no port of an extra listener). */
-const freePort = closedPort;
-
-interface Started {
-  server: KanalServer;
-  socksPort: number;
-  socksPath: string;
-}
-
-async function startWithSocks(t: ExecutionContext, env: TestEnv): Promise<Started> {
-  const socksPort = await freePort();
-  const socksPath = path.join(env.dir, 'socks.sock');
-  const logs = captureLogger('debug');
-  const flags = [
-    '--server-id',
-    'socks-test',
-    ...oneClusterFlags(env.pki, env.udsPath),
-    '--health-port',
-    '0',
-    '--admin-port',
-    '0',
-    '--backend-dial-timeout',
-    '5s',
-    '--socks5-port',
-    String(socksPort),
-    '--socks5-uds-name',
-    socksPath,
-  ];
-  const { server, close } = await startServerInProcess(flags, { log: logs.log, ephemeralHealthHost: '127.0.0.1' });
-  t.teardown(close);
-  const { agent } = await startAgent(t, env, server.agentPort);
-  await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
-  return { server, socksPort, socksPath };
-}
 
 function curl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
