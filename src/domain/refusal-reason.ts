@@ -43,6 +43,11 @@ export const REFUSAL_REASONS = [
   'frontend_method',
   'frontend_bad_authority',
   'frontend_bad_address',
+  // Server, the SOCKS5 door (socks5-frontend.ts): a malformed head, an admission refused, a command other than CONNECT
+  'socks5_bad_greeting',
+  'socks5_bad_request',
+  'socks5_auth',
+  'socks5_command',
   // Server, a gRPC frontend stream: its limits
   'frontend_pending_dials',
   'frontend_connections',

@@ -382,7 +382,7 @@ test('a choice outside its list is refused naming the flag and every choice', (t
   const agent = parseAgent(AGENT_OK);
   const node = parseAgent([...AGENT_OK, ...NODE, '--target', '80:a:1']);
   const cases: [() => unknown, string][] = [
-    [() => validateServerArgs({ ...server, mode: 'udp' }), '--mode "udp": use both, grpc, http-connect'],
+    [() => validateServerArgs({ ...server, mode: 'udp' }), '--mode "udp": use both, grpc, socks5, http-connect'],
     [() => validateServerArgs({ ...server, transport: 'quic' }), '--transport "quic": use h2, grpc-js'],
     [
       () => validateServerArgs({ ...server, 'log-level': 'loud' }),

@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { MAX_SNIFF_BYTES, sniffProtocol } from '../../src/server/frontends/protocol-sniffer.js';
-import { FRONTENDS, FRONTEND_MODES, type FrontendMode } from '../../src/server/frontends/frontend-registry.js';
+import { FRONTENDS, FRONTEND_MODES, frontendsServed, type FrontendMode } from '../../src/server/frontends/frontend-registry.js';
 import type { Frontend, FrontendConnection, Recognition } from '../../src/server/frontends/frontend.js';
 import { httpConnectFrontend } from '../../src/server/frontends/http-connect-frontend.js';
 import { BackendDialer } from '../../src/server/frontends/backend-dialer.js';
@@ -70,8 +70,11 @@ function readAll(socket: Duplex): Promise<Buffer> {
 }
 
 test('the registry: --mode takes "both" and every door by name; HTTP CONNECT, which claims what is left, is asked last', (t) => {
-  t.deepEqual(FRONTEND_MODES, ['both', 'grpc', 'http-connect']);
+  t.deepEqual(FRONTEND_MODES, ['both', 'grpc', 'socks5', 'http-connect']);
   t.is(FRONTENDS.at(-1), httpConnectFrontend);
+  // `both` is the kube-apiserver's listener as it was: SOCKS5 only where asked for.
+  t.deepEqual([...frontendsServed('both')], ['grpc', 'http-connect']);
+  t.deepEqual([...frontendsServed('socks5')], ['socks5']);
   t.is(httpConnectFrontend.recognises(Buffer.from('\x00')), 'yes');
 });
 
@@ -249,6 +252,7 @@ test('listener: a protocol the --mode does not serve is refused as frontend_prot
   for (const [mode, bytes, door] of [
     ['grpc', CONNECT, 'http-connect'],
     ['http-connect', PREFACE, 'grpc'],
+    ['both', Buffer.from([5, 1, 0]), 'socks5'],
   ] as const) {
     const s = await stand(t, mode);
     const client = connect(t, s.uds);

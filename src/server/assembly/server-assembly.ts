@@ -103,7 +103,7 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
           tls: credentials.frontend,
           clientPins: config.frontend.tcp.clientPins,
         },
-      extra: [...httpProxyListener(config)],
+      extra: [...httpProxyListener(config), ...(config.frontend.extra ?? [])],
     },
     health: config.health,
     maxReceiveMessageBytes: v['max-message-size'],

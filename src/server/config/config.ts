@@ -20,6 +20,7 @@ import { keyOf } from '../../settings/flag-names.js';
 import type { HealthPortOptions } from '../../common/health-server.js';
 import type { HttpPortLimits } from '../../common/http-listener.js';
 import { httpPortLimits } from '../../settings/http-port-settings.js';
+import type { ExtraFrontendListener } from '../server-options.js';
 
 /**
  * Every setting as its entry parsed it (`settings`, by flag name: what the
@@ -47,6 +48,8 @@ export interface ServerConfig {
     tcp?: { host: string; port: number; certFile: string; keyFile: string; caFile?: string; clientPins: RolePins };
     /** --http-proxy-port on --http-proxy-bind-address: the HTTP door on plain TCP. */
     httpProxy?: { host: string; port: number };
+    /** Listeners of one door beside it (--socks5-port, --socks5-uds-name). */
+    extra?: ExtraFrontendListener[];
   };
   health?: HealthPortOptions;
   /** --tls-min-version and --cipher-suites, for both TLS listeners. */
@@ -111,6 +114,8 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
     };
   }
   if (v['http-proxy-port'] !== 0) frontend.httpProxy = { host: v['http-proxy-bind-address'], port: v['http-proxy-port'] };
+  const extra = socks5Listeners(v);
+  if (extra.length > 0) frontend.extra = extra;
   const backendDialTimeout = v['backend-dial-timeout'];
   if (backendDialTimeout.notice) notices.push(backendDialTimeout.notice);
   const serverID = v['server-id'];
@@ -202,4 +207,31 @@ export function tokenAuthSettings(
     if (value.includes(':')) throw new UsageError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
   }
   return { namespace, serviceAccount, audience };
+}
+
+/**
+ * SOCKS5's own listeners: plain TCP (--socks5-port, on --socks5-bind-address) and a Unix
+ * socket (--socks5-uds-name with its mode and group, the frontend's --delete-existing-uds-file), either or both.
+ */
+export function socks5Listeners(v: ServerSettings): ExtraFrontendListener[] {
+  const out: ExtraFrontendListener[] = [];
+  const port = v['socks5-port'];
+  if (port > 0)
+    out.push({
+      mode: 'socks5',
+      flags: `${FLAG['socks5-bind-address']}, ${FLAG['socks5-port']}`,
+      plain: { host: v['socks5-bind-address'], port },
+    });
+  const path = v['socks5-uds-name'];
+  if (path) {
+    if (path === v['uds-name'])
+      throw new UsageError(`${FLAG['socks5-uds-name']} ${path} is the frontend's ${FLAG['uds-name']}: give SOCKS5 a socket of its own`);
+    const gid = v['socks5-uds-group'];
+    out.push({
+      mode: 'socks5',
+      flags: FLAG['socks5-uds-name'],
+      uds: { path, deleteExisting: v['delete-existing-uds-file'], mode: v['socks5-uds-mode'], ...(gid === undefined ? {} : { gid }) },
+    });
+  }
+  return out;
 }

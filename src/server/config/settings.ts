@@ -260,6 +260,44 @@ export const serverSettings = {
   ),
   'server-port': port({ default: 8090, allowZero: true, describe: 'Frontend TCP port (mTLS); ignored with --uds-name', group: FRONTEND }),
   'server-bind-address': text({ default: '0.0.0.0', describe: 'Address the frontend TCP port listens on', group: FRONTEND }),
+  // SOCKS5's own listeners (docs/frontends.md, "SOCKS5"): off unless asked for; one cluster's (a tenants file gives no tenant a port).
+  'socks5-port': oneClusterOnly(
+    port({
+      default: 0,
+      allowZero: true,
+      describe:
+        'Serve SOCKS5 (RFC 1928, CONNECT) on this plain-TCP port (0: off); a client is admitted by the token in its RFC 1929 password, else by its address',
+      group: FRONTEND,
+    }),
+  ),
+  'socks5-bind-address': oneClusterOnly(
+    text({ default: '127.0.0.1', describe: 'Address the --socks5-port listener binds: loopback, or a pod IP', group: FRONTEND }),
+  ),
+  'socks5-uds-name': oneClusterOnly(
+    optionalText({
+      describe:
+        "Serve SOCKS5 on this Unix socket (besides or instead of --socks5-port); a client without authentication is known by its uid, so the socket file's permissions decide who may connect (--delete-existing-uds-file applies)",
+      group: FRONTEND,
+    }),
+  ),
+  // Owner only: a client that chooses no authentication is let in by the file's permissions alone; 0660 with --socks5-uds-group opens it to a group.
+  'socks5-uds-mode': oneClusterOnly(
+    setting({
+      type: 'string',
+      default: '0600',
+      describe: 'Permission bits of the --socks5-uds-name socket, set before anyone can reach it (the umask does not apply)',
+      group: FRONTEND,
+      parse: (v: string, flag) => fileModeFlag(flag, v),
+    }),
+  ),
+  'socks5-uds-group': oneClusterOnly(
+    setting({
+      type: 'string',
+      describe: "Group (name or ID) of the --socks5-uds-name socket (default: the server's group)",
+      group: FRONTEND,
+      parse: (v: string | undefined, flag) => (v === undefined ? undefined : groupFlag(flag, v)),
+    }),
+  ),
   'server-cert': optionalText({ describe: 'Frontend TLS certificate', group: FRONTEND }),
   'server-key': optionalText({ describe: 'Frontend TLS key', group: FRONTEND }),
   'server-ca-cert': perTenant(

@@ -7,19 +7,26 @@
 import type { Frontend } from './frontend.js';
 import { grpcFrontend } from './grpc-frontend.js';
 import { httpConnectFrontend } from './http-connect-frontend.js';
+import { socks5Frontend } from './socks5-frontend.js';
 
-export const FRONTENDS = [grpcFrontend, httpConnectFrontend] as const satisfies readonly Frontend[];
+export const FRONTENDS = [grpcFrontend, socks5Frontend, httpConnectFrontend] as const satisfies readonly Frontend[];
 
 export type FrontendName = (typeof FRONTENDS)[number]['name'];
 
-/** `--mode`: which front doors a listener serves; the first is the default (every door, told apart by their first bytes). */
+/** `--mode`: which front doors a listener serves; the first is the default. */
 export const FRONTEND_MODES: readonly ['both', ...FrontendName[]] = ['both', ...FRONTENDS.map((f) => f.name)];
 
 export type FrontendMode = (typeof FRONTEND_MODES)[number];
 
+/**
+ * What `both` serves: the kube-apiserver's two doors, told apart by their first bytes. SOCKS5 is
+ * served only where asked for (`--mode socks5`, or its own listener), so the KAS's listener stays as it was.
+ */
+const BOTH: readonly FrontendName[] = [grpcFrontend.name, httpConnectFrontend.name];
+
 /** The doors each mode serves, made once (a listener asks per connection). */
 const SERVED: ReadonlyMap<FrontendMode, ReadonlySet<string>> = new Map(
-  FRONTEND_MODES.map((mode) => [mode, new Set(mode === 'both' ? FRONTENDS.map((f) => f.name) : [mode])]),
+  FRONTEND_MODES.map((mode) => [mode, new Set<string>(mode === 'both' ? BOTH : [mode])]),
 );
 
 /** The doors `mode` serves. */
