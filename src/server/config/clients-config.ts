@@ -8,12 +8,12 @@
  */
 import fs from 'node:fs';
 import net from 'node:net';
-import { createHash } from 'node:crypto';
 import { errorMessage } from '../../common/error-message.js';
 import { UsageError } from '../../common/usage-error.js';
 import { CredentialFileError, loadToken } from '../../common/credential-files.js';
 import type { Cidr, ClientEntry, ClientLimits, ClientRule, ClientSpec, PortRange } from '../clients/client-entry.js';
 import { KAS_CLIENT_NAME } from '../clients/kas-only-clients.js';
+import { tokenDigestOf } from '../clients/token-digest.js';
 
 /** Entries one list may hold: each dial scans them (admission is by index, the rules per client). */
 export const MAX_CLIENTS = 1000;
@@ -253,11 +253,6 @@ export function checkClients(value: unknown, ctx: ClientsContext): { specs: Clie
   return { specs, mistakes };
 }
 
-/** The SHA-256 of a token: what admission compares, in constant time (client-admission.ts). */
-export function tokenDigest(token: string): Buffer {
-  return createHash('sha256').update(token).digest();
-}
-
 /** Reads each entry's token file; a file that cannot be read, or is empty, is a mistake naming the entry. `where` prefixes messages (a tenant). */
 export function loadClients(specs: readonly ClientSpec[], where = ''): { entries: ClientEntry[]; mistakes: string[] } {
   const mistakes: string[] = [];
@@ -271,7 +266,7 @@ export function loadClients(specs: readonly ClientSpec[], where = ''): { entries
     }
     const at = `${where}client ${JSON.stringify(spec.name)}`;
     try {
-      const digest = tokenDigest(loadToken({ flag: 'token-file', path: tokenFile, where: at }));
+      const digest = tokenDigestOf(loadToken({ flag: 'token-file', path: tokenFile, where: at }));
       const first = digests.get(digest.toString('hex'));
       if (first !== undefined) mistakes.push(`${at}: token-file ${tokenFile} holds the same token as client ${JSON.stringify(first)}'s`);
       digests.set(digest.toString('hex'), spec.name);
