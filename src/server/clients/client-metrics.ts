@@ -16,7 +16,7 @@ export class ClientMetrics {
   constructor(registry: Registry) {
     this.dials = new Counter({
       name: 'kanal_frontend_client_dials_total',
-      help: "Dials a frontend client (a clients: entry) asked for, by result (forbidden: no rule of its entry allows the destination)",
+      help: 'Dials a frontend client (a clients: entry) asked for, by result (forbidden: no rule of its entry allows the destination)',
       labelNames: ['client', 'result'],
       registers: [registry],
     });

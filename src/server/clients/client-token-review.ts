@@ -33,7 +33,8 @@ export class ClientTokenReview implements TokenReviewer {
   }
 
   review(token: string): Promise<ReviewOutcome> {
-    if (Buffer.byteLength(token) > (this.opts.maxTokenBytes ?? 16 * 1024)) return Promise.resolve({ ok: false, reason: 'the token is too long' });
+    if (Buffer.byteLength(token) > (this.opts.maxTokenBytes ?? 16 * 1024))
+      return Promise.resolve({ ok: false, reason: 'the token is too long' });
     const key = tokenDigestOf(token).toString('hex');
     const hit = this.cache.get(key);
     if (hit && hit.until > this.now()) return Promise.resolve({ ok: true, username: hit.username });
@@ -62,7 +63,8 @@ export class ClientTokenReview implements TokenReviewer {
     } catch (err) {
       return { ok: false, reason: `cannot check the token now: ${err instanceof KubeApiError ? err.message : errorMessage(err)}` };
     }
-    if (!status?.authenticated) return { ok: false, reason: `the Kubernetes API did not authenticate it${status?.error ? `: ${status.error}` : ''}` };
+    if (!status?.authenticated)
+      return { ok: false, reason: `the Kubernetes API did not authenticate it${status?.error ? `: ${status.error}` : ''}` };
     if (!(status.audiences ?? []).includes(audience))
       return { ok: false, reason: `it is not for audience ${JSON.stringify(audience)} (--authentication-audience)` };
     const username = status.user?.username ?? '';

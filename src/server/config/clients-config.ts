@@ -24,7 +24,12 @@ export const MAX_CLIENTS_FILE_BYTES = 4 * 1024 * 1024;
 
 const ENTRY_KEYS = ['name', 'subject', 'service-account', 'token-file', 'uid', 'allow', 'limits'] as const;
 const RULE_KEYS = ['cidr', 'name', 'service', 'port'] as const;
-const LIMIT_KEYS = { connections: 'connections', 'pending-dials': 'pendingDials', 'dial-rate': 'dialRate', 'dial-burst': 'dialBurst' } as const;
+const LIMIT_KEYS = {
+  connections: 'connections',
+  'pending-dials': 'pendingDials',
+  'dial-rate': 'dialRate',
+  'dial-burst': 'dialBurst',
+} as const;
 
 /** Lowercase DNS label (RFC 1123). */
 const LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -117,7 +122,9 @@ function parseRule(v: unknown): ClientRule {
   const kinds = (['cidr', 'name', 'service'] as const).filter((k) => v[k] !== undefined);
   if (kinds.length !== 1)
     throw new Error(
-      kinds.length === 0 ? 'a rule needs one of cidr, name or service' : `a rule has one of cidr, name or service, not ${kinds.join(' and ')}`,
+      kinds.length === 0
+        ? 'a rule needs one of cidr, name or service'
+        : `a rule has one of cidr, name or service, not ${kinds.join(' and ')}`,
     );
   const ports = v.port === undefined ? undefined : parsePorts(v.port);
   const withPorts = ports ? { ports } : {};
@@ -164,7 +171,9 @@ function checkEntry(entry: unknown, ctx: ClientsContext, own: string[]): ClientS
     if (!(ENTRY_KEYS as readonly string[]).includes(key)) own.push(`unknown key ${show(key)} (an entry takes ${ENTRY_KEYS.join(', ')})`);
   const name = entry.name;
   if (typeof name !== 'string' || !LABEL.test(name))
-    own.push(`name ${show(name)}: want a lowercase DNS label (a-z, 0-9, '-', at most 63): logs, metrics and audit records name the client by it`);
+    own.push(
+      `name ${show(name)}: want a lowercase DNS label (a-z, 0-9, '-', at most 63): logs, metrics and audit records name the client by it`,
+    );
   const spec: { -readonly [K in keyof ClientSpec]: ClientSpec[K] } = { name: typeof name === 'string' ? name : '', allow: [] };
   if (entry.subject !== undefined) {
     if (typeof entry.subject !== 'string' || entry.subject.trim() === '')
@@ -238,7 +247,8 @@ function checkAcross(specs: readonly ClientSpec[], mistakes: string[]): void {
 /** Checks a `clients:` value (the parsed YAML); every mistake is a line naming its entry and key. */
 export function checkClients(value: unknown, ctx: ClientsContext): { specs: ClientSpec[]; mistakes: string[] } {
   if (value === undefined || value === null) return { specs: [], mistakes: [] };
-  if (!Array.isArray(value)) return { specs: [], mistakes: ['clients: want a list of client entries (name, subject/uid/token-file/service-account, allow)'] };
+  if (!Array.isArray(value))
+    return { specs: [], mistakes: ['clients: want a list of client entries (name, subject/uid/token-file/service-account, allow)'] };
   const mistakes: string[] = [];
   if (value.length > MAX_CLIENTS) mistakes.push(`clients: ${value.length} entries; at most ${MAX_CLIENTS}`);
   const specs: ClientSpec[] = [];

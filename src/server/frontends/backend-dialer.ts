@@ -74,7 +74,9 @@ export class BackendDialer {
     if (!outcome.ok)
       throw new DialError(
         'no-backend',
-        this.registry.size === 0 ? 'no agent is connected to this proxy server' : `no agent serves ${name} to resolve it: ${outcome.reason}`,
+        this.registry.size === 0
+          ? 'no agent is connected to this proxy server'
+          : `no agent serves ${name} to resolve it: ${outcome.reason}`,
       );
     return outcome.backend.tunnel.resolve(name, { timeoutMs: this.timeoutMs, signal });
   }

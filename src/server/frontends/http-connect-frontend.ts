@@ -17,7 +17,9 @@ import type { Duplex } from 'node:stream';
 import { parseHostPort, formatHostPort } from '../../common/host-port.js';
 import { truncateForLog } from '../../common/log-safety.js';
 import { DialError, HTTP_STATUS_FOR_FAILURE } from '../../tunnel/errors.js';
-import { splice } from '../../tunnel/splice.js';
+import { ClientRefused, type FrontendClients } from '../clients/frontend-client.js';
+import { KasOnlyClients } from '../clients/kas-only-clients.js';
+import { dropDialed, joinDialed } from '../clients/dialed.js';
 import { resetBehindEnd } from '../../tunnel/socket-reset.js';
 import type { BackendDialer } from './backend-dialer.js';
 import { Cancel } from '../../common/cancel.js';
@@ -105,7 +107,7 @@ interface Answer {
 export const httpConnectFrontend: Frontend<'http-connect'> = {
   name: 'http-connect',
   recognises: () => 'yes',
-  forTenant: ({ dialer, refusals }) => new HttpConnectFrontend(dialer, refusals),
+  forTenant: ({ dialer, clients, refusals }) => new HttpConnectFrontend(dialer, refusals, {}, clients),
   serve(socket, context) {
     const tenant = context.server.tenantFrontend(context.connection.tenant, httpConnectFrontend.name);
     if (!tenant) {
@@ -122,9 +124,11 @@ export class HttpConnectFrontend implements TenantFrontend {
   private readonly limits: HttpConnectLimits;
 
   constructor(
-    private readonly dialer: BackendDialer,
+    dialer: BackendDialer,
     private readonly refusals: Refusals,
     limits: Partial<HttpConnectLimits> = {},
+    /** Who a client is and what it may reach (clients/frontend-client.ts); default: the KAS alone, through `dialer`. */
+    private readonly clients: FrontendClients = new KasOnlyClients(dialer),
   ) {
     this.limits = { ...DEFAULT_HTTP_CONNECT_LIMITS, ...limits };
   }
@@ -205,29 +209,37 @@ export class HttpConnectFrontend implements TenantFrontend {
       return;
     }
     const early = new EarlyBytes(socket, head, this.limits.maxEarlyBytes);
-    this.dialer.dial(address, early.gone, client.identity).then(
-      (conn) => {
-        if (early.gone.aborted || socket.destroyed) {
-          conn.close(new Error('client went away before its 200'));
-          return;
-        }
-        const pending = early.release();
-        // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
-        socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        if (pending.length > 0) conn.send(pending);
-        // A FIN that came meanwhile is passed on by the splice, after these bytes.
-        splice(socket, conn);
-      },
-      (err: Error) => {
-        early.release();
-        if (early.gone.aborted || socket.destroyed) {
-          socket.destroy();
-          return;
-        }
-        const status = err instanceof DialError ? HTTP_STATUS_FOR_FAILURE[err.failure] : 502;
-        this.answer(socket, client, { status, message: err.message });
-      },
-    );
+    const clients = this.clients;
+    clients
+      .admit({ identity: client.identity, door: httpConnectFrontend.name })
+      .then((admitted) => clients.dial(admitted, address, early.gone))
+      .then(
+        (dialed) => {
+          if (early.gone.aborted || socket.destroyed) {
+            dropDialed(dialed, new Error('client went away before its 200'));
+            return;
+          }
+          const pending = early.release();
+          // The status line goes out before the first byte of the tunnel: a backend that speaks first must not overtake it.
+          socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+          if (pending.length > 0) {
+            if (dialed.via === 'tunnel') dialed.conn.send(pending);
+            else dialed.socket.write(pending);
+          }
+          // A FIN that came meanwhile is passed on by the splice, after these bytes.
+          joinDialed(socket, dialed);
+        },
+        (err: Error) => {
+          early.release();
+          if (early.gone.aborted || socket.destroyed) {
+            socket.destroy();
+            return;
+          }
+          const status = err instanceof ClientRefused ? err.status : err instanceof DialError ? HTTP_STATUS_FOR_FAILURE[err.failure] : 502;
+          const headers = status === 407 ? 'Proxy-Authenticate: Bearer realm="kanal"\r\n' : '';
+          this.answer(socket, client, { status, message: err.message, headers });
+        },
+      );
   }
 
   /**
