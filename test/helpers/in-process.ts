@@ -87,6 +87,8 @@ export async function startServer(
     proxyStrategies?: ProxyStrategy[];
     maxAgentsPerCredential?: number;
     transport?: TransportName;
+    /** Further flags, as given (e.g. --frontend-clients-config FILE). */
+    extraFlags?: string[];
   } = {},
 ): Promise<StartedServer> {
   const logs = captureLogger('debug');
@@ -108,6 +110,7 @@ export async function startServer(
     ...(opts.proxyStrategies ? ['--proxy-strategies', opts.proxyStrategies.join(',')] : []),
     ...(opts.maxAgentsPerCredential === undefined ? [] : ['--max-agents-per-credential', String(opts.maxAgentsPerCredential)]),
     ...(opts.allowedDestinations ?? []).flatMap((d) => ['--allowed-destination', d]),
+    ...(opts.extraFlags ?? []),
   ];
   const { server, options, close } = await startServerInProcess(flags, {
     log: logs.log,
