@@ -66,7 +66,7 @@ export class ClientTokenReview implements TokenReviewer {
     if (!status?.authenticated)
       return { ok: false, reason: `the Kubernetes API did not authenticate it${status?.error ? `: ${status.error}` : ''}` };
     if (!(status.audiences ?? []).includes(audience))
-      return { ok: false, reason: `it is not for audience ${JSON.stringify(audience)} (--authentication-audience)` };
+      return { ok: false, reason: `it is not for the audience ${JSON.stringify(audience)} the server's token review asks for` };
     const username = status.user?.username ?? '';
     const ttl = this.opts.cacheTtlMs ?? 10_000;
     if (ttl > 0) {

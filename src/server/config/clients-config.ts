@@ -14,6 +14,8 @@ import { CredentialFileError, loadToken } from '../../common/credential-files.js
 import type { Cidr, ClientEntry, ClientLimits, ClientRule, ClientSpec, PortRange } from '../clients/client-entry.js';
 import { KAS_CLIENT_NAME } from '../clients/kas-only-clients.js';
 import { tokenDigestOf } from '../clients/token-digest.js';
+import { keyOf } from '../../settings/flag-names.js';
+import { tenantSettings } from './tenant-settings.js';
 
 /** Entries one list may hold: each dial scans them (admission is by index, the rules per client). */
 export const MAX_CLIENTS = 1000;
@@ -24,11 +26,13 @@ export const MAX_CLIENTS_FILE_BYTES = 4 * 1024 * 1024;
 
 const ENTRY_KEYS = ['name', 'subject', 'service-account', 'token-file', 'uid', 'allow', 'limits'] as const;
 const RULE_KEYS = ['cidr', 'name', 'service', 'port'] as const;
+const DIAL_RATE = keyOf(tenantSettings, 'dial-rate');
 const LIMIT_KEYS = {
   connections: 'connections',
   'pending-dials': 'pendingDials',
-  'dial-rate': 'dialRate',
-  'dial-burst': 'dialBurst',
+  // A client's rate is spelt as a tenant's (tenant-settings.ts), which it divides.
+  [DIAL_RATE]: 'dialRate',
+  [keyOf(tenantSettings, 'dial-burst')]: 'dialBurst',
 } as const;
 
 /** Lowercase DNS label (RFC 1123). */
@@ -151,7 +155,7 @@ function parseLimits(v: unknown, own: string[]): ClientLimits | undefined {
       own.push(`limits: unknown key ${show(key)} (want ${Object.keys(LIMIT_KEYS).join(', ')})`);
       continue;
     }
-    const min = key === 'dial-rate' ? 0 : 1;
+    const min = key === DIAL_RATE ? 0 : 1;
     if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
       own.push(`limits: ${key} ${show(value)}: want a whole number, at least ${min}`);
       continue;
