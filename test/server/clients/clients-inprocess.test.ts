@@ -9,7 +9,18 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
-import { makeEnv, startAgent, startEchoServer, startServer, httpConnect, echoRoundTrip, waitFor } from '../../helpers/in-process.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  makeEnv,
+  startAgent,
+  startEchoServer,
+  startServer,
+  httpConnect,
+  echoRoundTrip,
+  waitFor,
+  grpcFrontendClient,
+} from '../../helpers/in-process.js';
+import { Feature } from '../../../src/wire/features.js';
 import { metricValue } from '../../helpers/audit-log.js';
 import { ONE_CLUSTER } from '../../../src/server/tenants/tenant-rooms.js';
 
@@ -51,11 +62,29 @@ test('a uid-recognised client reaches its allowed port and gets 403 naming its r
   );
   t.is(other.open, 0, 'nothing reached the refused port');
 
+  // The gRPC frontend: the same client, the same rules; a refused destination is its DIAL_RSP's error.
+  const grpc = await grpcFrontendClient(t, env.udsPath, new Set([Feature.Window, Feature.HalfClose]));
+  const conn = await grpc.tunnel.dial(allowed.address, { timeoutMs: 5000 });
+  t.truthy(conn);
+  conn.close();
+  const grpcErr = await t.throwsAsync(grpc.tunnel.dial(other.address, { timeoutMs: 5000 }));
+  t.regex(
+    grpcErr?.message ?? '',
+    /client "scraper" may not reach .*: no rule allows it \(the rules of scraper: cidr 127\.0\.0\.0\/8 port \d+\)/,
+  );
+  grpc.close();
+
   const metrics = server.tenant(ONE_CLUSTER).metrics.registry;
-  t.is(await metricValue(metrics, 'kanal_refusals_total', { reason: 'client_forbidden' }), 1);
-  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'forbidden' }), 1);
-  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'ok' }), 1);
-  t.is(await metricValue(metrics, 'kanal_frontend_client_connections', { client: 'scraper' }), 1);
+  t.is(await metricValue(metrics, 'kanal_refusals_total', { reason: 'client_forbidden' }), 2);
+  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'forbidden' }), 2);
+  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'ok' }), 2);
+  // The gRPC connection's close reaches the server's count a moment later: polled, bounded.
+  let open = await metricValue(metrics, 'kanal_frontend_client_connections', { client: 'scraper' });
+  for (let i = 0; i < 100 && open !== 1; i++) {
+    await sleep(50);
+    open = await metricValue(metrics, 'kanal_frontend_client_connections', { client: 'scraper' });
+  }
+  t.is(open, 1, 'the CONNECT tunnel still open; the gRPC connection counted closed');
 
   const records = (): Record<string, unknown>[] =>
     fs.existsSync(auditFile)
