@@ -51,6 +51,12 @@ export const REFUSAL_REASONS = [
   // Server, a gRPC frontend stream: its limits
   'frontend_pending_dials',
   'frontend_connections',
+  // Server, frontend clients (clients:): admission, destination rules, a client's own limits
+  'client_unknown',
+  'client_forbidden',
+  'client_connections',
+  'client_pending_dials',
+  'client_dial_rate',
   // Server, node -> control plane dials (destination-dialer.ts)
   'destination_not_allowed',
   'node_to_cp_connections',

@@ -278,7 +278,8 @@ function sniCallback(
 export interface FrontendListenerOptions {
   mode: FrontendMode;
   /** Read each client's certificate subject or Unix uid/pid for the audit log (client-identity.ts): a cost per connection, so only with one. */
-  identifyClients?: boolean;
+  /** A function is asked per connection (a tenant's clients: list may come with a reload). */
+  identifyClients?: boolean | (() => boolean);
   uds?: UnixSocketOptions;
   /**
    * Plain TCP, no TLS (a forward proxy or SOCKS5 for clients without a certificate, docs/frontends.md):
@@ -307,6 +308,10 @@ export interface FrontendListenerOptions {
   requestHeadTimeoutMs?: number;
 }
 
+function identifying(identify: FrontendListenerOptions['identifyClients']): boolean {
+  return typeof identify === 'function' ? identify() : (identify ?? false);
+}
+
 /** Hands a frontend connection to the front door its first bytes choose, if `--mode` serves it. */
 function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: string, connection: FrontendConnection): void {
   const acceptedAt = Date.now();
@@ -324,7 +329,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
       } else if (sniffed.kind === 'door' && served.has(sniffed.door.name)) {
         sniffed.door.serve(socket, {
           peer,
-          connection: { ...connection, client: frontendClient(socket, peer, opts.identifyClients ?? false) },
+          connection: { ...connection, client: frontendClient(socket, peer, identifying(opts.identifyClients)) },
           headDeadlineMs: headTimeoutMs - (Date.now() - acceptedAt),
           server: opts.services,
         });

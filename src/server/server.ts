@@ -372,7 +372,10 @@ export class KanalServer {
     if (tcp || !opts.tenants) {
       this.frontendListener = await listenForFrontends({
         mode: opts.frontend.mode,
-        identifyClients: this.audit !== undefined,
+        // Who a client is: for the audit log, and for clients: lists (docs/frontends.md, "Clients"). The shared TCP
+        // frontend of many tenants reads every client's certificate subject (any tenant's list may come with a reload).
+        identifyClients:
+          this.audit !== undefined || opts.tenants !== undefined || (() => this.rooms.tenants().some((t) => t.clients.configured)),
         uds: opts.tenants ? undefined : opts.frontend.uds,
         tcp: tcp && {
           ...tcp,
@@ -570,7 +573,7 @@ export class KanalServer {
     if (!uds || !this.frontendGrpc) return undefined;
     return listenForFrontends({
       mode: this.opts.frontend.mode,
-      identifyClients: this.audit !== undefined,
+      identifyClients: this.audit !== undefined || (() => room.tenant.clients.configured),
       uds,
       tenant: room.tenant.name,
       requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,

@@ -54,6 +54,8 @@ export interface ClientIdentity {
   /** A Unix socket peer's credentials (SO_PEERCRED, unix(7)). */
   uid?: number;
   pid?: number;
+  /** The frontend client's name once admitted (its `clients:` entry, or kube-apiserver): audit records carry it. */
+  name?: string;
 }
 
 /**

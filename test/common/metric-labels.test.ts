@@ -44,3 +44,8 @@ test('docs/metrics.md lists each kanal_audit_dropped_lines_total reason', (t) =>
   const listed = codeSpans(section('`kanal_audit_dropped_lines_total{reason}`'));
   for (const reason of DROP_REASONS) t.true(listed.has(reason), `${reason} is missing`);
 });
+
+test("docs/metrics.md names the per-client metrics (a clients: list's)", (t) => {
+  for (const name of ['kanal_frontend_client_dials_total{client,result}', 'kanal_frontend_client_connections{client}'])
+    t.true(doc.includes(`\`${name}\``), `${name} is missing`);
+});

@@ -14,6 +14,7 @@ import {
   DEFAULT_CLIENT_DIAL_RATE,
   DEFAULT_CLIENT_DIAL_BURST,
   clientQuotaLimits,
+  ClientQuotaBook,
 } from '../../src/server/clients/client-quota.js';
 import { DialQuota, isQuotaRefusal, type QuotaRefusal, type QuotaTicket } from '../../src/domain/dial-quota.js';
 import { REFUSAL_REASONS } from '../../src/domain/refusal-reason.js';
@@ -110,4 +111,17 @@ test("the client reasons are kanal_refusals_total reasons; a tenant's quota keep
     reason: 'tenant_connections',
     message: 'the tenant holds its maximum of 0 tunnelled connections (max-connections)',
   });
+});
+
+test('the book: the kube-apiserver (allow all, no limits) has no quota; others keep theirs by name across a reload', (t) => {
+  const book = new ClientQuotaBook();
+  t.is(book.of({ name: 'kube-apiserver', allow: 'all' }), undefined);
+  t.truthy(book.of({ name: 'kube-apiserver', allow: 'all', limits: { connections: 5 } }));
+  const first = book.of({ name: 'prometheus', allow: [], limits: { pendingDials: 1 } });
+  const held = ticket(t, first?.take() ?? { reason: 'client_pending_dials', message: 'no quota' });
+  const again = book.of({ name: 'prometheus', allow: [], limits: { pendingDials: 1 } });
+  t.is(again, first, 'the same quota: the ticket out still counts');
+  t.is(refusal(t, again?.take() ?? { reason: 'client_pending_dials', message: 'no quota' }).reason, 'client_pending_dials');
+  held.done();
+  ticket(t, again?.take() ?? { reason: 'client_pending_dials', message: 'no quota' }).done();
 });

@@ -12,6 +12,7 @@ import { parseDirectRoute } from '../../src/server/clients/direct-routes-entry.j
 import { UsageError } from '../../src/common/usage-error.js';
 import { DialError } from '../../src/tunnel/errors.js';
 import { Cancel } from '../../src/common/cancel.js';
+import { KasOnlyClients } from '../../src/server/clients/kas-only-clients.js';
 
 const FORMS = /expected CIDR\[:PORT\] \(10\.1\.0\.0\/16:443, \[fd00::\/64\]:443\), NAME\[:PORT\].*\*\.SUFFIX\[:PORT\]/;
 
@@ -228,4 +229,30 @@ test('a cancelled dial is cancelled, before it starts and while the name is look
   const late = await t.throwsAsync(dialing, { instanceOf: DialError });
   t.is(late.failure, 'cancelled');
   t.regex(late.message, /cancelled while the server's resolver looked up slow\.cp\.internal/);
+});
+
+test('without clients: the kube-apiserver reaches a direct route through the server itself, everything else through the dialer', async (t) => {
+  const server = net.createServer((s) => s.end('direct'));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => server.close());
+  const { port } = server.address() as net.AddressInfo;
+  const viaAgents: string[] = [];
+  const dialer = {
+    dial: (address: string): Promise<never> => {
+      viaAgents.push(address);
+      return Promise.reject(new DialError('no-backend', 'no agent'));
+    },
+    resolve: (): Promise<never> => Promise.reject(new DialError('unresolved', 'no agent')),
+  };
+  const clients = new KasOnlyClients(dialer, { routes: new DirectRoutes([`127.0.0.1:${port}`]), timeoutMs: () => 5000 });
+  const kas = await clients.admit({ identity: { address: 'unix:/kas' }, door: 'http-connect' });
+  const dialed = await clients.dial(kas, `127.0.0.1:${port}`);
+  t.is(dialed.via, 'direct');
+  if (dialed.via === 'direct') {
+    const chunks: Buffer[] = [];
+    for await (const c of dialed.socket) chunks.push(c as Buffer);
+    t.is(Buffer.concat(chunks).toString(), 'direct');
+  }
+  await t.throwsAsync(clients.dial(kas, '10.0.0.1:10250'), { message: 'no agent' });
+  t.deepEqual(viaAgents, ['10.0.0.1:10250']);
 });

@@ -25,6 +25,7 @@ import type { PrimaryProcessOptions } from '../workers/primary-process.js';
 import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
 import { FLAG, serverSettings } from '../config/settings.js';
 import { flagsOf } from '../../settings/flag-names.js';
+import type { ClientEntry } from '../clients/client-entry.js';
 
 /** The credential files' contents (src/cli/server-command.ts loadServerCredentials). */
 export interface ServerCredentials {
@@ -69,6 +70,20 @@ function withAuditLog(v: ServerConfig['settings']): Pick<ServerOptions, 'auditLo
   return auditLog ? { auditLog } : {};
 }
 
+/**
+ * --frontend-clients-config: its list, token files read (a mistake is a UsageError listing every one).
+ * Loaded only here, so a start without it never loads the YAML reader.
+ */
+async function oneClusterClients(config: ServerConfig): Promise<ClientEntry[] | undefined> {
+  const file = config.settings['frontend-clients-config'];
+  if (file === undefined) return undefined;
+  const { readClientsFile } = await import('../config/clients-config.js');
+  return readClientsFile(FLAG['frontend-clients-config'], file, {
+    tokenReview: config.agent.tokens !== undefined,
+    tokenReviewHint: `token review: ${FLAG['agent-namespace']}, ${FLAG['agent-service-account']} and ${FLAG['authentication-audience']} (with ${FLAG.kubeconfig} or the in-cluster config)`,
+  });
+}
+
 /** The options of the settings alone (no API client, no tenants file): what one cluster's flags say. */
 export async function buildServerOptions(config: ServerConfig, credentials: ServerCredentials): Promise<ServerOptions> {
   const log = createLogger(config.logLevel, 'server', config.logFormat);
@@ -81,7 +96,7 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
       health: flagsOf(serverSettings, 'health-bind-address', 'health-port'),
       healthMetrics: FLAG['health-metrics'],
     },
-    tenant: tenantOptionsOf(v),
+    tenant: tenantOptionsOf(v, undefined, await oneClusterClients(config)),
     ...withAuditLog(v),
     agent: {
       host: v['agent-bind-address'],

@@ -90,3 +90,26 @@ export class ClientQuota {
     this.quota.release(connection);
   }
 }
+
+/**
+ * Each client's quota, kept by name across reloads so tickets out stay
+ * counted: an entry that limits nothing of its own (`allow: all` and no
+ * `limits:`, the kube-apiserver) has none, as upstream; any other gets its
+ * `limits:` with the defaults for what it leaves out.
+ */
+export class ClientQuotaBook {
+  private readonly quotas = new Map<string, ClientQuota>();
+
+  of(entry: { readonly name: string; readonly allow: unknown; readonly limits?: Partial<ClientLimits> }): ClientQuota | undefined {
+    if (entry.allow === 'all' && entry.limits === undefined) return undefined;
+    const known = this.quotas.get(entry.name);
+    if (known) {
+      known.configure(entry.limits);
+      return known;
+    }
+    // Bounded by the entries of the lists loaded: a name no list has any more costs one small object.
+    const quota = new ClientQuota(entry.name, entry.limits);
+    this.quotas.set(entry.name, quota);
+    return quota;
+  }
+}

@@ -9,6 +9,7 @@
 import type net from 'node:net';
 import type { CancelSignal } from '../../common/cancel.js';
 import type { TunnelConnection, ClientIdentity } from '../../tunnel/connection.js';
+import type { ResolvedName } from '../../tunnel/name-resolution.js';
 
 /** A client once admitted: its name (a `clients:` entry, or the kube-apiserver's), and its connection's identity. */
 export interface FrontendClient {
@@ -42,7 +43,10 @@ export type Dialed = { readonly via: 'tunnel'; readonly conn: TunnelConnection }
 
 /** Dials through some agent of the tenant (frontends/backend-dialer.ts), as the clients' dials end. */
 export interface AgentDialer {
-  dial(address: string, signal: CancelSignal | undefined, client: ClientIdentity): Promise<TunnelConnection>;
+  /** `routeHost`: the host the agent is picked for, when not the address's (a name dialled by an address it resolved to). */
+  dial(address: string, signal: CancelSignal | undefined, client: ClientIdentity, routeHost?: string): Promise<TunnelConnection>;
+  /** Resolves `name` inside the cluster through an agent picked as for a dial to it. */
+  resolve(name: string, signal?: CancelSignal): Promise<ResolvedName>;
 }
 
 /** One tenant's frontend clients. */

@@ -236,6 +236,13 @@ export const serverSettings = {
       parse: (v: string | undefined, flag) => (v === undefined ? undefined : groupFlag(flag, v)),
     }),
   ),
+  'frontend-clients-config': oneClusterOnly(
+    optionalText({
+      describe:
+        "YAML file with a clients: list: each frontend client's identity (certificate subject, uid, token file, service account) and the destinations it may reach (docs/frontends.md); absent: the kube-apiserver alone, reaching everything",
+      group: FRONTEND,
+    }),
+  ),
   'frontend-header-timeout': duration({
     default: '30s',
     describe:

@@ -8,6 +8,7 @@
 import type { TenantSettingsOptions } from '../tenants/tenant.js';
 import type { ServerSettings } from './settings.js';
 import type { TenantKey, TenantSettings } from './tenant-settings.js';
+import type { ClientEntry } from '../clients/client-entry.js';
 
 /** The values of a tenant's settings, from a command line or a tenants file's entry. */
 export type PerTenantValues = Pick<ServerSettings, TenantKey>;
@@ -15,9 +16,17 @@ export type PerTenantValues = Pick<ServerSettings, TenantKey>;
 /** The limits only a tenants file's entry has: the tenant's share of the shared server. */
 export type TenantWideValues = Pick<TenantSettings, 'max-agents' | 'max-connections' | 'max-pending-dials' | 'dial-rate' | 'dial-burst'>;
 
-/** `v` as a tenant's options; `tenantWide`: the tenant-wide limits of a tenants file's entry (absent: none, one cluster). */
-export function tenantOptionsOf(v: PerTenantValues, tenantWide?: TenantWideValues): TenantSettingsOptions {
+/**
+ * `v` as a tenant's options; `tenantWide`: the tenant-wide limits of a tenants file's entry (absent: none, one cluster);
+ * `clients`: its `clients:` list, token files read (config/clients-config.ts; --frontend-clients-config for one cluster).
+ */
+export function tenantOptionsOf(
+  v: PerTenantValues,
+  tenantWide?: TenantWideValues,
+  clients?: readonly ClientEntry[],
+): TenantSettingsOptions {
   return {
+    ...(clients && clients.length > 0 ? { clients } : {}),
     serverCount: v['server-count'],
     maxAgentsPerCredential: v['max-agents-per-credential'],
     ...(tenantWide

@@ -17,6 +17,11 @@ import { tokenAuthSettings } from './config.js';
 import { TenantsRefused } from '../tenants/tenant-definition.js';
 import { tenantSettings, type TenantSettings } from './tenant-settings.js';
 import { keyOf } from '../../settings/flag-names.js';
+import { checkClients } from './clients-config.js';
+import type { ClientSpec } from '../clients/client-entry.js';
+
+/** The key of a tenant's `clients:` list (docs/multi-tenant.md): a list of mappings, no setting of the command line. */
+export const CLIENTS_KEY = 'clients';
 
 export const TENANTS_API_VERSION = 'kanal.dev/v1alpha1';
 export const TENANTS_KIND = 'TenantsConfig';
@@ -37,6 +42,8 @@ export interface TenantSpec {
   /** Token review against the tenant's own kube-apiserver. */
   tokens?: { namespace: string; serviceAccount: string; audience: string; kube: KubeClientConfig };
   uds?: { path: string; deleteExisting: boolean; mode: number; gid?: number };
+  /** Its frontend clients (`clients:`), checked; their token files are read by the loader. */
+  clients?: ClientSpec[];
   /** The tenant's source text, canonical: equal texts mean an unchanged tenant on a reload. */
   fingerprint: string;
 }
@@ -152,15 +159,24 @@ function checkTenant(entry: unknown, i: number, mistakes: string[]): CheckedTena
   const at = where(i, entry.name);
   const own: string[] = [];
   for (const key of Object.keys(entry)) {
-    if (!(key in tenantSettings)) own.push(`unknown setting ${JSON.stringify(key)}${unknownHint(key)}`);
+    if (!(key in tenantSettings) && key !== CLIENTS_KEY) own.push(`unknown setting ${JSON.stringify(key)}${unknownHint(key)}`);
   }
   const { values: v, mistakes: found } = readFileSettings(tenantSettings, entry);
   own.push(...found);
   const spec = tenantSpec(v, own);
+  const clients = checkClients(entry[CLIENTS_KEY], {
+    tokenReview:
+      v['agent-namespace'] !== undefined && v['agent-service-account'] !== undefined && v['authentication-audience'] !== undefined,
+    tokenReviewHint: "the tenant's token review: agent-namespace, agent-service-account and authentication-audience (and kubeconfig)",
+  });
+  own.push(...clients.mistakes);
   mistakes.push(...own.map((m) => `${at}: ${m}`));
   const files = filesOf(at, v);
   if (own.length > 0 || !spec) return { files };
-  return { files, spec: { ...spec, fingerprint: JSON.stringify(entry) } };
+  return {
+    files,
+    spec: { ...spec, ...(clients.specs.length > 0 ? { clients: clients.specs } : {}), fingerprint: JSON.stringify(entry) },
+  };
 }
 
 /** The credential files an entry names (a value with a mistake was replaced by its default, usually none). */

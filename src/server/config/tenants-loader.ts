@@ -14,6 +14,8 @@ import { keyOf } from '../../settings/flag-names.js';
 import { tenantSettings } from './tenant-settings.js';
 import { FLAG } from './settings.js';
 import { tenantOptionsOf } from './tenant-options.js';
+import { loadClients } from './clients-config.js';
+import type { ClientEntry } from '../clients/client-entry.js';
 
 /** One entry's credential files, read. */
 interface LoadedFiles {
@@ -65,8 +67,11 @@ function identityOf(spec: TenantSpec, c: TenantCredentials): string {
   return h.digest('hex');
 }
 
-function fingerprintOf(spec: TenantSpec, identity: string): string {
-  return createHash('sha256').update(spec.fingerprint).update('\0').update(identity).digest('hex');
+/** Its entry, who it is, and its clients' token files' contents: a token file changed is a reload's change too. */
+function fingerprintOf(spec: TenantSpec, identity: string, clients: readonly ClientEntry[]): string {
+  const h = createHash('sha256').update(spec.fingerprint).update('\0').update(identity);
+  for (const c of clients) if (c.token) h.update('\0').update(c.token.digest);
+  return h.digest('hex');
 }
 
 /**
@@ -167,19 +172,27 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Loa
     if (!(err instanceof CredentialFilesError)) throw err;
     mistakes.push(...err.problems);
   }
+  const clientsOf = new Map<TenantSpec, ClientEntry[]>();
+  for (const { spec } of loaded) {
+    if (!spec.clients) continue;
+    const read = loadClients(spec.clients, `tenant ${JSON.stringify(spec.name)}: `);
+    mistakes.push(...read.mistakes);
+    clientsOf.set(spec, read.entries);
+  }
   if (mistakes.length === 0) checkSharedAgentCas(loaded, mistakes);
   if (mistakes.length === 0 && loaded.length < 200) checkRolesAcross(loaded, mistakes);
   else if (mistakes.length === 0) checkRolesAcrossByFingerprint(loaded, mistakes);
   if (mistakes.length > 0) throw new TenantsFileError(file, mistakes);
   const tenants = loaded.map(({ spec, credentials }) => {
     const identity = identityOf(spec, credentials);
+    const clients = clientsOf.get(spec) ?? [];
     return {
       name: spec.name,
       credentials,
-      options: tenantOptionsOf(spec.settings, spec.settings),
+      options: tenantOptionsOf(spec.settings, spec.settings, clients),
       ...(spec.tokens ? { tokens: spec.tokens } : {}),
       ...(spec.uds ? { uds: spec.uds } : {}),
-      fingerprint: fingerprintOf(spec, identity),
+      fingerprint: fingerprintOf(spec, identity, clients),
       identity,
     };
   });

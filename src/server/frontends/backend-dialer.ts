@@ -16,6 +16,7 @@ import { errorMessage } from '../../common/error-message.js';
 import { isQuotaRefusal, type DialQuota } from '../../domain/dial-quota.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
 import type { ConnectionAuditor } from '../../audit/connection-auditor.js';
+import type { ResolvedName } from '../../tunnel/name-resolution.js';
 
 export interface BackendDialerOptions {
   registry: AgentRegistry;
@@ -63,8 +64,33 @@ export class BackendDialer {
     this.strategies = o.strategies ?? DEFAULT_PROXY_STRATEGIES;
   }
 
-  /** `client` is the frontend client the dial is for (logs, the audit log and its connection's record). */
-  async dial(address: string, signal?: CancelSignal, client: ClientIdentity = { address: 'unknown' }): Promise<TunnelConnection> {
+  /**
+   * Resolves `name` inside the cluster, through an agent picked as a dial to
+   * `name` would pick it (the clients' rules check the addresses before the
+   * dial: clients/client-policy.ts); rejects with DialError 'no-backend' or 'unresolved'.
+   */
+  async resolve(name: string, signal?: CancelSignal): Promise<ResolvedName> {
+    const outcome = await this.registry.pickVerified({ strategies: this.strategies, host: name });
+    if (!outcome.ok)
+      throw new DialError(
+        'no-backend',
+        this.registry.size === 0
+          ? 'no agent is connected to this proxy server'
+          : `no agent serves ${name} to resolve it: ${outcome.reason}`,
+      );
+    return outcome.backend.tunnel.resolve(name, { timeoutMs: this.timeoutMs, signal });
+  }
+
+  /**
+   * `client` is the frontend client the dial is for (logs, the audit log and its connection's record);
+   * `routeHost`: the host agents are picked for (the name a client asked for, when it is dialled by an address it resolved to).
+   */
+  async dial(
+    address: string,
+    signal?: CancelSignal,
+    client: ClientIdentity = { address: 'unknown' },
+    routeHost?: string,
+  ): Promise<TunnelConnection> {
     const t0 = performance.now();
     const peer = client.address;
     let host: string;
@@ -83,6 +109,7 @@ export class BackendDialer {
       this.auditor?.dialFailed({ direction: 'cp_to_node', client, destination: address, error: failure, startedAt: t0 });
       throw failure;
     }
+    if (routeHost !== undefined) host = routeHost;
     // A server of one cluster has no quota: its dial takes no detour.
     if (!this.quota) return this.dialThrough(address, host, t0, signal, client);
     const ticket = this.quota.take();

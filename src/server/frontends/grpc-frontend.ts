@@ -19,6 +19,9 @@ import type { RefusalReasons } from '../../tunnel/limit-reports.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
 import { closeWhenPeerGone } from '../../transport/peer-gone-watch.js';
 import type { Frontend } from './frontend.js';
+import { ClientRefused, type FrontendClient, type FrontendClients } from '../clients/frontend-client.js';
+import { DialError } from '../../tunnel/errors.js';
+import { KasOnlyClients } from '../clients/kas-only-clients.js';
 
 const FRONTEND_REFUSALS: RefusalReasons = { maxPendingDials: 'frontend_pending_dials', maxInboundConnections: 'frontend_connections' };
 
@@ -27,6 +30,8 @@ const FRONTEND_FEATURES = new Set([Feature.Window, Feature.HalfClose]);
 export interface GrpcFrontendOptions {
   /** Performs the KAS's dials through an agent. */
   dialer: BackendDialer;
+  /** Admits each stream's client and dials for it within its rules (clients/frontend-client.ts); default: the KAS alone, through `dialer`. */
+  clients?: FrontendClients;
   log: Logger;
   /** Told of each frontend stream's tunnel as it opens (the server counts and closes them). */
   track: (tunnel: Tunnel) => void;
@@ -40,20 +45,30 @@ export type FrontendStream = IncomingStream<{ readonly client?: ClientIdentity }
 
 /** `incoming.context`: what the frontend listener knows of the connection, with who the client is (the audit log). */
 export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: FrontendStream) => void {
-  const { dialer, log, track, metrics } = opts;
+  const { log, track, metrics } = opts;
+  const clients = opts.clients ?? new KasOnlyClients(opts.dialer);
   return (incoming) => {
     const limits = opts.limits;
     const features = intersectFeatures(parseFeatures(firstValue(incoming.metadata, MD_KANAL_FEATURES)), FRONTEND_FEATURES);
     const headers: Record<string, string> = {};
     if (features.size > 0) headers[MD_KANAL_FEATURES] = formatFeatures(features);
     const stream = incoming.accept(headers);
-    const client = incoming.context?.client ?? { address: incoming.peer };
+    const identity = incoming.context?.client ?? { address: incoming.peer };
+    // Admitted once per stream, at its first dial; a client no entry admits has each dial refused (DIAL_RSP) with the reason.
+    let admitted: Promise<FrontendClient> | undefined;
+    const admit = (): Promise<FrontendClient> =>
+      (admitted ??= clients.admit({ identity, door: grpcFrontend.name }).catch((err: unknown) => {
+        throw err instanceof ClientRefused ? new DialError('forbidden', err.message, 'client_unknown') : err;
+      }));
     const tunnel = new Tunnel(stream, {
       side: 'server',
       features,
       limits,
       log: log.child({ frontend: 'grpc', peer: incoming.peer }),
-      dialHandler: (dial) => dialer.dial(dial.address, dial.signal, client),
+      dialHandler: async (dial) => {
+        const dialed = await clients.dial(await admit(), dial.address, dial.signal);
+        return dialed.via === 'tunnel' ? dialed.conn : dialed.socket;
+      },
       onLimit: (limit, reason) => countTunnelLimit(metrics, limit, reason),
       refusalReasons: FRONTEND_REFUSALS,
     });

@@ -172,6 +172,11 @@ export class TokenAuthenticator {
     this.now = options.now ?? Date.now;
   }
 
+  /** The Kubernetes API it reviews with (frontend clients' service-account tokens are reviewed with it too). */
+  get api(): KubeApi {
+    return this.options.api;
+  }
+
   /** `--authentication-audience`. */
   get audience(): string {
     return this.options.audience;

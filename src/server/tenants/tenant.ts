@@ -24,8 +24,11 @@ import { createAgentService, type AgentServiceOptions } from '../agents/agent-se
 import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
-import { KasOnlyClients } from '../clients/kas-only-clients.js';
 import { DirectRoutes } from '../clients/direct-routes.js';
+import { ClientQuotaBook } from '../clients/client-quota.js';
+import { TenantClients } from '../clients/tenant-clients.js';
+import { ClientTokenReview } from '../clients/client-token-review.js';
+import type { ClientEntry } from '../clients/client-entry.js';
 import { createGrpcFrontend, type FrontendStream, type GrpcFrontendOptions } from '../frontends/grpc-frontend.js';
 import { FRONTENDS } from '../frontends/frontend-registry.js';
 import type { Frontend, TenantFrontend } from '../frontends/frontend.js';
@@ -71,6 +74,8 @@ export interface TenantSettingsOptions {
   agentLimits?: Partial<TunnelLimits>;
   /** Bytes kept for resends one agent, and the whole tenant, may hold (--max-retained-bytes-per-agent, -per-tenant). */
   retainedBytes?: { perAgent: number; perTenant: number };
+  /** The frontend clients and their rules (clients:, --frontend-clients-config); absent or empty: the kube-apiserver alone, as upstream. */
+  clients?: readonly ClientEntry[];
 }
 
 export interface TenantOptions extends TenantSettingsOptions {
@@ -125,9 +130,14 @@ export class Tenant {
   readonly allowList: AllowList;
   /** Frontend destinations the server dials itself, replaced in place when the tenant's settings change. */
   readonly directRoutes: DirectRoutes;
+  /** --destination-dial-timeout now: direct routes read it per dial. */
+  private destinationDialTimeoutMs: number;
+  /** Who the tenant's frontend clients are and what they may reach (every door admits and dials through it). */
+  readonly clients: TenantClients;
 
   constructor(readonly opts: TenantOptions) {
     this.name = opts.name;
+    this.destinationDialTimeoutMs = opts.destinationDialTimeoutMs;
     this.metrics = opts.metrics;
     this.log = opts.log;
     this.registry = new AgentRegistry(opts.maxAgentsPerCredential, opts.maxAgents);
@@ -166,9 +176,29 @@ export class Tenant {
       auditor: this.auditor,
       ...(this.quota ? { quota: this.quota } : {}),
     }));
-    this.frontendOptions = { dialer, log: logs.frontend, track: (t) => this.trackFrontend(t), limits: opts.limits, metrics: this.metrics };
+    const directRoutes = (this.directRoutes = new DirectRoutes(opts.directRoutes));
+    const clients = (this.clients = new TenantClients(
+      {
+        dialer,
+        registry: this.metrics.registry,
+        refusals: this.refusals(logs.frontend),
+        dialRefusals: this.refusals(logs.frontend, false),
+        auditor: this.auditor,
+        reviewer: () => opts.tokens && new ClientTokenReview({ api: opts.tokens.api, audience: opts.tokens.audience }),
+        quotas: new ClientQuotaBook(),
+        direct: { routes: directRoutes, timeoutMs: () => this.destinationDialTimeoutMs },
+      },
+      opts.clients,
+    ));
+    this.frontendOptions = {
+      dialer,
+      clients,
+      log: logs.frontend,
+      track: (t) => this.trackFrontend(t),
+      limits: opts.limits,
+      metrics: this.metrics,
+    };
     this.serveProxy = createGrpcFrontend(this.frontendOptions);
-    const clients = new KasOnlyClients(dialer);
     this.frontends = new Map(
       FRONTENDS.flatMap((door: Frontend) => {
         if (!door.forTenant) return [];
@@ -177,7 +207,6 @@ export class Tenant {
       }),
     );
     this.allowList = new AllowList(opts.allowedDestinations);
-    this.directRoutes = new DirectRoutes(opts.directRoutes);
     if (!this.directRoutes.empty)
       opts.log.info({ directRoutes: this.directRoutes.list() }, 'frontend destinations the server dials itself');
     const quota = this.quota;
@@ -198,7 +227,10 @@ export class Tenant {
       tokens: opts.tokens && { authenticator: opts.tokens },
       hideTenant: opts.name !== undefined,
       auditor: this.auditor,
-      ...(quota ? { onConnectionClosed: (c: object) => quota.release(c) } : {}),
+      onConnectionClosed: (c: object) => {
+        quota?.release(c);
+        clients.connectionClosed(c);
+      },
       resume: { timeoutMs: opts.resumeTimeoutMs, tunnels: this.resumable, metrics: resumeMetrics },
       retention: { tenant: this.account, perAgentBytes: retained.perAgent },
     };
@@ -237,13 +269,17 @@ export class Tenant {
       proxyStrategies: () => this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies }),
       backendDialTimeoutMs: () => this.dialer.configure({ timeoutMs: next.backendDialTimeoutMs, strategies: next.proxyStrategies }),
       allowedDestinations: () => this.allowList.replace(next.allowedDestinations),
-      destinationDialTimeoutMs: () => this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs }),
+      destinationDialTimeoutMs: () => {
+        this.destinationDialTimeoutMs = next.destinationDialTimeoutMs;
+        this.destinations.configure({ timeoutMs: next.destinationDialTimeoutMs });
+      },
       directRoutes: () => this.directRoutes.replace(next.directRoutes),
       limits: () => {
         this.frontendOptions.limits = next.limits;
         agentLimits();
       },
       agentLimits,
+      clients: () => this.clients.configure(next.clients),
       retainedBytes: () => {
         if (!next.retainedBytes) return;
         this.account.cap = next.retainedBytes.perTenant;
@@ -269,9 +305,9 @@ export class Tenant {
     });
   }
 
-  /** A Refusals counted in this tenant's metrics, flushed when it closes. */
-  private refusals(log: Logger): Refusals {
-    const r = new Refusals(log, this.metrics, undefined, this.auditor);
+  /** A Refusals counted in this tenant's metrics, flushed when it closes; `audited`: each refusal is an audit record of its own. */
+  private refusals(log: Logger, audited = true): Refusals {
+    const r = new Refusals(log, this.metrics, undefined, audited ? this.auditor : undefined);
     this.refusalLogs.push(r);
     return r;
   }

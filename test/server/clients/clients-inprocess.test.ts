@@ -1,0 +1,102 @@
+/**
+ * A server with --frontend-clients-config and a real agent, in this process:
+ * a client recognised by its Unix peer's uid (this process's) reaches the one
+ * port its entry allows through HTTP CONNECT and is refused another with 403
+ * naming the rule, audited with its name and counted; a process of another
+ * uid is no client. Without clients: the kube-apiserver's path is the one
+ * server-agent-inprocess.test.ts covers.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  makeEnv,
+  startAgent,
+  startEchoServer,
+  startServer,
+  httpConnect,
+  echoRoundTrip,
+  waitFor,
+  grpcFrontendClient,
+} from '../../helpers/in-process.js';
+import { Feature } from '../../../src/wire/features.js';
+import { metricValue } from '../../helpers/audit-log.js';
+import { ONE_CLUSTER } from '../../../src/server/tenants/tenant-rooms.js';
+
+test('a uid-recognised client reaches its allowed port and gets 403 naming its rules for another, audited and counted', async (t) => {
+  const uid = process.getuid?.();
+  if (uid === undefined) {
+    t.log('skipped: no process.getuid on this platform');
+    t.pass();
+    return;
+  }
+  const env = await makeEnv(t);
+  const allowed = await startEchoServer(t);
+  const other = await startEchoServer(t);
+  const clientsFile = path.join(env.dir, 'clients.yaml');
+  fs.writeFileSync(clientsFile, `clients:\n- name: scraper\n  uid: ${uid}\n  allow:\n  - cidr: 127.0.0.0/8\n    port: ${allowed.port}\n`);
+  const auditFile = path.join(env.dir, 'audit.log');
+  const { server } = await startServer(t, env, { extraFlags: ['--frontend-clients-config', clientsFile, '--audit-log-path', auditFile] });
+  const { agent } = await startAgent(t, env, server.agentPort);
+  await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
+
+  const ok = await httpConnect(env.udsPath, allowed.address);
+  t.teardown(() => void ok.socket.destroy());
+  t.is(ok.status, 200, ok.head);
+  t.is(await echoRoundTrip(ok.socket, 'hello'), 'hello');
+
+  const refused = await httpConnect(env.udsPath, other.address);
+  t.teardown(() => void refused.socket.destroy());
+  t.is(refused.status, 403, refused.head);
+  const body = await new Promise<string>((resolve) => {
+    let text = '';
+    refused.socket.setEncoding('utf8');
+    refused.socket.on('data', (c: string) => (text += c));
+    refused.socket.once('end', () => resolve(text));
+    refused.socket.resume();
+  });
+  t.is(
+    body.trim(),
+    `client "scraper" may not reach ${other.address}: no rule allows it (the rules of scraper: cidr 127.0.0.0/8 port ${allowed.port})`,
+  );
+  t.is(other.open, 0, 'nothing reached the refused port');
+
+  // The gRPC frontend: the same client, the same rules; a refused destination is its DIAL_RSP's error.
+  const grpc = await grpcFrontendClient(t, env.udsPath, new Set([Feature.Window, Feature.HalfClose]));
+  const conn = await grpc.tunnel.dial(allowed.address, { timeoutMs: 5000 });
+  t.truthy(conn);
+  conn.close();
+  const grpcErr = await t.throwsAsync(grpc.tunnel.dial(other.address, { timeoutMs: 5000 }));
+  t.regex(
+    grpcErr?.message ?? '',
+    /client "scraper" may not reach .*: no rule allows it \(the rules of scraper: cidr 127\.0\.0\.0\/8 port \d+\)/,
+  );
+  grpc.close();
+
+  const metrics = server.tenant(ONE_CLUSTER).metrics.registry;
+  t.is(await metricValue(metrics, 'kanal_refusals_total', { reason: 'client_forbidden' }), 2);
+  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'forbidden' }), 2);
+  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'ok' }), 2);
+  // The gRPC connection's close reaches the server's count a moment later: polled, bounded.
+  let open = await metricValue(metrics, 'kanal_frontend_client_connections', { client: 'scraper' });
+  for (let i = 0; i < 100 && open !== 1; i++) {
+    await sleep(50);
+    open = await metricValue(metrics, 'kanal_frontend_client_connections', { client: 'scraper' });
+  }
+  t.is(open, 1, 'the CONNECT tunnel still open; the gRPC connection counted closed');
+
+  const records = (): Record<string, unknown>[] =>
+    fs.existsSync(auditFile)
+      ? fs
+          .readFileSync(auditFile, 'utf8')
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => JSON.parse(l) as Record<string, unknown>)
+      : [];
+  await waitFor(() => records().some((r) => r.event === 'dial'), 'the refused dial audited');
+  t.like(
+    records().find((r) => r.event === 'dial'),
+    { destination: other.address, refusal: 'client_forbidden', client: { name: 'scraper', uid }, dial: { result: 'forbidden' } },
+  );
+});
