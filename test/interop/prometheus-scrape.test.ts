@@ -233,25 +233,21 @@ scrape_configs:
   t.pass();
 });
 
-// The issue's last step: a clients rule that denies the target's port turns the scrape to up == 0, and the refusal
-// is audited with the client's name. It needs the clients policy (--frontend-clients-config, the clients helper);
-// until that lands on main this stays skipped. To enable: set CLIENTS_POLICY to true, check the YAML below against
-// src/server/config/clients-*.ts, and the audit assertion against src/audit.
-const CLIENTS_POLICY = false;
-if (!HAVE_PROMETHEUS || !CLIENTS_POLICY) {
+// A clients rule per port: Prometheus, known by its token, scrapes the port its rule allows (up == 1) and not the
+// other (up == 0), and the refusal is audited with the client's name.
+if (!HAVE_PROMETHEUS) {
   skippedBecause(
-    'Prometheus: a clients rule denying the port makes up == 0, audited',
-    HAVE_PROMETHEUS
-      ? 'needs the clients policy (--frontend-clients-config); enable CLIENTS_POLICY once it lands'
-      : 'prometheus is not installed',
+    'Prometheus: a clients rule allows one target and denies the other: up 1 and 0, the refusal audited',
+    'prometheus is not installed',
   );
 } else {
-  test('Prometheus: a clients rule denying the port makes up == 0, audited', async (t) => {
+  test('Prometheus: a clients rule allows one target and denies the other: up 1 and 0, the refusal audited', async (t) => {
     const env = await makeEnv(t);
     const proxyPort = await closedPort();
-    const { plain } = await targets(t, env, { cert: env.pki.serverCert, key: env.pki.serverKey });
+    const { plain, tls } = await targets(t, env, { cert: env.pki.serverCert, key: env.pki.serverKey });
     const clientsFile = path.join(env.dir, 'clients.yaml');
-    // The plain listener's clients are known by address; the KAS entry keeps its Unix socket (uid).
+    const auditFile = path.join(env.dir, 'audit.log');
+    fs.writeFileSync(path.join(env.dir, 'prometheus.token'), 'prometheus-token\n');
     fs.writeFileSync(
       clientsFile,
       `clients:
@@ -259,15 +255,14 @@ if (!HAVE_PROMETHEUS || !CLIENTS_POLICY) {
   token-file: ${JSON.stringify(path.join(env.dir, 'prometheus.token'))}
   allow:
   - cidr: 127.0.0.0/8
-    port: ${plain + 1}
+    port: ${plain}
 - name: kube-apiserver
   uid: ${process.getuid?.() ?? 0}
   allow: all
 `,
     );
-    fs.writeFileSync(path.join(env.dir, 'prometheus.token'), 'prometheus-token\n');
-    const { server, logs } = await startServer(t, env, {
-      extraFlags: ['--http-proxy-port', String(proxyPort), '--frontend-clients-config', clientsFile],
+    const { server } = await startServer(t, env, {
+      extraFlags: ['--http-proxy-port', String(proxyPort), '--frontend-clients-config', clientsFile, '--audit-log-path', auditFile],
     });
     const { agent } = await startAgent(t, env, server.agentPort);
     await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
@@ -277,19 +272,37 @@ if (!HAVE_PROMETHEUS || !CLIENTS_POLICY) {
   scrape_interval: 1s
   scrape_timeout: 1s
 scrape_configs:
-- job_name: denied
+- job_name: allowed
   # An http:// target goes in absolute form: Go sends the proxy URL's user information as Basic (the token the password).
   proxy_url: http://prometheus:prometheus-token@127.0.0.1:${proxyPort}
   static_configs: [{ targets: ['127.0.0.1:${plain}'] }]
+- job_name: denied
+  scheme: https
+  proxy_url: http://prometheus:prometheus-token@127.0.0.1:${proxyPort}
+  tls_config: { insecure_skip_verify: true }
+  static_configs: [{ targets: ['127.0.0.1:${tls}'] }]
 `,
     );
+    await waitScraped(t, prom, ['allowed']);
     const deadline = Date.now() + SCRAPED_WITHIN_MS;
     let up: string | undefined;
     while (Date.now() < deadline && up !== '0') {
       up = (await query(prom.port, 'up{job="denied"}'))[0]?.value[1];
       if (up !== '0') await sleep(500);
     }
-    t.is(up, '0');
-    t.true(logs.lines.some((l) => /prometheus/.test(JSON.stringify(l)) && /forbidden|client_forbidden/.test(JSON.stringify(l))));
+    t.is(up, '0', 'the denied target is down');
+    const records = (): Record<string, unknown>[] =>
+      fs.existsSync(auditFile)
+        ? fs
+            .readFileSync(auditFile, 'utf8')
+            .split('\n')
+            .filter((l) => l !== '')
+            .map((l) => JSON.parse(l) as Record<string, unknown>)
+        : [];
+    await waitFor(() => records().some((r) => r.refusal === 'client_forbidden'), 'the refused dial audited');
+    t.like(
+      records().find((r) => r.refusal === 'client_forbidden'),
+      { destination: `127.0.0.1:${tls}`, client: { name: 'prometheus' }, dial: { result: 'forbidden' } },
+    );
   });
 }
