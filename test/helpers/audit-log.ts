@@ -1,4 +1,5 @@
-/** What the audit log tests share: a logger whose lines they read, a metric's value, records of an exact line length. */
+/** What the audit log tests share: a logger whose lines they read, a metric's value, records of an exact line length, a file's records. */
+import fs from 'node:fs';
 import { pino, type Logger } from 'pino';
 import type { Registry } from 'prom-client';
 
@@ -27,4 +28,14 @@ export function recordOfSize(i: number, bytes: number): { i: number; pad: string
   const bare = JSON.stringify({ i, pad: '' }).length + 1;
   if (bytes < bare) throw new Error(`a record ${i} needs at least ${bare} bytes`);
   return { i, pad: 'x'.repeat(bytes - bare) };
+}
+
+/** The records an audit log file holds now, one JSON object per line (none while the file is not there yet). */
+export function auditRecords(file: string): Record<string, unknown>[] {
+  if (!fs.existsSync(file)) return [];
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 }

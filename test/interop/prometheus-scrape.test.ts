@@ -10,6 +10,7 @@
  * although Go offers h2 first. Each waits, bounded, until Prometheus's own
  * API says up == 1 and shows the scraped series.
  */
+import { auditRecords } from '../helpers/audit-log.js';
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -291,14 +292,7 @@ scrape_configs:
       if (up !== '0') await sleep(500);
     }
     t.is(up, '0', 'the denied target is down');
-    const records = (): Record<string, unknown>[] =>
-      fs.existsSync(auditFile)
-        ? fs
-            .readFileSync(auditFile, 'utf8')
-            .split('\n')
-            .filter((l) => l !== '')
-            .map((l) => JSON.parse(l) as Record<string, unknown>)
-        : [];
+    const records = (): Record<string, unknown>[] => auditRecords(auditFile);
     await waitFor(() => records().some((r) => r.refusal === 'client_forbidden'), 'the refused dial audited');
     t.like(
       records().find((r) => r.refusal === 'client_forbidden'),

@@ -21,7 +21,7 @@ import {
   grpcFrontendClient,
 } from '../../helpers/in-process.js';
 import { Feature } from '../../../src/wire/features.js';
-import { metricValue } from '../../helpers/audit-log.js';
+import { auditRecords, metricValue } from '../../helpers/audit-log.js';
 import { ONE_CLUSTER } from '../../../src/server/tenants/tenant-rooms.js';
 
 test('a uid-recognised client reaches its allowed port and gets 403 naming its rules for another, audited and counted', async (t) => {
@@ -86,14 +86,7 @@ test('a uid-recognised client reaches its allowed port and gets 403 naming its r
   }
   t.is(open, 1, 'the CONNECT tunnel still open; the gRPC connection counted closed');
 
-  const records = (): Record<string, unknown>[] =>
-    fs.existsSync(auditFile)
-      ? fs
-          .readFileSync(auditFile, 'utf8')
-          .split('\n')
-          .filter((l) => l !== '')
-          .map((l) => JSON.parse(l) as Record<string, unknown>)
-      : [];
+  const records = (): Record<string, unknown>[] => auditRecords(auditFile);
   await waitFor(() => records().some((r) => r.event === 'dial'), 'the refused dial audited');
   t.like(
     records().find((r) => r.event === 'dial'),
