@@ -62,11 +62,14 @@ goTest('Go x/net/proxy through SOCKS5: a name, an IPv6 literal, a token, the Uni
   const v6 = await httpBackend(t, '::1');
   const proxy = `127.0.0.1:${socksPort}`;
 
-  const byName = await run(['-proxy', proxy, '-url', `http://localhost:${v4}/go-name`]);
+  const byName = await run(['-proxy', proxy, '-user', 'operator', '-password', 'TOKEN', '-url', `http://localhost:${v4}/go-name`]);
   t.is(byName.stdout, 'hello from 127.0.0.1 /go-name', byName.stderr);
 
-  const ipv6 = await run(['-proxy', proxy, '-url', `http://[::1]:${v6}/go-v6`]);
+  const ipv6 = await run(['-proxy', proxy, '-user', 'operator', '-password', 'TOKEN', '-url', `http://[::1]:${v6}/go-v6`]);
   t.is(ipv6.stdout, 'hello from ::1 /go-v6', ipv6.stderr);
+
+  const noAuth = await run(['-proxy', proxy, '-url', `http://127.0.0.1:${v4}/go-no-auth`]);
+  t.is(noAuth.code, 1, 'no authentication over TCP is refused');
 
   const token = await run(['-proxy', proxy, '-user', 'operator', '-password', 'TOKEN', '-url', `http://127.0.0.1:${v4}/go-auth`]);
   t.is(token.stdout, 'hello from 127.0.0.1 /go-auth', token.stderr);
@@ -75,7 +78,7 @@ goTest('Go x/net/proxy through SOCKS5: a name, an IPv6 literal, a token, the Uni
   t.is(uds.stdout, 'hello from 127.0.0.1 /go-uds', uds.stderr);
 
   const closed = await closedPort();
-  const refused = await run(['-proxy', proxy, '-url', `http://127.0.0.1:${closed}/`]);
+  const refused = await run(['-proxy', proxy, '-user', 'operator', '-password', 'TOKEN', '-url', `http://127.0.0.1:${closed}/`]);
   t.is(refused.code, 1);
   // x/net/internal/socks names the REP code (RFC 1928 section 6).
   t.regex(refused.stderr, /connection refused/);

@@ -73,7 +73,13 @@ interface Door {
   connect(): Promise<net.Socket>;
 }
 
-function door(t: ExecutionContext, clients: StubClients, headDeadlineMs = 5000, limits: { maxEarlyBytes?: number } = {}): Door {
+function door(
+  t: ExecutionContext,
+  clients: StubClients,
+  headDeadlineMs = 5000,
+  limits: { maxEarlyBytes?: number } = {},
+  peer = 'unix:test',
+): Door {
   const logs = captureLogger();
   const refused: PeerRefusal[] = [];
   const refusals = new Refusals(logs.log, undefined, 1000, { refused: (r) => refused.push(r) });
@@ -89,7 +95,8 @@ function door(t: ExecutionContext, clients: StubClients, headDeadlineMs = 5000, 
         server.destroy();
         client.destroy();
       });
-      part.serve(server, { peer: 'unix:test', connection: { client: { address: 'unix:test', uid: 1000 } }, headDeadlineMs });
+      const identity = peer.startsWith('unix:') ? { address: peer, uid: 1000 } : { address: peer };
+      part.serve(server, { peer, connection: { client: identity }, headDeadlineMs });
       server.resume();
       return client;
     },
@@ -107,6 +114,18 @@ test('a client with no authentication is admitted by its connection, dialled by 
   c.write('ping');
   t.is((await readExactly(c, 4))?.toString(), 'ping');
   t.deepEqual(d.refused, []);
+});
+
+test('no authentication over TCP is refused (method 0xFF) before anything is admitted; username/password there goes on', async (t) => {
+  const echo = await startEchoServer(t);
+  const d = door(t, new StubClients({ dialTo: echo.port }), 5000, {}, '127.0.0.1:40000');
+  const c = await d.connect();
+  c.write(Buffer.from([5, 1, 0]));
+  t.deepEqual([...((await readExactly(c, 2)) ?? [])], [5, 0xff]);
+  t.deepEqual(d.clients.admitted, []);
+  t.like(d.refused[0], { reason: 'socks5_auth', detail: 'no_auth_over_tcp' });
+  const c2 = await d.connect();
+  t.like(await socks5Handshake(c2, '127.0.0.1', echo.port, { auth: { username: 'op', password: 'tok' } }), { kind: 'reply', rep: 0 });
 });
 
 test('username/password: the password is the token, the username only informational; an empty password is no token', async (t) => {

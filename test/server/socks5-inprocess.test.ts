@@ -36,17 +36,22 @@ curlTest('curl through SOCKS5: a name resolved on the agent side, IPv4 and IPv6 
   const proxy = `127.0.0.1:${socksPort}`;
 
   // socks5h: curl sends the name; the agent dials localhost by name.
-  const byName = await curl(['--socks5-hostname', proxy, `http://localhost:${v4}/by-name`]);
+  const byName = await curl(['--socks5-hostname', proxy, '--proxy-user', 'operator:TOKEN', `http://localhost:${v4}/by-name`]);
   t.is(byName.stderr, '');
   t.is(byName.stdout, 'hello from 127.0.0.1 /by-name');
 
-  const ipv4 = await curl(['--socks5', proxy, `http://127.0.0.1:${v4}/v4`]);
+  const ipv4 = await curl(['--socks5', proxy, '--proxy-user', 'operator:TOKEN', `http://127.0.0.1:${v4}/v4`]);
   t.is(ipv4.stdout, 'hello from 127.0.0.1 /v4', ipv4.stderr);
 
-  const ipv6 = await curl(['--socks5', proxy, `http://[::1]:${v6}/v6`]);
+  const ipv6 = await curl(['--socks5', proxy, '--proxy-user', 'operator:TOKEN', `http://[::1]:${v6}/v6`]);
   t.is(ipv6.stdout, 'hello from ::1 /v6', ipv6.stderr);
 
   // RFC 1929: the username is informational, the password the token (the KAS-only policy admits any).
+  // No authentication over TCP: refused (RFC 1928 method 0xFF), only a Unix socket's permissions may stand in for a credential.
+  const noAuth = await curl(['--socks5', proxy, `http://127.0.0.1:${v4}/no-auth`]);
+  t.not(noAuth.code, 0);
+  t.is(noAuth.stdout, '');
+
   const withToken = await curl(['--socks5-hostname', proxy, '--proxy-user', 'prometheus:TOKEN', `http://localhost:${v4}/auth`]);
   t.is(withToken.stdout, 'hello from 127.0.0.1 /auth', withToken.stderr);
 });
@@ -55,7 +60,7 @@ curlTest('curl through SOCKS5 to a closed port: connection refused (REP 5)', asy
   const env = await makeEnv(t);
   const { socksPort } = await startWithSocks(t, env);
   const closed = await closedPort();
-  const r = await curl(['--socks5', `127.0.0.1:${socksPort}`, `http://127.0.0.1:${closed}/`]);
+  const r = await curl(['--socks5', `127.0.0.1:${socksPort}`, '--proxy-user', 'operator:TOKEN', `http://127.0.0.1:${closed}/`]);
   t.not(r.code, 0);
   // curl 7.88 prints the REP code; later versions name it ("Connection refused").
   t.regex(r.stderr, /SOCKS5 connection to 127\.0\.0\.1\. \(5\)|Connection refused/);

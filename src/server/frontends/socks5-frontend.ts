@@ -234,9 +234,18 @@ class Socks5Session {
         if (g.methods.has(SocksMethod.userPass)) {
           this.socket.write(socksMethodChoice(SocksMethod.userPass));
           this.machine.to({ kind: 'auth' });
-        } else if (g.methods.has(SocksMethod.noAuth)) {
+        } else if (g.methods.has(SocksMethod.noAuth) && this.context.peer.startsWith('unix:')) {
+          // No authentication only where the socket file's permissions decide who connects; over TCP an address says nothing.
           this.socket.write(socksMethodChoice(SocksMethod.noAuth));
           this.machine.to({ kind: 'request', client: undefined });
+        } else if (g.methods.has(SocksMethod.noAuth)) {
+          this.refuse(
+            'socks5_auth',
+            'no_auth_over_tcp',
+            'refused SOCKS5 connection: no authentication is accepted only on a Unix socket; send a username and password, the token as the password',
+          );
+          this.fail(SOCKS_NO_ACCEPTABLE_METHOD);
+          return;
         } else {
           this.refuse(
             'socks5_auth',
