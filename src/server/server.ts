@@ -430,6 +430,11 @@ export class KanalServer {
         refusals: this.refusalLogs.frontend,
       });
       this.extraListeners.push(listener);
+      if (extra.plain && !this.rooms.get(ONE_CLUSTER)?.tenant.clients.configured)
+        log.warn(
+          { address: listener.address, flags: extra.flags },
+          'plain TCP listener without a clients: list (--frontend-clients-config): whoever reaches it is the kube-apiserver and may reach every destination',
+        );
     }
   }
 

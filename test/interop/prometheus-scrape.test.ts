@@ -144,7 +144,8 @@ const promTest = HAVE_PROMETHEUS
 promTest('Prometheus with proxy_url http:// scrapes an http:// target (forward proxy) and an https:// one (CONNECT)', async (t) => {
   const env = await makeEnv(t);
   const proxyPort = await closedPort();
-  const { server } = await startServer(t, env, { extraFlags: ['--http-proxy-port', String(proxyPort)] });
+  const { server, logs } = await startServer(t, env, { extraFlags: ['--http-proxy-port', String(proxyPort)] });
+  t.is(logs.matching('plain TCP listener without a clients: list').length, 1, 'an open plain listener is said at start');
   const { agent } = await startAgent(t, env, server.agentPort);
   await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
   const { plain, tls } = await targets(t, env, { cert: env.pki.serverCert, key: env.pki.serverKey });
@@ -262,9 +263,10 @@ if (!HAVE_PROMETHEUS) {
   allow: all
 `,
     );
-    const { server } = await startServer(t, env, {
+    const { server, logs } = await startServer(t, env, {
       extraFlags: ['--http-proxy-port', String(proxyPort), '--frontend-clients-config', clientsFile, '--audit-log-path', auditFile],
     });
+    t.deepEqual(logs.matching('plain TCP listener without a clients: list'), [], 'with a clients: list it is not open');
     const { agent } = await startAgent(t, env, server.agentPort);
     await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
     const prom = await startPrometheus(
