@@ -277,8 +277,10 @@ function sniCallback(
 
 export interface FrontendListenerOptions {
   mode: FrontendMode;
-  /** Read each client's certificate subject or Unix uid/pid for the audit log (client-identity.ts): a cost per connection, so only with one. */
-  /** A function is asked per connection (a tenant's clients: list may come with a reload). */
+  /**
+   * Read each client's certificate subject or Unix uid/pid (client-identity.ts) for the audit log and clients: lists:
+   * a cost per connection, so only with one of them. A function is asked per connection (a list may come with a reload).
+   */
   identifyClients?: boolean | (() => boolean);
   uds?: UnixSocketOptions;
   /**
