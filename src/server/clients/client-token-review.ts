@@ -7,7 +7,8 @@
  * are remembered for `cacheTtlMs` (default 10 s) by SHA-256, bounded;
  * concurrent reviews of one token share one call.
  */
-import { KubeApiError, type KubeApi } from '../../kube/kube-api.js';
+// Types only: the Kubernetes client library loads where a client is made (kube/kube-clients.ts), not with the server.
+import type { KubeApi } from '../../kube/kube-api.js';
 import { errorMessage } from '../../common/error-message.js';
 import type { ReviewOutcome, TokenReviewer } from './client-admission.js';
 import { tokenDigestOf } from './token-digest.js';
@@ -61,7 +62,7 @@ export class ClientTokenReview implements TokenReviewer {
       );
       status = review.status;
     } catch (err) {
-      return { ok: false, reason: `cannot check the token now: ${err instanceof KubeApiError ? err.message : errorMessage(err)}` };
+      return { ok: false, reason: `cannot check the token now: ${errorMessage(err)}` };
     }
     if (!status?.authenticated)
       return { ok: false, reason: `the Kubernetes API did not authenticate it${status?.error ? `: ${status.error}` : ''}` };
