@@ -433,7 +433,7 @@ export class KanalServer {
       if (extra.plain && !this.rooms.get(ONE_CLUSTER)?.tenant.clients.configured)
         log.warn(
           { address: listener.address, flags: extra.flags },
-          'plain TCP listener without a clients: list (--frontend-clients-config): whoever reaches it is the kube-apiserver and may reach every destination',
+          'plain TCP listener without a clients: list: whoever reaches it is the kube-apiserver and may reach every destination',
         );
     }
   }
