@@ -1,5 +1,5 @@
 /**
- * 9a. Scrape-like load: what a control-plane Prometheus costs the proxy (issue 36, "Benchmarks").
+ * 9a. Scrape-like load: what a control-plane Prometheus costs the proxy (docs/frontends.md).
  *
  * `scrapeTargets` tiny HTTP /metrics servers behind the agent (one process, one port each:
  * scrape-worker.ts), each scraped once per `scrapeIntervalMs` at its own offset, keep-alive,

@@ -1,5 +1,5 @@
 /**
- * 9b. SOCKS5 next to CONNECT (issue 36, "Benchmarks": within 5%): dial latency (open, handshake,
+ * 9b. SOCKS5 next to CONNECT (the goal: within 5%): dial latency (open, handshake,
  * one byte written and echoed by the backend; sequential and `dialConcurrency` at a time) and one
  * bulk flow each way, through Kanal's SOCKS5 door and its CONNECT door on the same server and
  * agent, runs interleaved, with upstream's CONNECT as a reference row. The SOCKS5 door is on a
