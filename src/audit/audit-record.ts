@@ -70,6 +70,24 @@ export interface DialRecord extends RecordBase {
   destination: string;
   dial: { result: Exclude<DialResult, 'ok'>; ms: number; error: string };
   refusal?: RefusalReason;
+  /** `direct`: a dial the server made itself, on a direct route (no agent). */
+  via?: 'direct';
+}
+
+/**
+ * A connection the server dialled itself, on one of the tenant's direct
+ * routes (docs/frontends.md, "Direct routes"), established and now ended: no
+ * agent, no tunnel, so no dialID or connectID.
+ */
+export interface DirectRecord extends RecordBase {
+  event: 'direct';
+  client?: ClientIdentity;
+  destination: string;
+  dial: { result: 'ok'; ms: number };
+  bytes: { toDestination: number; toClient: number };
+  durationMs: number;
+  closedBy: Exclude<ClosedBy, 'tunnel'>;
+  reason: string;
 }
 
 /** A peer refused before any dial: an agent that did not authenticate, a frontend request that was not one. */
@@ -83,7 +101,7 @@ export interface RefusalRecord extends RecordBase {
   detail?: string;
 }
 
-export type AuditRecord = ConnectionRecord | DialRecord | RefusalRecord;
+export type AuditRecord = ConnectionRecord | DirectRecord | DialRecord | RefusalRecord;
 
 /** Where records go (the audit log's writer); absent: no audit log. */
 export interface AuditSink {

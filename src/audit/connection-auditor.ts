@@ -15,7 +15,15 @@ import type { DialResult } from '../domain/dial-result.js';
 import { DialError } from '../tunnel/errors.js';
 import type { ClientIdentity, ConnectionEnder, ConnectionRole, TunnelConnection } from '../tunnel/connection.js';
 import type { InboundDialFailure } from '../tunnel/tunnel-options.js';
-import { AUDIT_VERSION, type AuditAgent, type AuditServer, type AuditSink, type ClosedBy, type DialRecord } from './audit-record.js';
+import {
+  AUDIT_VERSION,
+  type DirectRecord,
+  type AuditAgent,
+  type AuditServer,
+  type AuditSink,
+  type ClosedBy,
+  type DialRecord,
+} from './audit-record.js';
 
 /** Whose tunnel a connection or dial went through: the agent (server side) or the server (agent side). */
 export interface TunnelParty {
@@ -36,6 +44,20 @@ export interface FailedDial {
   refusal?: RefusalReason;
   /** What became of it, when `error` is no DialError that says. */
   result?: Exclude<DialResult, 'ok'>;
+  /** A dial the server made itself, on a direct route. */
+  via?: 'direct';
+}
+
+/** A connection the server dialled itself on a direct route, as it ended (clients/direct-dials.ts). */
+export interface DirectConnection {
+  client: ClientIdentity;
+  destination: string;
+  dialMs: number;
+  toDestination: number;
+  toClient: number;
+  durationMs: number;
+  closedBy: 'client' | 'destination' | 'proxy';
+  reason: string;
 }
 
 export interface ConnectionAuditorOptions {
@@ -172,6 +194,7 @@ export class ConnectionAuditor {
         error: truncateForLog(d.error instanceof Error ? d.error.message : String(d.error)),
       },
       ...(refusal ? { refusal } : {}),
+      ...(d.via ? { via: d.via } : {}),
     };
     sink.write(record);
   }
@@ -195,5 +218,44 @@ export class ConnectionAuditor {
       message: r.message,
       ...(r.detail ? { detail: truncateForLog(r.detail) } : {}),
     });
+  }
+
+  /** A connection on a direct route ended: its log line and its record, as connectionEnded's for a tunnelled one. */
+  directEnded(c: DirectConnection): void {
+    const { sink, side, tenant } = this.opts;
+    const destination = truncateForLog(c.destination);
+    const reason = truncateForLog(c.reason);
+    const dialMs = ms(c.dialMs);
+    if (this.log.isLevelEnabled('info'))
+      this.log.info(
+        {
+          via: 'direct',
+          client: c.client.address,
+          destination,
+          dialMs,
+          toDestination: c.toDestination,
+          toClient: c.toClient,
+          durationMs: c.durationMs,
+          closedBy: c.closedBy,
+          reason,
+        },
+        'connection ended',
+      );
+    if (!sink) return;
+    const record: DirectRecord = {
+      auditVersion: AUDIT_VERSION,
+      time: new Date().toISOString(),
+      side,
+      ...(tenant === undefined ? {} : { tenant }),
+      event: 'direct',
+      client: c.client,
+      destination,
+      dial: { result: 'ok', ms: dialMs },
+      bytes: { toDestination: c.toDestination, toClient: c.toClient },
+      durationMs: c.durationMs,
+      closedBy: c.closedBy,
+      reason,
+    };
+    sink.write(record);
   }
 }

@@ -13,6 +13,11 @@ import { UsageError } from '../../src/common/usage-error.js';
 import { DialError } from '../../src/tunnel/errors.js';
 import { Cancel } from '../../src/common/cancel.js';
 import { KasOnlyClients } from '../../src/server/clients/kas-only-clients.js';
+import { DirectDials } from '../../src/server/clients/direct-dials.js';
+import { ConnectionAuditor } from '../../src/audit/connection-auditor.js';
+import type { AuditRecord } from '../../src/audit/audit-record.js';
+import { Registry } from 'prom-client';
+import { captureLogger } from '../helpers/memory-stream.js';
 
 const FORMS = /expected CIDR\[:PORT\] \(10\.1\.0\.0\/16:443, \[fd00::\/64\]:443\), NAME\[:PORT\].*\*\.SUFFIX\[:PORT\]/;
 
@@ -231,7 +236,7 @@ test('a cancelled dial is cancelled, before it starts and while the name is look
   t.regex(late.message, /cancelled while the server's resolver looked up slow\.cp\.internal/);
 });
 
-test('without clients: the kube-apiserver reaches a direct route through the server itself, everything else through the dialer', async (t) => {
+test('without clients: the kube-apiserver reaches a direct route through the server itself, counted and audited; everything else through the dialer', async (t) => {
   const server = net.createServer((s) => s.end('direct'));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.teardown(() => server.close());
@@ -244,15 +249,51 @@ test('without clients: the kube-apiserver reaches a direct route through the ser
     },
     resolve: (): Promise<never> => Promise.reject(new DialError('unresolved', 'no agent')),
   };
-  const clients = new KasOnlyClients(dialer, { routes: new DirectRoutes([`127.0.0.1:${port}`]), timeoutMs: () => 5000 });
+  const records: AuditRecord[] = [];
+  const log = captureLogger('info');
+  const registry = new Registry();
+  const direct = new DirectDials({
+    routes: new DirectRoutes([`127.0.0.1:${port}`, `127.0.0.1:1`]),
+    timeoutMs: () => 5000,
+    registry,
+    log: log.log,
+    auditor: new ConnectionAuditor({ side: 'server', log: log.log, sink: { write: (r) => records.push(r) } }),
+  });
+  const clients = new KasOnlyClients(dialer, direct);
   const kas = await clients.admit({ identity: { address: 'unix:/kas' }, door: 'http-connect' });
   const dialed = await clients.dial(kas, `127.0.0.1:${port}`);
   t.is(dialed.via, 'direct');
-  if (dialed.via === 'direct') {
-    const chunks: Buffer[] = [];
-    for await (const c of dialed.socket) chunks.push(c as Buffer);
-    t.is(Buffer.concat(chunks).toString(), 'direct');
-  }
+  if (dialed.via !== 'direct') return;
+  const chunks: Buffer[] = [];
+  for await (const c of dialed.socket) chunks.push(c as Buffer);
+  t.is(Buffer.concat(chunks).toString(), 'direct');
+  if (!dialed.socket.destroyed) await once(dialed.socket, 'close');
   await t.throwsAsync(clients.dial(kas, '10.0.0.1:10250'), { message: 'no agent' });
   t.deepEqual(viaAgents, ['10.0.0.1:10250']);
+  // Port 1 on loopback: nothing listens, a refused direct dial (no agent is asked).
+  await t.throwsAsync(clients.dial(kas, '127.0.0.1:1'), { instanceOf: DialError });
+  t.deepEqual(viaAgents, ['10.0.0.1:10250']);
+
+  const ended = records.find((r) => r.event === 'direct');
+  t.like(ended, {
+    event: 'direct',
+    client: { address: 'unix:/kas' },
+    destination: `127.0.0.1:${port}`,
+    dial: { result: 'ok' },
+    bytes: { toDestination: 0, toClient: 6 },
+    closedBy: 'destination',
+  });
+  t.like(
+    records.find((r) => r.event === 'dial'),
+    { event: 'dial', via: 'direct', destination: '127.0.0.1:1', dial: { result: 'refused' } },
+  );
+  t.like(
+    log.lines.find((l) => l.msg === 'connection ended'),
+    { via: 'direct', destination: `127.0.0.1:${port}`, toClient: 6, closedBy: 'destination' },
+  );
+  const text = await registry.metrics();
+  t.regex(text, /kanal_direct_route_dials_total\{result="ok"\} 1/);
+  t.regex(text, /kanal_direct_route_dials_total\{result="refused"\} 1/);
+  t.regex(text, /kanal_direct_route_connections 0/);
+  t.regex(text, /kanal_direct_route_bytes_total\{flow="to_client"\} 6/);
 });

@@ -52,11 +52,11 @@ export interface ClientQuotas {
   of(entry: ClientEntry): ClientQuota | undefined;
 }
 
-/** Destinations the server dials itself (direct-routes.ts). */
+/** Destinations the server dials itself, counted and audited (direct-dials.ts). */
 export interface DirectRouter {
   readonly empty: boolean;
   matches(host: string, port: number): boolean;
-  dial(address: string, timeoutMs: number, signal?: CancelSignal): Promise<net.Socket>;
+  dial(address: string, client: ClientIdentity, signal?: CancelSignal): Promise<net.Socket>;
 }
 
 export interface ClientPolicyOptions {
@@ -71,8 +71,7 @@ export interface ClientPolicyOptions {
   /** Reviews service-account clients' tokens; needed when an entry has service-account. */
   reviewer?: TokenReviewer;
   quotas?: ClientQuotas;
-  /** `timeoutMs`: the tenant's --destination-dial-timeout now (a reload may change it). */
-  direct?: { routes: DirectRouter; timeoutMs: () => number };
+  direct?: DirectRouter;
 }
 
 interface Admitted {
@@ -236,8 +235,8 @@ export class ClientPolicy implements FrontendClients {
       const direct = this.opts.direct;
       if (direct) {
         const { host, port } = parseHostPortOrUndefined(address) ?? { host: '', port: 0 };
-        if (port > 0 && direct.routes.matches(routeHost ?? host, port))
-          return { via: 'direct', socket: await direct.routes.dial(address, direct.timeoutMs(), signal) };
+        if (port > 0 && direct.matches(routeHost ?? host, port))
+          return { via: 'direct', socket: await direct.dial(address, client.identity, signal) };
       }
       return { via: 'tunnel', conn: await this.opts.dialer.dial(address, signal, client.identity, routeHost) };
     } catch (err) {

@@ -21,8 +21,8 @@ export class KasOnlyClients implements FrontendClients {
   }
 
   async dial(client: FrontendClient, address: string, signal?: CancelSignal): Promise<Dialed> {
-    if (this.direct && !this.direct.routes.empty && this.isDirect(address)) {
-      return { via: 'direct', socket: await this.direct.routes.dial(address, this.direct.timeoutMs(), signal) };
+    if (this.direct && !this.direct.empty && this.isDirect(address)) {
+      return { via: 'direct', socket: await this.direct.dial(address, client.identity, signal) };
     }
     return { via: 'tunnel', conn: await this.dialer.dial(address, signal, client.identity) };
   }
@@ -31,7 +31,7 @@ export class KasOnlyClients implements FrontendClients {
   private isDirect(address: string): boolean {
     try {
       const { host, port } = parseHostPort(address);
-      return this.direct?.routes.matches(host, port) ?? false;
+      return this.direct?.matches(host, port) ?? false;
     } catch {
       return false;
     }

@@ -25,6 +25,7 @@ import { AllowList } from '../destinations/allow-list.js';
 import { DestinationDialer } from '../destinations/destination-dialer.js';
 import { BackendDialer } from '../frontends/backend-dialer.js';
 import { DirectRoutes } from '../clients/direct-routes.js';
+import { DirectDials } from '../clients/direct-dials.js';
 import { ClientQuotaBook } from '../clients/client-quota.js';
 import { TenantClients } from '../clients/tenant-clients.js';
 import { ClientTokenReview } from '../clients/client-token-review.js';
@@ -186,7 +187,13 @@ export class Tenant {
         auditor: this.auditor,
         reviewer: () => opts.tokens && new ClientTokenReview({ api: opts.tokens.api, audience: opts.tokens.audience }),
         quotas: new ClientQuotaBook(),
-        direct: { routes: directRoutes, timeoutMs: () => this.destinationDialTimeoutMs },
+        direct: new DirectDials({
+          routes: directRoutes,
+          timeoutMs: () => this.destinationDialTimeoutMs,
+          registry: this.metrics.registry,
+          log: logs.frontend,
+          auditor: this.auditor,
+        }),
       },
       opts.clients,
     ));
