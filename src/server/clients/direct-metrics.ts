@@ -27,13 +27,13 @@ export class DirectMetrics {
       labelNames: ['flow'],
       registers: [registry],
     });
-    const self = this;
+    const open = (): number => this.open;
     new Gauge({
       name: 'kanal_direct_route_connections',
       help: 'Connections on direct routes open now',
       registers: [registry],
       collect() {
-        this.set(self.open);
+        this.set(open());
       },
     });
   }
