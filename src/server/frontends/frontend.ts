@@ -43,6 +43,8 @@ export interface TenantFrontend {
   serve(socket: Duplex, context: FrontendContext): void;
   /** Connections served now. */
   readonly size: number;
+  /** The tenant stops: what the door holds for it beyond its clients' connections (idle pooled connections) goes. */
+  close?(): void;
 }
 
 /** What a tenant lends each door's part in it. */

@@ -335,9 +335,10 @@ export class Tenant {
     return n > 0 ? `${n} agent(s) connected` : 'no agent connected';
   }
 
-  /** Closes every tunnel of the tenant (agents and frontend streams); `why` is what their peers and logs are told. */
+  /** Closes every tunnel of the tenant (agents and frontend streams) and what its doors hold; `why` is what their peers and logs are told. */
   close(why?: Error): void {
     for (const t of this.frontendTunnels) t.close(why);
+    for (const f of this.frontends.values()) f.close?.();
     for (const b of this.registry.list()) b.tunnel.close(why);
     this.resumable.closeDetached(why);
     for (const r of this.refusalLogs) r.flush();

@@ -11,6 +11,9 @@ import { Tenant } from '../../../src/server/tenants/tenant.js';
 import { KanalMetrics } from '../../../src/domain/metrics.js';
 import { ConnectionBudget } from '../../../src/domain/connection-budget.js';
 import { captureLogger } from '../../helpers/memory-stream.js';
+import { PassThrough } from 'node:stream';
+import { HttpConnectFrontend } from '../../../src/server/frontends/http-connect-frontend.js';
+import { ForwardPool } from '../../../src/server/frontends/forward-pool.js';
 
 const HEAD =
   'apiVersion: kanal.dev/v1alpha1\nkind: TenantsConfig\ntenants:\n- name: alpha\n  cluster-ca-cert: /ca.crt\n  uds-name: /run/alpha.sock\n';
@@ -50,4 +53,26 @@ test("a reload's clients: list applies in place; removing it gives the kube-apis
   t.true(tenant.clients.configured);
   tenant.update(tenantOptionsOf(plain.settings, plain.settings));
   t.false(tenant.clients.configured);
+});
+
+test("a tenant's close closes the forward proxy's idle pooled connections to its destinations", (t) => {
+  const logs = captureLogger('info');
+  const [plain] = parseTenants(HEAD, 't.yaml');
+  const tenant = new Tenant({
+    ...tenantOptionsOf(plain.settings, plain.settings),
+    name: 'alpha',
+    serverID: 's',
+    resumeTimeoutMs: 0,
+    nodeToCp: new ConnectionBudget(10),
+    metrics: new KanalMetrics('server', 'alpha'),
+    log: logs.log,
+  });
+  const door = tenant.frontends.get('http-connect');
+  if (!(door instanceof HttpConnectFrontend)) return t.fail('the tenant has no HTTP door');
+  const idle = new PassThrough();
+  door.pool.put(ForwardPool.key('prom', '10.0.0.5:9100'), idle);
+  t.is(door.pool.size, 1);
+  tenant.close();
+  t.is(door.pool.size, 0);
+  t.true(idle.destroyed);
 });
