@@ -32,11 +32,15 @@ import {
 } from '../helpers/socks5-client.js';
 import { scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import path from 'node:path';
+import type { CancelSignal } from '../../src/common/cancel.js';
+import { waitFor } from '../helpers/in-process.js';
 
 /** Admits (or refuses) and dials (to `dialTo`, or fails) as told, recording what it was asked. */
 class StubClients implements FrontendClients {
   readonly admitted: ClientCredentials[] = [];
   readonly dialled: string[] = [];
+  /** Each dial's cancel signal, in order. */
+  readonly signals: CancelSignal[] = [];
   constructor(
     private readonly how: {
       refuse?: ClientRefused;
@@ -54,8 +58,9 @@ class StubClients implements FrontendClients {
     return Promise.resolve({ name: 'test-client', identity: credentials.identity });
   }
 
-  async dial(_client: FrontendClient, address: string): Promise<Dialed> {
+  async dial(_client: FrontendClient, address: string, signal?: CancelSignal): Promise<Dialed> {
     this.dialled.push(address);
+    if (signal) this.signals.push(signal);
     await this.how.hold;
     if (this.how.fail) throw new DialError(this.how.fail, `stub: ${this.how.fail}`);
     const port = this.how.dialTo;
@@ -274,6 +279,21 @@ test('early bytes: sent after the request, before the reply, held during the dia
   t.is(await readReply(c), 0);
   // The echo server ends after the client's FIN: everything came back, then the end.
   t.is((await readAll(c)).toString(), 'early bytes');
+});
+
+test('a client that half-closes and then goes while its dial is pending is found gone: the dial is cancelled', async (t) => {
+  const never = new Promise<void>(() => undefined);
+  const d = door(t, new StubClients({ dialTo: 1, hold: never }));
+  const c = await d.connect();
+  c.write(Buffer.from([5, 1, 0]));
+  await readExactly(c, 2);
+  c.write(connectRequest('127.0.0.1', 9));
+  c.end();
+  await waitFor(() => d.clients.signals.length === 1, 'the dial started');
+  t.false(d.clients.signals[0].aborted, 'a half-close alone keeps the dial');
+  c.destroy();
+  await waitFor(() => d.clients.signals[0].aborted, 'the dial cancelled once the client is gone', 15_000);
+  t.pass();
 });
 
 test('early bytes beyond the bound pause reading (the kernel holds the rest), and all of them arrive', async (t) => {

@@ -15,14 +15,12 @@
  * cost more than the rest of the frontend's work per dial (bench/notes/dial-profile.md finding 3).
  */
 import { STATUS_CODES } from 'node:http';
-import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import { parseHostPort, formatHostPort } from '../../common/host-port.js';
 import { truncateForLog } from '../../common/log-safety.js';
 import { DialError, HTTP_STATUS_FOR_FAILURE } from '../../tunnel/errors.js';
-import { resetBehindEnd } from '../../tunnel/socket-reset.js';
 import { Cancel } from '../../common/cancel.js';
 import type { Refusals } from '../../domain/refusal-log.js';
 import { RequestHeadParser, type HeadVerdict, type RequestHead } from './request-head.js';
@@ -34,8 +32,7 @@ import { proxyToken } from './proxy-authorization.js';
 import { errorMessage } from '../../common/error-message.js';
 import type { ClientIdentity } from '../../tunnel/connection.js';
 import type { Frontend, FrontendContext, TenantFrontend } from './frontend.js';
-import { socketFd } from '../../../native/socket-buffers.js';
-import { TCP_CLOSE, tcpState } from '../../../native/tcp-state.js';
+import { watchDeparture } from './departure-watch.js';
 
 export interface HttpConnectLimits {
   /** Largest request head (request line and headers), bytes. */
@@ -99,11 +96,6 @@ class Client {
   };
   private readonly onClose = (): void => this.stopReading();
 }
-
-const EMPTY = Buffer.alloc(0);
-
-/** How often a half-closed client whose dial is pending is checked for its departure. */
-const GONE_CHECK_INTERVAL_MS = 1000;
 
 /** The one response a CONNECT gets before its connection closes (any but 200). */
 interface Answer {
@@ -316,20 +308,15 @@ export class HttpConnectFrontend implements TenantFrontend {
  * (bounded) for the tunnel. Its FIN is a half-close (`printf … | socat`,
  * `nc -N`): the dial goes on, and the FIN follows the early bytes once the
  * dial is answered. A client that really went (a reset, an error, a close)
- * aborts `gone`, which cancels the dial (DIAL_CLS) at once. Node reads no
- * more after a FIN, so while the dial is pending a half-closed client is
- * checked once a second: on a Unix socket with an empty write, which fails
- * (EPIPE) once the client closed both ways; over TCP in the kernel's TCP
- * state, which says when a reset came. A TCP client that sent its FIN and
- * left without a reset is found when its answer cannot be written
- * (docs/frontends.md).
+ * aborts `gone`, which cancels the dial (DIAL_CLS) at once; a half-closed
+ * one is watched until it turns out gone (departure-watch.ts).
  */
 class EarlyBytes {
   readonly gone = new Cancel();
   private chunks: Buffer[];
   private bytes: number;
-  /** After the client's FIN: looks for its departure now and then (onEnd). */
-  private goneWatch: NodeJS.Timeout | undefined;
+  /** After the client's FIN: stops looking for its departure (departure-watch.ts). */
+  private stopWatch: () => void = () => undefined;
 
   constructor(
     private readonly socket: Duplex,
@@ -348,7 +335,7 @@ class EarlyBytes {
 
   /** Stops watching and returns what the client sent; the socket is left paused for its next owner. */
   release(): Buffer {
-    clearInterval(this.goneWatch);
+    this.stopWatch();
     this.socket.off('data', this.onData);
     this.socket.off('end', this.onEnd);
     this.socket.off('close', this.onGone);
@@ -366,34 +353,12 @@ class EarlyBytes {
     if (this.bytes >= this.max) this.socket.pause();
   };
 
-  /**
-   * The empty write sends no byte: a Unix socket whose peer released it refuses even that (Linux,
-   * unix_stream_sendmsg: SEND_SHUTDOWN), and the error ('error', then 'close') is `gone`.
-   */
   private readonly onEnd = (): void => {
-    const s = this.socket;
-    if (s.destroyed) return;
-    // A reset libuv reported as an end: gone.
-    if (resetBehindEnd(s)) {
-      this.onGone();
-      return;
-    }
-    const fd = s instanceof net.Socket ? socketFd(s) : -1;
-    // TCP: the kernel's state says whether a reset came. Otherwise (a Unix socket, or no libc to ask
-    // through native/tcp-state.ts) an empty write, now and then, fails once the client is gone.
-    const tcp = tcpState(fd) >= 0;
-    const check = (): void => {
-      if (s.destroyed) return;
-      if (!tcp) s.write(EMPTY);
-      else if (tcpState(fd) === TCP_CLOSE) this.onGone();
-    };
-    check();
-    this.goneWatch = setInterval(check, GONE_CHECK_INTERVAL_MS);
-    this.goneWatch.unref();
+    this.stopWatch = watchDeparture(this.socket, this.onGone);
   };
 
   private readonly onGone = (): void => {
-    clearInterval(this.goneWatch);
+    this.stopWatch();
     if (this.gone.aborted) return;
     this.gone.abort();
     this.socket.destroy();

@@ -28,6 +28,7 @@ import type { RefusalReason } from '../../domain/refusal-reason.js';
 import { DialError } from '../../tunnel/errors.js';
 import { ClientRefused, type Dialed, type FrontendClient, type FrontendClients } from '../clients/frontend-client.js';
 import { dropDialed, joinDialed } from '../clients/dialed.js';
+import { watchDeparture } from './departure-watch.js';
 import type { Frontend, FrontendContext, TenantFrontend } from './frontend.js';
 import { parseGreeting, parseRequest, parseUserPass, SOCKS_VERSION, SocksMethod, type SocksParse } from './socks5-messages.js';
 import {
@@ -159,6 +160,8 @@ class Socks5Session {
   /** Aborted when the client goes, or the deadline passes: cancels a pending admit or dial. */
   private readonly cancel = new Cancel();
   private deadline: NodeJS.Timeout | undefined;
+  /** After a FIN while dialling: stops looking for the client's departure (departure-watch.ts). */
+  private stopWatch: () => void = () => undefined;
   /** The RFC 1929 username, for the log lines (informational: the password is the credential). */
   private username: string | undefined;
 
@@ -380,7 +383,9 @@ class Socks5Session {
       // Not a refusal of the door's: the dial's own path counted and audited it (kanal_dials_total).
       this.fail(socksReply(rep));
     }
-    // 'end': a half-close; the dial goes on and the FIN follows the early bytes (the splice passes it on).
+    // 'end': a half-close; the dial goes on and the FIN follows the early bytes (the splice passes it on),
+    // unless the client turns out to have gone meanwhile: that cancels the dial.
+    if (event.kind === 'end') this.stopWatch = watchDeparture(this.socket, this.onGone);
   }
 
   private join(dialed: Dialed): void {
@@ -419,6 +424,7 @@ class Socks5Session {
   /** The session's listeners go (the joined socket belongs to the splice from here). */
   private stop(): void {
     this.stopDeadline();
+    this.stopWatch();
     this.socket.off('data', this.onData);
     this.socket.off('end', this.onEnd);
     this.socket.off('error', this.onGone);
