@@ -2,6 +2,7 @@
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
 import type { Target } from './target.js';
+import type { HostPort } from '../common/host-port.js';
 import type { InterfaceType } from './host-interface-manager.js';
 
 export type CheckStatus = 'pass' | 'fail' | 'warn' | 'skip';
@@ -21,6 +22,8 @@ export interface PreflightOptions {
   dialTimeoutMs: number;
   node?: { bindAddress: string; targets: readonly Target[]; interfaceType: InterfaceType };
   healthPort?: number;
+  /** --cluster-dns and --cluster-domain, when the cluster's DNS Service resolves Service names (preflight-dns.ts). */
+  names?: { clusterDns: HostPort; clusterDomain: string };
   transport: Transport;
   /** Logger for the tunnel code; --check passes a silent one. */
   log: Logger;

@@ -8,6 +8,7 @@
  *   server-tls                              TLS handshake with the agent credentials, ALPN h2
  *   server-accepts-agent                    the AgentService/Connect stream is accepted
  *   node-dial, target <port>                KEP-2025 negotiated; each --target destination dials
+ *   cluster-dns                             with --cluster-dns: it answers for kubernetes.default.svc
  *   netlink, CAP_NET_ADMIN, ...             the kernel side of the host-scoped interface
  */
 import fs from 'node:fs';
@@ -17,6 +18,7 @@ import type { CheckResult, CheckStatus, PreflightOptions } from './preflight-opt
 import { checkCa, checkClientCertAndKey, checkToken } from './preflight-credentials.js';
 import { checkAgentStream, checkServerTls, type TlsMaterial } from './preflight-server.js';
 import { kernelChecks } from './preflight-kernel.js';
+import { checkClusterDns } from './preflight-dns.js';
 import { FLAG } from './settings.js';
 import { ALLOW_UNAUTHENTICATED_AGENTS } from './connect-diagnosis.js';
 
@@ -61,6 +63,7 @@ export async function runPreflight(opts: PreflightOptions, now: Date = new Date(
     else results.push({ name: 'server-accepts-agent', status: 'skip', detail: 'needs a working TLS connection to the server' });
   }
 
+  if (opts.names) results.push(await checkClusterDns(opts.names.clusterDns, opts.names.clusterDomain));
   results.push(...(await kernelChecks(opts)));
   return results;
 }

@@ -24,6 +24,7 @@ import { StateMachine, type Lifecycle } from '../common/state-machine.js';
 import type { ServerConnection } from './server-connection.js';
 import { ServerAddresses } from './server-addresses.js';
 import { KanalMetrics } from '../domain/metrics.js';
+import type { ResolveHandler } from '../tunnel/name-resolution.js';
 import { registerUpstreamAgentMetrics, type UpstreamAgentEventMetrics } from '../domain/upstream-metrics.js';
 import type { ServerCount } from './server-count.js';
 import { RateLimitedLog } from '../common/rate-limited-log.js';
@@ -143,8 +144,10 @@ export class ServerTunnels {
       knownServers: () => this.expected.current.count,
       endpointConnections: () => this.held.openConnections(),
     });
+    const resolve = opts.resolveHandler;
     this.connector = new ServerConnector({
       ...opts,
+      ...(resolve ? { resolveHandler: countedResolves(resolve, this.metrics) } : {}),
       metrics: this.metrics,
       auditor: this.auditor,
       resumeMetrics: this.held.resumeMetrics,
@@ -421,4 +424,18 @@ export class ServerTunnels {
   private refusedTargets(conn: ServerConnection): Target[] {
     return (this.opts.targets ?? []).filter((t) => conn.refusedTargets.includes(t.destination));
   }
+}
+
+/** `resolve`, each answer counted in kanal_name_resolutions_total{result}. */
+function countedResolves(resolve: ResolveHandler, metrics: KanalMetrics): ResolveHandler {
+  return async (name, signal) => {
+    try {
+      const answer = await resolve(name, signal);
+      metrics.resolves.inc({ result: 'ok' });
+      return answer;
+    } catch (err) {
+      metrics.resolves.inc({ result: signal.aborted ? 'cancelled' : 'unresolved' });
+      throw err;
+    }
+  };
 }

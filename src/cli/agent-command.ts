@@ -85,6 +85,7 @@ async function runAgentCheck(config: AgentConfig): Promise<void> {
     dialTimeoutMs: v['dial-timeout'],
     node: config.node,
     healthPort: config.health?.port,
+    ...(v['cluster-dns'] ? { names: { clusterDns: v['cluster-dns'], clusterDomain: v['cluster-domain'] } } : {}),
     transport: await loadTransport(v.transport),
     log: createLogger('silent', 'agent-check'),
   });

@@ -29,6 +29,8 @@ export class KanalMetrics {
   /** Its series by direction, looked up once: connectionClosed() runs once per connection. */
   private readonly connectionSecondsOf: Record<Direction, { observe(seconds: number): void }>;
   readonly refusals: LabelledCounter<{ reason: RefusalReason }>;
+  /** Names resolved inside the cluster: asked of an agent (server), answered (agent). */
+  readonly resolves: LabelledCounter<{ result: DialResult }>;
   /** slow_reader: a peer without flow control sends faster than its connection's reader takes; peer_not_reading: see limits.ts. */
   readonly readPauses: LabelledCounter<{ reason: 'slow_reader' | 'peer_not_reading' }>;
   readonly streamsClosed: LabelledCounter<{ reason: 'peer_not_reading' }>;
@@ -94,6 +96,15 @@ export class KanalMetrics {
       name: 'kanal_refusals_total',
       help: 'Refused connections, streams and dials by reason',
       labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    this.resolves = new Counter({
+      name: 'kanal_name_resolutions_total',
+      help:
+        component === 'server'
+          ? "Names a frontend client's dial had resolved inside the cluster by an agent, by result (the values of kanal_dials_total)"
+          : 'Names the server asked this agent to resolve, by result (ok, unresolved, cancelled)',
+      labelNames: ['result'],
       registers: [this.registry],
     });
     this.deadTunnels = new Counter({

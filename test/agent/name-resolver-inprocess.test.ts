@@ -9,6 +9,7 @@ import { DialError } from '../../src/tunnel/errors.js';
 import { ALL_FEATURES, Feature } from '../../src/wire/features.js';
 import { makeEnv, startAgent, startServer, waitFor } from '../helpers/in-process.js';
 import { startDnsStandIn } from '../helpers/dns-stand-in.js';
+import { metricValue } from '../helpers/audit-log.js';
 
 async function unresolved(p: Promise<unknown>): Promise<DialError> {
   try {
@@ -26,7 +27,7 @@ test('the server resolves names through the agent: Service names by the cluster 
   dns.records.set('web.shop.svc.cluster.local', { kind: 'records', a: ['10.96.7.7'], ttl: 30 });
   const env = await makeEnv(t);
   const { server } = await startServer(t, env);
-  await startAgent(t, env, server.agentPort, { extraFlags: ['--cluster-dns', `${dns.host}:${dns.port}`] });
+  const { agent } = await startAgent(t, env, server.agentPort, { extraFlags: ['--cluster-dns', `${dns.host}:${dns.port}`] });
   await waitFor(() => server.registry.size === 1, 'agent connected');
   const tunnel = server.registry.list()[0].tunnel;
   t.true(tunnel.features.has(Feature.Resolve));
@@ -38,6 +39,9 @@ test('the server resolves names through the agent: Service names by the cluster 
   const err = await unresolved(tunnel.resolve('gone.shop.svc', { timeoutMs: 5000 }));
   t.is(err.failure, 'unresolved');
   t.is(err.message, `cannot resolve gone.shop.svc: gone.shop.svc.cluster.local: no such name (NXDOMAIN) (resolver: ${resolver})`);
+  // The agent counts what it answered.
+  t.is(await metricValue(agent.metrics.registry, 'kanal_name_resolutions_total', { result: 'ok' }), 2);
+  t.is(await metricValue(agent.metrics.registry, 'kanal_name_resolutions_total', { result: 'unresolved' }), 1);
 });
 
 test('an agent that does not offer resolve: names are unresolved, saying the agent does not resolve names', async (t) => {

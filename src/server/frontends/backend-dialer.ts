@@ -70,6 +70,17 @@ export class BackendDialer {
    * dial: clients/client-policy.ts); rejects with DialError 'no-backend' or 'unresolved'.
    */
   async resolve(name: string, signal?: CancelSignal): Promise<ResolvedName> {
+    try {
+      const resolved = await this.resolveThrough(name, signal);
+      this.metrics?.resolves.inc({ result: 'ok' });
+      return resolved;
+    } catch (err) {
+      this.metrics?.resolves.inc({ result: err instanceof DialError ? err.failure : 'refused' });
+      throw err;
+    }
+  }
+
+  private async resolveThrough(name: string, signal: CancelSignal | undefined): Promise<ResolvedName> {
     const outcome = await this.registry.pickVerified({ strategies: this.strategies, host: name });
     if (!outcome.ok)
       throw new DialError(

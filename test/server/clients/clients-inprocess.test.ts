@@ -74,7 +74,15 @@ test('a uid-recognised client reaches its allowed port and gets 403 naming its r
   );
   grpc.close();
 
+  // A name is resolved by the agent before any rule applies; one with no address is a 502 naming it, counted on both sides.
+  const missing = await httpConnect(env.udsPath, `no-such-name.invalid:${allowed.port}`);
+  t.teardown(() => void missing.socket.destroy());
+  t.is(missing.status, 502, missing.head);
+
   const metrics = server.tenant(ONE_CLUSTER).metrics.registry;
+  t.is(await metricValue(metrics, 'kanal_name_resolutions_total', { result: 'unresolved' }), 1);
+  t.is(await metricValue(agent.metrics.registry, 'kanal_name_resolutions_total', { result: 'unresolved' }), 1);
+  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'unresolved' }), 1);
   t.is(await metricValue(metrics, 'kanal_refusals_total', { reason: 'client_forbidden' }), 2);
   t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'forbidden' }), 2);
   t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'scraper', result: 'ok' }), 2);
