@@ -1,5 +1,5 @@
 /**
- * `kanal agent --check`, cluster-dns: with --cluster-dns, the cluster's DNS
+ * `kanal agent --check`, service-names: with a cluster DNS, the cluster's DNS
  * Service answers for the one Service every cluster has
  * (kubernetes.default.svc, Kubernetes DNS spec), asked as the agent asks it
  * when the server resolves a name (name-resolver.ts). Without the flag the
@@ -9,6 +9,7 @@ import type { HostPort } from '../common/host-port.js';
 import { errorMessage } from '../common/error-message.js';
 import type { CheckResult } from './preflight-options.js';
 import { NameResolver } from './name-resolver.js';
+import { FLAG } from './settings.js';
 import { NameNotResolved } from '../tunnel/name-resolution.js';
 
 /** The Service every cluster has, in the default namespace. */
@@ -19,15 +20,15 @@ export async function checkClusterDns(clusterDns: HostPort, clusterDomain: strin
   try {
     const answer = await names.resolve(PROBE_SERVICE);
     return {
-      name: 'cluster-dns',
+      name: 'service-names',
       status: 'pass',
       detail: `${answer.resolver} answered ${PROBE_SERVICE}.${clusterDomain}: ${answer.addresses.join(', ')}`,
     };
   } catch (err) {
     return {
-      name: 'cluster-dns',
+      name: 'service-names',
       status: 'fail',
-      detail: `${err instanceof NameNotResolved ? `${err.resolver}: ` : ''}${errorMessage(err)}: names the server asks this agent to resolve in the cluster will fail (check --cluster-dns and --cluster-domain)`,
+      detail: `${err instanceof NameNotResolved ? `${err.resolver}: ` : ''}${errorMessage(err)}: names the server asks this agent to resolve in the cluster will fail (check ${FLAG['cluster-dns']} and ${FLAG['cluster-domain']})`,
     };
   }
 }

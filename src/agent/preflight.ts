@@ -8,7 +8,7 @@
  *   server-tls                              TLS handshake with the agent credentials, ALPN h2
  *   server-accepts-agent                    the AgentService/Connect stream is accepted
  *   node-dial, target <port>                KEP-2025 negotiated; each --target destination dials
- *   cluster-dns                             with --cluster-dns: it answers for kubernetes.default.svc
+ *   service-names                           with a cluster DNS given: it answers for kubernetes.default.svc
  *   netlink, CAP_NET_ADMIN, ...             the kernel side of the host-scoped interface
  */
 import fs from 'node:fs';

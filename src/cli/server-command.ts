@@ -23,7 +23,7 @@ import type { HttpListener } from '../common/http-listener.js';
 import { errorMessage } from '../common/error-message.js';
 import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
 import { buildInfo } from './build-info.js';
-import { assembleServer, readTenantsAtStart, type ServerCredentials } from '../server/assembly/server-assembly.js';
+import { assembleServer, oneClusterClients, readTenantsAtStart, type ServerCredentials } from '../server/assembly/server-assembly.js';
 import { workerOf } from '../server/workers/worker-env.js';
 import { reloadOnChangeOrHangup } from '../server/tenants/tenants-watch.js';
 
@@ -176,8 +176,9 @@ async function serverDryRun(config: ServerConfig): Promise<void> {
   const document = config.tenants && entries ? { ...config, tenants: { ...config.tenants, entries } } : config;
   await dryRun(document, async () => {
     const credentials = loadServerCredentials(config);
-    // The files the tenants name, read as a start reads them.
+    // The files the tenants name, and --frontend-clients-config with its token files, read as a start reads them.
     await readTenantsAtStart(config);
+    await oneClusterClients(config);
     await serverStartChecks(config, credentials);
     return credentials;
   });

@@ -1,5 +1,6 @@
 /** What a KanalServer is given (ports, credentials, routing, limits) and what it reports of itself. */
 import type { HealthPortOptions } from '../common/health-server.js';
+import type { ClientsFileSource } from './clients/clients-file-watch.js';
 import type { AuditLogFileOptions } from '../audit/settings.js';
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';
@@ -36,6 +37,8 @@ export interface ServerOptions {
    * each tenant's come from its entry instead.
    */
   tenant: TenantSettingsOptions;
+  /** --frontend-clients-config: watched and re-read while the server runs (one cluster; tenants have theirs in the tenants file). */
+  clientsFile?: ClientsFileSource;
   agent: {
     host: string;
     port: number;

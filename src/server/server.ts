@@ -33,6 +33,7 @@ import { Tenant } from './tenants/tenant.js';
 import type { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { reloadCounter } from './tenants/tenants-watch.js';
+import { watchClientsFile } from './clients/clients-file-watch.js';
 import { ONE_CLUSTER, TenantRooms, type ReloadResult, type Room } from './tenants/tenant-rooms.js';
 import { listenForHandoffs } from './workers/handoff.js';
 import { WorkerRelay } from './workers/relay.js';
@@ -347,6 +348,15 @@ export class KanalServer {
     }
     const lease = leases && { name: leases.leaseName, namespace: leases.namespace, labels: leases.selector };
     this.machine.to({ kind: 'listening' });
+    const clientsFile = this.opts.clientsFile;
+    if (clientsFile && !this.opts.tenants) {
+      const tenant = this.tenant(ONE_CLUSTER);
+      const watch = watchClientsFile(clientsFile, (entries) => tenant.clients.configure(entries), this.metrics.registry, this.log);
+      this.closers.push(() => {
+        watch.close();
+        return Promise.resolve();
+      });
+    }
     if (this.opts.tenants) {
       this.log.info({ serverID, keepalive, tenants: this.tenantNames.length }, 'kanal server started');
       return;

@@ -1,5 +1,5 @@
 /**
- * `kanal agent --check`'s cluster-dns line (src/agent/preflight-dns.ts)
+ * `kanal agent --check`'s service-names line (src/agent/preflight-dns.ts)
  * against a UDP stand-in for the cluster's DNS Service: a DNS that knows
  * kubernetes.default.svc passes with its address; one that says NXDOMAIN,
  * and one that never answers, fail naming the DNS server and what to check.
@@ -8,19 +8,19 @@ import test from 'ava';
 import { checkClusterDns, PROBE_SERVICE } from '../../src/agent/preflight-dns.js';
 import { startDnsStandIn } from '../helpers/dns-stand-in.js';
 
-test('cluster-dns passes when the DNS answers for kubernetes.default.svc, naming what it answered', async (t) => {
+test('service-names passes when the DNS answers for kubernetes.default.svc, naming what it answered', async (t) => {
   const dns = await startDnsStandIn();
   t.teardown(() => dns.close());
   dns.records.set(`${PROBE_SERVICE}.cluster.local`, { kind: 'records', a: ['10.96.0.1'], ttl: 30 });
   const r = await checkClusterDns({ host: dns.host, port: dns.port }, 'cluster.local');
   t.deepEqual(r, {
-    name: 'cluster-dns',
+    name: 'service-names',
     status: 'pass',
     detail: `cluster DNS 127.0.0.1:${dns.port} answered kubernetes.default.svc.cluster.local: 10.96.0.1`,
   });
 });
 
-test('cluster-dns fails for a DNS that does not know the name, or a domain that is not the cluster one', async (t) => {
+test('service-names fails for a DNS that does not know the name, or a domain that is not the cluster one', async (t) => {
   const dns = await startDnsStandIn();
   t.teardown(() => dns.close());
   dns.records.set(`${PROBE_SERVICE}.cluster.local`, { kind: 'records', a: ['10.96.0.1'], ttl: 30 });
@@ -32,7 +32,7 @@ test('cluster-dns fails for a DNS that does not know the name, or a domain that 
   );
 });
 
-test('cluster-dns fails, naming the timeout, when the DNS never answers', async (t) => {
+test('service-names fails, naming the timeout, when the DNS never answers', async (t) => {
   const dns = await startDnsStandIn();
   t.teardown(() => dns.close());
   dns.records.set(`${PROBE_SERVICE}.cluster.local`, { kind: 'silent' });

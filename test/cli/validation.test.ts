@@ -701,6 +701,33 @@ test('kanal --dry-run prints the validated configuration as JSON and exits 0 wit
   t.false(existsSync(uds));
 });
 
+test('kanal server --dry-run reads --frontend-clients-config as a start does: a file with mistakes exits 2 naming each', async (t) => {
+  const pki = await realPki(t);
+  const dir = path.dirname(pki.caCert);
+  const good = path.join(dir, 'clients.yaml');
+  fs.writeFileSync(good, 'clients:\n- name: prom\n  uid: 1000\n  allow: [{ cidr: 10.0.0.0/8, port: 9100 }]\n');
+  const bad = path.join(dir, 'bad-clients.yaml');
+  fs.writeFileSync(bad, 'clients:\n- name: prom\n  token-file: /nonexistent/kanal-token\n');
+  const flags = [
+    'server',
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.caCert,
+    '--uds-name',
+    '/tmp/kanal-dry.sock',
+  ];
+  const [ok, refused] = await Promise.all([
+    kanal([...flags, '--frontend-clients-config', good, '--dry-run']),
+    kanal([...flags, '--frontend-clients-config', bad, '--dry-run']),
+  ]);
+  t.is(ok.code, 0, ok.stderr);
+  t.is(refused.code, 2, refused.stdout);
+  t.regex(refused.stderr, /--frontend-clients-config .*bad-clients\.yaml: .*kanal-token/);
+});
+
 test('kanal: a repeated flag keeps the last value in the printed configuration', async (t) => {
   const pki = await realPki(t);
   const r = await kanal([

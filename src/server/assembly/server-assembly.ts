@@ -26,6 +26,8 @@ import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
 import { FLAG, serverSettings } from '../config/settings.js';
 import { flagsOf } from '../../settings/flag-names.js';
 import type { ClientEntry } from '../clients/client-entry.js';
+import type { ClientsFileSource } from '../clients/clients-file-watch.js';
+import { fileDigest } from '../tenants/tenants-watch.js';
 
 /** The credential files' contents (src/cli/server-command.ts loadServerCredentials). */
 export interface ServerCredentials {
@@ -71,23 +73,29 @@ function withAuditLog(v: ServerConfig['settings']): Pick<ServerOptions, 'auditLo
 }
 
 /**
- * --frontend-clients-config: its list, token files read (a mistake is a UsageError listing every one).
+ * --frontend-clients-config: its list, token files read (a mistake is a
+ * UsageError listing every one), and how the running server reads it again.
  * Loaded only here, so a start without it never loads the YAML reader.
  */
-async function oneClusterClients(config: ServerConfig): Promise<ClientEntry[] | undefined> {
+export async function oneClusterClients(config: ServerConfig): Promise<{ entries: ClientEntry[]; source: ClientsFileSource } | undefined> {
   const file = config.settings['frontend-clients-config'];
   if (file === undefined) return undefined;
   const { readClientsFile } = await import('../config/clients-config.js');
-  return readClientsFile(FLAG['frontend-clients-config'], file, {
-    tokenReview: config.agent.tokens !== undefined,
-    tokenReviewHint: `token review: ${FLAG['agent-namespace']}, ${FLAG['agent-service-account']} and ${FLAG['authentication-audience']} (with ${FLAG.kubeconfig} or the in-cluster config)`,
-  });
+  const read = (): Promise<ClientEntry[]> =>
+    readClientsFile(FLAG['frontend-clients-config'], file, {
+      tokenReview: config.agent.tokens !== undefined,
+      tokenReviewHint: `token review: ${FLAG['agent-namespace']}, ${FLAG['agent-service-account']} and ${FLAG['authentication-audience']} (with ${FLAG.kubeconfig} or the in-cluster config)`,
+    });
+  // The digest before the read: a change in between is seen by the watch as a change.
+  const digest = fileDigest(file) ?? '';
+  return { entries: await read(), source: { file, digest, read } };
 }
 
 /** The options of the settings alone (no API client, no tenants file): what one cluster's flags say. */
 export async function buildServerOptions(config: ServerConfig, credentials: ServerCredentials): Promise<ServerOptions> {
   const log = createLogger(config.logLevel, 'server', config.logFormat);
   const v = config.settings;
+  const clients = await oneClusterClients(config);
   return {
     serverID: v['server-id'],
     flags: {
@@ -96,7 +104,8 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
       health: flagsOf(serverSettings, 'health-bind-address', 'health-port'),
       healthMetrics: FLAG['health-metrics'],
     },
-    tenant: tenantOptionsOf(v, undefined, await oneClusterClients(config)),
+    tenant: tenantOptionsOf(v, undefined, clients?.entries),
+    ...(clients ? { clientsFile: clients.source } : {}),
     ...withAuditLog(v),
     agent: {
       host: v['agent-bind-address'],

@@ -239,7 +239,7 @@ export const serverSettings = {
   'frontend-clients-config': oneClusterOnly(
     optionalText({
       describe:
-        "YAML file with a clients: list: each frontend client's identity (certificate subject, uid, token file, service account) and the destinations it may reach (docs/frontends.md); absent: the kube-apiserver alone, reaching everything",
+        "YAML file with a clients: list: each frontend client's identity (certificate subject, uid, token file, service account) and the destinations it may reach (docs/frontends.md); re-read when it changes and on SIGHUP; absent: the kube-apiserver alone, reaching everything",
       group: FRONTEND,
     }),
   ),

@@ -22,7 +22,8 @@ export interface TenantsWatch {
   close(): void;
 }
 
-function digest(file: string): string | undefined {
+/** The SHA-256 of `file`'s content; undefined when it cannot be read. */
+export function fileDigest(file: string): string | undefined {
   try {
     return createHash('sha256').update(fs.readFileSync(file)).digest('hex');
   } catch {
@@ -35,14 +36,14 @@ function digest(file: string): string | undefined {
  * the text last loaded) or, later, from what the watch saw last; says once if
  * the directory cannot be watched (SIGHUP still works).
  */
-export function watchTenantsFile(file: string, since: string, reload: () => void, log: Logger): TenantsWatch {
+export function watchTenantsFile(file: string, since: string, reload: () => void, log: Logger, what = 'the tenants file'): TenantsWatch {
   let last: string | undefined = since;
   let timer: NodeJS.Timeout | undefined;
   const settle = (): void => {
     clearTimeout(timer);
     timer = setTimeout(() => {
       timer = undefined;
-      const now = digest(file);
+      const now = fileDigest(file);
       if (now === last) return;
       last = now;
       reload();
@@ -52,9 +53,9 @@ export function watchTenantsFile(file: string, since: string, reload: () => void
   let watcher: fs.FSWatcher | undefined;
   try {
     watcher = fs.watch(path.dirname(path.resolve(file)), { persistent: false }, settle);
-    watcher.on('error', (err) => log.warn({ err: err.message }, 'watching the tenants file failed; reload it with SIGHUP'));
+    watcher.on('error', (err) => log.warn({ err: err.message }, `watching ${what} failed; reload it with SIGHUP`));
   } catch (err) {
-    log.warn({ err: errorMessage(err), file }, 'cannot watch the tenants file; reload it with SIGHUP');
+    log.warn({ err: errorMessage(err), file }, `cannot watch ${what}; reload it with SIGHUP`);
   }
   return {
     close: () => {
@@ -69,15 +70,20 @@ export function watchTenantsFile(file: string, since: string, reload: () => void
  * one path a server of one process and the primary of workers share
  * (docs/multi-tenant.md, "Live changes").
  */
-export function reloadOnChangeOrHangup(tenants: { file: string; digest: string }, reload: () => void, log: Logger): TenantsWatch {
+export function reloadOnChangeOrHangup(
+  tenants: { file: string; digest: string },
+  reload: () => void,
+  log: Logger,
+  what = 'the tenants file',
+): TenantsWatch {
   const file = tenants.file;
   const run = (why: string): void => {
-    log.info({ file, why }, 'reloading the tenants file');
+    log.info({ file, why }, `reloading ${what}`);
     reload();
   };
   const onHangup = (): void => run('SIGHUP');
   process.on('SIGHUP', onHangup);
-  const watch = watchTenantsFile(file, tenants.digest, () => run('the file changed'), log);
+  const watch = watchTenantsFile(file, tenants.digest, () => run('the file changed'), log, what);
   return {
     close: () => {
       process.off('SIGHUP', onHangup);

@@ -101,3 +101,52 @@ test('a uid-recognised client reaches its allowed port and gets 403 naming its r
     { destination: other.address, refusal: 'client_forbidden', client: { name: 'scraper', uid }, dial: { result: 'forbidden' } },
   );
 });
+
+test('--frontend-clients-config is re-read when it changes: a new rule applies to the next dial, a file with mistakes leaves the list running', async (t) => {
+  const uid = process.getuid?.();
+  if (uid === undefined) {
+    t.log('skipped: no process.getuid on this platform');
+    t.pass();
+    return;
+  }
+  const env = await makeEnv(t);
+  const first = await startEchoServer(t);
+  const second = await startEchoServer(t);
+  const clientsFile = path.join(env.dir, 'clients.yaml');
+  const allowing = (...ports: number[]): string =>
+    `clients:\n- name: scraper\n  uid: ${uid}\n  allow:\n${ports.map((p) => `  - cidr: 127.0.0.0/8\n    port: ${p}\n`).join('')}`;
+  fs.writeFileSync(clientsFile, allowing(first.port));
+  const { server } = await startServer(t, env, { extraFlags: ['--frontend-clients-config', clientsFile] });
+  const { agent } = await startAgent(t, env, server.agentPort);
+  await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
+  const status = async (address: string): Promise<number> => {
+    const c = await httpConnect(env.udsPath, address);
+    c.socket.destroy();
+    return c.status;
+  };
+  t.is(await status(second.address), 403);
+  const held = await httpConnect(env.udsPath, first.address);
+  t.teardown(() => void held.socket.destroy());
+  t.is(held.status, 200);
+
+  fs.writeFileSync(clientsFile, allowing(first.port, second.port));
+  const metrics = server.tenant(ONE_CLUSTER).metrics.registry;
+  await waitFor(() => server.tenant(ONE_CLUSTER).clients.configured, 'configured');
+  let reloaded = false;
+  for (let i = 0; i < 200 && !reloaded; i++) {
+    reloaded = (await metricValue(metrics, 'kanal_frontend_clients_config_reloads_total', { result: 'applied' })) === 1;
+    if (!reloaded) await sleep(50);
+  }
+  t.true(reloaded, 'the change was applied within 10 s');
+  t.is(await status(second.address), 200);
+  t.is(await echoRoundTrip(held.socket, 'still here'), 'still here', 'a connection open across the reload stays');
+
+  fs.writeFileSync(clientsFile, 'clients:\n- name: scraper\n  uid: not-a-number\n');
+  let refused = false;
+  for (let i = 0; i < 200 && !refused; i++) {
+    refused = (await metricValue(metrics, 'kanal_frontend_clients_config_reloads_total', { result: 'invalid' })) === 1;
+    if (!refused) await sleep(50);
+  }
+  t.true(refused, 'the broken file was refused within 10 s');
+  t.is(await status(second.address), 200, 'the running list stays');
+});

@@ -1,0 +1,53 @@
+/**
+ * --frontend-clients-config, live: re-read when the file changes and on
+ * SIGHUP (as the tenants file is, tenants/tenants-watch.ts), and applied in
+ * place (TenantClients.configure): connections open stay, the next
+ * admission and dial use the new list. A file with mistakes is refused
+ * whole and the running list stays; kanal_frontend_clients_config_reloads_total{result}
+ * counts both (docs/frontends.md, "Clients and rules").
+ */
+import type { Logger } from 'pino';
+import { Counter, type Registry } from 'prom-client';
+import { errorMessage } from '../../common/error-message.js';
+import { reloadOnChangeOrHangup, type TenantsWatch } from '../tenants/tenants-watch.js';
+import type { ClientEntry } from './client-entry.js';
+import { FLAG } from '../config/settings.js';
+
+/** Where a server of one cluster reads its clients: the file, what was loaded of it, and how to read it again. */
+export interface ClientsFileSource {
+  readonly file: string;
+  /** SHA-256 of the text the entries in use came from. */
+  readonly digest: string;
+  /** Reads and checks the file; rejects with the list of its mistakes (config/clients-config.ts). */
+  read(): Promise<ClientEntry[]>;
+}
+
+export function watchClientsFile(
+  source: ClientsFileSource,
+  apply: (entries: readonly ClientEntry[]) => void,
+  registry: Registry,
+  log: Logger,
+): TenantsWatch {
+  const reloads = new Counter({
+    name: 'kanal_frontend_clients_config_reloads_total',
+    help: `Reloads of ${FLAG['frontend-clients-config']} by result: applied, or invalid (refused whole; the running list stays)`,
+    labelNames: ['result'],
+    registers: [registry],
+  });
+  // One reload at a time; a change during one is read by the next.
+  let running: Promise<void> = Promise.resolve();
+  const reload = (): void => {
+    running = running.then(async () => {
+      try {
+        const entries = await source.read();
+        apply(entries);
+        reloads.inc({ result: 'applied' });
+        log.info({ file: source.file, clients: entries.map((e) => e.name) }, 'frontend clients reloaded');
+      } catch (err) {
+        reloads.inc({ result: 'invalid' });
+        log.error({ file: source.file, err: errorMessage(err) }, 'frontend clients file refused: the running list stays as it is');
+      }
+    });
+  };
+  return reloadOnChangeOrHangup({ file: source.file, digest: source.digest }, reload, log, 'the frontend clients file');
+}
