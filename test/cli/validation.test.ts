@@ -376,6 +376,23 @@ test('validateServerArgs: --allow-unauthenticated-agents replaces the client CA 
   t.is(c.settings['cluster-ca-cert'], undefined);
 });
 
+test('validateServerArgs: a plain TCP listener beyond loopback needs --frontend-clients-config; on loopback it does not', (t) => {
+  for (const [flags, named] of [
+    [['--http-proxy-port', '3128', '--http-proxy-bind-address', '10.0.0.5'], '--http-proxy-bind-address 10.0.0.5'],
+    [['--socks5-port', '1080', '--socks5-bind-address', '0.0.0.0'], '--socks5-bind-address 0.0.0.0'],
+    [['--socks5-port', '1080', '--socks5-bind-address', '::'], '--socks5-bind-address ::'],
+  ] as const) {
+    const err = t.throws(() => validateServerArgs(parseServer([...SERVER_OK, ...flags])), { instanceOf: UsageError });
+    t.is(
+      err?.message,
+      `${named}: a plain TCP listener beyond loopback needs --frontend-clients-config: without a clients: list, whoever reaches it is the kube-apiserver and may dial every destination`,
+    );
+    t.notThrows(() => validateServerArgs(parseServer([...SERVER_OK, ...flags, '--frontend-clients-config', 'clients.yaml'])));
+  }
+  t.notThrows(() => validateServerArgs(parseServer([...SERVER_OK, '--http-proxy-port', '3128', '--socks5-port', '1080'])));
+  t.notThrows(() => validateServerArgs(parseServer([...SERVER_OK, '--socks5-port', '1080', '--socks5-bind-address', '::1'])));
+});
+
 // yargs checks `choices` on the command line; each setting's own parser checks them again, typed, for callers that bypass yargs (kanal install-node, tests).
 test('a choice outside its list is refused naming the flag and every choice', (t) => {
   const server = parseServer(SERVER_OK);

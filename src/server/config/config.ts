@@ -6,6 +6,7 @@
 import type { LevelWithSilent } from 'pino';
 import type { LogFormat } from '../../common/logger.js';
 import { UsageError } from '../../common/usage-error.js';
+import { isLoopbackHost } from '../../common/loopback.js';
 import { errorMessage } from '../../common/error-message.js';
 import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
 import { logLevelFrom } from '../../settings/process-settings.js';
@@ -116,6 +117,10 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
   if (v['http-proxy-port'] !== 0) frontend.httpProxy = { host: v['http-proxy-bind-address'], port: v['http-proxy-port'] };
   const extra = socks5Listeners(v);
   if (extra.length > 0) frontend.extra = extra;
+  requireClientsOffLoopback(v, [
+    ...(frontend.httpProxy ? [{ flag: FLAG['http-proxy-bind-address'], host: frontend.httpProxy.host }] : []),
+    ...(v['socks5-port'] > 0 ? [{ flag: FLAG['socks5-bind-address'], host: v['socks5-bind-address'] }] : []),
+  ]);
   const backendDialTimeout = v['backend-dial-timeout'];
   if (backendDialTimeout.notice) notices.push(backendDialTimeout.notice);
   const serverID = v['server-id'];
@@ -207,6 +212,22 @@ export function tokenAuthSettings(
     if (value.includes(':')) throw new UsageError(`${flag} ${JSON.stringify(value)} must not contain ':'`);
   }
   return { namespace, serviceAccount, audience };
+}
+
+/**
+ * A plain TCP listener (no certificate, no Unix socket permissions) off
+ * loopback needs a clients: list: without one, whoever reaches it is the
+ * kube-apiserver and may dial every destination (docs/frontends.md,
+ * "Security model"). On loopback the server warns at start instead.
+ */
+function requireClientsOffLoopback(v: ServerSettings, listeners: readonly { flag: string; host: string }[]): void {
+  if (v['frontend-clients-config'] !== undefined) return;
+  for (const { flag, host } of listeners) {
+    if (!isLoopbackHost(host))
+      throw new UsageError(
+        `${flag} ${host || '(every address)'}: a plain TCP listener beyond loopback needs ${FLAG['frontend-clients-config']}: without a clients: list, whoever reaches it is the kube-apiserver and may dial every destination`,
+      );
+  }
 }
 
 /**
