@@ -313,9 +313,15 @@ export interface GrpcFrontendClient {
 }
 
 /** Opens a ProxyService/Proxy stream on the frontend (the KAS's konnectivity-client, in-process). */
-export async function grpcFrontendClient(t: ExecutionContext, udsPath: string, features: FeatureSet): Promise<GrpcFrontendClient> {
+/** `metadata`: more of the stream's metadata (an `authorization` token, as a client's per-RPC credentials send it). */
+export async function grpcFrontendClient(
+  t: ExecutionContext,
+  udsPath: string,
+  features: FeatureSet,
+  metadata: Record<string, string> = {},
+): Promise<GrpcFrontendClient> {
   const channel = grpcJsTransport.createChannel({ target: `unix://${udsPath}` });
-  const md: Record<string, string> = {};
+  const md: Record<string, string> = { ...metadata };
   if (features.size > 0) md[MD_KANAL_FEATURES] = formatFeatures(features);
   const stream = await channel.openStream(PROXY_SERVICE_PROXY, md, 5000);
   const negotiated = parseFeatures(stream.metadata.get(MD_KANAL_FEATURES)?.[0]);

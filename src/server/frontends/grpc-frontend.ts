@@ -8,7 +8,8 @@
  */
 import type { Logger } from 'pino';
 import type { IncomingStream } from '../../transport/transport.js';
-import { MD_KANAL_FEATURES, firstValue } from '../../wire/metadata.js';
+import { MD_AUTHORIZATION, MD_KANAL_FEATURES, firstValue } from '../../wire/metadata.js';
+import { grpcToken } from './proxy-authorization.js';
 import { Feature, formatFeatures, intersectFeatures, parseFeatures } from '../../wire/features.js';
 import { Tunnel } from '../../tunnel/tunnel.js';
 import type { TunnelLimits } from '../../tunnel/limits.js';
@@ -56,10 +57,16 @@ export function createGrpcFrontend(opts: GrpcFrontendOptions): (incoming: Fronte
     const identity = incoming.context?.client ?? { address: incoming.peer };
     // Admitted once per stream, at its first dial; a client no entry admits has each dial refused (DIAL_RSP) with the reason.
     let admitted: Promise<FrontendClient> | undefined;
+    const presented = grpcToken(incoming.metadata.get(MD_AUTHORIZATION) ?? []);
     const admit = (): Promise<FrontendClient> =>
-      (admitted ??= clients.admit({ identity, door: grpcFrontend.name }).catch((err: unknown) => {
-        throw err instanceof ClientRefused ? new DialError('forbidden', err.message, 'client_unknown') : err;
-      }));
+      (admitted ??= clients
+        .admit({ identity, door: grpcFrontend.name, ...(presented.token ? { token: presented.token } : {}) })
+        .catch((err: unknown) => {
+          if (!(err instanceof ClientRefused)) throw err;
+          // As the HTTP door does: an unusable token is left out, and the refusal says what was wrong with it.
+          const hint = presented.problem ? ` (${presented.problem})` : '';
+          throw new DialError('forbidden', `${err.message}${hint}`, 'client_unknown');
+        }));
     const tunnel = new Tunnel(stream, {
       side: 'server',
       features,

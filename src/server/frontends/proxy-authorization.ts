@@ -23,25 +23,40 @@ export function proxyToken(headers: readonly HeaderLine[]): ProxyToken {
   const lines = headers.filter((h) => h.name.toLowerCase() === 'proxy-authorization');
   if (lines.length === 0) return {};
   if (lines.length > 1) return { problem: 'more than one Proxy-Authorization line' };
-  const value = lines[0].value;
+  return credentialsToken(lines[0].value, 'Proxy-Authorization', true);
+}
+
+/**
+ * A gRPC frontend stream's token: its `authorization` metadata, `Bearer
+ * <token>` (gRPC's per-RPC credentials send it so; the kube-apiserver's
+ * konnectivity-client sends none, and is known by its connection).
+ */
+export function grpcToken(values: readonly string[]): ProxyToken {
+  if (values.length === 0) return {};
+  if (values.length > 1) return { problem: 'more than one authorization metadata value' };
+  return credentialsToken(values[0], 'authorization', false);
+}
+
+/** `Bearer <token>`, or with `basic` also `Basic base64(user:token)`, of the header (or metadata) `what`. */
+function credentialsToken(value: string, what: string, basic: boolean): ProxyToken {
   const space = value.indexOf(' ');
   const scheme = (space < 0 ? value : value.slice(0, space)).toLowerCase();
   const credentials = space < 0 ? '' : value.slice(space + 1).trim();
   if (credentials.length === 0 || credentials.length > MAX_TOKEN_LENGTH)
-    return { problem: `Proxy-Authorization ${scheme.slice(0, 16)} without credentials of a usable length` };
+    return { problem: `${what} ${scheme.slice(0, 16)} without credentials of a usable length` };
   if (scheme === 'bearer') {
-    if (!TOKEN68.test(credentials)) return { problem: 'Proxy-Authorization Bearer: the token is not a token68 (RFC 6750 section 2.1)' };
+    if (!TOKEN68.test(credentials)) return { problem: `${what} Bearer: the token is not a token68 (RFC 6750 section 2.1)` };
     return { token: credentials };
   }
-  if (scheme === 'basic') {
-    if (!/^[A-Za-z0-9+/]+=*$/.test(credentials)) return { problem: 'Proxy-Authorization Basic: not base64 (RFC 7617)' };
+  if (basic && scheme === 'basic') {
+    if (!/^[A-Za-z0-9+/]+=*$/.test(credentials)) return { problem: `${what} Basic: not base64 (RFC 7617)` };
     const decoded = Buffer.from(credentials, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
     const password = colon < 0 ? '' : decoded.slice(colon + 1);
-    if (password.length === 0) return { problem: 'Proxy-Authorization Basic: put the token in the password (user:token)' };
+    if (password.length === 0) return { problem: `${what} Basic: put the token in the password (user:token)` };
     return { token: password };
   }
   return {
-    problem: `Proxy-Authorization scheme ${JSON.stringify(scheme.slice(0, 16))} not supported: use Bearer <token> or Basic (the token as the password)`,
+    problem: `${what} scheme ${JSON.stringify(scheme.slice(0, 16))} not supported: use Bearer <token>${basic ? ' or Basic (the token as the password)' : ''}`,
   };
 }

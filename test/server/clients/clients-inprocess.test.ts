@@ -150,3 +150,38 @@ test('--frontend-clients-config is re-read when it changes: a new rule applies t
   t.true(refused, 'the broken file was refused within 10 s');
   t.is(await status(second.address), 200, 'the running list stays');
 });
+
+test('a gRPC stream presents a token in its authorization metadata: admitted as the token-file entry; a wrong or unusable one is refused saying so', async (t) => {
+  const env = await makeEnv(t);
+  const allowed = await startEchoServer(t);
+  const token = 'ingress-operator-token-0123456789';
+  const tokenFile = path.join(env.dir, 'ingress.token');
+  fs.writeFileSync(tokenFile, `${token}\n`);
+  const clientsFile = path.join(env.dir, 'clients.yaml');
+  fs.writeFileSync(
+    clientsFile,
+    `clients:\n- name: ingress-operator\n  token-file: ${tokenFile}\n  allow:\n  - cidr: 127.0.0.0/8\n    port: ${allowed.port}\n`,
+  );
+  const { server } = await startServer(t, env, { extraFlags: ['--frontend-clients-config', clientsFile] });
+  const { agent } = await startAgent(t, env, server.agentPort);
+  await waitFor(() => server.registry.size === 1 && agent.tunnels().length === 1, 'agent connected');
+  const features = new Set([Feature.Window, Feature.HalfClose]);
+
+  const good = await grpcFrontendClient(t, env.udsPath, features, { authorization: `Bearer ${token}` });
+  const conn = await good.tunnel.dial(allowed.address, { timeoutMs: 5000 });
+  t.truthy(conn);
+  conn.close();
+  good.close();
+  const metrics = server.tenant(ONE_CLUSTER).metrics.registry;
+  t.is(await metricValue(metrics, 'kanal_frontend_client_dials_total', { client: 'ingress-operator', result: 'ok' }), 1);
+
+  const wrong = await grpcFrontendClient(t, env.udsPath, features, { authorization: 'Bearer not-the-token' });
+  const wrongErr = await t.throwsAsync(wrong.tunnel.dial(allowed.address, { timeoutMs: 5000 }));
+  t.regex(wrongErr?.message ?? '', /the bearer token of .* is no client entry's token/);
+  wrong.close();
+
+  const basic = await grpcFrontendClient(t, env.udsPath, features, { authorization: 'Basic dXNlcjp0b2tlbg==' });
+  const basicErr = await t.throwsAsync(basic.tunnel.dial(allowed.address, { timeoutMs: 5000 }));
+  t.regex(basicErr?.message ?? '', /\(authorization scheme "basic" not supported: use Bearer <token>\)/);
+  basic.close();
+});
