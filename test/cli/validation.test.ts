@@ -314,16 +314,7 @@ test('the per-agent caps, the server-wide cap and --peer-read-timeout reach the 
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-caps-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const pki = await writeThrowawayPki(dir, { serverIps: ['127.0.0.1'] });
-  const base = [
-    '--cluster-cert',
-    pki.serverCert,
-    '--cluster-key',
-    pki.serverKey,
-    '--cluster-ca-cert',
-    pki.caCert,
-    '--uds-name',
-    path.join(dir, 's.sock'),
-  ];
+  const base = [...serverPkiFlags(pki), '--uds-name', path.join(dir, 's.sock')];
   const server = await serverOptionsOf(
     validateServerArgs(
       parseServer([
@@ -661,6 +652,11 @@ test('kanal: missing required flags exit 2 with a clear message', async (t) => {
   t.regex(agent.stderr, /^kanal: --proxy-server-host is required/);
 });
 
+/** The server's credential flags of `pki`. */
+function serverPkiFlags(pki: ThrowawayPki): string[] {
+  return ['--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.caCert];
+}
+
 /** Real credential files (--dry-run checks them), removed when the test ends. */
 async function realPki(t: ExecutionContext): Promise<ThrowawayPki> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-cli-pki-'));
@@ -672,20 +668,7 @@ test('kanal --dry-run prints the validated configuration as JSON and exits 0 wit
   const pki = await realPki(t);
   const uds = path.join(os.tmpdir(), `kanal-dry-run-${process.pid}.sock`);
   const [server, agent] = await Promise.all([
-    kanal([
-      'server',
-      '--cluster-cert',
-      pki.serverCert,
-      '--cluster-key',
-      pki.serverKey,
-      '--cluster-ca-cert',
-      pki.caCert,
-      '--uds-name',
-      uds,
-      '--allowed-destination',
-      '10.0.0.1:6443',
-      '--dry-run',
-    ]),
+    kanal(['server', ...serverPkiFlags(pki), '--uds-name', uds, '--allowed-destination', '10.0.0.1:6443', '--dry-run']),
     kanal([
       'agent',
       '--proxy-server-host',
@@ -725,17 +708,7 @@ test('kanal server --dry-run reads --frontend-clients-config as a start does: a 
   fs.writeFileSync(good, 'clients:\n- name: prom\n  uid: 1000\n  allow: [{ cidr: 10.0.0.0/8, port: 9100 }]\n');
   const bad = path.join(dir, 'bad-clients.yaml');
   fs.writeFileSync(bad, 'clients:\n- name: prom\n  token-file: /nonexistent/kanal-token\n');
-  const flags = [
-    'server',
-    '--cluster-cert',
-    pki.serverCert,
-    '--cluster-key',
-    pki.serverKey,
-    '--cluster-ca-cert',
-    pki.caCert,
-    '--uds-name',
-    '/tmp/kanal-dry.sock',
-  ];
+  const flags = ['server', ...serverPkiFlags(pki), '--uds-name', '/tmp/kanal-dry.sock'];
   const [ok, refused] = await Promise.all([
     kanal([...flags, '--frontend-clients-config', good, '--dry-run']),
     kanal([...flags, '--frontend-clients-config', bad, '--dry-run']),
@@ -749,12 +722,7 @@ test('kanal: a repeated flag keeps the last value in the printed configuration',
   const pki = await realPki(t);
   const r = await kanal([
     'server',
-    '--cluster-cert',
-    pki.serverCert,
-    '--cluster-key',
-    pki.serverKey,
-    '--cluster-ca-cert',
-    pki.caCert,
+    ...serverPkiFlags(pki),
     '--uds-name',
     '/tmp/kanal-test.sock',
     '--agent-port',

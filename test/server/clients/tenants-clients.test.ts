@@ -4,6 +4,7 @@
  * by tenantOptionsOf, and a reload's list applied in place (Tenant.update).
  */
 import test from 'ava';
+import type { Logger } from 'pino';
 import { parseTenants, TenantsFileError } from '../../../src/server/config/tenants-file.js';
 import { tenantOptionsOf } from '../../../src/server/config/tenant-options.js';
 import { loadClients } from '../../../src/server/config/clients-config.js';
@@ -17,6 +18,19 @@ import { ForwardPool } from '../../../src/server/frontends/forward-pool.js';
 
 const HEAD =
   'apiVersion: kanal.dev/v1alpha1\nkind: TenantsConfig\ntenants:\n- name: alpha\n  cluster-ca-cert: /ca.crt\n  uds-name: /run/alpha.sock\n';
+
+/** Tenant alpha of `spec`, as a server builds it. */
+function alphaTenant(spec: ReturnType<typeof parseTenants>[number], log: Logger): Tenant {
+  return new Tenant({
+    ...tenantOptionsOf(spec.settings, spec.settings),
+    name: 'alpha',
+    serverID: 's',
+    resumeTimeoutMs: 0,
+    nodeToCp: new ConnectionBudget(10),
+    metrics: new KanalMetrics('server', 'alpha'),
+    log,
+  });
+}
 
 test('a tenant with clients: the list is its spec; a mistake names the tenant and the entry', (t) => {
   const [spec] = parseTenants(
@@ -36,15 +50,7 @@ test('a tenant with clients: the list is its spec; a mistake names the tenant an
 test("a reload's clients: list applies in place; removing it gives the kube-apiserver back everything", (t) => {
   const logs = captureLogger('info');
   const [plain] = parseTenants(HEAD, 't.yaml');
-  const tenant = new Tenant({
-    ...tenantOptionsOf(plain.settings, plain.settings),
-    name: 'alpha',
-    serverID: 's',
-    resumeTimeoutMs: 0,
-    nodeToCp: new ConnectionBudget(10),
-    metrics: new KanalMetrics('server', 'alpha'),
-    log: logs.log,
-  });
+  const tenant = alphaTenant(plain, logs.log);
   t.teardown(() => tenant.close());
   t.false(tenant.clients.configured);
   const [withClients] = parseTenants(`${HEAD}  clients:\n  - name: prom\n    uid: 1000\n`, 't.yaml');
@@ -58,15 +64,7 @@ test("a reload's clients: list applies in place; removing it gives the kube-apis
 test("a tenant's close closes the forward proxy's idle pooled connections to its destinations", (t) => {
   const logs = captureLogger('info');
   const [plain] = parseTenants(HEAD, 't.yaml');
-  const tenant = new Tenant({
-    ...tenantOptionsOf(plain.settings, plain.settings),
-    name: 'alpha',
-    serverID: 's',
-    resumeTimeoutMs: 0,
-    nodeToCp: new ConnectionBudget(10),
-    metrics: new KanalMetrics('server', 'alpha'),
-    log: logs.log,
-  });
+  const tenant = alphaTenant(plain, logs.log);
   const door = tenant.frontends.get('http-connect');
   if (!(door instanceof HttpConnectFrontend)) return t.fail('the tenant has no HTTP door');
   const idle = new PassThrough();
