@@ -21,7 +21,7 @@ import { closeWhenPeerGone } from '../transport/peer-gone-watch.js';
 import type { Refusals } from '../domain/refusal-log.js';
 import { frontendClient } from './frontends/client-identity.js';
 import type { FrontendConnection, FrontendServices } from './frontends/frontend.js';
-import { FRONTENDS, frontendsServed, type FrontendMode } from './frontends/frontend-registry.js';
+import { frontendsServed, frontendsSniffed, type FrontendMode } from './frontends/frontend-registry.js';
 import { DEFAULT_UDS_MODE, listenUnix, type UnixSocketFile, type UnixSocketOptions } from './frontends/unix-socket.js';
 
 // The settings these messages name, spelt once here: this module sits below the server's table (src/server/config/settings.ts) in the layers.
@@ -319,7 +319,7 @@ function dispatch(socket: net.Socket, opts: FrontendListenerOptions, peer: strin
   const acceptedAt = Date.now();
   const headTimeoutMs = opts.requestHeadTimeoutMs ?? REQUEST_HEAD_TIMEOUT_MS;
   const served = frontendsServed(opts.mode);
-  sniffProtocol(socket, headTimeoutMs, FRONTENDS)
+  sniffProtocol(socket, headTimeoutMs, frontendsSniffed(opts.mode))
     .then((sniffed) => {
       const protocol = sniffed.kind === 'door' ? sniffed.door.name : sniffed.kind;
       opts.log.debug({ peer, tenant: connection.tenant, protocol }, 'frontend connection');

@@ -252,7 +252,7 @@ test('listener: a protocol the --mode does not serve is refused as frontend_prot
   for (const [mode, bytes, door] of [
     ['grpc', CONNECT, 'http-connect'],
     ['http-connect', PREFACE, 'grpc'],
-    ['both', Buffer.from([5, 1, 0]), 'socks5'],
+    ['http-connect', Buffer.from([5, 1, 0]), 'socks5'],
   ] as const) {
     const s = await stand(t, mode);
     const client = connect(t, s.uds);
@@ -261,6 +261,14 @@ test('listener: a protocol the --mode does not serve is refused as frontend_prot
     t.like(await refusal, { reason: 'frontend_protocol', detail: door, fields: { protocol: door, mode } });
     t.is((await readAll(client)).length, 0, `${mode}: closed without an answer`);
   }
+});
+
+test('listener: SOCKS5 bytes on a `both` listener (which serves no SOCKS5) reach HTTP CONNECT and get its 400', async (t) => {
+  const s = await stand(t, 'both');
+  const c = connect(t, s.uds);
+  c.end(Buffer.from([5, 1, 0]));
+  t.regex((await readAll(c)).toString('latin1'), /^HTTP\/1\.1 400 /);
+  t.deepEqual(s.tenantsAsked, ['t1/http-connect']);
 });
 
 test('listener: a client that sends nothing is closed as frontend_timeout; one that stalls in its CONNECT head gets 408', async (t) => {

@@ -33,3 +33,16 @@ const SERVED: ReadonlyMap<FrontendMode, ReadonlySet<string>> = new Map(
 export function frontendsServed(mode: FrontendMode): ReadonlySet<string> {
   return SERVED.get(mode) ?? new Set();
 }
+
+/**
+ * The doors a listener of `mode` asks about a connection's first bytes: `both` asks only its own,
+ * so bytes of a door it does not serve (SOCKS5's 0x05) reach HTTP CONNECT and get its 400, as
+ * before SOCKS5 existed; a single door's mode asks all, so a refusal can name the door that was meant.
+ */
+export function frontendsSniffed(mode: FrontendMode): readonly Frontend[] {
+  return SNIFFED.get(mode) ?? FRONTENDS;
+}
+
+const SNIFFED: ReadonlyMap<FrontendMode, readonly Frontend[]> = new Map(
+  FRONTEND_MODES.map((mode) => [mode, mode === 'both' ? FRONTENDS.filter((f) => BOTH.includes(f.name)) : FRONTENDS]),
+);
