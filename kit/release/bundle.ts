@@ -1,10 +1,14 @@
 /**
- * The compiled CLI (dist/src) as one ES module for the single executable:
+ * The compiled CLI (dist/src) bundled by esbuild: as one ES module for the
+ * single executable, and split into chunks for the npm form.
+ *
+ * The single executable's:
  * esbuild follows every static and literal dynamic import (the commands are
  * imported only when run, and their modules import others the same way), so
  * nothing is left to load from a file system the executable does not have.
  * https://esbuild.github.io/api/#bundle
  */
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { build, type Metafile, type Plugin } from 'esbuild';
 
@@ -60,4 +64,47 @@ export async function bundleCli(dist: string, outFile: string): Promise<Bundle> 
   const problems = result.errors.map((e) => e.text);
   if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
   return { file: outFile, metafile: result.metafile };
+}
+
+/**
+ * Where the npm form's bundle goes in dist/: as deep as dist/src/cli/, so the
+ * paths src/cli/build-info.ts reads relative to its module (package.json,
+ * dist/build-info.json) are the same from a chunk.
+ */
+export const NPM_BUNDLE_DIR = path.join('bundle', 'cli');
+
+/**
+ * The npm form (package.json's `bin`): the CLI bundled with the packages it
+ * imports, split at every dynamic `import()` so a start reads and compiles
+ * what the command it runs imports and nothing else (the Kubernetes client,
+ * grpc-js, the other commands stay in chunks of their own until used). A start
+ * of ~300 modules resolved, read and compiled one by one is then ~45 files
+ * (bench/RESULTS.md, "a start close to a Go binary"). koffi stays external: it
+ * finds its native module beside its own files in node_modules.
+ * https://esbuild.github.io/api/#splitting
+ */
+export async function bundleNpm(dist: string): Promise<Bundle> {
+  const distDir = path.resolve(dist);
+  const outDir = path.join(distDir, NPM_BUNDLE_DIR);
+  await rm(outDir, { recursive: true, force: true });
+  const result = await build({
+    entryPoints: [path.join(distDir, 'src', 'cli', 'main.js')],
+    outdir: outDir,
+    bundle: true,
+    splitting: true,
+    platform: 'node',
+    format: 'esm',
+    // The oldest Node.js the npm form runs on (package.json's engines).
+    target: 'node22.19',
+    minify: false,
+    sourcemap: false,
+    legalComments: 'eof',
+    metafile: true,
+    logLevel: 'silent',
+    external: ['koffi'],
+    banner: { js: REQUIRE_SHIM },
+  });
+  const problems = result.errors.map((e) => e.text);
+  if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
+  return { file: path.join(outDir, 'main.js'), metafile: result.metafile };
 }
