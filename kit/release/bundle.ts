@@ -36,6 +36,25 @@ function embeddedKoffi(loader: string): Plugin {
 }
 
 /**
+ * node:http as its CommonJS exports for every module in the bundle, as
+ * src/common/node-http.ts takes it: an ES import of it makes Node build its ES
+ * facade, whose WebSocket getter loads Node's bundled undici (≈ 50 ms of CPU).
+ * A bundle hoists every module's imports of built-ins to its top, so one
+ * dependency importing node:http (the Kubernetes client's, though it loads
+ * only on use) would cost every start that.
+ */
+const nodeHttpAsCommonJs: Plugin = {
+  name: 'kanal-node-http-commonjs',
+  setup(b) {
+    b.onResolve({ filter: /^(node:)?http$/ }, () => ({ path: 'node:http', namespace: 'kanal-commonjs-builtin' }));
+    b.onLoad({ filter: /.*/, namespace: 'kanal-commonjs-builtin' }, () => ({
+      contents: "module.exports = process.getBuiltinModule('node:http');",
+      loader: 'js',
+    }));
+  },
+};
+
+/**
  * CommonJS dependencies call require() for built-ins, which an ES module lacks;
  * in a single executable a require made this way loads built-ins only.
  * https://nodejs.org/api/single-executable-applications.html#requireid-in-the-injected-main-script-is-not-file-based
@@ -59,7 +78,7 @@ export async function bundleCli(dist: string, outFile: string): Promise<Bundle> 
     metafile: true,
     logLevel: 'silent',
     banner: { js: REQUIRE_SHIM },
-    plugins: [embeddedKoffi(path.join(distDir, 'native', 'embedded-koffi.js'))],
+    plugins: [embeddedKoffi(path.join(distDir, 'native', 'embedded-koffi.js')), nodeHttpAsCommonJs],
   });
   const problems = result.errors.map((e) => e.text);
   if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
@@ -103,6 +122,7 @@ export async function bundleNpm(dist: string): Promise<Bundle> {
     logLevel: 'silent',
     external: ['koffi'],
     banner: { js: REQUIRE_SHIM },
+    plugins: [nodeHttpAsCommonJs],
   });
   const problems = result.errors.map((e) => e.text);
   if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
