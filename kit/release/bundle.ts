@@ -8,7 +8,7 @@
  * nothing is left to load from a file system the executable does not have.
  * https://esbuild.github.io/api/#bundle
  */
-import { rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { build, type Metafile, type Plugin } from 'esbuild';
 
@@ -55,6 +55,42 @@ const nodeHttpAsCommonJs: Plugin = {
 };
 
 /**
+ * string-width (yargs' and cliui's, for laying out help text) builds an
+ * Intl.Segmenter and, from version 8, a /^\p{RGI_Emoji}$/v regular expression
+ * when it loads: ≈ 35 ms of CPU at every start, which renders no help. Both are
+ * made on first use instead; the build fails when a copy no longer has the
+ * lines replaced, so an upgrade is looked at rather than silently slow.
+ */
+const STRING_WIDTH_EAGER: readonly { eager: string; lazy: string; required: boolean }[] = [
+  {
+    eager: 'const segmenter = new Intl.Segmenter();',
+    lazy: 'let kanalSegmenter; const segmenter = { segment: (s) => (kanalSegmenter ??= new Intl.Segmenter()).segment(s) };',
+    required: true,
+  },
+  {
+    eager: 'const rgiEmojiRegex = /^\\p{RGI_Emoji}$/v;',
+    lazy: "let kanalRgiEmoji; const rgiEmojiRegex = { test: (s) => (kanalRgiEmoji ??= new RegExp('^\\\\p{RGI_Emoji}$', 'v')).test(s) };",
+    required: false,
+  },
+];
+
+const lazyStringWidth: Plugin = {
+  name: 'kanal-lazy-string-width',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]node_modules[\\/](?:.*[\\/])?string-width[\\/]index\.js$/ }, async (args) => {
+      let contents = await readFile(args.path, 'utf8');
+      for (const { eager, lazy, required } of STRING_WIDTH_EAGER) {
+        // A function, so the $ in the replacement is not one of replace()'s patterns.
+        if (contents.includes(eager)) contents = contents.replace(eager, () => lazy);
+        else if (required)
+          return { errors: [{ text: `${args.path} no longer has "${eager}": look at kit/release/bundle.ts, lazyStringWidth` }] };
+      }
+      return { contents, loader: 'js' };
+    });
+  },
+};
+
+/**
  * CommonJS dependencies call require() for built-ins, which an ES module lacks;
  * in a single executable a require made this way loads built-ins only.
  * https://nodejs.org/api/single-executable-applications.html#requireid-in-the-injected-main-script-is-not-file-based
@@ -78,7 +114,7 @@ export async function bundleCli(dist: string, outFile: string): Promise<Bundle> 
     metafile: true,
     logLevel: 'silent',
     banner: { js: REQUIRE_SHIM },
-    plugins: [embeddedKoffi(path.join(distDir, 'native', 'embedded-koffi.js')), nodeHttpAsCommonJs],
+    plugins: [embeddedKoffi(path.join(distDir, 'native', 'embedded-koffi.js')), nodeHttpAsCommonJs, lazyStringWidth],
   });
   const problems = result.errors.map((e) => e.text);
   if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
@@ -122,7 +158,7 @@ export async function bundleNpm(dist: string): Promise<Bundle> {
     logLevel: 'silent',
     external: ['koffi'],
     banner: { js: REQUIRE_SHIM },
-    plugins: [nodeHttpAsCommonJs],
+    plugins: [nodeHttpAsCommonJs, lazyStringWidth],
   });
   const problems = result.errors.map((e) => e.text);
   if (problems.length > 0) throw new Error(`esbuild could not bundle ${distDir}/src/cli/main.js:\n${problems.join('\n')}`);
