@@ -14,7 +14,7 @@
  * Gardener's apiserver-proxy reconciles every minute only; Kanal's clients
  * (kubelet, pods) fail with ENETUNREACH meanwhile, hence the events.
  */
-import { Counter } from 'prom-client';
+import { Counter } from '../domain/prom-client.js';
 import type { Logger } from 'pino';
 import type { Readiness } from '../common/health-server.js';
 import type { KanalMetrics } from '../domain/metrics.js';

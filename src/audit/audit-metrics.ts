@@ -1,5 +1,5 @@
 /** The audit log's metrics, the same names on server and agent (docs/metrics.md). */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../domain/prom-client.js';
 
 /**
  * Why a line was not written: queue_full (the destination is slower than the

@@ -55,20 +55,24 @@ export function loadAgentCredentials(config: AgentConfig): AgentCredentials {
 
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function agentBuilder(y: Argv, forHelp = true): Argv<AgentArgs> {
-  return withExamples(withSettings(y, agentSettings, forHelp), [
-    {
-      what: 'Control plane -> node only, mTLS',
-      lines: ['$0 agent --proxy-server-host cp.example --ca-cert ca.crt', '--agent-cert agent.crt --agent-key agent.key'],
-    },
-    {
-      what: 'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node',
-      lines: ['$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443'],
-    },
-    {
-      what: 'Check the credentials, the server and the node before the first start',
-      lines: ['$0 agent ... --check'],
-    },
-  ]);
+  return withExamples(
+    withSettings(y, agentSettings, forHelp),
+    [
+      {
+        what: 'Control plane -> node only, mTLS',
+        lines: ['$0 agent --proxy-server-host cp.example --ca-cert ca.crt', '--agent-cert agent.crt --agent-key agent.key'],
+      },
+      {
+        what: 'Also serve the kube-apiserver (advertise address 10.200.0.1) on the node',
+        lines: ['$0 agent ... --bind-address 10.200.0.1 --target 6443:10.0.0.10:6443'],
+      },
+      {
+        what: 'Check the credentials, the server and the node before the first start',
+        lines: ['$0 agent ... --check'],
+      },
+    ],
+    forHelp,
+  );
 }
 
 /** `--check`: runs the preflight checks (against the first server address given), prints the list, sets the exit code (0 all passed, 1 otherwise). */

@@ -4,6 +4,7 @@ import { errorMessage } from '../common/error-message.js';
 import { escapeForTerminal } from '../common/terminal-text.js';
 import { UsageError } from '../common/usage-error.js';
 import { buildInfo } from './build-info.js';
+import { skipHelpLayout } from './help-layout.js';
 import { exitAfterLogs } from './lifecycle.js';
 import { PARSER_CONFIGURATION } from './parser-configuration.js';
 import { unknownFlagsMessage } from './unknown-flags.js';
@@ -112,6 +113,7 @@ export async function main(): Promise<void> {
   for (const [name, command] of Object.entries(COMMANDS)) {
     y = name === chosen ? await command.add(y, forHelp) : y.command(name, command.describe);
   }
+  if (!forHelp) skipHelpLayout(y);
   await y
     .demandCommand(1, 'name a command: server, agent, install-node, status or version')
     .strict()

@@ -21,6 +21,11 @@ export function examplesText(examples: readonly HelpExample[]): string {
   return `Examples:\n${examples.map(one).join('\n\n')}`;
 }
 
-export function withExamples<T>(y: Argv<T>, examples: readonly HelpExample[]): Argv<T> {
-  return y.epilogue(examplesText(examples));
+/**
+ * `forHelp`: whether --help was asked for. yargs lays out the run command's
+ * help text at every start (src/cli/with-settings.ts); the examples are most
+ * of it, and string-width measures them cell by cell.
+ */
+export function withExamples<T>(y: Argv<T>, examples: readonly HelpExample[], forHelp = true): Argv<T> {
+  return forHelp ? y.epilogue(examplesText(examples)) : y;
 }

@@ -77,21 +77,25 @@ export function loadServerCredentials(config: ServerConfig): ServerCredentials {
 
 /** `forHelp`: whether --help was asked for (withSettings). */
 export function serverBuilder(y: Argv, forHelp = true): Argv<ServerArgs> {
-  return withExamples(withSettings(y, serverSettings, forHelp), [
-    {
-      what: 'Frontend on a Unix socket, agents with mTLS',
-      lines: [
-        '$0 server --uds-name /etc/kanal/konnectivity.sock',
-        '--cluster-cert agent-port.crt --cluster-key agent-port.key',
-        '--cluster-ca-cert agent-ca.crt',
-      ],
-    },
-    {
-      what: 'Also let nodes reach the kube-apiserver (KEP-2025)',
-      lines: ['$0 server ... --allowed-destination 10.0.0.10:6443'],
-    },
-    { what: 'Check the flags and files without starting', lines: ['$0 server ... --dry-run'] },
-  ]);
+  return withExamples(
+    withSettings(y, serverSettings, forHelp),
+    [
+      {
+        what: 'Frontend on a Unix socket, agents with mTLS',
+        lines: [
+          '$0 server --uds-name /etc/kanal/konnectivity.sock',
+          '--cluster-cert agent-port.crt --cluster-key agent-port.key',
+          '--cluster-ca-cert agent-ca.crt',
+        ],
+      },
+      {
+        what: 'Also let nodes reach the kube-apiserver (KEP-2025)',
+        lines: ['$0 server ... --allowed-destination 10.0.0.10:6443'],
+      },
+      { what: 'Check the flags and files without starting', lines: ['$0 server ... --dry-run'] },
+    ],
+    forHelp,
+  );
 }
 
 export async function runServer(args: ServerArgs): Promise<void> {

@@ -7,7 +7,8 @@
  * make no progress — a request not sent, or an answer not read — before it
  * is closed.
  */
-import http from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { http } from './node-http.js';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { RateLimitedLog } from './rate-limited-log.js';
@@ -61,7 +62,7 @@ function perPeerCap(max: number): number {
 /** `handle` gets GET and HEAD requests only. */
 export async function startHttpListener(
   opts: HttpListenerOptions,
-  handle: (req: HttpRequestInfo, res: http.ServerResponse) => void,
+  handle: (req: HttpRequestInfo, res: ServerResponse) => void,
 ): Promise<HttpListener> {
   const limits = opts.limits ?? DEFAULT_HTTP_PORT_LIMITS;
   const server = http.createServer(
@@ -97,7 +98,7 @@ export async function startHttpListener(
   const busy = new WeakSet<Socket>();
   /** Sockets that sent a request: one that times out without one never sent it. */
   const served = new WeakSet<Socket>();
-  server.on('request', (req: http.IncomingMessage) => served.add(req.socket));
+  server.on('request', (req: IncomingMessage) => served.add(req.socket));
   // No bytes either way for this long (a request not sent, an answer not read, a kept-alive connection unused): closed.
   server.timeout = limits.idleTimeoutMs;
   // Any host may reach this port: one line per peer and error every 10 s, with a count of the rest.
@@ -174,6 +175,6 @@ export async function startHttpListener(
   };
 }
 
-export function sendText(res: http.ServerResponse, status: number, text: string): void {
+export function sendText(res: ServerResponse, status: number, text: string): void {
   res.writeHead(status, { 'content-type': 'text/plain' }).end(text);
 }

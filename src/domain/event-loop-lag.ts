@@ -17,7 +17,7 @@
  */
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { Gauge, type Registry } from 'prom-client';
+import { Gauge, type Registry } from './prom-client.js';
 
 /** 10 wake-ups a second (upstream's idle Go processes wake 0-11 times); about 0.3 ms of CPU a second (docs/metrics.md). */
 export const SAMPLE_MS = 100;

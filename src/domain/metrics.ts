@@ -3,7 +3,8 @@
  * health port. Gauges are read from live tables at scrape time so they can
  * never drift from the truth; counters are bumped where things happen.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from './prom-client.js';
+import { collectDefaultMetrics } from './default-metrics.js';
 import { EVENT_LOOP_LAG_NAMES, registerEventLoopLag } from './event-loop-lag.js';
 import { CONNECTION_DURATION_BUCKETS, UpstreamDialMetrics } from './upstream-metrics.js';
 import type { DialResult } from './dial-result.js';
@@ -55,7 +56,7 @@ export class KanalMetrics {
       // prom-client's own names (process_*, nodejs_*), as upstream's Go client exports process_*.
       // Its event-loop-lag gauges read the sampling interval on an idle process; event-loop-lag.ts
       // replaces them, and prom-client's own sampler, which cannot be left out, fires once in 24 days.
-      collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: PARKED_MS });
+      collectDefaultMetrics(this.registry, { eventLoopMonitoringPrecision: PARKED_MS });
       for (const name of EVENT_LOOP_LAG_NAMES) this.registry.removeSingleMetric(name);
       registerEventLoopLag(this.registry);
     } else {

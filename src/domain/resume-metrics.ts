@@ -3,7 +3,7 @@
  * tunnels detached, resumed or expired, bytes sent again, how long a
  * resume took, and what is held meanwhile (read at scrape time).
  */
-import { Counter, Histogram } from 'prom-client';
+import { Counter, Histogram } from './prom-client.js';
 import type { KanalMetrics, LabelledCounter } from './metrics.js';
 
 /** resumed: a new stream took the tunnel over; expired: the resume timeout closed it; refused: a stream named a tunnel it could not take (unknown, another credential, a restarted server). */

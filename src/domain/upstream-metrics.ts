@@ -4,7 +4,7 @@
  * Kanal's own, with upstream's labels and buckets, so dashboards and alerts
  * keep working. docs/metrics.md maps each onto Kanal.
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from './prom-client.js';
 import type { DialResult } from './dial-result.js';
 
 const SERVER = 'konnectivity_network_proxy_server_';

@@ -106,7 +106,7 @@ test("replaces an npm install's symbolic link; --uninstall and the npm form leav
   t.teardown(remove);
   const target = path.join(root, KANAL_BINARY);
   await mkdir(path.dirname(target), { recursive: true });
-  await symlink('../lib/node_modules/kanal/dist/src/cli/main.js', target);
+  await symlink('../lib/node_modules/kanal/dist/bundle/cli/main.js', target);
   t.is(applyPlan(root, planNodeInstall({ flags, systemdVersion: 252, executable: source }))[0].kind, 'updated');
   t.true((await lstat(target)).isFile());
 

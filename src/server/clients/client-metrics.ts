@@ -4,7 +4,7 @@
  * kanal_frontend_client_connections{client}, on the tenant's registry. The
  * `client` label is a `clients:` entry's name: the list bounds it.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../../domain/prom-client.js';
 import type { DialResult } from '../../domain/dial-result.js';
 import type { LabelledCounter } from '../../domain/metrics.js';
 

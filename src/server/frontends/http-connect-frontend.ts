@@ -14,7 +14,7 @@
  * deadline (docs/frontends.md). node:http is not used: its per-connection state
  * cost more than the rest of the frontend's work per dial (bench/notes/dial-profile.md finding 3).
  */
-import { STATUS_CODES } from 'node:http';
+import { http } from '../../common/node-http.js';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
@@ -288,7 +288,7 @@ export class HttpConnectFrontend implements TenantFrontend {
     client.answered = true;
     socket.on('error', () => undefined);
     if (socket.destroyed) return;
-    const reason = STATUS_CODES[status] ?? 'Error';
+    const reason = http.STATUS_CODES[status] ?? 'Error';
     // Dial errors come from agents: bounded like any peer's text.
     const body = `${truncateForLog(message, 1024)}\n`;
     const timer = setTimeout(() => socket.destroy(), this.limits.lingerMs);

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { Counter, type Registry } from 'prom-client';
+import { Counter, type Registry } from '../../domain/prom-client.js';
 import type { LabelledCounter } from '../../domain/metrics.js';
 import { errorMessage } from '../../common/error-message.js';
 import { TenantsRefused } from './tenant-definition.js';

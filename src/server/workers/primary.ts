@@ -12,7 +12,7 @@
 import net from 'node:net';
 import type { ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
-import { Counter } from 'prom-client';
+import { Counter } from '../../domain/prom-client.js';
 import { mergeExpositions } from '../../common/metrics-text.js';
 import { startHealthServer, type HealthServer, type Readiness } from '../../common/health-server.js';
 import { listenError } from '../../common/listen-error.js';
