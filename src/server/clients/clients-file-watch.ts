@@ -7,7 +7,7 @@
  * counts both (docs/frontends.md, "Clients and rules").
  */
 import type { Logger } from 'pino';
-import { Counter, type Registry } from 'prom-client';
+import { Counter, type Registry } from '../../domain/prom-client.js';
 import { errorMessage } from '../../common/error-message.js';
 import { reloadOnChangeOrHangup, type TenantsWatch } from '../tenants/tenants-watch.js';
 import type { ClientEntry } from './client-entry.js';

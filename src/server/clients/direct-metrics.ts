@@ -4,7 +4,7 @@
  * kanal_direct_route_connections and kanal_direct_route_bytes_total{flow}.
  * Registered with the first route, so a tenant without any has no series.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../../domain/prom-client.js';
 import type { DialResult } from '../../domain/dial-result.js';
 import type { LabelledCounter } from '../../domain/metrics.js';
 
