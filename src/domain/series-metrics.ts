@@ -1,12 +1,11 @@
 /**
  * prom-client metrics whose series are objects their users hold, for what is
- * counted once or more per dial and connection. A counter's series adds to a
- * number, handed to prom-client when scraped (its `collect` hook); a
- * histogram's series observes
- * is a bucket search and three additions, where prom-client's observe()
- * builds, validates and hashes a label object and looks its bucket up by a
- * number turned into a string, on every call (dials observe several per
- * connection). Scraped, it gives what prom-client's Histogram gives for the
+ * counted once or more per dial and connection: prom-client's own inc() and
+ * observe() build, validate and hash a label object on every call (and a
+ * histogram looks its bucket up by a number turned into a string). A
+ * counter's series adds to a number, handed to prom-client when scraped (its
+ * `collect` hook); a histogram's series is a bucket search and three
+ * additions, and scraped it gives what prom-client's Histogram gives for the
  * same observations: get()'s values in prom-client's order and shape
  * (node_modules/prom-client/lib/histogram.js, getForPromString), so the
  * registry writes the same text. Exemplars are not kept (Kanal enables none).

@@ -119,3 +119,24 @@ test("loggers whose lines it cannot write as pino would get pino's path, with th
   t.regex(raw[0], /^\{"level":30,"time":42,"pid":\d+,"hostname":/);
   t.is(timeless(raw[0]), timeless(raw[1]));
 });
+
+test("isoNow is toISOString's text of the millisecond it runs in", (t) => {
+  for (let i = 0; i < 2000; i++) {
+    const before = Date.now();
+    const text = isoNow();
+    const after = Date.now();
+    const ms = Date.parse(text);
+    t.true(ms >= before && ms <= after);
+    t.is(text, new Date(ms).toISOString());
+  }
+});
+
+test.serial('isoNow pads the milliseconds and moves on with each second and millisecond', (t) => {
+  const realNow = Date.now;
+  t.teardown(() => (Date.now = realNow));
+  const base = Date.UTC(2026, 11, 31, 23, 59, 59);
+  for (const v of [base, base + 5, base + 5, base + 50, base + 999, base + 1000, base + 1007, 0, 253402300799999]) {
+    Date.now = () => v;
+    t.is(isoNow(), new Date(v).toISOString(), String(v));
+  }
+});
