@@ -40,6 +40,7 @@ import { summariseProfile, type ProfileSummary } from './profile.js';
 import { cpuTimes, type CpuTimes } from './proc.js';
 import { inRepOrder, percentile } from './stats.js';
 import { errorMessage } from '../src/common/error-message.js';
+import { LOG_LEVELS } from '../src/common/logger.js';
 
 const USAGE = `usage: node dist/bench/dial-profile.js [--dials N] [--rounds R] [--concurrency C] [--strace] [--timeline FILE] [--cpu-prof] [--upstream DIR|none]
   --dials N        dials per product per round (default 1000)
@@ -53,6 +54,8 @@ const USAGE = `usage: node dist/bench/dial-profile.js [--dials N] [--rounds R] [
   --v8-trace       with --cpu-prof: also count V8's optimisations and deoptimisations (--trace-opt --trace-deopt)
   --keep DIR       copy the raw .cpuprofile and strace files into DIR
   --compare DIR    also run a Kanal pair from DIR/dist (another checkout, built) in the same rounds
+  --compare-log-level LEVEL  the compared pair's --log-level (default info); without --compare, a second
+                   pair of this build: warn measures what the info lines (\`connection ended\`) cost
   --next-to-bulk   dial while one download runs through the same pair (its CPU is counted too)
   --upstream       as for npm run bench`;
 
@@ -70,6 +73,7 @@ interface Options {
   v8Trace: boolean;
   keep?: string;
   compare?: string;
+  compareLogLevel?: string;
   nextToBulk: boolean;
   upstream?: string;
 }
@@ -88,6 +92,7 @@ function parseOptions(): Options {
       'v8-trace': { type: 'boolean', default: false },
       keep: { type: 'string' },
       compare: { type: 'string' },
+      'compare-log-level': { type: 'string' },
       'next-to-bulk': { type: 'boolean', default: false },
       upstream: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
@@ -115,6 +120,7 @@ function parseOptions(): Options {
     v8Trace: values['v8-trace'],
     keep: values.keep,
     compare: values.compare,
+    compareLogLevel: values['compare-log-level'],
     nextToBulk: values['next-to-bulk'],
     upstream: values.upstream,
   };
@@ -496,13 +502,23 @@ async function main(): Promise<void> {
     out.push(env.upstreamBinaries ? `upstream: ${env.upstreamBinaries.origin}` : `upstream: ${env.upstreamAbsent}`);
     const contestants: Contestant[] = products(env).map((p) => ({ name: p, product: p, env }));
     let compared: KanalPair | undefined;
-    if (o.compare) {
-      const cli = path.resolve(o.compare, 'dist/src/cli/main.js');
-      if (!fs.existsSync(cli)) throw new Error(`--compare ${o.compare}: no ${cli} (build that checkout first)`);
-      env.progress(`starting a second Kanal pair from ${cli}`);
-      compared = await startPair({ dir: env.dir, tag: 'compare', pki: env.pki, transport: 'h2', backend: env.ports, cli });
+    if (o.compare || o.compareLogLevel) {
+      const cli = o.compare ? path.resolve(o.compare, 'dist/src/cli/main.js') : undefined;
+      if (cli && !fs.existsSync(cli)) throw new Error(`--compare ${o.compare}: no ${cli} (build that checkout first)`);
+      const logLevel = o.compareLogLevel ?? 'info';
+      if (!LOG_LEVELS.some((l) => l === logLevel)) throw new Error(`--compare-log-level: one of ${LOG_LEVELS.join(', ')}`);
+      env.progress(`starting a second Kanal pair from ${cli ?? 'this build'} at --log-level ${logLevel}`);
+      compared = await startPair({
+        dir: env.dir,
+        tag: 'compare',
+        pki: env.pki,
+        transport: 'h2',
+        backend: env.ports,
+        cli,
+        logLevel,
+      });
       contestants.splice(1, 0, { name: 'kanal-B', product: 'kanal', env: { ...env, pair: compared } });
-      out.push(`kanal-B: ${cli}`);
+      out.push(`kanal-B: ${cli ?? 'this build'}, --log-level ${logLevel}`);
     }
     out.push(...render(await measure(env, contestants, o), o));
     await compared?.stop();

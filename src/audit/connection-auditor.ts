@@ -8,6 +8,7 @@
  */
 import type { Logger } from 'pino';
 import { truncateForLog } from '../common/log-safety.js';
+import { FixedLogLine, isoNow, logNumber, logString } from '../common/fixed-log-line.js';
 import type { Direction } from '../domain/metrics.js';
 import type { PeerRefusal } from '../domain/refusal-log.js';
 import type { RefusalReason } from '../domain/refusal-reason.js';
@@ -87,16 +88,20 @@ export function directionOf(side: 'server' | 'agent', role: ConnectionRole): Dir
 
 export class ConnectionAuditor {
   private readonly log: Logger;
+  /** The `connection ended` line written by hand (fixed-log-line.ts); undefined: through pino. */
+  private readonly endedLine: FixedLogLine | undefined;
 
   constructor(private readonly opts: ConnectionAuditorOptions) {
     this.log = opts.log;
+    this.endedLine = FixedLogLine.info(opts.log, 'connection ended');
   }
 
   /**
    * A connection left its tunnel's table: its log line (flat: the logger
-   * walks every nested object again) and its record, from the same values.
-   * Every key is always set (undefined ones are left out of the JSON), so each
-   * object has one shape: this runs once per connection.
+   * walks every nested object again) and its record, from the same values,
+   * each computed once. Every key of the record is always set (undefined ones
+   * are left out of the JSON), so each object has one shape: this runs once
+   * per connection.
    */
   connectionEnded(conn: TunnelConnection, party: TunnelParty): void {
     const { sink, side, tenant } = this.opts;
@@ -112,7 +117,25 @@ export class ConnectionAuditor {
     const durationMs = Date.now() - conn.openedAt;
     const ender = closedBy(conn.role, conn.endedBy);
     const reason = truncateForLog(conn.closeReason);
-    if (logged)
+    const time = isoNow();
+    if (logged && this.endedLine)
+      // The fields and their order of the object below; strings bounded as the logger bounds them.
+      this.endedLine.write(
+        `,"dialID":"${dialID}"${logNumber('connectID', conn.connectID)},"direction":"${direction}"` +
+          logString('agentID', party.agent.id) +
+          logString('credential', party.agent.credential) +
+          logString('serverID', party.server?.id) +
+          logString('client', conn.client?.address) +
+          logString('destination', destination) +
+          logNumber('dialMs', dialMs) +
+          logNumber('toDestination', toDestination) +
+          logNumber('toClient', toClient) +
+          logNumber('durationMs', durationMs) +
+          `,"closedBy":"${ender}"` +
+          logString('reason', reason),
+        time,
+      );
+    else if (logged)
       this.log.info(
         {
           dialID,
@@ -134,7 +157,7 @@ export class ConnectionAuditor {
       );
     sink?.write({
       auditVersion: AUDIT_VERSION,
-      time: new Date().toISOString(),
+      time,
       side,
       tenant,
       event: 'connection',

@@ -20,6 +20,11 @@ export class IdleWaiters {
     });
   }
 
+  /** Whether anyone waits: a writer then writes what it has without lingering. */
+  get waiting(): boolean {
+    return this.waiters.size > 0;
+  }
+
   /** The queue emptied, or the writer failed: every waiter goes on. */
   wake(): void {
     for (const done of [...this.waiters]) done();

@@ -8,8 +8,10 @@
  *
  * - one fs.write in flight at a time, on libuv's thread pool: a reader that
  *   stalls holds a pool thread, never the event loop; a line that finds the
- *   destination idle waits LINGER_MS for others to join its write, so a line
- *   per connection costs a pool round trip per batch, not per line;
+ *   destination idle waits LINGER_MS for others to join its write, and so do
+ *   the lines queued behind a write when it ends (unless they fill a write or
+ *   a flush waits), so a line per connection costs a pool round trip per
+ *   LINGER_MS at most, not per line;
  * - lines wait in a queue of at most maxQueuedBytes; beyond that they are
  *   dropped and counted (a stalled reader must not grow memory), and a line
  *   saying how many is written once the reader catches up;
@@ -141,8 +143,14 @@ export class LogDestination {
         return;
       }
       this.consume(written);
-      this.writeNext();
+      this.afterWrite();
     });
+  }
+
+  /** What a finished write leaves is written at once when it fills a write, when nothing is left, or when a flush waits; else it lingers. */
+  private afterWrite(): void {
+    if (this.queue.length === 0 || this.queuedBytes >= MAX_WRITE_BYTES || this.idleWaiters.waiting) this.writeNext();
+    else this.linger = setTimeout(this.endLinger, LINGER_MS).unref();
   }
 
   /** Up to MAX_WRITE_BYTES from the head of the queue, as one buffer. */

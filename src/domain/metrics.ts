@@ -5,6 +5,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from './prom-client.js';
 import { collectDefaultMetrics } from './default-metrics.js';
+import { SeriesCounter, SeriesHistogram, type CounterSeries, type HistogramSeries } from './series-metrics.js';
 import { EVENT_LOOP_LAG_NAMES, registerEventLoopLag } from './event-loop-lag.js';
 import { CONNECTION_DURATION_BUCKETS, UpstreamDialMetrics } from './upstream-metrics.js';
 import type { DialResult } from './dial-result.js';
@@ -27,8 +28,18 @@ export class KanalMetrics {
   readonly dialSeconds: Histogram<'direction'>;
   readonly bytes: LabelledCounter<{ direction: Direction; flow: 'to_peer' | 'from_peer' }>;
   readonly connectionSeconds: Histogram<'direction'>;
-  /** Its series by direction, looked up once: connectionClosed() runs once per connection. */
-  private readonly connectionSecondsOf: Record<Direction, { observe(seconds: number): void }>;
+  /**
+   * The series dialDone() and connectionClosed() count on, held: they run once
+   * per dial and connection, and prom-client's own inc() and observe() build
+   * and hash a label object each call (series-metrics.ts).
+   */
+  private readonly series: {
+    dials: SeriesCounter<'direction' | 'result'>;
+    dialsOf: Record<Direction, Partial<Record<DialResult, CounterSeries>>>;
+    dialSeconds: Record<Direction, HistogramSeries>;
+    connectionSeconds: Record<Direction, HistogramSeries>;
+    bytes: Record<Direction, { toPeer: CounterSeries; fromPeer: CounterSeries }>;
+  };
   readonly refusals: LabelledCounter<{ reason: RefusalReason }>;
   /** Names resolved inside the cluster: asked of an agent (server), answered (agent). */
   readonly resolves: LabelledCounter<{ result: DialResult }>;
@@ -63,36 +74,53 @@ export class KanalMetrics {
       this.registry.setDefaultLabels({ tenant });
     }
     this.upstreamDials = new UpstreamDialMetrics(component, this.registry);
-    this.dials = new Counter({
+    const dials = new SeriesCounter<'direction' | 'result'>({
       name: 'kanal_dials_total',
       help: 'Dials through the tunnel by direction and result',
       labelNames: ['direction', 'result'],
       registers: [this.registry],
     });
-    this.dialSeconds = new Histogram({
+    this.dials = dials;
+    const dialSeconds = new SeriesHistogram<'direction'>({
       name: 'kanal_dial_duration_seconds',
       help: 'Time from dial request to established connection',
       labelNames: ['direction'],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [this.registry],
     });
-    this.connectionSeconds = new Histogram({
+    this.dialSeconds = dialSeconds;
+    const connectionSeconds = new SeriesHistogram<'direction'>({
       name: 'kanal_connection_duration_seconds',
       help: 'How long closed tunnelled connections were established, from the dial answer to the close',
       labelNames: ['direction'],
       buckets: CONNECTION_DURATION_BUCKETS,
       registers: [this.registry],
     });
-    this.connectionSecondsOf = {
-      cp_to_node: this.connectionSeconds.labels({ direction: 'cp_to_node' }),
-      node_to_cp: this.connectionSeconds.labels({ direction: 'node_to_cp' }),
-    };
-    this.bytes = new Counter({
+    this.connectionSeconds = connectionSeconds;
+    const bytes = new SeriesCounter<'direction' | 'flow'>({
       name: 'kanal_connection_bytes_total',
       help: 'Bytes carried by closed tunnelled connections (flow: to_peer or from_peer)',
       labelNames: ['direction', 'flow'],
       registers: [this.registry],
     });
+    this.bytes = bytes;
+    const bytesOf = (direction: Direction) => ({
+      toPeer: bytes.series({ direction, flow: 'to_peer' }),
+      fromPeer: bytes.series({ direction, flow: 'from_peer' }),
+    });
+    this.series = {
+      dials,
+      dialsOf: { cp_to_node: {}, node_to_cp: {} },
+      dialSeconds: {
+        cp_to_node: dialSeconds.series({ direction: 'cp_to_node' }),
+        node_to_cp: dialSeconds.series({ direction: 'node_to_cp' }),
+      },
+      connectionSeconds: {
+        cp_to_node: connectionSeconds.series({ direction: 'cp_to_node' }),
+        node_to_cp: connectionSeconds.series({ direction: 'node_to_cp' }),
+      },
+      bytes: { cp_to_node: bytesOf('cp_to_node'), node_to_cp: bytesOf('node_to_cp') },
+    };
     this.refusals = new Counter({
       name: 'kanal_refusals_total',
       help: 'Refused connections, streams and dials by reason',
@@ -152,17 +180,19 @@ export class KanalMetrics {
 
   /** Records a finished dial; `started` is a performance.now() timestamp. */
   dialDone(direction: Direction, result: DialResult, started: number): void {
-    this.dials.inc({ direction, result });
+    const of = this.series.dialsOf[direction];
+    (of[result] ??= this.series.dials.series({ direction, result })).inc();
     const seconds = (performance.now() - started) / 1000;
-    if (result === 'ok') this.dialSeconds.observe({ direction }, seconds);
+    if (result === 'ok') this.series.dialSeconds[direction].observe(seconds);
     if (direction === 'cp_to_node') this.upstreamDials.dialDone(result, seconds);
   }
 
   /** A tunnelled connection closed after `seconds` established. */
   connectionClosed(direction: Direction, toPeer: number, fromPeer: number, seconds: number): void {
-    this.bytes.inc({ direction, flow: 'to_peer' }, toPeer);
-    this.bytes.inc({ direction, flow: 'from_peer' }, fromPeer);
-    this.connectionSecondsOf[direction].observe(seconds);
+    const bytes = this.series.bytes[direction];
+    bytes.toPeer.inc(toPeer);
+    bytes.fromPeer.inc(fromPeer);
+    this.series.connectionSeconds[direction].observe(seconds);
     if (direction === 'cp_to_node') this.upstreamDials.connectionDone(seconds);
   }
 }

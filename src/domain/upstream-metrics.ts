@@ -6,6 +6,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry } from './prom-client.js';
 import type { DialResult } from './dial-result.js';
+import { SeriesHistogram, type HistogramSeries } from './series-metrics.js';
 
 const SERVER = 'konnectivity_network_proxy_server_';
 const AGENT = 'konnectivity_network_proxy_agent_';
@@ -29,22 +30,23 @@ const SERVER_DIAL_FAILURE: Partial<Record<DialResult, 'error_response' | 'timeou
 
 /** Control plane -> node dials (the direction upstream has), on whichever side this process is. */
 export class UpstreamDialMetrics {
-  private readonly seconds: Histogram;
+  /** The histograms' one series each, held (series-metrics.ts): observed once per dial and connection. */
+  private readonly seconds: HistogramSeries;
   private readonly failures: Counter<'reason'>;
   /** Server only, as upstream's. */
-  private readonly connectionSeconds: Histogram | undefined;
+  private readonly connectionSeconds: HistogramSeries | undefined;
 
   constructor(
     private readonly component: 'server' | 'agent',
     registry: Registry,
   ) {
     const prefix = component === 'server' ? SERVER : AGENT;
-    this.seconds = new Histogram({
+    this.seconds = new SeriesHistogram({
       name: `${prefix}dial_duration_seconds`,
       help: 'Latency of dial to the remote endpoint in seconds',
       buckets: component === 'server' ? SERVER_BUCKETS : AGENT_BUCKETS,
       registers: [registry],
-    });
+    }).series();
     this.failures =
       component === 'server'
         ? new Counter({
@@ -61,12 +63,12 @@ export class UpstreamDialMetrics {
           });
     this.connectionSeconds =
       component === 'server'
-        ? new Histogram({
+        ? new SeriesHistogram({
             name: `${SERVER}connection_duration_seconds`,
             help: 'Duration of established end-to-end proxy connections, from dial success to close, in seconds',
             buckets: CONNECTION_DURATION_BUCKETS,
             registers: [registry],
-          })
+          }).series()
         : undefined;
   }
 

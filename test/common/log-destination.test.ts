@@ -114,3 +114,60 @@ test('a reader that is gone (EPIPE): logging stops for good, the caller never no
   await dest.flush(600_000);
   t.is(dest.stats().queuedBytes, 0);
 });
+
+// Serial: it replaces fs.write, which the other tests' destinations call too (ava runs serial tests first, alone).
+test.serial('lines queued behind a write wait to share the next one; a waiting flush writes them at once', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kanal-log-'));
+  const fd = fs.openSync(path.join(dir, 'out'), 'w');
+  const realWrite = fs.write;
+  const writes: number[] = [];
+  let held: (() => void) | undefined;
+  // Each write is done, its completion held until the test lets it go.
+  const spy = (
+    f: number,
+    buf: Buffer,
+    off: number,
+    len: number,
+    pos: null,
+    cb: (err: NodeJS.ErrnoException | null, n: number) => void,
+  ): void => {
+    if (f !== fd) {
+      realWrite(f, buf, off, len, pos, cb);
+      return;
+    }
+    writes.push(len);
+    realWrite(f, buf, off, len, pos, (err, n) => (held = () => cb(err, n)));
+  };
+  Object.assign(fs, { write: spy });
+  t.teardown(() => {
+    Object.assign(fs, { write: realWrite });
+    fs.closeSync(fd);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const until = async (ok: () => boolean): Promise<void> => {
+    while (!ok()) await new Promise((r) => setTimeout(r, 5));
+  };
+  const dest = new LogDestination(fd);
+  dest.write(line(0));
+  await until(() => held !== undefined);
+  t.is(writes.length, 1);
+  dest.write(line(1));
+  dest.write(line(2));
+  const release = (): void => {
+    const cb = held;
+    held = undefined;
+    cb?.();
+  };
+  release();
+  t.is(writes.length, 1, 'no write right behind the one that ended');
+  await until(() => held !== undefined);
+  t.deepEqual(writes, [line(0).length, line(1).length + line(2).length], 'the two lines share one write');
+  dest.write(line(3));
+  const flushed = dest.flush(5_000);
+  release();
+  t.is(writes.length, 3, 'a flush does not wait for the linger');
+  await until(() => held !== undefined);
+  release();
+  await flushed;
+  t.is(fs.readFileSync(path.join(dir, 'out'), 'utf8'), [0, 1, 2, 3].map(line).join(''));
+});
