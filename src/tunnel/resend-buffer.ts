@@ -37,7 +37,7 @@ export class ResendBuffer {
   }
 
   /** Keeps a copy of `piece` after what is held; `piece` itself is not kept. */
-  append(piece: Uint8Array): void {
+  append(piece: Buffer): void {
     const n = piece.length;
     const size = this.pool.slabBytes;
     let from = 0;
@@ -48,7 +48,7 @@ export class ResendBuffer {
       }
       const k = Math.min(size - this.tail, n - from);
       // One copy into the slab; a Buffer's copy() makes no view object, set(subarray()) would.
-      Buffer.prototype.copy.call(piece, this.slabs[this.slabs.length - 1], this.tail, from, from + k);
+      piece.copy(this.slabs[this.slabs.length - 1], this.tail, from, from + k);
       this.tail += k;
       from += k;
     }
