@@ -73,7 +73,7 @@ export class SlabPool {
     this.free.push(slab);
     if (this.trimTimer === undefined) {
       this.lowWater = this.free.length;
-      this.trimTimer = setTimeout(this.trim, this.trimEveryMs);
+      this.trimTimer = setTimeout(this.trimUnused, this.trimEveryMs);
       this.trimTimer.unref();
     }
   }
@@ -86,13 +86,15 @@ export class SlabPool {
     this.lowWater = 0;
   }
 
-  private readonly trim = (): void => {
+  /** Drops the free slabs no take() needed since the last call (the timer calls it every trimEveryMs). */
+  readonly trimUnused = (): void => {
+    clearTimeout(this.trimTimer);
     this.trimTimer = undefined;
     const unused = Math.min(this.lowWater, this.free.length);
     if (unused > 0) this.free.splice(0, unused);
     this.lowWater = this.free.length;
     if (this.free.length > 0) {
-      this.trimTimer = setTimeout(this.trim, this.trimEveryMs);
+      this.trimTimer = setTimeout(this.trimUnused, this.trimEveryMs);
       this.trimTimer.unref();
     }
   };
