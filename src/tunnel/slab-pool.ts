@@ -3,7 +3,7 @@
  * the bytes a sender keeps until the peer acknowledges them (resume,
  * resend-buffer.ts). A slab lives as long as the pool does, so keeping bytes
  * for a while promotes no object per chunk to V8's old generation, and the
- * socket's read buffers die young in a scavenge (docs/memory.md, "Resume").
+ * socket's read buffers die young in a scavenge (docs/memory.md, "While a tunnel waits to resume").
  *
  * Bounds: slabs in use are bounded by what connections may retain (their
  * retainLimit and the ledger's caps, docs/limits.md "Retained bytes"); free
@@ -55,6 +55,11 @@ export class SlabPool {
   /** Free slabs kept for the next sends. */
   get idle(): number {
     return this.free.length;
+  }
+
+  /** Memory of the slabs in use and free. */
+  get bytes(): number {
+    return (this.taken + this.free.length) * this.slabBytes;
   }
 
   /** A slab to fill (its contents are whatever it held before). */
