@@ -9,12 +9,13 @@
  * never the peer's credit: at most `retainLimit` bytes (the largest window
  * this side would grant) and what the ledger's caps leave; at either the
  * queue stops sending, so the local end stops being read, until the peer
- * acknowledges (docs/limits.md, "Retained bytes"). The bytes retained are
- * copies in the process's slab pool (resend-buffer.ts), not the local end's
- * read buffers: those die young whether resume is on or off (docs/memory.md,
- * "Resume").
+ * acknowledges (docs/limits.md, "Retained bytes"). The bytes retained
+ * outlive no scavenge as the local end's read buffers: by then they are
+ * copies in the process's slab pool (resend-buffer.ts), so those buffers
+ * die young whether resume is on or off (docs/memory.md, "While a tunnel
+ * waits to resume").
  */
-import { noteBytesMoved } from './gc-pacer.js';
+import { noteBytesMoved, pacedScavenges, type PacedScavenges } from './gc-pacer.js';
 import { ResendBuffer } from './resend-buffer.js';
 import { sentBytesSlabs, type SlabPool } from './slab-pool.js';
 import type { HeldBytes } from '../domain/retention-ledger.js';
@@ -46,6 +47,8 @@ export interface SendQueueOptions {
   account?: HeldBytes;
   /** Where retained bytes are kept: the process's pool unless a test gives its own. */
   slabs?: SlabPool;
+  /** When retained pieces are copied into slabs: the process's paced scavenges unless a test gives its own. */
+  scavenges?: PacedScavenges;
 }
 
 export class ConnectionSendQueue {
@@ -94,9 +97,11 @@ export class ConnectionSendQueue {
     this.retainLimit = opts.retainLimit;
     this.account = opts.account;
     this.slabs = opts.slabs ?? sentBytesSlabs;
+    this.scavenges = opts.scavenges ?? pacedScavenges;
   }
 
   private readonly slabs: SlabPool;
+  private readonly scavenges: PacedScavenges;
 
   /** Bytes in `retained`. */
   private get retainedBytes(): number {
@@ -278,7 +283,7 @@ export class ConnectionSendQueue {
       this.queued -= n;
       this.window -= n;
       this.sentBytes += n;
-      if (this.retain) (this.retained ??= new ResendBuffer(this.slabs)).append(piece);
+      if (this.retain) (this.retained ??= new ResendBuffer(this.slabs, this.scavenges)).append(piece);
       this.host.sendData(this.connectID, piece);
     }
     this.sync();

@@ -1,20 +1,26 @@
 /**
  * One connection's bytes sent and not yet acknowledged (resume), oldest
- * first, copied into slabs of the process's pool (slab-pool.ts): each sent
- * piece is copied once, no object per piece is kept, and a buffer with
- * nothing left holds no slab (an idle connection costs nothing here).
+ * first. A piece sent is kept as it is only until the next paced minor GC
+ * (gc-pacer.ts): what is still unacknowledged then is copied into slabs of
+ * the process's pool (slab-pool.ts) and the piece let go, so no read buffer
+ * survives a scavenge because of resume, and only the bytes still in flight
+ * at a scavenge are copied (docs/memory.md, "While a tunnel waits to
+ * resume"). Without paced GCs every piece is copied as it is sent. A buffer
+ * with nothing left holds no slab (an idle connection costs nothing here).
  * What it may hold is the send queue's decision (connection-send-queue.ts);
  * this only keeps the bytes.
  */
+import type { PacedScavenges } from './gc-pacer.js';
 import type { SlabPool } from './slab-pool.js';
 
 export class ResendBuffer {
   /**
-   * The slabs, oldest first, from index `first` on (those before it went back
-   * to the pool and are never read). Invariants, with S = pool.slabBytes:
-   * bytes === 0 exactly when no slab is held (slabs.length === first === 0,
-   * head === tail === 0); otherwise 0 <= head < S, 0 < tail <= S, and
-   * bytes === (slabs.length - first) * S - head - (S - tail).
+   * The older bytes: slabs, oldest first, from index `first` on (those before
+   * it went back to the pool and are never read). Invariants, with
+   * S = pool.slabBytes: slabBytes === 0 exactly when no slab is held
+   * (slabs.length === first === 0, head === tail === 0); otherwise
+   * 0 <= head < S, 0 < tail <= S, and
+   * slabBytes === (slabs.length - first) * S - head - (S - tail).
    */
   private readonly slabs: Buffer[] = [];
   private first = 0;
@@ -22,13 +28,25 @@ export class ResendBuffer {
   private head = 0;
   /** Bytes filled in the newest slab. */
   private tail = 0;
-  private bytes = 0;
+  private slabBytes = 0;
+  /**
+   * The newer bytes: pieces as they were sent, oldest first, all after the
+   * slabs' bytes; `youngHead` bytes of the first are acknowledged.
+   * youngBytes === their lengths' sum - youngHead; empty unless scavenges
+   * are paced, and then registered for the next one while not empty.
+   */
+  private readonly young: Buffer[] = [];
+  private youngHead = 0;
+  private youngBytes = 0;
 
-  constructor(private readonly pool: SlabPool) {}
+  constructor(
+    private readonly pool: SlabPool,
+    private readonly scavenges: PacedScavenges,
+  ) {}
 
   /** Bytes held. */
   get length(): number {
-    return this.bytes;
+    return this.slabBytes + this.youngBytes;
   }
 
   /** Slabs held (for tests and bounds: at most ceil(length / S) + 1). */
@@ -36,34 +54,113 @@ export class ResendBuffer {
     return this.slabs.length - this.first;
   }
 
-  /** Keeps a copy of `piece` after what is held; `piece` itself is not kept. */
+  /** Keeps `piece` after what is held: as it is until the next paced scavenge, else copied now. */
   append(piece: Buffer): void {
+    if (!this.scavenges.active) {
+      this.copyIn(piece, 0);
+      return;
+    }
+    if (this.young.length === 0) this.scavenges.beforeNext(this.settle);
+    this.young.push(piece);
+    this.youngBytes += piece.length;
+  }
+
+  /** Copies the pieces still held into slabs and lets them go (just before a paced scavenge). */
+  readonly settle = (): void => {
+    for (let i = 0; i < this.young.length; i++) this.copyIn(this.young[i], i === 0 ? this.youngHead : 0);
+    this.young.length = 0;
+    this.youngHead = 0;
+    this.youngBytes = 0;
+  };
+
+  /** Forgets the oldest `n` bytes (acknowledged). Throws on a count it does not hold: the caller checks the peer's numbers. */
+  drop(n: number): void {
+    if (!Number.isSafeInteger(n) || n < 0 || n > this.length) throw new RangeError(`cannot drop ${n} of ${this.length} retained bytes`);
+    if (n === this.length) {
+      this.release();
+      return;
+    }
+    let left = n;
+    if (this.slabBytes > 0) {
+      const k = Math.min(left, this.slabBytes);
+      this.dropSlabBytes(k);
+      left -= k;
+    }
+    while (left > 0) {
+      const rest = this.young[0].length - this.youngHead;
+      if (rest <= left) {
+        this.young.shift();
+        this.youngHead = 0;
+        this.youngBytes -= rest;
+        left -= rest;
+      } else {
+        this.youngHead += left;
+        this.youngBytes -= left;
+        left = 0;
+      }
+    }
+  }
+
+  /** Copies what is held, oldest first, into `target` from `at`; returns the bytes copied. Keeps them. */
+  copyTo(target: Uint8Array, at = 0): number {
+    if (target.length - at < this.length) throw new RangeError(`${this.length} retained bytes do not fit in ${target.length - at}`);
+    const size = this.pool.slabBytes;
+    const last = this.slabs.length - 1;
+    let p = at;
+    for (let i = this.first; i <= last; i++) {
+      const start = i === this.first ? this.head : 0;
+      const end = i === last ? this.tail : size;
+      p += this.slabs[i].copy(target, p, start, end);
+    }
+    for (let i = 0; i < this.young.length; i++) p += this.young[i].copy(target, p, i === 0 ? this.youngHead : 0);
+    return p - at;
+  }
+
+  /** A new Buffer with a copy of what is held (a resend: rare, and the slabs may be given back while the copy is still being written). */
+  copy(): Buffer {
+    const out = Buffer.allocUnsafe(this.length);
+    this.copyTo(out);
+    return out;
+  }
+
+  /** Gives every slab back and lets every piece go: nothing is held. */
+  release(): void {
+    this.dropSlabBytes(this.slabBytes);
+    this.young.length = 0;
+    this.youngHead = 0;
+    this.youngBytes = 0;
+  }
+
+  /** Copies piece[from..] into the slabs, after what they hold. */
+  private copyIn(piece: Buffer, from: number): void {
     const n = piece.length;
     const size = this.pool.slabBytes;
-    let from = 0;
+    this.slabBytes += n - from;
     while (from < n) {
       if (this.tail === size || this.slabs.length === this.first) {
         this.slabs.push(this.pool.take());
         this.tail = 0;
       }
       const k = Math.min(size - this.tail, n - from);
-      // One copy into the slab; a Buffer's copy() makes no view object, set(subarray()) would.
       piece.copy(this.slabs[this.slabs.length - 1], this.tail, from, from + k);
       this.tail += k;
       from += k;
     }
-    this.bytes += n;
   }
 
-  /** Forgets the oldest `n` bytes (acknowledged). Throws on a count it does not hold: the caller checks the peer's numbers. */
-  drop(n: number): void {
-    if (!Number.isSafeInteger(n) || n < 0 || n > this.bytes) throw new RangeError(`cannot drop ${n} of ${this.bytes} retained bytes`);
-    if (n === this.bytes) {
-      this.release();
+  /** Drops the oldest `n` of the slabs' bytes, n < slabBytes or all of them. */
+  private dropSlabBytes(n: number): void {
+    if (n === this.slabBytes) {
+      for (let i = this.first; i < this.slabs.length; i++) this.pool.give(this.slabs[i]);
+      this.slabs.length = 0;
+      this.first = 0;
+      this.head = 0;
+      this.tail = 0;
+      this.slabBytes = 0;
       return;
     }
     const size = this.pool.slabBytes;
-    this.bytes -= n;
+    this.slabBytes -= n;
     this.head += n;
     while (this.head >= size) {
       this.pool.give(this.slabs[this.first++]);
@@ -75,36 +172,5 @@ export class ResendBuffer {
       this.slabs.length -= this.first;
       this.first = 0;
     }
-  }
-
-  /** Copies what is held, oldest first, into `target` from `at`; returns the bytes copied. Keeps them. */
-  copyTo(target: Uint8Array, at = 0): number {
-    if (target.length - at < this.bytes) throw new RangeError(`${this.bytes} retained bytes do not fit in ${target.length - at}`);
-    const size = this.pool.slabBytes;
-    const last = this.slabs.length - 1;
-    let p = at;
-    for (let i = this.first; i <= last; i++) {
-      const start = i === this.first ? this.head : 0;
-      const end = i === last ? this.tail : size;
-      p += this.slabs[i].copy(target, p, start, end);
-    }
-    return p - at;
-  }
-
-  /** A new Buffer with a copy of what is held (a resend: rare, and the slabs may be given back while the copy is still being written). */
-  copy(): Buffer {
-    const out = Buffer.allocUnsafe(this.bytes);
-    this.copyTo(out);
-    return out;
-  }
-
-  /** Gives every slab back: nothing is held. */
-  release(): void {
-    for (let i = this.first; i < this.slabs.length; i++) this.pool.give(this.slabs[i]);
-    this.slabs.length = 0;
-    this.first = 0;
-    this.head = 0;
-    this.tail = 0;
-    this.bytes = 0;
   }
 }

@@ -8,6 +8,9 @@ import test from 'ava';
 import { ConnectionSendQueue, type SendHost } from '../../src/tunnel/connection-send-queue.js';
 import { SlabPool } from '../../src/tunnel/slab-pool.js';
 
+/** Every piece copied as it is sent (no paced GCs): the tests see the slabs at once. */
+const scavenges = { active: false, beforeNext: () => undefined };
+
 const SLAB = 16;
 
 /** A transport that takes everything and records what was sent, as copies (the queue may not rely on it copying). */
@@ -41,6 +44,7 @@ function queue(opts: { window?: number; retainLimit?: number; maxDataBytes?: num
     retain: true,
     retainLimit: opts.retainLimit ?? 1 << 20,
     slabs: pool,
+    scavenges,
   });
   return { host, pool, q };
 }
@@ -140,7 +144,16 @@ test('a lingering replay sends copies: releasing the slabs, and another connecti
   const pool = new SlabPool({ slabBytes: SLAB, maxFreeSlabs: 1024, trimEveryMs: 3_600_000 });
   const handed: Uint8Array[] = [];
   const host: SendHost = { writable: true, sendData: (_id, d) => void handed.push(d), whenWritable: () => undefined };
-  const common = { host, window: 1 << 20, maxDataBytes: 40, onProgress: () => undefined, retain: true, retainLimit: 1 << 20, slabs: pool };
+  const common = {
+    host,
+    window: 1 << 20,
+    maxDataBytes: 40,
+    onProgress: () => undefined,
+    retain: true,
+    retainLimit: 1 << 20,
+    slabs: pool,
+    scavenges,
+  };
   const closed = new ConnectionSendQueue({ ...common, connectID: 1 });
   closed.push(bytesFrom(0, 100));
   closed.stop();

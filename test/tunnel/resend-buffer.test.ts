@@ -5,8 +5,29 @@
  * bounds, and a count it does not hold refused.
  */
 import test from 'ava';
+import type { PacedScavenges } from '../../src/tunnel/gc-pacer.js';
 import { ResendBuffer } from '../../src/tunnel/resend-buffer.js';
 import { SlabPool } from '../../src/tunnel/slab-pool.js';
+
+/** Without paced GCs: every piece is copied as it comes. */
+const UNPACED: PacedScavenges = { active: false, beforeNext: () => undefined };
+
+/** Paced GCs the test runs by hand: scavenge() calls what registered, once. */
+function manualScavenges(): PacedScavenges & { scavenge(): void; waiting: number } {
+  const due = new Set<() => void>();
+  return {
+    active: true,
+    beforeNext: (fn) => void due.add(fn),
+    scavenge() {
+      const fns = [...due];
+      due.clear();
+      for (const fn of fns) fn();
+    },
+    get waiting() {
+      return due.size;
+    },
+  };
+}
 
 /** A pool of tiny slabs, so that every test crosses boundaries; no timer fires during a test (trimUnused is called by hand). */
 function tinyPool(slabBytes = 8, maxFreeSlabs = 64): SlabPool {
@@ -34,7 +55,7 @@ function prng(seed: number): (n: number) => number {
 
 test('pieces across slab boundaries come back byte-exact, oldest first, and a partial drop lands mid-slab', (t) => {
   const pool = tinyPool();
-  const buf = new ResendBuffer(pool);
+  const buf = new ResendBuffer(pool, UNPACED);
   buf.append(bytesFrom(0, 5));
   buf.append(bytesFrom(5, 5)); // crosses into a second slab
   buf.append(bytesFrom(10, 17)); // fills it and two more, and starts a fourth
@@ -57,7 +78,7 @@ test('pieces across slab boundaries come back byte-exact, oldest first, and a pa
 
 test('an acknowledgement of everything gives every slab back; what comes next starts afresh in a reused slab', (t) => {
   const pool = tinyPool();
-  const buf = new ResendBuffer(pool);
+  const buf = new ResendBuffer(pool, UNPACED);
   buf.append(bytesFrom(0, 20));
   buf.drop(20);
   t.is(buf.length, 0);
@@ -74,7 +95,7 @@ test('an acknowledgement of everything gives every slab back; what comes next st
 
 test('a count it does not hold is refused and changes nothing', (t) => {
   const pool = tinyPool();
-  const buf = new ResendBuffer(pool);
+  const buf = new ResendBuffer(pool, UNPACED);
   buf.append(bytesFrom(0, 10));
   for (const n of [-1, 11, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) t.throws(() => buf.drop(n), { instanceOf: RangeError }, String(n));
   t.is(buf.length, 10);
@@ -86,7 +107,7 @@ test('a count it does not hold is refused and changes nothing', (t) => {
 });
 
 test('the kept bytes are a copy: the piece handed in may be overwritten at once', (t) => {
-  const buf = new ResendBuffer(tinyPool());
+  const buf = new ResendBuffer(tinyPool(), UNPACED);
   const piece = bytesFrom(0, 12);
   buf.append(piece);
   piece.fill(0xee);
@@ -98,7 +119,7 @@ test('the kept bytes are a copy: the piece handed in may be overwritten at once'
 
 test('release gives back every slab, whatever was dropped before; a released buffer is empty and usable', (t) => {
   const pool = tinyPool();
-  const buf = new ResendBuffer(pool);
+  const buf = new ResendBuffer(pool, UNPACED);
   buf.append(bytesFrom(0, 30));
   buf.drop(11);
   buf.release();
@@ -111,38 +132,45 @@ test('release gives back every slab, whatever was dropped before; a released buf
   t.deepEqual(buf.copy(), bytesFrom(7, 9));
 });
 
-test('random appends and drops against a model: byte-exact, at most ceil(length / slab) + 1 slabs, the pool counts what is held', (t) => {
-  const slab = 16;
-  const pool = tinyPool(slab, 8);
-  const random = prng(42);
-  const buffers = [new ResendBuffer(pool), new ResendBuffer(pool)];
-  const model = [0, 0].map(() => ({ from: 0, to: 0 }));
-  for (let step = 0; step < 5000; step++) {
-    const i = random(2);
-    const buf = buffers[i];
-    const m = model[i];
-    const op = random(10);
-    if (op < 5) {
-      const n = random(3 * slab + 2);
-      buf.append(bytesFrom(m.to, n));
-      m.to += n;
-    } else if (op < 9) {
-      const n = random(m.to - m.from + 1);
-      buf.drop(n);
-      m.from += n;
-    } else {
-      buf.release();
-      m.from = m.to;
+for (const paced of [false, true])
+  test(`random appends, drops and scavenges against a model (${paced ? 'paced' : 'unpaced'}): byte-exact, at most ceil(length / slab) + 1 slabs, the pool counts what is held`, (t) => {
+    const slab = 16;
+    const pool = tinyPool(slab, 8);
+    const random = prng(42);
+    const gcs = manualScavenges();
+    const scavenges = paced ? gcs : UNPACED;
+    const buffers = [new ResendBuffer(pool, scavenges), new ResendBuffer(pool, scavenges)];
+    const model = [0, 0].map(() => ({ from: 0, to: 0 }));
+    for (let step = 0; step < 5000; step++) {
+      const i = random(2);
+      const buf = buffers[i];
+      const m = model[i];
+      const op = random(11);
+      if (op === 10) {
+        gcs.scavenge();
+        for (const b of buffers)
+          if (b.slabCount < Math.ceil(b.length / slab)) t.fail(`step ${step}: bytes left out of the slabs by a scavenge`);
+      } else if (op < 5) {
+        const n = random(3 * slab + 2);
+        buf.append(bytesFrom(m.to, n));
+        m.to += n;
+      } else if (op < 9) {
+        const n = random(m.to - m.from + 1);
+        buf.drop(n);
+        m.from += n;
+      } else {
+        buf.release();
+        m.from = m.to;
+      }
+      t.is(buf.length, m.to - m.from);
+      if (buf.slabCount > Math.ceil(buf.length / slab) + 1) t.fail(`step ${step}: ${buf.slabCount} slabs for ${buf.length} bytes`);
+      if (buf.length === 0 && buf.slabCount !== 0) t.fail(`step ${step}: empty but holds ${buf.slabCount} slabs`);
+      if (pool.inUse !== buffers[0].slabCount + buffers[1].slabCount) t.fail(`step ${step}: pool counts ${pool.inUse} in use`);
+      if (step % 97 === 0 && !buf.copy().equals(bytesFrom(m.from, m.to - m.from))) t.fail(`step ${step}: bytes differ`);
     }
-    t.is(buf.length, m.to - m.from);
-    if (buf.slabCount > Math.ceil(buf.length / slab) + 1) t.fail(`step ${step}: ${buf.slabCount} slabs for ${buf.length} bytes`);
-    if (buf.length === 0 && buf.slabCount !== 0) t.fail(`step ${step}: empty but holds ${buf.slabCount} slabs`);
-    if (pool.inUse !== buffers[0].slabCount + buffers[1].slabCount) t.fail(`step ${step}: pool counts ${pool.inUse} in use`);
-    if (step % 97 === 0 && !buf.copy().equals(bytesFrom(m.from, m.to - m.from))) t.fail(`step ${step}: bytes differ`);
-  }
-  for (const [i, buf] of buffers.entries()) t.deepEqual(buf.copy(), bytesFrom(model[i].from, model[i].to - model[i].from));
-  t.true(pool.idle <= 8, 'the free list stays within its bound');
-});
+    for (const [i, buf] of buffers.entries()) t.deepEqual(buf.copy(), bytesFrom(model[i].from, model[i].to - model[i].from));
+    t.true(pool.idle <= 8, 'the free list stays within its bound');
+  });
 
 test('the pool keeps at most maxFreeSlabs free; trimming drops those no take() needed since the last trim', (t) => {
   const pool = tinyPool(8, 4);
@@ -164,4 +192,38 @@ test('the pool keeps at most maxFreeSlabs free; trimming drops those no take() n
   t.is(pool.idle, 0, 'an interval without sends drops the rest');
   t.is(pool.take().length, 8, 'an empty pool allocates');
   pool.drain();
+});
+
+test('paced: a piece is kept as it is until the next scavenge, then copied into slabs and let go; only what is unacknowledged then is copied', (t) => {
+  const pool = tinyPool();
+  const gcs = manualScavenges();
+  const buf = new ResendBuffer(pool, gcs);
+  const first = bytesFrom(0, 20);
+  buf.append(first);
+  buf.append(bytesFrom(20, 5));
+  t.is(buf.length, 25);
+  t.is(buf.slabCount, 0, 'nothing copied before the scavenge');
+  t.is(gcs.waiting, 1, 'one registration per buffer');
+  buf.drop(13); // acknowledged before the scavenge: never copied
+  t.deepEqual(buf.copy(), bytesFrom(13, 12));
+  gcs.scavenge();
+  t.is(buf.slabCount, 2, '12 bytes in 8-byte slabs');
+  first.fill(0); // the read buffer may go now: the bytes are copies
+  t.deepEqual(buf.copy(), bytesFrom(13, 12));
+  buf.append(bytesFrom(25, 6)); // newer than the slabs' bytes
+  t.is(gcs.waiting, 1, 'registered again for the next scavenge');
+  t.deepEqual(buf.copy(), bytesFrom(13, 18), 'slabs first, then the young pieces');
+  buf.drop(14); // across the slabs into the young piece
+  t.deepEqual(buf.copy(), bytesFrom(27, 4));
+  t.is(buf.slabCount, 0);
+  t.is(pool.inUse, 0);
+  gcs.scavenge();
+  t.deepEqual(buf.copy(), bytesFrom(27, 4));
+  buf.drop(4);
+  t.is(pool.inUse, 0, 'all acknowledged: nothing held');
+  buf.append(bytesFrom(0, 3));
+  buf.release();
+  gcs.scavenge(); // a released buffer's registration copies nothing
+  t.is(buf.length, 0);
+  t.is(pool.inUse, 0);
 });
