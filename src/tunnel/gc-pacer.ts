@@ -52,6 +52,8 @@ export interface PacedScavenges {
   readonly active: boolean;
   /** Calls `fn` once, just before the next paced minor GC; one entry per function. */
   beforeNext(fn: () => void): void;
+  /** Takes back a beforeNext() that is no longer needed (its holder let go of everything). */
+  cancel(fn: () => void): void;
 }
 
 /** The process's paced minor GCs. */
@@ -61,6 +63,9 @@ export const pacedScavenges: PacedScavenges = {
   },
   beforeNext(fn: () => void): void {
     beforeScavenge.add(fn);
+  },
+  cancel(fn: () => void): void {
+    beforeScavenge.delete(fn);
   },
 };
 

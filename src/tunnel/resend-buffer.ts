@@ -126,6 +126,8 @@ export class ResendBuffer {
   /** Gives every slab back and lets every piece go: nothing is held. */
   release(): void {
     this.dropSlabBytes(this.slabBytes);
+    // Registered while it held pieces: an empty buffer must not wait in the pacer's set (a closed connection would linger there).
+    if (this.young.length > 0) this.scavenges.cancel(this.settle);
     this.young.length = 0;
     this.youngHead = 0;
     this.youngBytes = 0;

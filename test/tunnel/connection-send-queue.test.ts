@@ -9,7 +9,7 @@ import { ConnectionSendQueue, type SendHost } from '../../src/tunnel/connection-
 import { SlabPool } from '../../src/tunnel/slab-pool.js';
 
 /** Every piece copied as it is sent (no paced GCs): the tests see the slabs at once. */
-const scavenges = { active: false, beforeNext: () => undefined };
+const scavenges = { active: false, beforeNext: () => undefined, cancel: () => undefined };
 
 const SLAB = 16;
 

@@ -10,7 +10,7 @@ import { ResendBuffer } from '../../src/tunnel/resend-buffer.js';
 import { SlabPool } from '../../src/tunnel/slab-pool.js';
 
 /** Without paced GCs: every piece is copied as it comes. */
-const UNPACED: PacedScavenges = { active: false, beforeNext: () => undefined };
+const UNPACED: PacedScavenges = { active: false, beforeNext: () => undefined, cancel: () => undefined };
 
 /** Paced GCs the test runs by hand: scavenge() calls what registered, once. */
 function manualScavenges(): PacedScavenges & { scavenge(): void; waiting: number } {
@@ -18,6 +18,7 @@ function manualScavenges(): PacedScavenges & { scavenge(): void; waiting: number
   return {
     active: true,
     beforeNext: (fn) => void due.add(fn),
+    cancel: (fn) => void due.delete(fn),
     scavenge() {
       const fns = [...due];
       due.clear();
@@ -222,8 +223,13 @@ test('paced: a piece is kept as it is until the next scavenge, then copied into 
   buf.drop(4);
   t.is(pool.inUse, 0, 'all acknowledged: nothing held');
   buf.append(bytesFrom(0, 3));
+  t.is(gcs.waiting, 1);
   buf.release();
-  gcs.scavenge(); // a released buffer's registration copies nothing
+  t.is(gcs.waiting, 0, 'a released buffer waits for no scavenge: a closed connection does not linger in the pacer');
+  buf.append(bytesFrom(3, 2));
+  buf.drop(2);
+  t.is(gcs.waiting, 0, 'nor does one acknowledged in full');
+  gcs.scavenge();
   t.is(buf.length, 0);
   t.is(pool.inUse, 0);
 });
