@@ -10,7 +10,7 @@
  * this side would grant) and what the ledger's caps leave; at either the
  * queue stops sending, so the local end stops being read, until the peer
  * acknowledges (docs/limits.md, "Retained bytes"). The bytes retained
- * outlive no scavenge as the local end's read buffers: by then they are
+ * outlive no paced scavenge as the local end's read buffers: by then they are
  * copies in the process's slab pool (resend-buffer.ts), so those buffers
  * die young whether resume is on or off (docs/memory.md, "While a tunnel
  * waits to resume").
