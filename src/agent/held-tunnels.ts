@@ -6,6 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import { sentBytesSlabs } from '../tunnel/slab-pool.js';
 import type { KanalMetrics } from '../domain/metrics.js';
 import { ResumeMetrics } from '../domain/resume-metrics.js';
 import type { ServerConnection } from './server-connection.js';
@@ -42,6 +43,7 @@ export class HeldTunnels {
     this.resumeMetrics = new ResumeMetrics(opts.metrics, {
       detached: () => ({ tunnels: this.detached.size, connections: sum(this.detached.values(), (t) => t.stats().connections) }),
       retainedBytes: () => sum(this.up.values(), (t) => t.retainedBytes()) + sum(this.detached.values(), (t) => t.retainedBytes()),
+      slabBytes: () => sentBytesSlabs.bytes,
     });
   }
 

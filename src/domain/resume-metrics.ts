@@ -14,6 +14,8 @@ export interface ResumeHeld {
   detached(): { tunnels: number; connections: number };
   /** Bytes kept for a replay, detached or not. */
   retainedBytes(): number;
+  /** Memory of the process's resend slabs, in use and free (process-wide). */
+  slabBytes(): number;
 }
 
 export class ResumeMetrics {
@@ -52,6 +54,11 @@ export class ResumeMetrics {
       'kanal_resume_retained_bytes',
       'Bytes sent and not yet acknowledged, kept to be sent again after a lost stream (bounded by the windows)',
       () => held.retainedBytes(),
+    );
+    metrics.gauge(
+      'kanal_resume_slab_bytes',
+      "Memory of the process's slabs that keep those bytes, in use and free (process-wide: every registry shows the same)",
+      () => held.slabBytes(),
     );
   }
 

@@ -9,9 +9,15 @@
  * never the peer's credit: at most `retainLimit` bytes (the largest window
  * this side would grant) and what the ledger's caps leave; at either the
  * queue stops sending, so the local end stops being read, until the peer
- * acknowledges (docs/limits.md, "Retained bytes").
+ * acknowledges (docs/limits.md, "Retained bytes"). The bytes retained
+ * outlive no paced scavenge as the local end's read buffers: by then they are
+ * copies in the process's slab pool (resend-buffer.ts), so those buffers
+ * die young whether resume is on or off (docs/memory.md, "While a tunnel
+ * waits to resume").
  */
-import { noteBytesMoved } from './gc-pacer.js';
+import { noteBytesMoved, pacedScavenges, type PacedScavenges } from './gc-pacer.js';
+import { ResendBuffer } from './resend-buffer.js';
+import { sentBytesSlabs, type SlabPool } from './slab-pool.js';
 import type { HeldBytes } from '../domain/retention-ledger.js';
 import { MAX_WINDOW_BYTES } from '../wire/window-maximum.js';
 
@@ -39,6 +45,10 @@ export interface SendQueueOptions {
   retainLimit: number;
   /** Where retained and queued bytes are charged (the server's ledger); absent: only retainLimit bounds them. */
   account?: HeldBytes;
+  /** Where retained bytes are kept: the process's pool unless a test gives its own. */
+  slabs?: SlabPool;
+  /** When retained pieces are copied into slabs: the process's paced scavenges unless a test gives its own. */
+  scavenges?: PacedScavenges;
 }
 
 export class ConnectionSendQueue {
@@ -54,12 +64,12 @@ export class ConnectionSendQueue {
   /** Set by stop(): nothing is sent any more and the queue stays empty. */
   private stopped = false;
   /**
-   * With retain: bytes sent and not acknowledged, oldest first; their sum is
-   * retainedBytes = sentBytes - acknowledged offset <= retainLimit (pump()
-   * sends no more), whatever window the peer grants.
+   * With retain: bytes sent and not acknowledged, oldest first:
+   * retained.length = sentBytes - acknowledged offset <= retainLimit (pump()
+   * sends no more), whatever window the peer grants. Created on the first
+   * byte retained; holds no slab while empty.
    */
-  private readonly retained: Buffer[] = [];
-  private retainedBytes = 0;
+  private retained: ResendBuffer | undefined;
   /** While the stream that carries the connection is being replaced: nothing is sent until resumeAt(). */
   private suspended = false;
   private readonly resume = (): void => {
@@ -86,6 +96,16 @@ export class ConnectionSendQueue {
     this.retain = opts.retain;
     this.retainLimit = opts.retainLimit;
     this.account = opts.account;
+    this.slabs = opts.slabs ?? sentBytesSlabs;
+    this.scavenges = opts.scavenges ?? pacedScavenges;
+  }
+
+  private readonly slabs: SlabPool;
+  private readonly scavenges: PacedScavenges;
+
+  /** Bytes in `retained`. */
+  private get retainedBytes(): number {
+    return this.retained === undefined ? 0 : this.retained.length;
   }
 
   private readonly retain: boolean;
@@ -138,21 +158,12 @@ export class ConnectionSendQueue {
   /** The peer received the first `received` bytes: they need not be kept any more. False when it claims more than was sent. */
   acknowledge(received: number): boolean {
     if (received > this.sentBytes) return false;
-    const held = this.retainedBytes;
-    let drop = received - (this.sentBytes - this.retainedBytes);
-    while (drop > 0 && this.retained.length > 0) {
-      const first = this.retained[0];
-      if (first.length <= drop) {
-        this.retained.shift();
-        this.retainedBytes -= first.length;
-        drop -= first.length;
-      } else {
-        this.retained[0] = first.subarray(drop);
-        this.retainedBytes -= drop;
-        drop = 0;
-      }
-    }
-    if (this.retainedBytes < held) {
+    const retained = this.retained;
+    if (retained === undefined) return true;
+    // An acknowledgement older than one already taken drops nothing.
+    const drop = received - (this.sentBytes - retained.length);
+    if (drop > 0) {
+      retained.drop(drop);
       // Room to retain again: a queue held back by retainLimit goes on (pump syncs the account).
       if (this.queued > 0 && !this.stopped && !this.suspended) this.pump();
       else this.sync();
@@ -183,15 +194,15 @@ export class ConnectionSendQueue {
       };
     this.acknowledge(received);
     const resent = this.retainedBytes;
-    if (resent > 0) {
+    if (resent > 0 && this.retained) {
       if (this.offset > 0) {
         this.chunks[0] = this.chunks[0].subarray(this.offset);
         this.offset = 0;
       }
-      this.chunks.unshift(...this.retained);
+      // Sent again as one copy and retained again as it goes out: the slabs go back now.
+      this.chunks.unshift(this.retained.copy());
+      this.retained.release();
       this.queued += resent;
-      this.retained.length = 0;
-      this.retainedBytes = 0;
       this.sentBytes = received;
     }
     this.window = Math.max(0, limit - received);
@@ -208,7 +219,11 @@ export class ConnectionSendQueue {
   replayClosed(received: number): number {
     if (received < this.sentBytes - this.retainedBytes || !this.acknowledge(received)) return -1;
     const n = this.retainedBytes;
-    for (const piece of this.retained) this.host.sendData(this.connectID, piece);
+    if (n === 0 || !this.retained) return 0;
+    // A copy: the transport may still hold the pieces when an acknowledgement or release() gives the slabs back.
+    const all = this.retained.copy();
+    for (let at = 0; at < n; at += this.maxDataBytes)
+      this.host.sendData(this.connectID, all.subarray(at, Math.min(n, at + this.maxDataBytes)));
     return n;
   }
 
@@ -222,8 +237,7 @@ export class ConnectionSendQueue {
 
   /** Forgets what was retained (the connection will never be resumed). */
   release(): void {
-    this.retained.length = 0;
-    this.retainedBytes = 0;
+    this.retained?.release();
     this.sync();
   }
 
@@ -269,10 +283,7 @@ export class ConnectionSendQueue {
       this.queued -= n;
       this.window -= n;
       this.sentBytes += n;
-      if (this.retain) {
-        this.retained.push(piece);
-        this.retainedBytes += n;
-      }
+      if (this.retain) (this.retained ??= new ResendBuffer(this.slabs, this.scavenges)).append(piece);
       this.host.sendData(this.connectID, piece);
     }
     this.sync();

@@ -40,6 +40,34 @@ let enabled = false;
 let gc: GcFunction | null = null;
 let moved = 0;
 let scheduled = false;
+/** Called once before the next paced minor GC; each re-registers when it holds young objects again. */
+const beforeScavenge = new Set<() => void>();
+
+/**
+ * What a holder of short-lived objects needs to let them die young: whether
+ * the minor GCs are paced here, and a call just before the next one.
+ */
+export interface PacedScavenges {
+  /** True when minor GCs come from this pacer (GC_PACE_BYTES apart), so beforeNext() runs before each. */
+  readonly active: boolean;
+  /** Calls `fn` once, just before the next paced minor GC; one entry per function. */
+  beforeNext(fn: () => void): void;
+  /** Takes back a beforeNext() that is no longer needed (its holder let go of everything). */
+  cancel(fn: () => void): void;
+}
+
+/** The process's paced minor GCs. */
+export const pacedScavenges: PacedScavenges = {
+  get active(): boolean {
+    return gc !== null;
+  },
+  beforeNext(fn: () => void): void {
+    beforeScavenge.add(fn);
+  },
+  cancel(fn: () => void): void {
+    beforeScavenge.delete(fn);
+  },
+};
 
 /** Turns pacing on for this process and pins V8's heap growing factor (process-wide); KANAL_GC_PACING=0 leaves both off. */
 export function enableGcPacing(): void {
@@ -53,6 +81,11 @@ export function enableGcPacing(): void {
 function collect(): void {
   scheduled = false;
   moved = 0;
+  if (beforeScavenge.size > 0) {
+    const due = [...beforeScavenge];
+    beforeScavenge.clear();
+    for (const fn of due) fn();
+  }
   gc?.({ type: 'minor' });
 }
 

@@ -8,7 +8,7 @@ import test from 'ava';
 import { execFile } from 'node:child_process';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { enableGcPacing, GC_PACE_BYTES, HEAP_GROWING_PERCENT, noteBytesMoved } from '../../src/tunnel/gc-pacer.js';
+import { enableGcPacing, GC_PACE_BYTES, HEAP_GROWING_PERCENT, noteBytesMoved, pacedScavenges } from '../../src/tunnel/gc-pacer.js';
 
 const PACER_URL = new URL('../../src/tunnel/gc-pacer.js', import.meta.url).href;
 
@@ -45,8 +45,11 @@ function factorAfter(env: NodeJS.ProcessEnv, opts: { enable: boolean; move: bool
 /** GC kinds that free young buffers: a scavenge, or a full mark-compact. */
 const COLLECTIONS = new Set<number>([constants.NODE_PERFORMANCE_GC_MINOR, constants.NODE_PERFORMANCE_GC_MAJOR]);
 
-test('a collection follows every GC_PACE_BYTES moved, without exposing gc globally', async (t) => {
+test('a collection follows every GC_PACE_BYTES moved, after what asked to run before it, without exposing gc globally', async (t) => {
   let collected = 0;
+  /** Runs before each paced collection it is registered for: once per round however often it registers. */
+  let hooked = 0;
+  const hook = (): void => void hooked++;
   /** Called on the next requested collection: the round waits for the event, not for a time. */
   let onCollected: (() => void) | undefined;
   const obs = new PerformanceObserver((list) => {
@@ -62,9 +65,13 @@ test('a collection follows every GC_PACE_BYTES moved, without exposing gc global
   });
   obs.observe({ entryTypes: ['gc'] });
   try {
+    t.false(pacedScavenges.active, 'nothing is paced before enableGcPacing');
     enableGcPacing();
+    t.true(pacedScavenges.active);
     for (let round = 1; round <= 3; round++) {
       const before = collected;
+      pacedScavenges.beforeNext(hook);
+      pacedScavenges.beforeNext(hook);
       for (let moved = 0; moved < GC_PACE_BYTES; moved += 64 * 1024) noteBytesMoved(64 * 1024);
       await nextTurn();
       await nextTurn();
@@ -81,6 +88,7 @@ test('a collection follows every GC_PACE_BYTES moved, without exposing gc global
         onCollected = undefined;
       }
       t.true(collected > before, `round ${round}: no collection within 60 s after GC_PACE_BYTES moved (${collected} so far)`);
+      t.is(hooked, round, 'the hook ran once, before the collection it was registered for');
     }
     t.is((globalThis as { gc?: unknown }).gc, undefined);
   } finally {

@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Tunnel } from '../../tunnel/tunnel.js';
+import { sentBytesSlabs } from '../../tunnel/slab-pool.js';
 import type { AgentCredential } from '../identity/agent-credential.js';
 
 /** Longest token accepted in an agent's metadata (ours are 22 characters), and how many are looked at. */
@@ -94,6 +95,10 @@ export class ResumableTunnels {
     let n = 0;
     for (const { tunnel } of this.byToken.values()) n += tunnel.retainedBytes();
     return n;
+  }
+
+  slabBytes(): number {
+    return sentBytesSlabs.bytes;
   }
 
   /**
