@@ -9,8 +9,13 @@
 import test from 'ava';
 import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
+import { httpConnect } from '../../kit/demo/proxy-client.js';
 import {
+  echoRoundTrip,
   echoesThrough,
+  frontendProxyStream,
+  tlsToFrontend,
   httpGet,
   makeWorkspace,
   scrapeMetrics,
@@ -89,4 +94,51 @@ test.serial('a Kanal agent holds a tunnel to each worker; CONNECTs land on both;
   for (const pid of pids) t.throws(() => process.kill(pid, 0), undefined, `worker ${pid} is gone`);
   t.false(fs.existsSync(server.uds), 'the Unix socket is removed');
   await agent.stop();
+});
+
+/** Tunnels an agent holds, as upstream's agent metric names it (Kanal's agent exports it too). */
+const OPEN_TUNNELS = 'konnectivity_network_proxy_agent_open_server_connections';
+
+async function tunnelsOf(healthPort: number): Promise<number> {
+  return (await scrapeMetrics(healthPort).catch(() => new Map<string, number>())).get(OPEN_TUNNELS) ?? 0;
+}
+
+test.serial("upstream's agent converges too; the TCP frontend's CONNECT and gRPC streams are served by both workers", async (t) => {
+  t.timeout(120_000);
+  const ws = await makeWorkspace(t, 'kanal-cluster-workers-');
+  const echo = await startEchoBackend(t);
+  const server = await startServer(t, ws, {
+    name: 'cwt',
+    frontend: 'tcp',
+    extraArgs: ['--workers', '2', '--allowed-destination', echo.address],
+  });
+  const missing = upstreamUnavailableReason();
+  if (missing) t.log(`only Kanal's agent: ${missing}`);
+  const agents = [
+    await startAgent(t, ws, server, { agentID: 'kanal-node' }),
+    ...(missing ? [] : [await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' })]),
+  ];
+  for (const a of agents)
+    await waitUntil(async () => (await tunnelsOf(a.healthPort)) === 2, `${a.agentID} holds a tunnel to each worker`, 20_000);
+  await waitUntil(async () => (await agentsPerWorker(server)).every((n) => n === agents.length), 'each worker holds every agent', 10_000);
+
+  for (let i = 0; i < 16; i++) {
+    const s = await httpConnect(await tlsToFrontend(server, ws), echo.address, 10_000);
+    t.true(await echoRoundTrip(s, randomBytes(1000)), `CONNECT over mTLS ${i}`);
+    s.destroy();
+  }
+  for (let i = 0; i < 8; i++) {
+    const stream = frontendProxyStream(t, server, ws);
+    const dial = await stream.dial(echo.address);
+    t.is(dial.error, '');
+    t.true(await stream.echoes(dial.connectID, randomBytes(1000), 10_000), `gRPC stream ${i}`);
+    stream.close();
+  }
+  const dials = await dialsPerWorker(server);
+  t.is(dials[0] + dials[1], 24, `dials per worker: ${dials.join(', ')}`);
+  t.true(
+    dials.every((n) => n > 0),
+    `both workers served dials: ${dials.join(', ')}`,
+  );
+  t.is(await server.stop('SIGTERM'), 0);
 });
