@@ -25,7 +25,7 @@ import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
 import { buildInfo } from './build-info.js';
 import { assembleServer, readTenantsAtStart, type ServerCredentials } from '../server/assembly/server-assembly.js';
 import { workerOf } from '../server/workers/worker-env.js';
-import { clusterWorkerSettings } from '../server/workers/cluster-worker.js';
+import { clusterWorkerSettings } from '../server/config/cluster-worker.js';
 import { reloadOnChangeOrHangup } from '../server/tenants/tenants-watch.js';
 
 export type { ServerCredentials } from '../server/assembly/server-assembly.js';

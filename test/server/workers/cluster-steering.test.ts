@@ -1,6 +1,6 @@
 /**
  * Which worker of one cluster takes each connection (workers/cluster-steering.ts),
- * what makes a worker a server of its own (workers/cluster-worker.ts), the
+ * what makes a worker a server of its own (config/cluster-worker.ts), the
  * cgroup's CPU quota behind `--workers 0` (common/cpu-quota.ts), and the
  * configuration's --workers for one cluster.
  */
@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import yargs from 'yargs';
 import { ClusterSteering } from '../../../src/server/workers/cluster-steering.js';
-import { clusterWorkerSettings, workerServerID } from '../../../src/server/workers/cluster-worker.js';
+import { clusterWorkerSettings, workerServerID } from '../../../src/server/config/cluster-worker.js';
 import { coresOfCpuMax, cpuQuota } from '../../../src/common/cpu-quota.js';
 import { serverBuilder, validateServerArgs, type ServerArgs } from '../../../src/cli/server-command.js';
 

@@ -7,8 +7,8 @@
  * each worker holds a lease of its own under its ID: lease counting agents
  * count the workers too.
  */
-import type { ServerSettings } from '../config/settings.js';
-import type { WorkerPlace } from './worker-env.js';
+import type { ServerSettings } from './settings.js';
+import type { WorkerPlace } from '../workers/worker-env.js';
 
 /** The server ID of worker `index` of the server `serverID`. */
 export function workerServerID(serverID: string, index: number): string {
@@ -17,5 +17,8 @@ export function workerServerID(serverID: string, index: number): string {
 
 /** The settings of `worker` from the command line's. */
 export function clusterWorkerSettings(v: ServerSettings, worker: Pick<WorkerPlace, 'index' | 'count'>): ServerSettings {
-  return { ...v, 'server-id': workerServerID(v['server-id'], worker.index), 'server-count': v['server-count'] * worker.count };
+  const own = { ...v };
+  own['server-id'] = workerServerID(v['server-id'], worker.index);
+  own['server-count'] = v['server-count'] * worker.count;
+  return own;
 }
