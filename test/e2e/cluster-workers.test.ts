@@ -118,8 +118,12 @@ test.serial("upstream's agent converges too; the TCP frontend's CONNECT and gRPC
     await startAgent(t, ws, server, { agentID: 'kanal-node' }),
     ...(missing ? [] : [await startUpstreamAgent(t, ws, server, { agentID: 'upstream-node' })]),
   ];
-  for (const a of agents)
+  for (const a of agents) {
+    const since = Date.now();
     await waitUntil(async () => (await tunnelsOf(a.healthPort)) === 2, `${a.agentID} holds a tunnel to each worker`, 20_000);
+    // From the agent's first tunnel (startAgent waits for it) to its second: the duplicates it met on the way, at its sync interval.
+    t.log(`${a.agentID}: its second tunnel ${Date.now() - since} ms after the first`);
+  }
   await waitUntil(async () => (await agentsPerWorker(server)).every((n) => n === agents.length), 'each worker holds every agent', 10_000);
 
   for (let i = 0; i < 16; i++) {

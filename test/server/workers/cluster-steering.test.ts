@@ -92,7 +92,7 @@ function parse(extra: string[]): ServerArgs {
     .fail((message, err) => {
       throw err ?? new Error(message);
     })
-    .parseSync() as unknown as ServerArgs;
+    .parseSync();
 }
 
 test('--workers for one cluster: N above 1 is kept, 1 is none, 0 is the CPU quota; the doors it does not spread are refused', (t) => {
