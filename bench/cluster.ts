@@ -88,6 +88,8 @@ export interface StartOptions {
   cli?: string;
   /** --audit: server and agent write their audit logs to files in `dir` (docs/operations.md, "The audit log"). */
   audit?: boolean;
+  /** --kanal-workers: the server runs `--workers N` (docs/multi-tenant.md, "Workers of one cluster"). */
+  workers?: number;
 }
 
 /**
@@ -119,6 +121,7 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
   for (const d of o.allowed ?? []) args.push('--allowed-destination', d);
   if (o.maxAgentsPerCredential) args.push('--max-agents-per-credential', String(o.maxAgentsPerCredential));
   if (o.audit) args.push('--audit-log-path', path.join(o.dir, `${o.tag}-server-audit.log`));
+  if (o.workers !== undefined) args.push('--workers', String(o.workers));
   args.push(...(o.serverArgs ?? []));
   const t0 = performance.now();
   const child = spawnChild({

@@ -24,7 +24,7 @@ import {
   type TunnelPair,
 } from './cluster.js';
 import type { Params } from './params.js';
-import { cpuSecondsOf, rssBytes } from './proc.js';
+import { cpuSecondsOf, descendantPids, rssBytes } from './proc.js';
 import { findUpstream, startUpstreamPair, type UpstreamBinaries } from './upstream.js';
 
 export interface Env {
@@ -35,6 +35,8 @@ export interface Env {
   kanalCli?: string;
   /** --audit: every Kanal pair writes audit logs. */
   audit: boolean;
+  /** --kanal-workers: every Kanal server runs `--workers N`. */
+  kanalWorkers?: number;
   params: Params;
   pair: KanalPair;
   /** Upstream's server and agent in the same topology; both undefined when its binaries are absent. */
@@ -56,6 +58,7 @@ export interface SetUpOptions {
   /** --kanal-cli: another build's dist/src/cli/main.js. */
   kanalCli?: string;
   audit: boolean;
+  kanalWorkers?: number;
   /** --upstream: a directory, "none", or undefined (look in the usual places; see upstream.ts). */
   upstreamOption: string | undefined;
   warnings: string[];
@@ -79,13 +82,23 @@ export async function setUp(o: SetUpOptions): Promise<Env> {
     keyPem: readPem(pki.serverKey),
     chunkBytes: o.params.chunkBytes,
   });
-  const pair = await startPair({ dir, tag: 'bench', pki, transport: o.transport, backend: ports, cli: o.kanalCli, audit: o.audit });
+  const pair = await startPair({
+    dir,
+    tag: 'bench',
+    pki,
+    transport: o.transport,
+    backend: ports,
+    cli: o.kanalCli,
+    audit: o.audit,
+    ...(o.kanalWorkers === undefined ? {} : { workers: o.kanalWorkers }),
+  });
   const env: Env = {
     dir,
     pki,
     transport: o.transport,
     kanalCli: o.kanalCli,
     audit: o.audit,
+    ...(o.kanalWorkers === undefined ? {} : { kanalWorkers: o.kanalWorkers }),
     params: o.params,
     pair,
     ports,
@@ -154,7 +167,15 @@ export async function withFreshPair<T>(
   if (product === 'kanal') {
     fresh = {
       ...env,
-      pair: await startPair({ ...o, transport: env.transport, backend: env.ports, cli: env.kanalCli, audit: env.audit, ...kanal }),
+      pair: await startPair({
+        ...o,
+        transport: env.transport,
+        backend: env.ports,
+        cli: env.kanalCli,
+        audit: env.audit,
+        ...(env.kanalWorkers === undefined ? {} : { workers: env.kanalWorkers }),
+        ...kanal,
+      }),
     };
   } else {
     if (!env.upstreamBinaries) throw new Error('upstream is not running');
@@ -184,7 +205,8 @@ export function proxyPids(env: Env, path: Path): number[] {
   const product = productOf(path);
   if (!product) return [];
   const pair = pairOf(env, product);
-  return [pair.server.pid, pair.agent.pid];
+  // A server with --workers: its primary and every worker.
+  return [pair.server.pid, ...descendantPids(pair.server.pid), pair.agent.pid];
 }
 
 export function endpointPids(env: Env): number[] {
@@ -192,7 +214,8 @@ export function endpointPids(env: Env): number[] {
 }
 
 export function pairRss(pair: TunnelPair): { server: number; agent: number } {
-  return { server: rssBytes(pair.server.pid), agent: rssBytes(pair.agent.pid) };
+  const server = [pair.server.pid, ...descendantPids(pair.server.pid)];
+  return { server: server.reduce((n, pid) => n + rssBytes(pid), 0), agent: rssBytes(pair.agent.pid) };
 }
 
 export interface FlowSample {

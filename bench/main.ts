@@ -48,7 +48,7 @@ import { runSocks } from './suite-socks.js';
 import { errorMessage } from '../src/common/error-message.js';
 
 const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport NAME] [--only SECTIONS] [--profile[=up|down]] [--reps N] [--upstream DIR|none]
-                            [--kanal-cli FILE] [--audit] [--soak-count N]
+                            [--kanal-cli FILE] [--audit] [--kanal-workers N] [--soak-count N]
   (default)      quick mode, a few minutes (every section but soak)
   --full         longer runs, 10,000 idle connections, 1,000 agents, and the soak
   --smoke        seconds, tiny sizes: checks that every measurement still works
@@ -65,6 +65,8 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
                  or a kanal executable (npm run package: dist/release/kanal)
   --audit        the Kanal pairs of the side-by-side sections write audit logs (server and agent, files in the
                  bench's temp dir): run with and without to see what auditing costs
+  --kanal-workers N  the Kanal servers run --workers N (one cluster on N cores, docs/multi-tenant.md); their CPU
+                 and RSS count the primary and every worker
   --soak-count   connections per soak phase and product (default 100,000; --smoke 2,000)
   --profile      also run the server and agent under --cpu-prof for one CP->node 1-flow case
                  (upload unless =down) and summarise their top self-time functions
@@ -94,6 +96,8 @@ interface Options {
   kanalCli?: string;
   /** --audit: the Kanal pairs of sections 0-4 write audit logs (the cost of auditing, against a run without). */
   audit: boolean;
+  /** --kanal-workers N: the Kanal servers run `--workers N` (a server of one cluster on N cores). */
+  kanalWorkers?: number;
   profile?: 'up' | 'down';
   /** --upstream: a directory, "none", or undefined (look in the usual places). */
   upstream?: string;
@@ -115,6 +119,7 @@ function parseOptions(argv: string[]): Options {
       upstream: { type: 'string' },
       'kanal-cli': { type: 'string' },
       audit: { type: 'boolean', default: false },
+      'kanal-workers': { type: 'string' },
       'soak-count': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -172,6 +177,7 @@ function parseOptions(argv: string[]): Options {
     socks: named ? named.includes('socks') : mode === 'full',
     kanalCli,
     audit: values.audit,
+    ...kanalWorkersOf(values['kanal-workers']),
     profile,
     upstream: values.upstream,
     params,
@@ -179,6 +185,14 @@ function parseOptions(argv: string[]): Options {
 }
 
 /** `--profile` alone is parsed by parseArgs as needing a value; accept it bare. */
+/** --kanal-workers: a whole number from 0 (the server's own default, the CPU quota) up. */
+function kanalWorkersOf(value: string | undefined): { kanalWorkers?: number } {
+  if (value === undefined) return {};
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`--kanal-workers ${value}: a whole number (0: the server's CPU quota)`);
+  return { kanalWorkers: n };
+}
+
 function normaliseArgv(argv: string[]): string[] {
   return argv.map((a, i) => (a === '--profile' && (argv[i + 1] === undefined || argv[i + 1].startsWith('--')) ? '--profile=' : a));
 }
@@ -272,6 +286,7 @@ async function main(): Promise<void> {
       params: opts.params,
       kanalCli: opts.kanalCli,
       audit: opts.audit,
+      ...(opts.kanalWorkers === undefined ? {} : { kanalWorkers: opts.kanalWorkers }),
       upstreamOption: opts.upstream,
       warnings,
       progress,
@@ -382,6 +397,7 @@ async function main(): Promise<void> {
     doors: doors && { ...doors, rows: withoutNonFinite(doors.rows) },
     kanalCli: opts.kanalCli,
     audit: opts.audit,
+    ...(opts.kanalWorkers === undefined ? {} : { kanalWorkers: opts.kanalWorkers }),
     warnings,
   };
   process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : `${renderText(report)}\n`);

@@ -53,6 +53,8 @@ export interface Report {
   kanalCli?: string;
   /** --audit: the Kanal pairs wrote audit logs. */
   audit?: boolean;
+  /** --kanal-workers: the Kanal servers ran --workers N. */
+  kanalWorkers?: number;
   warnings: string[];
 }
 
@@ -681,6 +683,9 @@ export function renderText(r: Report): string {
     `Loopback only. Figures are medians of ${r.params.reps} interleaved runs; a ratio is the median of per-run ratios to the baseline measured next to it (latency: ratio of pooled percentiles).`,
     ...(r.kanalCli ? [`Kanal: every pair ran ${r.kanalCli} (--kanal-cli).`] : []),
     ...(r.audit ? ['Kanal: server and agent wrote audit logs to files (--audit).'] : []),
+    ...(r.kanalWorkers !== undefined
+      ? [`Kanal: the servers ran --workers ${r.kanalWorkers} (--kanal-workers); server CPU and RSS are the primary's and its workers'.`]
+      : []),
     `Other processes kept ${r.backgroundCores.toFixed(2)} of ${m.nproc} cores busy on average during the run; load average ${r.loadAvg.start.toFixed(2)} at the start, ${r.loadAvg.end.toFixed(2)} at the end (noise; spread = (max - min) / median of the runs).`,
   );
   const labelWidth = Math.max(...r.rows.map((row) => row.label.length), 30);

@@ -25,6 +25,7 @@ import { tenantsServerConfig } from '../server/config/tenants-command-line.js';
 import { buildInfo } from './build-info.js';
 import { assembleServer, oneClusterClients, readTenantsAtStart, type ServerCredentials } from '../server/assembly/server-assembly.js';
 import { workerOf } from '../server/workers/worker-env.js';
+import { clusterWorkerSettings } from '../server/config/cluster-worker.js';
 import { reloadOnChangeOrHangup } from '../server/tenants/tenants-watch.js';
 
 export type { ServerCredentials } from '../server/assembly/server-assembly.js';
@@ -107,12 +108,14 @@ export async function runServer(args: ServerArgs): Promise<void> {
   await serverStartChecks(config, credentials);
   // Read once for this process; its mistakes stop the start (exit 2) before anything is bound.
   const tenants = await readTenantsAtStart(config);
-  // Only a server of many tenants loads what runs its processes: a start of one cluster stays as small as it was.
-  const many = tenants ? await import('./server-tenants.js') : undefined;
+  // Only a server of several processes loads what runs them: a start of one process stays as small as it was.
+  const many = tenants || config.workers ? await import('./server-tenants.js') : undefined;
   // A worker is the same command line started again by its primary, with its place in the environment.
-  const worker = tenants ? workerOf() : undefined;
-  if (many && tenants && (config.tenants?.workers ?? 1) > 1 && !worker) return many.runPrimary(config, tenants);
-  const { options, clients } = await assembleServer(config, credentials, {
+  const worker = many ? workerOf() : undefined;
+  if (many && !worker && (tenants ? (config.tenants?.workers ?? 1) > 1 : config.workers)) return many.runPrimary(config, tenants);
+  // A worker of one cluster is a server of its own: its own ID, the server count multiplied.
+  const own = worker && !tenants ? { ...config, settings: clusterWorkerSettings(config.settings, worker) } : config;
+  const { options, clients } = await assembleServer(own, credentials, {
     ...(worker ? { worker } : {}),
     ...(tenants ? { tenants } : {}),
   });

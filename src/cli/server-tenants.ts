@@ -1,9 +1,9 @@
 /**
- * `kanal server --tenants-config FILE --workers N`: the command's glue for
- * its processes (docs/multi-tenant.md, "Workers"): the primary
- * (server/workers/primary-process.ts) with its admin port and systemd, and a
- * worker run until its primary or a signal stops it. Loaded by
- * server-command.ts only with --tenants-config.
+ * `kanal server --workers N` (with --tenants-config FILE or of one cluster):
+ * the command's glue for its processes (docs/multi-tenant.md, "Workers"):
+ * the primary (server/workers/primary-process.ts) with its admin port and
+ * systemd, and a worker run until its primary or a signal stops it. Loaded
+ * by server-command.ts only with --tenants-config or --workers.
  */
 import type { Logger } from 'pino';
 import type { ServerConfig } from '../server/config/config.js';
@@ -19,11 +19,11 @@ import { assemblePrimary, workerAuditPaths } from '../server/assembly/server-ass
 import { runUntilSignalled } from './lifecycle.js';
 import { FLAG } from '../server/config/settings.js';
 
-/** `--workers N`: the primary; the workers are this command again. */
-export async function runPrimary(config: ServerConfig, tenants: TenantsAtStart): Promise<void> {
+/** `--workers N`: the primary; the workers are this command again. `tenants` absent: a server of one cluster. */
+export async function runPrimary(config: ServerConfig, tenants: TenantsAtStart | undefined): Promise<void> {
   const log = createLogger(config.logLevel, 'server', config.logFormat).child({ worker: 'primary' });
   for (const notice of config.notices) log.warn(notice);
-  const workers = config.tenants?.workers ?? 1;
+  const workers = (tenants ? config.tenants?.workers : config.workers) ?? 1;
   const audit = config.settings['audit-log-path'];
   if (audit && audit !== '-')
     log.info(

@@ -284,6 +284,12 @@ export interface FrontendListenerOptions {
   identifyClients?: boolean | (() => boolean);
   uds?: UnixSocketOptions;
   /**
+   * The Unix socket at `path` that another process binds (the primary of a
+   * cluster's workers, docs/multi-tenant.md "Workers of one cluster"):
+   * nothing is bound, its connections come in through adopt().
+   */
+  adoptedUds?: { path: string };
+  /**
    * Plain TCP, no TLS (a forward proxy or SOCKS5 for clients without a certificate, docs/frontends.md):
    * bound to loopback or a pod IP; a client is known by its address and what it presents.
    */
@@ -377,6 +383,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
       },
     };
   }
+  if (opts.adoptedUds) return adoptUnix(opts, opts.adoptedUds.path, sockets);
   if (opts.plain) return listenPlain(opts, opts.plain, sockets, peers);
   const tcp = opts.tcp;
   if (!tcp) throw new Error(`frontend needs --uds-name or ${SERVER_PORT}`);
@@ -445,6 +452,34 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     close: () => closeServer(server, sockets),
     adopt,
     adoptDecided,
+  };
+}
+
+/** A Unix socket frontend whose connections another process accepted: each is served as the socket's own would be. */
+function adoptUnix(opts: FrontendListenerOptions, path: string, sockets: Set<net.Socket>): Listener {
+  const peer = `unix:${path}`;
+  const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
+  const size = sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets');
+  let open = true;
+  return {
+    address: `unix://${path}`,
+    port: 0,
+    close: () => {
+      open = false;
+      for (const s of sockets) s.destroy();
+      return Promise.resolve();
+    },
+    adopt: (socket, head) => {
+      if (!open) {
+        socket.destroy();
+        return;
+      }
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+      size(socket);
+      if (head.length > 0) socket.unshift(head);
+      dispatch(socket, opts, peer, connection);
+    },
   };
 }
 

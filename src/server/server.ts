@@ -131,8 +131,10 @@ export class KanalServer {
     const worker = opts.worker;
     // The primary merges its workers' /metrics: each worker's series carry its index.
     if (worker) this.metrics.registry.setDefaultLabels({ worker: String(worker.index) });
+    // A worker of one cluster is a server of its own to every agent: nothing to relay (docs/multi-tenant.md, "Workers of one cluster").
     this.relay =
       worker &&
+      opts.tenants &&
       new WorkerRelay({
         worker,
         tenantOfToken: (authorization) => this.rooms.directory?.tenantOfToken(authorization),
@@ -252,6 +254,11 @@ export class KanalServer {
     const lines = [...this.rooms.values()].map((r) => `tenant ${r.tenant.name ?? ''}: ${r.tenant.agentsDetail()}`);
     const ready = this.machine.is('listening');
     return { ready, detail: `${this.rooms.size} tenant(s)${lines.length > 0 ? `\n${lines.join('\n')}` : ''}` };
+  }
+
+  /** The agents of every tenant served (a worker tells its primary, workers/worker-link.ts). */
+  agentCount(): number {
+    return this.rooms.tenants().reduce((n, t) => n + t.registry.size, 0);
   }
 
   /** The tenants this process serves (a worker: its own share of the file). */
@@ -386,7 +393,8 @@ export class KanalServer {
         // frontend of many tenants reads every client's certificate subject (any tenant's list may come with a reload).
         identifyClients:
           this.audit !== undefined || opts.tenants !== undefined || (() => this.rooms.tenants().some((t) => t.clients.configured)),
-        uds: opts.tenants ? undefined : opts.frontend.uds,
+        uds: opts.tenants || worker ? undefined : opts.frontend.uds,
+        ...(worker && !opts.tenants && opts.frontend.uds ? { adoptedUds: { path: opts.frontend.uds.path } } : {}),
         tcp: tcp && {
           ...tcp,
           port: worker ? undefined : tcp.port,
@@ -402,7 +410,7 @@ export class KanalServer {
       });
     }
     if (!opts.tenants) await this.startExtraListeners(frontendGrpc);
-    if (worker) await this.listenForHandoffs(worker.handoffPath(worker.index));
+    if (this.relay && worker) await this.listenForHandoffs(worker.handoffPath(worker.index));
     this.agentListener = await listenForAgents({
       host: opts.agent.host,
       port: worker ? undefined : opts.agent.port,

@@ -277,17 +277,22 @@ async function tenantTokenReview(spec: TenantDefinition, log: Logger): Promise<{
   };
 }
 
-/** The primary of `--workers N` (workers/primary-process.ts): its shared ports and the workers' count, from the same configuration. */
-export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart, log: Logger): PrimaryProcessOptions {
-  const t = config.tenants;
-  if (!t) throw new Error(`workers need ${FLAG['tenants-config']}`);
+/**
+ * The primary of `--workers N` (workers/primary-process.ts): its shared
+ * ports and the workers' count, from the same configuration; `tenants`
+ * absent: a server of one cluster.
+ */
+export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart | undefined, log: Logger): PrimaryProcessOptions {
+  const workers = tenants ? config.tenants?.workers : config.workers;
+  if (!workers) throw new Error(`no ${FLAG.workers} to start`);
   const v = config.settings;
   return {
-    tenants,
-    workers: t.workers,
+    ...(tenants ? { tenants } : {}),
+    workers,
     spawnWorker,
     agent: { host: v['agent-bind-address'], port: v['agent-port'] },
     ...(config.frontend.tcp ? { frontend: { host: config.frontend.tcp.host, port: config.frontend.tcp.port } } : {}),
+    ...(!tenants && config.frontend.uds ? { uds: config.frontend.uds } : {}),
     ...(config.health ? { health: config.health } : {}),
     maxPendingHellos: v['max-pending-client-hellos'],
     maxPendingHellosPerHost: v['max-pending-client-hellos-per-host'],

@@ -9,6 +9,7 @@ import { UsageError } from '../../common/usage-error.js';
 import { isLoopbackHost } from '../../common/loopback.js';
 import { errorMessage } from '../../common/error-message.js';
 import { defaultNodeToCpConnections } from '../../common/open-files-limit.js';
+import { cpuQuota } from '../../common/cpu-quota.js';
 import { logLevelFrom } from '../../settings/process-settings.js';
 import { kubeClientConfig } from '../../kube/settings.js';
 import type { KubeClientConfig } from '../../kube/kube-clients.js';
@@ -65,14 +66,17 @@ export interface ServerConfig {
   notices: string[];
   /** `--tenants-config`: the file declaring the tenants (tenants-command-line.ts); the settings above are then what they share. */
   tenants?: { file: string; workers: number };
+  /**
+   * `--workers` of a server of one cluster, when above 1: worker processes
+   * that are each a server of their own to the agents (docs/multi-tenant.md,
+   * "Workers of one cluster").
+   */
+  workers?: number;
 }
 
 /** Checks what ties the settings together; `notices` are the command line's lines about ignored upstream flags (more may be added). */
 export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig {
-  if (v.workers !== 1)
-    throw new UsageError(
-      `--workers needs ${FLAG['tenants-config']}: one cluster's agents and kube-apiserver meet in one process (docs/multi-tenant.md, "Workers")`,
-    );
+  const workers = v.workers || cpuQuota();
   const certFile = v['cluster-cert'] ?? v['server-cert'];
   const keyFile = v['cluster-key'] ?? v['server-key'];
   if (!certFile || !keyFile)
@@ -132,6 +136,10 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
       throw new UsageError(`${FLAG['enable-lease-controller']}: ${errorMessage(err)}`);
     }
   }
+  if (workers > 1 && (frontend.httpProxy || frontend.extra))
+    throw new UsageError(
+      `${FLAG.workers} ${workers} serves the agent port and the frontend (${FLAG['uds-name']} or ${FLAG['server-port']}) only: start the server without ${FLAG['http-proxy-port']}, ${FLAG['socks5-port']} and ${FLAG['socks5-uds-name']}, or with ${FLAG.workers} 1 (docs/multi-tenant.md, "Workers of one cluster")`,
+    );
   const kube = tokens || leases ? kubeClientConfig(v) : undefined;
   const shared = processConfig(v, notices, { certFile, keyFile });
   return {
@@ -144,6 +152,7 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
     ...(kube ? { kube } : {}),
     ...(leases ? { leases } : {}),
     frontend,
+    ...(workers > 1 ? { workers } : {}),
   };
 }
 

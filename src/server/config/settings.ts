@@ -66,7 +66,7 @@ export const serverSettings = {
     default: 1,
     min: 0,
     describe:
-      'With --tenants-config: worker processes the tenants are spread over, each tenant served whole by one (0: one per CPU core); a worker that dies is started again alone',
+      "Worker processes (0: the cgroup's CPU quota, else one per core). One cluster: each worker is a server of its own to the agents (server ID suffixed -wN, --server-count multiplied), agents and kube-apiserver connections spread over them. With --tenants-config: the tenants are spread over them, each served whole by one. A worker that dies is started again alone",
     group: IDENTITY,
   }),
   'max-pending-client-hellos': count({

@@ -6,7 +6,7 @@
  * given there are refused, naming the file as their place, so no setting
  * has two places that could disagree.
  */
-import os from 'node:os';
+import { cpuQuota } from '../../common/cpu-quota.js';
 import { UsageError } from '../../common/usage-error.js';
 import { FLAG, serverSettings, type ServerSettings } from './settings.js';
 import { processConfig, type ServerConfig } from './config.js';
@@ -61,6 +61,6 @@ export function tenantsServerConfig(
             },
           }
         : {},
-    tenants: { file, workers: v.workers || os.availableParallelism() },
+    tenants: { file, workers: v.workers || cpuQuota() },
   };
 }

@@ -9,6 +9,8 @@ export type ToWorker =
 /** Worker -> primary. */
 export type ToPrimary =
   | { type: 'ready' }
+  /** The agents the worker holds, sent when it changes (cluster-steering.ts sends frontends where they are). */
+  | { type: 'agents'; count: number }
   | {
       type: 'reply';
       id: number;
@@ -51,6 +53,7 @@ export function asToWorker(v: unknown): ToWorker | undefined {
 export function asToPrimary(v: unknown): ToPrimary | undefined {
   if (!isObject(v)) return undefined;
   if (v.type === 'ready') return { type: 'ready' };
+  if (v.type === 'agents' && typeof v.count === 'number') return { type: 'agents', count: v.count };
   if (v.type === 'reply' && typeof v.id === 'number') {
     const readiness = asReadiness(v.readiness);
     const tenants = asTenants(v.tenants);

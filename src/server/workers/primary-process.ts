@@ -1,13 +1,14 @@
 /**
  * The primary process of `--workers N` (docs/multi-tenant.md, "Workers"):
  * its private directory, the worker pool (primary.ts) on the shared ports,
- * and the reload of the tenants file on change and SIGHUP, whose server
+ * and, with a tenants file, its reload on change and SIGHUP, whose server
  * names and tenant names the pool routes by.
  */
 import type { ChildProcess } from 'node:child_process';
 import type { Logger } from 'pino';
 import { KanalMetrics } from '../../domain/metrics.js';
 import type { HealthPortOptions } from '../../common/health-server.js';
+import type { UnixSocketOptions } from '../frontends/unix-socket.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import type { TenantsAtStart } from '../tenants/tenants-at-start.js';
 import { logRefusedReload, reloadCounter, reloadOnChangeOrHangup } from '../tenants/tenants-watch.js';
@@ -16,13 +17,15 @@ import { createPrivateDir, removeStaleDirs } from './private-dir.js';
 import { ownerOf } from './owner.js';
 
 export interface PrimaryProcessOptions {
-  /** The file as read at start; read again on each reload. */
-  tenants: TenantsAtStart;
+  /** The file as read at start; read again on each reload. Absent: a server of one cluster. */
+  tenants?: TenantsAtStart;
   workers: number;
   /** Starts worker `index` of `count` with the handoff directory `dir` (worker-env.ts spawnWorker). */
   spawnWorker(index: number, count: number, dir: string): ChildProcess;
   agent: { host: string; port: number };
   frontend?: { host: string; port: number };
+  /** One cluster's Unix socket frontend. */
+  uds?: UnixSocketOptions;
   health?: HealthPortOptions;
   maxPendingHellos: number;
   maxPendingHellosPerHost: number;
@@ -50,9 +53,9 @@ function serverNames(list: readonly TenantDefinition[]): Map<string, string> {
 
 /** The primary: starts the workers and the shared ports, reloads on change and SIGHUP. */
 export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
-  const { log, workers } = o;
-  let names = serverNames(o.tenants.first);
-  let known = tenantNames(o.tenants.first);
+  const { log, workers, tenants } = o;
+  let names = serverNames(tenants?.first ?? []);
+  let known = tenantNames(tenants?.first ?? []);
   removeStaleDirs(log);
   // Removed by stop() below, or when the process exits however it does (private-dir.ts).
   const dir = createPrivateDir();
@@ -66,9 +69,16 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     flags: o.flags,
     ...(o.frontend ? { frontend: o.frontend } : {}),
     ...(o.health ? { health: o.health } : {}),
-    tenantOfServerName: (name) => names.get(name),
-    owner: (tenant) => ownerOf(tenant, workers),
-    tenantNames: () => known,
+    ...(o.uds ? { uds: o.uds } : {}),
+    ...(tenants
+      ? {
+          tenants: {
+            tenantOfServerName: (name: string) => names.get(name),
+            owner: (tenant: string) => ownerOf(tenant, workers),
+            tenantNames: () => known,
+          },
+        }
+      : {}),
     maxPendingHellos: o.maxPendingHellos,
     maxPendingHellosPerHost: o.maxPendingHellosPerHost,
     metrics,
@@ -81,9 +91,18 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     dir.remove();
     throw err;
   }
+  if (!tenants)
+    return {
+      pool,
+      metrics,
+      stop: async () => {
+        await pool.stop();
+        dir.remove();
+      },
+    };
   const reload = (): void => {
     try {
-      const list = o.tenants.read();
+      const list = tenants.read();
       names = serverNames(list);
       known = tenantNames(list);
     } catch (err) {
@@ -94,7 +113,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     reloads.inc({ result: 'applied' });
     void pool.reload();
   };
-  const watch = reloadOnChangeOrHangup(o.tenants, reload, log);
+  const watch = reloadOnChangeOrHangup(tenants, reload, log);
   return {
     pool,
     metrics,

@@ -5,9 +5,11 @@
  * the tenants ownerOf() gives it. The primary binds the shared ports, reads
  * each connection's ClientHello for its server name and hands the socket to
  * the worker of that name's tenant (any worker when there is none: that one
- * recognises the tenant by certificate and relays it, workers/handoff.ts);
- * it serves health and the workers' metrics together, and starts a worker
- * that died again without touching the others.
+ * recognises the tenant by certificate and relays it, workers/handoff.ts).
+ * A server of one cluster instead makes every worker a server of its own to
+ * the agents (cluster-steering.ts picks the worker of each connection, no
+ * byte read). The primary serves health and the workers' metrics together,
+ * and starts a worker that died again without touching the others.
  */
 import net from 'node:net';
 import type { ChildProcess } from 'node:child_process';
@@ -21,6 +23,8 @@ import { Refusals } from '../../domain/refusal-log.js';
 import { MAX_HELLO_BYTES, readClientHello } from './client-hello.js';
 import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
 import { StateMachine, type Lifecycle } from '../../common/state-machine.js';
+import { listenUnix, type UnixSocketFile, type UnixSocketOptions } from '../frontends/unix-socket.js';
+import { ClusterSteering } from './cluster-steering.js';
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
 export const HELLO_TIMEOUT_MS = 15_000;
@@ -63,6 +67,22 @@ interface Worker {
   pending: Map<number, (reply: Extract<ToPrimary, { type: 'reply' }> | undefined) => void>;
   /** Resolved by the first 'ready' of the current process. */
   onReady?: () => void;
+  /**
+   * Sockets sent to this worker whose send has not completed: Node passes
+   * one handle at a time per channel and queues the rest until the worker
+   * acknowledges (lib/internal/child_process.js), and a worker that dies
+   * leaves the queued ones with nobody; they are closed when it ends.
+   */
+  readonly handing: Set<net.Socket>;
+}
+
+/** How a server of many tenants routes by server name (absent: a server of one cluster). */
+export interface PrimaryTenants {
+  /** The tenant a server name picks (the tenants file's server-name), read afresh for every connection. */
+  tenantOfServerName(name: string): string | undefined;
+  owner(tenant: string): number;
+  /** The tenants of the file as last read (`/readyz?tenant=` tells an unknown one from one not yet applied). */
+  tenantNames(): ReadonlySet<string>;
 }
 
 /** How the command line names the settings behind the options below, for listen errors and refusals (the assembly passes its table's names). */
@@ -80,12 +100,11 @@ export interface PrimaryOptions {
   spawn(index: number): ChildProcess;
   agent: { host: string; port: number };
   frontend?: { host: string; port: number };
+  /** One cluster's frontend on a Unix socket (--uds-name): bound here, each connection handed to a worker. */
+  uds?: UnixSocketOptions;
   health?: { host: string; port: number };
-  /** The tenant a server name picks (the tenants file's server-name), read afresh for every connection. */
-  tenantOfServerName(name: string): string | undefined;
-  owner(tenant: string): number;
-  /** The tenants of the file as last read (`/readyz?tenant=` tells an unknown one from one not yet applied). */
-  tenantNames(): ReadonlySet<string>;
+  /** A server of many tenants; without, one cluster whose every worker serves every agent. */
+  tenants?: PrimaryTenants;
   /** Connections read for their ClientHello at once (--max-pending-client-hellos); beyond, a new one is closed and counted. */
   maxPendingHellos: number;
   /** The same from one peer address (--max-pending-client-hellos-per-host): one host cannot take every place. */
@@ -106,6 +125,9 @@ export class WorkerPool {
   private health: HealthServer | undefined;
   private nextRequest = 1;
   private roundRobin = 0;
+  /** One cluster: which worker takes each connection. */
+  private readonly steering: ClusterSteering | undefined;
+  private udsFile: UnixSocketFile | undefined;
   private stopping = false;
   /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
   private readonly details = new Map<number, string>();
@@ -125,6 +147,7 @@ export class WorkerPool {
       ),
       delayMs: RESTART_DELAY_MS.first,
       pending: new Map(),
+      handing: new Set(),
     }));
     this.restarts = new Counter({
       name: 'kanal_worker_restarts_total',
@@ -133,6 +156,7 @@ export class WorkerPool {
       registers: [opts.metrics.registry],
     });
     this.refusals = new Refusals(opts.log, opts.metrics);
+    this.steering = opts.tenants ? undefined : new ClusterSteering(opts.count);
     opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.machine.kind === 'ready').length);
   }
 
@@ -150,6 +174,7 @@ export class WorkerPool {
     await Promise.all(this.workers.map((w) => this.startWorker(w)));
     this.agentPort = await this.listen(this.opts.agent, 'agent', this.opts.flags.agent);
     if (this.opts.frontend) this.frontendPort = await this.listen(this.opts.frontend, 'frontend', this.opts.flags.frontend);
+    if (this.opts.uds) await this.listenUnix(this.opts.uds);
     const health = this.opts.health;
     if (health) {
       this.health = await startHealthServer({
@@ -184,6 +209,10 @@ export class WorkerPool {
     child.on('message', (raw: unknown) => {
       const m = asToPrimary(raw);
       if (!m) return;
+      if (m.type === 'agents') {
+        this.steering?.agentsOf(w.index, m.count);
+        return;
+      }
       if (m.type === 'ready') {
         this.transition(w, { kind: 'ready', since: Date.now() });
         w.onReady?.();
@@ -203,6 +232,9 @@ export class WorkerPool {
   private ended(w: Worker, child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
     if (w.child !== child) return;
     w.child = undefined;
+    this.steering?.gone(w.index);
+    for (const socket of w.handing) socket.destroy();
+    w.handing.clear();
     for (const resolve of w.pending.values()) resolve(undefined);
     w.pending.clear();
     if (this.stopping) {
@@ -225,6 +257,17 @@ export class WorkerPool {
       if (this.stopping) return;
       this.startWorker(w).catch((err: Error) => this.opts.log.error({ worker: w.index, err: err.message }, 'worker did not start'));
     }, delay);
+  }
+
+  /** One cluster's Unix socket frontend: its connections go to the workers as the TCP frontend's do. */
+  private async listenUnix(uds: UnixSocketOptions): Promise<void> {
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => {
+      if (this.stopping) socket.destroy();
+      else this.handTo(this.steering?.frontend(this.readyIndexes()), socket, 'frontend');
+    });
+    this.udsFile = await listenUnix(server, uds);
+    server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
+    this.servers.push(server);
   }
 
   private async listen(where: { host: string; port: number }, port: 'agent' | 'frontend', flags: string): Promise<number> {
@@ -258,6 +301,13 @@ export class WorkerPool {
       return;
     }
     const host = socket.remoteAddress ?? 'unknown';
+    const steering = this.steering;
+    if (steering) {
+      // Every worker of one cluster serves every connection: handed on at once, nothing read.
+      const ready = this.readyIndexes();
+      this.handTo(port === 'agent' ? steering.agent(ready, host) : steering.frontend(ready), socket, port);
+      return;
+    }
     const fromHost = this.pendingByHost.get(host) ?? 0;
     const full =
       this.sockets.size >= this.opts.maxPendingHellos
@@ -291,6 +341,27 @@ export class WorkerPool {
     this.route(socket, port, release);
   }
 
+  /** The indexes of the workers serving now. */
+  private readyIndexes(): number[] {
+    return this.workers.filter((w) => w.machine.kind === 'ready' && w.child).map((w) => w.index);
+  }
+
+  /** Hands `socket`, unread, to worker `index` (none: closed). */
+  private handTo(index: number | undefined, socket: net.Socket, port: 'agent' | 'frontend'): void {
+    const w = index === undefined ? undefined : this.workers[index];
+    const child = w?.child;
+    if (!w || !child) {
+      socket.destroy();
+      return;
+    }
+    const message: ToWorker = { type: 'connection', port, head: '' };
+    w.handing.add(socket);
+    child.send(message, socket, (err) => {
+      w.handing.delete(socket);
+      if (err) socket.destroy();
+    });
+  }
+
   /** Reads the ClientHello (bounded in size and time), then hands the socket to the worker of its tenant. */
   private route(socket: net.Socket, port: 'agent' | 'frontend', release: () => void): void {
     let head = Buffer.alloc(0);
@@ -301,7 +372,7 @@ export class WorkerPool {
       socket.pause();
       // No longer the primary's to hold: the worker has it (or nobody, below).
       release();
-      const tenant = serverName === undefined ? undefined : this.opts.tenantOfServerName(serverName);
+      const tenant = serverName === undefined ? undefined : this.opts.tenants?.tenantOfServerName(serverName);
       const w = this.workerFor(tenant);
       if (!w?.child) {
         socket.destroy();
@@ -325,7 +396,8 @@ export class WorkerPool {
 
   /** The owner of `tenant`, or the next ready worker in turn (it recognises the tenant and relays). */
   private workerFor(tenant: string | undefined): Worker | undefined {
-    if (tenant !== undefined) return this.workers[this.opts.owner(tenant)];
+    const tenants = this.opts.tenants;
+    if (tenant !== undefined && tenants) return this.workers[tenants.owner(tenant)];
     for (let i = 0; i < this.workers.length; i++) {
       const w = this.workers[this.roundRobin++ % this.workers.length];
       if (w.machine.kind === 'ready') return w;
@@ -370,19 +442,23 @@ export class WorkerPool {
    */
   private readiness(query?: URLSearchParams): Readiness {
     const one = query?.get('tenant');
-    if (one) return this.readinessOf(one);
+    const tenants = this.opts.tenants;
+    if (one && tenants) return this.readinessOf(one, tenants);
     const lines = this.workers.map((w) => {
       const own = w.machine.kind === 'ready' ? this.details.get(w.index) : undefined;
       return `worker ${w.index}: ${w.machine.kind}${w.child?.pid ? ` (pid ${w.child.pid})` : ''}${own ? `; ${own.replace(/\n/g, '\n  ')}` : ''}`;
     });
-    const ready = this.workers.every((w) => w.machine.kind === 'ready');
+    // One cluster: ready once a worker holds an agent, as one process is once an agent is connected (upstream's rule).
+    const ready = this.steering
+      ? this.workers.some((w) => w.machine.kind === 'ready' && (this.steering?.agentsHeld(w.index) ?? 0) > 0)
+      : this.workers.every((w) => w.machine.kind === 'ready');
     return { ready, detail: `${this.workers.length} worker(s)\n${lines.join('\n')}` };
   }
 
-  private readinessOf(tenant: string): Readiness {
+  private readinessOf(tenant: string, tenants: PrimaryTenants): Readiness {
     const noSuch = { ready: false, detail: `no tenant ${JSON.stringify(tenant)} here` };
-    if (!this.opts.tenantNames().has(tenant)) return noSuch;
-    const w = this.workers[this.opts.owner(tenant)];
+    if (!tenants.tenantNames().has(tenant)) return noSuch;
+    const w = this.workers[tenants.owner(tenant)];
     const polled = w.machine.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
     // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
     return polled ?? (w.machine.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.machine.kind}` });
@@ -445,6 +521,7 @@ export class WorkerPool {
       }),
     );
     await this.health?.close();
+    this.udsFile?.release();
     this.opts.log.info('workers stopped');
   }
 }

@@ -15,6 +15,8 @@ export const WORKER_DIR_ENV = 'KANAL_WORKER_DIR';
 /** Worker `index` of several: which worker serves a tenant, and where each worker takes relayed connections. */
 export interface WorkerPlace {
   index: number;
+  /** How many workers the primary runs. */
+  count: number;
   owner(tenant: string): number;
   handoffPath(index: number): string;
 }
@@ -25,7 +27,7 @@ export function workerOf(env: NodeJS.ProcessEnv = process.env): WorkerPlace | un
   const dir = env[WORKER_DIR_ENV];
   if (!m || !dir) return undefined;
   const [index, count] = [Number(m[1]), Number(m[2])];
-  return { index, owner: (tenant) => ownerOf(tenant, count), handoffPath: (i) => path.join(dir, `w${i}.sock`) };
+  return { index, count, owner: (tenant) => ownerOf(tenant, count), handoffPath: (i) => path.join(dir, `w${i}.sock`) };
 }
 
 /** Starts worker `index`: this process's own command line, in this runtime's form (npm package or executable). */

@@ -14,6 +14,8 @@ export interface WorkerHost {
   adoptFrontend(socket: net.Socket, head: Buffer): void;
   metricsTexts(): Promise<string[]>;
   readiness(query?: URLSearchParams): Readiness;
+  /** The agents this worker holds now (all its tenants'). */
+  agentCount(): number;
   /** The tenants this worker serves now. */
   tenantsServed(): string[];
   reloadTenants(): Promise<unknown>;
@@ -21,6 +23,24 @@ export interface WorkerHost {
 
 function send(message: ToPrimary): void {
   process.send?.(message);
+}
+
+/** How often the agents held are compared with what the primary was last told: a connect takes longer than this anyway. */
+const AGENTS_CHECK_MS = 100;
+
+/** Tells the primary the agents held whenever that changes; stops with the channel. */
+function reportAgents(host: WorkerHost): void {
+  let told = -1;
+  const check = (): void => {
+    const n = host.agentCount();
+    if (n === told) return;
+    told = n;
+    send({ type: 'agents', count: n });
+  };
+  const timer = setInterval(check, AGENTS_CHECK_MS);
+  timer.unref();
+  process.once('disconnect', () => clearInterval(timer));
+  check();
 }
 
 /** Serves the primary's messages; `primaryGone` runs once when the channel closes. */
@@ -59,4 +79,5 @@ export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => 
   });
   process.once('disconnect', primaryGone);
   send({ type: 'ready' });
+  reportAgents(host);
 }
