@@ -1,6 +1,6 @@
 /** What a KanalServer is given (ports, credentials, routing, limits) and what it reports of itself. */
 import type { HealthPortOptions } from '../common/health-server.js';
-import type { ClientsFileSource } from './clients/clients-file-watch.js';
+import type { ClientsFileSource } from './tenants/clients-file-watch.js';
 import type { AuditLogFileOptions } from '../audit/settings.js';
 import type { Logger } from 'pino';
 import type { Transport } from '../transport/transport.js';

@@ -33,7 +33,7 @@ import { Tenant } from './tenants/tenant.js';
 import type { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { reloadCounter } from './tenants/tenants-watch.js';
-import { watchClientsFile } from './clients/clients-file-watch.js';
+import { watchClientsFile } from './tenants/clients-file-watch.js';
 import { ONE_CLUSTER, TenantRooms, type ReloadResult, type Room } from './tenants/tenant-rooms.js';
 import { listenForHandoffs } from './workers/handoff.js';
 import { WorkerRelay } from './workers/relay.js';

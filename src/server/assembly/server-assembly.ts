@@ -26,7 +26,7 @@ import { spawnWorker, type WorkerPlace } from '../workers/worker-env.js';
 import { FLAG, serverSettings } from '../config/settings.js';
 import { flagsOf } from '../../settings/flag-names.js';
 import type { ClientEntry } from '../clients/client-entry.js';
-import type { ClientsFileSource } from '../clients/clients-file-watch.js';
+import type { ClientsFileSource } from '../tenants/clients-file-watch.js';
 import { fileDigest } from '../tenants/tenants-watch.js';
 
 /** The credential files' contents (src/cli/server-command.ts loadServerCredentials). */
@@ -88,7 +88,7 @@ export async function oneClusterClients(config: ServerConfig): Promise<{ entries
     });
   // The digest before the read: a change in between is seen by the watch as a change.
   const digest = fileDigest(file) ?? '';
-  return { entries: await read(), source: { file, digest, read } };
+  return { entries: await read(), source: { flag: FLAG['frontend-clients-config'], file, digest, read } };
 }
 
 /** The options of the settings alone (no API client, no tenants file): what one cluster's flags say. */

@@ -9,12 +9,13 @@
 import type { Logger } from 'pino';
 import { Counter, type Registry } from '../../domain/prom-client.js';
 import { errorMessage } from '../../common/error-message.js';
-import { reloadOnChangeOrHangup, type TenantsWatch } from '../tenants/tenants-watch.js';
-import type { ClientEntry } from './client-entry.js';
-import { FLAG } from '../config/settings.js';
+import { reloadOnChangeOrHangup, type TenantsWatch } from './tenants-watch.js';
+import type { ClientEntry } from '../clients/client-entry.js';
 
 /** Where a server of one cluster reads its clients: the file, what was loaded of it, and how to read it again. */
 export interface ClientsFileSource {
+  /** The flag that named it (--frontend-clients-config), for the metric's help. */
+  readonly flag: string;
   readonly file: string;
   /** SHA-256 of the text the entries in use came from. */
   readonly digest: string;
@@ -30,7 +31,7 @@ export function watchClientsFile(
 ): TenantsWatch {
   const reloads = new Counter({
     name: 'kanal_frontend_clients_config_reloads_total',
-    help: `Reloads of ${FLAG['frontend-clients-config']} by result: applied, or invalid (refused whole; the running list stays)`,
+    help: `Reloads of ${source.flag} by result: applied, or invalid (refused whole; the running list stays)`,
     labelNames: ['result'],
     registers: [registry],
   });
