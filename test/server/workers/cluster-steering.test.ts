@@ -8,11 +8,11 @@ import test from 'ava';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import yargs from 'yargs';
 import { ClusterSteering } from '../../../src/server/workers/cluster-steering.js';
 import { clusterWorkerSettings, workerServerID } from '../../../src/server/config/cluster-worker.js';
 import { coresOfCpuMax, cpuQuota } from '../../../src/common/cpu-quota.js';
-import { serverBuilder, validateServerArgs, type ServerArgs } from '../../../src/cli/server-command.js';
+import { validateServerArgs, type ServerArgs } from '../../../src/cli/server-command.js';
+import { parseServerFlags } from '../../../kit/launch/in-process.js';
 
 test("one node's successive agent connections reach every worker within as many connects, whatever other nodes do", (t) => {
   const s = new ClusterSteering(3);
@@ -85,14 +85,7 @@ const ONE_CLUSTER = [
 ];
 
 function parse(extra: string[]): ServerArgs {
-  return serverBuilder(yargs([...ONE_CLUSTER, ...extra]))
-    .strict()
-    .exitProcess(false)
-    .parserConfiguration({ 'camel-case-expansion': false, 'strip-aliased': true })
-    .fail((message, err) => {
-      throw err ?? new Error(message);
-    })
-    .parseSync();
+  return parseServerFlags([...ONE_CLUSTER, ...extra]);
 }
 
 test('--workers for one cluster: N above 1 is kept, 1 is none, 0 is the CPU quota; the doors it does not spread are refused', (t) => {
