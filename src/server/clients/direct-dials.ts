@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { CancelSignal } from '../../common/cancel.js';
 import { errorMessage } from '../../common/error-message.js';
+import { truncateForLog } from '../../common/log-safety.js';
 import { RateLimitedLog } from '../../common/rate-limited-log.js';
 import { REFUSAL_LOG_INTERVAL_MS } from '../../domain/refusal-log.js';
 import type { ConnectionAuditor, DirectConnection } from '../../audit/connection-auditor.js';
@@ -56,7 +57,13 @@ export class DirectDials {
     } catch (err) {
       const failure = err instanceof DialError ? err.failure : 'refused';
       metrics.dialed(failure);
-      this.failures.warn(`${failure} ${address}`, { address, client: client.address, err: errorMessage(err) }, 'direct-route dial failed');
+      // The address is the client's choice: its key and field are cut to a host:port's length.
+      const shown = truncateForLog(address, 260);
+      this.failures.warn(
+        `${failure} ${shown}`,
+        { address: shown, client: client.address, err: errorMessage(err) },
+        'direct-route dial failed',
+      );
       this.opts.auditor?.dialFailed({ direction: 'cp_to_node', client, destination: address, error: err, startedAt: t0, via: 'direct' });
       throw err;
     }
