@@ -289,6 +289,8 @@ export interface FrontendListenerOptions {
    * nothing is bound, its connections come in through adopt().
    */
   adoptedUds?: { path: string };
+  /** The plain TCP listener at `address` that the primary of a cluster's workers binds: its connections come in through adopt(). */
+  adoptedPlain?: { address: string };
   /**
    * Plain TCP, no TLS (a forward proxy or SOCKS5 for clients without a certificate, docs/frontends.md):
    * bound to loopback or a pod IP; a client is known by its address and what it presents.
@@ -384,6 +386,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     };
   }
   if (opts.adoptedUds) return adoptUnix(opts, opts.adoptedUds.path, sockets);
+  if (opts.adoptedPlain) return adoptPlain(opts, opts.adoptedPlain.address, sockets);
   if (opts.plain) return listenPlain(opts, opts.plain, sockets, peers);
   const tcp = opts.tcp;
   if (!tcp) throw new Error(`frontend needs --uds-name or ${SERVER_PORT}`);
@@ -458,11 +461,33 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
 /** A Unix socket frontend whose connections another process accepted: each is served as the socket's own would be. */
 function adoptUnix(opts: FrontendListenerOptions, path: string, sockets: Set<net.Socket>): Listener {
   const peer = `unix:${path}`;
-  const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
   const size = sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets');
+  return adopted(opts, `unix://${path}`, sockets, (socket) => {
+    size(socket);
+    return peer;
+  });
+}
+
+/** A plain TCP frontend whose connections another process accepted (listenPlain's, bound there). */
+function adoptPlain(opts: FrontendListenerOptions, address: string, sockets: Set<net.Socket>): Listener {
+  return adopted(opts, address, sockets, (socket) => {
+    // As listenPlain's noDelay: an answer written as head then body must not wait for a delayed ACK (RFC 896).
+    socket.setNoDelay(true);
+    return peerOf(socket, 'unknown');
+  });
+}
+
+/** A listener bound by another process: `prepare` readies each handed socket and names its peer; each is then served as its own would be. */
+function adopted(
+  opts: FrontendListenerOptions,
+  address: string,
+  sockets: Set<net.Socket>,
+  prepare: (socket: net.Socket) => string,
+): Listener {
+  const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
   let open = true;
   return {
-    address: `unix://${path}`,
+    address,
     port: 0,
     close: () => {
       open = false;
@@ -476,7 +501,7 @@ function adoptUnix(opts: FrontendListenerOptions, path: string, sockets: Set<net
       }
       sockets.add(socket);
       socket.once('close', () => sockets.delete(socket));
-      size(socket);
+      const peer = prepare(socket);
       if (head.length > 0) socket.unshift(head);
       dispatch(socket, opts, peer, connection);
     },

@@ -20,6 +20,7 @@ import { defaultMemoryBudget } from '../common/memory-limit.js';
 import { RetentionLedger } from '../domain/retention-ledger.js';
 import type { AgentRegistry } from './agents/agent-registry.js';
 import { listenForAgents, listenForFrontends, peerOf, type FrontendConnection, type Listener } from './listeners.js';
+import { formatHostPort } from '../common/host-port.js';
 import { Refusals } from '../domain/refusal-log.js';
 import { listenError } from '../common/listen-error.js';
 import { assertRolesSeparated, ClientRoles, NO_PINS } from './identity/client-roles.js';
@@ -33,7 +34,7 @@ import { Tenant } from './tenants/tenant.js';
 import type { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { reloadCounter } from './tenants/tenants-watch.js';
-import { watchClientsFile } from './tenants/clients-file-watch.js';
+import { watchClientsFile, type ClientsFileWatch } from './tenants/clients-file-watch.js';
 import { ONE_CLUSTER, TenantRooms, type ReloadResult, type Room } from './tenants/tenant-rooms.js';
 import { listenForHandoffs } from './workers/handoff.js';
 import { WorkerRelay } from './workers/relay.js';
@@ -104,6 +105,8 @@ export class KanalServer {
   private extraListeners: Listener[] = [];
   private health: HealthServer | undefined;
   private closers: (() => Promise<void>)[] = [];
+  /** One cluster's --frontend-clients-config, watched once the server listens. */
+  private clientsWatch: ClientsFileWatch | undefined;
   /** Report the refusals still held back by rate limiting (at stop). */
   private flushers: (() => void)[] = [];
   private readonly log: ServerOptions['log'];
@@ -359,7 +362,9 @@ export class KanalServer {
     if (clientsFile && !this.opts.tenants) {
       const tenant = this.tenant(ONE_CLUSTER);
       const watch = watchClientsFile(clientsFile, (entries) => tenant.clients.configure(entries), this.metrics.registry, this.log);
+      this.clientsWatch = watch;
       this.closers.push(() => {
+        this.clientsWatch = undefined;
         watch.close();
         return Promise.resolve();
       });
@@ -434,13 +439,20 @@ export class KanalServer {
 
   /** The listeners of single doors beside the frontend (ServerOptions.frontend.extra), closed with the rest. */
   private async startExtraListeners(grpc: GrpcServerTransport<FrontendConnection>): Promise<void> {
+    // A worker of one cluster binds none of them: its primary hands each connection over (adoptExtra).
+    const worker = this.opts.worker;
     for (const extra of this.opts.frontend.extra ?? []) {
       const log = this.log.child({ part: 'frontend', listener: extra.mode });
+      const where = worker
+        ? {
+            ...(extra.uds ? { adoptedUds: { path: extra.uds.path } } : {}),
+            ...(extra.plain ? { adoptedPlain: { address: formatHostPort(extra.plain) } } : {}),
+          }
+        : { ...(extra.uds ? { uds: extra.uds } : {}), ...(extra.plain ? { plain: extra.plain } : {}) };
       const listener = await listenForFrontends({
         mode: extra.mode,
         identifyClients: true,
-        ...(extra.uds ? { uds: extra.uds } : {}),
-        ...(extra.plain ? { plain: extra.plain } : {}),
+        ...where,
         listenFlags: extra.flags,
         requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,
         services: this.frontendServices(grpc, log),
@@ -448,7 +460,8 @@ export class KanalServer {
         refusals: this.refusalLogs.frontend,
       });
       this.extraListeners.push(listener);
-      if (extra.plain && !this.rooms.get(ONE_CLUSTER)?.tenant.clients.configured)
+      // Said once per server: by its first worker, not by each.
+      if (extra.plain && (worker?.index ?? 0) === 0 && !this.rooms.get(ONE_CLUSTER)?.tenant.clients.configured)
         log.warn(
           { address: listener.address, flags: extra.flags },
           'plain TCP listener without a clients: list: whoever reaches it is the kube-apiserver and may reach every destination',
@@ -611,6 +624,12 @@ export class KanalServer {
     return this.rooms.reload();
   }
 
+  /** A worker told to reload: the tenants file, or one cluster's clients file (its primary passes SIGHUP on, primary-process.ts). */
+  async reload(): Promise<void> {
+    if (this.opts.tenants) await this.reloadTenants();
+    else await this.clientsWatch?.reload('the primary passed on a SIGHUP');
+  }
+
   /** Whether this process serves `tenant` (always, unless it is one of several workers). */
   private owns(tenant: string): boolean {
     return this.relay?.owns(tenant) ?? true;
@@ -629,6 +648,13 @@ export class KanalServer {
   /** A worker: a connection the primary accepted on the agent port, with what it read of it. */
   adoptAgent(socket: net.Socket, head: Buffer): void {
     this.agentListener?.adopt?.(socket, head);
+  }
+
+  /** A worker of one cluster: a connection the primary accepted on listener `index` of ServerOptions.frontend.extra. */
+  adoptExtra(index: number, socket: net.Socket): void {
+    const listener = this.extraListeners[index];
+    if (listener?.adopt) listener.adopt(socket, Buffer.alloc(0));
+    else socket.destroy();
   }
 
   /** A worker: a connection the primary accepted on the TCP frontend. */

@@ -46,6 +46,15 @@ export function countFlag(flag: string, value: number, min = 1): number {
   return value;
 }
 
+/** A count or the word `auto`, which is returned as 0 (countOrAuto in kinds.ts). */
+export function countOrAutoFlag(flag: string, value: string, min = 1): number {
+  if (value === 'auto') return 0;
+  const n = /^\s*\d+\s*$/.test(value) ? Number(value) : NaN;
+  if (!Number.isInteger(n) || n < min)
+    throw new UsageError(`--${flag} must be auto or a whole number of at least ${min}, got ${JSON.stringify(value)}`);
+  return n;
+}
+
 const MAX_CONNECTION_WINDOW_CEILING = MAX_WINDOW_BYTES;
 
 /** `--max-connection-window`: from `initial` (the window every connection starts with, DEFAULT_LIMITS.windowBytes) to 64 MiB. */

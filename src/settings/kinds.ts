@@ -3,7 +3,7 @@
  * with the shared checks (checks.ts), so a kind's message is the same on
  * every command that has it.
  */
-import { choiceFlag, countFlag, durationFlag, durationOrOffFlag, portFlag } from './checks.js';
+import { choiceFlag, countFlag, countOrAutoFlag, durationFlag, durationOrOffFlag, portFlag } from './checks.js';
 import type { GivenType, Setting } from './setting.js';
 import type { HelpGroup } from './groups.js';
 
@@ -69,6 +69,21 @@ export function port(o: Described & { default: number; allowZero: boolean }): Se
 export function count(o: Described & { default: number; min?: number }): Setting<number, number> {
   const { min, ...rest } = o;
   return setting({ ...rest, type: 'number', parse: (v: number, flag) => countFlag(flag, v, min) });
+}
+
+/**
+ * A count that may be `auto` (what the machine gives, the caller decides
+ * how much that is), parsed as 0, which means the same: `--workers auto`
+ * and `--workers 0` are one value.
+ */
+export function countOrAuto(o: Described & { default: number | 'auto'; min?: number }): Setting<string, number> {
+  const { min, default: given, ...rest } = o;
+  return setting({
+    ...rest,
+    type: 'string',
+    default: String(given),
+    parse: (v: string, flag) => countOrAutoFlag(flag, String(v), min),
+  });
 }
 
 /** A positive Go-style duration ("10s", "1m30s"), in milliseconds. */

@@ -8,9 +8,13 @@
  */
 import test from 'ava';
 import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
 import { httpConnect } from '../../kit/demo/proxy-client.js';
+import { freePort } from '../../kit/launch/kanal-cli.js';
+import { connectSocks, socks5Handshake } from '../helpers/socks5-client.js';
 import {
   echoRoundTrip,
   echoesThrough,
@@ -146,3 +150,116 @@ test.serial("upstream's agent converges too; the TCP frontend's CONNECT and gRPC
   );
   t.is(await server.stop('SIGTERM'), 0);
 });
+
+/** CONNECT to `address` through the HTTP proxy port with a bearer token; the status, and the open tunnel on 200. */
+async function connectWithToken(port: number, address: string, token: string): Promise<{ status: number; socket: net.Socket }> {
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  const head = await new Promise<Buffer>((resolve, reject) => {
+    let got = Buffer.alloc(0);
+    const timer = setTimeout(() => reject(new Error(`CONNECT ${address}: no answer within 10 s`)), 10_000);
+    socket.on('data', function onData(chunk: Buffer) {
+      got = Buffer.concat([got, chunk]);
+      if (got.indexOf('\r\n\r\n') < 0) return;
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.pause();
+      resolve(got);
+    });
+    socket.once('close', () => reject(new Error(`CONNECT ${address}: closed before an answer`)));
+    socket.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\nProxy-Authorization: Bearer ${token}\r\n\r\n`);
+  });
+  const end = head.indexOf('\r\n\r\n');
+  if (end + 4 < head.length) socket.unshift(head.subarray(end + 4));
+  return { status: Number(head.toString('latin1').split(' ')[1]), socket };
+}
+
+test.serial(
+  'the HTTP proxy and SOCKS5 ports spread over the workers; a SIGHUP to the primary reaches them, and the primary stays',
+  async (t) => {
+    t.timeout(120_000);
+    const ws = await makeWorkspace(t, 'kanal-cluster-workers-');
+    const echo = await startEchoBackend(t);
+    const [proxyPort, socksPort] = [await freePort(), await freePort()];
+    const tokenFile = path.join(ws.dir, 'scraper.token');
+    fs.writeFileSync(tokenFile, 'first-token\n', { mode: 0o600 });
+    const clientsFile = path.join(ws.dir, 'clients.yaml');
+    fs.writeFileSync(
+      clientsFile,
+      `clients:\n- name: scraper\n  token-file: ${JSON.stringify(tokenFile)}\n  allow: all\n- name: kube-apiserver\n  uid: ${process.getuid?.() ?? 0}\n  allow: all\n`,
+    );
+    const server = await startServer(t, ws, {
+      name: 'cwp',
+      extraArgs: [
+        '--workers',
+        'auto',
+        '--http-proxy-port',
+        String(proxyPort),
+        '--socks5-port',
+        String(socksPort),
+        '--frontend-clients-config',
+        clientsFile,
+        '--allowed-destination',
+        echo.address,
+      ],
+    });
+    const workers = workerPids(server).filter((p) => p > 0).length;
+    if (workers < 2) {
+      t.log(`--workers auto started ${workers} worker(s) on this machine: the spread is not shown`);
+    }
+    const agent = await startAgent(t, ws, server);
+    await waitUntil(
+      async () => new RegExp(`${workers}/${workers} server tunnel\\(s\\) up`).test(await readyDetail(agent.readyzUrl())),
+      `the agent holds ${workers} tunnels`,
+      20_000,
+    );
+    await waitUntil(
+      async () => (await agentsPerWorker(server)).slice(0, workers).every((n) => n === 1),
+      'each worker holds the agent',
+      10_000,
+    );
+
+    for (let i = 0; i < 8; i++) {
+      const { status, socket } = await connectWithToken(proxyPort, echo.address, 'first-token');
+      t.is(status, 200, `CONNECT through the HTTP proxy port ${i}`);
+      t.true(await echoRoundTrip(socket, randomBytes(500)), `echo through the HTTP proxy port ${i}`);
+      socket.destroy();
+    }
+    const [host, port] = [echo.address.split(':')[0], Number(echo.address.split(':')[1])];
+    for (let i = 0; i < 4; i++) {
+      const s = await connectSocks({ port: socksPort });
+      const outcome = await socks5Handshake(s, host, port, { auth: { username: 'scraper', password: 'first-token' } });
+      t.deepEqual([outcome.kind, outcome.kind === 'reply' ? outcome.rep : -1], ['reply', 0], `SOCKS5 dial ${i}`);
+      t.true(await echoRoundTrip(s, randomBytes(500)), `echo through SOCKS5 ${i}`);
+      s.destroy();
+    }
+    const dials = await dialsPerWorker(server);
+    t.is(dials[0] + dials[1], 12, `dials per worker: ${dials.join(', ')}`);
+    if (workers >= 2)
+      t.true(
+        dials.every((n) => n > 0),
+        `both workers served the plain listeners' dials: ${dials.join(', ')}`,
+      );
+
+    // A token file's change is read at the next reload of the clients file: here the SIGHUP (docs/frontends.md).
+    fs.writeFileSync(tokenFile, 'second-token\n');
+    const reloadedBefore = server.jsonLines().filter((l) => l.msg === 'frontend clients reloaded').length;
+    server.signal('SIGHUP');
+    await waitUntil(
+      () => server.jsonLines().filter((l) => l.msg === 'frontend clients reloaded').length >= reloadedBefore + workers,
+      'every worker read the clients file again',
+      15_000,
+    );
+    for (let i = 0; i < 4; i++) {
+      const old = await connectWithToken(proxyPort, echo.address, 'first-token');
+      t.is(old.status, 403, `the old token is refused after the SIGHUP ${i}`);
+      old.socket.destroy();
+      const fresh = await connectWithToken(proxyPort, echo.address, 'second-token');
+      t.is(fresh.status, 200, `the new token is taken after the SIGHUP ${i}`);
+      fresh.socket.destroy();
+    }
+    t.true(server.running(), `the primary is still running after SIGHUP: ${server.ended() ?? ''}`);
+    t.is(await server.stop('SIGTERM'), 0);
+    await agent.stop();
+  },
+);

@@ -127,7 +127,7 @@ export async function buildServerOptions(config: ServerConfig, credentials: Serv
           tls: credentials.frontend,
           clientPins: config.frontend.tcp.clientPins,
         },
-      extra: [...httpProxyListener(config), ...(config.frontend.extra ?? [])],
+      extra: extraListeners(config),
     },
     health: config.health,
     maxReceiveMessageBytes: v['max-message-size'],
@@ -293,6 +293,8 @@ export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart | 
     agent: { host: v['agent-bind-address'], port: v['agent-port'] },
     ...(config.frontend.tcp ? { frontend: { host: config.frontend.tcp.host, port: config.frontend.tcp.port } } : {}),
     ...(!tenants && config.frontend.uds ? { uds: config.frontend.uds } : {}),
+    ...(!tenants ? { extra: extraListeners(config) } : {}),
+    ...(!tenants && v['frontend-clients-config'] !== undefined ? { clientsFile: v['frontend-clients-config'] } : {}),
     ...(config.health ? { health: config.health } : {}),
     maxPendingHellos: v['max-pending-client-hellos'],
     maxPendingHellosPerHost: v['max-pending-client-hellos-per-host'],
@@ -305,6 +307,11 @@ export function assemblePrimary(config: ServerConfig, tenants: TenantsAtStart | 
     },
     log,
   };
+}
+
+/** One cluster's plain listeners beside the frontend, in the order a worker's primary hands their connections by (workers/primary.ts). */
+function extraListeners(config: ServerConfig): ExtraFrontendListener[] {
+  return [...httpProxyListener(config), ...(config.frontend.extra ?? [])];
 }
 
 /** --http-proxy-port: the HTTP door (forward proxy and CONNECT) on plain TCP, when on. */

@@ -136,10 +136,6 @@ export function serverConfig(v: ServerSettings, notices: string[]): ServerConfig
       throw new UsageError(`${FLAG['enable-lease-controller']}: ${errorMessage(err)}`);
     }
   }
-  if (workers > 1 && (frontend.httpProxy || frontend.extra))
-    throw new UsageError(
-      `${FLAG.workers} ${workers} serves the agent port and the frontend (${FLAG['uds-name']} or ${FLAG['server-port']}) only: start the server without ${FLAG['http-proxy-port']}, ${FLAG['socks5-port']} and ${FLAG['socks5-uds-name']}, or with ${FLAG.workers} 1 (docs/multi-tenant.md, "Workers of one cluster")`,
-    );
   const kube = tokens || leases ? kubeClientConfig(v) : undefined;
   const shared = processConfig(v, notices, { certFile, keyFile });
   return {

@@ -8,7 +8,19 @@ import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { UsageError } from '../../common/usage-error.js';
 import { parseHostPort } from '../../common/host-port.js';
-import { choice, count, duration, durationOrOff, listOf, optionalText, port, setting, text, toggle } from '../../settings/kinds.js';
+import {
+  choice,
+  count,
+  countOrAuto,
+  duration,
+  durationOrOff,
+  listOf,
+  optionalText,
+  port,
+  setting,
+  text,
+  toggle,
+} from '../../settings/kinds.js';
 import { durationFlag, namedFlag } from '../../settings/checks.js';
 import { processSettings } from '../../settings/process-settings.js';
 import { oneClusterOnly, perTenant, processAndTenant } from '../../settings/scope.js';
@@ -62,11 +74,11 @@ export const serverSettings = {
       'Serve many clusters: the YAML file declaring each tenant, how its agents and kube-apiserver are recognised and its settings (docs/multi-tenant.md); re-read when it changes and on SIGHUP',
     group: IDENTITY,
   }),
-  workers: count({
+  workers: countOrAuto({
     default: 1,
     min: 0,
     describe:
-      "Worker processes (0: the cgroup's CPU quota, else one per core). One cluster: each worker is a server of its own to the agents (server ID suffixed -wN, --server-count multiplied), agents and kube-apiserver connections spread over them. With --tenants-config: the tenants are spread over them, each served whole by one. A worker that dies is started again alone",
+      "Worker processes (auto or 0: the cgroup's CPU quota, else one per core). One cluster: each worker is a server of its own to the agents (server ID suffixed -wN, --server-count multiplied), agents and kube-apiserver connections spread over them. With --tenants-config: the tenants are spread over them, each served whole by one. A worker that dies is started again alone",
     group: IDENTITY,
   }),
   'max-pending-client-hellos': count({

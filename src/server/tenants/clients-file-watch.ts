@@ -23,12 +23,18 @@ export interface ClientsFileSource {
   read(): Promise<ClientEntry[]>;
 }
 
+/** The watch, and a reload asked for by another process (the primary of workers passes its SIGHUP on this way). */
+export interface ClientsFileWatch extends TenantsWatch {
+  /** Reads the file again now; resolves once that read is applied or refused. */
+  reload(why: string): Promise<void>;
+}
+
 export function watchClientsFile(
   source: ClientsFileSource,
   apply: (entries: readonly ClientEntry[]) => void,
   registry: Registry,
   log: Logger,
-): TenantsWatch {
+): ClientsFileWatch {
   const reloads = new Counter({
     name: 'kanal_frontend_clients_config_reloads_total',
     help: `Reloads of ${source.flag} by result: applied, or invalid (refused whole; the running list stays)`,
@@ -37,7 +43,7 @@ export function watchClientsFile(
   });
   // One reload at a time; a change during one is read by the next.
   let running: Promise<void> = Promise.resolve();
-  const reload = (): void => {
+  const reload = (): Promise<void> => {
     running = running.then(async () => {
       try {
         const entries = await source.read();
@@ -49,6 +55,14 @@ export function watchClientsFile(
         log.error({ file: source.file, err: errorMessage(err) }, 'frontend clients file refused: the running list stays as it is');
       }
     });
+    return running;
   };
-  return reloadOnChangeOrHangup({ file: source.file, digest: source.digest }, reload, log, 'the frontend clients file');
+  const watch = reloadOnChangeOrHangup({ file: source.file, digest: source.digest }, () => void reload(), log, 'the frontend clients file');
+  return {
+    close: () => watch.close(),
+    reload: (why) => {
+      log.info({ file: source.file, why }, 'reloading the frontend clients file');
+      return reload();
+    },
+  };
 }

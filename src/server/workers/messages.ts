@@ -4,6 +4,8 @@ import type { Readiness } from '../../common/health-server.js';
 /** Primary -> worker. A 'connection' carries the socket as the message's handle. */
 export type ToWorker =
   | { type: 'connection'; port: 'agent' | 'frontend'; head: string }
+  /** One cluster: a connection of the plain listener `index` (ServerOptions.frontend.extra, in its order), nothing read. */
+  | { type: 'connection'; port: 'extra'; index: number }
   | { type: 'request'; id: number; what: 'metrics' | 'readiness' | 'reload' };
 
 /** Worker -> primary. */
@@ -45,6 +47,8 @@ export function asToWorker(v: unknown): ToWorker | undefined {
   if (!isObject(v)) return undefined;
   if (v.type === 'connection' && (v.port === 'agent' || v.port === 'frontend') && typeof v.head === 'string')
     return { type: 'connection', port: v.port, head: v.head };
+  if (v.type === 'connection' && v.port === 'extra' && Number.isInteger(v.index) && typeof v.index === 'number' && v.index >= 0)
+    return { type: 'connection', port: 'extra', index: v.index };
   if (v.type === 'request' && typeof v.id === 'number' && (v.what === 'metrics' || v.what === 'readiness' || v.what === 'reload'))
     return { type: 'request', id: v.id, what: v.what };
   return undefined;

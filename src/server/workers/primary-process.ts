@@ -12,7 +12,7 @@ import type { UnixSocketOptions } from '../frontends/unix-socket.js';
 import type { TenantDefinition } from '../tenants/tenant-definition.js';
 import type { TenantsAtStart } from '../tenants/tenants-at-start.js';
 import { logRefusedReload, reloadCounter, reloadOnChangeOrHangup } from '../tenants/tenants-watch.js';
-import { WorkerPool, type PrimaryFlags } from './primary.js';
+import { WorkerPool, type PrimaryExtraListener, type PrimaryFlags } from './primary.js';
 import { createPrivateDir, removeStaleDirs } from './private-dir.js';
 import { ownerOf } from './owner.js';
 
@@ -26,6 +26,10 @@ export interface PrimaryProcessOptions {
   frontend?: { host: string; port: number };
   /** One cluster's Unix socket frontend. */
   uds?: UnixSocketOptions;
+  /** One cluster's plain listeners (HTTP proxy, SOCKS5), bound here for the workers. */
+  extra?: readonly PrimaryExtraListener[];
+  /** One cluster's --frontend-clients-config, which each worker reads; the primary passes SIGHUP on to them. */
+  clientsFile?: string;
   health?: HealthPortOptions;
   maxPendingHellos: number;
   maxPendingHellosPerHost: number;
@@ -70,6 +74,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     ...(o.frontend ? { frontend: o.frontend } : {}),
     ...(o.health ? { health: o.health } : {}),
     ...(o.uds ? { uds: o.uds } : {}),
+    ...(o.extra ? { extra: o.extra } : {}),
     ...(tenants
       ? {
           tenants: {
@@ -91,15 +96,28 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     dir.remove();
     throw err;
   }
-  if (!tenants)
+  if (!tenants) {
+    // The workers watch the clients file themselves; a SIGHUP (systemd's ExecReload) reaches only this process,
+    // and would end it unhandled (signal(7): Term), so it is passed on as a reload.
+    const clientsFile = o.clientsFile;
+    const onHangup = (): void => {
+      log.info(
+        { file: clientsFile },
+        clientsFile ? 'SIGHUP: each worker reads the frontend clients file again' : 'SIGHUP: nothing to read again',
+      );
+      if (clientsFile) void pool.reload();
+    };
+    process.on('SIGHUP', onHangup);
     return {
       pool,
       metrics,
       stop: async () => {
+        process.off('SIGHUP', onHangup);
         await pool.stop();
         dir.remove();
       },
     };
+  }
   const reload = (): void => {
     try {
       const list = tenants.read();

@@ -25,6 +25,7 @@ import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
 import { StateMachine, type Lifecycle } from '../../common/state-machine.js';
 import { listenUnix, type UnixSocketFile, type UnixSocketOptions } from '../frontends/unix-socket.js';
 import { ClusterSteering } from './cluster-steering.js';
+import { formatHostPort } from '../../common/host-port.js';
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
 export const HELLO_TIMEOUT_MS = 15_000;
@@ -94,6 +95,14 @@ export interface PrimaryFlags {
   maxPendingHellosPerHost: string;
 }
 
+/** A plain listener of one cluster (HTTP proxy, SOCKS5) the primary binds for its workers; ServerOptions.frontend.extra, in its order. */
+export interface PrimaryExtraListener {
+  /** The flags that bind it, for a listen error. */
+  flags: string;
+  uds?: UnixSocketOptions;
+  plain?: { host: string; port: number };
+}
+
 export interface PrimaryOptions {
   count: number;
   /** Starts worker `index` (the CLI knows the command line and the runtime's form). */
@@ -102,6 +111,8 @@ export interface PrimaryOptions {
   frontend?: { host: string; port: number };
   /** One cluster's frontend on a Unix socket (--uds-name): bound here, each connection handed to a worker. */
   uds?: UnixSocketOptions;
+  /** One cluster's plain listeners, each connection handed to a worker as the frontend's are. */
+  extra?: readonly PrimaryExtraListener[];
   health?: { host: string; port: number };
   /** A server of many tenants; without, one cluster whose every worker serves every agent. */
   tenants?: PrimaryTenants;
@@ -127,7 +138,7 @@ export class WorkerPool {
   private roundRobin = 0;
   /** One cluster: which worker takes each connection. */
   private readonly steering: ClusterSteering | undefined;
-  private udsFile: UnixSocketFile | undefined;
+  private readonly udsFiles: UnixSocketFile[] = [];
   private stopping = false;
   /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
   private readonly details = new Map<number, string>();
@@ -138,6 +149,8 @@ export class WorkerPool {
   /** Ports as bound (0 asked: the kernel's choice). */
   agentPort = 0;
   frontendPort = 0;
+  /** Each plain listener's address as bound, in PrimaryOptions.extra's order. */
+  readonly extraAddresses: string[] = [];
 
   constructor(private readonly opts: PrimaryOptions) {
     this.workers = Array.from({ length: opts.count }, (_, index) => ({
@@ -174,7 +187,8 @@ export class WorkerPool {
     await Promise.all(this.workers.map((w) => this.startWorker(w)));
     this.agentPort = await this.listen(this.opts.agent, 'agent', this.opts.flags.agent);
     if (this.opts.frontend) this.frontendPort = await this.listen(this.opts.frontend, 'frontend', this.opts.flags.frontend);
-    if (this.opts.uds) await this.listenUnix(this.opts.uds);
+    if (this.opts.uds) await this.listenUnix(this.opts.uds, { type: 'connection', port: 'frontend', head: '' });
+    for (const [index, extra] of (this.opts.extra ?? []).entries()) await this.listenExtra(extra, index);
     const health = this.opts.health;
     if (health) {
       this.health = await startHealthServer({
@@ -259,19 +273,40 @@ export class WorkerPool {
     }, delay);
   }
 
-  /** One cluster's Unix socket frontend: its connections go to the workers as the TCP frontend's do. */
-  private async listenUnix(uds: UnixSocketOptions): Promise<void> {
-    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => {
-      if (this.stopping) socket.destroy();
-      else this.handTo(this.steering?.frontend(this.readyIndexes()), socket, 'frontend');
-    });
-    this.udsFile = await listenUnix(server, uds);
+  /** One cluster's Unix socket frontend: its connections go to the workers as the TCP frontend's do, each as `message` says. */
+  private async listenUnix(uds: UnixSocketOptions, message: ToWorker): Promise<string> {
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => this.handToFrontend(socket, message));
+    const file = await listenUnix(server, uds);
+    this.udsFiles.push(file);
     server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
     this.servers.push(server);
+    return `unix://${file.path}`;
   }
 
-  private async listen(where: { host: string; port: number }, port: 'agent' | 'frontend', flags: string): Promise<number> {
-    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: port === 'frontend' }, (socket) => this.accept(socket, port));
+  /** One cluster's plain listener `index` (HTTP proxy, SOCKS5): bound here, each connection handed on unread. */
+  private async listenExtra(extra: PrimaryExtraListener, index: number): Promise<void> {
+    const message: ToWorker = { type: 'connection', port: 'extra', index };
+    let address: string;
+    if (extra.uds) address = await this.listenUnix(extra.uds, message);
+    else if (extra.plain) {
+      const port = await this.listen(extra.plain, message, extra.flags);
+      address = formatHostPort({ host: extra.plain.host, port });
+    } else return;
+    this.extraAddresses[index] = address;
+    this.opts.log.info({ address, listener: extra.flags }, 'frontend listener ready, its connections spread over the workers');
+  }
+
+  /** A frontend connection of one cluster: to one of the workers holding the most agents (cluster-steering.ts). */
+  private handToFrontend(socket: net.Socket, message: ToWorker): void {
+    if (this.stopping) socket.destroy();
+    else this.handTo(this.steering?.frontend(this.readyIndexes()), socket, message);
+  }
+
+  /** Binds `where`; its connections go to accept(), or with a plain listener's `message` straight to a worker. */
+  private async listen(where: { host: string; port: number }, port: 'agent' | 'frontend' | ToWorker, flags: string): Promise<number> {
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: port !== 'agent' }, (socket) =>
+      typeof port === 'string' ? this.accept(socket, port) : this.handToFrontend(socket, port),
+    );
     try {
       await new Promise<void>((resolve, reject) => {
         server.once('error', reject);
@@ -305,7 +340,11 @@ export class WorkerPool {
     if (steering) {
       // Every worker of one cluster serves every connection: handed on at once, nothing read.
       const ready = this.readyIndexes();
-      this.handTo(port === 'agent' ? steering.agent(ready, host) : steering.frontend(ready), socket, port);
+      this.handTo(port === 'agent' ? steering.agent(ready, host) : steering.frontend(ready), socket, {
+        type: 'connection',
+        port,
+        head: '',
+      });
       return;
     }
     const fromHost = this.pendingByHost.get(host) ?? 0;
@@ -346,15 +385,14 @@ export class WorkerPool {
     return this.workers.filter((w) => w.machine.kind === 'ready' && w.child).map((w) => w.index);
   }
 
-  /** Hands `socket`, unread, to worker `index` (none: closed). */
-  private handTo(index: number | undefined, socket: net.Socket, port: 'agent' | 'frontend'): void {
+  /** Hands `socket`, unread, to worker `index` with `message` (no worker: closed). */
+  private handTo(index: number | undefined, socket: net.Socket, message: ToWorker): void {
     const w = index === undefined ? undefined : this.workers[index];
     const child = w?.child;
     if (!w || !child) {
       socket.destroy();
       return;
     }
-    const message: ToWorker = { type: 'connection', port, head: '' };
     w.handing.add(socket);
     child.send(message, socket, (err) => {
       w.handing.delete(socket);
@@ -474,11 +512,11 @@ export class WorkerPool {
     });
   }
 
-  /** Every worker reads the tenants file again (each applies its own tenants); resolves once all answered. */
+  /** Every worker reads the tenants file (each applies its own tenants) or one cluster's clients file again; resolves once all answered. */
   async reload(): Promise<void> {
     const replies = await Promise.all(this.workers.map((w) => this.request(w, 'reload', 60_000)));
     replies.forEach((r, i) => {
-      if (r?.error) this.opts.log.error({ worker: i, err: r.error }, 'worker could not reload the tenants file');
+      if (r?.error) this.opts.log.error({ worker: i, err: r.error }, 'worker could not reload');
     });
   }
 
@@ -521,7 +559,7 @@ export class WorkerPool {
       }),
     );
     await this.health?.close();
-    this.udsFile?.release();
+    for (const file of this.udsFiles.splice(0)) file.release();
     this.opts.log.info('workers stopped');
   }
 }

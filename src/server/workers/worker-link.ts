@@ -12,13 +12,16 @@ import { asToWorker, type ToPrimary } from './messages.js';
 export interface WorkerHost {
   adoptAgent(socket: net.Socket, head: Buffer): void;
   adoptFrontend(socket: net.Socket, head: Buffer): void;
+  /** One cluster: a connection of its plain listener `index` (HTTP proxy, SOCKS5). */
+  adoptExtra(index: number, socket: net.Socket): void;
   metricsTexts(): Promise<string[]>;
   readiness(query?: URLSearchParams): Readiness;
   /** The agents this worker holds now (all its tenants'). */
   agentCount(): number;
   /** The tenants this worker serves now. */
   tenantsServed(): string[];
-  reloadTenants(): Promise<unknown>;
+  /** The tenants file read again, or one cluster's clients file (nothing without one). */
+  reload(): Promise<unknown>;
 }
 
 function send(message: ToPrimary): void {
@@ -54,6 +57,10 @@ export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => 
     }
     if (m.type === 'connection') {
       if (!(handle instanceof net.Socket)) return;
+      if (m.port === 'extra') {
+        host.adoptExtra(m.index, handle);
+        return;
+      }
       const head = Buffer.from(m.head, 'base64');
       if (m.port === 'agent') host.adoptAgent(handle, head);
       else host.adoptFrontend(handle, head);
@@ -71,7 +78,7 @@ export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => 
             tenants: host.tenantsServed().map((name) => [name, host.readiness(new URLSearchParams({ tenant: name }))]),
           };
         case 'reload':
-          await host.reloadTenants();
+          await host.reload();
           return { type: 'reply', id: m.id };
       }
     };

@@ -88,12 +88,18 @@ function parse(extra: string[]): ServerArgs {
   return parseServerFlags([...ONE_CLUSTER, ...extra]);
 }
 
-test('--workers for one cluster: N above 1 is kept, 1 is none, 0 is the CPU quota; the doors it does not spread are refused', (t) => {
+test('--workers for one cluster: N above 1 is kept, 1 is none, auto and 0 are the CPU quota; anything else is refused naming it', (t) => {
   t.is(validateServerArgs(parse(['--workers', '2'])).workers, 2);
   t.is(validateServerArgs(parse([])).workers, undefined);
-  const auto = validateServerArgs(parse(['--workers', '0'])).workers;
-  t.is(auto, cpuQuota() > 1 ? cpuQuota() : undefined);
-  const err = t.throws(() => validateServerArgs(parse(['--workers', '2', '--socks5-port', '1080'])));
-  t.regex(err.message, /--workers 2 serves the agent port and the frontend .* only/);
-  t.notThrows(() => validateServerArgs(parse(['--workers', '1', '--socks5-port', '1080'])));
+  const quota = cpuQuota() > 1 ? cpuQuota() : undefined;
+  t.is(validateServerArgs(parse(['--workers', '0'])).workers, quota);
+  t.is(validateServerArgs(parse(['--workers', 'auto'])).workers, quota);
+  for (const bad of ['two', '-1', '1.5', ''])
+    t.throws(
+      () => validateServerArgs(parse(['--workers', bad])),
+      { message: /--workers must be auto or a whole number of at least 0, got/ },
+      bad,
+    );
+  // The plain listeners are spread too (primary.ts binds them for the workers).
+  t.is(validateServerArgs(parse(['--workers', '2', '--socks5-port', '1080', '--http-proxy-port', '8132'])).workers, 2);
 });
