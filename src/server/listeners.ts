@@ -117,6 +117,21 @@ function sendBufferSizer(size: (s: net.Socket) => SendBufferResult, log: Logger,
 }
 
 /**
+ * A frontend Unix socket's send buffer, sized (sizeUnixFrontendSendBuffer) the
+ * first time the kernel's default one filled: Node emits 'drain' only after a
+ * write it could not pass on whole. A dial whose answers fit the default
+ * (most: a webhook, an exec, a scrape) pays no setsockopt, a download pays one
+ * wait for the default buffer to empty, then has the large one.
+ */
+function sizeWhenFull(size: (s: net.Socket) => void): (s: net.Socket) => void {
+  return (s) => {
+    s.once('drain', () => {
+      if (!s.destroyed) size(s);
+    });
+  };
+}
+
+/**
  * Counts and closes connections whose TLS handshake failed (logged once per
  * interval per peer). Node destroys the socket itself after a protocol
  * error, but after `handshakeTimeout` it only emits the error: a client
@@ -369,7 +384,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
     const connection: FrontendConnection = opts.tenant === undefined ? {} : { tenant: opts.tenant };
     const server = net.createServer({ allowHalfOpen: true }, (socket) => dispatch(socket, opts, peer, connection));
     track(server, sockets, peers);
-    server.on('connection', sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
+    server.on('connection', sizeWhenFull(sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets')));
     const file: UnixSocketFile = await listenUnix(server, opts.uds);
     reportErrors(server, opts.log);
     opts.log.info(
@@ -461,7 +476,7 @@ export async function listenForFrontends(opts: FrontendListenerOptions): Promise
 /** A Unix socket frontend whose connections another process accepted: each is served as the socket's own would be. */
 function adoptUnix(opts: FrontendListenerOptions, path: string, sockets: Set<net.Socket>): Listener {
   const peer = `unix:${path}`;
-  const size = sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets');
+  const size = sizeWhenFull(sendBufferSizer(sizeUnixFrontendSendBuffer, opts.log, 'frontend Unix sockets'));
   return adopted(opts, `unix://${path}`, sockets, (socket) => {
     size(socket);
     return peer;

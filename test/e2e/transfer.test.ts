@@ -25,6 +25,7 @@ import {
   startSourceBackend,
   tunnelThrough,
   writeAll,
+  waitUntil,
   type KanalServerProcess,
 } from '../helpers/kanal-processes.js';
 import { UNIX_FRONTEND_SEND_BUFFER_BYTES } from '../../src/transport/socket-send-buffer.js';
@@ -54,34 +55,51 @@ async function eventually(cond: () => boolean, timeoutMs: number): Promise<boole
   return true;
 }
 
-/** Send buffers (skmem tb) of the server's ends of connections on its Unix socket, as `ss` reports them. */
-function serverUnixSendBuffers(uds: string): number[] {
+/** The server's ends of connections on its Unix socket, as `ss` reports them: send buffer (skmem tb) and bytes queued in it (t). */
+function serverUnixEnds(uds: string): { tb: number; queued: number }[] {
   const out = execFileSync('ss', ['-x', '-m', '-n', 'state', 'established'], { encoding: 'utf8' });
-  const sizes: number[] = [];
+  const ends: { tb: number; queued: number }[] = [];
   for (const line of out.split('\n')) {
     // The accepting end has the socket's path as its local address; the client's end shows '*'.
     const fields = line.trim().split(/\s+/);
     if (!fields.includes(uds)) continue;
     const tb = /\btb(\d+)/.exec(line);
-    if (tb) sizes.push(Number(tb[1]));
+    const queued = /[(,]t(\d+)/.exec(line);
+    if (tb) ends.push({ tb: Number(tb[1]), queued: Number(queued?.[1] ?? 0) });
   }
-  return sizes;
+  return ends;
 }
 
-test.serial('the server gives its end of a frontend Unix socket a 2 MiB send buffer (a default one stalls downloads)', async (t) => {
-  const { server } = t.context;
-  const echo = await startEchoBackend(t);
-  const s = await tunnelThrough(t, server, echo.address);
-  t.true(await echoRoundTrip(s, randomBytes(1000)));
-  const sizes = serverUnixSendBuffers(server.uds);
-  t.log(`ss: server ends of ${server.uds}: tb ${sizes.join(', ')} B`);
-  t.is(sizes.length, 1, 'one established connection on the socket');
-  const wmemMax = Number(fs.readFileSync('/proc/sys/net/core/wmem_max', 'utf8').trim());
-  const privileged = process.getuid?.() === 0;
-  // Unprivileged, the kernel caps the request at net.core.wmem_max (it accounts twice that).
-  const expected = privileged ? UNIX_FRONTEND_SEND_BUFFER_BYTES : Math.min(UNIX_FRONTEND_SEND_BUFFER_BYTES, 2 * wmemMax);
-  t.true(sizes[0] >= expected, `tb ${sizes[0]} B, expected at least ${expected} B`);
-});
+test.serial(
+  'the server gives its end of a frontend Unix socket a 2 MiB send buffer once the default one fills (it stalls downloads)',
+  async (t) => {
+    const { server } = t.context;
+    const echo = await startEchoBackend(t);
+    const s = await tunnelThrough(t, server, echo.address);
+    t.true(await echoRoundTrip(s, randomBytes(1000)));
+    const wmemMax = Number(fs.readFileSync('/proc/sys/net/core/wmem_max', 'utf8').trim());
+    const wmemDefault = Number(fs.readFileSync('/proc/sys/net/core/wmem_default', 'utf8').trim());
+    const privileged = process.getuid?.() === 0;
+    // Unprivileged, the kernel caps the request at net.core.wmem_max (it accounts twice that).
+    const expected = privileged ? UNIX_FRONTEND_SEND_BUFFER_BYTES : Math.min(UNIX_FRONTEND_SEND_BUFFER_BYTES, 2 * wmemMax);
+    const small = serverUnixEnds(server.uds);
+    t.is(small.length, 1, 'one established connection on the socket');
+    t.log(`ss: after a small echo, tb ${small[0].tb} B (wmem_default ${wmemDefault} B)`);
+    // A connection whose answers fit pays no setsockopt (listeners.ts, sizeWhenFull).
+    if (wmemDefault * 2 < expected) t.true(small[0].tb < expected, `tb ${small[0].tb} B stays the default while it has not filled`);
+    // Fill it: the client reads nothing while the echo's bytes come back, until the server's end holds a queue.
+    s.pause();
+    const big = randomBytes(4 * 1024 * 1024);
+    s.write(big);
+    await waitUntil(() => (serverUnixEnds(server.uds)[0]?.queued ?? 0) > 64 * 1024, "the server's end of the socket holds a queue", 30_000);
+    const back = readExactly(s, big.length, 60_000);
+    s.resume();
+    t.true((await back).equals(big), 'the echo comes back whole');
+    const sizes = serverUnixEnds(server.uds);
+    t.log(`ss: after a filled buffer, tb ${sizes.map((e) => e.tb).join(', ')} B`);
+    t.true(sizes[0].tb >= expected, `tb ${sizes[0].tb} B, expected at least ${expected} B`);
+  },
+);
 
 test.serial('CONNECT: 64 MiB control plane -> node arrives intact (sha256)', async (t) => {
   const { server, payload } = t.context;
