@@ -12,12 +12,14 @@
  *   another mode;
  * - connections that never finish their ClientHello are held at most
  *   --max-pending-client-hellos-per-host per address (and in all), the rest
- *   closed and counted, while an honest agent connects.
+ *   closed and counted, while an honest agent connects;
+ * - a tenant of `tenant-workers: 2` is a server of its own on both workers: its
+ *   agent holds a tunnel to each, its kube-apiserver's dials land on both,
+ *   each worker's series of it apart, and a change of `tenant-workers` moves it.
  */
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
 import type { Child } from '../../kit/launch/child.js';
@@ -30,12 +32,13 @@ import {
   scrapeMetrics,
   startAgent,
   startEchoBackend,
+  tlsToFrontend,
   waitUntil,
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import { shippedRbac, startKubeApi, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';
 import { tenantsFile, tenantsServerArgs } from '../helpers/tenants.js';
-import { ownerOf } from '../../src/server/workers/owner.js';
+import { ownerOf, ownersOf } from '../../src/server/workers/owner.js';
 import { WORKER_STOP_GRACE_MS } from '../../src/server/workers/primary.js';
 
 const NS = 'kube-system';
@@ -63,6 +66,8 @@ async function startWorkers(
   entries: string[],
   name: string,
   extraArgs: string[] = [],
+  /** The temporary directory its primary makes its private directory in (TMPDIR); default the machine's. */
+  tmp?: string,
 ): Promise<WorkersServer> {
   const file = path.join(ws.dir, `${name}.yaml`);
   fs.writeFileSync(file, tenantsFile(entries));
@@ -80,18 +85,23 @@ async function startWorkers(
       '2',
       ...extraArgs,
     ];
-    const proc = spawnKanal(t, { name, args: [...args, '--server-id', name], logFile: path.join(ws.dir, `${name}.log`) });
+    const proc = spawnKanal(t, {
+      name,
+      args: [...args, '--server-id', name],
+      logFile: path.join(ws.dir, `${name}.log`),
+      ...(tmp ? { env: { ...process.env, TMPDIR: tmp } } : {}),
+    });
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 30_000);
     return Object.assign(proc, { agentPort, healthPort });
   });
 }
 
-/** The primary's private directories (named with its pid, private-dir.ts). */
-function dirsOf(pid: number): string[] {
+/** The primary's private directories in `tmp` (named with its pid, private-dir.ts). */
+function dirsOf(pid: number, tmp: string): string[] {
   return fs
-    .readdirSync(os.tmpdir())
+    .readdirSync(tmp)
     .filter((n) => n.startsWith(`kanal-workers-${pid}-`))
-    .map((n) => path.join(os.tmpdir(), n));
+    .map((n) => path.join(tmp, n));
 }
 
 function alive(pid: number): boolean {
@@ -203,9 +213,12 @@ test.serial(
   'SIGTERM with an agent connected: workers stopped first, exit 0 by itself, its directory removed; after SIGKILL the next start removes only what is provably a dead primary’s',
   async (t) => {
     const ws = await makeWorkspace(t, 'kanal-workers-');
+    // A temporary directory of this test's own: another suite's primary starting meanwhile removes a dead primary's directory from the machine's.
+    const tmp = path.join(ws.dir, 'tmp');
+    fs.mkdirSync(tmp, { mode: 0o700 });
     const echo = await startEchoBackend(t);
-    const first = await startWorkers(t, ws, [alphaEntry(ws, echo.address)], 'first');
-    const [dir] = dirsOf(first.pid);
+    const first = await startWorkers(t, ws, [alphaEntry(ws, echo.address)], 'first', [], tmp);
+    const [dir] = dirsOf(first.pid, tmp);
     t.truthy(dir, 'the primary has its private directory');
     t.is(fs.statSync(dir).mode & 0o777, 0o700);
     // No SNI and a certificate: it may reach the worker without the tenant and be relayed (the case a close used to wait on).
@@ -236,8 +249,8 @@ test.serial(
     await waitUntil(() => workers.every((p) => !alive(p)), 'the workers gone', 10_000);
 
     // SIGKILL: nothing of the primary runs to clean up.
-    const second = await startWorkers(t, ws, [alphaEntry(ws)], 'second');
-    const [stale] = dirsOf(second.pid);
+    const second = await startWorkers(t, ws, [alphaEntry(ws)], 'second', [], tmp);
+    const [stale] = dirsOf(second.pid, tmp);
     t.truthy(stale);
     const secondWorkers = workerPids(second);
     await second.kill();
@@ -246,7 +259,6 @@ test.serial(
 
     // Look-alikes of a dead primary's directory that are not provably its: kept.
     const dead = second.pid;
-    const tmp = os.tmpdir();
     const planted: string[] = [];
     const plant = (suffix: string, make: (p: string) => void): string => {
       const p = path.join(tmp, `kanal-workers-${dead}-${suffix}`);
@@ -273,14 +285,14 @@ test.serial(
       });
     } else t.log("not root: the other user's directory is not planted");
 
-    const third = await startWorkers(t, ws, [alphaEntry(ws)], 'third');
+    const third = await startWorkers(t, ws, [alphaEntry(ws)], 'third', [], tmp);
     await third.waitForLine((l) => l.msg === 'kanal server started with workers', 10_000, 'the third primary started');
     t.false(fs.existsSync(stale), "the next start removed the killed primary's directory");
     t.true(fs.lstatSync(link).isSymbolicLink(), 'a symlink is not removed');
     t.true(fs.existsSync(path.join(target, 'keep')), 'nor followed');
     t.true(fs.existsSync(wide), 'a directory of another mode is kept');
     if (others) t.true(fs.existsSync(others), "another user's directory is kept");
-    t.is(dirsOf(third.pid).length, 1, 'the third has its own');
+    t.is(dirsOf(third.pid, tmp).length, 1, 'the third has its own');
   },
 );
 
@@ -355,3 +367,87 @@ test('--workers with --audit-log-path: the primary names the files its workers w
   t.is(r.code, 1, r.stdout);
   t.regex(r.stderr, /serves no status: this is the primary of --workers 2: the agents are held by its workers/);
 });
+
+test.serial(
+  "a tenant of tenant-workers: 2 is served by both: its agent holds a tunnel to each, its kube-apiserver's dials land on both; tenant-workers: 1 again moves it back to one",
+  async (t) => {
+    t.timeout(120_000);
+    const ws = await makeWorkspace(t, 'kanal-workers-');
+    const echo = await startEchoBackend(t);
+    t.deepEqual(ownersOf(CERT_TENANT, 2, 2), [0, 1], 'alpha: worker 0 first, the one that serves it alone');
+    const entry = (workers: number): string => `  - name: ${CERT_TENANT}
+    server-name: [localhost]
+    cluster-cert: ${ws.pki.serverCert}
+    cluster-key: ${ws.pki.serverKey}
+    cluster-ca-cert: ${ws.pki.caCert}
+    server-ca-cert: ${ws.pki.frontendCaCert}
+    uds-name: ${path.join(ws.dir, `${CERT_TENANT}.sock`)}
+    tenant-workers: ${workers}
+`;
+    const frontendPort = await freePort();
+    const server = await startWorkers(t, ws, [entry(2)], 'spread', [
+      '--server-bind-address',
+      '127.0.0.1',
+      '--server-port',
+      String(frontendPort),
+      '--server-cert',
+      ws.pki.frontendCert,
+      '--server-key',
+      ws.pki.frontendKey,
+    ]);
+    // Its server name: the primary places each connection in the tenant and steers it over the tenant's workers.
+    const agent = await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--tls-server-name', 'localhost'] });
+    const detail = async (): Promise<string> => (await httpGet(agent.readyzUrl()).catch(() => ({ body: '' }))).body;
+    await waitUntil(async () => /2\/2 server tunnel\(s\) up/.test(await detail()), 'the agent holds a tunnel to each worker', 20_000);
+    t.regex(await detail(), /spread-w0/);
+    t.regex(await detail(), /spread-w1/);
+    const agentsOn = async (w: number): Promise<number> =>
+      (await scrapeMetrics(server.healthPort)).get(`kanal_server_agents{tenant="${CERT_TENANT}",worker="${w}"}`) ?? 0;
+    await waitUntil(async () => (await agentsOn(0)) === 1 && (await agentsOn(1)) === 1, "each worker holds alpha's agent", 10_000);
+    t.false(
+      server.jsonLines().some((l) => l.msg === "agent connection relayed to its token's tenant" || l.msg === 'relayed connection'),
+      'no connection was relayed between workers',
+    );
+
+    // The kube-apiserver's CONNECTs on the shared TCP frontend: served by both workers, each with the agent at hand.
+    for (let i = 0; i < 12; i++) {
+      const s = await httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000);
+      t.true(await echoRoundTrip(s, Buffer.from(`CONNECT ${i} through a tenant on two workers`)), `CONNECT ${i}`);
+      s.destroy();
+    }
+    const dialsOn = async (w: number): Promise<number> =>
+      [...(await scrapeMetrics(server.healthPort))]
+        .filter(([k]) => k.startsWith('kanal_dials_total{') && k.includes('result="ok"') && k.includes(`worker="${w}"`))
+        .reduce((n, [, v]) => n + v, 0);
+    const dials = [await dialsOn(0), await dialsOn(1)];
+    t.is(dials[0] + dials[1], 12, `dials per worker: ${dials.join(', ')}`);
+    t.true(
+      dials.every((n) => n > 0),
+      `both workers served alpha's dials: ${dials.join(', ')}`,
+    );
+    // Its own Unix socket is one file, bound by its first worker.
+    const viaUds = await httpConnect(await connectUnix(path.join(ws.dir, `${CERT_TENANT}.sock`)), echo.address, 10_000);
+    t.true(await echoRoundTrip(viaUds, Buffer.from('through the Unix socket of a shared tenant')));
+    viaUds.destroy();
+    // Polled from its workers every 2 s: ready once one of them says so.
+    await waitUntil(
+      async () => (await httpGet(`http://127.0.0.1:${server.healthPort}/readyz?tenant=${CERT_TENANT}`)).status === 200,
+      'the shared tenant ready',
+      10_000,
+    );
+
+    // Back to one worker: the second closes its room, the first serves it alone under the server's own ID.
+    fs.writeFileSync(path.join(ws.dir, 'spread.yaml'), tenantsFile([entry(1)]));
+    server.signal('SIGHUP');
+    await waitUntil(async () => /1\/1 server tunnel\(s\) up/.test(await detail()), 'the agent holds one tunnel', 30_000);
+    t.notRegex(await detail(), /spread-w/);
+    await waitUntil(
+      async () => (await scrapeMetrics(server.healthPort)).get(`kanal_server_agents{tenant="${CERT_TENANT}"}`) === 1,
+      'one worker serves alpha, its series without a worker label again',
+      10_000,
+    );
+    const again = await httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000);
+    t.true(await echoRoundTrip(again, Buffer.from('served whole by one worker')));
+    again.destroy();
+  },
+);
