@@ -27,6 +27,7 @@ import {
   waitClosed,
   waitMetrics,
   waitStatus,
+  waitUntil,
   type Backend,
   type KanalAgentProcess,
   type KanalServerProcess,
@@ -127,8 +128,10 @@ test('server restarted on the same ports: the agent reconnects and traffic resum
   await agent.waitForLog((l) => l.msg === 'tunnel down', 10_000, 'tunnel down');
 
   const restarted = await restartAndReconnect(t, server, agent);
-  const ups = agent.logLines().filter((l) => l.msg === 'tunnel up');
-  t.is(ups.length, 2, 'one tunnel before, one after the restart');
+  // Ready can be seen before the agent's line is written: its log lines reach stdout in batches.
+  const ups = (): number => agent.logLines().filter((l) => l.msg === 'tunnel up').length;
+  await waitUntil(() => ups() >= 2, "the agent's second `tunnel up` line", 5_000).catch(() => undefined);
+  t.is(ups(), 2, 'one tunnel before, one after the restart');
 
   const after = await tunnelThrough(t, restarted, echo.address);
   t.true(await echoRoundTrip(after, randomBytes(100_000)));

@@ -368,6 +368,15 @@ test('--workers with --audit-log-path: the primary names the files its workers w
   t.regex(r.stderr, /serves no status: this is the primary of --workers 2: the agents are held by its workers/);
 });
 
+/** `p`, its failure named by `what` (which of several like steps failed). */
+async function step<T>(what: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+}
+
 test.serial(
   "a tenant of tenant-workers: 2 is served by both: its agent holds a tunnel to each, its kube-apiserver's dials land on both; tenant-workers: 1 again moves it back to one",
   async (t) => {
@@ -411,7 +420,10 @@ test.serial(
 
     // The kube-apiserver's CONNECTs on the shared TCP frontend: served by both workers, each with the agent at hand.
     for (let i = 0; i < 12; i++) {
-      const s = await httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000);
+      const s = await step(
+        `CONNECT ${i} on the TCP frontend`,
+        httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000),
+      );
       t.true(await echoRoundTrip(s, Buffer.from(`CONNECT ${i} through a tenant on two workers`)), `CONNECT ${i}`);
       s.destroy();
     }
@@ -426,7 +438,10 @@ test.serial(
       `both workers served alpha's dials: ${dials.join(', ')}`,
     );
     // Its own Unix socket is one file, bound by its first worker.
-    const viaUds = await httpConnect(await connectUnix(path.join(ws.dir, `${CERT_TENANT}.sock`)), echo.address, 10_000);
+    const viaUds = await step(
+      "CONNECT on the tenant's Unix socket",
+      httpConnect(await connectUnix(path.join(ws.dir, `${CERT_TENANT}.sock`)), echo.address, 10_000),
+    );
     t.true(await echoRoundTrip(viaUds, Buffer.from('through the Unix socket of a shared tenant')));
     viaUds.destroy();
     // Polled from its workers every 2 s: ready once one of them says so.
@@ -437,8 +452,12 @@ test.serial(
     );
 
     // Back to one worker: the second closes its room, the first serves it alone under the server's own ID.
+    const applied = (w: number): number => server.jsonLines().filter((l) => l.msg === 'tenants file applied' && l.worker === w).length;
+    const before = [applied(0), applied(1)];
     fs.writeFileSync(path.join(ws.dir, 'spread.yaml'), tenantsFile([entry(1)]));
     server.signal('SIGHUP');
+    // Each worker applies the file on its own: until both have, a connection may still meet the old placement.
+    await waitUntil(() => applied(0) > before[0] && applied(1) > before[1], 'both workers applied the file', 30_000);
     await waitUntil(async () => /1\/1 server tunnel\(s\) up/.test(await detail()), 'the agent holds one tunnel', 30_000);
     t.notRegex(await detail(), /spread-w/);
     await waitUntil(
@@ -446,7 +465,7 @@ test.serial(
       'one worker serves alpha, its series without a worker label again',
       10_000,
     );
-    const again = await httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000);
+    const again = await step('CONNECT after the change', httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000));
     t.true(await echoRoundTrip(again, Buffer.from('served whole by one worker')));
     again.destroy();
   },
