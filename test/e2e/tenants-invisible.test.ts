@@ -31,7 +31,7 @@ import type { Child } from '../../kit/launch/child.js';
 import { connectUnix, httpConnect } from '../../kit/demo/proxy-client.js';
 import { echoRoundTrip, makeWorkspace, startAgent, startEchoBackend, tlsToFrontend, type Workspace } from '../helpers/kanal-processes.js';
 import { shippedRbac, startKubeApi } from '../helpers/kube-stand-in/fixture.js';
-import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
+import { tcpFrontendArgs, tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
 import { h2Transport } from '../../src/transport/h2/index.js';
 import { AGENT_SERVICE_CONNECT, MD_AGENT_ID, MD_AUTHORIZATION } from '../../src/wire/metadata.js';
 import { GrpcStatus, GrpcStatusError } from '../../src/transport/grpc-status.js';
@@ -129,14 +129,7 @@ async function startServer(t: ExecutionContext, ws: Workspace, yaml: string): Pr
         agentPort,
         healthPort,
       }),
-      '--server-bind-address',
-      '127.0.0.1',
-      '--server-port',
-      String(frontendPort),
-      '--server-cert',
-      ws.pki.frontendCert,
-      '--server-key',
-      ws.pki.frontendKey,
+      ...tcpFrontendArgs(frontendPort, { cert: ws.pki.frontendCert, key: ws.pki.frontendKey }),
     ];
     const proc = spawnKanal(t, { name: 'shared-server', args, logFile: path.join(ws.dir, 'shared-server.log') });
     await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);

@@ -30,7 +30,7 @@ import {
   type KanalAgentProcess,
   type Workspace,
 } from '../helpers/kanal-processes.js';
-import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
+import { tcpFrontendArgs, tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
 import { roundRobin } from '../helpers/round-robin.js';
 import { ProxyStream } from '../helpers/e2e-grpc-client.js';
 import * as grpc from '@grpc/grpc-js';
@@ -127,14 +127,7 @@ async function startTenantsServer(
         agentPort,
         healthPort,
       }),
-      '--server-bind-address',
-      '127.0.0.1',
-      '--server-port',
-      String(frontendPort),
-      '--server-cert',
-      pki.frontendCert,
-      '--server-key',
-      pki.frontendKey,
+      ...tcpFrontendArgs(frontendPort, { cert: pki.frontendCert, key: pki.frontendKey }),
       ...extraArgs,
     ];
     const proc = spawnKanal(t, { name, args: [...args, '--server-id', name], logFile: path.join(ws.dir, `${name}.log`) });

@@ -37,7 +37,7 @@ import {
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import { shippedRbac, startKubeApi, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';
-import { tenantsFile, tenantsServerArgs } from '../helpers/tenants.js';
+import { tcpFrontendArgs, tenantsFile, tenantsServerArgs } from '../helpers/tenants.js';
 import { ownerOf, ownersOf } from '../../src/server/workers/owner.js';
 import { WORKER_STOP_GRACE_MS } from '../../src/server/workers/primary.js';
 
@@ -395,14 +395,7 @@ test.serial(
 `;
     const frontendPort = await freePort();
     const server = await startWorkers(t, ws, [entry(2)], 'spread', [
-      '--server-bind-address',
-      '127.0.0.1',
-      '--server-port',
-      String(frontendPort),
-      '--server-cert',
-      ws.pki.frontendCert,
-      '--server-key',
-      ws.pki.frontendKey,
+      ...tcpFrontendArgs(frontendPort, { cert: ws.pki.frontendCert, key: ws.pki.frontendKey }),
     ]);
     // Its server name: the primary places each connection in the tenant and steers it over the tenant's workers.
     const agent = await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--tls-server-name', 'localhost'] });

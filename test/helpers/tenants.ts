@@ -54,3 +54,8 @@ export function tenantsServerArgs(o: {
     'debug',
   ];
 }
+
+/** The shared mTLS TCP frontend on 127.0.0.1:`port`, serving `pair` (the workspace's frontend certificate). */
+export function tcpFrontendArgs(port: number, pair: Pem): string[] {
+  return ['--server-bind-address', '127.0.0.1', '--server-port', String(port), '--server-cert', pair.cert, '--server-key', pair.key];
+}
