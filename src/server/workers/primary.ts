@@ -25,7 +25,6 @@ import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
 import { StateMachine, type Lifecycle } from '../../common/state-machine.js';
 import { listenUnix, type UnixSocketFile, type UnixSocketOptions } from '../frontends/unix-socket.js';
 import { ClusterSteering } from './cluster-steering.js';
-import { TenantSteering } from './tenant-steering.js';
 import { formatHostPort } from '../../common/host-port.js';
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
@@ -82,8 +81,7 @@ interface Worker {
 export interface PrimaryTenants {
   /** The tenant a server name picks (the tenants file's server-name), read afresh for every connection. */
   tenantOfServerName(name: string): string | undefined;
-  /** The workers that serve `tenant` (workers/owner.ts, its `tenant-workers` in the file as last read), first owner first. */
-  owners(tenant: string): readonly number[];
+  owner(tenant: string): number;
   /** The tenants of the file as last read (`/readyz?tenant=` tells an unknown one from one not yet applied). */
   tenantNames(): ReadonlySet<string>;
 }
@@ -140,8 +138,6 @@ export class WorkerPool {
   private roundRobin = 0;
   /** One cluster: which worker takes each connection. */
   private readonly steering: ClusterSteering | undefined;
-  /** Tenants: which of a tenant's workers takes each connection, for a tenant shared by several. */
-  private readonly tenantSteering: TenantSteering | undefined;
   private readonly udsFiles: UnixSocketFile[] = [];
   private stopping = false;
   /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
@@ -174,7 +170,6 @@ export class WorkerPool {
     });
     this.refusals = new Refusals(opts.log, opts.metrics);
     this.steering = opts.tenants ? undefined : new ClusterSteering(opts.count);
-    this.tenantSteering = opts.tenants ? new TenantSteering() : undefined;
     opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.machine.kind === 'ready').length);
   }
 
@@ -230,7 +225,6 @@ export class WorkerPool {
       if (!m) return;
       if (m.type === 'agents') {
         this.steering?.agentsOf(w.index, m.count);
-        this.tenantSteering?.agentsOf(w.index, m.tenants);
         return;
       }
       if (m.type === 'ready') {
@@ -253,7 +247,6 @@ export class WorkerPool {
     if (w.child !== child) return;
     w.child = undefined;
     this.steering?.gone(w.index);
-    this.tenantSteering?.gone(w.index);
     for (const socket of w.handing) socket.destroy();
     w.handing.clear();
     for (const resolve of w.pending.values()) resolve(undefined);
@@ -418,7 +411,7 @@ export class WorkerPool {
       // No longer the primary's to hold: the worker has it (or nobody, below).
       release();
       const tenant = serverName === undefined ? undefined : this.opts.tenants?.tenantOfServerName(serverName);
-      const w = this.workerFor(tenant, port, socket.remoteAddress ?? 'unknown');
+      const w = this.workerFor(tenant);
       if (!w?.child) {
         socket.destroy();
         return;
@@ -439,21 +432,10 @@ export class WorkerPool {
     socket.resume();
   }
 
-  /**
-   * The owner of `tenant` (of a tenant shared by several workers, the one
-   * its steering picks), or the next ready worker in turn (it recognises the
-   * tenant and relays).
-   */
-  private workerFor(tenant: string | undefined, port: 'agent' | 'frontend', host: string): Worker | undefined {
+  /** The owner of `tenant`, or the next ready worker in turn (it recognises the tenant and relays). */
+  private workerFor(tenant: string | undefined): Worker | undefined {
     const tenants = this.opts.tenants;
-    if (tenant !== undefined && tenants) {
-      const owners = tenants.owners(tenant);
-      const steering = this.tenantSteering;
-      if (owners.length === 1 || !steering) return this.workers[owners[0]];
-      const ready = this.readyIndexes();
-      const index = port === 'agent' ? steering.agent(tenant, owners, ready, host) : steering.frontend(tenant, owners, ready);
-      return this.workers[index ?? owners[0]];
-    }
+    if (tenant !== undefined && tenants) return this.workers[tenants.owner(tenant)];
     for (let i = 0; i < this.workers.length; i++) {
       const w = this.workers[this.roundRobin++ % this.workers.length];
       if (w.machine.kind === 'ready') return w;
@@ -514,21 +496,13 @@ export class WorkerPool {
   private readinessOf(tenant: string, tenants: PrimaryTenants): Readiness {
     const noSuch = { ready: false, detail: `no tenant ${JSON.stringify(tenant)} here` };
     if (!tenants.tenantNames().has(tenant)) return noSuch;
-    // Shared by several workers: ready when one of them is, as one process is once one agent is connected.
-    const answers = tenants.owners(tenant).map((index) => {
-      const w = this.workers[index];
-      const polled = w.machine.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
-      // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
-      return (
-        polled ?? (w.machine.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.machine.kind}` })
-      );
-    });
-    return answers.find((a) => a.ready) ?? answers[0];
+    const w = this.workers[tenants.owner(tenant)];
+    const polled = w.machine.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
+    // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
+    return polled ?? (w.machine.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.machine.kind}` });
   }
 
   private async pollReadiness(): Promise<void> {
-    const tenants = this.opts.tenants;
-    if (tenants) this.tenantSteering?.retain(tenants.tenantNames());
     const replies = await Promise.all(this.workers.map((w) => this.request(w, 'readiness')));
     replies.forEach((r, i) => {
       if (r?.readiness) this.details.set(i, r.readiness.detail);
