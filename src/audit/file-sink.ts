@@ -80,6 +80,8 @@ export class FileSink implements Sink {
   private foreignWarned = false;
   /** Deleting old backups, at most one at a time. */
   private pruning: Promise<void> | undefined;
+  /** A prune was asked for while one ran (prune()). */
+  private pruneAgain = false;
 
   constructor(
     private readonly file: AuditLogFileOptions,
@@ -234,10 +236,24 @@ export class FileSink implements Sink {
     await fs.promises.unlink(tmp).catch(() => {});
   }
 
-  /** Deletes expired backups in the background; a second call while one runs is skipped (the next rotation catches up). */
+  /**
+   * Deletes expired backups in the background. A call while one runs makes
+   * it look once more when done: the rotation behind that call may have
+   * added the backup that is one too many, and no later rotation may come.
+   */
   private prune(): void {
-    if (this.pruning || (this.file.maxBackups === 0 && this.file.maxAgeDays === 0)) return;
-    this.pruning = this.deleteExpired().finally(() => (this.pruning = undefined));
+    if (this.file.maxBackups === 0 && this.file.maxAgeDays === 0) return;
+    if (this.pruning) {
+      this.pruneAgain = true;
+      return;
+    }
+    const run = async (): Promise<void> => {
+      do {
+        this.pruneAgain = false;
+        await this.deleteExpired();
+      } while (this.pruneAgain);
+    };
+    this.pruning = run().finally(() => (this.pruning = undefined));
   }
 
   private async deleteExpired(): Promise<void> {
