@@ -26,6 +26,7 @@ import { StateMachine, type Lifecycle } from '../../common/state-machine.js';
 import { listenUnix, type UnixSocketFile, type UnixSocketOptions } from '../frontends/unix-socket.js';
 import { ClusterSteering } from './cluster-steering.js';
 import { formatHostPort } from '../../common/host-port.js';
+import { stopReading } from './stop-reading.js';
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
 export const HELLO_TIMEOUT_MS = 15_000;
@@ -407,19 +408,13 @@ export class WorkerPool {
     const give = (serverName: string | undefined): void => {
       clearTimeout(timer);
       socket.off('data', onData);
-      socket.pause();
+      // Read here, so no longer read at all: the worker reads on from the next byte (stop-reading.ts).
+      const rest = stopReading(socket);
       // No longer the primary's to hold: the worker has it (or nobody, below).
       release();
       const tenant = serverName === undefined ? undefined : this.opts.tenants?.tenantOfServerName(serverName);
-      const w = this.workerFor(tenant);
-      if (!w?.child) {
-        socket.destroy();
-        return;
-      }
-      const message: ToWorker = { type: 'connection', port, head: head.toString('base64') };
-      w.child.send(message, socket, (err) => {
-        if (err) socket.destroy();
-      });
+      const message: ToWorker = { type: 'connection', port, head: Buffer.concat([head, rest]).toString('base64') };
+      this.handTo(this.workerFor(tenant)?.index, socket, message);
     };
     const onData = (chunk: Buffer): void => {
       head = Buffer.concat([head, chunk]);
