@@ -30,7 +30,8 @@ import { DEFAULT_PROXY_STRATEGIES } from './routing/proxy-strategies.js';
 import type { UpstreamServerLeaseMetrics } from '../domain/upstream-metrics.js';
 import { DEFAULT_AGENT_KEEPALIVE, type ServerOptions, type ServerStats } from './server-options.js';
 import { feedLeaseMetrics } from './tenants/tenant-gauges.js';
-import { Tenant } from './tenants/tenant.js';
+import { Tenant, type TenantSettingsOptions } from './tenants/tenant.js';
+import { sharedTenantServer } from './workers/worker-server.js';
 import type { TenantDirectory } from './tenants/tenant-directory.js';
 import type { TenantDefinition } from './tenants/tenant-definition.js';
 import { reloadCounter } from './tenants/tenants-watch.js';
@@ -140,6 +141,7 @@ export class KanalServer {
       opts.tenants &&
       new WorkerRelay({
         worker,
+        shareOf: (tenant) => this.rooms.shareOf(tenant),
         tenantOfToken: (authorization) => this.rooms.directory?.tenantOfToken(authorization),
         hasTokenIssuers: () => this.rooms.directory?.hasTokenIssuers() ?? false,
         peerOf: (connection) => (connection instanceof net.Socket ? peerOf(connection, 'unknown') : 'unknown'),
@@ -153,7 +155,8 @@ export class KanalServer {
         ...tenants,
         tenantFrom: (loaded, tokens) => this.tenantFrom(loaded, tokens),
         listenSocket: (room) => this.listenTenantSocket(room),
-        owns: (tenant) => this.owns(tenant),
+        owns: (tenant, share) => this.relay?.ownsShared(tenant, share) ?? true,
+        settingsOf: (loaded) => this.servedOptions(loaded),
         refusal: () => (this.machine.is('listening') ? undefined : `the server is ${this.machine.kind}`),
         reloads: reloadCounter(this.metrics.registry),
         log: this.log,
@@ -178,18 +181,29 @@ export class KanalServer {
     });
   }
 
+  /** A tenant's options as this process serves it: a tenant shared by several workers is a server of its own on each (workers/worker-server.ts). */
+  private servedOptions(loaded: TenantDefinition): TenantSettingsOptions {
+    const worker = this.opts.worker;
+    return worker ? { ...loaded.options, serverCount: sharedTenantServer(this.opts.serverID, loaded, worker).serverCount } : loaded.options;
+  }
+
   /** A tenant of the file, in its own metrics and log lines. */
   private tenantFrom(loaded: TenantDefinition, tokens: TokenAuthenticator | undefined): Tenant {
     const name = loaded.name;
+    const worker = this.opts.worker;
+    const placed = worker ? sharedTenantServer(this.opts.serverID, loaded, worker) : { shared: false, serverID: this.opts.serverID };
+    const metrics = new KanalMetrics('server', name);
+    // Its series from each of its workers, merged by the primary, stay apart (a tenant of one worker has one set).
+    if (worker && placed.shared) metrics.registry.setDefaultLabels({ tenant: name, worker: String(worker.index) });
     return new Tenant({
-      ...loaded.options,
+      ...this.servedOptions(loaded),
       ...(tokens ? { tokens } : {}),
       name,
-      serverID: this.opts.serverID,
+      serverID: placed.serverID,
       resumeTimeoutMs: this.opts.agent.resumeTimeoutMs ?? 0,
       nodeToCp: this.nodeToCp,
       ledger: this.ledger,
-      metrics: new KanalMetrics('server', name),
+      metrics,
       log: this.log.child({ tenant: name }),
       ...(this.audit ? { audit: this.audit } : {}),
     });
@@ -262,6 +276,11 @@ export class KanalServer {
   /** The agents of every tenant served (a worker tells its primary, workers/worker-link.ts). */
   agentCount(): number {
     return this.rooms.tenants().reduce((n, t) => n + t.registry.size, 0);
+  }
+
+  /** The agents of each tenant served (a worker tells its primary, which steers a shared tenant's connections by them). */
+  agentsByTenant(): [string, number][] {
+    return this.rooms.names().map((name) => [name, this.rooms.get(name)?.tenant.registry.size ?? 0]);
   }
 
   /** The tenants this process serves (a worker: its own share of the file). */
@@ -607,6 +626,9 @@ export class KanalServer {
   private async listenTenantSocket(room: Room): Promise<Listener | undefined> {
     const uds = room.loaded?.uds;
     if (!uds || !this.frontendGrpc) return undefined;
+    // A tenant shared by several workers: one socket file, bound by its first owner (docs/multi-tenant.md, "Workers").
+    const first = room.loaded && this.relay?.owners(room.loaded.name)[0];
+    if (first !== undefined && first !== this.opts.worker?.index) return undefined;
     return listenForFrontends({
       mode: this.opts.frontend.mode,
       identifyClients: this.audit !== undefined || (() => room.tenant.clients.configured),

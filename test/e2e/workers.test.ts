@@ -12,7 +12,10 @@
  *   another mode;
  * - connections that never finish their ClientHello are held at most
  *   --max-pending-client-hellos-per-host per address (and in all), the rest
- *   closed and counted, while an honest agent connects.
+ *   closed and counted, while an honest agent connects;
+ * - a tenant of `tenant-workers: 2` is a server of its own on both workers: its
+ *   agent holds a tunnel to each, its kube-apiserver's dials land on both,
+ *   each worker's series of it apart, and a change of `tenant-workers` moves it.
  */
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
@@ -29,12 +32,13 @@ import {
   scrapeMetrics,
   startAgent,
   startEchoBackend,
+  tlsToFrontend,
   waitUntil,
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import { shippedRbac, startKubeApi, type KubeFixture } from '../helpers/kube-stand-in/fixture.js';
-import { tenantsFile, tenantsServerArgs } from '../helpers/tenants.js';
-import { ownerOf } from '../../src/server/workers/owner.js';
+import { tcpFrontendArgs, tenantsFile, tenantsServerArgs } from '../helpers/tenants.js';
+import { ownerOf, ownersOf } from '../../src/server/workers/owner.js';
 import { WORKER_STOP_GRACE_MS } from '../../src/server/workers/primary.js';
 
 const NS = 'kube-system';
@@ -363,3 +367,99 @@ test('--workers with --audit-log-path: the primary names the files its workers w
   t.is(r.code, 1, r.stdout);
   t.regex(r.stderr, /serves no status: this is the primary of --workers 2: the agents are held by its workers/);
 });
+
+/** `p`, its failure named by `what` (which of several like steps failed). */
+async function step<T>(what: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+}
+
+test.serial(
+  "a tenant of tenant-workers: 2 is served by both: its agent holds a tunnel to each, its kube-apiserver's dials land on both; tenant-workers: 1 again moves it back to one",
+  async (t) => {
+    t.timeout(120_000);
+    const ws = await makeWorkspace(t, 'kanal-workers-');
+    const echo = await startEchoBackend(t);
+    t.deepEqual(ownersOf(CERT_TENANT, 2, 2), [0, 1], 'alpha: worker 0 first, the one that serves it alone');
+    const entry = (workers: number): string => `  - name: ${CERT_TENANT}
+    server-name: [localhost]
+    cluster-cert: ${ws.pki.serverCert}
+    cluster-key: ${ws.pki.serverKey}
+    cluster-ca-cert: ${ws.pki.caCert}
+    server-ca-cert: ${ws.pki.frontendCaCert}
+    uds-name: ${path.join(ws.dir, `${CERT_TENANT}.sock`)}
+    tenant-workers: ${workers}
+`;
+    const frontendPort = await freePort();
+    const server = await startWorkers(t, ws, [entry(2)], 'spread', [
+      ...tcpFrontendArgs(frontendPort, { cert: ws.pki.frontendCert, key: ws.pki.frontendKey }),
+    ]);
+    // Its server name: the primary places each connection in the tenant and steers it over the tenant's workers.
+    const agent = await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--tls-server-name', 'localhost'] });
+    const detail = async (): Promise<string> => (await httpGet(agent.readyzUrl()).catch(() => ({ body: '' }))).body;
+    await waitUntil(async () => /2\/2 server tunnel\(s\) up/.test(await detail()), 'the agent holds a tunnel to each worker', 20_000);
+    t.regex(await detail(), /spread-w0/);
+    t.regex(await detail(), /spread-w1/);
+    const agentsOn = async (w: number): Promise<number> =>
+      (await scrapeMetrics(server.healthPort)).get(`kanal_server_agents{tenant="${CERT_TENANT}",worker="${w}"}`) ?? 0;
+    await waitUntil(async () => (await agentsOn(0)) === 1 && (await agentsOn(1)) === 1, "each worker holds alpha's agent", 10_000);
+    t.false(
+      server.jsonLines().some((l) => l.msg === "agent connection relayed to its token's tenant" || l.msg === 'relayed connection'),
+      'no connection was relayed between workers',
+    );
+
+    // The kube-apiserver's CONNECTs on the shared TCP frontend: served by both workers, each with the agent at hand.
+    for (let i = 0; i < 12; i++) {
+      const s = await step(
+        `CONNECT ${i} on the TCP frontend`,
+        httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000),
+      );
+      t.true(await echoRoundTrip(s, Buffer.from(`CONNECT ${i} through a tenant on two workers`)), `CONNECT ${i}`);
+      s.destroy();
+    }
+    const dialsOn = async (w: number): Promise<number> =>
+      [...(await scrapeMetrics(server.healthPort))]
+        .filter(([k]) => k.startsWith('kanal_dials_total{') && k.includes('result="ok"') && k.includes(`worker="${w}"`))
+        .reduce((n, [, v]) => n + v, 0);
+    const dials = [await dialsOn(0), await dialsOn(1)];
+    t.is(dials[0] + dials[1], 12, `dials per worker: ${dials.join(', ')}`);
+    t.true(
+      dials.every((n) => n > 0),
+      `both workers served alpha's dials: ${dials.join(', ')}`,
+    );
+    // Its own Unix socket is one file, bound by its first worker.
+    const viaUds = await step(
+      "CONNECT on the tenant's Unix socket",
+      httpConnect(await connectUnix(path.join(ws.dir, `${CERT_TENANT}.sock`)), echo.address, 10_000),
+    );
+    t.true(await echoRoundTrip(viaUds, Buffer.from('through the Unix socket of a shared tenant')));
+    viaUds.destroy();
+    // Polled from its workers every 2 s: ready once one of them says so.
+    await waitUntil(
+      async () => (await httpGet(`http://127.0.0.1:${server.healthPort}/readyz?tenant=${CERT_TENANT}`)).status === 200,
+      'the shared tenant ready',
+      10_000,
+    );
+
+    // Back to one worker: the second closes its room, the first serves it alone under the server's own ID.
+    const applied = (w: number): number => server.jsonLines().filter((l) => l.msg === 'tenants file applied' && l.worker === w).length;
+    const before = [applied(0), applied(1)];
+    fs.writeFileSync(path.join(ws.dir, 'spread.yaml'), tenantsFile([entry(1)]));
+    server.signal('SIGHUP');
+    // Each worker applies the file on its own: until both have, a connection may still meet the old placement.
+    await waitUntil(() => applied(0) > before[0] && applied(1) > before[1], 'both workers applied the file', 30_000);
+    await waitUntil(async () => /1\/1 server tunnel\(s\) up/.test(await detail()), 'the agent holds one tunnel', 30_000);
+    t.notRegex(await detail(), /spread-w/);
+    await waitUntil(
+      async () => (await scrapeMetrics(server.healthPort)).get(`kanal_server_agents{tenant="${CERT_TENANT}"}`) === 1,
+      'one worker serves alpha, its series without a worker label again',
+      10_000,
+    );
+    const again = await step('CONNECT after the change', httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000));
+    t.true(await echoRoundTrip(again, Buffer.from('served whole by one worker')));
+    again.destroy();
+  },
+);

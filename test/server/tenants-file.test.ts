@@ -51,6 +51,7 @@ tenants:
     server-ca-cert: /kas-ca.crt
     server-count: 0
     max-agents: -1
+    tenant-workers: 0
     allowed-destination: nope
     --uds-name: /x
   - cluster-ca-cert: /ca.crt
@@ -66,6 +67,7 @@ tenants:
   t.deepEqual(mistakes, [
     'unknown key "extra" (want apiVersion, kind, tenants)',
     'tenant "bad": unknown setting "--uds-name": write the setting without dashes',
+    'tenant "bad": tenant-workers must be a whole number of at least 1, got 0',
     'tenant "bad": max-agents must be a whole number of at least 1, got -1',
     'tenant "bad": server-count must be a positive integer, got 0',
     'tenant "bad": allowed-destination: address "nope": expected host:port',

@@ -5,15 +5,12 @@
  * (upstream's and Kanal's) keep a tunnel to every worker of every replica,
  * as they keep one to every replica (docs/ha.md). With the lease controller
  * each worker holds a lease of its own under its ID: lease counting agents
- * count the workers too.
+ * count the workers too. A tenant shared by several workers is the same
+ * on each of them (workers/worker-server.ts).
  */
 import type { ServerSettings } from './settings.js';
 import type { WorkerPlace } from '../workers/worker-env.js';
-
-/** The server ID of worker `index` of the server `serverID`. */
-export function workerServerID(serverID: string, index: number): string {
-  return `${serverID}-w${index}`;
-}
+import { workerServerID } from '../workers/worker-server.js';
 
 /** The settings of `worker` from the command line's. */
 export function clusterWorkerSettings(v: ServerSettings, worker: Pick<WorkerPlace, 'index' | 'count'>): ServerSettings {

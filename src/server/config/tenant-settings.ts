@@ -52,6 +52,12 @@ export const tenantSettings = {
     describe: "An agent with neither a matching server name nor certificate belongs to this tenant when its token's iss claim is this",
     group: TENANT,
   }),
+  'tenant-workers': count({
+    default: 1,
+    describe:
+      'Workers of --workers that serve this tenant, each a server of its own to its agents (server ID suffixed -wN, server-count multiplied); 1: one worker serves it whole. At most --workers',
+    group: TENANT,
+  }),
   'max-agents': count({ default: 1000, describe: 'Agents (distinct agentIDs) of the tenant on this server', group: FAIRNESS }),
   'max-connections': count({
     default: 10_000,

@@ -58,12 +58,23 @@ function credentialsOf(spec: TenantSpec, files: LoadedFiles): TenantCredentials 
   };
 }
 
-/** Who the tenant is (TenantDefinition.identity): everything but its settings. */
+/** Who the tenant is (TenantDefinition.identity): everything but its settings, and where it is served. */
 function identityOf(spec: TenantSpec, c: TenantCredentials): string {
   const h = createHash('sha256');
   for (const part of [c.serving?.cert, c.serving?.key, c.agentCa, c.frontendCa]) h.update(part ?? '').update('\0');
   const { serverNames, agentPins, frontendPins, tokenIssuer } = c;
-  h.update(JSON.stringify({ serverNames, agentPins, frontendPins, tokenIssuer, tokens: spec.tokens, uds: spec.uds }));
+  // The workers that serve it decide its server IDs and which worker holds it: a change starts it anew.
+  h.update(
+    JSON.stringify({
+      serverNames,
+      agentPins,
+      frontendPins,
+      tokenIssuer,
+      tokens: spec.tokens,
+      uds: spec.uds,
+      workers: spec.settings['tenant-workers'],
+    }),
+  );
   return h.digest('hex');
 }
 
@@ -190,6 +201,7 @@ export function loadTenants(file: string, server: { tcpFrontend: boolean }): Loa
       name: spec.name,
       credentials,
       options: tenantOptionsOf(spec.settings, spec.settings, clients),
+      workers: spec.settings['tenant-workers'],
       ...(spec.tokens ? { tokens: spec.tokens } : {}),
       ...(spec.uds ? { uds: spec.uds } : {}),
       fingerprint: fingerprintOf(spec, identity, clients),

@@ -20,6 +20,8 @@ export interface TenantDefinition {
   options: TenantSettingsOptions;
   /** Token review against the tenant's own kube-apiserver. */
   tokens?: { namespace: string; serviceAccount: string; audience: string; kube: KubeClientConfig };
+  /** How many workers of --workers serve it (tenants-file `tenant-workers`; 1: one serves it whole, workers/owner.ts). */
+  workers: number;
   /** Its kube-apiserver's own Unix socket. */
   uds?: UnixSocketOptions & { path: string };
   /** The entry and the contents of every file it names: equal fingerprints, unchanged tenant. */
@@ -30,6 +32,11 @@ export interface TenantDefinition {
    * settings alone, applied in place (tenant.ts update()).
    */
   identity: string;
+}
+
+/** How many workers share each tenant of `list` (its `tenant-workers`). */
+export function sharesOf(list: readonly TenantDefinition[]): Map<string, number> {
+  return new Map(list.map((t) => [t.name, t.workers]));
 }
 
 /** Tenants that cannot be served as given (a file with mistakes): every mistake, one line each. */

@@ -9,8 +9,8 @@ import type { Logger } from 'pino';
 import type { LabelledCounter } from '../../domain/metrics.js';
 import { errorMessage } from '../../common/error-message.js';
 import type { TokenAuthenticator } from '../identity/token-authenticator.js';
-import type { Tenant } from './tenant.js';
-import { TENANTS_CONFIG, type TenantDefinition } from './tenant-definition.js';
+import type { Tenant, TenantSettingsOptions } from './tenant.js';
+import { sharesOf, TENANTS_CONFIG, type TenantDefinition } from './tenant-definition.js';
 import { TenantDirectory, type TlsPolicyOptions } from './tenant-directory.js';
 import { logRefusedReload } from './tenants-watch.js';
 import { planReload, type Fingerprinted } from './reload-plan.js';
@@ -39,8 +39,10 @@ export interface TenantRoomsOptions {
   tenantFrom(loaded: TenantDefinition, tokens: TokenAuthenticator | undefined): Tenant;
   /** The tenant's own Unix socket, once the server listens (undefined: none). */
   listenSocket(room: Room): Promise<Room['uds']>;
-  /** Whether this process serves `tenant` (a worker: its share). */
-  owns(tenant: string): boolean;
+  /** Whether this process serves `tenant`, shared by `share` workers (a worker: its share of the file). */
+  owns(tenant: string, share: number): boolean;
+  /** The settings a tenant is updated with in place: its options as this process serves them (KanalServer.servedOptions). */
+  settingsOf(loaded: TenantDefinition): TenantSettingsOptions;
   /** Whether a reload may run now (the server listens), and if not, why. */
   refusal(): string | undefined;
   reloads?: LabelledCounter<{ result: 'applied' | 'invalid' }>;
@@ -55,6 +57,8 @@ export class TenantRooms {
   /** One reload at a time; a request during one sets reloadAgain and is served by one more pass. */
   private reloading: Promise<ReloadResult> | undefined;
   private reloadAgain = false;
+  /** How many workers share each tenant of the file as last applied (TenantDefinition.workers). */
+  private shares = new Map<string, number>();
 
   constructor(private readonly opts?: TenantRoomsOptions) {}
 
@@ -90,6 +94,11 @@ export class TenantRooms {
     return [...this.rooms.keys()].filter((n) => n !== ONE_CLUSTER);
   }
 
+  /** How many workers share `tenant` in the file as last applied (1 for one it does not have). */
+  shareOf(tenant: string): number {
+    return this.shares.get(tenant) ?? 1;
+  }
+
   /** The directory of the file as last applied (undefined on a server of one cluster). */
   get directory(): TenantDirectory | undefined {
     return this.dir;
@@ -102,7 +111,8 @@ export class TenantRooms {
       list.map((l) => l.credentials),
       o.policy,
     );
-    const own = list.filter((l) => o.owns(l.name));
+    this.shares = sharesOf(list);
+    const own = list.filter((l) => o.owns(l.name, l.workers));
     for (const loaded of own) this.rooms.set(loaded.name, await this.openRoom(loaded));
     o.log.info({ tenants: own.map((l) => l.name) }, `serving ${own.length} tenant(s)`);
   }
@@ -169,8 +179,10 @@ export class TenantRooms {
     }
     const running = new Map<string, Fingerprinted>();
     for (const [name, room] of this.rooms) if (room.loaded) running.set(name, room.loaded);
-    const plan = planReload(running, list, (name) => o.owns(name));
+    const shares = sharesOf(list);
+    const plan = planReload(running, list, (name) => o.owns(name, shares.get(name) ?? 1));
     if (plan.kind === 'refused') return { ok: false, error: plan.error };
+    this.shares = shares;
     const next = new Map(list.map((l) => [l.name, l]));
     const { added, removed, changed, inPlace, rebuilt } = plan;
     for (const name of [...removed, ...rebuilt]) await this.closeRoom(name, removed.includes(name) ? 'removed from' : 'changed in');
@@ -178,7 +190,7 @@ export class TenantRooms {
       const room = this.rooms.get(name);
       const loaded = next.get(name);
       if (!room || !loaded) continue;
-      room.tenant.update(loaded.options);
+      room.tenant.update(o.settingsOf(loaded));
       room.loaded = loaded;
       room.tenant.log.info(
         { agentTunnels: room.tenant.registry.size },

@@ -27,7 +27,11 @@ export class ClusterSteering {
   private hostTurn = 0;
   private frontendTurn = 0;
 
-  constructor(private readonly count: number) {
+  constructor(
+    private readonly count: number,
+    /** Peer addresses whose turn is remembered (a tenant's steering keeps fewer than a server's). */
+    private readonly maxHosts = MAX_HOSTS,
+  ) {
     this.agents = Array.from({ length: count }, () => 0);
   }
 
@@ -51,7 +55,7 @@ export class ClusterSteering {
     let next = this.nextOfHost.get(host);
     if (next === undefined) {
       next = this.hostTurn++ % this.count;
-      if (this.nextOfHost.size >= MAX_HOSTS) this.nextOfHost.delete(this.nextOfHost.keys().next().value ?? '');
+      if (this.nextOfHost.size >= this.maxHosts) this.nextOfHost.delete(this.nextOfHost.keys().next().value ?? '');
     } else this.nextOfHost.delete(host); // set again below: the most recent at the end
     // The first ready worker from this host's turn on.
     let chosen = ready[0];

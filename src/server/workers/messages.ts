@@ -11,8 +11,8 @@ export type ToWorker =
 /** Worker -> primary. */
 export type ToPrimary =
   | { type: 'ready' }
-  /** The agents the worker holds, sent when it changes (cluster-steering.ts sends frontends where they are). */
-  | { type: 'agents'; count: number }
+  /** The agents the worker holds, in all and per tenant, sent when that changes (cluster-steering.ts sends frontends where they are). */
+  | { type: 'agents'; count: number; tenants: [string, number][] }
   | {
       type: 'reply';
       id: number;
@@ -42,6 +42,11 @@ function asTenants(v: unknown): [string, Readiness][] | undefined {
   return out;
 }
 
+function asCounts(v: unknown): [string, number][] {
+  if (!Array.isArray(v)) return [];
+  return (v as unknown[]).filter((e): e is [string, number] => Array.isArray(e) && typeof e[0] === 'string' && typeof e[1] === 'number');
+}
+
 /** A message from the primary, checked (it is our own process, but a bug should not become a crash). */
 export function asToWorker(v: unknown): ToWorker | undefined {
   if (!isObject(v)) return undefined;
@@ -57,7 +62,7 @@ export function asToWorker(v: unknown): ToWorker | undefined {
 export function asToPrimary(v: unknown): ToPrimary | undefined {
   if (!isObject(v)) return undefined;
   if (v.type === 'ready') return { type: 'ready' };
-  if (v.type === 'agents' && typeof v.count === 'number') return { type: 'agents', count: v.count };
+  if (v.type === 'agents' && typeof v.count === 'number') return { type: 'agents', count: v.count, tenants: asCounts(v.tenants) };
   if (v.type === 'reply' && typeof v.id === 'number') {
     const readiness = asReadiness(v.readiness);
     const tenants = asTenants(v.tenants);

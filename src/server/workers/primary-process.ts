@@ -9,12 +9,12 @@ import type { Logger } from 'pino';
 import { KanalMetrics } from '../../domain/metrics.js';
 import type { HealthPortOptions } from '../../common/health-server.js';
 import type { UnixSocketOptions } from '../frontends/unix-socket.js';
-import type { TenantDefinition } from '../tenants/tenant-definition.js';
+import { sharesOf, type TenantDefinition } from '../tenants/tenant-definition.js';
 import type { TenantsAtStart } from '../tenants/tenants-at-start.js';
 import { logRefusedReload, reloadCounter, reloadOnChangeOrHangup } from '../tenants/tenants-watch.js';
 import { WorkerPool, type PrimaryExtraListener, type PrimaryFlags } from './primary.js';
 import { createPrivateDir, removeStaleDirs } from './private-dir.js';
-import { ownerOf } from './owner.js';
+import { ownersOf } from './owner.js';
 
 export interface PrimaryProcessOptions {
   /** The file as read at start; read again on each reload. Absent: a server of one cluster. */
@@ -60,6 +60,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
   const { log, workers, tenants } = o;
   let names = serverNames(tenants?.first ?? []);
   let known = tenantNames(tenants?.first ?? []);
+  let shares = sharesOf(tenants?.first ?? []);
   removeStaleDirs(log);
   // Removed by stop() below, or when the process exits however it does (private-dir.ts).
   const dir = createPrivateDir();
@@ -79,7 +80,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
       ? {
           tenants: {
             tenantOfServerName: (name: string) => names.get(name),
-            owner: (tenant: string) => ownerOf(tenant, workers),
+            owners: (tenant: string) => ownersOf(tenant, shares.get(tenant) ?? 1, workers),
             tenantNames: () => known,
           },
         }
@@ -123,6 +124,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
       const list = tenants.read();
       names = serverNames(list);
       known = tenantNames(list);
+      shares = sharesOf(list);
     } catch (err) {
       logRefusedReload(log, err);
       reloads.inc({ result: 'invalid' });

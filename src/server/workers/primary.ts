@@ -25,6 +25,7 @@ import { asToPrimary, type ToPrimary, type ToWorker } from './messages.js';
 import { StateMachine, type Lifecycle } from '../../common/state-machine.js';
 import { listenUnix, type UnixSocketFile, type UnixSocketOptions } from '../frontends/unix-socket.js';
 import { ClusterSteering } from './cluster-steering.js';
+import { TenantSteering } from './tenant-steering.js';
 import { formatHostPort } from '../../common/host-port.js';
 import { stopReading } from './stop-reading.js';
 
@@ -82,7 +83,8 @@ interface Worker {
 export interface PrimaryTenants {
   /** The tenant a server name picks (the tenants file's server-name), read afresh for every connection. */
   tenantOfServerName(name: string): string | undefined;
-  owner(tenant: string): number;
+  /** The workers that serve `tenant` (workers/owner.ts, its `tenant-workers` in the file as last read), first owner first. */
+  owners(tenant: string): readonly number[];
   /** The tenants of the file as last read (`/readyz?tenant=` tells an unknown one from one not yet applied). */
   tenantNames(): ReadonlySet<string>;
 }
@@ -139,6 +141,8 @@ export class WorkerPool {
   private roundRobin = 0;
   /** One cluster: which worker takes each connection. */
   private readonly steering: ClusterSteering | undefined;
+  /** Tenants: which of a tenant's workers takes each connection, for a tenant shared by several. */
+  private readonly tenantSteering: TenantSteering | undefined;
   private readonly udsFiles: UnixSocketFile[] = [];
   private stopping = false;
   /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
@@ -171,6 +175,7 @@ export class WorkerPool {
     });
     this.refusals = new Refusals(opts.log, opts.metrics);
     this.steering = opts.tenants ? undefined : new ClusterSteering(opts.count);
+    this.tenantSteering = opts.tenants ? new TenantSteering() : undefined;
     opts.metrics.gauge('kanal_workers_ready', 'Workers serving now', () => this.workers.filter((w) => w.machine.kind === 'ready').length);
   }
 
@@ -226,6 +231,7 @@ export class WorkerPool {
       if (!m) return;
       if (m.type === 'agents') {
         this.steering?.agentsOf(w.index, m.count);
+        this.tenantSteering?.agentsOf(w.index, m.tenants);
         return;
       }
       if (m.type === 'ready') {
@@ -248,6 +254,7 @@ export class WorkerPool {
     if (w.child !== child) return;
     w.child = undefined;
     this.steering?.gone(w.index);
+    this.tenantSteering?.gone(w.index);
     for (const socket of w.handing) socket.destroy();
     w.handing.clear();
     for (const resolve of w.pending.values()) resolve(undefined);
@@ -414,7 +421,7 @@ export class WorkerPool {
       release();
       const tenant = serverName === undefined ? undefined : this.opts.tenants?.tenantOfServerName(serverName);
       const message: ToWorker = { type: 'connection', port, head: Buffer.concat([head, rest]).toString('base64') };
-      this.handTo(this.workerFor(tenant)?.index, socket, message);
+      this.handTo(this.workerFor(tenant, port, socket.remoteAddress ?? 'unknown')?.index, socket, message);
     };
     const onData = (chunk: Buffer): void => {
       head = Buffer.concat([head, chunk]);
@@ -427,10 +434,21 @@ export class WorkerPool {
     socket.resume();
   }
 
-  /** The owner of `tenant`, or the next ready worker in turn (it recognises the tenant and relays). */
-  private workerFor(tenant: string | undefined): Worker | undefined {
+  /**
+   * The owner of `tenant` (of a tenant shared by several workers, the one
+   * its steering picks), or the next ready worker in turn (it recognises the
+   * tenant and relays).
+   */
+  private workerFor(tenant: string | undefined, port: 'agent' | 'frontend', host: string): Worker | undefined {
     const tenants = this.opts.tenants;
-    if (tenant !== undefined && tenants) return this.workers[tenants.owner(tenant)];
+    if (tenant !== undefined && tenants) {
+      const owners = tenants.owners(tenant);
+      const steering = this.tenantSteering;
+      if (owners.length === 1 || !steering) return this.workers[owners[0]];
+      const ready = this.readyIndexes();
+      const index = port === 'agent' ? steering.agent(tenant, owners, ready, host) : steering.frontend(tenant, owners, ready);
+      return this.workers[index ?? owners[0]];
+    }
     for (let i = 0; i < this.workers.length; i++) {
       const w = this.workers[this.roundRobin++ % this.workers.length];
       if (w.machine.kind === 'ready') return w;
@@ -491,13 +509,21 @@ export class WorkerPool {
   private readinessOf(tenant: string, tenants: PrimaryTenants): Readiness {
     const noSuch = { ready: false, detail: `no tenant ${JSON.stringify(tenant)} here` };
     if (!tenants.tenantNames().has(tenant)) return noSuch;
-    const w = this.workers[tenants.owner(tenant)];
-    const polled = w.machine.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
-    // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
-    return polled ?? (w.machine.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.machine.kind}` });
+    // Shared by several workers: ready when one of them is, as one process is once one agent is connected.
+    const answers = tenants.owners(tenant).map((index) => {
+      const w = this.workers[index];
+      const polled = w.machine.kind === 'ready' ? this.tenantReadiness.get(w.index)?.get(tenant) : undefined;
+      // In the file but not (yet) served by its worker: not ready, as a tenant just added is until applied.
+      return (
+        polled ?? (w.machine.kind === 'ready' ? noSuch : { ready: false, detail: `tenant ${tenant}: its worker is ${w.machine.kind}` })
+      );
+    });
+    return answers.find((a) => a.ready) ?? answers[0];
   }
 
   private async pollReadiness(): Promise<void> {
+    const tenants = this.opts.tenants;
+    if (tenants) this.tenantSteering?.retain(tenants.tenantNames());
     const replies = await Promise.all(this.workers.map((w) => this.request(w, 'readiness')));
     replies.forEach((r, i) => {
       if (r?.readiness) this.details.set(i, r.readiness.detail);

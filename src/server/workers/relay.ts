@@ -19,6 +19,8 @@ const FIRST_REQUEST_TIMEOUT_MS = 10_000;
 
 export interface WorkerRelayOptions {
   worker: WorkerPlace;
+  /** How many workers share `tenant` (its tenants-file `tenant-workers`, as last applied; 1 for a tenant the file does not have). */
+  shareOf(tenant: string): number;
   /** The tenant a token's issuer names, in the directory as last applied. */
   tenantOfToken(authorization: readonly string[]): string | undefined;
   /** Whether any tenant places agents by token (else an unplaced agent stays here). */
@@ -29,12 +31,34 @@ export interface WorkerRelayOptions {
 }
 
 export class WorkerRelay {
+  /** Which owner of a tenant shared by several workers the next relayed connection goes to. */
+  private turn = 0;
+
   constructor(private readonly opts: WorkerRelayOptions) {}
+
+  /** The workers that serve `tenant`, first owner first. */
+  owners(tenant: string): number[] {
+    return this.opts.worker.owners(tenant, this.opts.shareOf(tenant));
+  }
 
   /** Whether this worker serves `tenant`. */
   owns(tenant: string): boolean {
-    const w = this.opts.worker;
-    return w.owner(tenant) === w.index;
+    return this.ownsShared(tenant, this.opts.shareOf(tenant));
+  }
+
+  /** Whether this worker serves `tenant` when `share` workers serve it (a tenants file being applied). */
+  ownsShared(tenant: string, share: number): boolean {
+    return this.opts.worker.owners(tenant, share).includes(this.opts.worker.index);
+  }
+
+  /**
+   * Where a connection of another worker's tenant goes: its owner, or for a
+   * tenant shared by several, each in turn, so an agent's successive
+   * connections reach each of them (it keeps one tunnel per server ID).
+   */
+  private target(tenant: string): number {
+    const owners = this.owners(tenant);
+    return owners[this.turn++ % owners.length];
   }
 
   private peer(connection: Duplex): string {
@@ -60,7 +84,7 @@ export class WorkerRelay {
         }
         forward(
           connection,
-          w.handoffPath(w.owner(tenant)),
+          w.handoffPath(this.target(tenant)),
           { kind, tenant, peer: this.peer(connection), ...(context?.credential ? { credential: context.credential } : {}) },
           this.opts.log,
         );
@@ -98,17 +122,18 @@ export class WorkerRelay {
         connection.resume();
         return;
       }
-      log.debug({ peer, tenant, to: w.owner(tenant) }, "agent connection relayed to its token's tenant");
-      forward(connection, w.handoffPath(w.owner(tenant)), { kind: 'agent', tenant, peer, byToken: true }, log);
+      const to = this.target(tenant);
+      log.debug({ peer, tenant, to }, "agent connection relayed to its token's tenant");
+      forward(connection, w.handoffPath(to), { kind: 'agent', tenant, peer, byToken: true }, log);
     });
   }
 
   /** What serves a frontend connection of another worker's tenant, whichever front door took it: its relay there; undefined for this worker's own. */
   frontend(tenant: string | undefined): Pick<TenantFrontend, 'serve'> | undefined {
-    const w = this.opts.worker;
     if (tenant === undefined || this.owns(tenant)) return undefined;
+    const w = this.opts.worker;
     return {
-      serve: (socket, { peer }) => forward(socket, w.handoffPath(w.owner(tenant)), { kind: 'frontend', tenant, peer }, this.opts.log),
+      serve: (socket, { peer }) => forward(socket, w.handoffPath(this.target(tenant)), { kind: 'frontend', tenant, peer }, this.opts.log),
     };
   }
 }

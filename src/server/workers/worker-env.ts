@@ -6,18 +6,19 @@
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { isSea } from 'node:sea';
-import { ownerOf } from './owner.js';
+import { ownersOf } from './owner.js';
 
 /** Set in a worker's environment: `index/count` and the directory of the handoff sockets. */
 export const WORKER_ENV = 'KANAL_WORKER';
 export const WORKER_DIR_ENV = 'KANAL_WORKER_DIR';
 
-/** Worker `index` of several: which worker serves a tenant, and where each worker takes relayed connections. */
+/** Worker `index` of several: which workers serve a tenant, and where each worker takes relayed connections. */
 export interface WorkerPlace {
   index: number;
   /** How many workers the primary runs. */
   count: number;
-  owner(tenant: string): number;
+  /** The workers that serve `tenant`, shared by `share` of them (its tenants-file `tenant-workers`), first owner first. */
+  owners(tenant: string, share: number): number[];
   handoffPath(index: number): string;
 }
 
@@ -27,7 +28,7 @@ export function workerOf(env: NodeJS.ProcessEnv = process.env): WorkerPlace | un
   const dir = env[WORKER_DIR_ENV];
   if (!m || !dir) return undefined;
   const [index, count] = [Number(m[1]), Number(m[2])];
-  return { index, count, owner: (tenant) => ownerOf(tenant, count), handoffPath: (i) => path.join(dir, `w${i}.sock`) };
+  return { index, count, owners: (tenant, share) => ownersOf(tenant, share, count), handoffPath: (i) => path.join(dir, `w${i}.sock`) };
 }
 
 /** Starts worker `index`: this process's own command line, in this runtime's form (npm package or executable). */

@@ -18,6 +18,8 @@ export interface WorkerHost {
   readiness(query?: URLSearchParams): Readiness;
   /** The agents this worker holds now (all its tenants'). */
   agentCount(): number;
+  /** The agents of each of its tenants now (none for one cluster). */
+  agentsByTenant(): [string, number][];
   /** The tenants this worker serves now. */
   tenantsServed(): string[];
   /** The tenants file read again, or one cluster's clients file (nothing without one). */
@@ -31,14 +33,16 @@ function send(message: ToPrimary): void {
 /** How often the agents held are compared with what the primary was last told: a connect takes longer than this anyway. */
 const AGENTS_CHECK_MS = 100;
 
-/** Tells the primary the agents held whenever that changes; stops with the channel. */
+/** Tells the primary the agents held, in all and per tenant, whenever that changes; stops with the channel. */
 function reportAgents(host: WorkerHost): void {
-  let told = -1;
+  let told = '';
   const check = (): void => {
-    const n = host.agentCount();
-    if (n === told) return;
-    told = n;
-    send({ type: 'agents', count: n });
+    const count = host.agentCount();
+    const tenants = host.agentsByTenant();
+    const now = `${count} ${tenants.map(([name, n]) => `${name}=${n}`).join(',')}`;
+    if (now === told) return;
+    told = now;
+    send({ type: 'agents', count, tenants });
   };
   const timer = setInterval(check, AGENTS_CHECK_MS);
   timer.unref();
