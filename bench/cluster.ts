@@ -131,8 +131,8 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
     logFile: path.join(o.dir, `${o.tag}-server.log`),
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
-  return { child, uds, agentPort, healthUrl, readyMs: performance.now() - t0 };
+  const readyAt = await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
+  return { child, uds, agentPort, healthUrl, readyMs: readyAt - t0 };
 }
 
 /** A server and one `kanal agent` with node-side listeners for the three backend services. */
@@ -172,8 +172,7 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
       ...(o.agentArgs ?? []),
     ],
   });
-  await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000);
-  const agentReadyMs = performance.now() - t0;
+  const agentReadyMs = (await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000)) - t0;
   await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'kanal',

@@ -119,8 +119,8 @@ export async function startUpstreamServer(o: UpstreamStartOptions): Promise<Upst
     ],
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
-  return { child, uds, agentPort, healthUrl, metricsUrl: `http://127.0.0.1:${adminPort}/metrics`, readyMs: performance.now() - t0 };
+  const readyAt = await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
+  return { child, uds, agentPort, healthUrl, metricsUrl: `http://127.0.0.1:${adminPort}/metrics`, readyMs: readyAt - t0 };
 }
 
 /** Upstream's proxy-server and one proxy-agent (its own certificate, CN = agentID), ready to carry CONNECT tunnels. */
@@ -148,8 +148,7 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
       '--v=1',
     ],
   });
-  await waitHealthy(agent, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
-  const agentReadyMs = performance.now() - t0;
+  const agentReadyMs = (await waitHealthy(agent, `http://127.0.0.1:${healthPort}/readyz`, 20_000)) - t0;
   await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'upstream',

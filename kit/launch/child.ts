@@ -42,6 +42,8 @@ export class Child {
   readonly logFile: string;
   readonly proc: ChildProcess;
   readonly pid: number;
+  /** Where this process's output starts in the log file (a retried start appends to the same file). */
+  readonly logStart: number;
   /** Settles once, with how the process ended. */
   readonly exited: Promise<ChildExit>;
   /** Set when the process ended; undefined while it runs. */
@@ -55,6 +57,7 @@ export class Child {
         : ['/bin/sh', '-c', `umask ${spec.umask.toString(8).padStart(4, '0')} && exec "$0" "$@"`, ...command];
     const full = spec.netns === undefined ? shell : ['ip', 'netns', 'exec', spec.netns, ...shell];
     const out = fs.openSync(spec.logFile, 'a');
+    this.logStart = fs.fstatSync(out).size;
     try {
       this.proc = spawn(full[0], full.slice(1), {
         stdio: spec.ipc ? ['ignore', out, out, 'ipc'] : ['ignore', out, out],
@@ -96,6 +99,15 @@ export class Child {
   /** Everything the process wrote so far. */
   log(): string {
     return readLogText(this.logFile);
+  }
+
+  /** What this process wrote, without an earlier process's output in the same file. */
+  ownLog(): string {
+    try {
+      return fs.readFileSync(this.logFile).subarray(this.logStart).toString('utf8');
+    } catch {
+      return '';
+    }
   }
 
   /** Its output lines that are JSON objects (pino lines, events of the stand-in services). */

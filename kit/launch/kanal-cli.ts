@@ -1,7 +1,7 @@
 /**
  * The `kanal` command as a child: where the built CLI is, starting it on a
- * cleanup scope, waiting until its health port answers (failing early with its
- * log when it exits), and free loopback ports for its listeners.
+ * cleanup scope, waiting until its own health listener answers (failing early
+ * with its log when it exits), and free loopback ports for its listeners.
  */
 import http from 'node:http';
 import net from 'node:net';
@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { spawnChild, type Child, type ChildSpec } from './child.js';
+import { listenerHolder, type ListenerHolder } from './listener-holder.js';
 import type { Scope } from './cleanup-scope.js';
 import { run, type RunOptions, type RunResult } from './run-to-end.js';
 import { errorMessage } from '../../src/common/error-message.js';
@@ -134,18 +135,63 @@ function getStatus(url: string): Promise<number> {
   });
 }
 
-/** Polls a health URL until it answers 200; fails with the child's log when it ends first or after timeoutMs. */
-export async function waitHealthy(child: Child, url: string, timeoutMs: number): Promise<void> {
+/** A taken port as Node (EADDRINUSE) and Go ("address already in use", upstream's binaries) say it. */
+const PORT_TAKEN = /EADDRINUSE|address already in use/;
+
+/** " (EADDRINUSE: its port was taken)" when the child's own output says so (withPortRetry looks for the code), else "". */
+function portTaken(child: Child): string {
+  return PORT_TAKEN.test(child.ownLog()) ? ' (EADDRINUSE: its port was taken)' : '';
+}
+
+function describeOther(holder: ListenerHolder & { kind: 'other' }): string {
+  return holder.pids.length > 0 ? `another process (pid ${holder.pids.join(', ')})` : 'another process (its pid not readable)';
+}
+
+/**
+ * Polls a health URL until it answers 200 from the child's own listener (it or
+ * a descendant holds the LISTEN socket: listener-holder.ts), since freePort()'s
+ * port may have been taken by another test file's process meanwhile. Fails
+ * with the child's log when it ends first, when another process answers and
+ * the child logged a taken port (so withPortRetry starts again), or after
+ * timeoutMs. Resolves with performance.now() at the accepted answer, before
+ * the /proc lookup, so that bench/ times exec -> ready without it.
+ */
+export async function waitHealthy(child: Child, url: string, timeoutMs: number): Promise<number> {
   const started = Date.now();
   const deadline = started + timeoutMs;
+  const { hostname, port, protocol } = new URL(url);
+  const portNumber = port === '' ? (protocol === 'https:' ? 443 : 80) : Number(port);
+  let answered: Exclude<ListenerHolder, { kind: 'own' }> | undefined;
   while (Date.now() < deadline) {
     const ended = child.ended();
-    if (ended !== undefined) throw new Error(`${child.name} ${ended} before ${url} answered; log ${child.logFile}:\n${child.tail()}`);
-    if ((await getStatus(url)) === 200) return;
-    // Polled finely while a start is still quick: bench/ times exec -> ready through this.
-    await sleep(Date.now() - started < 3000 ? 5 : 100);
+    if (ended !== undefined) {
+      throw new Error(`${child.name} ${ended} before ${url} answered${portTaken(child)}; log ${child.logFile}:\n${child.tail()}`);
+    }
+    if ((await getStatus(url)) === 200) {
+      const at = performance.now();
+      // /proc names the holder on Linux only; elsewhere the answer is taken as it was before.
+      if (process.platform !== 'linux') return at;
+      // This process sent the request, so its namespace's view of the port is the one that answered.
+      const holder = listenerHolder(hostname, portNumber, child.pid);
+      if (holder.kind === 'own') return at;
+      answered = holder;
+      if (holder.kind === 'other') {
+        const taken = portTaken(child);
+        if (taken !== '') {
+          throw new Error(`${child.name}: ${url} was answered by ${describeOther(holder)}${taken}; log ${child.logFile}:\n${child.tail()}`);
+        }
+      }
+    }
+    // Polled finely while a start is still quick (bench/ times exec -> ready through this) and no other process answers.
+    await sleep(answered === undefined && Date.now() - started < 3000 ? 5 : 100);
   }
-  throw new Error(`${child.name}: ${url} not ready after ${timeoutMs} ms; log ${child.logFile}:\n${child.tail()}`);
+  const by =
+    answered === undefined
+      ? ''
+      : answered.kind === 'other'
+        ? ` (the port was answered by ${describeOther(answered)})`
+        : ` (it answered 200, but no listener on ${hostname}:${portNumber} was found in /proc/${process.pid}/net)`;
+  throw new Error(`${child.name}: ${url} not ready after ${timeoutMs} ms${by}${portTaken(child)}; log ${child.logFile}:\n${child.tail()}`);
 }
 
 /**

@@ -2,18 +2,22 @@
  * The kit's own failure modes (kit/launch/): a child that exits at start is
  * reported with its log, at once rather than at the timeout; a wait on a log
  * fails as soon as the writer is gone; a failed start leaves no process, no
- * directory and no exit-time registration behind; the in-process launcher
- * refuses flags as the CLI does.
+ * directory and no exit-time registration behind; a readiness wait takes an
+ * answer only from the child's own listener; the in-process launcher refuses
+ * flags as the CLI does.
  */
 import { alive } from '../helpers/process-group.js';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
+import net from 'node:net';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { CleanupStack, scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import { spawnChild } from '../../kit/launch/child.js';
 import { killOnExit, removeOnExit } from '../../kit/launch/exit-cleanup.js';
-import { freePort, spawnKanal, waitHealthy } from '../../kit/launch/kanal-cli.js';
+import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
 import { serverFromFlags } from '../../kit/launch/in-process.js';
+import { processTree } from '../../kit/launch/listener-holder.js';
 import { captureLogger } from '../helpers/memory-stream.js';
 
 const node = (script: string): string[] => [process.execPath, '-e', script];
@@ -73,6 +77,77 @@ test('cleanup after a failed start leaves nothing: the child (even one ignoring 
   t.false(fs.existsSync(dir), 'the directory is removed');
   t.false(killOnExit.has(stubborn.pid), 'no pid left for exit');
   t.false(removeOnExit.has(dir), 'no directory left for exit');
+});
+
+/** An HTTP server of this process answering 200 on 127.0.0.1 (a port taken by "another process" as far as a child is concerned). */
+async function answering(t: ExecutionContext): Promise<number> {
+  const server = http.createServer((_req, res) => res.end('ok'));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return (server.address() as net.AddressInfo).port;
+}
+
+test("a 200 from another process's listener on the port is not the child's readiness: the wait times out naming that process", async (t) => {
+  const scope = new CleanupStack();
+  t.teardown(() => scope.run());
+  const dir = scopedTempDir(scope, 'kanal-kit-');
+  const port = await answering(t);
+  const idle = spawnChild(scope, { name: 'idle', argv: node('setTimeout(() => undefined, 60_000)'), logFile: path.join(dir, 'idle.log') });
+  const err = await t.throwsAsync(waitHealthy(idle, `http://127.0.0.1:${port}/healthz`, 1000));
+  t.is(
+    err.message.split(';')[0],
+    `idle: http://127.0.0.1:${port}/healthz not ready after 1000 ms (the port was answered by another process (pid ${process.pid}))`,
+  );
+  t.true(idle.running(), 'the child itself is fine, only not the one answering');
+});
+
+test('a child that loses its port to the process answering there fails the wait with EADDRINUSE, which withPortRetry retries', async (t) => {
+  const scope = new CleanupStack();
+  t.teardown(() => scope.run());
+  const dir = scopedTempDir(scope, 'kanal-kit-');
+  const port = await answering(t);
+  let attempts = 0;
+  const err = await t.throwsAsync(
+    withPortRetry(async () => {
+      attempts++;
+      // Listens on the port this process holds, as a child started on a freePort() another process took meanwhile.
+      const loser = spawnChild(scope, {
+        name: 'loser',
+        argv: node(`require('http').createServer().listen(${port}, '127.0.0.1'); setTimeout(() => undefined, 60_000)`),
+        logFile: path.join(dir, 'loser.log'),
+      });
+      await waitHealthy(loser, `http://127.0.0.1:${port}/healthz`, 600_000);
+    }),
+  );
+  t.regex(err.message, /^loser( exited with 1 before|: http:\S+ was answered by another process).*EADDRINUSE/s);
+  t.is(attempts, 3, 'retried as a taken port');
+});
+
+test('a child below a wrapper that answers from its own listener is ready', async (t) => {
+  const scope = new CleanupStack();
+  t.teardown(() => scope.run());
+  const dir = scopedTempDir(scope, 'kanal-kit-');
+  await withPortRetry(async () => {
+    const port = await freePort();
+    const wrapped = spawnChild(scope, {
+      name: 'wrapped',
+      argv: node(
+        `require('http').createServer((q, s) => s.end('ok')).listen(${port}, '127.0.0.1'); setTimeout(() => process.exit(0), 60_000)`,
+      ),
+      // A shell that waits for the program rather than becoming it: the listener is held one level down.
+      wrapper: ['/bin/sh', '-c', '"$@"; exit $?', 'wrapper'],
+      logFile: path.join(dir, 'wrapped.log'),
+    });
+    // Before the shell's stop (the scope runs newest first): its SIGTERM would leave the program behind.
+    scope.teardown(() => {
+      for (const pid of processTree(wrapped.pid).slice(1)) process.kill(pid, 'SIGKILL');
+    });
+    await waitHealthy(wrapped, `http://127.0.0.1:${port}/healthz`, 10_000);
+  });
+  t.pass();
 });
 
 test('a program that cannot be started throws at once, naming it, and registers nothing', (t) => {
