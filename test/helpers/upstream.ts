@@ -17,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { Child } from '../../kit/launch/child.js';
-import { freePort, httpGet, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
+import { freePort, waitHealthy, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
 
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const SHARED_UPSTREAM = path.resolve(REPO_ROOT, '..', 'shared', 'upstream');
@@ -84,18 +84,6 @@ export function spawnUpstream(scope: Scope, name: string, file: string, args: st
   return proc;
 }
 
-async function waitHttp(proc: UpstreamProcess, url: string, status: number, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ended = proc.ended();
-    if (ended !== undefined) throw new Error(`${proc.name} ${ended}; tail:\n${proc.tail(20)}`);
-    if ((await httpGet(url, 1000)).status === status) return;
-    if (Date.now() >= deadline)
-      throw new Error(`${proc.name}: ${url} did not answer ${status} within ${timeoutMs} ms; tail:\n${proc.tail(20)}`);
-    await sleep(100);
-  }
-}
-
 export interface UpstreamServerSpec {
   /** Upstream's --mode (default grpc, upstream's own default). */
   mode?: 'grpc' | 'http-connect';
@@ -159,7 +147,7 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
   }
   args.push(...(spec.extraArgs ?? []));
   const proc = spawnUpstream(scope, name, bin.proxyServer, args, path.join(ws.dir, `${name}.log`));
-  await waitHttp(proc, `http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
   if (uds) {
     const deadline = Date.now() + 10_000;
     while (!fs.existsSync(uds) && Date.now() < deadline) await sleep(50);
@@ -217,7 +205,7 @@ export async function startUpstreamAgent(
   ];
   const proc = spawnUpstream(scope, agentID, bin.proxyAgent, args, path.join(ws.dir, `${agentID}.log`));
   const readyzUrl = (): string => `http://127.0.0.1:${healthPort}/readyz`;
-  await waitHttp(proc, `http://127.0.0.1:${healthPort}/healthz`, 200, 20_000);
+  await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
   if (spec.waitReady ?? true) await waitStatus(readyzUrl(), 200, 20_000);
   return Object.assign(proc, { agentID, healthPort, adminPort, readyzUrl });
 }
