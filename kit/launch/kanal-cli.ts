@@ -138,8 +138,14 @@ function getStatus(url: string): Promise<number> {
 /** A taken port as Node (EADDRINUSE) and Go ("address already in use", upstream's binaries) say it. */
 const PORT_TAKEN = /EADDRINUSE|address already in use/;
 
+/**
+ * What a readiness wait reads of a child: a kit Child has it all, and a test
+ * that must wire a child's stdio itself (a pipe nobody reads) can supply it.
+ */
+export type ReadinessSubject = Pick<Child, 'name' | 'pid' | 'logFile' | 'ended' | 'ownLog' | 'tail'>;
+
 /** " (EADDRINUSE: its port was taken)" when the child's own output says so (withPortRetry looks for the code), else "". */
-function portTaken(child: Child): string {
+function portTaken(child: ReadinessSubject): string {
   return PORT_TAKEN.test(child.ownLog()) ? ' (EADDRINUSE: its port was taken)' : '';
 }
 
@@ -156,7 +162,7 @@ function describeOther(holder: ListenerHolder & { kind: 'other' }): string {
  * timeoutMs. Resolves with performance.now() at the accepted answer, before
  * the /proc lookup, so that bench/ times exec -> ready without it.
  */
-export async function waitHealthy(child: Child, url: string, timeoutMs: number): Promise<number> {
+export async function waitHealthy(child: ReadinessSubject, url: string, timeoutMs: number): Promise<number> {
   const started = Date.now();
   const deadline = started + timeoutMs;
   const { hostname, port, protocol } = new URL(url);

@@ -15,21 +15,25 @@ import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import {
   freePort,
   kanalCommand,
+  logTail,
   loopbackServerArgs,
   makeWorkspace,
   nodeListener,
   readLog,
   startAgent,
   startProxy,
-  waitStatus,
+  waitHealthy,
+  withPortRetry,
   type Workspace,
 } from '../helpers/kanal-processes.js';
 import { killOnExit } from '../../kit/launch/exit-cleanup.js';
+import type { ReadinessSubject } from '../../kit/launch/kanal-cli.js';
 
 /** Longest a stop may take here (the grace periods below are 1 s). */
 const EXIT_BOUND_MS = 10_000;
 
-interface PipedKanal {
+/** A piped `kanal`; as a ReadinessSubject its log is its stderr, where a listener it cannot bind is named (EADDRINUSE). */
+interface PipedKanal extends ReadinessSubject {
   child: ChildProcess;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
   /** Closes the only read end of the process's stdout (as `head -5` does when it exits). */
@@ -38,23 +42,29 @@ interface PipedKanal {
 
 /**
  * `kanal ...args` with stdout a FIFO (a real pipe, 64 KiB) whose only reader
- * is this test, which never reads it; stderr to a file.
+ * is this test, which never reads it; stderr to a file. Not a kit Child,
+ * which sends stdout to its log file. A retried start gets fresh files.
  */
 function spawnPiped(t: ExecutionContext, ws: Workspace, name: string, args: string[]): PipedKanal {
-  const fifo = path.join(ws.dir, `${name}.stdout`);
+  let stem = name;
+  for (let n = 2; fs.existsSync(path.join(ws.dir, `${stem}.stdout`)); n++) stem = `${name}-${n}`;
+  const fifo = path.join(ws.dir, `${stem}.stdout`);
+  const logFile = path.join(ws.dir, `${stem}.stderr`);
   execFileSync('mkfifo', [fifo]);
   let reader: number | undefined = fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   const writer = fs.openSync(fifo, 'w');
-  const err = fs.openSync(path.join(ws.dir, `${name}.stderr`), 'a');
+  const err = fs.openSync(logFile, 'a');
   const [program, ...rest] = kanalCommand();
   const child = spawn(program, [...rest, ...args], { stdio: ['ignore', writer, err] });
   fs.closeSync(writer);
   fs.closeSync(err);
   const pid = child.pid!;
   killOnExit.add(pid);
+  let ended: string | undefined;
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
     child.once('exit', (code, signal) => {
       killOnExit.delete(pid);
+      ended = signal ? `was killed by ${signal}` : `exited with ${code}`;
       resolve({ code, signal, at: Date.now() });
     }),
   );
@@ -69,7 +79,50 @@ function spawnPiped(t: ExecutionContext, ws: Workspace, name: string, args: stri
     }
     closeReader();
   });
-  return { child, exited, closeReader };
+  const ownLog = (): string => {
+    try {
+      return fs.readFileSync(logFile, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  return {
+    child,
+    exited,
+    closeReader,
+    name: stem,
+    pid,
+    logFile,
+    ended: () => ended,
+    ownLog,
+    tail: (lines = 15) => logTail(logFile, lines),
+  };
+}
+
+/**
+ * spawnPiped on fresh freePort() ports until `url` answers 200 from the
+ * process's own listener (waitHealthy); withPortRetry starts again when another
+ * test file's process took a port meanwhile. A failed attempt is killed first.
+ */
+async function startPiped<A extends { args: string[] }>(
+  t: ExecutionContext,
+  ws: Workspace,
+  name: string,
+  prepare: () => Promise<A>,
+  url: (a: A) => string,
+): Promise<{ p: PipedKanal; a: A }> {
+  return withPortRetry(async () => {
+    const a = await prepare();
+    const p = spawnPiped(t, ws, name, a.args);
+    try {
+      await waitHealthy(p, url(a), 20_000);
+    } catch (err) {
+      p.child.kill('SIGKILL');
+      await p.exited;
+      throw err;
+    }
+    return { p, a };
+  });
 }
 
 async function serverArgs(ws: Workspace): Promise<{ args: string[]; agentPort: number; healthPort: number }> {
@@ -139,12 +192,20 @@ async function stopWithin(t: ExecutionContext, p: PipedKanal, what: string): Pro
 for (const reader of ['gone', 'stalled'] as const) {
   test(`stdout ${reader === 'gone' ? 'closed by its reader (kanal ... | head -5)' : 'never read (a full pipe)'}: SIGTERM still ends server and agent`, async (t) => {
     const ws = await makeWorkspace(t);
-    const s = await serverArgs(ws);
-    const server = spawnPiped(t, ws, 'server', s.args);
-    await waitStatus(`http://127.0.0.1:${s.healthPort}/healthz`, 200, 20_000);
-    const a = await agentArgs(ws, s.agentPort, 'piped-agent');
-    const agent = spawnPiped(t, ws, 'agent', a.args);
-    await waitStatus(`http://127.0.0.1:${a.healthPort}/readyz`, 200, 20_000);
+    const { p: server, a: s } = await startPiped(
+      t,
+      ws,
+      'server',
+      () => serverArgs(ws),
+      (s) => `http://127.0.0.1:${s.healthPort}/healthz`,
+    );
+    const { p: agent, a } = await startPiped(
+      t,
+      ws,
+      'agent',
+      () => agentArgs(ws, s.agentPort, 'piped-agent'),
+      (a) => `http://127.0.0.1:${a.healthPort}/readyz`,
+    );
     if (reader === 'stalled') {
       // More warn lines (refused requests) than the 64 KiB pipe holds.
       for (const port of [s.healthPort, a.healthPort]) {
