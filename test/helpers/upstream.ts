@@ -17,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { issueAgentCertificate } from '../../kit/pki/throwaway-pki.js';
 import { removeOnExit } from '../../kit/launch/exit-cleanup.js';
 import { Child } from '../../kit/launch/child.js';
-import { freePort, waitHealthy, waitStatus, type Scope, type Workspace } from './kanal-processes.js';
+import { freePort, waitHealthy, withPortRetry, type Scope, type Workspace } from './kanal-processes.js';
 
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const SHARED_UPSTREAM = path.resolve(REPO_ROOT, '..', 'shared', 'upstream');
@@ -109,10 +109,35 @@ export interface UpstreamServerProcess extends UpstreamProcess {
   readonly serverID: string;
 }
 
-/** Upstream's proxy-server with the workspace's PKI: mTLS agent port, frontend on a Unix socket or mTLS TCP. */
+/**
+ * Ends a start that failed (it may still run, e.g. with its health port bound
+ * and another port taken) before withPortRetry starts another, so that no
+ * abandoned copy keeps a port or a tunnel; then rethrows.
+ */
+async function abandon(proc: UpstreamProcess, err: unknown, after?: () => void): Promise<never> {
+  await proc.kill();
+  after?.();
+  throw err;
+}
+
+/**
+ * Upstream's proxy-server with the workspace's PKI: mTLS agent port, frontend
+ * on a Unix socket or mTLS TCP. On fresh freePort() ports per attempt
+ * (withPortRetry): the returned ports are those of the attempt that started.
+ */
 export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: UpstreamServerSpec = {}): Promise<UpstreamServerProcess> {
   const bin = upstreamBinaries();
   const name = spec.name ?? 'upstream-server';
+  return withPortRetry(() => startUpstreamServerOnce(scope, ws, bin, name, spec));
+}
+
+async function startUpstreamServerOnce(
+  scope: Scope,
+  ws: Workspace,
+  bin: UpstreamBinaries,
+  name: string,
+  spec: UpstreamServerSpec,
+): Promise<UpstreamServerProcess> {
   const { pki } = ws;
   const [agentPort, healthPort, adminPort] = [await freePort(), await freePort(), await freePort()];
   const args = [
@@ -147,7 +172,10 @@ export async function startUpstreamServer(scope: Scope, ws: Workspace, spec: Ups
   }
   args.push(...(spec.extraArgs ?? []));
   const proc = spawnUpstream(scope, name, bin.proxyServer, args, path.join(ws.dir, `${name}.log`));
-  await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
+  await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000).catch(async (err: unknown) => {
+    // The next attempt's wait for the socket file below must not see this one's.
+    return abandon(proc, err, () => uds && fs.rmSync(uds, { force: true }));
+  });
   if (uds) {
     const deadline = Date.now() + 10_000;
     while (!fs.existsSync(uds) && Date.now() < deadline) await sleep(50);
@@ -175,7 +203,10 @@ export interface UpstreamAgentProcess extends UpstreamProcess {
   readyzUrl(): string;
 }
 
-/** Upstream's proxy-agent dialing `server`'s agent port on 127.0.0.1 (a Kanal or an upstream server). */
+/**
+ * Upstream's proxy-agent dialing `server`'s agent port on 127.0.0.1 (a Kanal
+ * or an upstream server), its own ports fresh per attempt (withPortRetry).
+ */
 export async function startUpstreamAgent(
   scope: Scope,
   ws: Workspace,
@@ -186,6 +217,19 @@ export async function startUpstreamAgent(
   const agentID = spec.agentID ?? 'upstream-agent';
   const { pki } = ws;
   const cred = (spec.cert ?? 'own') === 'own' ? await issueAgentCertificate(pki, agentID) : { cert: pki.agentCert, key: pki.agentKey };
+  return withPortRetry(() => startUpstreamAgentOnce(scope, ws, bin, server, agentID, cred, spec));
+}
+
+async function startUpstreamAgentOnce(
+  scope: Scope,
+  ws: Workspace,
+  bin: UpstreamBinaries,
+  server: { agentPort: number },
+  agentID: string,
+  cred: { cert: string; key: string },
+  spec: UpstreamAgentSpec,
+): Promise<UpstreamAgentProcess> {
+  const { pki } = ws;
   const [healthPort, adminPort] = [await freePort(), await freePort()];
   const args = [
     '--proxy-server-host=127.0.0.1',
@@ -205,8 +249,13 @@ export async function startUpstreamAgent(
   ];
   const proc = spawnUpstream(scope, agentID, bin.proxyAgent, args, path.join(ws.dir, `${agentID}.log`));
   const readyzUrl = (): string => `http://127.0.0.1:${healthPort}/readyz`;
-  await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
-  if (spec.waitReady ?? true) await waitStatus(readyzUrl(), 200, 20_000);
+  try {
+    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
+    // Also through waitHealthy: it fails at once, naming the log, if the agent ends while not ready.
+    if (spec.waitReady ?? true) await waitHealthy(proc, readyzUrl(), 20_000);
+  } catch (err) {
+    return abandon(proc, err);
+  }
   return Object.assign(proc, { agentID, healthPort, adminPort, readyzUrl });
 }
 
