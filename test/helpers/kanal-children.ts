@@ -93,7 +93,8 @@ export async function startServer(scope: Scope, ws: Workspace, spec: ServerSpec 
 export async function restartServer(scope: Scope, old: KanalServerProcess): Promise<KanalServerProcess> {
   if (old.running()) throw new Error(`${old.name} is still running`);
   const proc = spawnKanal(scope, { name: old.name, args: [...old.args], logFile: old.logFile });
-  // The agent port may still be held for a moment by the old process's sockets.
+  // Same ports by design, so no withPortRetry: one another process took meanwhile fails here, as waitHealthy
+  // says (EADDRINUSE, with the log's "cannot listen on <address> (<flags>) ... another process listens there").
   await waitHealthy(proc, `http://127.0.0.1:${old.healthPort}/healthz`, 20_000);
   const { agentPort, healthPort, adminPort, frontendPort, uds, args, readyzUrl } = old;
   return Object.assign(proc, { agentPort, healthPort, adminPort, frontendPort, uds, args, readyzUrl });
