@@ -31,6 +31,7 @@ import {
   waitHealthy,
   waitMetrics,
   waitUntil,
+  withPortRetry,
   scrapeMetrics,
 } from '../helpers/kanal-processes.js';
 import { startTcpRelay } from '../helpers/tcp-relay.js';
@@ -144,16 +145,20 @@ async function multiTenant(): Promise<string> {
   const file = path.join(ws.dir, 'tenants.yaml');
   const uds = path.join(ws.dir, 'one.sock');
   fs.writeFileSync(file, tenantsFile([`  - name: one\n    cluster-ca-cert: ${ws.pki.caCert}\n    uds-name: ${uds}\n`]));
-  const [agentPort, healthPort] = [await freePort(), await freePort()];
-  const args = tenantsServerArgs({
-    file,
-    defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
-    agentHost: '127.0.0.1',
-    agentPort,
-    healthPort,
+  // freePort() races other test files: a start that dies of EADDRINUSE is retried with fresh ports.
+  const { agentPort, healthPort } = await withPortRetry(async () => {
+    const [agentPort, healthPort] = [await freePort(), await freePort()];
+    const args = tenantsServerArgs({
+      file,
+      defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
+      agentHost: '127.0.0.1',
+      agentPort,
+      healthPort,
+    });
+    const server = spawnKanal(shared, { name: 'tenants-server', args, logFile: path.join(ws.dir, 'tenants-server.log') });
+    await waitHealthy(server, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
+    return { agentPort, healthPort };
   });
-  const server = spawnKanal(shared, { name: 'tenants-server', args, logFile: path.join(ws.dir, 'tenants-server.log') });
-  await waitHealthy(server, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
   await startAgent(shared, ws, { agentPort }, { agentID: 'tenant-node-1' });
   await waitMetrics(healthPort, { 'kanal_server_agents{tenant="one"}': 1 }, 10_000);
   const s = await httpConnect(await connectUnix(uds), echo.address, 15_000);

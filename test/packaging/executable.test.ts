@@ -25,7 +25,7 @@ import {
   startServer,
 } from '../helpers/node-topology.js';
 import { run } from '../../kit/launch/run-to-end.js';
-import { freePort, kanalCommand, KANAL_CLI, waitHealthy } from '../../kit/launch/kanal-cli.js';
+import { freePort, kanalCommand, KANAL_CLI, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
 import { spawnChild } from '../../kit/launch/child.js';
 import { scopedTempDir } from '../../kit/launch/cleanup-scope.js';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
@@ -124,7 +124,6 @@ test('kanal server --dry-run validates and prints the configuration; a bad flag 
 test('koffi loads from the embedded copy and leaves nothing in TMPDIR; an unusable TMPDIR is named', async (t) => {
   const ws = await makeWorkspace(t, 'kanal-exe-');
   const tmp = scopedTempDir(t, 'kanal-exe-tmp-');
-  const health = await freePort();
   const args = [
     'server',
     '--uds-name',
@@ -134,22 +133,27 @@ test('koffi loads from the embedded copy and leaves nothing in TMPDIR; an unusab
     '--cluster-key',
     ws.pki.serverKey,
   ];
-  const server = spawnChild(t, {
-    name: 'server',
-    argv: [
-      await kanalExecutable(),
-      ...args,
-      '--cluster-ca-cert',
-      ws.pki.caCert,
-      '--agent-port',
-      String(await freePort()),
-      '--health-port',
-      String(health),
-    ],
-    logFile: path.join(ws.dir, 'server.log'),
-    env: { ...process.env, NODE_OPTIONS: '', TMPDIR: tmp },
+  // freePort() races other test files: a start that dies of EADDRINUSE is retried with fresh ports.
+  const server = await withPortRetry(async () => {
+    const health = await freePort();
+    const server = spawnChild(t, {
+      name: 'server',
+      argv: [
+        await kanalExecutable(),
+        ...args,
+        '--cluster-ca-cert',
+        ws.pki.caCert,
+        '--agent-port',
+        String(await freePort()),
+        '--health-port',
+        String(health),
+      ],
+      logFile: path.join(ws.dir, 'server.log'),
+      env: { ...process.env, NODE_OPTIONS: '', TMPDIR: tmp },
+    });
+    await waitHealthy(server, `http://127.0.0.1:${health}/healthz`, 30_000);
+    return server;
   });
-  await waitHealthy(server, `http://127.0.0.1:${health}/healthz`, 30_000);
   t.deepEqual(fs.readdirSync(tmp), [], 'the private directory and the module in it are gone');
   await server.stop();
 
