@@ -13,7 +13,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { startUpstreamAgent, upstreamUnavailableReason } from '../helpers/upstream.js';
 import { httpConnect } from '../../kit/demo/proxy-client.js';
-import { freePort } from '../../kit/launch/kanal-cli.js';
+import { freePort, withPortRetry } from '../../kit/launch/kanal-cli.js';
 import { connectSocks, socks5Handshake } from '../helpers/socks5-client.js';
 import {
   echoRoundTrip,
@@ -180,7 +180,6 @@ test.serial(
     t.timeout(120_000);
     const ws = await makeWorkspace(t, 'kanal-cluster-workers-');
     const echo = await startEchoBackend(t);
-    const [proxyPort, socksPort] = [await freePort(), await freePort()];
     const tokenFile = path.join(ws.dir, 'scraper.token');
     fs.writeFileSync(tokenFile, 'first-token\n', { mode: 0o600 });
     const clientsFile = path.join(ws.dir, 'clients.yaml');
@@ -188,20 +187,25 @@ test.serial(
       clientsFile,
       `clients:\n- name: scraper\n  token-file: ${JSON.stringify(tokenFile)}\n  allow: all\n- name: kube-apiserver\n  uid: ${process.getuid?.() ?? 0}\n  allow: all\n`,
     );
-    const server = await startServer(t, ws, {
-      name: 'cwp',
-      extraArgs: [
-        '--workers',
-        'auto',
-        '--http-proxy-port',
-        String(proxyPort),
-        '--socks5-port',
-        String(socksPort),
-        '--frontend-clients-config',
-        clientsFile,
-        '--allowed-destination',
-        echo.address,
-      ],
+    // freePort() races other test files, and startServer keeps extra ports across its retries: a start that dies of EADDRINUSE starts again on fresh ones.
+    const { server, proxyPort, socksPort } = await withPortRetry(async () => {
+      const [proxyPort, socksPort] = [await freePort(), await freePort()];
+      const server = await startServer(t, ws, {
+        name: 'cwp',
+        extraArgs: [
+          '--workers',
+          'auto',
+          '--http-proxy-port',
+          String(proxyPort),
+          '--socks5-port',
+          String(socksPort),
+          '--frontend-clients-config',
+          clientsFile,
+          '--allowed-destination',
+          echo.address,
+        ],
+      });
+      return { server, proxyPort, socksPort };
     });
     const workers = workerPids(server).filter((p) => p > 0).length;
     if (workers < 2) {

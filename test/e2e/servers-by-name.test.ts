@@ -22,6 +22,7 @@ import {
   startAgent,
   startEchoBackend,
   startServer,
+  withPortRetry,
   type KanalServerProcess,
 } from '../helpers/kanal-processes.js';
 
@@ -94,14 +95,24 @@ if (notDualStack) test.skip(`a name with two addresses (localhost): skipped, ${n
 else
   test('a name with two addresses (localhost: 127.0.0.1 and ::1): a tunnel through each, the certificate checked against the name', async (t) => {
     const ws = await makeWorkspace(t);
-    const port = await freePort();
-    const servers: KanalServerProcess[] = [];
-    for (const [name, address] of [
-      ['server-v4', '127.0.0.1'],
-      ['server-v6', '::1'],
-    ] as const) {
-      servers.push(await startServer(t, ws, { name, extraArgs: ['--agent-bind-address', address, '--agent-port', String(port)] }));
-    }
+    // Both on one freePort() port, which startServer keeps across its retries: when another test file's process
+    // took it on either address (EADDRINUSE), both start again on a fresh one.
+    const { port, servers } = await withPortRetry(async () => {
+      const port = await freePort();
+      const servers: KanalServerProcess[] = [];
+      try {
+        for (const [name, address] of [
+          ['server-v4', '127.0.0.1'],
+          ['server-v6', '::1'],
+        ] as const) {
+          servers.push(await startServer(t, ws, { name, extraArgs: ['--agent-bind-address', address, '--agent-port', String(port)] }));
+        }
+      } catch (err) {
+        for (const s of servers) await s.stop();
+        throw err;
+      }
+      return { port, servers };
+    });
     const agent = await startAgent(
       t,
       ws,

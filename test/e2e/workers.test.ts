@@ -353,9 +353,13 @@ test.serial(
 
 test('--workers with --audit-log-path: the primary names the files its workers write; `kanal status` against it names --workers as why there is no status', async (t) => {
   const ws = await makeWorkspace(t, 'kanal-workers-');
-  const adminPort = await freePort();
   const audit = path.join(ws.dir, 'audit.log');
-  const server = await startWorkers(t, ws, [alphaEntry(ws)], 'newcomer', ['--admin-port', String(adminPort), '--audit-log-path', audit]);
+  // freePort() races other test files, and startWorkers keeps extra ports across its retries: a start that dies of EADDRINUSE starts again on a fresh one.
+  const { server, adminPort } = await withPortRetry(async () => {
+    const adminPort = await freePort();
+    const server = await startWorkers(t, ws, [alphaEntry(ws)], 'newcomer', ['--admin-port', String(adminPort), '--audit-log-path', audit]);
+    return { server, adminPort };
+  });
   const line = await server.waitForLog(
     (l) => typeof l.msg === 'string' && l.msg.startsWith('--audit-log-path with --workers'),
     10_000,
@@ -393,10 +397,14 @@ test.serial(
     uds-name: ${path.join(ws.dir, `${CERT_TENANT}.sock`)}
     tenant-workers: ${workers}
 `;
-    const frontendPort = await freePort();
-    const server = await startWorkers(t, ws, [entry(2)], 'spread', [
-      ...tcpFrontendArgs(frontendPort, { cert: ws.pki.frontendCert, key: ws.pki.frontendKey }),
-    ]);
+    // freePort() races other test files, and startWorkers keeps extra ports across its retries: a start that dies of EADDRINUSE starts again on a fresh one.
+    const { server, frontendPort } = await withPortRetry(async () => {
+      const frontendPort = await freePort();
+      const server = await startWorkers(t, ws, [entry(2)], 'spread', [
+        ...tcpFrontendArgs(frontendPort, { cert: ws.pki.frontendCert, key: ws.pki.frontendKey }),
+      ]);
+      return { server, frontendPort };
+    });
     // Its server name: the primary places each connection in the tenant and steers it over the tenant's workers.
     const agent = await startAgent(t, ws, server, { agentID: 'node-1', extraArgs: ['--tls-server-name', 'localhost'] });
     const detail = async (): Promise<string> => (await httpGet(agent.readyzUrl()).catch(() => ({ body: '' }))).body;
