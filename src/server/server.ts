@@ -626,13 +626,13 @@ export class KanalServer {
   private async listenTenantSocket(room: Room): Promise<Listener | undefined> {
     const uds = room.loaded?.uds;
     if (!uds || !this.frontendGrpc) return undefined;
-    // A tenant shared by several workers: one socket file, bound by its first owner (docs/multi-tenant.md, "Workers").
-    const first = room.loaded && this.relay?.owners(room.loaded.name)[0];
-    if (first !== undefined && first !== this.opts.worker?.index) return undefined;
+    const worker = this.opts.worker;
+    // A tenant shared by several workers: one socket file, bound by their primary, which hands each connection to one of them.
+    const shared = worker !== undefined && room.loaded !== undefined && sharedTenantServer(this.opts.serverID, room.loaded, worker).shared;
     return listenForFrontends({
       mode: this.opts.frontend.mode,
       identifyClients: this.audit !== undefined || (() => room.tenant.clients.configured),
-      uds,
+      ...(shared ? { adoptedUds: { path: uds.path } } : { uds }),
       tenant: room.tenant.name,
       requestHeadTimeoutMs: this.opts.frontend.headerTimeoutMs,
       services: this.frontendServices(this.frontendGrpc, room.tenant.log.child({ part: 'frontend' })),
@@ -675,6 +675,13 @@ export class KanalServer {
   /** A worker of one cluster: a connection the primary accepted on listener `index` of ServerOptions.frontend.extra. */
   adoptExtra(index: number, socket: net.Socket): void {
     const listener = this.extraListeners[index];
+    if (listener?.adopt) listener.adopt(socket, Buffer.alloc(0));
+    else socket.destroy();
+  }
+
+  /** A worker: a connection the primary accepted on the Unix socket of `tenant`, a tenant this worker shares with others. */
+  adoptTenantSocket(tenant: string, socket: net.Socket): void {
+    const listener = this.rooms.get(tenant)?.uds;
     if (listener?.adopt) listener.adopt(socket, Buffer.alloc(0));
     else socket.destroy();
   }

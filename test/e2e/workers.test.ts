@@ -14,8 +14,10 @@
  *   --max-pending-client-hellos-per-host per address (and in all), the rest
  *   closed and counted, while an honest agent connects;
  * - a tenant of `tenant-workers: 2` is a server of its own on both workers: its
- *   agent holds a tunnel to each, its kube-apiserver's dials land on both,
- *   each worker's series of it apart, and a change of `tenant-workers` moves it.
+ *   agent holds a tunnel to each, its kube-apiserver's dials (TCP frontend and
+ *   its own Unix socket, which the primary binds) land on both, each worker's
+ *   series of it apart, and a change of `tenant-workers` moves it, its socket
+ *   bound by the one worker that serves it then.
  */
 import test, { type ExecutionContext } from 'ava';
 import fs from 'node:fs';
@@ -438,13 +440,27 @@ test.serial(
       dials.every((n) => n > 0),
       `both workers served alpha's dials: ${dials.join(', ')}`,
     );
-    // Its own Unix socket is one file, bound by its first worker.
-    const viaUds = await step(
-      "CONNECT on the tenant's Unix socket",
-      httpConnect(await connectUnix(path.join(ws.dir, `${CERT_TENANT}.sock`)), echo.address, 10_000),
+    // Its own Unix socket is one file, bound by the primary: its connections land on both workers too.
+    const sock = path.join(ws.dir, `${CERT_TENANT}.sock`);
+    for (let i = 0; i < 8; i++) {
+      const viaUds = await step(`CONNECT ${i} on the tenant's Unix socket`, httpConnect(await connectUnix(sock), echo.address, 10_000));
+      t.true(await echoRoundTrip(viaUds, Buffer.from(`CONNECT ${i} through the Unix socket of a shared tenant`)));
+      viaUds.destroy();
+    }
+    const viaUdsDials = [(await dialsOn(0)) - dials[0], (await dialsOn(1)) - dials[1]];
+    t.is(viaUdsDials[0] + viaUdsDials[1], 8, `dials per worker through the Unix socket: ${viaUdsDials.join(', ')}`);
+    t.true(
+      viaUdsDials.every((n) => n > 0),
+      `both workers served the Unix socket's dials: ${viaUdsDials.join(', ')}`,
     );
-    t.true(await echoRoundTrip(viaUds, Buffer.from('through the Unix socket of a shared tenant')));
-    viaUds.destroy();
+    t.true(
+      server
+        .jsonLines()
+        .some(
+          (l) => l.msg === "tenant's Unix socket ready, its connections spread over the workers that share it" && l.tenant === CERT_TENANT,
+        ),
+      'the primary bound it',
+    );
     // Polled from its workers every 2 s: ready once one of them says so.
     await waitUntil(
       async () => (await httpGet(`http://127.0.0.1:${server.healthPort}/readyz?tenant=${CERT_TENANT}`)).status === 200,
@@ -469,5 +485,30 @@ test.serial(
     const again = await step('CONNECT after the change', httpConnect(await tlsToFrontend({ frontendPort }, ws), echo.address, 10_000));
     t.true(await echoRoundTrip(again, Buffer.from('served whole by one worker')));
     again.destroy();
+    // The primary let go of its socket, and the one worker that serves it now bound it.
+    const udsAgain = await step(
+      "CONNECT on the tenant's Unix socket after the change",
+      waitUntil(() => fs.existsSync(sock), 'the socket bound again', 10_000).then(async () =>
+        httpConnect(await connectUnix(sock), echo.address, 10_000),
+      ),
+    );
+    t.true(await echoRoundTrip(udsAgain, Buffer.from('its own socket, served whole by one worker')));
+    udsAgain.destroy();
+
+    // And shared again: the worker lets go of the socket, the primary binds it once every worker has applied the file.
+    const ready = (): number =>
+      server.jsonLines().filter((l) => l.msg === "tenant's Unix socket ready, its connections spread over the workers that share it")
+        .length;
+    const [beforeShared, readyBefore] = [[applied(0), applied(1)], ready()];
+    fs.writeFileSync(path.join(ws.dir, 'spread.yaml'), tenantsFile([entry(2)]));
+    server.signal('SIGHUP');
+    await waitUntil(() => applied(0) > beforeShared[0] && applied(1) > beforeShared[1], 'both workers applied the file again', 30_000);
+    await waitUntil(() => ready() > readyBefore, 'the primary bound the socket again', 10_000);
+    const shared = await step(
+      "CONNECT on the tenant's Unix socket, shared again",
+      httpConnect(await connectUnix(sock), echo.address, 10_000),
+    );
+    t.true(await echoRoundTrip(shared, Buffer.from('its socket bound by the primary again')));
+    shared.destroy();
   },
 );

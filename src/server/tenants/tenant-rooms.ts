@@ -5,6 +5,7 @@
  * (docs/multi-tenant.md, "Live changes"; the decision is reload-plan.ts).
  * A server of one cluster has one room, named ONE_CLUSTER.
  */
+import type net from 'node:net';
 import type { Logger } from 'pino';
 import type { LabelledCounter } from '../../domain/metrics.js';
 import { errorMessage } from '../../common/error-message.js';
@@ -22,7 +23,8 @@ export const ONE_CLUSTER = '';
 export interface Room {
   tenant: Tenant;
   loaded?: TenantDefinition;
-  uds?: { close(): Promise<void> };
+  /** Its Unix socket: bound here, or, for a tenant several workers share, bound by their primary and adopted here. */
+  uds?: { close(): Promise<void>; adopt?(socket: net.Socket, head: Buffer): void };
   /** Closes what was opened for it (its kube-apiserver client). */
   release?: () => void;
 }

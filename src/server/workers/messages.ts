@@ -6,6 +6,8 @@ export type ToWorker =
   | { type: 'connection'; port: 'agent' | 'frontend'; head: string }
   /** One cluster: a connection of the plain listener `index` (ServerOptions.frontend.extra, in its order), nothing read. */
   | { type: 'connection'; port: 'extra'; index: number }
+  /** A connection on the Unix socket of `tenant`, a tenant shared by several workers whose socket the primary binds, nothing read. */
+  | { type: 'connection'; port: 'tenant-uds'; tenant: string }
   | { type: 'request'; id: number; what: 'metrics' | 'readiness' | 'reload' };
 
 /** Worker -> primary. */
@@ -54,6 +56,8 @@ export function asToWorker(v: unknown): ToWorker | undefined {
     return { type: 'connection', port: v.port, head: v.head };
   if (v.type === 'connection' && v.port === 'extra' && Number.isInteger(v.index) && typeof v.index === 'number' && v.index >= 0)
     return { type: 'connection', port: 'extra', index: v.index };
+  if (v.type === 'connection' && v.port === 'tenant-uds' && typeof v.tenant === 'string')
+    return { type: 'connection', port: 'tenant-uds', tenant: v.tenant };
   if (v.type === 'request' && typeof v.id === 'number' && (v.what === 'metrics' || v.what === 'readiness' || v.what === 'reload'))
     return { type: 'request', id: v.id, what: v.what };
   return undefined;

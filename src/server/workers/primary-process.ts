@@ -15,6 +15,7 @@ import { logRefusedReload, reloadCounter, reloadOnChangeOrHangup } from '../tena
 import { WorkerPool, type PrimaryExtraListener, type PrimaryFlags } from './primary.js';
 import { createPrivateDir, removeStaleDirs } from './private-dir.js';
 import { ownersOf } from './owner.js';
+import { isShared } from './worker-server.js';
 
 export interface PrimaryProcessOptions {
   /** The file as read at start; read again on each reload. Absent: a server of one cluster. */
@@ -55,6 +56,13 @@ function serverNames(list: readonly TenantDefinition[]): Map<string, string> {
   return names;
 }
 
+/** The Unix sockets of the file's tenants that several of `workers` share: the primary binds them (a worker alone binds its own). */
+function sharedSockets(list: readonly TenantDefinition[], workers: number): Map<string, UnixSocketOptions> {
+  const out = new Map<string, UnixSocketOptions>();
+  for (const t of list) if (t.uds && isShared(t.workers, workers)) out.set(t.name, t.uds);
+  return out;
+}
+
 /** The primary: starts the workers and the shared ports, reloads on change and SIGHUP. */
 export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
   const { log, workers, tenants } = o;
@@ -78,6 +86,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     ...(o.extra ? { extra: o.extra } : {}),
     ...(tenants
       ? {
+          tenantSockets: sharedSockets(tenants.first, workers),
           tenants: {
             tenantOfServerName: (name: string) => names.get(name),
             owners: (tenant: string) => ownersOf(tenant, shares.get(tenant) ?? 1, workers),
@@ -120,8 +129,9 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
     };
   }
   const reload = (): void => {
+    let list: TenantDefinition[];
     try {
-      const list = tenants.read();
+      list = tenants.read();
       names = serverNames(list);
       known = tenantNames(list);
       shares = sharesOf(list);
@@ -131,7 +141,7 @@ export async function startPrimary(o: PrimaryProcessOptions): Promise<Primary> {
       return;
     }
     reloads.inc({ result: 'applied' });
-    void pool.reload();
+    void pool.reload(sharedSockets(list, workers));
   };
   const watch = reloadOnChangeOrHangup(tenants, reload, log);
   return {

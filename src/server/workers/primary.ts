@@ -28,6 +28,12 @@ import { ClusterSteering } from './cluster-steering.js';
 import { TenantSteering } from './tenant-steering.js';
 import { formatHostPort } from '../../common/host-port.js';
 import { stopReading } from './stop-reading.js';
+import { errorMessage } from '../../common/error-message.js';
+
+/** What a Unix socket is bound with: two equal keys, the same socket. */
+function socketKey(uds: UnixSocketOptions): string {
+  return JSON.stringify([uds.path, uds.mode, uds.gid, uds.deleteExisting]);
+}
 
 /** How long a client may take to send its ClientHello (the listeners' handshake timeout). */
 export const HELLO_TIMEOUT_MS = 15_000;
@@ -119,6 +125,8 @@ export interface PrimaryOptions {
   health?: { host: string; port: number };
   /** A server of many tenants; without, one cluster whose every worker serves every agent. */
   tenants?: PrimaryTenants;
+  /** The Unix sockets of the tenants shared by several workers (bound here, each connection handed to one of them), by tenant. */
+  tenantSockets?: ReadonlyMap<string, UnixSocketOptions>;
   /** Connections read for their ClientHello at once (--max-pending-client-hellos); beyond, a new one is closed and counted. */
   maxPendingHellos: number;
   /** The same from one peer address (--max-pending-client-hellos-per-host): one host cannot take every place. */
@@ -144,6 +152,10 @@ export class WorkerPool {
   /** Tenants: which of a tenant's workers takes each connection, for a tenant shared by several. */
   private readonly tenantSteering: TenantSteering | undefined;
   private readonly udsFiles: UnixSocketFile[] = [];
+  /** The shared tenants' sockets bound now; `key` is what they were bound with (a change binds anew). */
+  private readonly tenantUds = new Map<string, { key: string; server: net.Server; file: UnixSocketFile }>();
+  /** Reloads one after another: each releases and binds tenants' sockets around the workers' own reload. */
+  private reloading: Promise<void> = Promise.resolve();
   private stopping = false;
   /** Each worker's /readyz detail (its tenants), polled every POLL_MS so /readyz answers at once. */
   private readonly details = new Map<number, string>();
@@ -195,6 +207,7 @@ export class WorkerPool {
     if (this.opts.frontend) this.frontendPort = await this.listen(this.opts.frontend, 'frontend', this.opts.flags.frontend);
     if (this.opts.uds) await this.listenUnix(this.opts.uds, { type: 'connection', port: 'frontend', head: '' });
     for (const [index, extra] of (this.opts.extra ?? []).entries()) await this.listenExtra(extra, index);
+    for (const [tenant, uds] of this.opts.tenantSockets ?? []) await this.listenTenantSocket(tenant, uds);
     const health = this.opts.health;
     if (health) {
       this.health = await startHealthServer({
@@ -289,6 +302,46 @@ export class WorkerPool {
     server.on('error', (err) => this.opts.log.error({ err: err.message }, 'listener error'));
     this.servers.push(server);
     return `unix://${file.path}`;
+  }
+
+  /**
+   * The Unix socket of a tenant shared by several workers: one file, so
+   * bound here, each connection handed unread to one of its workers holding
+   * the most of its agents, as its TCP frontend connections are.
+   */
+  private async listenTenantSocket(tenant: string, uds: UnixSocketOptions): Promise<void> {
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => {
+      if (this.stopping) {
+        socket.destroy();
+        return;
+      }
+      const owners = this.opts.tenants?.owners(tenant) ?? [];
+      this.handTo(this.tenantSteering?.frontend(tenant, owners, this.readyIndexes()), socket, {
+        type: 'connection',
+        port: 'tenant-uds',
+        tenant,
+      });
+    });
+    const file = await listenUnix(server, uds);
+    if (this.stopping) {
+      // stop() ran while this bound: it closed the sockets it knew of.
+      server.close();
+      file.release();
+      return;
+    }
+    server.on('error', (err) => this.opts.log.error({ tenant, err: err.message }, 'listener error'));
+    this.tenantUds.set(tenant, { key: socketKey(uds), server, file });
+    this.opts.log.info({ tenant, uds: file.path }, "tenant's Unix socket ready, its connections spread over the workers that share it");
+  }
+
+  /** Stops listening on a shared tenant's socket; connections handed on stay with their workers. */
+  private closeTenantSocket(tenant: string): void {
+    const bound = this.tenantUds.get(tenant);
+    if (!bound) return;
+    this.tenantUds.delete(tenant);
+    // Not waited for: Node counts the sockets handed to a worker as the listener's until the worker closes them.
+    bound.server.close();
+    bound.file.release();
   }
 
   /** One cluster's plain listener `index` (HTTP proxy, SOCKS5): bound here, each connection handed on unread. */
@@ -533,12 +586,43 @@ export class WorkerPool {
     });
   }
 
-  /** Every worker reads the tenants file (each applies its own tenants) or one cluster's clients file again; resolves once all answered. */
-  async reload(): Promise<void> {
+  /**
+   * Every worker reads the tenants file (each applies its own tenants) or
+   * one cluster's clients file again; resolves once all answered. With the
+   * shared tenants' sockets of the file as now read: a socket no longer
+   * shared here (or changed) is released first, so the worker that now
+   * serves its tenant alone can bind it, and a newly shared one is bound
+   * once the workers let go of it.
+   */
+  reload(tenantSockets?: ReadonlyMap<string, UnixSocketOptions>): Promise<void> {
+    // A reload that failed must not keep the next ones from running.
+    this.reloading = this.reloading
+      .then(() => this.reloadNow(tenantSockets))
+      .catch((err: unknown) => this.opts.log.error({ err: errorMessage(err) }, 'reload failed'));
+    return this.reloading;
+  }
+
+  private async reloadNow(tenantSockets: ReadonlyMap<string, UnixSocketOptions> | undefined): Promise<void> {
+    if (this.stopping) return;
+    if (tenantSockets) {
+      for (const [tenant, bound] of [...this.tenantUds]) {
+        const wanted = tenantSockets.get(tenant);
+        if (!wanted || socketKey(wanted) !== bound.key) this.closeTenantSocket(tenant);
+      }
+    }
     const replies = await Promise.all(this.workers.map((w) => this.request(w, 'reload', 60_000)));
     replies.forEach((r, i) => {
       if (r?.error) this.opts.log.error({ worker: i, err: r.error }, 'worker could not reload');
     });
+    for (const [tenant, uds] of tenantSockets ?? []) {
+      if (this.stopping || this.tenantUds.has(tenant)) continue;
+      await this.listenTenantSocket(tenant, uds).catch((err: unknown) =>
+        this.opts.log.error(
+          { tenant, err: errorMessage(err) },
+          "cannot listen on the tenant's Unix socket; its agents are served, its kube-apiserver cannot reach it",
+        ),
+      );
+    }
   }
 
   /** Pids of the workers now (tests and operators: `kanal status`). */
@@ -557,6 +641,7 @@ export class WorkerPool {
     this.stopping = true;
     clearInterval(this.poll);
     for (const s of this.servers) s.close();
+    for (const tenant of [...this.tenantUds.keys()]) this.closeTenantSocket(tenant);
     for (const s of this.sockets) s.destroy();
     await Promise.all(
       this.workers.map(async (w) => {

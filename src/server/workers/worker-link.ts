@@ -14,6 +14,8 @@ export interface WorkerHost {
   adoptFrontend(socket: net.Socket, head: Buffer): void;
   /** One cluster: a connection of its plain listener `index` (HTTP proxy, SOCKS5). */
   adoptExtra(index: number, socket: net.Socket): void;
+  /** A connection on the Unix socket of `tenant`, which the primary binds for the workers sharing it. */
+  adoptTenantSocket(tenant: string, socket: net.Socket): void;
   metricsTexts(): Promise<string[]>;
   readiness(query?: URLSearchParams): Readiness;
   /** The agents this worker holds now (all its tenants'). */
@@ -63,6 +65,10 @@ export function linkToPrimary(host: WorkerHost, log: Logger, primaryGone: () => 
       if (!(handle instanceof net.Socket)) return;
       if (m.port === 'extra') {
         host.adoptExtra(m.index, handle);
+        return;
+      }
+      if (m.port === 'tenant-uds') {
+        host.adoptTenantSocket(m.tenant, handle);
         return;
       }
       const head = Buffer.from(m.head, 'base64');

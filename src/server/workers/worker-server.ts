@@ -13,6 +13,11 @@ export function workerServerID(serverID: string, index: number): string {
   return `${serverID}-w${index}`;
 }
 
+/** Whether a tenant of `tenant-workers: tenantWorkers` is shared by several of `count` workers (else one serves it whole). */
+export function isShared(tenantWorkers: number, count: number): boolean {
+  return Math.min(tenantWorkers, count) > 1;
+}
+
 /** A tenant on `worker`: shared by several workers (its `tenant-workers`), a server of its own on each; served whole by one, the server's own ID and the tenant's count. */
 export function sharedTenantServer(
   serverID: string,
@@ -20,6 +25,6 @@ export function sharedTenantServer(
   worker: Pick<WorkerPlace, 'index' | 'count'>,
 ): { shared: boolean; serverID: string; serverCount: number } {
   const share = Math.min(tenant.workers, worker.count);
-  if (share <= 1) return { shared: false, serverID, serverCount: tenant.options.serverCount };
+  if (!isShared(tenant.workers, worker.count)) return { shared: false, serverID, serverCount: tenant.options.serverCount };
   return { shared: true, serverID: workerServerID(serverID, worker.index), serverCount: tenant.options.serverCount * share };
 }
