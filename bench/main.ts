@@ -41,7 +41,7 @@ import { runAgents, runIdleConnections } from './suite-memory.js';
 import { runIsolation } from './suite-isolation.js';
 import { runSoak } from './suite-soak.js';
 import { runStart } from './suite-start.js';
-import { runTenants, TENANTS_PARTS } from './suite-tenants.js';
+import { runTenants, TENANTS_PARTS, type TenantsPart } from './suite-tenants.js';
 import { runReconnect } from './suite-reconnect.js';
 import { runScrape } from './suite-scrape.js';
 import { runSocks } from './suite-socks.js';
@@ -54,9 +54,10 @@ const USAGE = `usage: npm run bench -- [--full | --smoke] [--json] [--transport 
   --smoke        seconds, tiny sizes: checks that every measurement still works
   --json         print the results as JSON instead of the table
   --transport    gRPC implementation for server, agent and bench agents (default h2)
-  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,hostile,reconnect,scrape,socks,soak
-                 (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants, a hostile agent;
-                  hostile: that last part of tenants alone;
+  --only         comma-separated: ${SECTION_ORDER.join(',')},tenants,hostile,tenant-workers,reconnect,scrape,socks,soak
+                 (tenants: one server of many tenants, memory per tenant, reloads, fairness between two tenants, tenants over
+                  workers, a hostile agent; hostile: that last part of tenants alone; tenant-workers: its workers parts alone
+                  (tenants spread over --workers 1 and 2; one tenant of tenant-workers: 1 and 2);
                   reconnect: HA convergence behind a balancer, connections across a tunnel cut; only when named or --full;
                   scrape: a Prometheus-like load through the forward proxy, CONNECT and upstream's CONNECT; only when named or --full;
                   socks: dials and one bulk flow through SOCKS5 next to CONNECT; only when named or --full;
@@ -86,8 +87,8 @@ interface Options {
   soak: boolean;
   /** Section 7, tenants (suite-tenants.ts): its own tables, like the soak's; run unless --only leaves it out. */
   tenants: boolean;
-  /** `--only hostile` without tenants: section 7's hostile-agent table alone. */
-  hostileOnly: boolean;
+  /** `--only hostile` or `--only tenant-workers` without tenants: those parts of section 7 alone (undefined: every part). */
+  tenantParts?: readonly TenantsPart[];
   /** Section 8, reconnects (suite-reconnect.ts): minutes of waiting on reconnects, so only when named (--only reconnect) or --full. */
   reconnect: boolean;
   /** Section 9, front doors (suite-scrape.ts, suite-socks.ts): only when named (--only scrape,socks) or --full. */
@@ -133,11 +134,11 @@ function parseOptions(argv: string[]): Options {
   if (values.full && values.smoke) throw new Error('--full and --smoke exclude each other');
   const mode: Mode = values.full ? 'full' : values.smoke ? 'smoke' : 'quick';
   const named = values.only?.split(',').map((s) => s.trim());
-  const ownTables = ['soak', 'tenants', 'hostile', 'reconnect', 'scrape', 'socks'];
+  const ownTables = ['soak', 'tenants', 'hostile', 'tenant-workers', 'reconnect', 'scrape', 'socks'];
   const unknown = named?.find((s) => !ownTables.includes(s) && !SECTION_ORDER.some((known) => known === s));
   if (unknown !== undefined)
     throw new Error(
-      `--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, hostile, reconnect, scrape, socks, soak)`,
+      `--only: unknown section ${unknown} (known: ${SECTION_ORDER.join(', ')}, tenants, hostile, tenant-workers, reconnect, scrape, socks, soak)`,
     );
   const sections = named ? SECTION_ORDER.filter((s) => named.includes(s)) : SECTION_ORDER;
   const params = { ...PARAMS[mode] };
@@ -170,8 +171,8 @@ function parseOptions(argv: string[]): Options {
     transport: values.transport,
     sections: RUN_ORDER.filter((s) => sections.includes(s)),
     soak: named ? named.includes('soak') : mode === 'full',
-    tenants: named ? named.includes('tenants') || named.includes('hostile') : true,
-    hostileOnly: named !== undefined && named.includes('hostile') && !named.includes('tenants'),
+    tenants: named ? ['tenants', 'hostile', 'tenant-workers'].some((n) => named.includes(n)) : true,
+    ...(named && !named.includes('tenants') ? { tenantParts: namedTenantParts(named) } : {}),
     reconnect: named ? named.includes('reconnect') : mode === 'full',
     scrape: named ? named.includes('scrape') : mode === 'full',
     socks: named ? named.includes('socks') : mode === 'full',
@@ -185,6 +186,13 @@ function parseOptions(argv: string[]): Options {
 }
 
 /** `--profile` alone is parsed by parseArgs as needing a value; accept it bare. */
+/** The parts of section 7 that `--only` names without naming all of it. */
+function namedTenantParts(named: readonly string[]): TenantsPart[] {
+  return TENANTS_PARTS.filter((x) =>
+    x === 'hostile' ? named.includes('hostile') : (x === 'workers' || x === 'shared') && named.includes('tenant-workers'),
+  );
+}
+
 /** --kanal-workers: a whole number from 0 (the server's own default, the CPU quota) up. */
 function kanalWorkersOf(value: string | undefined): { kanalWorkers?: number } {
   if (value === undefined) return {};
@@ -317,7 +325,7 @@ async function main(): Promise<void> {
     if (opts.tenants) {
       try {
         // The hostile-agent part adds ~20 s: a smoke run (what npm test runs) takes it only when named.
-        const parts = opts.hostileOnly ? ['hostile' as const] : TENANTS_PARTS.filter((x) => opts.mode !== 'smoke' || x !== 'hostile');
+        const parts = opts.tenantParts ?? TENANTS_PARTS.filter((x) => opts.mode !== 'smoke' || x !== 'hostile');
         tenants = await runTenants(env, parts);
       } catch (err) {
         failed = true;

@@ -398,7 +398,8 @@ const TENANTS_TABLES: Record<TenantsTable, { title: string; columns: Column[] }>
       '    --workers 1 (one process) and of --workers 2 (primary + 2 workers), runs interleaved. ratio: to --workers 1, median of per-run\n' +
       "    ratios; slowest share: the slowest tenant's rate / an even share; cores: CPU s per s of the server's processes, of its busiest\n" +
       '    process, of the agents, of the load generators + backend, of the whole machine; RSS: primary + workers (loaded: highest at the\n' +
-      '    end of a run; at rest: lowest over the settle time after the runs)',
+      '    end of a run; at rest: lowest over the settle time after the runs). The tenants.shared rows: one tenant with all that load,\n' +
+      '    on --workers 2 with tenant-workers: 1 and 2; its ratio is to tenant-workers: 1',
     columns: [
       { key: 'rate', title: 'rate', digits: 0 },
       { key: 'rateSpread', title: 'spread', digits: 0, suffix: '%' },

@@ -55,7 +55,7 @@ interface TenantDef {
   name: string;
   uds: string;
   allowed: string[];
-  /** Tenant-wide limits written into its entry, e.g. { 'dial-rate': 0 }; absent: the defaults. */
+  /** Settings written into its entry, e.g. { 'dial-rate': 0 } or { 'tenant-workers': 2 }; absent: the defaults. */
   limits?: Record<string, number>;
 }
 
@@ -916,8 +916,76 @@ async function runFairness(env: Env, creds: TenantCredentials): Promise<TenantsR
 
 // ----------------------------------------------------------------- workers
 
-/** The worker counts compared in 7f; ratios are to the first. */
+/** One server of a workers comparison: `--workers n`, each tenant of `tenant-workers: share`. */
+interface WorkersSetup {
+  n: number;
+  share: number;
+}
+
+/**
+ * A comparison of servers loaded alike: 7f spreads tenants over `--workers 1`
+ * and `--workers 2`; its shared rows serve one busy tenant on `--workers 2` with
+ * `tenant-workers: 1` and `2` (docs/multi-tenant.md, "A busy tenant on
+ * several workers"). Ratios are to the first setup.
+ */
+interface WorkersShape {
+  part: 'workers' | 'shared';
+  names: string[];
+  setups: WorkersSetup[];
+  /** Dialling lanes of each tenant's kube-apiserver. */
+  lanes: number;
+  /** Parallel downloads of each tenant's kube-apiserver. */
+  flows: number;
+  id(kind: 'dials' | 'bulk', setup: WorkersSetup): string;
+  label(kind: 'dials' | 'bulk', setup: WorkersSetup): string;
+}
+
+/** The worker counts compared in 7f. */
 const WORKER_COUNTS = [1, 2] as const;
+
+function workersShape(env: Env): WorkersShape {
+  const p = env.params;
+  const names = namesSpread('w', p.tenantWorkersTenants, Math.max(...WORKER_COUNTS));
+  return {
+    part: 'workers',
+    names,
+    setups: WORKER_COUNTS.map((n) => ({ n, share: 1 })),
+    lanes: p.tenantWorkersLanes,
+    flows: p.tenantBulkFlows,
+    id: (kind, st) => `tenants.workers.${kind}.w${st.n}`,
+    label: (kind, st) => `${kind === 'dials' ? 'dials/s' : 'download MB/s'}, ${names.length} tenants, --workers ${st.n}`,
+  };
+}
+
+/** One tenant with the load of all of 7f's (its lanes and flows times their count), on one worker and on two. */
+function sharedShape(env: Env): WorkersShape {
+  const p = env.params;
+  return {
+    part: 'shared',
+    names: ['busy'],
+    setups: [1, 2].map((share) => ({ n: 2, share })),
+    lanes: p.tenantWorkersLanes * p.tenantWorkersTenants,
+    flows: p.tenantBulkFlows * p.tenantWorkersTenants,
+    id: (kind, st) => `tenants.shared.${kind}.k${st.share}`,
+    label: (kind, st) => `${kind === 'dials' ? 'dials/s' : 'download MB/s'}, one tenant of tenant-workers: ${st.share}, --workers ${st.n}`,
+  };
+}
+
+/** Waits until each of `share` workers holds the agent of `tenant` (its series carry `worker` once shared); a warning if not. */
+async function waitShared(env: Env, server: TenantsServer, tenant: string, share: number): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  const held = async (): Promise<number> => {
+    const { text } = await scrape(`${server.healthUrl}/metrics`);
+    let n = 0;
+    for (let w = 0; w < share; w++) if (metricSum(text, 'kanal_server_agents', { tenant, worker: String(w) }) > 0) n++;
+    return n;
+  };
+  while (Date.now() < deadline) {
+    if ((await held()) === share) return;
+    await sleep(200);
+  }
+  env.warnings.push(`tenants shared: tenant ${tenant}'s agent did not reach all ${share} of its workers within 30 s`);
+}
 
 /** `count` names `<prefix><k>`, the i-th one placed in worker i % workers by rendezvous hashing (ownerOf). */
 function namesSpread(prefix: string, count: number, workers: number): string[] {
@@ -966,40 +1034,42 @@ interface WorkersSample {
  * once on a `--workers 1` server and on a `--workers 2` server (dial-rate off): the aggregate dials/s
  * and download MB/s, runs interleaved, the CPU of server, agents and the rest, and the servers' RSS.
  */
-async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRow[]> {
+async function runWorkers(env: Env, creds: TenantCredentials, shape: WorkersShape): Promise<TenantsRow[]> {
   const p = env.params;
-  const dir = path.join(env.dir, 'tenants-workers');
-  const maxWorkers = Math.max(...WORKER_COUNTS);
-  const names = namesSpread('w', p.tenantWorkersTenants, maxWorkers);
+  const what = `tenants ${shape.part}`;
+  const dir = path.join(env.dir, `tenants-${shape.part}`);
+  const names = shape.names;
   const allowed = [`${BACKEND_HOST}:${env.ports.echoTcp}`];
   const T = names.length;
   env.progress(
-    `tenants workers: ${T} tenants (${names.map((n) => `${n} in worker ${ownerOf(n, maxWorkers)}`).join(', ')}), servers of --workers ${WORKER_COUNTS.join(' and ')}, a kanal agent per tenant and server`,
+    `${what}: ${T} tenant(s) (${names.map((n) => `${n} first in worker ${ownerOf(n, 2)}`).join(', ')}), servers of ${shape.setups.map((st) => `--workers ${st.n} tenant-workers ${st.share}`).join(' and ')}, a kanal agent per tenant and server`,
   );
-  const setups = WORKER_COUNTS.map((n) => {
-    const sub = path.join(dir, `w${n}`);
+  const setups = shape.setups.map((st, i) => {
+    const sub = path.join(dir, `s${i}`);
     fs.mkdirSync(sub, { recursive: true });
     const file = path.join(sub, 'tenants.yaml');
-    const defs = names.map((name) => ({ name, uds: path.join(sub, `${name}.sock`), allowed, limits: { 'dial-rate': 0 } }));
+    const limits = { 'dial-rate': 0, ...(st.share > 1 ? { 'tenant-workers': st.share } : {}) };
+    const defs = names.map((name) => ({ name, uds: path.join(sub, `${name}.sock`), allowed, limits }));
     writeTenantsFile(file, defs, creds);
-    return { n, file, defs };
+    return { ...st, file, defs };
   });
   const servers: TenantsServer[] = [];
   const agents: Child[][] = [];
   const clients: Worker<LoadgenCommands>[] = [];
   try {
-    servers.push(...(await Promise.all(setups.map((st) => startTenantsServer(env, `tenants-workers-${st.n}`, st.file, st.n)))));
+    servers.push(...(await Promise.all(setups.map((st, i) => startTenantsServer(env, `tenants-${shape.part}-${i}`, st.file, st.n)))));
     agents.push(
       ...(await Promise.all(
-        setups.map((st, i) =>
-          Promise.all(names.map((name) => startTenantAgent(env, `tenant-${name}-workers-${st.n}`, servers[i].agentPort, name))),
+        setups.map((_, i) =>
+          Promise.all(names.map((name) => startTenantAgent(env, `tenant-${name}-${shape.part}-${i}`, servers[i].agentPort, name))),
         ),
       )),
     );
+    for (const [i, st] of setups.entries()) if (st.share > 1) for (const name of names) await waitShared(env, servers[i], name, st.share);
     clients.push(...(await Promise.all(names.map((name, t) => tenantClient(env, `tenant-${name}-kas`, setups[0].defs[t].uds)))));
     const idleAll = (): Promise<void> => waitWorkersIdle(env, [...clients, env.backend]);
     const seconds = (p.warmupMs + p.measureMs) / 1000 + 5;
-    const maxBytes = Math.ceil((p.capBytesPerSecond * seconds) / (T * p.tenantBulkFlows));
+    const maxBytes = Math.ceil((p.capBytesPerSecond * seconds) / (T * shape.flows));
     let runs = 0;
 
     const measure = async (i: number, kind: 'dials' | 'bulk'): Promise<WorkersSample> => {
@@ -1015,7 +1085,7 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
       let rss: number;
       if (kind === 'dials') {
         s0 = cpuSnapshot(all);
-        await Promise.all(clients.map((c) => c.call('startFlood', { id, path: 'kanal-cp', concurrency: p.tenantWorkersLanes })));
+        await Promise.all(clients.map((c) => c.call('startFlood', { id, path: 'kanal-cp', concurrency: shape.lanes })));
         let results: FloodResult[];
         try {
           await sleep(p.warmupMs + p.measureMs);
@@ -1025,18 +1095,16 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
         }
         s1 = cpuSnapshot(all);
         results.forEach((r, t) => {
-          failuresWarning(env, `workers: tenant ${names[t]}'s dials (--workers ${setups[i].n})`, r);
+          failuresWarning(env, `${shape.part}: tenant ${names[t]}'s dials (setup ${i})`, r);
           const refused = Object.values(r.refused).reduce((x, y) => x + y, 0);
           if (refused > 0)
-            env.warnings.push(
-              `tenants workers: tenant ${names[t]} had ${refused} dial(s) refused (--workers ${setups[i].n}): ${JSON.stringify(r.refused)}`,
-            );
+            env.warnings.push(`${what}: tenant ${names[t]} had ${refused} dial(s) refused (setup ${i}): ${JSON.stringify(r.refused)}`);
         });
         rates = results.map((r) => (r.ok * 1000) / r.elapsedMs);
       } else {
         await Promise.all(
           clients.map((c) =>
-            c.call('openFlows', { group: id, path: 'kanal-cp', mode: 'down', count: p.tenantBulkFlows, maxBytesPerFlow: maxBytes }, 30_000),
+            c.call('openFlows', { group: id, path: 'kanal-cp', mode: 'down', count: shape.flows, maxBytesPerFlow: maxBytes }, 30_000),
           ),
         );
         try {
@@ -1058,9 +1126,7 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
       const total = rates.reduce((x, y) => x + y, 0);
       const later = serverPids(server);
       if (later.length !== pids.length || later.some((pid) => !pids.includes(pid)))
-        env.warnings.push(
-          `tenants workers: the --workers ${setups[i].n} server's processes changed during a run (${pids.join(',')} -> ${later.join(',')})`,
-        );
+        env.warnings.push(`${what}: the server of setup ${i} changed its processes during a run (${pids.join(',')} -> ${later.join(',')})`);
       return {
         rate: total,
         slowestShare: total > 0 ? (Math.min(...rates) * T) / total : Number.NaN,
@@ -1070,14 +1136,15 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
       };
     };
 
-    env.progress('tenants workers: warm-up');
+    env.progress(`${what}: warm-up`);
     for (let i = 0; i < servers.length; i++) {
       await measure(i, 'dials');
       await idleAll();
       await measure(i, 'bulk');
       await idleAll();
     }
-    for (const [i, srv] of servers.entries()) if (setups[i].n > 1) await checkPlacement(env, 'workers', srv, names, setups[i].n);
+    for (const [i, srv] of servers.entries())
+      if (setups[i].n > 1 && setups[i].share === 1) await checkPlacement(env, shape.part, srv, names, setups[i].n);
 
     const kinds = ['dials', 'bulk'] as const;
     const samples = kinds.map(() => servers.map((): WorkersSample[] => []));
@@ -1085,13 +1152,13 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
     for (let rep = 0; rep < p.reps; rep++) {
       for (const i of inRepOrder(order, rep)) {
         for (const k of inRepOrder([0, 1], rep)) {
-          env.progress(`tenants workers: ${T} tenants' ${kinds[k]} at once, --workers ${setups[i].n}, run ${rep + 1}/${p.reps}`);
+          env.progress(`${what}: ${shape.label(kinds[k], setups[i])}, run ${rep + 1}/${p.reps}`);
           samples[k][i].push(await measure(i, kinds[k]));
           await idleAll();
         }
       }
     }
-    env.progress(`tenants workers: servers' RSS at rest (lowest over ${(p.tenantSettleMs / 1000).toFixed(1)} s)`);
+    env.progress(`${what}: servers' RSS at rest (lowest over ${(p.tenantSettleMs / 1000).toFixed(1)} s)`);
     const idleRss = await Promise.all(servers.map((srv) => lowestOf(() => serverRss(srv), p.tenantSettleMs)));
 
     const rows: TenantsRow[] = [];
@@ -1120,9 +1187,9 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
             samples[k][0].map((x) => x.rate),
           );
         rows.push({
-          id: `tenants.workers.${kind}.w${setups[i].n}`,
+          id: shape.id(kind, setups[i]),
           table: 'workers',
-          label: `${kind === 'dials' ? 'dials/s' : 'download MB/s'}, ${T} tenants, --workers ${setups[i].n}`,
+          label: shape.label(kind, setups[i]),
           values,
           runs: rates.map((r) => Math.round(r)),
         });
@@ -1136,8 +1203,8 @@ async function runWorkers(env: Env, creds: TenantCredentials): Promise<TenantsRo
 }
 
 /** The parts of section 7; `--only hostile` runs the last alone. */
-export type TenantsPart = 'scale' | 'fairness' | 'workers' | 'hostile';
-export const TENANTS_PARTS: readonly TenantsPart[] = ['scale', 'fairness', 'workers', 'hostile'];
+export type TenantsPart = 'scale' | 'fairness' | 'workers' | 'shared' | 'hostile';
+export const TENANTS_PARTS: readonly TenantsPart[] = ['scale', 'fairness', 'workers', 'shared', 'hostile'];
 
 export async function runTenants(env: Env, parts: readonly TenantsPart[] = TENANTS_PARTS): Promise<TenantsReport> {
   const p = env.params;
@@ -1151,7 +1218,8 @@ export async function runTenants(env: Env, parts: readonly TenantsPart[] = TENAN
       rows.push(...(await runScale(env, s, creds)));
     }
   if (parts.includes('fairness')) rows.push(...(await runFairness(env, creds)));
-  if (parts.includes('workers')) rows.push(...(await runWorkers(env, creds)));
+  if (parts.includes('workers')) rows.push(...(await runWorkers(env, creds, workersShape(env))));
+  if (parts.includes('shared')) rows.push(...(await runWorkers(env, creds, sharedShape(env))));
   if (parts.includes('hostile')) rows.push(...(await runHostile(env, creds)));
   return {
     rows,
@@ -1168,6 +1236,8 @@ export async function runTenants(env: Env, parts: readonly TenantsPart[] = TENAN
       `Workers (7f): ${p.tenantWorkersTenants} tenants, each ${p.tenantWorkersLanes} dialling lanes and then ${p.tenantBulkFlows} downloads, all at once, each its own load generator`,
       `and \`kanal agent\` per server; dial-rate: 0 (off), other limits the defaults; names spread evenly over 2 workers (ownerOf).`,
       `--workers 1 runs one process, as a server without --workers; on ${os.availableParallelism()} cores every process of the run shares them.`,
+      `Shared (7f, tenants.shared rows): one tenant with 7f's whole load (${p.tenantWorkersLanes * p.tenantWorkersTenants} lanes, then ${p.tenantBulkFlows * p.tenantWorkersTenants} downloads) through its own Unix socket,`,
+      'on `--workers 2` with `tenant-workers: 1` (one worker serves it) and `2` (the primary binds its socket and steers each connection to a worker; its agent keeps a tunnel to each).',
     ],
   };
 }
