@@ -3,7 +3,15 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KANAL_CLI as CLI, freePort, loopbackAgentArgs, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
+import {
+  KANAL_CLI as CLI,
+  freePort,
+  loopbackAgentArgs,
+  loopbackServerArgs,
+  readyOrStopped,
+  waitHealthy,
+  withPortRetry,
+} from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { RUNTIME_FLAGS } from '../src/cli/runtime-flags.js';
@@ -105,7 +113,12 @@ export function kanalProgram(
   return { executable: cli };
 }
 
-export async function startServer(o: StartOptions): Promise<KanalServerProc> {
+/** On fresh ports for each attempt (withPortRetry): the bench runs inside the test suite too, next to other files' processes. */
+export function startServer(o: StartOptions): Promise<KanalServerProc> {
+  return withPortRetry(() => startServerOnce(o));
+}
+
+async function startServerOnce(o: StartOptions): Promise<KanalServerProc> {
   const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
   const uds = path.join(o.dir, `${o.tag}.sock`);
   const args = [
@@ -131,22 +144,24 @@ export async function startServer(o: StartOptions): Promise<KanalServerProc> {
     logFile: path.join(o.dir, `${o.tag}-server.log`),
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  const readyAt = await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
+  const readyAt = await readyOrStopped(child, `${healthUrl}/healthz`, 20_000);
   return { child, uds, agentPort, healthUrl, readyMs: readyAt - t0 };
 }
 
-/** A server and one `kanal agent` with node-side listeners for the three backend services. */
-export async function startPair(o: StartOptions & { backend: BackendPorts }): Promise<KanalPair> {
+/** The pair's agent on fresh ports (its health port and its node-side listeners on NODE_HOST), ready: one attempt of withPortRetry. */
+async function startPairAgent(
+  o: StartOptions & { backend: BackendPorts },
+  server: KanalServerProc,
+  agentID: string,
+  cred: { cert: string; key: string },
+): Promise<{ agent: Child; agentReadyMs: number; ports: { agentHealth: number; bulk: number; echo: number; httpPort: number } }> {
   const b = o.backend;
-  const server = await startServer({ ...o, allowed: [b.bulkTcp, b.echoTcp, b.httpTcp].map((p) => `${BACKEND_HOST}:${p}`) });
   const [agentHealth, bulk, echo, httpPort] = await Promise.all([
     freePort(),
     freePort(NODE_HOST),
     freePort(NODE_HOST),
     freePort(NODE_HOST),
   ]);
-  const agentID = `${o.tag}-node`;
-  const cred = await issueAgentCertificate(o.pki, agentID);
   const t0 = performance.now();
   const agent = spawnChild({
     name: `${o.tag}-agent`,
@@ -172,7 +187,17 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
       ...(o.agentArgs ?? []),
     ],
   });
-  const agentReadyMs = (await waitHealthy(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000)) - t0;
+  const agentReadyMs = (await readyOrStopped(agent, `http://127.0.0.1:${agentHealth}/readyz`, 20_000)) - t0;
+  return { agent, agentReadyMs, ports: { agentHealth, bulk, echo, httpPort } };
+}
+
+/** A server and one `kanal agent` with node-side listeners for the three backend services. */
+export async function startPair(o: StartOptions & { backend: BackendPorts }): Promise<KanalPair> {
+  const b = o.backend;
+  const server = await startServer({ ...o, allowed: [b.bulkTcp, b.echoTcp, b.httpTcp].map((p) => `${BACKEND_HOST}:${p}`) });
+  const agentID = `${o.tag}-node`;
+  const cred = await issueAgentCertificate(o.pki, agentID);
+  const { agent, agentReadyMs, ports } = await withPortRetry(() => startPairAgent(o, server, agentID, cred));
   await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
   return {
     product: 'kanal',
@@ -181,8 +206,8 @@ export async function startPair(o: StartOptions & { backend: BackendPorts }): Pr
     server: server.child,
     agent,
     agentPort: server.agentPort,
-    metricsUrls: { server: `${server.healthUrl}/metrics`, agent: `http://127.0.0.1:${agentHealth}/metrics` },
-    node: { bulk, echo, http: httpPort },
+    metricsUrls: { server: `${server.healthUrl}/metrics`, agent: `http://127.0.0.1:${ports.agentHealth}/metrics` },
+    node: { bulk: ports.bulk, echo: ports.echo, http: ports.httpPort },
     async stop() {
       await agent.stop();
       await server.child.stop();

@@ -28,7 +28,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadCertificateAuthority } from '../kit/pki/certificate-authority.js';
 import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
-import { freePort, loopbackAgentArgs, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
+import { freePort, loopbackAgentArgs, loopbackServerArgs, readyOrStopped, withPortRetry } from '../kit/launch/kanal-cli.js';
 import { spawnChild, type Child } from './children.js';
 import { BACKEND_HOST, kanalProgram, readPem, startLoadgen, startSwarm } from './cluster.js';
 import type { Env } from './env.js';
@@ -176,9 +176,22 @@ export interface TenantsServer {
 }
 
 /** A server of the tenants in `file`; `workers`: its --workers (absent: none given, one process). */
-export async function startTenantsServer(env: Env, tag: string, file: string, workers?: number): Promise<TenantsServer> {
+export function startTenantsServer(env: Env, tag: string, file: string, workers?: number): Promise<TenantsServer> {
+  let attempt = 0;
+  // Each attempt its own log file: LogTail reads a file from its start.
+  return withPortRetry(() => startTenantsServerOnce(env, tag, file, workers, ++attempt));
+}
+
+/** One attempt of startTenantsServer on fresh ports (withPortRetry). */
+async function startTenantsServerOnce(
+  env: Env,
+  tag: string,
+  file: string,
+  workers: number | undefined,
+  attempt: number,
+): Promise<TenantsServer> {
   const [agentPort, healthPort] = await Promise.all([freePort(), freePort()]);
-  const logFile = path.join(env.dir, `${tag}-server.log`);
+  const logFile = path.join(env.dir, attempt === 1 ? `${tag}-server.log` : `${tag}-server-${attempt}.log`);
   const child = spawnChild({
     name: `${tag}-server`,
     ...kanalProgram(env.kanalCli),
@@ -199,16 +212,28 @@ export async function startTenantsServer(env: Env, tag: string, file: string, wo
     ],
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  await waitHealthy(child, `${healthUrl}/healthz`, 60_000);
+  await readyOrStopped(child, `${healthUrl}/healthz`, 60_000);
   return { child, agentPort, healthUrl, log: new LogTail(logFile) };
 }
 
 /** A `kanal agent` of one tenant: SNI names the tenant, its own certificate; it performs the server's dials. */
 export async function startTenantAgent(env: Env, tag: string, agentPort: number, tenant: string): Promise<Child> {
-  const health = await freePort();
   // CN starts with the tenant's name: its entry pins CN=<tenant>-* (tenants sharing one agents CA must be told apart).
   const agentID = `${tenant}-${tag}-node`;
   const cred = await issueAgentCertificate(env.pki, agentID);
+  return withPortRetry(() => startTenantAgentOnce(env, tag, agentPort, tenant, agentID, cred));
+}
+
+/** One attempt of startTenantAgent on a fresh health port (withPortRetry). */
+async function startTenantAgentOnce(
+  env: Env,
+  tag: string,
+  agentPort: number,
+  tenant: string,
+  agentID: string,
+  cred: { cert: string; key: string },
+): Promise<Child> {
+  const health = await freePort();
   const child = spawnChild({
     name: `${tag}-agent`,
     ...kanalProgram(env.kanalCli),
@@ -225,7 +250,7 @@ export async function startTenantAgent(env: Env, tag: string, agentPort: number,
       'info',
     ],
   });
-  await waitHealthy(child, `http://127.0.0.1:${health}/readyz`, 30_000);
+  await readyOrStopped(child, `http://127.0.0.1:${health}/readyz`, 30_000);
   return child;
 }
 

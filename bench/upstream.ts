@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort, waitHealthy } from '../kit/launch/kanal-cli.js';
+import { freePort, readyOrStopped, waitHealthy, withPortRetry } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate, type ThrowawayPki } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import type { TunnelPair } from './cluster.js';
@@ -92,7 +92,12 @@ export interface UpstreamStartOptions {
   binaries: UpstreamBinaries;
 }
 
-export async function startUpstreamServer(o: UpstreamStartOptions): Promise<UpstreamServerProc> {
+/** On fresh ports for each attempt (withPortRetry), as Kanal's servers in cluster.ts. */
+export function startUpstreamServer(o: UpstreamStartOptions): Promise<UpstreamServerProc> {
+  return withPortRetry(() => startUpstreamServerOnce(o));
+}
+
+async function startUpstreamServerOnce(o: UpstreamStartOptions): Promise<UpstreamServerProc> {
   const [agentPort, healthPort, adminPort] = await Promise.all([freePort(), freePort(), freePort()]);
   const uds = path.join(o.dir, `${o.tag}.sock`);
   const t0 = performance.now();
@@ -119,7 +124,11 @@ export async function startUpstreamServer(o: UpstreamStartOptions): Promise<Upst
     ],
   });
   const healthUrl = `http://127.0.0.1:${healthPort}`;
-  const readyAt = await waitHealthy(child, `${healthUrl}/healthz`, 20_000);
+  const readyAt = await readyOrStopped(child, `${healthUrl}/healthz`, 20_000).catch((err: unknown) => {
+    // The next attempt binds the same path, and upstream is not told to replace a socket file.
+    fs.rmSync(uds, { force: true });
+    throw err;
+  });
   return { child, uds, agentPort, healthUrl, metricsUrl: `http://127.0.0.1:${adminPort}/metrics`, readyMs: readyAt - t0 };
 }
 
@@ -128,6 +137,32 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
   const server = await startUpstreamServer(o);
   const agentID = `${o.tag}-node`;
   const cred = await issueAgentCertificate(o.pki, agentID);
+  const { agent, agentReadyMs, healthPort } = await withPortRetry(() => startUpstreamAgentOnce(o, server, agentID, cred));
+  await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
+  return {
+    product: 'upstream',
+    readyMs: { server: server.readyMs, agent: agentReadyMs },
+    uds: server.uds,
+    server: server.child,
+    agent,
+    agentPort: server.agentPort,
+    // Upstream's agent serves /metrics on its health port; its admin port has only pprof.
+    metricsUrls: { server: server.metricsUrl, agent: `http://127.0.0.1:${healthPort}/metrics` },
+    async stop() {
+      // Upstream's agent only starts draining on its first SIGTERM.
+      await agent.stop('SIGKILL');
+      await server.child.stop();
+    },
+  };
+}
+
+/** Upstream's agent of the pair on fresh ports, ready: one attempt of withPortRetry. */
+async function startUpstreamAgentOnce(
+  o: UpstreamStartOptions,
+  server: UpstreamServerProc,
+  agentID: string,
+  cred: { cert: string; key: string },
+): Promise<{ agent: Child; agentReadyMs: number; healthPort: number }> {
   const [healthPort, adminPort] = await Promise.all([freePort(), freePort()]);
   const t0 = performance.now();
   const agent = spawnChild({
@@ -148,23 +183,8 @@ export async function startUpstreamPair(o: UpstreamStartOptions): Promise<Tunnel
       '--v=1',
     ],
   });
-  const agentReadyMs = (await waitHealthy(agent, `http://127.0.0.1:${healthPort}/readyz`, 20_000)) - t0;
-  await waitHealthy(server.child, `${server.healthUrl}/readyz`, 20_000);
-  return {
-    product: 'upstream',
-    readyMs: { server: server.readyMs, agent: agentReadyMs },
-    uds: server.uds,
-    server: server.child,
-    agent,
-    agentPort: server.agentPort,
-    // Upstream's agent serves /metrics on its health port; its admin port has only pprof.
-    metricsUrls: { server: server.metricsUrl, agent: `http://127.0.0.1:${healthPort}/metrics` },
-    async stop() {
-      // Upstream's agent only starts draining on its first SIGTERM.
-      await agent.stop('SIGKILL');
-      await server.child.stop();
-    },
-  };
+  const agentReadyMs = (await readyOrStopped(agent, `http://127.0.0.1:${healthPort}/readyz`, 20_000)) - t0;
+  return { agent, agentReadyMs, healthPort };
 }
 
 /** Upstream's own count of connected agents (its ready_backend_connections gauge), NaN when unreadable. */

@@ -201,6 +201,20 @@ export async function waitHealthy(child: ReadinessSubject, url: string, timeoutM
 }
 
 /**
+ * waitHealthy, and a child that did not get ready stopped (it may still run
+ * with one port bound and another taken), so that a retry on fresh ports
+ * (withPortRetry) leaves nothing of this attempt behind.
+ */
+export async function readyOrStopped(child: ReadinessSubject & Pick<Child, 'stop'>, url: string, timeoutMs: number): Promise<number> {
+  try {
+    return await waitHealthy(child, url, timeoutMs);
+  } catch (err) {
+    await child.stop();
+    throw err;
+  }
+}
+
+/**
  * freePort() only finds a port that was free a moment ago; other test files
  * run at the same time. Retries `start` (with fresh ports) when the process
  * died of EADDRINUSE, a bounded number of times.
