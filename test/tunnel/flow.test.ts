@@ -306,7 +306,9 @@ test('window growth budget: once a tunnel spent it, other connections keep the f
   // ... and the second can now grow.
   secondSink.release();
   await b.w.done;
-  const c = await inFlightAfterStall(second, secondSink, 30, secondSink.accepted);
+  // Every byte written so far taken first: one still in flight when the next stall comes would fill the window it measures.
+  await waitFor(() => secondSink.accepted === 9 * MiB, "the second's reader took its 8 + 1 MiB");
+  const c = await inFlightAfterStall(second, secondSink, 30, 9 * MiB);
   t.true(c.inFlight > 2 * windowBytes, `with the budget back, the second grew (${c.inFlight} B in flight)`);
   secondSink.release();
   await c.w.done;
