@@ -24,18 +24,15 @@ import {
   makeWorkspace,
   nodeListener,
   rawRequest,
-  spawnKanal,
   startAgent,
   startEchoBackend,
   startServer,
-  waitHealthy,
   waitMetrics,
   waitUntil,
-  withPortRetry,
   scrapeMetrics,
 } from '../helpers/kanal-processes.js';
 import { startTcpRelay } from '../helpers/tcp-relay.js';
-import { tenantsFile, tenantsServerArgs } from '../helpers/tenants.js';
+import { startTenantsServer, tenantsFile } from '../helpers/tenants.js';
 import { analyse, labelsFromExposition, type LabelLookup } from './promql-labels.js';
 import { alerts, dashboardQueries, labelValuesQuery, loadDashboard, loadRules, NOT_YET_EXPORTED } from './monitoring-files.js';
 
@@ -145,19 +142,12 @@ async function multiTenant(): Promise<string> {
   const file = path.join(ws.dir, 'tenants.yaml');
   const uds = path.join(ws.dir, 'one.sock');
   fs.writeFileSync(file, tenantsFile([`  - name: one\n    cluster-ca-cert: ${ws.pki.caCert}\n    uds-name: ${uds}\n`]));
-  // freePort() races other test files: a start that dies of EADDRINUSE is retried with fresh ports.
-  const { agentPort, healthPort } = await withPortRetry(async () => {
-    const [agentPort, healthPort] = [await freePort(), await freePort()];
-    const args = tenantsServerArgs({
-      file,
-      defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
-      agentHost: '127.0.0.1',
-      agentPort,
-      healthPort,
-    });
-    const server = spawnKanal(shared, { name: 'tenants-server', args, logFile: path.join(ws.dir, 'tenants-server.log') });
-    await waitHealthy(server, `http://127.0.0.1:${healthPort}/healthz`, 20_000);
-    return { agentPort, healthPort };
+  const { agentPort, healthPort } = await startTenantsServer(shared, {
+    file,
+    defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
+    name: 'tenants-server',
+    logFile: path.join(ws.dir, 'tenants-server.log'),
+    ready: 'healthz',
   });
   await startAgent(shared, ws, { agentPort }, { agentID: 'tenant-node-1' });
   await waitMetrics(healthPort, { 'kanal_server_agents{tenant="one"}': 1 }, 10_000);

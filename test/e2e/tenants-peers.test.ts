@@ -27,7 +27,7 @@ import path from 'node:path';
 import { connect, type Socket } from 'node:net';
 import { createCertificateAuthority } from '../../kit/pki/certificate-authority.js';
 import { writeThrowawayPki } from '../../kit/pki/throwaway-pki.js';
-import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
+import { freePort } from '../../kit/launch/kanal-cli.js';
 import { netnsUnavailableReason } from '../../kit/launch/netns.js';
 import type { Child } from '../../kit/launch/child.js';
 import { connectUnix, httpConnect, ConnectRefused } from '../../kit/demo/proxy-client.js';
@@ -45,7 +45,7 @@ import { shippedRbac, startKubeApi, type KubeFixture } from '../helpers/kube-sta
 import { upstreamBinaries, upstreamUnavailableReason } from '../helpers/upstream.js';
 import { createTenantNetns, type TenantNetns } from '../helpers/tenant-netns.js';
 import { skippedBecause } from '../helpers/skipped.js';
-import { tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
+import { startTenantsServer, tenantsFile, tenantsServerArgs, writePair, type Pem } from '../helpers/tenants.js';
 
 // Inside the test's namespace every port is free: fixed numbers.
 const AGENT_PORT = 8091;
@@ -426,18 +426,12 @@ interface RootServer extends Child {
 async function startRootServer(t: ExecutionContext, ws: Workspace, yaml: string): Promise<RootServer> {
   const file = path.join(ws.dir, 'tenants.yaml');
   await fs.writeFile(file, yaml);
-  return withPortRetry(async () => {
-    const [agentPort, healthPort] = [await freePort(), await freePort()];
-    const args = tenantsServerArgs({
-      file,
-      defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
-      agentHost: '127.0.0.1',
-      agentPort,
-      healthPort,
-    });
-    const proc = spawnKanal(t, { name: 'shared-server', args, logFile: path.join(ws.dir, 'shared-server.log') });
-    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/readyz`, 20_000);
-    return Object.assign(proc, { agentPort, healthPort });
+  return startTenantsServer(t, {
+    file,
+    defaultPair: { cert: ws.pki.serverCert, key: ws.pki.serverKey },
+    name: 'shared-server',
+    logFile: path.join(ws.dir, 'shared-server.log'),
+    ready: 'readyz',
   });
 }
 

@@ -1,6 +1,9 @@
 /** What the tenant tests share: credential files, the tenants file's frame, and a shared server's command line (docs/multi-tenant.md). */
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Child } from '../../kit/launch/child.js';
+import type { Scope } from '../../kit/launch/cleanup-scope.js';
+import { freePort, spawnKanal, waitHealthy, withPortRetry } from '../../kit/launch/kanal-cli.js';
 
 /** A certificate and its key, as files. */
 export interface Pem {
@@ -53,6 +56,20 @@ export function tenantsServerArgs(o: {
     '--log-level',
     'debug',
   ];
+}
+
+/** A tenants server (tenantsServerArgs) on fresh loopback ports for each attempt (withPortRetry), once its `/ready` path answers. */
+export function startTenantsServer(
+  scope: Scope,
+  o: { file: string; defaultPair: Pem; name: string; logFile: string; ready: 'healthz' | 'readyz' },
+): Promise<Child & { agentPort: number; healthPort: number }> {
+  return withPortRetry(async () => {
+    const [agentPort, healthPort] = [await freePort(), await freePort()];
+    const args = tenantsServerArgs({ file: o.file, defaultPair: o.defaultPair, agentHost: '127.0.0.1', agentPort, healthPort });
+    const proc = spawnKanal(scope, { name: o.name, args, logFile: o.logFile });
+    await waitHealthy(proc, `http://127.0.0.1:${healthPort}/${o.ready}`, 20_000);
+    return Object.assign(proc, { agentPort, healthPort });
+  });
 }
 
 /** The shared mTLS TCP frontend on 127.0.0.1:`port`, serving `pair` (the workspace's frontend certificate). */

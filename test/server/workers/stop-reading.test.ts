@@ -5,7 +5,7 @@
  * Node had already buffered come back to the caller. The worker is a real
  * child process over Node's IPC channel, as the primary's workers are.
  */
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import net from 'node:net';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { stopReading } from '../../../src/server/workers/stop-reading.js';
@@ -26,21 +26,23 @@ function within<T>(p: Promise<T>, what: string, ms = 10_000): Promise<T> {
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
-async function listening(server: net.Server): Promise<number> {
+/** A loopback connection as a listener with pauseOnConnect accepts it (the primary's listeners): client and accepted ends, closed at teardown. */
+async function acceptedPair(t: ExecutionContext): Promise<{ client: net.Socket; socket: net.Socket }> {
+  const server = net.createServer({ pauseOnConnect: true });
+  t.teardown(() => server.close());
+  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return (server.address() as net.AddressInfo).port;
+  const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+  t.teardown(() => client.destroy());
+  const socket = await within(accepted, 'accepted');
+  t.teardown(() => socket.destroy());
+  return { client, socket };
 }
 
 test('a byte sent right after the hand-off reaches the worker, not the primary', async (t) => {
   const worker = startWorker();
   t.teardown(() => worker.kill('SIGKILL'));
-  const server = net.createServer({ pauseOnConnect: true });
-  t.teardown(() => server.close());
-  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
-  const port = await listening(server);
-  const client = net.connect(port, '127.0.0.1');
-  t.teardown(() => client.destroy());
-  const socket = await within(accepted, 'accepted');
+  const { client, socket } = await acceptedPair(t);
   const first = new Promise<void>((resolve) => socket.once('data', () => resolve()));
   socket.resume();
   client.write('first');
@@ -58,14 +60,7 @@ test('a byte sent right after the hand-off reaches the worker, not the primary',
 });
 
 test('bytes already in the socket buffer come back to the caller, in order', async (t) => {
-  const server = net.createServer({ pauseOnConnect: true });
-  t.teardown(() => server.close());
-  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve));
-  const port = await listening(server);
-  const client = net.connect(port, '127.0.0.1');
-  t.teardown(() => client.destroy());
-  const socket = await within(accepted, 'accepted');
-  t.teardown(() => socket.destroy());
+  const { client, socket } = await acceptedPair(t);
   // Paused, not flowing: what arrives stays in the stream's buffer.
   socket.read(0);
   client.write('one ');
