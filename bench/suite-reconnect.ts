@@ -24,7 +24,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort, loopbackAgentArgs, loopbackServerArgs, waitHealthy } from '../kit/launch/kanal-cli.js';
+import { freePort, loopbackAgentArgs, loopbackServerArgs, readyOrStopped, waitHealthy, withPortRetry } from '../kit/launch/kanal-cli.js';
 import { issueAgentCertificate } from '../kit/pki/throwaway-pki.js';
 import { spawnChild, type Child } from './children.js';
 import { BACKEND_HOST, kanalProgram, startServer } from './cluster.js';
@@ -120,7 +120,20 @@ const healthzOf = (s: ServerSlot): string => `http://127.0.0.1:${s.healthPort}/h
 const serverMetricsOf = (s: ServerSlot): string =>
   s.product === 'kanal' ? `http://127.0.0.1:${s.healthPort}/metrics` : `http://127.0.0.1:${s.adminPort}/metrics`;
 
-/** Starts (or starts again) the server of `slot`; resolves when its /healthz answers. */
+/**
+ * The first start of `slot`'s server, before anything points at its ports:
+ * a port another process took meanwhile (the bench runs inside the test
+ * suite) gives the slot fresh ones (withPortRetry). Its restarts keep them.
+ */
+async function firstStart(env: Env, slot: ServerSlot, count: number, up: UpstreamBinaries | undefined): Promise<void> {
+  let attempt = 0;
+  await withPortRetry(async () => {
+    if (attempt++ > 0) Object.assign(slot, await serverSlot(env, slot.product, slot.id));
+    await spawnServer(env, slot, count, up, 0);
+  });
+}
+
+/** Starts (or starts again) the server of `slot`; resolves when its /healthz answers (a server that does not is stopped). */
 async function spawnServer(env: Env, slot: ServerSlot, count: number, up: UpstreamBinaries | undefined, run: number): Promise<void> {
   const logFile = path.join(env.dir, `${slot.id}-${run}.log`);
   if (slot.product === 'kanal') {
@@ -171,7 +184,7 @@ async function spawnServer(env: Env, slot: ServerSlot, count: number, up: Upstre
       ],
     });
   }
-  await waitHealthy(slot.child, healthzOf(slot), 20_000);
+  await readyOrStopped(slot.child, healthzOf(slot), 20_000);
 }
 
 interface AgentProc {
@@ -286,7 +299,7 @@ async function haRun(
   const agents: AgentProc[] = [];
   let balancer: { id: number; port: number } | undefined;
   try {
-    await Promise.all(slots.map((s) => spawnServer(env, s, S, up, 0)));
+    await Promise.all(slots.map((s) => firstStart(env, s, S, up)));
     balancer = await relays.call('relay', { targets: slots.map((s) => s.agentPort) });
     const accepted = async (): Promise<number> => (await relays.call('relayStats', { id: balancer!.id })).accepted;
 

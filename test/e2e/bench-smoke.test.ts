@@ -183,7 +183,7 @@ test(`bench --smoke --only reconnect reports section 8${upstreamAbsent ? ' (upst
   t.deepEqual(
     expected.filter((id) => !rows.has(id)),
     [],
-    'section 8 rows missing',
+    `section 8 rows missing; the bench's warnings: ${JSON.stringify(report.warnings)}`,
   );
   for (const row of rows.values()) {
     for (const [key, v] of Object.entries(row.values)) t.true(Number.isFinite(v) && v >= 0, `${row.id}.${key} = ${v}`);
